@@ -1,0 +1,37 @@
+"""Spark's checksum sidecars `<file>.crc` (Spark 4.1+, checkpoint-format.md §6)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import crc32c as _crc32c
+
+from .errors import CorruptFileError, UnknownFormatVersionError
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    algorithm: str
+    value: int  # signed int32, as Java writes it
+    main_file_size: int
+
+
+def parse_sidecar(data: bytes, path: str) -> Sidecar:
+    try:
+        body = json.loads(data.decode("utf-8"))
+        sidecar = Sidecar(str(body["algorithm"]), int(body["value"]), int(body["mainFileSize"]))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptFileError(f"malformed checksum sidecar: {exc}", path) from exc
+    if sidecar.algorithm.upper() != "CRC32C":
+        raise UnknownFormatVersionError(path, f"checksum algorithm {sidecar.algorithm}", ("CRC32C",))
+    return sidecar
+
+
+def crc32c_signed(data: bytes) -> int:
+    value = _crc32c.crc32c(data)
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def sidecar_matches(sidecar: Sidecar, data: bytes) -> bool:
+    return sidecar.main_file_size == len(data) and sidecar.value == crc32c_signed(data)

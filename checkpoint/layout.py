@@ -1,0 +1,130 @@
+"""Where things live in a checkpoint: every relative path classified, state file names parsed.
+
+Pure functions over relative paths; nothing here touches storage. A path that matches no rule is
+UNKNOWN, and unknown files are never ours to change.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+
+class FileKind(str, Enum):
+    QUERY_METADATA = "query_metadata"
+    OFFSET = "offset"
+    COMMIT = "commit"
+    SOURCE_LOG = "source_log"
+    OPERATOR_METADATA = "operator_metadata"
+    STATE_SCHEMA = "state_schema"
+    CHANGELOG = "changelog"
+    ZIP = "zip"
+    SST = "sst"
+    WAL_LOG = "wal_log"
+    SPARK_CRC = "spark_crc"
+    HADOOP_CRC = "hadoop_crc"
+    UNKNOWN = "unknown"
+
+
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# checkpoint-format.md §1: `<version>[_<uuid>].(zip|changelog)`; the version is batch id + 1.
+STATE_FILE = re.compile(rf"^(\d+)(?:_({UUID}))?\.(zip|changelog)$")
+SST_FILE = re.compile(rf"^\d+-{UUID}\.sst$")
+WAL_FILE = re.compile(rf"^\d+-{UUID}\.log$")
+BATCH_FILE = re.compile(r"^\d+$")
+SCHEMA_FILE = re.compile(rf"^\d+_{UUID}$")
+SOURCE_LOG_FILE = re.compile(r"^\d+(?:\.compact)?$")
+
+# Folders inside a partition (or store) folder that are not store names.
+_RESERVED = {"SSTs", "logs", "_metadata"}
+
+
+@dataclass(frozen=True)
+class Classified:
+    """What a relative path is. State fields are set for files under `state/<op>/<part>/`.
+
+    `main` is, for a `.crc` of either kind, the relative path of the file it checks.
+    """
+
+    rel: str
+    kind: FileKind
+    batch: int | None = None
+    operator: int | None = None
+    partition: int | None = None
+    store: str | None = None
+    version: int | None = None
+    unique_id: str | None = None
+    main: str | None = None
+
+
+def parse_state_file(name: str) -> tuple[int, str | None, FileKind] | None:
+    """(version, uuid or None for format V1, CHANGELOG or ZIP), or None when not a state file."""
+    m = STATE_FILE.match(name)
+    if not m:
+        return None
+    kind = FileKind.ZIP if m.group(3) == "zip" else FileKind.CHANGELOG
+    return int(m.group(1)), m.group(2), kind
+
+
+def classify(rel: str) -> Classified:
+    parts = rel.split("/")
+    name = parts[-1]
+    folder = "/".join(parts[:-1])
+    if name.startswith(".") and name.endswith(".crc") and len(name) > len(".crc") + 1:
+        # Hadoop's local checksum file system hides `.<name>.crc` beside every file it writes.
+        main = name[1 : -len(".crc")]
+        return Classified(rel, FileKind.HADOOP_CRC, main=f"{folder}/{main}" if folder else main)
+    if rel == "metadata":
+        return Classified(rel, FileKind.QUERY_METADATA)
+    if len(parts) == 2 and parts[0] in ("offsets", "commits") and BATCH_FILE.match(name):
+        kind = FileKind.OFFSET if parts[0] == "offsets" else FileKind.COMMIT
+        return Classified(rel, kind, batch=int(name))
+    if len(parts) == 3 and parts[0] == "sources" and parts[1].isdigit() and SOURCE_LOG_FILE.match(name):
+        return Classified(rel, FileKind.SOURCE_LOG, batch=int(name.split(".")[0]))
+    if parts[0] == "state" and len(parts) >= 4 and parts[1].isdigit():
+        return _classify_state(rel, parts)
+    return Classified(rel, FileKind.UNKNOWN)
+
+
+def _classify_state(rel: str, parts: list[str]) -> Classified:
+    op = int(parts[1])
+    name = parts[-1]
+    rest = parts[2:]
+    if rest == ["_metadata", "metadata"]:
+        return Classified(rel, FileKind.OPERATOR_METADATA, operator=op)
+    if len(rest) == 3 and rest[:2] == ["_metadata", "v2"] and BATCH_FILE.match(name):
+        return Classified(rel, FileKind.OPERATOR_METADATA, operator=op, batch=int(name))
+    if len(rest) == 3 and rest[0] == "_stateSchema" and SCHEMA_FILE.match(name):
+        return Classified(
+            rel, FileKind.STATE_SCHEMA, operator=op, store=rest[1], batch=int(name.split("_")[0])
+        )
+    if not rest[0].isdigit():
+        return Classified(rel, FileKind.UNKNOWN)
+    part = int(rest[0])
+    inner = rest[1:]  # [store/]name, [store/]SSTs/name, [store/]_metadata/schema
+    store = "default"
+    if len(inner) >= 2 and inner[0] not in _RESERVED:
+        store, inner = inner[0], inner[1:]
+    where = {"operator": op, "partition": part, "store": store}
+    if inner == ["_metadata", "schema"]:
+        # Schema file v1..v3, written once per store under partition 0 (not listed in the shared docs).
+        return Classified(rel, FileKind.STATE_SCHEMA, **where)
+    if len(inner) == 2 and inner[0] == "SSTs" and SST_FILE.match(name):
+        return Classified(rel, FileKind.SST, **where)
+    if len(inner) == 2 and inner[0] == "logs" and WAL_FILE.match(name):
+        return Classified(rel, FileKind.WAL_LOG, **where)
+    if len(inner) != 1:
+        return Classified(rel, FileKind.UNKNOWN)
+    parsed = parse_state_file(name)
+    if parsed:
+        version, uid, kind = parsed
+        return Classified(rel, kind, version=version, unique_id=uid, **where)
+    if name.endswith(".crc"):
+        main = parse_state_file(name[: -len(".crc")])
+        if main:
+            version, uid, _ = main
+            return Classified(
+                rel, FileKind.SPARK_CRC, version=version, unique_id=uid, main=rel[: -len(".crc")], **where
+            )
+    return Classified(rel, FileKind.UNKNOWN)

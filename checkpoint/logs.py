@@ -1,0 +1,170 @@
+"""Readers of the metadata logs: commit log, offset log, operator metadata, query metadata.
+
+Each file is a version line (`v<N>`) followed by JSON lines (checkpoint-format.md §2). A version this
+release does not know is an error that names the file: its layout is never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import CorruptFileError, UnknownFormatVersionError
+
+COMMIT_VERSIONS = (1, 2, 3)  # v3 (Spark 4.2+) adds sink metadata
+OFFSET_VERSIONS = (1, 2)  # v2 (Spark 4.2+) names its sources
+OPERATOR_METADATA_VERSIONS = (1, 2)
+ZIP_METADATA_VERSIONS = (1,)
+
+_VERSION_LINE = re.compile(r"^v(\d+)$")
+
+
+def split_versioned(data: bytes, path: str, supported: tuple[int, ...]) -> tuple[int, list[str]]:
+    """(version, the remaining non-empty lines) of a `v<N>\\n...` file."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(f"not UTF-8 text: {exc}", path) from exc
+    lines = text.split("\n")
+    head = lines[0].strip()
+    if not head:
+        raise CorruptFileError("empty file (no version line)", path)
+    m = _VERSION_LINE.match(head)
+    if not m:
+        raise CorruptFileError(f"first line {head[:40]!r} is not a version line like 'v1'", path)
+    version = int(m.group(1))
+    if version not in supported:
+        raise UnknownFormatVersionError(path, head, tuple(f"v{v}" for v in supported))
+    return version, [line for line in lines[1:] if line.strip()]
+
+
+def _json(line: str, path: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CorruptFileError(f"invalid JSON: {exc}", path) from exc
+
+
+def _json_object(lines: list[str], index: int, path: str, what: str) -> dict[str, Any]:
+    if len(lines) <= index:
+        raise CorruptFileError(f"missing the {what} line", path)
+    value = _json(lines[index], path)
+    if not isinstance(value, dict):
+        raise CorruptFileError(f"the {what} line is not a JSON object", path)
+    return value
+
+
+@dataclass(frozen=True)
+class CommitEntry:
+    """`commits/<batch>`. `state_unique_ids[op][partition]` lists one id per store, in store order."""
+
+    batch: int
+    version: int
+    next_batch_watermark_ms: int
+    state_unique_ids: dict[int, tuple[tuple[str, ...], ...]] | None = None
+
+
+def parse_commit(batch: int, data: bytes, path: str) -> CommitEntry:
+    version, lines = split_versioned(data, path, COMMIT_VERSIONS)
+    body = _json_object(lines, 0, path, "commit metadata")
+    ids = body.get("stateUniqueIds")
+    parsed: dict[int, tuple[tuple[str, ...], ...]] | None = None
+    if ids is not None:
+        try:
+            parsed = {
+                int(op): tuple(tuple(str(u) for u in store_ids) for store_ids in partitions)
+                for op, partitions in ids.items()
+            }
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise CorruptFileError(f"malformed stateUniqueIds: {exc}", path) from exc
+    return CommitEntry(batch, version, int(body.get("nextBatchWatermarkMs", 0)), parsed)
+
+
+@dataclass(frozen=True)
+class OffsetEntry:
+    """`offsets/<batch>`: the batch's conf and one raw line per source (kept verbatim)."""
+
+    batch: int
+    version: int
+    batch_watermark_ms: int
+    batch_timestamp_ms: int
+    conf: dict[str, str] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+
+    @property
+    def shuffle_partitions(self) -> int | None:
+        value = self.conf.get("spark.sql.shuffle.partitions")
+        return int(value) if value is not None else None
+
+
+def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
+    version, lines = split_versioned(data, path, OFFSET_VERSIONS)
+    meta = _json_object(lines, 0, path, "offset metadata")
+    conf = meta.get("conf") or {}
+    if not isinstance(conf, dict):
+        raise CorruptFileError("offset metadata 'conf' is not an object", path)
+    return OffsetEntry(
+        batch,
+        version,
+        int(meta.get("batchWatermarkMs", 0)),
+        int(meta.get("batchTimestampMs", 0)),
+        {str(k): str(v) for k, v in conf.items()},
+        tuple(lines[1:]),
+    )
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    name: str
+    num_partitions: int
+    num_cols_prefix_key: int = 0
+    schema_paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OperatorMetadata:
+    """`state/<op>/_metadata/metadata` (v1) or `state/<op>/_metadata/v2/<batch>` (v2).
+
+    The order of `stores` is the order of the ids in the commit log.
+    """
+
+    operator_id: int
+    name: str
+    version: int
+    stores: tuple[StoreInfo, ...]
+    properties: dict[str, Any] | None = None
+
+
+def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
+    version, lines = split_versioned(data, path, OPERATOR_METADATA_VERSIONS)
+    body = _json_object(lines, 0, path, "operator metadata")
+    try:
+        info = body["operatorInfo"]
+        stores = tuple(
+            StoreInfo(
+                str(s["storeName"]),
+                int(s["numPartitions"]),
+                int(s.get("numColsPrefixKey", 0)),
+                tuple(s.get("stateSchemaFilePaths") or ()),
+            )
+            for s in body["stateStoreInfo"]
+        )
+        op_id, name = int(info["operatorId"]), str(info["operatorName"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptFileError(f"malformed operator metadata: missing or bad {exc}", path) from exc
+    props = body.get("operatorPropertiesJson")
+    properties = _json(props, path) if isinstance(props, str) and props else None
+    return OperatorMetadata(op_id, name, version, stores, properties)
+
+
+def parse_query_metadata(data: bytes, path: str) -> str:
+    """The query id of `<ckpt>/metadata`."""
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text:
+        raise CorruptFileError("empty query metadata", path)
+    body = _json(text.split("\n")[0], path)
+    if not isinstance(body, dict) or "id" not in body:
+        raise CorruptFileError("query metadata has no 'id'", path)
+    return str(body["id"])

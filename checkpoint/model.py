@@ -1,0 +1,313 @@
+"""The immutable model of one checkpoint, built from a single listing and its small metadata files.
+
+checkpoint -> batches (planned, committed) -> operators -> partitions -> stores -> state files by
+(version, uuid). The committed uuid of each (version, store) comes from the commit log, whose ids per
+partition follow the operator's store order (checkpoint-format.md §2).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from .changelog import ChangelogHeader, ChangeRecord, read_changelog, read_header
+from .crc import parse_sidecar, sidecar_matches
+from .errors import CheckpointError, CorruptFileError, NotACheckpointError
+from .layout import Classified, FileKind, classify
+from .logs import (
+    CommitEntry,
+    OffsetEntry,
+    OperatorMetadata,
+    parse_commit,
+    parse_offset,
+    parse_operator_metadata,
+    parse_query_metadata,
+)
+from .snapshot import Snapshot, read_snapshot
+from .storage import FileInfo, Storage
+
+DEFAULT_STORE = "default"
+CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
+# A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
+_HEADER_READ = 128 * 1024
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    info: FileInfo
+    what: Classified
+
+    @property
+    def rel(self) -> str:
+        return self.info.rel
+
+    @property
+    def kind(self) -> FileKind:
+        return self.what.kind
+
+
+@dataclass(frozen=True)
+class StoreId:
+    operator: int
+    partition: int
+    store: str
+
+    def __str__(self) -> str:
+        return f"op {self.operator} / part {self.partition} / {self.store}"
+
+
+@dataclass(frozen=True)
+class Store:
+    """The state files of one store: changelogs and zips by (version, uuid), SSTs, sidecars."""
+
+    id: StoreId
+    files: tuple[CheckpointFile, ...]
+
+    @cached_property
+    def by_version(self) -> dict[int, dict[str | None, tuple[CheckpointFile, ...]]]:
+        grouped: dict[int, dict[str | None, list[CheckpointFile]]] = defaultdict(lambda: defaultdict(list))
+        for f in self.files:
+            if f.kind in (FileKind.CHANGELOG, FileKind.ZIP, FileKind.SPARK_CRC):
+                grouped[f.what.version][f.what.unique_id].append(f)  # type: ignore[index]
+        return {
+            v: {u: tuple(fs) for u, fs in sorted(by_uid.items(), key=lambda x: x[0] or "")}
+            for v, by_uid in sorted(grouped.items())
+        }
+
+    def file(self, kind: FileKind, version: int, unique_id: str | None) -> CheckpointFile | None:
+        for f in self.by_version.get(version, {}).get(unique_id, ()):
+            if f.kind == kind:
+                return f
+        return None
+
+    @property
+    def ssts(self) -> tuple[CheckpointFile, ...]:
+        return tuple(f for f in self.files if f.kind == FileKind.SST)
+
+
+@dataclass(frozen=True)
+class Operator:
+    id: int
+    name: str | None
+    store_names: tuple[str, ...]
+    num_partitions: int | None
+    metadata: OperatorMetadata | None
+
+
+@dataclass(frozen=True)
+class Batch:
+    id: int
+    offset: OffsetEntry | None
+    commit: CommitEntry | None
+
+    @property
+    def planned(self) -> bool:
+        return self.offset is not None
+
+    @property
+    def committed(self) -> bool:
+        return self.commit is not None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    url: str
+    query_id: str | None
+    format_version: int
+    files: tuple[CheckpointFile, ...]
+    batches: dict[int, Batch]
+    operators: dict[int, Operator]
+    stores: dict[StoreId, Store] = field(repr=False)
+    storage: Storage = field(repr=False, compare=False)
+
+    @property
+    def latest_planned_batch(self) -> int | None:
+        planned = [b.id for b in self.batches.values() if b.planned]
+        return max(planned) if planned else None
+
+    @property
+    def latest_committed_batch(self) -> int | None:
+        committed = [b.id for b in self.batches.values() if b.committed]
+        return max(committed) if committed else None
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.info.size for f in self.files)
+
+    def count_by_kind(self) -> dict[str, int]:
+        counts = Counter(f.kind.value for f in self.files)
+        return {k.value: counts[k.value] for k in FileKind if counts[k.value]}
+
+    def committed_unique_id(self, batch: int, store: StoreId) -> str | None:
+        """The id committed for version batch+1 of a store; None for format V1 or an unknown batch."""
+        entry = self.batches.get(batch)
+        if entry is None or entry.commit is None or entry.commit.state_unique_ids is None:
+            return None
+        partitions = entry.commit.state_unique_ids.get(store.operator)
+        op = self.operators.get(store.operator)
+        if partitions is None or op is None or store.partition >= len(partitions):
+            return None
+        ids = partitions[store.partition]
+        try:
+            index = op.store_names.index(store.store)
+        except ValueError:
+            return None
+        return ids[index] if index < len(ids) else None
+
+    @property
+    def changelog_codec(self) -> str:
+        """The codec of the newest offset conf; Spark's default is lz4."""
+        for batch in sorted(self.batches.values(), key=lambda b: -b.id):
+            if batch.offset is not None and CODEC_CONF in batch.offset.conf:
+                return batch.offset.conf[CODEC_CONF]
+        return "lz4"
+
+    # Reading state files. A V2 name (with an id) must hold a v3/v4 changelog.
+
+    def read_changelog_header(self, f: CheckpointFile) -> ChangelogHeader:
+        """Version and lineage from the first block(s) only: one ranged read, even on object stores."""
+        with self.storage.open(f.rel, block_size=_HEADER_READ) as fh:
+            return read_header(
+                fh.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
+            )
+
+    def read_changelog(self, f: CheckpointFile) -> tuple[ChangelogHeader, list[ChangeRecord]]:
+        data = self.storage.read_bytes(f.rel)
+        reader = _BytesReader(data)
+        return read_changelog(
+            reader.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
+        )
+
+    def read_snapshot(self, f: CheckpointFile) -> Snapshot:
+        with self.storage.open(f.rel) as fh:
+            return read_snapshot(fh, self.storage.full(f.rel))
+
+    def sidecar_matches(self, crc: CheckpointFile) -> bool:
+        """Whether a Spark `.crc` sidecar matches the current bytes of its main file."""
+        sidecar = parse_sidecar(self.storage.read_bytes(crc.rel), self.storage.full(crc.rel))
+        return sidecar_matches(sidecar, self.storage.read_bytes(crc.what.main))  # type: ignore[arg-type]
+
+
+class _BytesReader:
+    def __init__(self, data: bytes):
+        self._data, self._pos = data, 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else self._pos + n
+        out = self._data[self._pos : end]
+        self._pos += len(out)
+        return out
+
+
+def load_checkpoint(where: str | Storage, storage_options: dict[str, Any] | None = None) -> Checkpoint:
+    """Lists the checkpoint once and parses its commit, offset and metadata files.
+
+    `where` is a URL (with `storage_options` for its filesystem) or an open Storage. Fails with
+    NotACheckpointError when the path holds no query metadata and no offset log, and with a
+    CheckpointError naming the file on anything it cannot read.
+    """
+    storage = where if isinstance(where, Storage) else Storage(where, storage_options)
+    files = tuple(CheckpointFile(info, classify(info.rel)) for info in storage.list_files())
+    return build_checkpoint(storage, files)
+
+
+def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...]) -> Checkpoint:
+    by_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
+    for f in files:
+        by_kind[f.kind].append(f)
+    if not by_kind[FileKind.QUERY_METADATA] and not by_kind[FileKind.OFFSET]:
+        raise NotACheckpointError(
+            "not a streaming checkpoint (no 'metadata' file and no offsets/)", storage.url
+        )
+
+    small = by_kind[FileKind.QUERY_METADATA] + by_kind[FileKind.OFFSET] + by_kind[FileKind.COMMIT]
+    small += by_kind[FileKind.OPERATOR_METADATA]
+    contents = storage.read_many(f.rel for f in small)
+
+    def where(rel: str) -> str:
+        return storage.full(rel)
+
+    query_id = None
+    for f in by_kind[FileKind.QUERY_METADATA]:
+        query_id = parse_query_metadata(contents[f.rel], where(f.rel))
+    offsets = {
+        f.what.batch: parse_offset(f.what.batch, contents[f.rel], where(f.rel))
+        for f in by_kind[FileKind.OFFSET]
+    }
+    commits = {
+        f.what.batch: parse_commit(f.what.batch, contents[f.rel], where(f.rel))
+        for f in by_kind[FileKind.COMMIT]
+    }
+    batches = {b: Batch(b, offsets.get(b), commits.get(b)) for b in sorted(set(offsets) | set(commits))}
+
+    operators = _operators(by_kind[FileKind.OPERATOR_METADATA], contents, where, files, commits)
+
+    store_files: dict[StoreId, list[CheckpointFile]] = defaultdict(list)
+    for f in files:
+        if f.what.operator is not None and f.what.partition is not None and f.what.store is not None:
+            store_files[StoreId(f.what.operator, f.what.partition, f.what.store)].append(f)
+    stores = {
+        sid: Store(sid, tuple(fs))
+        for sid, fs in sorted(store_files.items(), key=lambda x: (x[0].operator, x[0].partition, x[0].store))
+    }
+
+    return Checkpoint(
+        url=storage.url,
+        query_id=query_id,
+        format_version=_format_version(commits, files),
+        files=files,
+        batches=batches,
+        operators=operators,
+        stores=stores,
+        storage=storage,
+    )
+
+
+def _format_version(commits: dict[int, CommitEntry], files: tuple[CheckpointFile, ...]) -> int:
+    # The offset conf does not record checkpointFormatVersion; the commit log and file names do.
+    if any(c.state_unique_ids is not None for c in commits.values()):
+        return 2
+    if any(f.kind in (FileKind.CHANGELOG, FileKind.ZIP) and f.what.unique_id for f in files):
+        return 2
+    return 1
+
+
+def _operators(meta_files, contents, where, files, commits) -> dict[int, Operator]:
+    """Operators from their metadata (the newest v2 file wins over v1), else from the state folders."""
+    newest: dict[int, tuple[int, OperatorMetadata]] = {}
+    for f in meta_files:
+        meta = parse_operator_metadata(contents[f.rel], where(f.rel))
+        if meta.operator_id != f.what.operator:
+            raise CorruptFileError(f"operator metadata names operator {meta.operator_id}", where(f.rel))
+        rank = -1 if f.what.batch is None else f.what.batch
+        if f.what.operator not in newest or rank > newest[f.what.operator][0]:
+            newest[f.what.operator] = (rank, meta)
+    op_ids = set(newest)
+    op_ids |= {f.what.operator for f in files if f.what.operator is not None}
+    for c in commits.values():
+        op_ids |= set(c.state_unique_ids or ())
+    out = {}
+    for op in sorted(op_ids):
+        if op in newest:
+            meta = newest[op][1]
+            names = tuple(s.name for s in meta.stores)
+            parts = max((s.num_partitions for s in meta.stores), default=None)
+            out[op] = Operator(op, meta.name, names, parts, meta)
+        else:
+            out[op] = _operator_without_metadata(op, files, commits)
+    return out
+
+
+def _operator_without_metadata(op: int, files, commits) -> Operator:
+    # Spark writes operator metadata since 3.5; older or damaged checkpoints may lack it. The store
+    # order is then known only when there is a single store.
+    names = sorted({f.what.store for f in files if f.what.operator == op and f.what.partition is not None})
+    parts = {f.what.partition for f in files if f.what.operator == op and f.what.partition is not None}
+    widths = {len(p) for c in commits.values() for p in (c.state_unique_ids or {}).get(op, ())}
+    if len(names) > 1 and widths and max(widths) > 1:
+        raise CheckpointError(
+            f"operator {op} has stores {names} but no operator metadata: their commit-log order is unknown"
+        )
+    return Operator(op, None, tuple(names) or (DEFAULT_STORE,), (max(parts) + 1) if parts else None, None)

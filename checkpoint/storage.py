@@ -1,0 +1,127 @@
+"""Checkpoint storage through fsspec: one recursive listing, ranged and bulk reads.
+
+A checkpoint is addressed by a URL (plain path, file://, s3://, any fsspec protocol). Paths inside the
+model are relative to the checkpoint root and always use `/`, whatever the backend.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from fsspec.core import url_to_fs
+
+from .errors import NotACheckpointError, StorageError
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file of a listing. `mtime` is seconds since the epoch, or None when the backend has none."""
+
+    rel: str
+    size: int
+    mtime: float | None
+
+
+def _mtime(entry: dict[str, Any]) -> float | None:
+    # Local files carry `mtime` (float); S3 `LastModified` (datetime); other backends vary.
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified"):
+        value = entry.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, _dt.datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+class Storage:
+    """The files of one checkpoint root."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
+        self.url = url.rstrip("/") or url
+        try:
+            self.fs, root = url_to_fs(self.url, **(storage_options or {}))
+        except (ValueError, ImportError) as exc:
+            raise StorageError(f"cannot open storage: {exc}", url) from exc
+        self.root = root.rstrip("/")
+
+    @property
+    def protocol(self) -> str:
+        proto = self.fs.protocol
+        return proto if isinstance(proto, str) else proto[0]
+
+    def full(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def list_files(self) -> list[FileInfo]:
+        """Every file under the root with size and mtime, from one recursive listing.
+
+        On object stores `find` is a flat prefix listing, so no per-directory walk and no HEAD per
+        object. A missing root is an error, never an empty checkpoint.
+        """
+        try:
+            entries = self.fs.find(self.root, withdirs=False, detail=True)
+        except FileNotFoundError as exc:
+            raise NotACheckpointError("no such file or directory", self.url) from exc
+        except PermissionError as exc:
+            raise StorageError(f"permission denied while listing: {exc}", self.url) from exc
+        except OSError as exc:
+            raise StorageError(f"listing failed: {exc}", self.url) from exc
+        prefix = self.root + "/"
+        files = []
+        for name, entry in entries.items():
+            name = name.rstrip("/")
+            if not name.startswith(prefix):
+                # A lone file given as the root lists as itself: that is not a checkpoint folder.
+                continue
+            files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), _mtime(entry)))
+        if not files and not self._is_dir():
+            raise NotACheckpointError("no such directory", self.url)
+        files.sort(key=lambda f: f.rel)
+        return files
+
+    def _is_dir(self) -> bool:
+        try:
+            return bool(self.fs.isdir(self.root))
+        except OSError:
+            return False
+
+    def read_bytes(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        try:
+            return self.fs.cat_file(self.full(rel), start=start, end=end)
+        except FileNotFoundError as exc:
+            raise StorageError("file vanished while reading", self.full(rel)) from exc
+        except OSError as exc:
+            raise StorageError(f"read failed: {exc}", self.full(rel)) from exc
+
+    def read_many(self, rels: Iterable[str]) -> dict[str, bytes]:
+        """Whole small files, fetched concurrently where the backend is asynchronous."""
+        rels = list(rels)
+        if not rels:
+            return {}
+        paths = [self.full(r) for r in rels]
+        try:
+            got = self.fs.cat(paths, on_error="raise")
+        except FileNotFoundError as exc:
+            raise StorageError(f"file vanished while reading: {exc}", self.url) from exc
+        except OSError as exc:
+            raise StorageError(f"read failed: {exc}", self.url) from exc
+        if len(paths) == 1 and isinstance(got, (bytes, bytearray)):
+            got = {paths[0]: got}
+        by_path = {self.fs._strip_protocol(k).rstrip("/"): v for k, v in got.items()}
+        return {rel: by_path[self.fs._strip_protocol(path)] for rel, path in zip(rels, paths, strict=True)}
+
+    def open(self, rel: str, block_size: int | None = None):
+        try:
+            return self.fs.open(self.full(rel), "rb", block_size=block_size)
+        except FileNotFoundError as exc:
+            raise StorageError("file vanished while reading", self.full(rel)) from exc
+        except OSError as exc:
+            raise StorageError(f"open failed: {exc}", self.full(rel)) from exc

@@ -1,0 +1,178 @@
+"""Corrupt or foreign input gives an error that names the file and what is wrong; nothing is guessed.
+
+Every damaged case is derived from a checkpoint a real query wrote.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from pathlib import Path
+
+import pytest
+
+from checkpoint.changelog import read_changelog, read_header
+from checkpoint.codec import Lz4BlockReader
+from checkpoint.errors import CorruptFileError, NotACheckpointError, UnknownFormatVersionError
+from checkpoint.layout import FileKind
+from checkpoint.model import load_checkpoint
+from tests.support.lz4java import frame, java_utf
+
+U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
+
+
+def _committed_changelog(path: Path, batch: int) -> Path:
+    ckpt = load_checkpoint(str(path))
+    sid = next(iter(ckpt.stores))
+    f = ckpt.stores[sid].file(FileKind.CHANGELOG, batch + 1, ckpt.committed_unique_id(batch, sid))
+    return path / f.rel
+
+
+def _read(path: Path, named_v2: bool = True):
+    return read_changelog(io.BytesIO(path.read_bytes()).read, "lz4", str(path), named_v2)
+
+
+def test_flipped_byte_in_a_block_fails_its_checksum(copy_of) -> None:
+    target = _committed_changelog(copy_of("long_chain"), 20)
+    data = bytearray(target.read_bytes())
+    (clen,) = struct.unpack_from("<i", data, 9)
+    # LZ4 ends every block with literals: flipping its last byte changes the content, not the parse.
+    data[21 + clen - 1] ^= 0x01
+    target.write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match="checksum mismatch in lz4 block 0") as err:
+        _read(target)
+    assert str(target) in str(err.value)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.98])
+def test_truncated_changelog(copy_of, keep: float) -> None:
+    target = _committed_changelog(copy_of("long_chain"), 20)
+    data = target.read_bytes()
+    target.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(CorruptFileError, match="truncated"):
+        _read(target)
+
+
+def _real_body(copy_of) -> tuple[bytes, list]:
+    """The decompressed body (records after the header) of a real v3 changelog and its records."""
+    target = _committed_changelog(copy_of("long_chain"), 31)
+    reader = Lz4BlockReader(io.BytesIO(target.read_bytes()).read, str(target))
+    raw = reader.read(-1)
+    (n,) = struct.unpack_from(">H", raw, 0)  # "v3"
+    (m,) = struct.unpack_from(">H", raw, 2 + n)  # lineage
+    return raw[4 + n + m :], _read(target)[1]
+
+
+def test_header_is_read_from_the_first_block_only(copy_of) -> None:
+    body, records = _real_body(copy_of)
+    lineage = "[" + ",".join(f'{{"version":{v},"checkpointUniqueId":"{U}"}}' for v in range(1, 12)) + "]"
+    records_only = body[:-4]  # the body ends with the end-of-records marker, int32 -1
+    stream = frame(java_utf("v3") + java_utf(lineage) + records_only * 40 + body[-4:], block_size=1024)
+    consumed = io.BytesIO(stream)
+    header = read_header(consumed.read, "lz4", "mem", named_v2=True)
+    assert [e.version for e in header.lineage] == list(range(1, 12))
+    assert header.header_bytes == len(lineage)
+    (first_block,) = struct.unpack_from("<i", stream, 9)
+    assert stream.count(b"LZ4Block") > 5
+    assert consumed.tell() == 21 + first_block  # the first block only, never the whole file
+    _, again = read_changelog(io.BytesIO(stream).read, "lz4", "mem")
+    assert again == records * 40
+
+
+def test_unknown_changelog_version(copy_of) -> None:
+    body, _ = _real_body(copy_of)
+    stream = frame(java_utf("v7") + java_utf("[]") + body)
+    with pytest.raises(UnknownFormatVersionError, match="'v7'.*v1, v2, v3, v4"):
+        read_header(io.BytesIO(stream).read, "lz4", "state/0/0/1_x.changelog")
+
+
+def test_v2_name_without_a_version_string_is_refused(copy_of) -> None:
+    body, _ = _real_body(copy_of)
+    with pytest.raises(CorruptFileError, match="must start with its version"):
+        read_header(io.BytesIO(frame(body)).read, "lz4", "p", named_v2=True)
+
+
+def test_truncated_zip(copy_of) -> None:
+    path = copy_of("snapshots")
+    ckpt = load_checkpoint(str(path))
+    z = next(f for f in ckpt.files if f.kind == FileKind.ZIP)
+    data = (path / z.rel).read_bytes()
+    (path / z.rel).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorruptFileError, match="unreadable zip") as err:
+        load_checkpoint(str(path)).read_snapshot(z)
+    assert z.rel in str(err.value)
+
+
+def test_zip_metadata_of_an_unknown_version(copy_of, tmp_path) -> None:
+    import zipfile
+
+    path = copy_of("snapshots")
+    ckpt = load_checkpoint(str(path))
+    z = next(f for f in ckpt.files if f.kind == FileKind.ZIP)
+    src = zipfile.ZipFile(path / z.rel)
+    rebuilt = tmp_path / "rebuilt.zip"
+    with zipfile.ZipFile(rebuilt, "w") as out:
+        for info in src.infolist():
+            data = src.read(info)
+            out.writestr(info, b"v9\n" + data.split(b"\n", 1)[1] if info.filename == "metadata" else data)
+    (path / z.rel).write_bytes(rebuilt.read_bytes())
+    with pytest.raises(UnknownFormatVersionError, match="'v9'"):
+        load_checkpoint(str(path)).read_snapshot(z)
+
+
+def test_sidecar_detects_a_changed_file(copy_of) -> None:
+    path = copy_of("snapshots")
+    ckpt = load_checkpoint(str(path))
+    crc = next(f for f in ckpt.files if f.kind == FileKind.SPARK_CRC and f.what.main.endswith(".changelog"))
+    assert ckpt.sidecar_matches(crc)
+    main = path / crc.what.main
+    data = bytearray(main.read_bytes())
+    data[-1] ^= 0xFF
+    main.write_bytes(bytes(data))
+    assert not ckpt.sidecar_matches(crc)
+
+
+def test_unknown_commit_log_version_names_file_and_version(copy_of) -> None:
+    path = copy_of("long_chain")
+    body = (path / "commits" / "7").read_text().split("\n", 1)[1]
+    (path / "commits" / "7").write_text("v9\n" + body)
+    with pytest.raises(UnknownFormatVersionError) as err:
+        load_checkpoint(str(path))
+    assert "commits/7" in str(err.value) and "'v9'" in str(err.value) and "v1, v2, v3" in str(err.value)
+
+
+def test_empty_commit_file(copy_of) -> None:
+    path = copy_of("long_chain")
+    (path / "commits" / "3").write_bytes(b"")
+    with pytest.raises(CorruptFileError, match="commits/3: empty file"):
+        load_checkpoint(str(path))
+
+
+def test_commit_with_broken_json(copy_of) -> None:
+    path = copy_of("long_chain")
+    (path / "commits" / "3").write_text('v2\n{"nextBatchWatermarkMs":0,"stateUnique')
+    with pytest.raises(CorruptFileError, match="commits/3: invalid JSON"):
+        load_checkpoint(str(path))
+
+
+def test_unknown_offset_version(copy_of) -> None:
+    path = copy_of("join")
+    text = (path / "offsets" / "2").read_text()
+    (path / "offsets" / "2").write_text("v5" + text[2:])
+    with pytest.raises(UnknownFormatVersionError, match="offsets/2"):
+        load_checkpoint(str(path))
+
+
+def test_folder_that_is_not_a_checkpoint(tmp_path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "part-0.json").write_text("{}\n")
+    with pytest.raises(NotACheckpointError, match="not a streaming checkpoint"):
+        load_checkpoint(str(tmp_path))
+
+
+def test_missing_path_and_a_file_instead_of_a_folder(tmp_path) -> None:
+    with pytest.raises(NotACheckpointError, match="no such directory"):
+        load_checkpoint(str(tmp_path / "nope"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotACheckpointError):
+        load_checkpoint(str(tmp_path / "file"))

@@ -1,0 +1,75 @@
+"""Classification of checkpoint paths: pure, no storage."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from checkpoint.layout import FileKind, classify, parse_state_file
+
+U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
+
+
+@pytest.mark.parametrize(
+    ("rel", "kind"),
+    [
+        ("metadata", FileKind.QUERY_METADATA),
+        ("offsets/12", FileKind.OFFSET),
+        ("commits/0", FileKind.COMMIT),
+        ("sources/0/9", FileKind.SOURCE_LOG),
+        ("sources/1/9.compact", FileKind.SOURCE_LOG),
+        ("state/0/_metadata/metadata", FileKind.OPERATOR_METADATA),
+        ("state/0/_metadata/v2/0", FileKind.OPERATOR_METADATA),
+        (f"state/0/_stateSchema/default/0_{U}", FileKind.STATE_SCHEMA),
+        ("state/0/0/_metadata/schema", FileKind.STATE_SCHEMA),
+        ("state/0/0/left-keyToNumValues/_metadata/schema", FileKind.STATE_SCHEMA),
+        (f"state/0/3/12_{U}.changelog", FileKind.CHANGELOG),
+        (f"state/0/3/12_{U}.zip", FileKind.ZIP),
+        ("state/0/3/12.changelog", FileKind.CHANGELOG),
+        ("state/0/3/12.zip", FileKind.ZIP),
+        (f"state/1/0/right-keyWithIndexToValue/7_{U}.zip", FileKind.ZIP),
+        (f"state/0/0/SSTs/000008-{U}.sst", FileKind.SST),
+        (f"state/0/0/logs/000004-{U}.log", FileKind.WAL_LOG),
+        (f"state/0/0/12_{U}.changelog.crc", FileKind.SPARK_CRC),
+        (f"state/0/0/.12_{U}.changelog.crc", FileKind.HADOOP_CRC),
+        (f"state/0/0/.12_{U}.changelog.crc.crc", FileKind.HADOOP_CRC),
+        ("commits/.3.crc", FileKind.HADOOP_CRC),
+        # Not ours: never to be touched by anything that deletes.
+        ("offsets/3.tmp", FileKind.UNKNOWN),
+        ("state/0/0/12_NOTAUUID.changelog", FileKind.UNKNOWN),
+        (f"state/0/0/12_{U.upper()}.zip", FileKind.UNKNOWN),
+        ("state/0/0/12.delta", FileKind.UNKNOWN),
+        ("state/x/0/1.zip", FileKind.UNKNOWN),
+        ("README", FileKind.UNKNOWN),
+        ("state/0/0/SSTs/notes.txt", FileKind.UNKNOWN),
+    ],
+)
+def test_classify(rel: str, kind: FileKind) -> None:
+    assert classify(rel).kind == kind
+
+
+def test_state_file_fields_and_sidecar_owner() -> None:
+    c = classify(f"state/2/3/left-keyWithIndexToValue/12_{U}.zip")
+    assert (c.operator, c.partition, c.store, c.version, c.unique_id) == (
+        2,
+        3,
+        "left-keyWithIndexToValue",
+        12,
+        U,
+    )
+    assert classify(f"state/0/1/5_{U}.zip").store == "default"
+    crc = classify(f"state/0/1/5_{U}.changelog.crc")
+    assert crc.main == f"state/0/1/5_{U}.changelog" and crc.version == 5 and crc.unique_id == U
+    assert classify(f"state/0/1/.5_{U}.zip.crc").main == f"state/0/1/5_{U}.zip"
+
+
+@given(st.integers(min_value=0, max_value=10**12), st.uuids(version=4), st.sampled_from(["zip", "changelog"]))
+def test_state_file_names_round_trip(version: int, uid: uuid.UUID, ext: str) -> None:
+    parsed = parse_state_file(f"{version}_{uid}.{ext}")
+    assert parsed is not None
+    assert parsed[:2] == (version, str(uid))
+    assert parse_state_file(f"{version}.{ext}")[:2] == (version, None)
+    assert parse_state_file(f"{version}_{uid}.{ext}.tmp") is None

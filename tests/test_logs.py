@@ -1,0 +1,65 @@
+"""The metadata-log readers on inputs Spark 4.3's default queries do not write (v3 commits, v2 offsets).
+
+The corpus covers v1/v2 commits, v1 offsets and operator metadata v1/v2 from real queries.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from checkpoint.errors import CorruptFileError, UnknownFormatVersionError
+from checkpoint.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
+
+U1, U2 = "83f71141-5fc2-4c14-8508-70d55d699b3e", "19548c67-22c4-493a-9f69-4b888fcd62ce"
+
+
+def test_commit_v3_keeps_the_state_ids() -> None:
+    body = json.dumps(
+        {"nextBatchWatermarkMs": 5, "stateUniqueIds": {"0": [[U1], [U2]]}, "sinkMetadata": {"x": 1}}
+    )
+    data = f"v3\n{body}".encode()
+    entry = parse_commit(7, data, "commits/7")
+    assert entry.version == 3 and entry.next_batch_watermark_ms == 5
+    assert entry.state_unique_ids == {0: ((U1,), (U2,))}
+
+
+def test_offset_v2_keeps_named_source_lines() -> None:
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {"spark.sql.shuffle.partitions": "8"}}
+    data = f'v2\n{json.dumps(meta)}\nsrc_a:{{"logOffset":3}}\n'.encode()
+    entry = parse_offset(3, data, "offsets/3")
+    assert entry.version == 2 and entry.shuffle_partitions == 8
+    assert entry.sources == ('src_a:{"logOffset":3}',)
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        (b"", CorruptFileError, "empty file"),
+        (b"\n\n", CorruptFileError, "empty file"),
+        (b"version 2\n{}", CorruptFileError, "not a version line"),
+        (b"v4\n{}", UnknownFormatVersionError, "'v4'"),
+        (b"v2\n", CorruptFileError, "missing the commit metadata line"),
+        (b"v2\n[1,2]", CorruptFileError, "not a JSON object"),
+        (b'v2\n{"stateUniqueIds":{"x":[]}}', CorruptFileError, "malformed stateUniqueIds"),
+        (b"\xff\xfe", CorruptFileError, "not UTF-8"),
+    ],
+)
+def test_bad_commit_files(data: bytes, error: type, message: str) -> None:
+    with pytest.raises(error, match=message) as err:
+        parse_commit(1, data, "ckpt/commits/1")
+    assert "ckpt/commits/1" in str(err.value)
+
+
+def test_operator_metadata_errors_name_the_file() -> None:
+    with pytest.raises(CorruptFileError, match="state/0/_metadata/metadata: malformed operator metadata"):
+        parse_operator_metadata(b'v1\n{"operatorInfo":{"operatorId":0}}', "state/0/_metadata/metadata")
+    with pytest.raises(UnknownFormatVersionError, match="'v3'"):
+        parse_operator_metadata(b"v3\n{}", "m")
+
+
+def test_query_metadata() -> None:
+    assert parse_query_metadata(b'{"id":"%s"}\n' % U1.encode(), "metadata") == U1
+    with pytest.raises(CorruptFileError, match="no 'id'"):
+        parse_query_metadata(b'{"name":"x"}', "metadata")

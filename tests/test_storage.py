@@ -1,0 +1,123 @@
+"""Storage through fsspec: any URL works, and loading costs one listing plus one bulk read."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import fsspec
+import pytest
+
+from checkpoint.errors import StorageError
+from checkpoint.layout import FileKind
+from checkpoint.model import load_checkpoint
+from checkpoint.report import inspect_summary
+from checkpoint.storage import Storage
+
+IO_METHODS = {
+    "find",
+    "cat",
+    "cat_file",
+    "info",
+    "exists",
+    "isdir",
+    "isfile",
+    "ls",
+    "stat",
+    "size",
+    "modified",
+    "open",
+}
+
+
+class CountingFS:
+    """Counts the filesystem calls our code makes (fsspec's own internal calls are not counted)."""
+
+    def __init__(self, fs):
+        self._fs, self.calls = fs, Counter()
+
+    def __getattr__(self, name):
+        attr = getattr(self._fs, name)
+        if name not in IO_METHODS:
+            return attr
+
+        def call(*args, **kwargs):
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def in_memory(corpus):
+    """A corpus checkpoint copied into fsspec's memory filesystem."""
+    created = []
+
+    def put(name: str) -> str:
+        root = f"/{uuid.uuid4().hex}/{name}"
+        mem = fsspec.filesystem("memory")
+        src = corpus[name]
+        mem.pipe(
+            {f"{root}/{p.relative_to(src).as_posix()}": p.read_bytes() for p in src.rglob("*") if p.is_file()}
+        )
+        created.append(root)
+        return f"memory://{root}"
+
+    yield put
+    mem = fsspec.filesystem("memory")
+    for root in created:
+        mem.rm(root, recursive=True)
+
+
+def test_any_fsspec_url_gives_the_same_model(in_memory, corpus, loaded) -> None:
+    url = in_memory("join")
+    remote = inspect_summary(load_checkpoint(url))
+    local = inspect_summary(loaded["join"])
+    assert remote.pop("path") == url and local.pop("path") == str(corpus["join"])
+    assert remote == local
+
+
+def test_loading_is_one_listing_and_one_bulk_read(in_memory) -> None:
+    storage = Storage(in_memory("long_chain"))
+    counting = CountingFS(storage.fs)
+    storage.fs = counting
+    ckpt = load_checkpoint(storage)
+    assert counting.calls == Counter({"find": 1, "cat": 1})
+    assert len(ckpt.batches) == 32
+
+    counting.calls.clear()
+    changelog = next(f for f in ckpt.files if f.kind == FileKind.CHANGELOG and f.what.version == 32)
+    assert len(ckpt.read_changelog_header(changelog).lineage) == 31
+    assert counting.calls == Counter({"open": 1})
+
+
+def test_listing_failure_is_a_storage_error(in_memory) -> None:
+    storage = Storage(in_memory("snapshots"))
+
+    class Broken:
+        def __getattr__(self, name):
+            if name == "find":
+                raise AttributeError(name)
+            return getattr(storage.fs, name)
+
+        def find(self, *args, **kwargs):
+            raise ConnectionResetError("connection reset by peer")
+
+    storage.fs = Broken()
+    with pytest.raises(StorageError, match="listing failed: connection reset by peer"):
+        load_checkpoint(storage)
+
+
+def test_a_file_vanishing_between_listing_and_read(in_memory) -> None:
+    url = in_memory("snapshots")
+    storage = Storage(url)
+    files = storage.list_files()
+    fsspec.filesystem("memory").rm(f"{storage.root}/commits/5")
+    storage.list_files = lambda: files  # the listing saw commits/5; the read does not find it
+    with pytest.raises(StorageError, match="vanished"):
+        load_checkpoint(storage)
+
+
+def test_unknown_protocol_is_a_clear_error() -> None:
+    with pytest.raises(StorageError, match="cannot open storage"):
+        Storage("nosuchproto://bucket/ckpt")
