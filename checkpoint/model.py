@@ -7,6 +7,7 @@ partition follow the operator's store order (checkpoint-format.md §2).
 
 from __future__ import annotations
 
+import io
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -174,8 +175,7 @@ class Checkpoint:
             )
 
     def read_changelog(self, f: CheckpointFile) -> tuple[ChangelogHeader, list[ChangeRecord]]:
-        data = self.storage.read_bytes(f.rel)
-        reader = _BytesReader(data)
+        reader = io.BytesIO(self.storage.read_bytes(f.rel))
         return read_changelog(
             reader.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
         )
@@ -188,17 +188,6 @@ class Checkpoint:
         """Whether a Spark `.crc` sidecar matches the current bytes of its main file."""
         sidecar = parse_sidecar(self.storage.read_bytes(crc.rel), self.storage.full(crc.rel))
         return sidecar_matches(sidecar, self.storage.read_bytes(crc.what.main))  # type: ignore[arg-type]
-
-
-class _BytesReader:
-    def __init__(self, data: bytes):
-        self._data, self._pos = data, 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else self._pos + n
-        out = self._data[self._pos : end]
-        self._pos += len(out)
-        return out
 
 
 def load_checkpoint(where: str | Storage, storage_options: dict[str, Any] | None = None) -> Checkpoint:
@@ -226,9 +215,7 @@ def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...]) -> Che
     small += by_kind[FileKind.OPERATOR_METADATA]
     contents = storage.read_many(f.rel for f in small)
 
-    def where(rel: str) -> str:
-        return storage.full(rel)
-
+    where = storage.full
     query_id = None
     for f in by_kind[FileKind.QUERY_METADATA]:
         query_id = parse_query_metadata(contents[f.rel], where(f.rel))
