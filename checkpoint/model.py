@@ -50,6 +50,14 @@ class CheckpointFile:
 
 
 @dataclass(frozen=True)
+class FileProblem:
+    """A file the tolerant load could not parse (strict loads raise instead)."""
+
+    rel: str
+    error: CheckpointError
+
+
+@dataclass(frozen=True)
 class StoreId:
     operator: int
     partition: int
@@ -122,6 +130,7 @@ class Checkpoint:
     operators: dict[int, Operator]
     stores: dict[StoreId, Store] = field(repr=False)
     storage: Storage = field(repr=False, compare=False)
+    problems: tuple[FileProblem, ...] = ()
 
     @property
     def latest_planned_batch(self) -> int | None:
@@ -190,19 +199,22 @@ class Checkpoint:
         return sidecar_matches(sidecar, self.storage.read_bytes(crc.what.main))  # type: ignore[arg-type]
 
 
-def load_checkpoint(where: str | Storage, storage_options: dict[str, Any] | None = None) -> Checkpoint:
+def load_checkpoint(
+    where: str | Storage, storage_options: dict[str, Any] | None = None, strict: bool = True
+) -> Checkpoint:
     """Lists the checkpoint once and parses its commit, offset and metadata files.
 
     `where` is a URL (with `storage_options` for its filesystem) or an open Storage. Fails with
-    NotACheckpointError when the path holds no query metadata and no offset log, and with a
-    CheckpointError naming the file on anything it cannot read.
+    NotACheckpointError when the path holds no query metadata and no offset log. A file it cannot
+    parse raises a CheckpointError naming it, unless `strict` is off: validation then reports every
+    such file in `problems` and models the rest. Anything that changes a checkpoint loads strictly.
     """
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
     files = tuple(CheckpointFile(info, classify(info.rel)) for info in storage.list_files())
-    return build_checkpoint(storage, files)
+    return build_checkpoint(storage, files, strict)
 
 
-def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...]) -> Checkpoint:
+def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...], strict: bool = True) -> Checkpoint:
     by_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
     for f in files:
         by_kind[f.kind].append(f)
@@ -215,21 +227,31 @@ def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...]) -> Che
     small += by_kind[FileKind.OPERATOR_METADATA]
     contents = storage.read_many(f.rel for f in small)
 
-    where = storage.full
-    query_id = None
-    for f in by_kind[FileKind.QUERY_METADATA]:
-        query_id = parse_query_metadata(contents[f.rel], where(f.rel))
+    problems: list[FileProblem] = []
+
+    def parse(f: CheckpointFile, parser):
+        try:
+            return parser(contents[f.rel], storage.full(f.rel))
+        except CheckpointError as exc:
+            if strict:
+                raise
+            problems.append(FileProblem(f.rel, exc))
+            return None
+
+    query_ids = [parse(f, parse_query_metadata) for f in by_kind[FileKind.QUERY_METADATA]]
     offsets = {
-        f.what.batch: parse_offset(f.what.batch, contents[f.rel], where(f.rel))
+        f.what.batch: entry
         for f in by_kind[FileKind.OFFSET]
+        if (entry := parse(f, lambda data, path, b=f.what.batch: parse_offset(b, data, path))) is not None
     }
     commits = {
-        f.what.batch: parse_commit(f.what.batch, contents[f.rel], where(f.rel))
+        f.what.batch: entry
         for f in by_kind[FileKind.COMMIT]
+        if (entry := parse(f, lambda data, path, b=f.what.batch: parse_commit(b, data, path))) is not None
     }
     batches = {b: Batch(b, offsets.get(b), commits.get(b)) for b in sorted(set(offsets) | set(commits))}
-
-    operators = _operators(by_kind[FileKind.OPERATOR_METADATA], contents, where, files, commits)
+    metadata = [(f, m) for f in by_kind[FileKind.OPERATOR_METADATA] if (m := parse(f, _operator_metadata(f)))]
+    operators = _operators(metadata, files, commits, problems, strict)
 
     store_files: dict[StoreId, list[CheckpointFile]] = defaultdict(list)
     for f in files:
@@ -242,13 +264,14 @@ def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...]) -> Che
 
     return Checkpoint(
         url=storage.url,
-        query_id=query_id,
+        query_id=query_ids[0] if query_ids else None,
         format_version=_format_version(commits, files),
         files=files,
         batches=batches,
         operators=operators,
         stores=stores,
         storage=storage,
+        problems=tuple(problems),
     )
 
 
@@ -261,13 +284,20 @@ def _format_version(commits: dict[int, CommitEntry], files: tuple[CheckpointFile
     return 1
 
 
-def _operators(meta_files, contents, where, files, commits) -> dict[int, Operator]:
+def _operator_metadata(f: CheckpointFile):
+    def parse(data: bytes, path: str) -> OperatorMetadata:
+        meta = parse_operator_metadata(data, path)
+        if meta.operator_id != f.what.operator:
+            raise CorruptFileError(f"operator metadata names operator {meta.operator_id}", path)
+        return meta
+
+    return parse
+
+
+def _operators(metadata, files, commits, problems: list[FileProblem], strict: bool) -> dict[int, Operator]:
     """Operators from their metadata (the newest v2 file wins over v1), else from the state folders."""
     newest: dict[int, tuple[int, OperatorMetadata]] = {}
-    for f in meta_files:
-        meta = parse_operator_metadata(contents[f.rel], where(f.rel))
-        if meta.operator_id != f.what.operator:
-            raise CorruptFileError(f"operator metadata names operator {meta.operator_id}", where(f.rel))
+    for f, meta in metadata:
         rank = -1 if f.what.batch is None else f.what.batch
         if f.what.operator not in newest or rank > newest[f.what.operator][0]:
             newest[f.what.operator] = (rank, meta)
@@ -282,8 +312,13 @@ def _operators(meta_files, contents, where, files, commits) -> dict[int, Operato
             names = tuple(s.name for s in meta.stores)
             parts = max((s.num_partitions for s in meta.stores), default=None)
             out[op] = Operator(op, meta.name, names, parts, meta)
-        else:
+            continue
+        try:
             out[op] = _operator_without_metadata(op, files, commits)
+        except CheckpointError as exc:
+            if strict:
+                raise
+            problems.append(FileProblem(f"state/{op}/_metadata/metadata", exc))
     return out
 
 
@@ -295,6 +330,7 @@ def _operator_without_metadata(op: int, files, commits) -> Operator:
     widths = {len(p) for c in commits.values() for p in (c.state_unique_ids or {}).get(op, ())}
     if len(names) > 1 and widths and max(widths) > 1:
         raise CheckpointError(
-            f"operator {op} has stores {names} but no operator metadata: their commit-log order is unknown"
+            f"operator {op} has stores {names} but no operator metadata: their commit-log order is unknown",
+            f"state/{op}",
         )
     return Operator(op, None, tuple(names) or (DEFAULT_STORE,), (max(parts) + 1) if parts else None, None)

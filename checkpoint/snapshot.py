@@ -14,6 +14,10 @@ from .errors import CorruptFileError, UnknownFormatVersionError
 from .logs import ZIP_METADATA_VERSIONS, split_versioned
 
 
+class UnreadableZipError(CorruptFileError):
+    """The file is not a readable zip, or has no `metadata` entry."""
+
+
 @dataclass(frozen=True)
 class SstRef:
     local_name: str
@@ -71,10 +75,10 @@ def read_snapshot(fileobj: IO[bytes], path: str) -> Snapshot:
             infos = zf.infolist()
             names = [i.filename for i in infos]
             if "metadata" not in names:
-                raise CorruptFileError(f"zip has no 'metadata' entry (entries: {names})", path)
+                raise UnreadableZipError(f"zip has no 'metadata' entry (entries: {names})", path)
             meta = parse_zip_metadata(zf.read("metadata"), path)
             return Snapshot(tuple((i.filename, i.file_size) for i in infos), meta)
     except UnknownFormatVersionError:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
-        raise CorruptFileError(f"unreadable zip: {exc}", path) from exc
+        raise UnreadableZipError(f"unreadable zip: {exc}", path) from exc

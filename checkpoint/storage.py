@@ -52,6 +52,13 @@ class Storage:
             raise StorageError(f"cannot open storage: {exc}", url) from exc
         self.root = root.rstrip("/")
 
+    def child(self, rel: str) -> Storage:
+        """The storage of a folder below this root, sharing the filesystem (and its connections)."""
+        sub = object.__new__(Storage)
+        sub.fs, sub.root = self.fs, self.full(rel)
+        sub.url = f"{self.url}/{rel}" if rel else self.url
+        return sub
+
     @property
     def protocol(self) -> str:
         proto = self.fs.protocol

@@ -72,3 +72,63 @@ def test_inspect_errors_are_one_line_and_exit_2(copy_of, tmp_path, damage) -> No
     assert str(target) in lines[0]
     if damage == "unknown_commit_version":
         assert "commits/4" in lines[0] and "'v42'" in lines[0]
+
+
+def test_lineage_json(corpus) -> None:
+    out = ckpt("lineage", str(corpus["long_chain"]), "--json")
+    assert out.returncode == 0, out.stderr
+    stores = json.loads(out.stdout)["stores"]
+    assert len(stores) == 4
+    keys = {"operator", "partition", "store", "version", "unique_id", "snapshot_version", "chain_length",
+            "replay_bytes", "lineage_header_bytes"}  # fmt: skip
+    assert all(set(s) == keys for s in stores)
+    assert {(s["version"], s["snapshot_version"], s["chain_length"]) for s in stores} == {(32, 0, 32)}
+    older = json.loads(ckpt("lineage", str(corpus["long_chain"]), "--batch", "9", "--json").stdout)["stores"]
+    assert {s["chain_length"] for s in older} == {10}
+    missing = ckpt("lineage", str(corpus["long_chain"]), "--batch", "99")
+    assert missing.returncode == 2 and "batch 99 is not in the commit log" in missing.stderr
+
+
+def test_validate_exit_codes(corpus, copy_of, tmp_path) -> None:
+    healthy = ckpt("validate", str(corpus["long_chain"]), "--json")
+    doc = json.loads(healthy.stdout)
+    assert healthy.returncode == 0 and doc["ok"] is True
+    assert {f["code"] for f in doc["findings"]} == {"LONG_REPLAY_CHAIN"}
+    assert all(set(f) == {"severity", "code", "path", "message"} for f in doc["findings"])
+    assert (
+        ckpt("validate", str(corpus["long_chain"]), "--long-chain", "50").stdout.strip() == "ok: no findings"
+    )
+
+    damaged = copy_of("snapshots")
+    (damaged / "commits" / "5").unlink()
+    out = ckpt("validate", str(damaged), "--json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 1 and doc["ok"] is False
+    assert [f["code"] for f in doc["findings"]] == ["COMMIT_LOG_GAP"]
+    human = ckpt("validate", str(damaged))
+    assert human.returncode == 1 and "COMMIT_LOG_GAP" in human.stdout and "NOT OK: 1 error" in human.stdout
+
+    unreadable = ckpt("validate", str(tmp_path / "nope"))
+    assert unreadable.returncode == 2 and unreadable.stdout == ""
+
+
+def test_scan_finds_checkpoints_at_any_depth(corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(corpus["snapshots"], root / "team-a" / "orders")
+    shutil.copytree(corpus["join"], root / "team-b" / "deep" / "er" / "clicks")
+    shutil.copytree(corpus["watermark"], root / "team-b" / "broken")
+    (root / "team-b" / "broken" / "commits" / "3").unlink()
+    (root / "notes").mkdir()
+    (root / "notes" / "metadata").write_text("not a checkpoint: no offsets beside it")
+    out = ckpt("scan", str(root), "--json")
+    assert out.returncode == 1, out.stderr  # one checkpoint has an error finding
+    doc = json.loads(out.stdout)
+    found = {c["path"][len(str(root)) + 1 :]: c for c in doc["checkpoints"]}
+    assert sorted(found) == ["team-a/orders", "team-b/broken", "team-b/deep/er/clicks"]
+    assert found["team-a/orders"]["health"] == "ok" and found["team-a/orders"]["latest_committed_batch"] == 11
+    assert found["team-b/deep/er/clicks"]["health"] == "ok"
+    assert found["team-b/broken"]["health"] == "error" and found["team-b/broken"]["errors"] == 1
+    human = ckpt("scan", str(root))
+    assert "team-b/deep/er/clicks" in human.stdout and "error" in human.stdout
+    empty = ckpt("scan", str(root / "notes"))
+    assert empty.returncode == 0 and "no checkpoints under" in empty.stdout

@@ -1,0 +1,166 @@
+"""How Spark would load each store at a committed batch: the replay chain and what it costs.
+
+Format V2 (checkpoint-format.md §7): `<V>_<U>.zip` when it exists; otherwise the newest (v, id) of
+the committed changelog's lineage that has a zip, then every changelog after it up to V; with no zip
+in the lineage and a lineage that starts at version 1, a replay from the empty store.
+Format V1 has no ids and no lineage: the newest `<v>.zip` at or below V, then `<v+1..V>.changelog`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .changelog import LINEAGE_HEADER_CAP, ChangelogHeader, LineageEntry
+from .errors import CheckpointError
+from .layout import FileKind
+from .model import Checkpoint, CheckpointFile, Store, StoreId
+
+
+@dataclass(frozen=True)
+class StoreLineage:
+    store: StoreId
+    batch: int
+    version: int
+    unique_id: str | None
+    committed_file: CheckpointFile | None  # the committed zip, else the committed changelog
+    header: ChangelogHeader | None  # of the committed changelog (V2)
+    header_error: CheckpointError | None
+    base: CheckpointFile | None  # the zip the load starts from; None: the empty store or no base
+    chain: tuple[CheckpointFile, ...]  # changelogs replayed after the base, ascending
+    missing: tuple[tuple[int, str | None], ...]  # (version, id) the chain needs that does not exist
+    no_base: bool  # no zip to start from, and the lineage does not reach version 1
+
+    @property
+    def snapshot_version(self) -> int | None:
+        """The version the load starts from: the base zip's, 0 for the empty store, None when unknown."""
+        if self.base is not None:
+            return self.base.what.version
+        return None if self.no_base or self.committed_file is None else 0
+
+    @property
+    def chain_length(self) -> int:
+        return len(self.chain) + len(self.missing)
+
+    @property
+    def replay_bytes(self) -> int:
+        return sum(f.info.size for f in self.chain)
+
+    @property
+    def lineage_header_bytes(self) -> int:
+        return self.header.header_bytes if self.header else 0
+
+    @property
+    def header_cap_ratio(self) -> float:
+        return self.lineage_header_bytes / LINEAGE_HEADER_CAP
+
+    @property
+    def loadable(self) -> bool:
+        return (
+            self.committed_file is not None
+            and self.header_error is None
+            and not self.missing
+            and not self.no_base
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "operator": self.store.operator,
+            "partition": self.store.partition,
+            "store": self.store.store,
+            "version": self.version,
+            "unique_id": self.unique_id,
+            "snapshot_version": self.snapshot_version,
+            "chain_length": self.chain_length,
+            "replay_bytes": self.replay_bytes,
+            "lineage_header_bytes": self.lineage_header_bytes,
+        }
+
+
+def store_ids(ckpt: Checkpoint, batch: int) -> list[StoreId]:
+    """Every store Spark loads at a batch: operators x partitions x stores, files present or not."""
+    commit = ckpt.batches[batch].commit
+    out = []
+    for op in ckpt.operators.values():
+        ids = (commit.state_unique_ids or {}).get(op.id) if commit else None
+        partitions = len(ids) if ids is not None else (op.num_partitions or 0)
+        out += [StoreId(op.id, p, name) for p in range(partitions) for name in op.store_names]
+    return out
+
+
+def checkpoint_lineage(ckpt: Checkpoint, batch: int | None = None) -> list[StoreLineage]:
+    """The lineage of every store at a committed batch (default: the latest committed one)."""
+    if batch is None:
+        batch = ckpt.latest_committed_batch
+    if batch is None:
+        return []
+    entry = ckpt.batches.get(batch)
+    if entry is None or not entry.committed:
+        raise CheckpointError(f"batch {batch} is not in the commit log", ckpt.storage.full("commits"))
+    return [store_lineage(ckpt, sid, batch) for sid in store_ids(ckpt, batch)]
+
+
+def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
+    version = batch + 1
+    store = ckpt.stores.get(sid) or Store(sid, ())
+    if ckpt.format_version == 1:
+        return _v1(ckpt, store, batch, version)
+    uid = ckpt.committed_unique_id(batch, sid)
+    zip_file = store.file(FileKind.ZIP, version, uid)
+    changelog = store.file(FileKind.CHANGELOG, version, uid)
+    header, header_error = None, None
+    if changelog is not None:
+        try:
+            header = ckpt.read_changelog_header(changelog)
+        except CheckpointError as exc:
+            header_error = exc
+    done = dict(
+        store=sid, batch=batch, version=version, unique_id=uid, header=header, header_error=header_error
+    )
+    if zip_file is not None:
+        return StoreLineage(
+            committed_file=zip_file, base=zip_file, chain=(), missing=(), no_base=False, **done
+        )
+    if changelog is None or header is None or header.lineage is None:
+        return StoreLineage(committed_file=changelog, base=None, chain=(), missing=(), no_base=False, **done)
+
+    lineage = (*header.lineage, LineageEntry(version, uid or ""))
+    base, start = None, 0
+    for i in range(len(lineage) - 2, -1, -1):
+        found = store.file(FileKind.ZIP, lineage[i].version, lineage[i].unique_id)
+        if found is not None:
+            base, start = found, i + 1
+            break
+    no_base = base is None and lineage[0].version != 1
+    chain, missing = [], []
+    for e in lineage[start:]:
+        f = store.file(FileKind.CHANGELOG, e.version, e.unique_id)
+        if f is None:
+            missing.append((e.version, e.unique_id))
+        else:
+            chain.append(f)
+    return StoreLineage(
+        committed_file=changelog,
+        base=base,
+        chain=tuple(chain),
+        missing=tuple(missing),
+        no_base=no_base,
+        **done,
+    )
+
+
+def _v1(ckpt: Checkpoint, store: Store, batch: int, version: int) -> StoreLineage:
+    zips = [v for v in store.by_version if v <= version and store.file(FileKind.ZIP, v, None)]
+    base_version = max(zips, default=0)
+    base = store.file(FileKind.ZIP, base_version, None) if base_version else None
+    chain, missing = [], []
+    for v in range(base_version + 1, version + 1):
+        f = store.file(FileKind.CHANGELOG, v, None)
+        if f is None:
+            missing.append((v, None))
+        else:
+            chain.append(f)
+    committed = store.file(FileKind.ZIP, version, None) or store.file(FileKind.CHANGELOG, version, None)
+    return StoreLineage(
+        store=store.id, batch=batch, version=version, unique_id=None, committed_file=committed, header=None,
+        header_error=None, base=base, chain=tuple(chain), missing=tuple(missing), no_base=False,
+    )  # fmt: skip

@@ -1,0 +1,363 @@
+"""Validation: the commit log, offset log and state files checked against each other.
+
+Each finding has a stable code, a severity and the path concerned. By default validation reads what
+recovery at the latest committed batch would read: commit and offset files, the committed changelog
+headers (lineage), and the metadata of the zips in those lineages. `deep` also reads every file of
+the replay chains whole: lz4/zstd block checksums and the `.crc` sidecars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from itertools import pairwise
+
+from .changelog import LINEAGE_HEADER_CAP
+from .errors import CheckpointError, UnknownFormatVersionError
+from .layout import FileKind
+from .lineage import StoreLineage, checkpoint_lineage
+from .model import Checkpoint, CheckpointFile, StoreId
+from .snapshot import Snapshot, UnreadableZipError
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class Category(str, Enum):
+    """Which blocking check a finding belongs to."""
+
+    COMMIT_LOG = "commit_log"
+    LINEAGE = "lineage"
+    SNAPSHOT = "snapshot"
+
+
+@dataclass(frozen=True)
+class Code:
+    name: str
+    severity: Severity
+    category: Category
+    summary: str
+
+
+def _codes(*codes: Code) -> dict[str, Code]:
+    return {c.name: c for c in codes}
+
+
+E, W = Severity.ERROR, Severity.WARNING
+LOG, LIN, SNAP = Category.COMMIT_LOG, Category.LINEAGE, Category.SNAPSHOT
+CODES = _codes(
+    Code("UNREADABLE_LOG_FILE", E, LOG, "a commit, offset or metadata file cannot be parsed"),
+    Code("UNKNOWN_FORMAT_VERSION", E, LOG, "a file declares a format version this release does not know"),
+    Code("COMMIT_WITHOUT_OFFSETS", E, LOG, "a batch is committed but its offsets file is missing"),
+    Code("OFFSET_LOG_GAP", E, LOG, "batch ids missing inside the offset log"),
+    Code("COMMIT_LOG_GAP", E, LOG, "a planned batch below the latest committed one has no commit"),
+    Code("MULTIPLE_UNFINISHED_BATCHES", E, LOG, "more than one planned batch after the latest commit"),
+    Code("PARTITION_COUNT_MISMATCH", E, LOG, "state partitions in the commit log differ from the offsets"),
+    Code("COMMITTED_FILE_MISSING", E, LIN, "the committed id of a store has neither changelog nor zip"),
+    Code("CHANGELOG_UNREADABLE", E, LIN, "the committed changelog's header cannot be read"),
+    Code("LINEAGE_NOT_CONTIGUOUS", E, LIN, "a changelog's lineage skips or repeats versions"),
+    Code("LINEAGE_BAD_END", E, LIN, "a changelog's lineage does not end at version - 1"),
+    Code("REPLAY_CHAIN_BROKEN", E, LIN, "a changelog the replay chain needs is missing"),
+    Code("REPLAY_CHAIN_NO_BASE", E, LIN, "no zip in the lineage and the lineage does not start at version 1"),
+    Code("LINEAGE_HEADER_NEAR_CAP", E, LIN, "the lineage header is near the 65,535-byte cap"),
+    Code("LONG_REPLAY_CHAIN", W, LIN, "recovery replays a long chain of changelogs"),
+    Code("ZIP_UNREADABLE", E, SNAP, "a snapshot zip cannot be opened"),
+    Code("ZIP_METADATA_INVALID", E, SNAP, "a snapshot zip's metadata is invalid"),
+    Code("SST_MISSING", E, SNAP, "an SST a snapshot lists does not exist"),
+    Code("SST_SIZE_MISMATCH", E, SNAP, "an SST a snapshot lists has another size"),
+    Code("CRC_MISMATCH", E, SNAP, "a file does not match its .crc sidecar (deep)"),
+    Code("CHANGELOG_CORRUPT", E, SNAP, "a changelog fails to decompress or parse (deep)"),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: Severity
+    path: str
+    message: str
+    category: Category  # the check it belongs to: a code's own, or where an unknown version turned up
+
+    def as_dict(self) -> dict:
+        return {
+            "severity": self.severity.value,
+            "code": self.code,
+            "path": self.path,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class ValidationOptions:
+    deep: bool = False
+    long_chain_threshold: int = 10  # changelogs replayed; the compaction default too
+    header_cap_ratio: float = 0.8
+
+
+@dataclass(frozen=True)
+class Validation:
+    findings: tuple[Finding, ...]
+    lineage: tuple[StoreLineage, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.severity == Severity.ERROR for f in self.findings)
+
+    def of(self, category: Category) -> list[Finding]:
+        return [f for f in self.findings if f.category == category]
+
+
+def _finding(code: str, path: str, message: str, category: Category | None = None) -> Finding:
+    return Finding(code, CODES[code].severity, path, message, category or CODES[code].category)
+
+
+ALL_CATEGORIES = frozenset(Category)
+
+
+def validate(
+    ckpt: Checkpoint,
+    options: ValidationOptions = ValidationOptions(),
+    categories: frozenset[Category] = ALL_CATEGORIES,
+) -> Validation:
+    """The findings of the given categories for a checkpoint loaded with `strict=False`.
+
+    The commit-log category reads nothing beyond the load; lineage and snapshot read changelog
+    headers and zip metadata (and whole chain files when `deep`).
+    """
+    findings: list[Finding] = []
+    if Category.COMMIT_LOG in categories:
+        findings += _file_problems(ckpt)
+        findings += _log_findings(ckpt)
+    lineage: list[StoreLineage] = []
+    if categories & {Category.LINEAGE, Category.SNAPSHOT} and ckpt.latest_committed_batch is not None:
+        lineage = checkpoint_lineage(ckpt)
+        if Category.LINEAGE in categories:
+            for entry in lineage:
+                findings += _lineage_findings(ckpt, entry, options)
+        if Category.SNAPSHOT in categories:
+            findings += _snapshot_findings(ckpt, lineage)
+            if options.deep:
+                findings += _deep_findings(ckpt, lineage)
+    return Validation(tuple(findings), tuple(lineage))
+
+
+def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:
+    for problem in ckpt.problems:
+        code = (
+            "UNKNOWN_FORMAT_VERSION"
+            if isinstance(problem.error, UnknownFormatVersionError)
+            else "UNREADABLE_LOG_FILE"
+        )
+        yield _finding(code, ckpt.storage.full(problem.rel), str(problem.error))
+
+
+def _ranges_missing(ids: set[int]) -> list[int]:
+    return sorted(set(range(min(ids), max(ids) + 1)) - ids) if ids else []
+
+
+def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
+    full = ckpt.storage.full
+    # From the listing, not the parsed entries: an unreadable file is its own finding, not a gap.
+    offsets = {f.what.batch for f in ckpt.files if f.kind == FileKind.OFFSET}
+    commits = {f.what.batch for f in ckpt.files if f.kind == FileKind.COMMIT}
+    offset_gaps = set(_ranges_missing(offsets))
+    if offset_gaps:
+        yield _finding(
+            "OFFSET_LOG_GAP", full("offsets"), f"offsets missing for batches {_spans(offset_gaps)}"
+        )
+    for b in sorted(commits - offsets - offset_gaps):
+        yield _finding(
+            "COMMIT_WITHOUT_OFFSETS",
+            full(f"commits/{b}"),
+            f"batch {b} is committed but offsets/{b} is missing",
+        )
+    latest = max(commits, default=None)
+    if latest is not None:
+        unfinished_below = sorted(b for b in offsets - commits if b < latest)
+        if unfinished_below:
+            yield _finding(
+                "COMMIT_LOG_GAP",
+                full("commits"),
+                f"batches {_spans(set(unfinished_below))} are planned but not committed, "
+                f"below committed batch {latest}",
+            )
+    pending = sorted(b for b in offsets - commits if latest is None or b > latest)
+    if len(pending) > 1:
+        yield _finding(
+            "MULTIPLE_UNFINISHED_BATCHES",
+            full("offsets"),
+            f"{len(pending)} planned batches after the latest commit ({_spans(set(pending))}); "
+            "Spark leaves at most one",
+        )
+    yield from _partition_findings(ckpt, latest)
+
+
+def _partition_findings(ckpt: Checkpoint, latest: int | None) -> Iterable[Finding]:
+    if latest is None:
+        return
+    batch = ckpt.batches[latest]
+    if batch.commit is None or batch.commit.state_unique_ids is None or batch.offset is None:
+        return
+    expected = batch.offset.shuffle_partitions
+    for op, partitions in sorted(batch.commit.state_unique_ids.items()):
+        if expected is not None and len(partitions) != expected:
+            yield _finding(
+                "PARTITION_COUNT_MISMATCH",
+                ckpt.storage.full(f"commits/{latest}"),
+                f"operator {op} has {len(partitions)} partitions in the commit log but "
+                f"spark.sql.shuffle.partitions is {expected} in offsets/{latest}",
+            )
+
+
+def _spans(ids: set[int]) -> str:
+    ordered, spans = sorted(ids), []
+    start = prev = ordered[0]
+    for n in ordered[1:] + [None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    return ", ".join(spans)
+
+
+def _store_path(ckpt: Checkpoint, sid: StoreId) -> str:
+    rel = f"state/{sid.operator}/{sid.partition}" + ("" if sid.store == "default" else f"/{sid.store}")
+    return ckpt.storage.full(rel)
+
+
+def _lineage_findings(ckpt: Checkpoint, entry: StoreLineage, options: ValidationOptions) -> Iterable[Finding]:
+    where = _store_path(ckpt, entry.store)
+    name = f"version {entry.version}" + (f" id {entry.unique_id}" if entry.unique_id else "")
+    if entry.committed_file is None:
+        yield _finding(
+            "COMMITTED_FILE_MISSING", where, f"{name} (batch {entry.batch}) has no changelog and no zip"
+        )
+        return
+    path = ckpt.storage.full(entry.committed_file.rel)
+    if entry.header_error is not None:
+        if isinstance(entry.header_error, UnknownFormatVersionError):
+            yield _finding("UNKNOWN_FORMAT_VERSION", path, str(entry.header_error), Category.LINEAGE)
+        else:
+            yield _finding("CHANGELOG_UNREADABLE", path, str(entry.header_error))
+        return
+    if entry.header is not None and entry.header.lineage is not None:
+        versions = [e.version for e in entry.header.lineage]
+        if any(b != a + 1 for a, b in pairwise(versions)):
+            yield _finding(
+                "LINEAGE_NOT_CONTIGUOUS", path, f"lineage versions are not contiguous: {_spans_of(versions)}"
+            )
+        elif (versions[-1] if versions else 0) != entry.version - 1:
+            yield _finding(
+                "LINEAGE_BAD_END",
+                path,
+                f"lineage ends at version {versions[-1] if versions else 'none'}, not {entry.version - 1}",
+            )
+        if entry.header_cap_ratio >= options.header_cap_ratio:
+            yield _finding(
+                "LINEAGE_HEADER_NEAR_CAP",
+                path,
+                f"lineage header is {entry.lineage_header_bytes} bytes, {entry.header_cap_ratio:.0%} of the "
+                f"{LINEAGE_HEADER_CAP}-byte cap: the query dies when it passes it; compact this store now",
+            )
+    for version, uid in entry.missing:
+        missing = f"{version}_{uid}.changelog" if uid else f"{version}.changelog"
+        yield _finding("REPLAY_CHAIN_BROKEN", where, f"{missing} is missing from the replay chain of {name}")
+    if entry.no_base:
+        head = entry.header.lineage[0].version if entry.header and entry.header.lineage else "?"
+        yield _finding(
+            "REPLAY_CHAIN_NO_BASE",
+            path,
+            f"no zip exists for any version of the lineage (which starts at {head}): {name} cannot be loaded",
+        )
+    if entry.chain_length >= options.long_chain_threshold:
+        yield _finding(
+            "LONG_REPLAY_CHAIN",
+            path,
+            f"recovery replays {entry.chain_length} changelogs ({entry.replay_bytes} bytes) for {name}",
+        )
+
+
+def _spans_of(versions: list[int]) -> str:
+    return (
+        ", ".join(str(v) for v in versions) if len(versions) <= 12 else f"{versions[:6]} ... {versions[-6:]}"
+    )
+
+
+def _snapshot_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
+    """Every zip Spark could load for the latest batch: each one the committed lineages name."""
+    checked: set[str] = set()
+    for entry in lineage:
+        store = ckpt.stores.get(entry.store)
+        if store is None:
+            continue
+        candidates = [entry.base] if entry.base else []
+        if entry.header and entry.header.lineage:
+            candidates += [store.file(FileKind.ZIP, e.version, e.unique_id) for e in entry.header.lineage]
+        ssts = {f.rel.rsplit("/", 1)[1]: f for f in store.ssts}
+        for zf in candidates:
+            if zf is None or zf.rel in checked:
+                continue
+            checked.add(zf.rel)
+            yield from _zip_findings(ckpt, zf, ssts)
+
+
+def _zip_findings(ckpt: Checkpoint, zf: CheckpointFile, ssts: dict[str, CheckpointFile]) -> Iterable[Finding]:
+    path = ckpt.storage.full(zf.rel)
+    try:
+        snap: Snapshot = ckpt.read_snapshot(zf)
+    except UnknownFormatVersionError as exc:
+        yield _finding("UNKNOWN_FORMAT_VERSION", path, str(exc), Category.SNAPSHOT)
+        return
+    except UnreadableZipError as exc:
+        yield _finding("ZIP_UNREADABLE", path, str(exc))
+        return
+    except CheckpointError as exc:
+        yield _finding("ZIP_METADATA_INVALID", path, str(exc))
+        return
+    folder = zf.rel.rsplit("/", 1)[0]
+    for ref in snap.metadata.sst_files:
+        found = ssts.get(ref.dfs_name)
+        sst_path = ckpt.storage.full(f"{folder}/SSTs/{ref.dfs_name}")
+        if found is None:
+            yield _finding("SST_MISSING", sst_path, f"listed by {zf.rel.rsplit('/', 1)[1]} but missing")
+        elif found.info.size != ref.size:
+            yield _finding(
+                "SST_SIZE_MISMATCH",
+                sst_path,
+                f"{found.info.size} bytes, but {zf.rel.rsplit('/', 1)[1]} lists {ref.size}",
+            )
+
+
+def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
+    sidecars = {f.what.main: f for f in ckpt.files if f.kind == FileKind.SPARK_CRC}
+    seen: set[str] = set()
+    for entry in lineage:
+        for f in ([entry.base] if entry.base else []) + list(entry.chain):
+            if f.rel in seen:
+                continue
+            seen.add(f.rel)
+            path = ckpt.storage.full(f.rel)
+            if f.kind == FileKind.CHANGELOG:
+                try:
+                    ckpt.read_changelog(f)
+                except CheckpointError as exc:
+                    yield _finding("CHANGELOG_CORRUPT", path, str(exc))
+            crc = sidecars.get(f.rel)
+            if crc is not None:
+                try:
+                    matches = ckpt.sidecar_matches(crc)
+                except CheckpointError as exc:
+                    yield _finding("CRC_MISMATCH", ckpt.storage.full(crc.rel), str(exc))
+                    continue
+                if not matches:
+                    yield _finding(
+                        "CRC_MISMATCH",
+                        path,
+                        f"the bytes do not match {crc.rel.rsplit('/', 1)[1]}: Spark will refuse to load it",
+                    )

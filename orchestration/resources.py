@@ -1,0 +1,87 @@
+"""Dagster resources: where the checkpoints live, and the Spark that rebuilds their state.
+
+Resources only translate configuration into the core's objects; the work happens in `checkpoint/`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from checkpoint.discovery import FoundCheckpoint, find_checkpoints
+from checkpoint.errors import CheckpointError
+from checkpoint.model import Checkpoint, load_checkpoint
+from checkpoint.storage import Storage
+from orchestration.partitions import parse_partition_key, partition_key
+
+DEMO_ROOT = Path(__file__).resolve().parent.parent / "demo-output" / "checkpoints"
+
+
+class CheckpointRoot(dg.Config):
+    """A folder (any fsspec URL) under which checkpoints are found at any depth."""
+
+    name: str = Field(description="Short, stable name: the first part of every partition key under it")
+    url: str = Field(description="file:///..., s3://bucket/prefix, or any fsspec URL")
+    storage_options: dict[str, Any] = Field(
+        default_factory=dict, description="Passed to fsspec (e.g. endpoint_url, anon); never logged"
+    )
+
+
+class CheckpointRootsResource(dg.ConfigurableResource):
+    roots: list[CheckpointRoot]
+    long_chain_threshold: int = Field(default=10, description="Warn from this many changelogs replayed")
+
+    def root(self, name: str) -> CheckpointRoot:
+        for root in self.roots:
+            if root.name == name:
+                return root
+        raise CheckpointError(f"no configured checkpoint root named {name!r}")
+
+    def storage(self, name: str) -> Storage:
+        root = self.root(name)
+        return Storage(root.url, root.storage_options)
+
+    def discover(self, name: str) -> dict[str, FoundCheckpoint]:
+        """Partition key -> checkpoint, for every checkpoint under one root (one listing)."""
+        return {partition_key(name, f.rel): f for f in find_checkpoints(self.storage(name))}
+
+    def load(self, key: str, strict: bool = False) -> Checkpoint:
+        name, rel = parse_partition_key(key)
+        storage = self.storage(name)
+        return load_checkpoint(storage.child(rel) if rel else storage, strict=strict)
+
+
+def roots_from_env() -> list[CheckpointRoot]:
+    """`CKPT_ROOTS`: a JSON list of {name, url, storage_options}; default: the demo checkpoints."""
+    raw = os.environ.get("CKPT_ROOTS")
+    if not raw:
+        return [CheckpointRoot(name="demo", url=str(DEMO_ROOT))]
+    return [CheckpointRoot(**r) for r in json.loads(raw)]
+
+
+class SparkResource(dg.ConfigurableResource):
+    """The Spark that runs rebuild jobs: local by default, any master, or a Spark Connect remote."""
+
+    master: str = Field(default="local[*]", description="e.g. local[*], spark://host:7077, yarn")
+    remote: str | None = Field(default=None, description="Spark Connect URL (sc://host:15002), over master")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf")
+
+    def session(self):
+        from pyspark.sql import SparkSession
+
+        from jobs.spark_session import local_session
+
+        if self.master.startswith("local") and not self.remote:
+            return local_session(master=self.master, extra_conf=self.conf)
+        if self.remote:
+            builder = SparkSession.builder.remote(self.remote)
+        else:
+            builder = SparkSession.builder.master(self.master).appName("ckpt-maint")
+        for key, value in self.conf.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()

@@ -1,0 +1,84 @@
+"""Ways to damage a copied checkpoint, each aimed at one finding.
+
+Rewritten changelogs keep a correct `.crc` sidecar unless the damage is the sidecar itself, so a
+test sees the one finding it aims at, also in deep mode.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+from checkpoint.codec import Lz4BlockReader
+from checkpoint.crc import crc32c_signed
+from checkpoint.layout import FileKind
+from checkpoint.lineage import StoreLineage, checkpoint_lineage
+from checkpoint.model import load_checkpoint
+from tests.support.lz4java import frame, java_utf
+
+
+def lineage_of(path: Path, partition: int = 0, operator: int = 0, store: str = "default") -> StoreLineage:
+    ckpt = load_checkpoint(str(path))
+    return next(
+        e
+        for e in checkpoint_lineage(ckpt)
+        if (e.store.operator, e.store.partition, e.store.store) == (operator, partition, store)
+    )
+
+
+def fix_sidecar(main: Path) -> None:
+    sidecar = main.with_name(main.name + ".crc")
+    if sidecar.exists():
+        body = json.loads(sidecar.read_text())
+        data = main.read_bytes()
+        body.update(value=crc32c_signed(data), mainFileSize=len(data))
+        sidecar.write_text(json.dumps(body))
+
+
+def rewrite_lineage(main: Path, edit: Callable[[str], str]) -> None:
+    """Re-encode a v3/v4 changelog with an edited lineage JSON, records untouched."""
+    raw = Lz4BlockReader(io.BytesIO(main.read_bytes()).read, str(main)).read(-1)
+    (n,) = struct.unpack_from(">H", raw, 0)
+    version = raw[2 : 2 + n].decode()
+    (m,) = struct.unpack_from(">H", raw, 2 + n)
+    lineage = raw[4 + n : 4 + n + m].decode()
+    body = raw[4 + n + m :]
+    main.write_bytes(frame(java_utf(version) + java_utf(edit(lineage)) + body))
+    fix_sidecar(main)
+
+
+def drop_lineage_versions(main: Path, versions: set[int]) -> None:
+    rewrite_lineage(
+        main, lambda text: json.dumps([e for e in json.loads(text) if e["version"] not in versions])
+    )
+
+
+def pad_lineage(main: Path, total: int) -> None:
+    """Whitespace is valid JSON: the lineage stays the same while its header grows to `total` bytes."""
+    rewrite_lineage(main, lambda text: text[:-1] + " " * (total - len(text)) + "]")
+
+
+def flip_last_byte_of_first_block(main: Path) -> None:
+    data = bytearray(main.read_bytes())
+    (clen,) = struct.unpack_from("<i", data, 9)
+    data[21 + clen - 1] ^= 0x01  # LZ4 ends every block with literals: content changes, parse does not
+    main.write_bytes(bytes(data))
+    fix_sidecar(main)
+
+
+def remove(path: Path) -> None:
+    path.unlink()
+    sidecar = path.with_name(path.name + ".crc")
+    if sidecar.exists():
+        sidecar.unlink()
+
+
+def zip_files(path: Path, entry: StoreLineage) -> list[Path]:
+    """The zips named by a store's committed lineage."""
+    ckpt = load_checkpoint(str(path))
+    store = ckpt.stores[entry.store]
+    found = [store.file(FileKind.ZIP, e.version, e.unique_id) for e in entry.header.lineage]
+    return [path / f.rel for f in found if f is not None]

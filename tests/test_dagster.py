@@ -1,0 +1,177 @@
+"""The audit layer executed by Dagster: discovery sensor ticks, partitioned materializations, checks."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.checkpoints import (
+    COMMIT_LOG_CHECK,
+    LINEAGE_CHECK,
+    SNAPSHOT_CHECK,
+    checkpoint_inventory,
+    checkpoint_lineage_report,
+)
+from orchestration.definitions import build_definitions
+from orchestration.partitions import checkpoint_partitions, parse_partition_key, partition_key
+from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+from orchestration.sensors import checkpoint_discovery_sensor
+
+AUDIT = [checkpoint_inventory, checkpoint_lineage_report]
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+def _roots(path: Path, name: str = "corpus") -> CheckpointRootsResource:
+    return CheckpointRootsResource(roots=[CheckpointRoot(name=name, url=str(path))])
+
+
+def _tick(instance, roots, cursor=None):
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+    result = checkpoint_discovery_sensor(ctx)
+    # What the daemon does with a SensorResult: apply the partition requests.
+    if isinstance(result, dg.SensorResult):
+        for req in result.dynamic_partitions_requests or []:
+            if isinstance(req, dg.AddDynamicPartitionsRequest):
+                instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+            else:
+                for key in req.partition_keys:
+                    instance.delete_dynamic_partition(req.partitions_def_name, key)
+    return result
+
+
+def test_partition_keys_are_readable_and_reversible() -> None:
+    for rel in ["team-a/orders", "", "a b/c,d|e[1]/f...g", "ünï/çødé", "100%/x"]:
+        key = partition_key("prod", rel)
+        assert parse_partition_key(key) == ("prod", rel)
+        assert not any(bad in key for bad in (",", "[", "]", "|", "...", " "))
+    assert partition_key("prod", "team-a/orders") == "prod:team-a/orders"
+    with pytest.raises(ValueError):
+        parse_partition_key("no-colon")
+
+
+def test_discovery_sensor_adds_then_idles_then_removes(instance, corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(corpus["snapshots"], root / "a" / "orders")
+    shutil.copytree(corpus["join"], root / "b" / "clicks")
+    roots = _roots(root, "local")
+
+    first = _tick(instance, roots)
+    assert isinstance(first, dg.SensorResult)
+    assert sorted(instance.get_dynamic_partitions("checkpoints")) == ["local:a/orders", "local:b/clicks"]
+    assert sorted(r.partition_key for r in first.run_requests) == ["local:a/orders", "local:b/clicks"]
+
+    second = _tick(instance, roots, first.cursor)
+    assert isinstance(second, dg.SkipReason)
+    assert "none new or vanished" in second.skip_message
+
+    shutil.rmtree(root / "b")
+    third = _tick(instance, roots, first.cursor)
+    assert isinstance(third, dg.SensorResult) and not third.run_requests and third.cursor != first.cursor
+    assert instance.get_dynamic_partitions("checkpoints") == ["local:a/orders"]
+
+
+def test_a_root_that_fails_to_list_keeps_its_partitions(instance, corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(corpus["snapshots"], root / "orders")
+    _tick(instance, _roots(root, "local"))
+    assert instance.get_dynamic_partitions("checkpoints") == ["local:orders"]
+    broken = CheckpointRootsResource(roots=[CheckpointRoot(name="local", url=str(tmp_path / "gone"))])
+    assert isinstance(_tick(instance, broken), dg.SkipReason)
+    assert instance.get_dynamic_partitions("checkpoints") == ["local:orders"]
+
+
+def _checks(result) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def _metadata(result, asset: str) -> dict:
+    mat = next(m for m in result.asset_materializations_for_node(asset))
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def test_materialize_every_corpus_checkpoint(instance, corpus, corpus_root, loaded) -> None:
+    roots = _roots(corpus_root)
+    _tick(instance, roots)
+    names = {
+        partition_key("corpus", path.relative_to(corpus_root).as_posix()): n for n, path in corpus.items()
+    }
+    assert sorted(instance.get_dynamic_partitions("checkpoints")) == sorted(names)
+    for key, name in names.items():
+        result = dg.materialize(AUDIT, partition_key=key, instance=instance, resources={"roots": roots})
+        assert result.success, key
+        checks = _checks(result)
+        assert set(checks) == {COMMIT_LOG_CHECK, LINEAGE_CHECK, SNAPSHOT_CHECK}
+        assert checks[COMMIT_LOG_CHECK].passed and checks[SNAPSHOT_CHECK].passed, key
+        inv = _metadata(result, "checkpoint_inventory")
+        ckpt = loaded[name]
+        assert inv["latest_committed_batch"] == ckpt.latest_committed_batch
+        assert inv["files"] == len(ckpt.files) and inv["bytes"] == ckpt.bytes
+        assert "| changelog |" in inv["files_by_kind"]
+        report = _metadata(result, "checkpoint_lineage_report")
+        assert report["stores"] == sum(
+            len(op.store_names) * op.num_partitions for op in ckpt.operators.values()
+        )
+        if name == "long_chain":
+            assert not checks[LINEAGE_CHECK].passed
+            assert checks[LINEAGE_CHECK].severity == dg.AssetCheckSeverity.WARN
+            assert report["max_chain_length"] == 32 and re.search(r"\|\s+32\s+\|", report["worst_chains"])
+        else:
+            assert checks[LINEAGE_CHECK].passed, key
+
+
+def test_an_error_finding_blocks_the_lineage_report(instance, copy_of, tmp_path) -> None:
+    damaged = copy_of("snapshots")
+    (damaged / "commits" / "5").unlink()
+    roots = _roots(damaged.parent, "t")
+    key = partition_key("t", damaged.name)
+    instance.add_dynamic_partitions("checkpoints", [key])
+    result = dg.materialize(
+        AUDIT, partition_key=key, instance=instance, resources={"roots": roots}, raise_on_error=False
+    )
+    check = _checks(result)[COMMIT_LOG_CHECK]
+    assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+    assert "COMMIT_LOG_GAP" in check.metadata["codes"].value
+    assert not result.success
+    assert [m.asset_key.path[-1] for m in result.get_asset_materialization_events()] == [
+        "checkpoint_inventory"
+    ]
+
+
+def test_the_audit_job_runs_from_the_definitions(instance, corpus_root) -> None:
+    defs = build_definitions([CheckpointRoot(name="corpus", url=str(corpus_root))], long_chain_threshold=40)
+    key = partition_key("corpus", "long_chain/checkpoint")
+    instance.add_dynamic_partitions(checkpoint_partitions.name, [key])
+    result = defs.resolve_job_def("checkpoint_audit").execute_in_process(partition_key=key, instance=instance)
+    assert result.success
+    assert all(e.passed for e in result.get_asset_check_evaluations())  # no warning at a threshold of 40
+    assert {m.asset_key.path[-1] for m in result.get_asset_materialization_events()} == {
+        "checkpoint_inventory",
+        "checkpoint_lineage_report",
+    }
+
+
+def test_an_unreadable_checkpoint_fails_the_run_with_its_reason(instance, tmp_path) -> None:
+    (tmp_path / "gone").mkdir()
+    key = partition_key("t", "gone")
+    instance.add_dynamic_partitions("checkpoints", [key])
+    result = dg.materialize(
+        AUDIT,
+        partition_key=key,
+        instance=instance,
+        resources={"roots": _roots(tmp_path, "t")},
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "cannot be read" in str(failure.event_specific_data.error) and "not a streaming checkpoint" in str(
+        failure.event_specific_data.error
+    )
