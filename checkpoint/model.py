@@ -183,8 +183,11 @@ class Checkpoint:
                 fh.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
             )
 
-    def read_changelog(self, f: CheckpointFile) -> tuple[ChangelogHeader, list[ChangeRecord]]:
-        reader = io.BytesIO(self.storage.read_bytes(f.rel))
+    def read_changelog(
+        self, f: CheckpointFile, data: bytes | None = None
+    ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
+        """Every record; `data` saves the read when the caller already holds the file's bytes."""
+        reader = io.BytesIO(self.storage.read_bytes(f.rel) if data is None else data)
         return read_changelog(
             reader.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
         )
@@ -193,10 +196,12 @@ class Checkpoint:
         with self.storage.open(f.rel) as fh:
             return read_snapshot(fh, self.storage.full(f.rel))
 
-    def sidecar_matches(self, crc: CheckpointFile) -> bool:
-        """Whether a Spark `.crc` sidecar matches the current bytes of its main file."""
+    def sidecar_matches(self, crc: CheckpointFile, main_data: bytes | None = None) -> bool:
+        """Whether a Spark `.crc` sidecar matches the bytes of its main file (read unless given)."""
         sidecar = parse_sidecar(self.storage.read_bytes(crc.rel), self.storage.full(crc.rel))
-        return sidecar_matches(sidecar, self.storage.read_bytes(crc.what.main))  # type: ignore[arg-type]
+        if main_data is None:
+            main_data = self.storage.read_bytes(crc.what.main)  # type: ignore[arg-type]
+        return sidecar_matches(sidecar, main_data)
 
 
 def load_checkpoint(

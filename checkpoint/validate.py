@@ -343,15 +343,16 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
                 continue
             seen.add(f.rel)
             path = ckpt.storage.full(f.rel)
+            data = ckpt.storage.read_bytes(f.rel)  # once, for both the decode and the checksum
             if f.kind == FileKind.CHANGELOG:
                 try:
-                    ckpt.read_changelog(f)
+                    ckpt.read_changelog(f, data)
                 except CheckpointError as exc:
                     yield _finding("CHANGELOG_CORRUPT", path, str(exc))
             crc = sidecars.get(f.rel)
             if crc is not None:
                 try:
-                    matches = ckpt.sidecar_matches(crc)
+                    matches = ckpt.sidecar_matches(crc, data)
                 except CheckpointError as exc:
                     yield _finding("CRC_MISMATCH", ckpt.storage.full(crc.rel), str(exc))
                     continue

@@ -11,12 +11,20 @@ from orchestration.resources import CheckpointRootsResource
 from orchestration.schedules import audit_job
 
 
+def _root_of(key: str) -> str | None:
+    try:
+        return parse_partition_key(key)[0]
+    except ValueError:
+        return None  # not one of ours (added by hand): never removed
+
+
 @dg.sensor(job=audit_job, minimum_interval_seconds=300, default_status=dg.DefaultSensorStatus.RUNNING)
 def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: CheckpointRootsResource):
     """Adds new checkpoints (and audits them), removes vanished ones.
 
     A root whose listing fails keeps its partitions: an outage must not look like deleted queries.
-    The cursor is a digest of the discovered set, so an unchanged tick is skipped.
+    Requests are computed against the instance's partitions, so a repeated tick requests nothing;
+    the cursor is a digest of the discovered set, which shows in the UI when discovery changed.
     """
     existing = set(context.instance.get_dynamic_partitions(checkpoint_partitions.name))
     configured = {root.name for root in roots.roots}
@@ -28,11 +36,8 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
             listed.add(root.name)
         except CheckpointError as exc:
             context.log.warning(f"root {root.name!r} could not be listed, its partitions are kept: {exc}")
-    vanished = {
-        key
-        for key in existing - found
-        if parse_partition_key(key)[0] in listed or parse_partition_key(key)[0] not in configured
-    }
+    ours = {key for key in existing - found if _root_of(key) is not None}
+    vanished = {key for key in ours if _root_of(key) in listed or _root_of(key) not in configured}
     added = found - existing
     cursor = hashlib.sha256("\n".join(sorted(found)).encode()).hexdigest()[:16]
     if not added and not vanished:

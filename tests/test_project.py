@@ -54,3 +54,11 @@ def test_demo_writes_checkpoints_and_inspects_each(tmp_path) -> None:
     ):
         assert f"=== {name}: ckpt inspect" in out.stdout
     assert out.stdout.count("format       V2") == 6
+
+
+def test_spark_resource_builds_a_working_local_session(spark) -> None:
+    from orchestration.resources import SparkResource
+
+    session = SparkResource(master="local[2]").session()
+    assert session.range(5).count() == 5
+    assert session.conf.get("spark.sql.streaming.stateStore.checkpointFormatVersion") == "2"

@@ -121,3 +121,30 @@ def test_a_file_vanishing_between_listing_and_read(in_memory) -> None:
 def test_unknown_protocol_is_a_clear_error() -> None:
     with pytest.raises(StorageError, match="cannot open storage"):
         Storage("nosuchproto://bucket/ckpt")
+
+
+def test_validation_reads_headers_and_zip_metadata_only(in_memory) -> None:
+    from checkpoint.validate import ValidationOptions, validate
+
+    storage = Storage(in_memory("long_chain"))
+    ckpt = load_checkpoint(storage, strict=False)
+    counting = CountingFS(storage.fs)
+    storage.fs = counting
+    validate(ckpt)
+    assert counting.calls == Counter({"open": 4})  # the committed changelog header of each of 4 stores
+    counting.calls.clear()
+    validate(ckpt, ValidationOptions(deep=True))
+    # deep: also every changelog of the four 32-long chains and each one's sidecar, read whole
+    assert counting.calls["open"] == 4 and counting.calls["cat_file"] == 4 * 32 * 2
+
+
+def test_snapshot_validation_opens_zips_not_ssts(in_memory) -> None:
+    from checkpoint.validate import validate
+
+    storage = Storage(in_memory("watermark"))
+    ckpt = load_checkpoint(storage, strict=False)
+    counting = CountingFS(storage.fs)
+    storage.fs = counting
+    validation = validate(ckpt)
+    zips = {f.rel for e in validation.lineage for f in [e.base] if f is not None}
+    assert zips and counting.calls == Counter({"open": 4 + len(zips)})

@@ -168,3 +168,15 @@ def test_header_just_below_the_threshold_is_not_a_finding(copy_of) -> None:
     damage.pad_lineage(_committed(path), int(65_535 * 0.8) - 1)
     assert "LINEAGE_HEADER_NEAR_CAP" not in codes(path)
     assert damage.lineage_of(path).lineage_header_bytes == int(65_535 * 0.8) - 1
+
+
+def test_an_unknown_changelog_version_is_a_lineage_finding(copy_of) -> None:
+    from checkpoint.validate import Category
+
+    path = copy_of("long_chain")
+    target = _committed(path)
+    damage.rewrite_version(target, "v7")
+    v = validate(load_checkpoint(str(path), strict=False))
+    (finding,) = [f for f in v.findings if f.code == "UNKNOWN_FORMAT_VERSION"]
+    assert finding.category == Category.LINEAGE and finding.path == str(target) and "'v7'" in finding.message
+    assert validate(load_checkpoint(str(path), strict=False), categories=frozenset({Category.COMMIT_LOG})).ok

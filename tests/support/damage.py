@@ -38,16 +38,24 @@ def fix_sidecar(main: Path) -> None:
         sidecar.write_text(json.dumps(body))
 
 
-def rewrite_lineage(main: Path, edit: Callable[[str], str]) -> None:
-    """Re-encode a v3/v4 changelog with an edited lineage JSON, records untouched."""
+def rewrite_header(main: Path, edit: Callable[[str, str], tuple[str, str]]) -> None:
+    """Re-encode a v3/v4 changelog with an edited (version string, lineage JSON), records untouched."""
     raw = Lz4BlockReader(io.BytesIO(main.read_bytes()).read, str(main)).read(-1)
     (n,) = struct.unpack_from(">H", raw, 0)
     version = raw[2 : 2 + n].decode()
     (m,) = struct.unpack_from(">H", raw, 2 + n)
     lineage = raw[4 + n : 4 + n + m].decode()
-    body = raw[4 + n + m :]
-    main.write_bytes(frame(java_utf(version) + java_utf(edit(lineage)) + body))
+    version, lineage = edit(version, lineage)
+    main.write_bytes(frame(java_utf(version) + java_utf(lineage) + raw[4 + n + m :]))
     fix_sidecar(main)
+
+
+def rewrite_lineage(main: Path, edit: Callable[[str], str]) -> None:
+    rewrite_header(main, lambda version, lineage: (version, edit(lineage)))
+
+
+def rewrite_version(main: Path, version: str) -> None:
+    rewrite_header(main, lambda _, lineage: (version, lineage))
 
 
 def drop_lineage_versions(main: Path, versions: set[int]) -> None:
