@@ -25,7 +25,7 @@ class FileInfo:
     mtime: float | None
 
 
-def _mtime(entry: dict[str, Any]) -> float | None:
+def mtime_of(entry: dict[str, Any]) -> float | None:
     # Local files carry `mtime` (float); S3 `LastModified` (datetime); other backends vary.
     for key in ("mtime", "LastModified", "last_modified", "updated", "modified"):
         value = entry.get(key)
@@ -88,7 +88,7 @@ class Storage:
             if not name.startswith(prefix):
                 # A lone file given as the root lists as itself: that is not a checkpoint folder.
                 continue
-            files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), _mtime(entry)))
+            files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), mtime_of(entry)))
         if not files and not self._is_dir():
             raise NotACheckpointError("no such directory", self.url)
         files.sort(key=lambda f: f.rel)

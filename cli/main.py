@@ -1,7 +1,8 @@
 """`ckpt`: the maintenance operations for people outside Dagster.
 
-Exit codes: 0 success; 1 `validate`/`scan` found error findings; 2 the checkpoint cannot be read
-(a one-line error on stderr, no traceback).
+Exit codes: 0 success; 1 `validate`/`scan` found error findings, or `gc --apply` failed to delete
+some file; 2 the checkpoint cannot be read or the cleanup was refused (a one-line error on stderr,
+no traceback).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 
 from checkpoint.discovery import scan
 from checkpoint.errors import CheckpointError
+from checkpoint.gc_apply import AuditTrail, apply_plan
+from checkpoint.gc_plan import parse_duration, plan_gc
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from checkpoint.report import (
@@ -19,6 +22,7 @@ from checkpoint.report import (
     format_lineage,
     format_scan,
     format_validation,
+    human_bytes,
     inspect_summary,
     lineage_document,
     scan_entry,
@@ -69,6 +73,67 @@ def _scan(args: argparse.Namespace) -> int:
     return 0 if all(e["health"] == "ok" for e in entries) else EXIT_FINDINGS
 
 
+def _gc(args: argparse.Namespace) -> int:
+    ckpt = load_checkpoint(args.path)  # strict: a plan is built only from a completely read checkpoint
+    plan = plan_gc(
+        ckpt,
+        grace_seconds=args.grace,
+        retain_batches=args.retain_batches,
+        quiet_seconds=args.quiet_period,
+        allow_short_grace=args.unsafe_short_grace,
+    )
+    audit = AuditTrail(args.audit or AuditTrail.default_for(ckpt.url))
+    doc = {"plan": plan.summary(), "plan_file": audit.write_plan(plan), "applied": False,
+           "deleted": [], "failed": [], "skipped": []}  # fmt: skip
+    if args.apply:
+        result = apply_plan(plan, ckpt.storage, audit, batch_size=args.batch_size)
+        doc.update(
+            applied=True,
+            check=result.check.message,
+            outcomes_file=audit.outcomes_url(plan),
+            **result.summary(),
+        )
+    _emit(args, doc, _format_gc)
+    return EXIT_FINDINGS if doc["failed"] else 0
+
+
+def _format_gc(doc: dict) -> str:
+    plan = doc["plan"]
+    live = ", live query" if plan["live"] else ""
+    lines = [
+        f"plan: {plan['files']} files, {human_bytes(plan['bytes'])} to delete "
+        f"(against batch {plan['against_batch']}{live}); {plan['retained_files']} files retained",
+    ]
+    lines += [
+        f"  {r:24} {v['files']:6} files  {human_bytes(v['bytes'])}" for r, v in plan["by_reason"].items()
+    ]
+    if plan["kept"]:
+        lines.append("  not yet: " + ", ".join(f"{n} {why}" for why, n in plan["kept"].items()))
+    lines.append(f"manifest: {doc['plan_file']}")
+    if not doc["applied"]:
+        lines.append("dry run: nothing deleted (add --apply to delete)")
+    else:
+        counts = f"{len(doc['skipped'])} skipped, {len(doc['failed'])} failed"
+        lines.append(
+            f"applied: {len(doc['deleted'])} deleted ({human_bytes(doc['deleted_bytes'])}), {counts}"
+        )
+        lines.append(f"check: {doc['check']}")
+        if not doc["plan"]["files"]:
+            lines.append("nothing to delete")
+        elif not doc["deleted"] and not doc["failed"]:
+            lines.append("nothing deleted: every candidate was already gone or changed")
+        lines += [f"  FAILED {o['path']}: {o['why']}" for o in doc["failed"]]
+        lines.append(f"outcomes: {doc['outcomes_file']}")
+    return "\n".join(lines)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ckpt", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -93,6 +158,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scan", help="every checkpoint under a root, at any depth, with its health")
     p.add_argument("root", help="a folder or any fsspec URL")
     p.set_defaults(run=_scan)
+
+    p = sub.add_parser("gc", help="plan (and with --apply, delete) files no batch will ever read again")
+    p.add_argument("path", help=where)
+    p.add_argument(
+        "--apply", action="store_true", help="delete; without it, a dry run that writes the plan only"
+    )
+    p.add_argument("--grace", type=_duration, default=6 * 3600, metavar="DURATION",
+                   help="only files older than this (default 6h; below 15m is refused)")  # fmt: skip
+    p.add_argument("--retain-batches", type=int, metavar="N",
+                   help="keep the last N committed batches (default: all in the commit log)")  # fmt: skip
+    p.add_argument("--quiet-period", type=_duration, default=3600, metavar="DURATION",
+                   help="a commit or offset newer than this marks the query live (default 1h)")  # fmt: skip
+    p.add_argument("--audit", metavar="URL", help="where plans and outcomes are kept (default: "
+                   "_ckpt_audit beside the checkpoint)")  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=1000, metavar="N",
+                   help="keys per delete request (1-1000, default 1000)")  # fmt: skip
+    p.add_argument("--unsafe-short-grace", action="store_true",
+                   help="allow a grace period under 15 minutes: files of a batch being written could be "
+                   "deleted; only for checkpoints nothing writes to")  # fmt: skip
+    p.set_defaults(run=_gc)
 
     for name in ("validate", "scan"):
         sub.choices[name].add_argument(

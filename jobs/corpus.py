@@ -19,11 +19,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 # Bump whenever a scenario, its inputs or its Spark confs change: it keys the on-disk cache.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 
 MANIFEST = "manifest.json"
 # The driver is killed while batch KILLED_AT_BATCH runs, after its state stores committed.
@@ -55,9 +55,9 @@ def _dedup_rows(batch: int) -> list[dict]:
     ]
 
 
-def write_inputs(folder: Path, batches: int, rows_for: Callable[[int], list[dict]]) -> None:
+def write_inputs(folder: Path, batches: int, rows_for: Callable[[int], list[dict]], start: int = 0) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for b in range(batches):
+    for b in range(start, start + batches):
         with open(folder / f"part-{b:05d}.json", "w") as f:
             for row in rows_for(b):
                 f.write(json.dumps(row, sort_keys=True) + "\n")
@@ -66,45 +66,53 @@ def write_inputs(folder: Path, batches: int, rows_for: Callable[[int], list[dict
 INPUT_SCHEMA = "k string, v long, id long"
 
 
-def _stream(spark, folder: Path):
-    return spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(folder))
+def _stream(spark, path: str, max_files: int):
+    return spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", max_files).json(path)
 
 
 # --------------------------------------------------------------------------------------------
 # Queries
 
 
-def aggregation(spark, folder: Path):
+def aggregation(spark, paths: dict[str, str], max_files: int = 1):
     from pyspark.sql import functions as F
 
-    return _stream(spark, folder).groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+    return (
+        _stream(spark, paths[""], max_files)
+        .groupBy("k")
+        .agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+    )
 
 
-def windowed_aggregation(spark, folder: Path):
+def windowed_aggregation(spark, paths: dict[str, str], max_files: int = 1):
     """Event time = id seconds; the watermark passes closed windows, whose state is deleted."""
     from pyspark.sql import functions as F
 
     events = (
-        _stream(spark, folder).withColumn("ts", F.timestamp_seconds("id")).withWatermark("ts", "5 seconds")
+        _stream(spark, paths[""], max_files)
+        .withColumn("ts", F.timestamp_seconds("id"))
+        .withWatermark("ts", "5 seconds")
     )
     return events.groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"))
 
 
-def dedup_then_aggregation(spark, folder: Path):
+def dedup_then_aggregation(spark, paths: dict[str, str], max_files: int = 1):
     from pyspark.sql import functions as F
 
-    return _stream(spark, folder).dropDuplicates(["id"]).groupBy("k").agg(F.count("*").alias("n"))
+    return (
+        _stream(spark, paths[""], max_files).dropDuplicates(["id"]).groupBy("k").agg(F.count("*").alias("n"))
+    )
 
 
-def stream_join(spark, folder: Path):
-    left = _stream(spark, folder / "left").selectExpr("k", "v as lv", "id as lid")
-    right = _stream(spark, folder / "right").selectExpr("k as rk", "v as rv", "id as rid")
+def stream_join(spark, paths: dict[str, str], max_files: int = 1):
+    left = _stream(spark, paths["left"], max_files).selectExpr("k", "v as lv", "id as lid")
+    right = _stream(spark, paths["right"], max_files).selectExpr("k as rk", "v as rv", "id as rid")
     return left.join(right, left.k == right.rk, "inner")
 
 
-def list_state(spark, folder: Path):
+def list_state(spark, paths: dict[str, str], max_files: int = 1):
     return (
-        _stream(spark, folder)
+        _stream(spark, paths[""], max_files)
         .groupBy("k")
         .transformWithStateInPandas(
             statefulProcessor=ListCollector(),
@@ -215,153 +223,150 @@ def _killing_sink(marker: Path):
     return sink
 
 
+def _join_right_rows(batch: int) -> list[dict]:
+    return _keyed_rows(batch, rows=8, salt=3)
+
+
 @dataclass(frozen=True)
 class Scenario:
+    """A query over deterministic inputs (one file per batch), run with its confs.
+
+    `inputs` maps a subfolder of `input/` ("" for `input/` itself) to the rows of each file.
+    """
+
     name: str
     description: str
-    build: Callable[[object, Path], dict]
+    query: Callable  # (spark, input folder, max files per trigger) -> streaming DataFrame
+    batches: int
+    confs: dict[str, str]
+    inputs: dict[str, Callable[[int], list[dict]]] = field(default_factory=lambda: {"": _keyed_rows})
+    output_mode: str = "update"
+    sink: Callable | None = None  # a foreachBatch function; None: the noop sink
+
+    def write_inputs(self, out: Path, batches: int, start: int = 0, folder: str = "input") -> None:
+        for sub, rows_for in self.inputs.items():
+            write_inputs(out / folder / sub if sub else out / folder, batches, rows_for, start)
+
+    def paths(self, out: Path, extra: Path | None = None) -> dict[str, str]:
+        """The source path of each input; with `extra`, a glob over the original folder and `extra`.
+
+        A glob keeps Spark from pinning the source's base path, which a checkpoint copied elsewhere
+        (its source log names the original files) would otherwise fail on.
+        """
+        paths = {}
+        for sub in self.inputs:
+            original = out / "input" / sub if sub else out / "input"
+            if extra is None:
+                paths[sub] = str(original)
+            else:
+                added = extra / sub if sub else extra
+                paths[sub] = "/{" + str(original).lstrip("/") + "," + str(added).lstrip("/") + "}"
+        return paths
+
+    def run(self, spark, out: Path, checkpoint: Path, max_files: int = 1, sink=None, extra=None) -> None:
+        with _Confs(spark, self.confs):
+            query = self.query(spark, self.paths(out, extra), max_files)
+            _run(query, checkpoint, self.output_mode, sink or self.sink)
+
+    def build(self, spark, out: Path) -> dict:
+        self.write_inputs(out, self.batches)
+        self.run(spark, out, out / "checkpoint")
+        return {"batches": self.batches}
+
+    def restart(self, spark, out: Path, checkpoint: Path, extra: Path) -> None:
+        """Runs the query again from `checkpoint` (a copy of one of `out`'s) with one more input file.
+
+        The original inputs stay untouched; the new file goes to `extra`, and all new input is read
+        in one batch. Two copies restarted with the same `extra` process the same input.
+        """
+        for sub, rows_for in self.inputs.items():
+            write_inputs(extra / sub if sub else extra, 1, rows_for, start=self.batches)
+        self.run(spark, out, checkpoint, max_files=100_000, extra=extra)
 
 
-def _simple(
-    query, batches: int, confs: dict[str, str], rows_for=_keyed_rows, foreach_batch=None, output_mode="update"
-):
-    def build(spark, out: Path) -> dict:
-        write_inputs(out / "input", batches, rows_for)
-        with _Confs(spark, confs):
-            _run(query(spark, out / "input"), out / "checkpoint", output_mode, foreach_batch)
-        return {"batches": batches}
-
-    return build
-
-
-def _build_join(confs: dict[str, str]):
-    def build(spark, out: Path) -> dict:
-        batches = 6
-        write_inputs(out / "input" / "left", batches, _keyed_rows)
-        write_inputs(out / "input" / "right", batches, lambda b: _keyed_rows(b, rows=8, salt=3))
-        with _Confs(spark, {**FREQUENT_SNAPSHOTS, **confs}):
-            _run(stream_join(spark, out / "input"), out / "checkpoint", output_mode="append")
-        return {"batches": batches}
-
-    return build
-
-
-def _build_killed(spark, out: Path) -> dict:
+class KilledScenario(Scenario):
     """SIGKILL a driver mid-batch, keep a copy, then restart the query and let it finish."""
-    batches = 6
-    killed = out / "killed"
-    write_inputs(killed / "input", batches, _keyed_rows)
-    marker = killed / "batch-running.marker"
-    child = subprocess.Popen(
-        [sys.executable, "-m", "jobs.corpus", "--killed-child", str(killed)],
-        start_new_session=True,  # the driver's JVM is in this group: kill both at once
-        stdout=subprocess.DEVNULL,
-        stderr=open(killed / "child.log", "w"),
-    )
-    deadline = time.monotonic() + 600
-    while not marker.exists():
-        if child.poll() is not None:
-            raise RuntimeError(
-                f"killed-scenario child exited with {child.returncode}: {killed / 'child.log'}"
-            )
-        if time.monotonic() > deadline:
-            os.killpg(child.pid, signal.SIGKILL)
-            raise RuntimeError("killed-scenario child never reached the batch to kill")
-        time.sleep(0.2)
-    os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
-    shutil.copytree(killed / "checkpoint", out / "checkpoint_before_restart")
-    with _Confs(spark, NO_SNAPSHOTS):
-        _run(aggregation(spark, killed / "input"), killed / "checkpoint", foreach_batch=_noop_sink)
-    shutil.move(killed / "checkpoint", out / "checkpoint_after_restart")
-    shutil.move(killed / "input", out / "input")
-    return {"batches": batches, "killed_at_batch": KILLED_AT_BATCH}
+
+    def build(self, spark, out: Path) -> dict:
+        # Nothing is moved afterwards: offset and source logs record absolute input paths.
+        self.write_inputs(out, self.batches)
+        live = out / "checkpoint_after_restart"
+        marker = out / "batch-running.marker"
+        child = subprocess.Popen(
+            [sys.executable, "-m", "jobs.corpus", "--killed-child", str(out)],
+            start_new_session=True,  # the driver's JVM is in this group: kill both at once
+            stdout=subprocess.DEVNULL,
+            stderr=open(out / "child.log", "w"),
+        )
+        deadline = time.monotonic() + 600
+        while not marker.exists():
+            if child.poll() is not None:
+                raise RuntimeError(
+                    f"killed-scenario child exited with {child.returncode}: {out / 'child.log'}"
+                )
+            if time.monotonic() > deadline:
+                os.killpg(child.pid, signal.SIGKILL)
+                raise RuntimeError("killed-scenario child never reached the batch to kill")
+            time.sleep(0.2)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        shutil.copytree(live, out / "checkpoint_before_restart")
+        self.run(spark, out, live)
+        return {"batches": self.batches, "killed_at_batch": KILLED_AT_BATCH}
 
 
 def _killed_child(folder: Path) -> None:
     from jobs.spark_session import local_session
 
     spark = local_session(master="local[2]", app_name="corpus-killed-child")
-    with _Confs(spark, NO_SNAPSHOTS):
-        _run(
-            aggregation(spark, folder / "input"),
-            folder / "checkpoint",
-            foreach_batch=_killing_sink(folder / "batch-running.marker"),
-        )
+    scenario = scenario_named("killed")
+    marker = folder / "batch-running.marker"
+    scenario.run(spark, folder, folder / "checkpoint_after_restart", sink=_killing_sink(marker))
     raise SystemExit("the killed-scenario child was not killed")
 
 
+JOIN_INPUTS = {"left": _keyed_rows, "right": _join_right_rows}
+FORMAT_V1 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "1"}
+
 SCENARIOS: tuple[Scenario, ...] = (
-    Scenario(
-        "long_chain",
-        "aggregation with snapshots disabled: a delta-only chain of changelogs",
-        _simple(aggregation, LONG_CHAIN_BATCHES, NO_SNAPSHOTS),
-    ),
-    Scenario(
-        "snapshots",
-        "aggregation with a snapshot every 2 deltas: zips and SSTs",
-        _simple(aggregation, 12, FREQUENT_SNAPSHOTS),
-    ),
-    Scenario(
-        "watermark",
-        "windowed aggregation with a watermark: evicted windows become DELETE records",
-        _simple(windowed_aggregation, 8, FREQUENT_SNAPSHOTS, output_mode="append"),
-    ),
-    Scenario(
-        "retention",
-        "minBatchesToRetain=3: Spark already pruned old logs and state files",
-        _simple(aggregation, 16, {**FREQUENT_SNAPSHOTS, "spark.sql.streaming.minBatchesToRetain": "3"}),
-    ),
-    Scenario(
-        "killed",
-        "driver SIGKILLed mid-batch: copies before and after the restart",
-        _build_killed,
-    ),
-    Scenario(
-        "zstd",
-        "changelogs compressed with zstd instead of the default lz4",
-        _simple(aggregation, 5, {**NO_SNAPSHOTS, "spark.sql.streaming.stateStore.compression.codec": "zstd"}),
-    ),
-    Scenario(
-        "task_retry",
-        "a task fails after its state commit and is retried: two ids for some versions",
-        _simple(aggregation, 5, NO_SNAPSHOTS, foreach_batch=_retry_sink),
-    ),
-    Scenario(
-        "two_actions",
-        "foreachBatch running two actions per batch: two ids for every version",
-        _simple(aggregation, 5, FREQUENT_SNAPSHOTS, foreach_batch=_two_actions_sink),
-    ),
-    Scenario(
-        "dedup_agg",
-        "dropDuplicates then aggregation: two stateful operators",
-        _simple(dedup_then_aggregation, 8, FREQUENT_SNAPSHOTS, rows_for=_dedup_rows),
-    ),
-    Scenario(
-        "join",
-        "stream-stream join, state format 2: four stores per partition",
-        _build_join({"spark.sql.streaming.join.stateFormatVersion": "2"}),
-    ),
-    Scenario(
-        "join_cf",
-        "stream-stream join, state format 3: column families, changelog v4",
-        _build_join({"spark.sql.streaming.join.stateFormatVersion": "3"}),
-    ),
-    Scenario(
-        "list_state",
-        "transformWithStateInPandas with a ListState: column families and MERGE records",
-        _simple(list_state, 6, FREQUENT_SNAPSHOTS),
-    ),
-    Scenario(
-        "format_v1",
-        "checkpoint format V1 for contrast: no ids in file names or the commit log",
-        _simple(
-            aggregation,
-            6,
-            {**FREQUENT_SNAPSHOTS, "spark.sql.streaming.stateStore.checkpointFormatVersion": "1"},
-        ),
-    ),
-)
+    Scenario("long_chain", "aggregation with snapshots disabled: a delta-only chain of changelogs",
+             aggregation, LONG_CHAIN_BATCHES, NO_SNAPSHOTS),
+    Scenario("snapshots", "aggregation with a snapshot every 2 deltas: zips and SSTs",
+             aggregation, 12, FREQUENT_SNAPSHOTS),
+    Scenario("watermark", "windowed aggregation with a watermark: evicted windows become DELETE records",
+             windowed_aggregation, 8, FREQUENT_SNAPSHOTS, output_mode="append"),
+    Scenario("retention", "minBatchesToRetain=3: Spark already pruned old logs and state files",
+             aggregation, 16, {**FREQUENT_SNAPSHOTS, "spark.sql.streaming.minBatchesToRetain": "3"}),
+    KilledScenario("killed", "driver SIGKILLed mid-batch: copies before and after the restart",
+                   aggregation, 6, NO_SNAPSHOTS, sink=_noop_sink),
+    Scenario("zstd", "changelogs compressed with zstd instead of the default lz4",
+             aggregation, 5, {**NO_SNAPSHOTS, "spark.sql.streaming.stateStore.compression.codec": "zstd"}),
+    Scenario("task_retry", "a task fails after its state commit and is retried: two ids for some versions",
+             aggregation, 5, NO_SNAPSHOTS, sink=_retry_sink),
+    Scenario("two_actions", "foreachBatch running two actions per batch: two ids for every version",
+             aggregation, 5, FREQUENT_SNAPSHOTS, sink=_two_actions_sink),
+    Scenario("dedup_agg", "dropDuplicates then aggregation: two stateful operators",
+             dedup_then_aggregation, 8, FREQUENT_SNAPSHOTS, inputs={"": _dedup_rows}),
+    Scenario("join", "stream-stream join, state format 2: four stores per partition",
+             stream_join, 6, {**FREQUENT_SNAPSHOTS, "spark.sql.streaming.join.stateFormatVersion": "2"},
+             inputs=JOIN_INPUTS, output_mode="append"),
+    Scenario("join_cf", "stream-stream join, state format 3: column families, changelog v4",
+             stream_join, 6, {**FREQUENT_SNAPSHOTS, "spark.sql.streaming.join.stateFormatVersion": "3"},
+             inputs=JOIN_INPUTS, output_mode="append"),
+    Scenario("list_state", "transformWithStateInPandas with a ListState: column families and MERGE records",
+             list_state, 6, FREQUENT_SNAPSHOTS),
+    Scenario("format_v1", "checkpoint format V1 for contrast: no ids in file names or the commit log",
+             aggregation, 6, {**FREQUENT_SNAPSHOTS, **FORMAT_V1}),
+)  # fmt: skip
+
+
+def scenario_named(name: str) -> Scenario:
+    """The scenario that wrote a corpus checkpoint (`killed_before_restart` -> `killed`)."""
+    base = name.split("_before")[0].split("_after")[0]
+    for scenario in SCENARIOS:
+        if scenario.name == base:
+            return scenario
+    raise KeyError(name)
 
 
 def generate(out: Path, names: list[str] | None = None, log=print) -> dict:

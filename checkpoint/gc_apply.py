@@ -1,0 +1,252 @@
+"""Check and apply a cleanup plan, recording every outcome in the audit trail.
+
+Check: the commit log the plan was made against must still be there, unchanged (it may only have
+grown: new batches write new versions, which a plan never names). Apply: re-check, re-stat each
+candidate just before deleting it (same size, same mtime), delete in bulk (at most 1000 keys per
+request), retry throttling with back-off, and append each outcome to the audit log as it happens,
+so a crash leaves a record of what was done and a rerun finishes the rest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+from .gc_plan import GcError, Plan, PlannedFile
+from .layout import FileKind, classify
+from .storage import Storage, mtime_of
+
+MAX_KEYS_PER_REQUEST = 1000  # S3 DeleteObjects' limit
+AUDIT_FOLDER = "_ckpt_audit"
+# Fault injection for crash tests: the process SIGKILLs itself after this many deletions.
+KILL_AFTER_ENV = "CKPT_GC_KILL_AFTER_DELETES"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    message: str
+    newest_commit: int | None
+
+
+def check_plan(plan: Plan, storage: Storage) -> CheckResult:
+    """Re-reads the commit log: refuse when a commit the plan relied on vanished or changed."""
+    try:
+        names = storage.fs.ls(storage.full("commits"), detail=False)
+    except FileNotFoundError:
+        return CheckResult(False, "the commit log is gone", None)
+    rels = [f"commits/{n.rstrip('/').rsplit('/', 1)[1]}" for n in names]
+    rels = [r for r in rels if classify(r).kind == FileKind.COMMIT]
+    current = {
+        int(r.split("/")[1]): hashlib.sha256(d).hexdigest() for r, d in storage.read_many(rels).items()
+    }
+    newest = max(current, default=None)
+    if newest is None or newest < plan.against_batch:
+        return CheckResult(
+            False, f"the newest commit is {newest}, older than the plan's {plan.against_batch}", newest
+        )
+    changed = sorted(b for b, digest in plan.commit_digests.items() if b in current and current[b] != digest)
+    if changed:
+        return CheckResult(False, f"commits {changed} changed since the plan: re-plan", newest)
+    if plan.against_batch not in current:
+        return CheckResult(False, f"commits/{plan.against_batch} vanished since the plan: re-plan", newest)
+    moved = (
+        ""
+        if newest == plan.against_batch
+        else f"; the log moved on to batch {newest}, which adds no candidate"
+    )
+    return CheckResult(
+        True, f"commit log consistent with the plan (batch {plan.against_batch}){moved}", newest
+    )
+
+
+@dataclass
+class Outcome:
+    path: str
+    bytes: int
+    reason: str
+    outcome: str  # deleted | skipped | failed
+    why: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "bytes": self.bytes,
+            "reason": self.reason,
+            "outcome": self.outcome,
+            "why": self.why,
+        }
+
+
+@dataclass
+class ApplyResult:
+    plan_id: str
+    check: CheckResult
+    deleted: list[Outcome] = field(default_factory=list)
+    skipped: list[Outcome] = field(default_factory=list)
+    failed: list[Outcome] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "deleted": [o.as_dict() for o in self.deleted],
+            "failed": [o.as_dict() for o in self.failed],
+            "skipped": [o.as_dict() for o in self.skipped],
+            "deleted_bytes": sum(o.bytes for o in self.deleted),
+        }
+
+
+class AuditTrail:
+    """Where plans and outcomes are kept: beside the checkpoints, never inside one."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
+        self.url = url.rstrip("/")
+        self.options = storage_options or {}
+
+    @staticmethod
+    def default_for(checkpoint_url: str) -> str:
+        parent, _, _ = checkpoint_url.rstrip("/").rpartition("/")
+        return f"{parent}/{AUDIT_FOLDER}" if parent else AUDIT_FOLDER
+
+    def _folder(self, plan: Plan) -> str:
+        name = plan.checkpoint.rstrip("/").rsplit("/", 1)[-1]
+        digest = hashlib.sha256(plan.checkpoint.encode()).hexdigest()[:8]
+        return f"{self.url}/{name}-{digest}"
+
+    def plan_url(self, plan: Plan) -> str:
+        return f"{self._folder(plan)}/{plan.plan_id}.plan.jsonl"
+
+    def outcomes_url(self, plan: Plan) -> str:
+        return f"{self._folder(plan)}/{plan.plan_id}.outcomes.jsonl"
+
+    def write_plan(self, plan: Plan) -> str:
+        url = self.plan_url(plan)
+        fs, path = fsspec.core.url_to_fs(url, **self.options)
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(path, "w") as f:
+            f.write(plan.to_jsonl())
+        return url
+
+    def read_plan(self, url: str) -> Plan:
+        with fsspec.open(url, "r", **self.options) as f:
+            return Plan.from_jsonl(f.read(), url)
+
+    def record(self, plan: Plan, outcomes: list[Outcome]) -> None:
+        """Appends outcomes; local files are fsynced. Object stores have no append: each batch of
+        outcomes is written as its own object, in order."""
+        url = self.outcomes_url(plan)
+        fs, path = fsspec.core.url_to_fs(url, **self.options)
+        lines = "".join(json.dumps({"at": time.time(), **o.as_dict()}) + "\n" for o in outcomes)
+        if _is_local(fs):
+            fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            with open(path, "a") as f:
+                f.write(lines)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            part = f"{path}.{time.time_ns()}"
+            with fs.open(part, "w") as f:
+                f.write(lines)
+
+
+def _is_local(fs) -> bool:
+    proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return proto in ("file", "local")
+
+
+def _is_throttle(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(s in text for s in ("SlowDown", "503", "Throttl", "RequestLimitExceeded", "TooManyRequests"))
+
+
+def _with_retries(call: Callable[[], Any], attempts: int, sleep: Callable[[float], None]) -> Any:
+    for attempt in range(attempts):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - classified below, re-raised when not throttling
+            if not _is_throttle(exc) or attempt == attempts - 1:
+                raise
+            sleep(min(30.0, 0.2 * 2**attempt))
+    raise AssertionError("unreachable")
+
+
+def apply_plan(
+    plan: Plan,
+    storage: Storage,
+    audit: AuditTrail,
+    batch_size: int = MAX_KEYS_PER_REQUEST,
+    attempts: int = 6,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ApplyResult:
+    """Deletes the plan's candidates that are unchanged since planning. Idempotent."""
+    check = check_plan(plan, storage)
+    result = ApplyResult(plan.plan_id, check)
+    if not check.ok:
+        raise GcError(f"plan {plan.plan_id} refused: {check.message}", plan.checkpoint)
+    kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
+    deleted_count = 0
+    batch_size = max(1, min(batch_size, MAX_KEYS_PER_REQUEST))
+    for start in range(0, len(plan.candidates), batch_size):
+        batch = plan.candidates[start : start + batch_size]
+        outcomes, ready = _restat(storage, batch)
+        if ready:
+            outcomes += _delete(storage, ready, attempts, sleep)
+        deleted_count += sum(o.outcome == "deleted" for o in outcomes)
+        if kill_after and deleted_count >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # the worst moment: deleted, not yet recorded
+        audit.record(plan, outcomes)
+        for o in outcomes:
+            getattr(result, o.outcome).append(o)
+    return result
+
+
+def _restat(storage: Storage, batch: tuple[PlannedFile, ...]) -> tuple[list[Outcome], list[PlannedFile]]:
+    outcomes, ready = [], []
+    for c in batch:
+        try:
+            info = storage.fs.info(storage.full(c.path))
+        except FileNotFoundError:
+            outcomes.append(Outcome(c.path, c.bytes, c.reason, "skipped", "already gone"))
+            continue
+        except OSError as exc:
+            outcomes.append(Outcome(c.path, c.bytes, c.reason, "failed", f"stat failed: {exc}"))
+            continue
+        size, mtime = int(info.get("size") or 0), mtime_of(info)
+        if size != c.bytes or mtime is None or abs(mtime - c.mtime) > 1e-3:
+            outcomes.append(Outcome(c.path, c.bytes, c.reason, "skipped", "changed since the plan"))
+        else:
+            ready.append(c)
+    return outcomes, ready
+
+
+def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) -> list[Outcome]:
+    paths = [storage.full(c.path) for c in ready]
+    try:
+        _with_retries(lambda: storage.fs.rm(paths), attempts, sleep)
+        failed_paths: dict[str, str] = {}
+    except Exception:  # noqa: BLE001 - find out which keys failed, one by one
+        failed_paths = {}
+        for p in paths:
+            try:
+                _with_retries(lambda p=p: storage.fs.rm_file(p), attempts, sleep)
+            except FileNotFoundError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - reported per key, never swallowed
+                failed_paths[p] = f"{type(exc).__name__}: {exc}"
+    outcomes = []
+    for c, p in zip(ready, paths, strict=True):
+        if p in failed_paths:
+            outcomes.append(Outcome(c.path, c.bytes, c.reason, "failed", failed_paths[p]))
+        elif storage.fs.exists(p):
+            # Never report as deleted what is still there (a bulk delete can drop keys silently).
+            outcomes.append(Outcome(c.path, c.bytes, c.reason, "failed", "still present after the delete"))
+        else:
+            outcomes.append(Outcome(c.path, c.bytes, c.reason, "deleted"))
+    return outcomes

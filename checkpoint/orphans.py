@@ -1,0 +1,273 @@
+"""Which files of a checkpoint can never be read again: the retained set and the orphans.
+
+Pure: the inputs are plain data (the classified listing, the committed ids of the retained batches,
+the lineage headers and the SSTs each zip lists), so property tests can drive it without storage.
+The rules are `shared/docs/safety.md`'s; reading the inputs, and failing closed when one cannot be
+read, is `gc_plan`'s job.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .changelog import LineageEntry
+from .layout import FileKind, classify
+from .model import CheckpointFile, StoreId
+
+
+class Reason(str, Enum):
+    UNCOMMITTED_ATTEMPT = (
+        "uncommitted_attempt"  # another attempt of a committed version, written before the winner
+    )
+    SUPERSEDED = "superseded"  # re-executed after the committed attempt (e.g. a second foreachBatch action)
+    BELOW_RETENTION = "below_retention_window"  # a version older than every retained batch needs
+    UNREFERENCED_SST = "unreferenced_sst"  # no zip that stays lists it
+    STALE_SIDECAR = "stale_sidecar"  # a .crc whose main file is gone or goes
+
+
+class Kept(str, Enum):
+    """Why an orphan is not a candidate (yet)."""
+
+    YOUNG = "younger_than_grace"
+    NO_MTIME = "no_mtime"
+    LIVE_RECENT_VERSION = "live_query_recent_version"
+    LIVE_RECENT_SST = "live_query_sst_newer_than_retained"
+    MAIN_KEPT = "main_file_kept"
+    LISTED_BY_KEPT_ZIP = "listed_by_a_kept_zip"
+
+
+class UnsafeToPlan(Exception):
+    """A retained lineage cannot be established: planning must stop, nothing may be deleted."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    file: CheckpointFile
+    reason: Reason
+
+    @property
+    def rel(self) -> str:
+        return self.file.rel
+
+
+@dataclass(frozen=True)
+class RetentionInputs:
+    files: tuple[CheckpointFile, ...]
+    latest_committed: int
+    # batch -> store -> committed id, for every batch in the retention window (format V2)
+    committed: dict[int, dict[StoreId, str]]
+    # rel of a committed changelog -> its lineage (the header), for the changelogs the window needs
+    lineages: dict[str, tuple[LineageEntry, ...]]
+    # rel of a zip -> the DFS names of the SSTs it lists, for every zip of the checkpoint; None for an
+    # orphan zip that could not be read, which then protects every SST of its store
+    zip_ssts: dict[str, tuple[str, ...] | None]
+
+
+@dataclass(frozen=True)
+class GcOptions:
+    grace_seconds: float = 6 * 3600
+    live: bool = False
+
+
+@dataclass(frozen=True)
+class OrphanScan:
+    retained: frozenset[str]
+    candidates: tuple[Candidate, ...]
+    kept: dict[str, Kept] = field(default_factory=dict)
+
+
+def _store_of(f: CheckpointFile) -> StoreId | None:
+    w = f.what
+    if w.operator is None or w.partition is None or w.store is None:
+        return None
+    return StoreId(w.operator, w.partition, w.store)
+
+
+class _Index:
+    def __init__(self, files: tuple[CheckpointFile, ...]):
+        self.by_key: dict[tuple[StoreId, FileKind, int, str | None], CheckpointFile] = {}
+        self.ssts: dict[StoreId, dict[str, CheckpointFile]] = defaultdict(dict)
+        self.oldest_version: dict[StoreId, int] = {}
+        self.rels = {f.rel for f in files}
+        for f in files:
+            sid = _store_of(f)
+            if sid is None:
+                continue
+            if f.kind in (FileKind.CHANGELOG, FileKind.ZIP):
+                self.by_key[(sid, f.kind, f.what.version, f.what.unique_id)] = f  # type: ignore[index]
+                old = self.oldest_version.get(sid)
+                self.oldest_version[sid] = f.what.version if old is None else min(old, f.what.version)  # type: ignore
+            elif f.kind == FileKind.SST:
+                self.ssts[sid][f.rel.rsplit("/", 1)[1]] = f
+
+    def get(self, sid: StoreId, kind: FileKind, version: int, uid: str | None) -> CheckpointFile | None:
+        return self.by_key.get((sid, kind, version, uid))
+
+
+def _gap(sid: StoreId, batch: int, what: str, version: int, latest: bool, pruned_below: int) -> None:
+    if latest or version >= pruned_below:
+        raise UnsafeToPlan(f"{sid}: {what} (batch {batch}) is missing")
+
+
+def retained_set(inputs: RetentionInputs) -> tuple[set[str], set[str]]:
+    """(every retained rel, the rels of the retained zips).
+
+    For each batch of the window and each store: the committed files of version batch+1, and the
+    replay chain Spark would load them from (changelogs back to the newest zip in the lineage, that
+    zip, and every SST it lists). A gap that Spark's own per-partition pruning explains (a version
+    below the store's oldest surviving file, never the latest batch) makes that batch unloadable,
+    not the plan unsafe; any other gap stops the plan.
+    """
+    index = _Index(inputs.files)
+    retained: set[str] = set()
+    zips: set[str] = set()
+    for batch, stores in sorted(inputs.committed.items()):
+        latest = batch == inputs.latest_committed
+        version = batch + 1
+        for sid, uid in stores.items():
+            pruned_below = index.oldest_version.get(sid, version + 1)
+
+            def gap(what: str, v: int) -> None:
+                _gap(sid, batch, what, v, latest, pruned_below)  # noqa: B023 - called inside this iteration
+
+            zip_file = index.get(sid, FileKind.ZIP, version, uid)
+            changelog = index.get(sid, FileKind.CHANGELOG, version, uid)
+            for f in (zip_file, changelog):
+                if f is not None:
+                    retained.add(f.rel)
+            if zip_file is not None:
+                zips.add(zip_file.rel)
+                continue
+            if changelog is None:
+                gap(f"committed version {version} id {uid}", version)
+                continue
+            lineage = inputs.lineages.get(changelog.rel)
+            if lineage is None:
+                raise UnsafeToPlan(f"{sid}: the lineage of {changelog.rel} was not read")
+            for entry in reversed(lineage):
+                base = index.get(sid, FileKind.ZIP, entry.version, entry.unique_id)
+                if base is not None:
+                    retained.add(base.rel)
+                    zips.add(base.rel)
+                    break
+                link = index.get(sid, FileKind.CHANGELOG, entry.version, entry.unique_id)
+                if link is None:
+                    gap(f"changelog {entry.version}_{entry.unique_id} of the replay chain", entry.version)
+                    break
+                retained.add(link.rel)
+    for z in zips:
+        listed = inputs.zip_ssts.get(z)
+        if listed is None:
+            raise UnsafeToPlan(f"the metadata of retained zip {z} was not read")
+        sid = _store_of(next(f for f in inputs.files if f.rel == z))
+        for name in listed:
+            sst = index.ssts[sid].get(name)  # type: ignore[index]
+            if sst is None:
+                raise UnsafeToPlan(f"SST {name} listed by retained zip {z} is missing")
+            retained.add(sst.rel)
+    return retained, zips
+
+
+def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> OrphanScan:
+    """The candidates for deletion, each with its reason; everything else stays.
+
+    Only files under `state/` are ever candidates, and only kinds this release understands:
+    changelogs and zips with an id (format V2), SSTs, and `.crc` files of either kind.
+    """
+    retained, _ = retained_set(inputs)
+    index = _Index(inputs.files)
+    newest_version = inputs.latest_committed + 1
+    kept: dict[str, Kept] = {}
+    chosen: dict[str, Candidate] = {}
+
+    def eligible(f: CheckpointFile) -> bool:
+        # A file without an mtime is left alone: nothing tells an upload in progress from an old file.
+        if f.info.mtime is None:
+            kept[f.rel] = Kept.NO_MTIME
+            return False
+        if now - f.info.mtime < options.grace_seconds:
+            kept[f.rel] = Kept.YOUNG
+            return False
+        return True
+
+    # 1. changelogs and zips of (version, id) pairs that no retained batch reads
+    for f in inputs.files:
+        if f.kind not in (FileKind.CHANGELOG, FileKind.ZIP) or not f.what.unique_id or f.rel in retained:
+            continue
+        version = f.what.version
+        if version > newest_version or not f.rel.startswith("state/"):
+            continue  # a batch in flight
+        reason = _version_reason(inputs, index, f)
+        if options.live and version > newest_version - 2:
+            kept[f.rel] = Kept.LIVE_RECENT_VERSION
+        elif eligible(f):
+            chosen[f.rel] = Candidate(f, reason)
+
+    # 2. SSTs no staying zip lists (a kept orphan zip still protects its SSTs)
+    listed_by_staying = {
+        (_store_of(f), name)
+        for f in inputs.files
+        if f.kind == FileKind.ZIP and f.rel not in chosen
+        for name in inputs.zip_ssts.get(f.rel) or ()
+    }
+    unknown_listing = {
+        _store_of(f) for f in inputs.files if f.kind == FileKind.ZIP and inputs.zip_ssts.get(f.rel) is None
+    }
+    retained_sst_times = [f.info.mtime for f in inputs.files if f.kind == FileKind.SST and f.rel in retained]
+    oldest_retained_sst = min((t for t in retained_sst_times if t is not None), default=None)
+    for f in inputs.files:
+        if f.kind != FileKind.SST or f.rel in retained or not f.rel.startswith("state/"):
+            continue
+        if (_store_of(f), f.rel.rsplit("/", 1)[1]) in listed_by_staying or _store_of(f) in unknown_listing:
+            kept[f.rel] = Kept.LISTED_BY_KEPT_ZIP
+            continue
+        # SPARK-55892: a running executor may reuse an SST it uploaded before the zip that lists it.
+        if options.live and (oldest_retained_sst is None or (f.info.mtime or 0) >= oldest_retained_sst):
+            kept[f.rel] = Kept.LIVE_RECENT_SST
+            continue
+        if eligible(f):
+            chosen[f.rel] = Candidate(f, Reason.UNREFERENCED_SST)
+
+    # 3. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)
+    for kind in (FileKind.SPARK_CRC, FileKind.HADOOP_CRC):
+        for f in inputs.files:
+            if f.kind != kind or f.rel in retained or not f.rel.startswith("state/"):
+                continue
+            main = f.what.main
+            version = classify(main).version if main else None  # type: ignore[arg-type]
+            if options.live and version is not None and version > newest_version - 2:
+                kept[f.rel] = Kept.LIVE_RECENT_VERSION
+            elif main in chosen:
+                if eligible(f):
+                    chosen[f.rel] = Candidate(f, chosen[main].reason)
+            elif main not in index.rels:
+                if eligible(f):
+                    chosen[f.rel] = Candidate(f, Reason.STALE_SIDECAR)
+            else:
+                kept.setdefault(f.rel, Kept.MAIN_KEPT)
+    return OrphanScan(frozenset(retained), tuple(chosen.values()), kept)
+
+
+def _version_reason(inputs: RetentionInputs, index: _Index, f: CheckpointFile) -> Reason:
+    batch = f.what.version - 1  # type: ignore[operator]
+    sid = _store_of(f)
+    stores = inputs.committed.get(batch)
+    committed = stores.get(sid) if stores and sid else None  # type: ignore[arg-type]
+    if committed is None or committed == f.what.unique_id:
+        return Reason.BELOW_RETENTION
+    winner = index.get(sid, FileKind.CHANGELOG, f.what.version, committed) or index.get(  # type: ignore[arg-type]
+        sid,
+        FileKind.ZIP,
+        f.what.version,
+        committed,  # type: ignore[arg-type]
+    )
+    if (
+        winner
+        and winner.info.mtime is not None
+        and f.info.mtime is not None
+        and f.info.mtime > winner.info.mtime
+    ):
+        return Reason.SUPERSEDED
+    return Reason.UNCOMMITTED_ATTEMPT

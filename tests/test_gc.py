@@ -1,0 +1,268 @@
+"""Orphan cleanup on real checkpoints: nothing any retained batch reads is ever deleted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.gc_apply import AuditTrail, apply_plan, check_plan
+from checkpoint.gc_plan import GcError, Plan, plan_gc
+from checkpoint.layout import FileKind
+from checkpoint.model import load_checkpoint
+from jobs.corpus import scenario_named
+from tests.support.state import read_state
+
+# The test clock: seven hours from now, so every corpus file is past the default 6 h grace.
+LATER = 7 * 3600
+V2 = [
+    "long_chain", "snapshots", "watermark", "retention", "killed_before_restart", "killed_after_restart",
+    "task_retry", "two_actions", "dedup_agg", "join", "join_cf", "list_state", "zstd",
+]  # fmt: skip
+
+
+def plan_later(path: Path, **kwargs) -> Plan:
+    return plan_gc(load_checkpoint(str(path)), now=time.time() + LATER, **kwargs)
+
+
+def outside_state(path: Path) -> dict[str, tuple[int, float]]:
+    return {
+        p.relative_to(path).as_posix(): (p.stat().st_size, p.stat().st_mtime)
+        for p in path.rglob("*")
+        if p.is_file() and p.relative_to(path).parts[0] != "state"
+    }
+
+
+def _copy(corpus: dict[str, Path], name: str, dst: Path) -> Path:
+    shutil.copytree(corpus[name], dst)
+    return dst
+
+
+def test_every_v2_scenario_plans_and_v1_is_refused(corpus) -> None:
+    for name in V2:
+        plan = plan_later(corpus[name])
+        assert plan.live == (name == "killed_before_restart"), name
+        assert all(c.path.startswith("state/") for c in plan.candidates)
+    with pytest.raises(GcError, match="format V1"):
+        plan_later(corpus["format_v1"])
+
+
+def test_reasons_on_real_attempts(corpus) -> None:
+    assert plan_later(corpus["two_actions"]).totals("reason").keys() == {"superseded", "unreferenced_sst"}
+    assert plan_later(corpus["task_retry"]).totals("reason").keys() == {"uncommitted_attempt"}
+    assert plan_later(corpus["killed_after_restart"]).totals("reason").keys() == {"uncommitted_attempt"}
+    # Below the window: versions whose batches Spark already purged from the commit log.
+    assert set(plan_later(corpus["retention"]).totals("reason")) == {"below_retention_window"}
+
+
+def test_grace_below_15_minutes_is_refused(corpus) -> None:
+    ckpt = load_checkpoint(str(corpus["two_actions"]))
+    with pytest.raises(GcError, match="below 15 minutes"):
+        plan_gc(ckpt, grace_seconds=600)
+    assert plan_gc(ckpt, grace_seconds=600, allow_short_grace=True, now=time.time() + LATER).files > 0
+
+
+def test_young_files_and_files_without_mtime_stay(corpus) -> None:
+    ckpt = load_checkpoint(str(corpus["two_actions"]))
+    assert plan_gc(ckpt).files == 0  # the corpus is younger than 6 h
+    assert plan_gc(ckpt).kept["younger_than_grace"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", V2)
+def test_apply_keeps_state_and_the_query_restarts_like_an_untouched_copy(
+    spark, corpus_root, corpus, tmp_path, name
+) -> None:
+    scenario = scenario_named(name)
+    cleaned = _copy(corpus, name, tmp_path / "cleaned")
+    untouched = _copy(corpus, name, tmp_path / "untouched")
+    ckpt = load_checkpoint(str(cleaned))
+    window = sorted(b.id for b in ckpt.batches.values() if b.committed)[-2:]
+    before = {b: read_state(spark, cleaned, b, scenario.name) for b in window}
+    outside = outside_state(cleaned)
+
+    plan = plan_later(cleaned, retain_batches=2)  # only the last two batches: as aggressive as allowed
+    result = apply_plan(plan, ckpt.storage, AuditTrail(str(tmp_path / "audit")))
+    assert not result.failed and len(result.deleted) == plan.files
+
+    assert {b: read_state(spark, cleaned, b, scenario.name) for b in window} == before
+    assert all(isinstance(rows, list) for rows in before.values())
+    assert outside_state(cleaned) == outside
+    assert plan_later(cleaned, retain_batches=2).files == 0  # a second run plans nothing
+
+    extra = tmp_path / "more-input"
+    scenario.restart(spark, corpus_root / scenario.name, cleaned, extra)
+    scenario.restart(spark, corpus_root / scenario.name, untouched, extra)
+    final = load_checkpoint(str(cleaned)).latest_committed_batch
+    assert final == load_checkpoint(str(untouched)).latest_committed_batch > window[-1]
+    assert read_state(spark, cleaned, final, scenario.name) == read_state(
+        spark, untouched, final, scenario.name
+    )
+
+
+@pytest.mark.parametrize("name", ["killed_after_restart", "task_retry", "two_actions"])
+def test_every_uncommitted_attempt_is_gone(copy_of, tmp_path, name) -> None:
+    path = copy_of(name)
+    plan = plan_later(path)
+    apply_plan(plan, load_checkpoint(str(path)).storage, AuditTrail(str(tmp_path / "audit")))
+    ckpt = load_checkpoint(str(path))
+    newest = ckpt.latest_committed_batch + 1
+    for sid, store in ckpt.stores.items():
+        for version, by_uid in store.by_version.items():
+            if version <= newest:
+                assert set(by_uid) == {ckpt.committed_unique_id(version - 1, sid)}, (sid, version)
+    # Their hidden Hadoop crcs went with them.
+    names = {p.name for p in path.rglob(".*.crc")}
+    assert all(n[1:-4] in {p.name for p in path.rglob("*")} for n in names)
+
+
+def test_second_apply_of_the_same_plan_deletes_nothing(copy_of, tmp_path) -> None:
+    path = copy_of("two_actions")
+    plan = plan_later(path)
+    audit = AuditTrail(str(tmp_path / "audit"))
+    storage = load_checkpoint(str(path)).storage
+    first = apply_plan(plan, storage, audit)
+    second = apply_plan(plan, storage, audit)
+    assert len(first.deleted) == plan.files > 0
+    assert not second.deleted and not second.failed
+    assert {o.why for o in second.skipped} == {"already gone"}
+    lines = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
+    assert len(lines) == 2 * plan.files
+    assert Plan.from_jsonl(Path(audit.write_plan(plan)).read_text()) == plan
+
+
+def test_a_changed_file_is_skipped_not_deleted(copy_of, tmp_path) -> None:
+    path = copy_of("two_actions")
+    plan = plan_later(path)
+    victim = path / plan.candidates[0].path
+    os.utime(victim, (time.time(), time.time()))
+    result = apply_plan(plan, load_checkpoint(str(path)).storage, AuditTrail(str(tmp_path / "audit")))
+    assert victim.exists()
+    assert [o.why for o in result.skipped] == ["changed since the plan"]
+
+
+def test_check_refuses_a_plan_whose_commit_log_changed(copy_of, tmp_path) -> None:
+    path = copy_of("two_actions")
+    plan = plan_later(path)
+    storage = load_checkpoint(str(path)).storage
+    assert check_plan(plan, storage).ok
+    commit = path / "commits" / "2"
+    commit.write_text(commit.read_text().replace("v2", "v2 ", 1))
+    verdict = check_plan(plan, storage)
+    assert not verdict.ok and "commits [2] changed" in verdict.message
+    with pytest.raises(GcError, match="refused"):
+        apply_plan(plan, storage, AuditTrail(str(tmp_path / "audit")))
+    assert all((path / c.path).exists() for c in plan.candidates)
+
+
+def test_check_accepts_a_commit_log_that_moved_on(copy_of) -> None:
+    path = copy_of("two_actions")
+    plan = plan_later(path)
+    shutil.copy(path / "commits" / "4", path / "commits" / "5")
+    shutil.copy(path / "offsets" / "4", path / "offsets" / "5")
+    verdict = check_plan(plan, load_checkpoint(str(path)).storage)
+    assert verdict.ok and verdict.newest_commit == 5
+
+
+def ckpt_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    ckpt = Path(sys.executable).parent / "ckpt"
+    return subprocess.run([str(ckpt), *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+UNSAFE_NOW = ["--grace", "0", "--unsafe-short-grace", "--quiet-period", "0"]
+
+
+def test_cli_gc_json_and_dry_run(copy_of) -> None:
+    path = copy_of("two_actions")
+    dry = ckpt_cli("gc", str(path), "--json", *UNSAFE_NOW)
+    doc = json.loads(dry.stdout)
+    assert dry.returncode == 0 and doc["applied"] is False and doc["deleted"] == []
+    assert doc["plan"]["files"] > 0 and set(doc["plan"]["by_reason"]) == {"superseded", "unreferenced_sst"}
+    assert all(set(c) == {"path", "bytes", "reason"} for c in doc["plan"]["candidates"])
+    assert all((path / c["path"]).exists() for c in doc["plan"]["candidates"])
+    assert Path(doc["plan_file"]).exists() and "_ckpt_audit" in doc["plan_file"]
+    assert not Path(doc["plan_file"]).is_relative_to(path)
+
+    refused = ckpt_cli("gc", str(path), "--grace", "10m")
+    assert refused.returncode == 2 and "below 15 minutes" in refused.stderr
+
+    applied = json.loads(ckpt_cli("gc", str(path), "--json", "--apply", *UNSAFE_NOW).stdout)
+    assert applied["applied"] and len(applied["deleted"]) == doc["plan"]["files"] and not applied["failed"]
+    again = ckpt_cli("gc", str(path), "--apply", *UNSAFE_NOW)
+    assert again.returncode == 0 and "nothing to delete" in again.stdout
+
+
+@pytest.mark.slow
+def test_a_crash_in_the_middle_of_apply(spark, corpus_root, corpus, tmp_path) -> None:
+    path = _copy(corpus, "two_actions", tmp_path / "crash")
+    total = plan_later(path).files
+    env = {**os.environ, "CKPT_GC_KILL_AFTER_DELETES": "7"}
+    crashed = ckpt_cli("gc", str(path), "--apply", "--json", "--batch-size", "5", *UNSAFE_NOW, env=env)
+    assert crashed.returncode == -signal.SIGKILL
+    left = plan_later(path).files
+    assert left == total - 10  # two batches of five deleted, the second never recorded
+    # The half-cleaned checkpoint still restarts and the next run completes the plan.
+    scenario_named("two_actions").restart(spark, corpus_root / "two_actions", path, tmp_path / "more-input")
+    done = json.loads(ckpt_cli("gc", str(path), "--apply", "--json", *UNSAFE_NOW).stdout)
+    assert not done["failed"] and done["plan"]["files"] >= left
+    assert ckpt_cli("validate", str(path)).returncode == 0
+
+
+def test_bad_input_plans_nothing_and_deletes_nothing(copy_of, tmp_path) -> None:
+    path = copy_of("two_actions")
+    before = sorted(p for p in path.rglob("*"))
+    (path / "commits" / "1").write_text("v2\n{broken")
+    with pytest.raises(Exception, match="commits/1"):
+        plan_later(path)
+    (path / "commits" / "1").unlink()
+    with pytest.raises(GcError, match="COMMIT_LOG_GAP"):
+        plan_later(path)
+    assert sorted(p for p in path.rglob("*") if p.name != "1") == [p for p in before if p.name != "1"]
+
+
+def test_a_symlink_leading_outside_the_checkpoint(copy_of, tmp_path) -> None:
+    path = copy_of("two_actions")
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    orphan = next(c for c in plan_later(path).candidates if c.path.endswith(".changelog"))
+    target = outside / "data.changelog"
+    shutil.move(path / orphan.path, target)
+    (path / orphan.path).symlink_to(target)
+    os.utime(path / orphan.path, (time.time() - 10 * 3600,) * 2, follow_symlinks=False)
+    with pytest.raises(GcError, match="outside"):
+        plan_later(path)
+    assert target.exists()
+
+
+def test_a_listing_that_fails_part_way(copy_of, monkeypatch) -> None:
+    from checkpoint.errors import StorageError
+    from checkpoint.storage import Storage
+
+    path = copy_of("two_actions")
+
+    def broken(self):
+        raise StorageError("listing failed: connection reset after 1000 keys", self.url)
+
+    monkeypatch.setattr(Storage, "list_files", broken)
+    with pytest.raises(StorageError, match="connection reset"):
+        plan_later(path)
+
+
+def test_retained_zip_metadata_unreadable_stops_the_plan(copy_of) -> None:
+    path = copy_of("two_actions")
+    ckpt = load_checkpoint(str(path))
+    plan_later(path)  # fine before
+    from checkpoint.lineage import checkpoint_lineage
+
+    base = next(e.base for e in checkpoint_lineage(ckpt) if e.base is not None)
+    (path / base.rel).write_bytes(b"not a zip")
+    with pytest.raises(GcError, match="metadata of retained zip"):
+        plan_later(path)
+    assert FileKind.ZIP == base.kind
