@@ -35,6 +35,7 @@ class Kept(str, Enum):
     LIVE_RECENT_VERSION = "live_query_recent_version"
     LIVE_RECENT_SST = "live_query_sst_newer_than_retained"
     MAIN_KEPT = "main_file_kept"
+    NOT_OURS = "sidecar_of_a_file_not_ours"
     LISTED_BY_KEPT_ZIP = "listed_by_a_kept_zip"
 
 
@@ -236,7 +237,16 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
             if f.kind != kind or f.rel in retained or not f.rel.startswith("state/"):
                 continue
             main = f.what.main
-            version = classify(main).version if main else None  # type: ignore[arg-type]
+            owner = classify(main) if main else None
+            if (
+                owner is None
+                or owner.kind not in _SIDECAR_OWNERS
+                or (owner.kind in (FileKind.CHANGELOG, FileKind.ZIP) and not owner.unique_id)
+            ):
+                # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
+                kept[f.rel] = Kept.NOT_OURS
+                continue
+            version = owner.version
             if options.live and version is not None and version > newest_version - 2:
                 kept[f.rel] = Kept.LIVE_RECENT_VERSION
             elif main in chosen:
@@ -248,6 +258,10 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
             else:
                 kept.setdefault(f.rel, Kept.MAIN_KEPT)
     return OrphanScan(frozenset(retained), tuple(chosen.values()), kept)
+
+
+# A .crc is a candidate only beside one of these: never beside temp files or unknown files.
+_SIDECAR_OWNERS = (FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST, FileKind.SPARK_CRC)
 
 
 def _version_reason(inputs: RetentionInputs, index: _Index, f: CheckpointFile) -> Reason:

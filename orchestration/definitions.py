@@ -1,25 +1,23 @@
-"""The Dagster code location: audit assets and checks, the audit job, its schedule, discovery."""
+"""The Dagster code location: audit and cleanup assets with their checks, jobs, schedules, discovery."""
 
 from __future__ import annotations
 
 import dagster as dg
 
 import assets
+from assets.cleanup import checkpoint_cleanup_schedule, cleanup_job
 from orchestration.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, roots_from_env
 from orchestration.schedules import audit_job, checkpoint_audit_schedule
 from orchestration.sensors import checkpoint_discovery_sensor
 
 
-def build_definitions(roots: list[CheckpointRoot], long_chain_threshold: int = 10) -> dg.Definitions:
+def build_definitions(roots: list[CheckpointRoot], **roots_options) -> dg.Definitions:
     return dg.Definitions(
         assets=dg.load_assets_from_package_module(assets),
-        jobs=[audit_job],
-        schedules=[checkpoint_audit_schedule],
+        jobs=[audit_job, cleanup_job],
+        schedules=[checkpoint_audit_schedule, checkpoint_cleanup_schedule],
         sensors=[checkpoint_discovery_sensor],
-        resources={
-            "roots": CheckpointRootsResource(roots=roots, long_chain_threshold=long_chain_threshold),
-            "spark": SparkResource(),
-        },
+        resources={"roots": CheckpointRootsResource(roots=roots, **roots_options), "spark": SparkResource()},
     )
 
 

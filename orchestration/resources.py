@@ -30,11 +30,20 @@ class CheckpointRoot(dg.Config):
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="Passed to fsspec (e.g. endpoint_url, anon); never logged"
     )
+    apply_cleanup: bool = Field(
+        default=False, description="Scheduled cleanup deletes orphans here; otherwise it only plans"
+    )
 
 
 class CheckpointRootsResource(dg.ConfigurableResource):
     roots: list[CheckpointRoot]
     long_chain_threshold: int = Field(default=10, description="Warn from this many changelogs replayed")
+    grace: str = Field(default="6h", description="Cleanup: only files older than this (15m at least)")
+    retain_batches: int | None = Field(default=None, description="Cleanup: keep the last N committed batches")
+    quiet_period: str = Field(default="1h", description="A commit newer than this marks a query live")
+    audit_url: str | None = Field(
+        default=None, description="Plans and outcomes; default _ckpt_audit beside each"
+    )
 
     def root(self, name: str) -> CheckpointRoot:
         for root in self.roots:

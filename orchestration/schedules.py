@@ -16,7 +16,7 @@ audit_job = dg.define_asset_job(
 @dg.schedule(job=audit_job, cron_schedule="0 */6 * * *", default_status=dg.DefaultScheduleStatus.STOPPED)
 def checkpoint_audit_schedule(context: dg.ScheduleEvaluationContext):
     """Every known checkpoint, four times a day; run keys make a re-evaluated tick a no-op."""
-    tick = context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else "now"
+    tick = context.scheduled_execution_time.isoformat()
     keys = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
     if not keys:
         return dg.SkipReason("no checkpoints discovered yet (the discovery sensor adds them)")

@@ -176,3 +176,16 @@ def test_an_unreadable_checkpoint_fails_the_run_with_its_reason(instance, tmp_pa
     assert "cannot be read" in str(failure.event_specific_data.error) and "not a streaming checkpoint" in str(
         failure.event_specific_data.error
     )
+
+
+def test_the_audit_schedule_requests_every_checkpoint(instance) -> None:
+    from datetime import datetime
+
+    from orchestration.schedules import checkpoint_audit_schedule
+
+    ctx = dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 6))
+    assert isinstance(checkpoint_audit_schedule(ctx), dg.SkipReason)
+    instance.add_dynamic_partitions("checkpoints", ["a:x", "b:y"])
+    requests = checkpoint_audit_schedule(ctx)
+    assert sorted(r.partition_key for r in requests) == ["a:x", "b:y"]
+    assert len({r.run_key for r in requests}) == 2

@@ -266,3 +266,21 @@ def test_retained_zip_metadata_unreadable_stops_the_plan(copy_of) -> None:
     with pytest.raises(GcError, match="metadata of retained zip"):
         plan_later(path)
     assert FileKind.ZIP == base.kind
+
+
+def test_crcs_of_files_being_written_are_never_candidates(copy_of) -> None:
+    """Spark writes `.<name>.<uuid>.tmp` (and Hadoop its `..<name>.<uuid>.tmp.crc`), then renames.
+
+    Deleting that crc in between fails the commit (seen with a live query): it is not ours.
+    """
+    path = copy_of("two_actions")
+    folder = path / "state" / "0" / "0"
+    temp = ".9_83f71141-5fc2-4c14-8508-70d55d699b3e.changelog.crc.202a45c4-69a1-4552-ae56-c7c115e4266c.tmp"
+    (folder / f".{temp}.crc").write_bytes(b"crc")  # its main file is already renamed away
+    (folder / ".orphan-notes.txt.crc").write_bytes(b"crc")
+    old = time.time() - 10 * 3600
+    for name in (f".{temp}.crc", ".orphan-notes.txt.crc"):
+        os.utime(folder / name, (old, old))
+    plan = plan_later(path)
+    assert not any(c.path.endswith(".tmp.crc") or "orphan-notes" in c.path for c in plan.candidates)
+    assert plan.kept["sidecar_of_a_file_not_ours"] >= 2

@@ -1,0 +1,168 @@
+"""Orphan cleanup as assets: plan -> blocking check -> apply (only when asked), per checkpoint.
+
+The plan is a durable manifest in the audit trail; the apply asset deletes only when the run asks
+for it (run config `apply: true`, or the run tag `ckpt/apply=true`): a run launched from the UI is
+a dry run by default.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import dagster as dg
+from pydantic import Field
+
+from assets.checkpoints import GROUP as AUDIT_GROUP
+from assets.checkpoints import checkpoint_lineage_report
+from checkpoint.errors import CheckpointError
+from checkpoint.gc_apply import AuditTrail, apply_plan, check_plan
+from checkpoint.gc_plan import Plan, parse_duration, plan_gc
+from checkpoint.model import load_checkpoint
+from checkpoint.report import human_bytes
+from orchestration.partitions import checkpoint_partitions, parse_partition_key
+from orchestration.resources import CheckpointRootsResource
+
+GROUP = "checkpoint_cleanup"
+PLAN_CHECK = "plan_matches_commit_log"
+APPLY_TAG = "ckpt/apply"
+
+
+def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
+    if not totals:
+        return f"No {what}."
+    rows = [f"| {what} | files | bytes |", "|---|---:|---:|"]
+    rows += [f"| {k} | {v['files']} | {human_bytes(v['bytes'])} |" for k, v in totals.items()]
+    return "\n".join(rows)
+
+
+def _audit(roots: CheckpointRootsResource, checkpoint_url: str) -> AuditTrail:
+    return AuditTrail(roots.audit_url or AuditTrail.default_for(checkpoint_url))
+
+
+def _storage(roots: CheckpointRootsResource, key: str):
+    name, rel = parse_partition_key(key)
+    storage = roots.storage(name)
+    return storage.child(rel) if rel else storage
+
+
+@dg.asset(
+    partitions_def=checkpoint_partitions,
+    group_name=GROUP,
+    deps=[checkpoint_lineage_report],  # its blocking checks gate every change to a checkpoint
+    check_specs=[
+        dg.AssetCheckSpec(
+            PLAN_CHECK,
+            asset="checkpoint_orphan_plan",
+            blocking=True,
+            description="The commit log the plan was made against is still there, unchanged",
+        )
+    ],
+)
+def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResource):
+    """Files no batch will ever read again, with the reason for each, written to the audit trail."""
+    try:
+        ckpt = load_checkpoint(_storage(roots, context.partition_key))  # strict: fail closed
+        plan = plan_gc(
+            ckpt,
+            grace_seconds=parse_duration(roots.grace),
+            retain_batches=roots.retain_batches,
+            quiet_seconds=parse_duration(roots.quiet_period),
+        )
+    except CheckpointError as exc:
+        raise dg.Failure(description=f"no plan for {context.partition_key}: {exc}") from exc
+    manifest = _audit(roots, ckpt.url).write_plan(plan)
+    yield dg.Output(
+        plan,
+        metadata={
+            "files": plan.files,
+            "bytes": plan.bytes,
+            "size": human_bytes(plan.bytes),
+            "against_batch": plan.against_batch,
+            "live_query": plan.live,
+            "retained_files": plan.retained_files,
+            "manifest": dg.MetadataValue.path(manifest),
+            "by_reason": dg.MetadataValue.md(_totals_markdown(plan.totals("reason"), "reason")),
+            "by_store": dg.MetadataValue.md(_totals_markdown(plan.totals("store"), "store")),
+            "not_yet": ", ".join(f"{n} {why}" for why, n in plan.kept.items()) or "none",
+        },
+    )
+    verdict = check_plan(plan, ckpt.storage)
+    yield dg.AssetCheckResult(
+        check_name=PLAN_CHECK,
+        passed=verdict.ok,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"verdict": verdict.message, "newest_commit": verdict.newest_commit},
+    )
+
+
+class CleanupConfig(dg.Config):
+    apply: bool = Field(default=False, description="Delete the planned files; false: a dry run")
+
+
+@dg.asset(partitions_def=checkpoint_partitions, group_name=GROUP)
+def checkpoint_orphan_cleanup(
+    context: dg.AssetExecutionContext,
+    config: CleanupConfig,
+    roots: CheckpointRootsResource,
+    checkpoint_orphan_plan: Plan,
+):
+    """Deletes the plan's files when asked; every outcome goes to the audit trail."""
+    plan = checkpoint_orphan_plan
+    apply = config.apply or context.run.tags.get(APPLY_TAG, "").lower() == "true"
+    if not apply:
+        return dg.MaterializeResult(
+            metadata={
+                "applied": False,
+                "would_delete_files": plan.files,
+                "would_delete_bytes": plan.bytes,
+                "note": "dry run: launch with run config `apply: true` or the tag ckpt/apply=true to delete",
+            }
+        )
+    audit = _audit(roots, plan.checkpoint)
+    try:
+        result = apply_plan(plan, _storage(roots, context.partition_key), audit)
+    except CheckpointError as exc:
+        raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
+    reclaimed: dict[str, dict[str, int]] = {}
+    for o in result.deleted:
+        entry = reclaimed.setdefault(o.reason, {"files": 0, "bytes": 0})
+        entry["files"] += 1
+        entry["bytes"] += o.bytes
+    failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed[:25])
+    if result.failed:
+        context.log.error(f"{len(result.failed)} deletions failed; see {audit.outcomes_url(plan)}")
+    return dg.MaterializeResult(
+        metadata={
+            "applied": True,
+            "deleted_files": len(result.deleted),
+            "deleted_bytes": sum(o.bytes for o in result.deleted),
+            "skipped_files": len(result.skipped),
+            "failed_files": len(result.failed),
+            "reclaimed_by_reason": dg.MetadataValue.md(_totals_markdown(reclaimed, "reason")),
+            "failures": dg.MetadataValue.md(failed or "none"),
+            "check": result.check.message,
+            "outcomes": dg.MetadataValue.path(audit.outcomes_url(plan)),
+        }
+    )
+
+
+cleanup_job = dg.define_asset_job(
+    "checkpoint_cleanup",
+    selection=dg.AssetSelection.groups(AUDIT_GROUP, GROUP),
+    description="Audit, plan and (when asked) delete orphaned state files of the selected checkpoints.",
+)
+
+
+@dg.schedule(job=cleanup_job, cron_schedule="30 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED)
+def checkpoint_cleanup_schedule(context: dg.ScheduleEvaluationContext, roots: CheckpointRootsResource):
+    """Nightly: every checkpoint is planned; those under roots with `apply_cleanup` are cleaned."""
+    keys = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
+    if not keys:
+        return dg.SkipReason("no checkpoints discovered yet")
+    applying = {root.name for root in roots.roots if root.apply_cleanup}
+    tick = context.scheduled_execution_time.isoformat()
+    return [
+        dg.RunRequest(
+            run_key=f"cleanup:{key}:{tick}",
+            partition_key=key,
+            tags={APPLY_TAG: str(parse_partition_key(key)[0] in applying).lower()},
+        )
+        for key in keys
+    ]

@@ -1,0 +1,161 @@
+"""Cleanup through Dagster: plan -> blocking check -> apply only when asked; the schedule's choices."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
+from assets.cleanup import (
+    APPLY_TAG,
+    PLAN_CHECK,
+    checkpoint_cleanup_schedule,
+    checkpoint_orphan_cleanup,
+    checkpoint_orphan_plan,
+)
+from orchestration.definitions import build_definitions
+from orchestration.partitions import partition_key
+from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+
+CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
+
+
+def age(path: Path, seconds: float) -> None:
+    """The manual clock: shift every file's mtime into the past, keeping their order."""
+    for p in path.rglob("*"):
+        then = p.stat().st_mtime - seconds
+        os.utime(p, (then, then), follow_symlinks=False)
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def aged_root(corpus, tmp_path) -> Path:
+    root = tmp_path / "root"
+    shutil.copytree(corpus["two_actions"], root / "orders")
+    age(root, 8 * 3600)
+    return root
+
+
+def _setup(instance, root: Path) -> tuple[CheckpointRootsResource, str]:
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=str(root))])
+    key = partition_key("t", "orders")
+    instance.add_dynamic_partitions("checkpoints", [key])
+    return roots, key
+
+
+def _metadata(result, asset: str) -> dict:
+    mat = next(iter(result.asset_materializations_for_node(asset)))
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_ui_run_is_a_dry_run(instance, aged_root) -> None:
+    roots, key = _setup(instance, aged_root)
+    before = _files(aged_root / "orders")
+    result = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots})
+    assert result.success
+    plan = _metadata(result, "checkpoint_orphan_plan")
+    assert plan["files"] > 0 and "superseded" in plan["by_reason"]
+    assert Path(plan["manifest"]).exists()
+    cleanup = _metadata(result, "checkpoint_orphan_cleanup")
+    assert cleanup["applied"] is False and cleanup["would_delete_files"] == plan["files"]
+    assert _files(aged_root / "orders") == before
+
+
+@pytest.mark.parametrize("how", ["config", "tag"])
+def test_apply_when_asked(instance, aged_root, how) -> None:
+    roots, key = _setup(instance, aged_root)
+    kwargs = (
+        {"run_config": {"ops": {"checkpoint_orphan_cleanup": {"config": {"apply": True}}}}}
+        if how == "config"
+        else {"tags": {APPLY_TAG: "true"}}
+    )
+    result = dg.materialize(
+        CLEANUP, partition_key=key, instance=instance, resources={"roots": roots}, **kwargs
+    )
+    assert result.success
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks[PLAN_CHECK].passed
+    plan = _metadata(result, "checkpoint_orphan_plan")
+    cleanup = _metadata(result, "checkpoint_orphan_cleanup")
+    assert (
+        cleanup["applied"] is True
+        and cleanup["deleted_files"] == plan["files"]
+        and cleanup["failed_files"] == 0
+    )
+    assert cleanup["deleted_bytes"] == plan["bytes"]
+    assert "| superseded |" in cleanup["reclaimed_by_reason"]
+    assert Path(cleanup["outcomes"]).exists()
+    # A second run plans nothing and deletes nothing.
+    again = dg.materialize(
+        CLEANUP, partition_key=key, instance=instance, resources={"roots": roots}, **kwargs
+    )
+    assert _metadata(again, "checkpoint_orphan_plan")["files"] == 0
+    assert _metadata(again, "checkpoint_orphan_cleanup")["deleted_files"] == 0
+
+
+def test_an_error_finding_blocks_planning_and_deleting(instance, aged_root) -> None:
+    roots, key = _setup(instance, aged_root)
+    (aged_root / "orders" / "commits" / "2").unlink()
+    before = _files(aged_root / "orders")
+    result = dg.materialize(
+        CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
+        tags={APPLY_TAG: "true"}, raise_on_error=False,
+    )  # fmt: skip
+    assert not result.success
+    materialized = {m.asset_key.path[-1] for m in result.get_asset_materialization_events()}
+    assert materialized == {"checkpoint_inventory"}
+    assert _files(aged_root / "orders") == before
+
+
+def test_apply_refuses_a_plan_whose_commit_log_changed(instance, aged_root) -> None:
+    roots, key = _setup(instance, aged_root)
+    planned = dg.materialize(
+        [checkpoint_orphan_plan], partition_key=key, instance=instance, resources={"roots": roots},
+        selection=[checkpoint_orphan_plan],
+    )  # fmt: skip
+    assert planned.success
+    commit = aged_root / "orders" / "commits" / "3"
+    commit.write_text(commit.read_text() + "\n")
+    before = _files(aged_root / "orders")
+    defs = build_definitions([CheckpointRoot(name="t", url=str(aged_root))])
+    job = defs.resolve_job_def("checkpoint_cleanup")
+    result = job.execute_in_process(
+        partition_key=key, instance=instance, tags={APPLY_TAG: "true"}, raise_on_error=False,
+        asset_selection=[checkpoint_orphan_cleanup.key],
+    )  # fmt: skip
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "refused" in str(failure.event_specific_data.error) and "changed" in str(
+        failure.event_specific_data.error
+    )
+    assert _files(aged_root / "orders") == before
+
+
+def test_the_schedule_applies_only_where_configured(instance, corpus, tmp_path) -> None:
+    roots = CheckpointRootsResource(
+        roots=[
+            CheckpointRoot(name="prod", url=str(tmp_path / "prod"), apply_cleanup=True),
+            CheckpointRoot(name="audit-only", url=str(tmp_path / "other")),
+        ]
+    )
+    instance.add_dynamic_partitions("checkpoints", ["prod:a", "audit-only:b"])
+    ctx = dg.build_schedule_context(
+        instance=instance, resources={"roots": roots}, scheduled_execution_time=datetime(2026, 11, 21, 3, 30)
+    )
+    requests = {r.partition_key: r for r in checkpoint_cleanup_schedule(ctx)}
+    assert requests["prod:a"].tags[APPLY_TAG] == "true"
+    assert requests["audit-only:b"].tags[APPLY_TAG] == "false"

@@ -1,0 +1,77 @@
+"""Cleanup running again and again beside a live query never breaks it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from checkpoint.gc_apply import AuditTrail, apply_plan
+from checkpoint.gc_plan import plan_gc
+from checkpoint.model import load_checkpoint
+from jobs.corpus import FREQUENT_SNAPSHOTS, _Confs, _keyed_rows, _two_actions_sink, aggregation, write_inputs
+from tests.support.state import read_state
+
+pytestmark = pytest.mark.slow
+FILES = 24
+
+
+def test_live_query_survives_repeated_cleanup(spark, tmp_path) -> None:
+    inputs, live_ckpt, control_ckpt = tmp_path / "input", tmp_path / "live", tmp_path / "control"
+    write_inputs(inputs, 2, _keyed_rows)
+    with _Confs(spark, FREQUENT_SNAPSHOTS):
+        query = (
+            aggregation(spark, {"": str(inputs)})
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", str(live_ckpt))
+            .foreachBatch(_two_actions_sink)  # a second action per batch: superseded files all along
+            .trigger(processingTime="300 milliseconds")
+            .start()
+        )
+
+    def feed() -> None:
+        for b in range(2, FILES):
+            time.sleep(0.7)
+            write_inputs(inputs, 1, _keyed_rows, start=b)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    audit = AuditTrail(str(tmp_path / "audit"))
+    runs = deleted = 0
+    deadline = time.monotonic() + 240
+    try:
+        while (feeder.is_alive() or runs < 5) and time.monotonic() < deadline:
+            assert query.exception() is None
+            ckpt = load_checkpoint(str(live_ckpt)) if (live_ckpt / "commits").exists() else None
+            if ckpt is not None and ckpt.latest_committed_batch is not None:
+                # The test sets the clock: no grace at all, so only the live-query rules protect the query.
+                plan = plan_gc(ckpt, grace_seconds=0, allow_short_grace=True)
+                assert plan.live
+                deleted += len(apply_plan(plan, ckpt.storage, audit).deleted)
+                runs += 1
+            time.sleep(0.3)
+        feeder.join()
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert runs >= 5 and deleted > 0
+
+    with _Confs(spark, FREQUENT_SNAPSHOTS):
+        control = (
+            aggregation(spark, {"": str(inputs)}, max_files=FILES)
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", str(control_ckpt))
+            .format("noop")
+            .trigger(availableNow=True)
+            .start()
+        )
+        control.awaitTermination()
+    live_batch = load_checkpoint(str(live_ckpt)).latest_committed_batch
+    control_batch = load_checkpoint(str(control_ckpt)).latest_committed_batch
+    live_state = read_state(spark, live_ckpt, live_batch, "aggregation")
+    assert isinstance(live_state, list) and live_state
+    assert live_state == read_state(spark, control_ckpt, control_batch, "aggregation")
+    # The cleaned checkpoint validates and still plans safely once the query has stopped.
+    assert load_checkpoint(str(live_ckpt), strict=False).problems == ()
