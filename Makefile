@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint venv
+.PHONY: demo test lint venv bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,3 +23,6 @@ lint: $(STAMP)
 
 test: lint
 	$(VENV)/bin/pytest
+
+bench: $(STAMP)
+	$(PY) -m bench.gc_plan

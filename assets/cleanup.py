@@ -120,11 +120,6 @@ def checkpoint_orphan_cleanup(
         result = apply_plan(plan, _storage(roots, context.partition_key), audit)
     except CheckpointError as exc:
         raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
-    reclaimed: dict[str, dict[str, int]] = {}
-    for o in result.deleted:
-        entry = reclaimed.setdefault(o.reason, {"files": 0, "bytes": 0})
-        entry["files"] += 1
-        entry["bytes"] += o.bytes
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed[:25])
     if result.failed:
         context.log.error(f"{len(result.failed)} deletions failed; see {audit.outcomes_url(plan)}")
@@ -135,7 +130,9 @@ def checkpoint_orphan_cleanup(
             "deleted_bytes": sum(o.bytes for o in result.deleted),
             "skipped_files": len(result.skipped),
             "failed_files": len(result.failed),
-            "reclaimed_by_reason": dg.MetadataValue.md(_totals_markdown(reclaimed, "reason")),
+            "reclaimed_by_reason": dg.MetadataValue.md(
+                _totals_markdown(result.reclaimed_by_reason(), "reason")
+            ),
             "failures": dg.MetadataValue.md(failed or "none"),
             "check": result.check.message,
             "outcomes": dg.MetadataValue.path(audit.outcomes_url(plan)),

@@ -94,6 +94,14 @@ class ApplyResult:
     skipped: list[Outcome] = field(default_factory=list)
     failed: list[Outcome] = field(default_factory=list)
 
+    def reclaimed_by_reason(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for o in self.deleted:
+            entry = out.setdefault(o.reason, {"files": 0, "bytes": 0})
+            entry["files"] += 1
+            entry["bytes"] += o.bytes
+        return dict(sorted(out.items()))
+
     def summary(self) -> dict[str, Any]:
         return {
             "deleted": [o.as_dict() for o in self.deleted],

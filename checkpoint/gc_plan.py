@@ -8,7 +8,6 @@ the log changed underneath.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -124,11 +123,8 @@ class Plan:
 
 
 def commit_digests(ckpt: Checkpoint) -> dict[int, str]:
-    rels = [f.rel for f in ckpt.files if f.kind == FileKind.COMMIT]
-    return {
-        int(rel.split("/")[1]): hashlib.sha256(data).hexdigest()
-        for rel, data in ckpt.storage.read_many(rels).items()
-    }
+    """Digests of the very commit files the plan was computed from (no second read, no race)."""
+    return {b.id: b.commit.digest for b in ckpt.batches.values() if b.commit is not None}
 
 
 def is_live(ckpt: Checkpoint, now: float, quiet_seconds: float) -> bool:
@@ -179,8 +175,17 @@ def _guard_paths(ckpt: Checkpoint, rels: list[str]) -> None:
             raise GcError(f"refusing a path outside the checkpoint's state/ folder: {rel}", ckpt.url)
     if ckpt.storage.protocol in ("file", "local"):
         state = os.path.realpath(ckpt.storage.full("state"))
+        folders: dict[str, str] = {}
         for rel in rels:
-            real = os.path.realpath(ckpt.storage.full(rel))
+            full = ckpt.storage.full(rel)
+            parent = os.path.dirname(full)
+            if parent not in folders:
+                folders[parent] = os.path.realpath(parent)
+            real = (
+                os.path.realpath(full)
+                if os.path.islink(full)
+                else os.path.join(folders[parent], rel.rsplit("/")[-1])
+            )
             if not real.startswith(state + os.sep):
                 raise GcError(
                     f"{rel} resolves to {real}, outside {state} (a symlink?): nothing planned", ckpt.url

@@ -6,6 +6,7 @@ release does not know is an error that names the file: its layout is never guess
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ class CommitEntry:
     version: int
     next_batch_watermark_ms: int
     state_unique_ids: dict[int, tuple[tuple[str, ...], ...]] | None = None
+    digest: str = ""  # sha256 of the file's bytes: a cleanup plan records what it was planned against
 
 
 def parse_commit(batch: int, data: bytes, path: str) -> CommitEntry:
@@ -79,7 +81,9 @@ def parse_commit(batch: int, data: bytes, path: str) -> CommitEntry:
             }
         except (TypeError, ValueError, AttributeError) as exc:
             raise CorruptFileError(f"malformed stateUniqueIds: {exc}", path) from exc
-    return CommitEntry(batch, version, int(body.get("nextBatchWatermarkMs", 0)), parsed)
+    return CommitEntry(
+        batch, version, int(body.get("nextBatchWatermarkMs", 0)), parsed, hashlib.sha256(data).hexdigest()
+    )
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ class _Index:
         self.by_key: dict[tuple[StoreId, FileKind, int, str | None], CheckpointFile] = {}
         self.ssts: dict[StoreId, dict[str, CheckpointFile]] = defaultdict(dict)
         self.oldest_version: dict[StoreId, int] = {}
-        self.rels = {f.rel for f in files}
+        self.by_rel = {f.rel: f for f in files}
         for f in files:
             sid = _store_of(f)
             if sid is None:
@@ -112,7 +112,7 @@ def _gap(sid: StoreId, batch: int, what: str, version: int, latest: bool, pruned
         raise UnsafeToPlan(f"{sid}: {what} (batch {batch}) is missing")
 
 
-def retained_set(inputs: RetentionInputs) -> tuple[set[str], set[str]]:
+def retained_set(inputs: RetentionInputs, index: _Index | None = None) -> tuple[set[str], set[str]]:
     """(every retained rel, the rels of the retained zips).
 
     For each batch of the window and each store: the committed files of version batch+1, and the
@@ -121,7 +121,7 @@ def retained_set(inputs: RetentionInputs) -> tuple[set[str], set[str]]:
     below the store's oldest surviving file, never the latest batch) makes that batch unloadable,
     not the plan unsafe; any other gap stops the plan.
     """
-    index = _Index(inputs.files)
+    index = index or _Index(inputs.files)
     retained: set[str] = set()
     zips: set[str] = set()
     for batch, stores in sorted(inputs.committed.items()):
@@ -162,7 +162,7 @@ def retained_set(inputs: RetentionInputs) -> tuple[set[str], set[str]]:
         listed = inputs.zip_ssts.get(z)
         if listed is None:
             raise UnsafeToPlan(f"the metadata of retained zip {z} was not read")
-        sid = _store_of(next(f for f in inputs.files if f.rel == z))
+        sid = _store_of(index.by_rel[z])
         for name in listed:
             sst = index.ssts[sid].get(name)  # type: ignore[index]
             if sst is None:
@@ -177,8 +177,8 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
     Only files under `state/` are ever candidates, and only kinds this release understands:
     changelogs and zips with an id (format V2), SSTs, and `.crc` files of either kind.
     """
-    retained, _ = retained_set(inputs)
     index = _Index(inputs.files)
+    retained, _ = retained_set(inputs, index)
     newest_version = inputs.latest_committed + 1
     kept: dict[str, Kept] = {}
     chosen: dict[str, Candidate] = {}
@@ -237,7 +237,8 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
             if f.kind != kind or f.rel in retained or not f.rel.startswith("state/"):
                 continue
             main = f.what.main
-            owner = classify(main) if main else None
+            known = index.by_rel.get(main) if main else None
+            owner = known.what if known else (classify(main) if main else None)
             if (
                 owner is None
                 or owner.kind not in _SIDECAR_OWNERS
@@ -252,7 +253,7 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
             elif main in chosen:
                 if eligible(f):
                     chosen[f.rel] = Candidate(f, chosen[main].reason)
-            elif main not in index.rels:
+            elif main not in index.by_rel:
                 if eligible(f):
                     chosen[f.rel] = Candidate(f, Reason.STALE_SIDECAR)
             else:

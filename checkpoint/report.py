@@ -13,14 +13,20 @@ from .model import Checkpoint
 from .validate import Validation
 
 
-def inspect_summary(ckpt: Checkpoint) -> dict[str, Any]:
-    """The `ckpt inspect --json` document."""
+def _identity(ckpt: Checkpoint) -> dict[str, Any]:
     return {
         "path": ckpt.url,
         "format_version": ckpt.format_version,
         "query_id": ckpt.query_id,
         "latest_planned_batch": ckpt.latest_planned_batch,
         "latest_committed_batch": ckpt.latest_committed_batch,
+    }
+
+
+def inspect_summary(ckpt: Checkpoint) -> dict[str, Any]:
+    """The `ckpt inspect --json` document."""
+    return {
+        **_identity(ckpt),
         "operators": [
             {"id": op.id, "name": op.name, "stores": list(op.store_names), "partitions": op.num_partitions}
             for op in ckpt.operators.values()
@@ -42,11 +48,7 @@ def inventory(ckpt: Checkpoint) -> dict[str, Any]:
     ]
     last_commit = max(commit_times, default=None)
     return {
-        "path": ckpt.url,
-        "format_version": ckpt.format_version,
-        "query_id": ckpt.query_id,
-        "latest_planned_batch": ckpt.latest_planned_batch,
-        "latest_committed_batch": ckpt.latest_committed_batch,
+        **_identity(ckpt),
         "last_commit_time": (
             datetime.fromtimestamp(last_commit, tz=timezone.utc).isoformat()
             if last_commit is not None
