@@ -23,6 +23,7 @@ class FileKind(str, Enum):
     SST = "sst"
     WAL_LOG = "wal_log"
     SPARK_CRC = "spark_crc"
+    MAINT_TEMP = "maint_temp"  # this tool's own temp file while publishing a snapshot
     HADOOP_CRC = "hadoop_crc"
     UNKNOWN = "unknown"
 
@@ -35,6 +36,9 @@ WAL_FILE = re.compile(rf"^\d+-{UUID}\.log$")
 BATCH_FILE = re.compile(r"^\d+$")
 SCHEMA_FILE = re.compile(rf"^\d+_{UUID}$")
 SOURCE_LOG_FILE = re.compile(r"^\d+(?:\.compact)?$")
+
+# This tool's temp files while it publishes a snapshot: recognised, so a crash leaves a known orphan.
+MAINT_TEMP_PREFIX = ".ckpt-maint-"
 
 # Folders inside a partition (or store) folder that are not store names.
 _RESERVED = {"SSTs", "logs", "_metadata"}
@@ -116,6 +120,8 @@ def _classify_state(rel: str, parts: list[str]) -> Classified:
         return Classified(rel, FileKind.WAL_LOG, **where)
     if len(inner) != 1:
         return Classified(rel, FileKind.UNKNOWN)
+    if name.startswith(MAINT_TEMP_PREFIX) and name.endswith(".tmp"):
+        return Classified(rel, FileKind.MAINT_TEMP, **where)
     parsed = parse_state_file(name)
     if parsed:
         version, uid, kind = parsed

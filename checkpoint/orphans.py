@@ -25,6 +25,7 @@ class Reason(str, Enum):
     BELOW_RETENTION = "below_retention_window"  # a version older than every retained batch needs
     UNREFERENCED_SST = "unreferenced_sst"  # no zip that stays lists it
     STALE_SIDECAR = "stale_sidecar"  # a .crc whose main file is gone or goes
+    ABANDONED_TEMP = "abandoned_temp"  # this tool's temp file left by a crash while publishing
 
 
 class Kept(str, Enum):
@@ -231,7 +232,12 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
         if eligible(f):
             chosen[f.rel] = Candidate(f, Reason.UNREFERENCED_SST)
 
-    # 3. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)
+    # 3. this tool's own temp files, left by a crash while publishing a snapshot
+    for f in inputs.files:
+        if f.kind == FileKind.MAINT_TEMP and f.rel.startswith("state/") and eligible(f):
+            chosen[f.rel] = Candidate(f, Reason.ABANDONED_TEMP)
+
+    # 4. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)
     for kind in (FileKind.SPARK_CRC, FileKind.HADOOP_CRC):
         for f in inputs.files:
             if f.kind != kind or f.rel in retained or not f.rel.startswith("state/"):

@@ -127,6 +127,50 @@ def _format_gc(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _compact(args: argparse.Namespace) -> int:
+    from checkpoint.compaction import plan_compaction
+    from jobs.compact import run_compaction
+    from jobs.spark_session import local_session
+
+    ckpt = load_checkpoint(args.path)
+    targets, skips = plan_compaction(ckpt, min_chain=args.min_chain)
+    results = []
+    if targets:
+        spark = local_session(master=args.master, app_name="ckpt-compact")
+        results = run_compaction(spark, ckpt.url, [t.as_key() for t in targets])
+    keep = (
+        "operator",
+        "partition",
+        "store",
+        "version",
+        "unique_id",
+        "path",
+        "seconds",
+        "keys",
+        "chain_before",
+    )
+    doc = {
+        "materialized": [{k: r[k] for k in keep} for r in results if r["ok"]],
+        "failed": [r for r in results if not r["ok"]],
+        "skipped": [s.as_dict() for s in skips],
+    }
+    _emit(args, doc, _format_compact)
+    return EXIT_FINDINGS if doc["failed"] else 0
+
+
+def _format_compact(doc: dict) -> str:
+    lines = [
+        f"materialized {len(doc['materialized'])}, skipped {len(doc['skipped'])}, failed {len(doc['failed'])}"
+    ]
+    lines += [f"  op {m['operator']} part {m['partition']} {m['store']}: version {m['version']} "
+              f"(chain of {m['chain_before']}) in {m['seconds']} s, {m['keys']} keys -> {m['path']}"
+              for m in doc["materialized"]]  # fmt: skip
+    lines += [
+        f"  FAILED op {f['operator']} part {f['partition']} {f['store']}: {f['error']}" for f in doc["failed"]
+    ]
+    return "\n".join(lines)
+
+
 def _duration(text: str) -> float:
     try:
         return parse_duration(text)
@@ -178,6 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow a grace period under 15 minutes: files of a batch being written could be "
                    "deleted; only for checkpoints nothing writes to")  # fmt: skip
     p.set_defaults(run=_gc)
+
+    p = sub.add_parser("compact", help="materialise snapshots for stores with long changelog chains")
+    p.add_argument("path", help=where)
+    p.add_argument(
+        "--min-chain", type=int, default=10, metavar="N", help="compact from this chain length (10)"
+    )
+    p.add_argument("--master", default="local[*]", help="Spark master for the rebuild job (local[*])")
+    p.set_defaults(run=_compact)
 
     for name in ("validate", "scan"):
         sub.choices[name].add_argument(

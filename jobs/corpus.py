@@ -369,6 +369,64 @@ def scenario_named(name: str) -> Scenario:
     raise KeyError(name)
 
 
+# --------------------------------------------------------------------------------------------
+# The rescue checkpoint: a delta-only chain that outgrows the 65,535-byte lineage header
+
+RESCUE_VERSION = 1
+RESCUE_MAX_FILES = 1000  # the query dies before this: ~75 bytes of lineage per version
+
+
+def _tiny_rows(batch: int) -> list[dict]:
+    return [{"k": f"k{batch % 3}", "v": 1, "id": batch}]
+
+
+RESCUE = Scenario(
+    "rescue", "one partition, snapshots never taken: the lineage header overflows and the query dies",
+    aggregation, RESCUE_MAX_FILES, {**NO_SNAPSHOTS, "spark.sql.shuffle.partitions": "1"},
+    inputs={"": _tiny_rows},
+)  # fmt: skip
+
+
+def generate_rescue(out: Path, log=print) -> dict:
+    """Runs the query until the lineage cap kills it; the failure is the point, any other is fatal."""
+    from jobs.spark_session import local_session
+
+    out.mkdir(parents=True)
+    spark = local_session(
+        master="local[1]", app_name="ckpt-rescue", extra_conf={"spark.sql.shuffle.partitions": "1"}
+    )
+    started = time.monotonic()
+    try:
+        RESCUE.write_inputs(out, RESCUE_MAX_FILES)
+        try:
+            RESCUE.run(spark, out, out / "checkpoint")
+        except Exception as exc:  # noqa: BLE001 - only the lineage overflow is expected
+            if "UTFDataFormatException" not in str(exc) and "encoded string too long" not in str(exc):
+                raise
+            log(f"corpus: rescue: the query died as expected: {type(exc).__name__}")
+        else:
+            raise RuntimeError("the rescue query processed every file without hitting the lineage cap")
+    finally:
+        spark.stop()
+    facts = {"seconds": round(time.monotonic() - started, 1), "rescue_version": RESCUE_VERSION}
+    (out / MANIFEST).write_text(json.dumps(facts, indent=2))
+    return facts
+
+
+def ensure_rescue_corpus(cache: Path | None = None, log=print) -> Path:
+    """The cached rescue checkpoint's scenario folder, generated in a child process when missing."""
+    cache = cache or default_cache_dir().parent / f"rescue-v{RESCUE_VERSION}"
+    if (cache / MANIFEST).exists():
+        return cache
+    if cache.exists():
+        shutil.rmtree(cache)
+    log(f"corpus: generating the rescue checkpoint into {cache} (about 900 micro-batches)")
+    result = subprocess.run([sys.executable, "-m", "jobs.corpus", "--rescue", str(cache)], check=False)
+    if result.returncode != 0 or not (cache / MANIFEST).exists():
+        raise RuntimeError(f"rescue generation failed (exit {result.returncode}); partial output in {cache}")
+    return cache
+
+
 def generate(out: Path, names: list[str] | None = None, log=print) -> dict:
     """Run the scenarios into `out` (which must not exist) and write its manifest last."""
     from jobs.spark_session import local_session
@@ -454,9 +512,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
     parser.add_argument("--killed-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rescue", action="store_true", help="generate the lineage-overflow checkpoint only")
     args = parser.parse_args(argv)
     if args.killed_child:
         _killed_child(args.out)
+        return
+    if args.rescue:
+        generate_rescue(args.out)
         return
     generate(args.out, args.only)
 

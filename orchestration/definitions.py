@@ -6,18 +6,22 @@ import dagster as dg
 
 import assets
 from assets.cleanup import checkpoint_cleanup_schedule, cleanup_job
+from assets.compaction import checkpoint_commit_sensor, compaction_job
 from orchestration.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, roots_from_env
 from orchestration.schedules import audit_job, checkpoint_audit_schedule
 from orchestration.sensors import checkpoint_discovery_sensor
 
 
-def build_definitions(roots: list[CheckpointRoot], **roots_options) -> dg.Definitions:
+def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None = None, **roots_options):
     return dg.Definitions(
         assets=dg.load_assets_from_package_module(assets),
-        jobs=[audit_job, cleanup_job],
+        jobs=[audit_job, cleanup_job, compaction_job],
         schedules=[checkpoint_audit_schedule, checkpoint_cleanup_schedule],
-        sensors=[checkpoint_discovery_sensor],
-        resources={"roots": CheckpointRootsResource(roots=roots, **roots_options), "spark": SparkResource()},
+        sensors=[checkpoint_discovery_sensor, checkpoint_commit_sensor],
+        resources={
+            "roots": CheckpointRootsResource(roots=roots, **roots_options),
+            "spark": spark or SparkResource(),
+        },
     )
 
 

@@ -159,3 +159,32 @@ def test_the_schedule_applies_only_where_configured(instance, corpus, tmp_path) 
     requests = {r.partition_key: r for r in checkpoint_cleanup_schedule(ctx)}
     assert requests["prod:a"].tags[APPLY_TAG] == "true"
     assert requests["audit-only:b"].tags[APPLY_TAG] == "false"
+
+
+def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark) -> None:
+    from assets.compaction import checkpoint_commit_sensor, checkpoint_compaction
+    from orchestration.resources import SparkResource
+
+    root = tmp_path / "root"
+    shutil.copytree(corpus["long_chain"], root / "chain")
+    shutil.copytree(corpus["snapshots"], root / "snap")
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=str(root))])
+    keys = [partition_key("t", "chain"), partition_key("t", "snap")]
+    instance.add_dynamic_partitions("checkpoints", keys)
+
+    ctx = dg.build_sensor_context(instance=instance, resources={"roots": roots})
+    first = checkpoint_commit_sensor(ctx)
+    assert [r.partition_key for r in first.run_requests] == [keys[0]]  # only the long chain crosses 10
+    again = dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=first.cursor)
+    assert isinstance(checkpoint_commit_sensor(again), dg.SkipReason)  # same commits: nothing new
+
+    resources = {"roots": roots, "spark": SparkResource(master="local[2]")}
+    result = dg.materialize(
+        [checkpoint_inventory, checkpoint_lineage_report, checkpoint_compaction],
+        partition_key=keys[0], instance=instance, resources=resources,
+    )  # fmt: skip
+    assert result.success
+    meta = _metadata(result, "checkpoint_compaction")
+    assert meta["stores_compacted"] == 4 and meta["stores_failed"] == 0
+    assert meta["max_chain_before"] >= 10 and meta["max_chain_after"] == 0
+    assert "| 0/0/default |" in meta["compacted"]

@@ -284,3 +284,15 @@ def test_crcs_of_files_being_written_are_never_candidates(copy_of) -> None:
     plan = plan_later(path)
     assert not any(c.path.endswith(".tmp.crc") or "orphan-notes" in c.path for c in plan.candidates)
     assert plan.kept["sidecar_of_a_file_not_ours"] >= 2
+
+
+def test_a_temp_file_left_by_a_crashed_compaction_is_cleaned(copy_of) -> None:
+    path = copy_of("long_chain")
+    temp = path / "state" / "0" / "1" / ".ckpt-maint-32_83f71141-5fc2-4c14-8508-70d55d699b3e.zip.0a1b2c.tmp"
+    temp.write_bytes(b"half a zip")
+    old = time.time() - 10 * 3600
+    os.utime(temp, (old, old))
+    plan = plan_later(path, quiet_seconds=0)
+    assert [(c.path, c.reason) for c in plan.candidates] == [
+        (temp.relative_to(path).as_posix(), "abandoned_temp")
+    ]

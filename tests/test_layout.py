@@ -32,6 +32,8 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         ("state/0/3/12.zip", FileKind.ZIP),
         (f"state/1/0/right-keyWithIndexToValue/7_{U}.zip", FileKind.ZIP),
         (f"state/0/0/SSTs/000008-{U}.sst", FileKind.SST),
+        (f"state/0/0/.ckpt-maint-12_{U}.zip.0a1b2c.tmp", FileKind.MAINT_TEMP),
+        (f"state/0/0/.12_{U}.changelog.0a1b2c.tmp", FileKind.UNKNOWN),  # Spark's own temp file: not ours
         (f"state/0/0/logs/000004-{U}.log", FileKind.WAL_LOG),
         (f"state/0/0/12_{U}.changelog.crc", FileKind.SPARK_CRC),
         (f"state/0/0/.12_{U}.changelog.crc", FileKind.HADOOP_CRC),

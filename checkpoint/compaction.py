@@ -1,0 +1,71 @@
+"""Which stores to compact: long replay chains, and lineage headers near the cap (rescue)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .changelog import LINEAGE_HEADER_CAP
+from .gc_plan import DEFAULT_QUIET_SECONDS, is_live
+from .lineage import StoreLineage, checkpoint_lineage
+from .model import Checkpoint
+
+DEFAULT_MIN_CHAIN = 10
+RESCUE_RATIO = 0.8
+
+
+@dataclass(frozen=True)
+class Target:
+    entry: StoreLineage
+    reason: str  # long_chain | lineage_header_near_cap
+
+    def as_key(self) -> tuple[int, int, str, int]:
+        s = self.entry.store
+        return s.operator, s.partition, s.store, self.entry.batch
+
+
+@dataclass(frozen=True)
+class Skip:
+    operator: int
+    partition: int
+    store: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def plan_compaction(
+    ckpt: Checkpoint,
+    min_chain: int = DEFAULT_MIN_CHAIN,
+    now: float | None = None,
+    quiet_seconds: float = DEFAULT_QUIET_SECONDS,
+) -> tuple[list[Target], list[Skip]]:
+    """Targets at the latest committed batch; on a live query, at the one before it."""
+    now = time.time() if now is None else now
+    committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
+    if ckpt.format_version != 2 or not committed:
+        why = "format V1 is not compacted" if ckpt.format_version != 2 else "no committed batch"
+        return [], [Skip(-1, -1, "*", why)]
+    live = is_live(ckpt, now, quiet_seconds)
+    if live and len(committed) < 2:
+        return [], [Skip(-1, -1, "*", "live query with a single committed batch: nothing below the newest")]
+    batch = committed[-2] if live else committed[-1]
+    targets, skips = [], []
+    for entry in checkpoint_lineage(ckpt, batch):
+        s = entry.store
+
+        def skip(reason: str, s=s) -> None:
+            skips.append(Skip(s.operator, s.partition, s.store, reason))
+
+        if entry.chain_length == 0:
+            skip("loads from its own snapshot already")
+        elif not entry.loadable:
+            skip("replay chain incomplete: validate the checkpoint")
+        elif entry.lineage_header_bytes >= RESCUE_RATIO * LINEAGE_HEADER_CAP:
+            targets.append(Target(entry, "lineage_header_near_cap"))
+        elif entry.chain_length >= min_chain:
+            targets.append(Target(entry, "long_chain"))
+        else:
+            skip(f"chain of {entry.chain_length} is below {min_chain}")
+    return targets, skips

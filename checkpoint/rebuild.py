@@ -1,0 +1,339 @@
+"""Materialising `<V>_<U>.zip` for a committed store version: base zip + changelog replay, in RocksDB.
+
+Follows `shared/docs/rebuild-notes.md`: the merge operator's delimiter is set from the offset conf
+before the base is opened (a wrong one corrupts list state silently), MERGE records are applied as
+read-modify-write, rocksdict's own config file stays out of the zip, and column-family stores need a
+base zip for their family mapping. The rebuilt content is checked against an independent replay in
+a plain dict before anything is published. Publishing writes SSTs (new names), checks them, then the
+zip under a temporary name that is linked into place without ever overwriting, then its `.crc`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .crc import crc32c_signed
+from .errors import CheckpointError
+from .layout import MAINT_TEMP_PREFIX, FileKind
+from .lineage import StoreLineage
+from .model import Checkpoint
+
+KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
+MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
+_DELIMITERS = {None: b",", "1": b",", "2": b""}  # StringAppendOperator's delimiter per version
+_MERGE_LINE = re.compile(r"^(\s*)merge_operator=.*$", re.MULTILINE)
+_ZIP_ORDER = ("MANIFEST-", "CURRENT", ".log", "OPTIONS-")
+
+
+class RebuildError(CheckpointError):
+    """The store cannot be rebuilt safely; nothing was published."""
+
+
+@dataclass(frozen=True)
+class RebuildResult:
+    operator: int
+    partition: int
+    store: str
+    version: int
+    unique_id: str
+    path: str  # the published zip
+    seconds: float
+    keys: int
+    internal_keys: int
+    records: int
+    chain_length: int
+    bytes_read: int
+    bytes_written: int
+    ssts_reused: int
+    ssts_written: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def merge_delimiter(conf: dict[str, str]) -> bytes:
+    version = conf.get(MERGE_VERSION_CONF)
+    if version not in _DELIMITERS:
+        raise RebuildError(f"unknown {MERGE_VERSION_CONF}={version!r}: the merge semantics are not known")
+    return _DELIMITERS[version]
+
+
+def _digest(items) -> str:
+    h = hashlib.sha256()
+    for key, value in sorted(items):
+        h.update(len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value)
+    return h.hexdigest()
+
+
+def _open_options():
+    import rocksdict
+
+    # Spark 4.x: block-based table, format_version 5, 4 KiB blocks, 10-bit bloom filter, LZ4.
+    opts = rocksdict.Options(raw_mode=True)
+    table = rocksdict.BlockBasedOptions()
+    table.set_format_version(5)
+    table.set_block_size(4096)
+    table.set_bloom_filter(10, False)
+    opts.set_block_based_table_factory(table)
+    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
+    opts.create_if_missing(True)
+    return opts
+
+
+class _Replay:
+    """Applies changelog records to the DB and, independently, to a dict with the same semantics."""
+
+    def __init__(self, db, expected: dict[bytes, bytes], delimiter: bytes):
+        import rocksdict
+
+        self.db, self.expected, self.delimiter = db, expected, delimiter
+        self._new_batch = lambda: rocksdict.WriteBatch(raw_mode=True)
+        self.batch = self._new_batch()
+        self.pending = 0
+        self.write_opts = rocksdict.WriteOptions()
+        self.write_opts.disable_wal = True  # a property, although the stub shows a method
+        self.records = 0
+
+    def _flush_batch(self) -> None:
+        if self.pending:
+            self.db.write(self.batch, self.write_opts)
+            self.batch = self._new_batch()  # a written batch is consumed
+            self.pending = 0
+
+    def apply(self, op: str, key: bytes, value: bytes | None) -> None:
+        self.records += 1
+        if op == "put":
+            self.batch.put(key, value)
+            self.expected[key] = value  # type: ignore[assignment]
+        elif op == "delete":
+            self.batch.delete(key)
+            self.expected.pop(key, None)
+        else:  # merge: StringAppendOperator as read-modify-write (rocksdict has no merge call)
+            self._flush_batch()
+            old = self.db.get(key)
+            merged = value if old is None else old + self.delimiter + value  # type: ignore[operator]
+            self.db.put(key, merged, self.write_opts)
+            old_expected = self.expected.get(key)
+            self.expected[key] = value if old_expected is None else old_expected + self.delimiter + value  # type: ignore[operator]
+            return
+        self.pending += 1
+        if self.pending >= 10_000:
+            self._flush_batch()
+
+    def finish(self) -> None:
+        self._flush_batch()
+
+
+def rebuild_store(ckpt: Checkpoint, entry: StoreLineage, workdir: str | None = None) -> RebuildResult:
+    """Rebuilds the committed (version, id) of one store as a snapshot zip and publishes it."""
+    import rocksdict
+
+    started = time.monotonic()
+    if ckpt.format_version != 2 or entry.unique_id is None:
+        raise RebuildError("only format V2 stores are compacted", ckpt.url)
+    if not entry.loadable:
+        raise RebuildError(
+            f"{entry.store}: the replay chain of version {entry.version} is incomplete", ckpt.url
+        )
+    store = ckpt.stores[entry.store]
+    if store.file(FileKind.ZIP, entry.version, entry.unique_id) is not None:
+        raise RebuildError(f"{entry.store}: version {entry.version} already has its snapshot", ckpt.url)
+    folder = entry.committed_file.rel.rsplit("/", 1)[0]  # type: ignore[union-attr]
+    conf = ckpt.batches[entry.batch].offset.conf if ckpt.batches[entry.batch].offset else {}
+    delimiter = merge_delimiter(conf)
+    cf_store = entry.header is not None and entry.header.has_column_families
+    if cf_store and entry.base is None:
+        raise RebuildError(
+            f"{entry.store}: a column-family store needs a base zip for its family mapping", ckpt.url
+        )
+
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-rebuild-", dir=workdir))
+    try:
+        db_dir, bytes_read = tmp / "db", 0
+        db_dir.mkdir()
+        base_meta: dict = {}
+        if entry.base is not None:
+            bytes_read += _unpack_base(ckpt, entry, folder, db_dir, delimiter)
+            base_meta = _zip_metadata(db_dir)
+        db = rocksdict.Rdict(str(db_dir), options=_open_options())
+        try:
+            expected = dict(db.items())
+            replay = _Replay(db, expected, delimiter)
+            for f in entry.chain:
+                data = ckpt.storage.read_bytes(f.rel)
+                bytes_read += len(data)
+                _, records = ckpt.read_changelog(f, data)
+                for r in records:
+                    replay.apply(r.op, r.key, r.value)
+            replay.finish()
+            db.flush()
+            checkpoint_dir = tmp / "checkpoint"
+            rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
+        finally:
+            db.close()
+        rebuilt = rocksdict.Rdict(
+            str(checkpoint_dir),
+            options=rocksdict.Options(raw_mode=True),
+            access_type=rocksdict.AccessType.read_only(False),
+        )
+        try:
+            content = list(rebuilt.items())
+        finally:
+            rebuilt.close()
+        if _digest(content) != _digest(expected.items()):
+            raise RebuildError(
+                f"{entry.store}: the rebuilt store differs from an independent replay", ckpt.url
+            )
+        keys, internal = _count_keys(content, base_meta)
+        result = _publish(ckpt, entry, folder, checkpoint_dir, base_meta, keys, internal)
+        sid = entry.store
+        return RebuildResult(
+            operator=sid.operator, partition=sid.partition, store=sid.store, version=entry.version,
+            unique_id=entry.unique_id, path=ckpt.storage.full(result["zip"]),
+            seconds=round(time.monotonic() - started, 3), keys=keys, internal_keys=internal,
+            records=replay.records, chain_length=len(entry.chain), bytes_read=bytes_read,
+            bytes_written=result["bytes"], ssts_reused=result["reused"], ssts_written=result["written"],
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unpack_base(ckpt: Checkpoint, entry: StoreLineage, folder: str, db_dir: Path, delimiter: bytes) -> int:
+    data = ckpt.storage.read_bytes(entry.base.rel)  # type: ignore[union-attr]
+    read = len(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        for name in zf.namelist():
+            if "/" in name or name.startswith("."):
+                raise RebuildError(f"unexpected entry {name!r} in {entry.base.rel}", ckpt.url)  # type: ignore
+            (db_dir / name).write_bytes(zf.read(name))
+    meta = _zip_metadata(db_dir)
+    for sst in meta["sstFiles"]:
+        blob = ckpt.storage.read_bytes(f"{folder}/SSTs/{sst['dfsSstFileName']}")
+        if len(blob) != int(sst["sizeBytes"]):
+            raise RebuildError(
+                f"SST {sst['dfsSstFileName']} has {len(blob)} bytes, the zip lists {sst['sizeBytes']}"
+            )
+        (db_dir / sst["localFileName"]).write_bytes(blob)
+        read += len(blob)
+    # rebuild-notes §1: RocksDB reads the merge operator from the newest OPTIONS file, and Spark's says
+    # StringAppendOperator without a delimiter, which means "," - not what mergeOperatorVersion 2 uses.
+    spec = f"merge_operator={{id=StringAppendOperator;delimiter={delimiter.decode()};}}"
+    for options in db_dir.glob("OPTIONS-*"):
+        text = options.read_text()
+        options.write_text(_MERGE_LINE.sub(lambda m: m.group(1) + spec, text))
+    return read
+
+
+def _zip_metadata(db_dir: Path) -> dict:
+    path = db_dir / "metadata"
+    if not path.exists():
+        return {}
+    head, _, body = path.read_text().partition("\n")
+    if head.strip() != "v1":
+        raise RebuildError(f"zip metadata version {head!r} is not v1")
+    return json.loads(body)
+
+
+def _count_keys(content: list[tuple[bytes, bytes]], base_meta: dict) -> tuple[int, int]:
+    """(numKeys, numInternalKeys): column-family stores count by the family id's type."""
+    mapping = base_meta.get("columnFamilyMapping") or {}
+    if not mapping:
+        return len(content), 0
+    types = base_meta.get("columnFamilyTypeMap") or {}
+    internal_ids = {cf_id for name, cf_id in mapping.items() if types.get(name)}
+    known = set(mapping.values())
+    internal = 0
+    for key, _ in content:
+        cf = int.from_bytes(key[:2], "little")
+        if cf not in known:
+            raise RebuildError(f"key with unknown column family id {cf}")
+        internal += cf in internal_ids
+    return len(content) - internal, internal
+
+
+def _publish(ckpt, entry, folder, checkpoint_dir: Path, base_meta: dict, keys: int, internal: int) -> dict:
+    fs, full = ckpt.storage.fs, ckpt.storage.full
+    base_ssts = {s["localFileName"]: s for s in base_meta.get("sstFiles", [])}
+    listed, reused, written, bytes_written = [], 0, 0, 0
+    fs.makedirs(full(f"{folder}/SSTs"), exist_ok=True)  # a store that never had a snapshot has none
+    for sst in sorted(checkpoint_dir.glob("*.sst")):
+        size = sst.stat().st_size
+        known = base_ssts.get(sst.name)
+        if known is not None and int(known["sizeBytes"]) == size:
+            listed.append(known)
+            reused += 1
+            continue
+        dfs = f"{sst.stem}-{uuid.uuid4()}.sst"  # a new name: never overwrites, shared SSTs stay intact
+        fs.put_file(str(sst), full(f"{folder}/SSTs/{dfs}"))
+        listed.append({"localFileName": sst.name, "dfsSstFileName": dfs, "sizeBytes": size})
+        written += 1
+        bytes_written += size
+    for sst in listed:  # the zip is written only once every SST it lists exists with its size
+        info = fs.info(full(f"{folder}/SSTs/{sst['dfsSstFileName']}"))
+        if int(info["size"]) != int(sst["sizeBytes"]):
+            raise RebuildError(f"SST {sst['dfsSstFileName']} landed with {info['size']} bytes")
+    meta = {
+        "sstFiles": listed,
+        "numKeys": keys,
+        "numInternalKeys": internal,
+        "columnFamilyMapping": base_meta.get("columnFamilyMapping") or {},
+        "columnFamilyTypeMap": base_meta.get("columnFamilyTypeMap") or {},
+        "maxColumnFamilyId": base_meta.get("maxColumnFamilyId", 0),
+    }
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for prefix in _ZIP_ORDER:  # rocksdict-config.json stays out (rebuild-notes §4)
+            for p in sorted(checkpoint_dir.iterdir()):
+                if p.name.startswith(prefix) or (prefix == ".log" and p.name.endswith(".log")):
+                    zf.write(p, p.name)
+        zf.writestr("metadata", "v1\n" + json.dumps(meta, separators=(",", ":")))
+    data = buf.getvalue()
+    if os.environ.get(KILL_BEFORE_ZIP_ENV):  # fault injection for crash tests: SSTs are out, the zip is not
+        os.kill(os.getpid(), signal.SIGKILL)
+    name = f"{entry.version}_{entry.unique_id}.zip"
+    _publish_no_clobber(ckpt, f"{folder}/{name}", data)
+    sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
+               "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
+    _publish_no_clobber(ckpt, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
+    return {
+        "zip": f"{folder}/{name}",
+        "bytes": bytes_written + len(data),
+        "reused": reused,
+        "written": written,
+    }
+
+
+def _publish_no_clobber(ckpt: Checkpoint, rel: str, data: bytes) -> None:
+    """Atomic and never overwriting: a local temp file linked into place; one PUT elsewhere."""
+    fs, target = ckpt.storage.fs, ckpt.storage.full(rel)
+    if fs.exists(target):
+        raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url)
+    proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if proto not in ("file", "local"):
+        fs.pipe_file(target, data)  # one PUT: the object appears whole or not at all
+        return
+    folder, name = os.path.split(target)
+    # Our own temp name: a crash leaves a file cleanup recognises (and removes after the grace period).
+    temp = os.path.join(folder, f"{MAINT_TEMP_PREFIX}{name}.{uuid.uuid4().hex}.tmp")
+    with open(temp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(temp, target)  # fails if the target exists: no clobber
+    except FileExistsError as exc:
+        raise RebuildError(f"{rel} appeared while rebuilding: never overwritten", ckpt.url) from exc
+    finally:
+        os.unlink(temp)

@@ -1,0 +1,169 @@
+"""Compaction on real checkpoints: Spark loads the rebuilt snapshot and finds the same state."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.compaction import plan_compaction
+from checkpoint.gc_plan import plan_gc
+from checkpoint.lineage import checkpoint_lineage
+from checkpoint.model import load_checkpoint
+from checkpoint.rebuild import RebuildError, merge_delimiter, rebuild_store
+from jobs.compact import run_compaction
+from jobs.corpus import scenario_named
+from tests.support.state import READERS, read_state
+
+pytestmark = pytest.mark.slow
+
+
+def _batch_with_chains(name: str, ckpt) -> int:
+    """The newest committed batch at which some store replays changelogs (for the snapshot-heavy ones)."""
+    for batch in sorted((b.id for b in ckpt.batches.values() if b.committed), reverse=True):
+        if any(e.chain_length > 0 for e in checkpoint_lineage(ckpt, batch)):
+            return batch
+    raise AssertionError(f"{name}: every batch loads from a snapshot")
+
+
+def _snapshot_rows(spark, path: Path, batch: int, partition: int, options: dict) -> list[str]:
+    reader = spark.read.format("statestore").option("batchId", batch)
+    for k, v in {**options, "snapshotStartBatchId": batch, "snapshotPartitionId": partition}.items():
+        reader = reader.option(k, v)
+    return sorted(map(repr, reader.load(str(path)).collect()))
+
+
+def _rows_of_partition(spark, path: Path, batch: int, partition: int, options: dict) -> list[str]:
+    reader = spark.read.format("statestore").option("batchId", batch)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return sorted(repr(r) for r in reader.load(str(path)).collect() if r.partition_id == partition)
+
+
+CASES = {  # scenario -> reader options per operator (the store's partitions are checked one by one)
+    "long_chain": [{}],
+    "watermark": [{}],
+    "list_state": READERS["list_state"],
+    "join_cf": READERS["join_cf"],
+    "dedup_agg": READERS["dedup_agg"],
+    "join": [{"storeName": s} for s in ("left-keyToNumValues", "left-keyWithIndexToValue",
+                                        "right-keyToNumValues", "right-keyWithIndexToValue")],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_spark_loads_the_rebuilt_snapshot_with_the_same_rows(spark, corpus, copy_of, name) -> None:
+    path = copy_of(name)
+    ckpt = load_checkpoint(str(path))
+    batch = _batch_with_chains(name, ckpt)
+    rebuilt = []
+    for entry in checkpoint_lineage(ckpt, batch):
+        if entry.chain_length:
+            result = rebuild_store(ckpt, entry)
+            assert Path(result.path).exists() and result.chain_length == entry.chain_length
+            rebuilt.append(entry)
+    assert rebuilt
+    for entry in rebuilt:
+        options = [
+            o
+            for o in CASES[name]
+            if o.get("operatorId", str(entry.store.operator)) == str(entry.store.operator)
+        ]
+        if name == "join":
+            options = [{"storeName": entry.store.store}]
+        for opts in options:
+            expected = _rows_of_partition(spark, corpus[name], batch, entry.store.partition, opts)
+            assert _snapshot_rows(spark, path, batch, entry.store.partition, opts) == expected, (
+                entry.store,
+                opts,
+            )
+    after = {e.store: e.chain_length for e in checkpoint_lineage(load_checkpoint(str(path)), batch)}
+    assert all(after[e.store] == 0 for e in rebuilt)  # validation reports the shorter chains
+
+
+@pytest.mark.parametrize("name", ["long_chain", "list_state", "join_cf"])
+def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root, tmp_path, name) -> None:
+    scenario = scenario_named(name)
+    compacted, untouched = tmp_path / "compacted", tmp_path / "untouched"
+    shutil.copytree(corpus[name], compacted)
+    shutil.copytree(corpus[name], untouched)
+    ckpt = load_checkpoint(str(compacted))
+    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    assert targets
+    results = run_compaction(spark, str(compacted), [t.as_key() for t in targets])
+    assert all(r["ok"] for r in results), results
+    fresh = {r["path"] for r in results}
+    for z in compacted.rglob("*.zip"):  # every other snapshot goes: only the rebuilt ones remain
+        if str(z) not in fresh:
+            z.unlink()
+            Path(str(z) + ".crc").unlink(missing_ok=True)
+    extra = tmp_path / "more-input"
+    scenario.restart(spark, corpus_root / scenario.name, compacted, extra)
+    scenario.restart(spark, corpus_root / scenario.name, untouched, extra)
+    final = load_checkpoint(str(compacted)).latest_committed_batch
+    assert final == load_checkpoint(str(untouched)).latest_committed_batch
+    assert read_state(spark, compacted, final, name) == read_state(spark, untouched, final, name)
+
+
+def test_kill_9_between_ssts_and_zip(spark, corpus, copy_of) -> None:
+    path = copy_of("long_chain")
+    ckpt = load_checkpoint(str(path))
+    batch = ckpt.latest_committed_batch
+    code = (
+        "from checkpoint.model import load_checkpoint\n"
+        "from checkpoint.lineage import checkpoint_lineage\n"
+        "from checkpoint.rebuild import rebuild_store\n"
+        f"c = load_checkpoint({str(path)!r})\n"
+        "rebuild_store(c, checkpoint_lineage(c)[0])\n"
+    )
+    env = {**os.environ, "CKPT_REBUILD_KILL_BEFORE_ZIP": "1"}
+    died = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert died.returncode == -9
+    assert not list(path.rglob("*.zip"))
+    leftovers = {p.relative_to(path).as_posix() for p in path.rglob("*.sst")}
+    assert leftovers  # the new SSTs, and nothing else new
+    assert read_state(spark, path, batch, "long_chain") == read_state(
+        spark, corpus["long_chain"], batch, "long_chain"
+    )
+    plan = plan_gc(load_checkpoint(str(path)), now=time.time() + 7 * 3600, quiet_seconds=0)
+    assert {c.path for c in plan.candidates} == leftovers
+    assert {c.reason for c in plan.candidates} == {"unreferenced_sst"}
+
+
+def test_refusals(copy_of) -> None:
+    with pytest.raises(RebuildError, match="unknown"):
+        merge_delimiter({"spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion": "3"})
+    assert (
+        merge_delimiter({}) == b","
+        and merge_delimiter({"spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion": "2"}) == b""
+    )
+    path = copy_of("watermark")
+    ckpt = load_checkpoint(str(path))
+    entry = next(e for e in checkpoint_lineage(ckpt) if e.chain_length)
+    rebuild_store(ckpt, entry)
+    with pytest.raises(RebuildError, match="already has its snapshot"):
+        rebuild_store(load_checkpoint(str(path)), entry)
+
+
+def test_the_job_runs_unchanged_on_a_standalone_cluster(spark, corpus, copy_of, tmp_path) -> None:
+    import json
+
+    from tests.support.cluster import standalone_cluster
+
+    path = copy_of("long_chain")
+    ckpt_bin = Path(sys.executable).parent / "ckpt"
+    with standalone_cluster(tmp_path / "cluster-logs") as master:
+        out = subprocess.run([str(ckpt_bin), "compact", str(path), "--master", master, "--json"],
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    assert len(doc["materialized"]) == 4 and not doc["failed"]
+    for m in doc["materialized"]:
+        b = m["version"] - 1
+        expected = _rows_of_partition(spark, corpus["long_chain"], b, m["partition"], {})
+        assert _snapshot_rows(spark, path, b, m["partition"], {}) == expected
