@@ -35,6 +35,21 @@ class Skip:
         return dict(self.__dict__)
 
 
+def _next_header_bytes(entry: StoreLineage) -> int:
+    """The size of the lineage header Spark writes next if nothing changes: one more entry."""
+    one_more = len(f',{{"version":{entry.version},"checkpointUniqueId":"{entry.unique_id}"}}')
+    return entry.lineage_header_bytes + one_more
+
+
+def dead_on_the_cap(ckpt: Checkpoint, latest: list[StoreLineage]) -> bool:
+    """An unfinished batch whose stores cannot write their next changelog header: the query died on
+    the cap and dies again on every restart. Nothing can be writing it, so its newest committed
+    version may be compacted - the only rescue, since Spark resets its lineage only when it loads a
+    version from that version's own zip (seen in the rescue test)."""
+    unfinished = (ckpt.latest_planned_batch or -1) > (ckpt.latest_committed_batch or -1)
+    return unfinished and any(_next_header_bytes(e) > LINEAGE_HEADER_CAP for e in latest if e.header)
+
+
 def plan_compaction(
     ckpt: Checkpoint,
     min_chain: int = DEFAULT_MIN_CHAIN,
@@ -48,11 +63,17 @@ def plan_compaction(
         why = "format V1 is not compacted" if ckpt.format_version != 2 else "no committed batch"
         return [], [Skip(-1, -1, "*", why)]
     live = is_live(ckpt, now, quiet_seconds)
-    if live and len(committed) < 2:
-        return [], [Skip(-1, -1, "*", "live query with a single committed batch: nothing below the newest")]
-    batch = committed[-2] if live else committed[-1]
+    latest = checkpoint_lineage(ckpt, committed[-1])
+    if live and not dead_on_the_cap(ckpt, latest):
+        if len(committed) < 2:
+            return [], [
+                Skip(-1, -1, "*", "live query with a single committed batch: nothing below the newest")
+            ]
+        entries = checkpoint_lineage(ckpt, committed[-2])
+    else:
+        entries = latest
     targets, skips = [], []
-    for entry in checkpoint_lineage(ckpt, batch):
+    for entry in entries:
         s = entry.store
 
         def skip(reason: str, s=s) -> None:

@@ -167,3 +167,31 @@ def test_the_job_runs_unchanged_on_a_standalone_cluster(spark, corpus, copy_of, 
         b = m["version"] - 1
         expected = _rows_of_partition(spark, corpus["long_chain"], b, m["partition"], {})
         assert _snapshot_rows(spark, path, b, m["partition"], {}) == expected
+
+
+def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, tmp_path) -> None:
+    from checkpoint.validate import validate
+    from jobs.corpus import RESCUE, died_on_lineage_cap, ensure_rescue_corpus
+
+    scenario_dir = ensure_rescue_corpus()
+    dead, rescued = tmp_path / "dead", tmp_path / "rescued"
+    shutil.copytree(scenario_dir / "checkpoint", dead)
+    shutil.copytree(scenario_dir / "checkpoint", rescued)
+    before = load_checkpoint(str(rescued), strict=False)
+    codes = {f.code for f in validate(before).findings}
+    assert "LINEAGE_HEADER_NEAR_CAP" in codes
+    assert before.latest_planned_batch == before.latest_committed_batch + 1  # the batch that died
+
+    with pytest.raises(Exception) as died:  # noqa: B017 - Spark wraps the cause; checked below
+        RESCUE.restart(spark, scenario_dir, dead, tmp_path / "more-dead")  # dead for good without help
+    assert died_on_lineage_cap(died.value)
+
+    targets, _ = plan_compaction(before)
+    assert targets and {t.reason for t in targets} == {"lineage_header_near_cap"}
+    results = run_compaction(spark, str(rescued), [t.as_key() for t in targets])
+    assert all(r["ok"] for r in results), results
+    RESCUE.restart(spark, scenario_dir, rescued, tmp_path / "more")
+    after = load_checkpoint(str(rescued), strict=False)
+    assert after.latest_committed_batch > before.latest_committed_batch
+    assert "LINEAGE_HEADER_NEAR_CAP" not in {f.code for f in validate(after).findings}
+    assert max(e.lineage_header_bytes for e in checkpoint_lineage(after)) < 1000
