@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -131,65 +130,66 @@ def read_changelog(
     read, codec: str, path: str, named_v2: bool = True
 ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
     """Header and every record; the whole stream is decompressed and every block checksum checked."""
+    header, raw = read_changelog_raw(read, codec, path, named_v2)
+    return header, [ChangeRecord(op, key, value) for op, key, value in raw]  # type: ignore[arg-type]
+
+
+def read_changelog_raw(
+    read, codec: str, path: str, named_v2: bool = True
+) -> tuple[ChangelogHeader, list[tuple[str, bytes, bytes | None]]]:
+    """As read_changelog, with (op, key, value) tuples: the rebuild's hot path."""
     header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2)
-    body = reader.read(-1)
-    parse = _typed_records if header.has_column_families else _plain_records
-    return header, list(parse(body, path))
+    return header, parse_records(reader.read(-1), header.has_column_families, path)
 
 
-def _plain_records(data: bytes, path: str) -> Iterator[ChangeRecord]:
-    pos, end, unpack = 0, len(data), _I32.unpack_from
-    while True:
-        if pos + 4 > end:
-            raise CorruptFileError("truncated changelog: no end-of-records marker", path)
-        (klen,) = unpack(data, pos)
-        pos += 4
-        if klen == -1:
-            break
-        pos, record = _key_value(data, pos, klen, "put", path)
-        yield record
+def parse_records(data: bytes, typed: bool, path: str) -> list[tuple[str, bytes, bytes | None]]:
+    """The records after the header, up to the end-of-records marker, which must end the data.
+
+    One flat loop: it runs once per record of every changelog a rebuild replays.
+    """
+    out: list[tuple[str, bytes, bytes | None]] = []
+    append, unpack, ops = out.append, _I32.unpack_from, _TYPED
+    pos, end = 0, len(data)
+    try:
+        while True:
+            if typed:
+                rtype = data[pos]
+                pos += 1
+                if rtype == EOF_RECORD:
+                    break
+                op = ops.get(rtype)
+                if op is None:
+                    raise CorruptFileError(f"unknown record type 0x{rtype:02x} at byte {pos - 1}", path)
+                (klen,) = unpack(data, pos)
+                pos += 4
+            else:
+                (klen,) = unpack(data, pos)
+                pos += 4
+                if klen == -1:
+                    break
+                op = "put"
+            if klen < 0 or pos + klen + 4 > end:
+                raise CorruptFileError(f"bad key length {klen} at byte {pos - 4}", path)
+            key = data[pos : pos + klen]
+            pos += klen
+            (vlen,) = unpack(data, pos)
+            pos += 4
+            if vlen == -1:
+                if op == "merge":
+                    raise CorruptFileError("merge record without a value", path)
+                append(("delete", key, None))
+                continue
+            if vlen < 0 or pos + vlen > end:
+                raise CorruptFileError(f"bad value length {vlen} at byte {pos - 4}", path)
+            if op == "delete":
+                raise CorruptFileError("delete record with a value", path)
+            append((op, key, data[pos : pos + vlen]))
+            pos += vlen
+    except (struct.error, IndexError) as exc:
+        raise CorruptFileError("truncated changelog: no end-of-records marker", path) from exc
     if pos != end:
         raise CorruptFileError(f"{end - pos} bytes after the end-of-records marker", path)
-
-
-def _typed_records(data: bytes, path: str) -> Iterator[ChangeRecord]:
-    pos, end, unpack = 0, len(data), _I32.unpack_from
-    while True:
-        if pos >= end:
-            raise CorruptFileError("truncated changelog: no end-of-records marker", path)
-        rtype = data[pos]
-        pos += 1
-        if rtype == EOF_RECORD:
-            break
-        op = _TYPED.get(rtype)
-        if op is None:
-            raise CorruptFileError(f"unknown record type 0x{rtype:02x} at byte {pos - 1}", path)
-        if pos + 4 > end:
-            raise CorruptFileError("truncated changelog inside a record", path)
-        (klen,) = unpack(data, pos)
-        pos, record = _key_value(data, pos + 4, klen, op, path)
-        yield record
-    if pos != end:
-        raise CorruptFileError(f"{end - pos} bytes after the end-of-records marker", path)
-
-
-def _key_value(data: bytes, pos: int, klen: int, op: str, path: str) -> tuple[int, ChangeRecord]:
-    end = len(data)
-    if klen < 0 or pos + klen + 4 > end:
-        raise CorruptFileError(f"bad key length {klen} at byte {pos - 4}", path)
-    key = data[pos : pos + klen]
-    pos += klen
-    (vlen,) = _I32.unpack_from(data, pos)
-    pos += 4
-    if vlen == -1:
-        if op == "merge":
-            raise CorruptFileError("merge record without a value", path)
-        return pos, ChangeRecord("delete", key, None)
-    if vlen < 0 or pos + vlen > end:
-        raise CorruptFileError(f"bad value length {vlen} at byte {pos - 4}", path)
-    if op == "delete":
-        raise CorruptFileError("delete record with a value", path)
-    return pos + vlen, ChangeRecord(op, key, data[pos : pos + vlen])  # type: ignore[arg-type]
+    return out
 
 
 def column_family_id(key: bytes) -> int:

@@ -6,6 +6,7 @@ itself, and returns its result as a plain dict; the driver only plans and collec
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 
@@ -16,10 +17,17 @@ def _rebuild_one(url: str, storage_options: dict[str, Any], key: tuple[int, int,
     from checkpoint.rebuild import rebuild_store
 
     operator, partition, store, batch = key
+    started = time.monotonic()
     try:
         ckpt = load_checkpoint(url, storage_options)
         entry = store_lineage(ckpt, StoreId(operator, partition, store), batch)
-        return {"ok": True, "chain_before": entry.chain_length, **rebuild_store(ckpt, entry).as_dict()}
+        result = rebuild_store(ckpt, entry).as_dict()
+        return {
+            "ok": True,
+            "chain_before": entry.chain_length,
+            "task_seconds": time.monotonic() - started,
+            **result,
+        }
     except CheckpointError as exc:
         return {"ok": False, "operator": operator, "partition": partition, "store": store, "error": str(exc)}
 
