@@ -6,9 +6,8 @@ import time
 from dataclasses import dataclass
 
 from .changelog import LINEAGE_HEADER_CAP
-from .gc_plan import DEFAULT_QUIET_SECONDS, is_live
 from .lineage import StoreLineage, checkpoint_lineage
-from .model import Checkpoint
+from .model import DEFAULT_QUIET_SECONDS, Checkpoint
 
 DEFAULT_MIN_CHAIN = 10
 RESCUE_RATIO = 0.8
@@ -62,7 +61,7 @@ def plan_compaction(
     if ckpt.format_version != 2 or not committed:
         why = "format V1 is not compacted" if ckpt.format_version != 2 else "no committed batch"
         return [], [Skip(-1, -1, "*", why)]
-    live = is_live(ckpt, now, quiet_seconds)
+    live = ckpt.is_live(now, quiet_seconds)
     latest = checkpoint_lineage(ckpt, committed[-1])
     if live and not dead_on_the_cap(ckpt, latest):
         if len(committed) < 2:

@@ -20,13 +20,12 @@ from typing import Any
 from .errors import CheckpointError
 from .layout import FileKind
 from .lineage import store_ids
-from .model import Checkpoint
-from .orphans import GcOptions, Reason, RetentionInputs, UnsafeToPlan, find_orphans
+from .model import DEFAULT_QUIET_SECONDS, Checkpoint
+from .orphans import GcOptions, RetentionInputs, UnsafeToPlan, find_orphans
 from .validate import Category, Severity, validate
 
 MIN_GRACE_SECONDS = 15 * 60
 DEFAULT_GRACE_SECONDS = 6 * 3600
-DEFAULT_QUIET_SECONDS = 3600
 PLAN_FORMAT = 1
 
 
@@ -127,14 +126,6 @@ def commit_digests(ckpt: Checkpoint) -> dict[int, str]:
     return {b.id: b.commit.digest for b in ckpt.batches.values() if b.commit is not None}
 
 
-def is_live(ckpt: Checkpoint, now: float, quiet_seconds: float) -> bool:
-    """An unfinished batch, or a commit or offset written within the quiet period."""
-    if (ckpt.latest_planned_batch or -1) > (ckpt.latest_committed_batch or -1):
-        return True
-    times = [f.info.mtime for f in ckpt.files if f.kind in (FileKind.COMMIT, FileKind.OFFSET)]
-    return any(t is None or now - t < quiet_seconds for t in times)
-
-
 def _inputs(ckpt: Checkpoint, window: list[int]) -> RetentionInputs:
     committed: dict[int, dict] = {}
     lineages = {}
@@ -224,7 +215,7 @@ def plan_gc(
     if not committed:
         raise GcError("no committed batch: nothing can be told apart from a batch in flight", ckpt.url)
     window = committed[-retain_batches:] if retain_batches else committed
-    live = is_live(ckpt, now, quiet_seconds)
+    live = ckpt.is_live(now, quiet_seconds)
     try:
         scan = find_orphans(_inputs(ckpt, window), GcOptions(grace_seconds=grace_seconds, live=live), now)
     except UnsafeToPlan as exc:
@@ -271,15 +262,3 @@ def _delete_order(kind: FileKind, rel: str) -> tuple[int, str]:
 def _store_label(f) -> str | None:
     w = f.what
     return None if w.operator is None else f"{w.operator}/{w.partition}/{w.store}"
-
-
-__all__ = [
-    "GcError",
-    "Plan",
-    "PlannedFile",
-    "Reason",
-    "parse_duration",
-    "plan_gc",
-    "is_live",
-    "commit_digests",
-]

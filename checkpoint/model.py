@@ -31,6 +31,7 @@ from .storage import FileInfo, Storage
 
 DEFAULT_STORE = "default"
 CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
+DEFAULT_QUIET_SECONDS = 3600  # a commit or offset newer than this marks a query live
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
 
@@ -165,6 +166,13 @@ class Checkpoint:
         except ValueError:
             return None
         return ids[index] if index < len(ids) else None
+
+    def is_live(self, now: float, quiet_seconds: float = DEFAULT_QUIET_SECONDS) -> bool:
+        """An unfinished batch, or a commit or offset written within the quiet period (or undated)."""
+        if (self.latest_planned_batch or -1) > (self.latest_committed_batch or -1):
+            return True
+        times = [f.info.mtime for f in self.files if f.kind in (FileKind.COMMIT, FileKind.OFFSET)]
+        return any(t is None or now - t < quiet_seconds for t in times)
 
     @property
     def changelog_codec(self) -> str:
