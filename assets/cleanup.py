@@ -36,12 +36,6 @@ def _audit(roots: CheckpointRootsResource, checkpoint_url: str) -> AuditTrail:
     return AuditTrail(roots.audit_url or AuditTrail.default_for(checkpoint_url))
 
 
-def _storage(roots: CheckpointRootsResource, key: str):
-    name, rel = parse_partition_key(key)
-    storage = roots.storage(name)
-    return storage.child(rel) if rel else storage
-
-
 @dg.asset(
     partitions_def=checkpoint_partitions,
     group_name=GROUP,
@@ -58,7 +52,7 @@ def _storage(roots: CheckpointRootsResource, key: str):
 def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResource):
     """Files no batch will ever read again, with the reason for each, written to the audit trail."""
     try:
-        ckpt = load_checkpoint(_storage(roots, context.partition_key))  # strict: fail closed
+        ckpt = load_checkpoint(roots.checkpoint_storage(context.partition_key))  # strict: fail closed
         plan = plan_gc(
             ckpt,
             grace_seconds=parse_duration(roots.grace),
@@ -117,7 +111,7 @@ def checkpoint_orphan_cleanup(
         )
     audit = _audit(roots, plan.checkpoint)
     try:
-        result = apply_plan(plan, _storage(roots, context.partition_key), audit)
+        result = apply_plan(plan, roots.checkpoint_storage(context.partition_key), audit)
     except CheckpointError as exc:
         raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed[:25])

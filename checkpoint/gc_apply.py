@@ -15,14 +15,15 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import fsspec
 
-from .gc_plan import GcError, Plan, PlannedFile
+from .gc_plan import GcError, Plan, PlannedFile, totals_by
 from .layout import FileKind, classify
-from .storage import Storage, mtime_of
+from .logs import commit_digest
+from .storage import Storage, is_local, mtime_of
 
 MAX_KEYS_PER_REQUEST = 1000  # S3 DeleteObjects' limit
 AUDIT_FOLDER = "_ckpt_audit"
@@ -45,9 +46,7 @@ def check_plan(plan: Plan, storage: Storage) -> CheckResult:
         return CheckResult(False, "the commit log is gone", None)
     rels = [f"commits/{n.rstrip('/').rsplit('/', 1)[1]}" for n in names]
     rels = [r for r in rels if classify(r).kind == FileKind.COMMIT]
-    current = {
-        int(r.split("/")[1]): hashlib.sha256(d).hexdigest() for r, d in storage.read_many(rels).items()
-    }
+    current = {int(r.split("/")[1]): commit_digest(d) for r, d in storage.read_many(rels).items()}
     newest = max(current, default=None)
     if newest is None or newest < plan.against_batch:
         return CheckResult(
@@ -77,13 +76,7 @@ class Outcome:
     why: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "bytes": self.bytes,
-            "reason": self.reason,
-            "outcome": self.outcome,
-            "why": self.why,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -95,12 +88,7 @@ class ApplyResult:
     failed: list[Outcome] = field(default_factory=list)
 
     def reclaimed_by_reason(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for o in self.deleted:
-            entry = out.setdefault(o.reason, {"files": 0, "bytes": 0})
-            entry["files"] += 1
-            entry["bytes"] += o.bytes
-        return dict(sorted(out.items()))
+        return totals_by(self.deleted, "reason")
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -152,7 +140,7 @@ class AuditTrail:
         url = self.outcomes_url(plan)
         fs, path = fsspec.core.url_to_fs(url, **self.options)
         lines = "".join(json.dumps({"at": time.time(), **o.as_dict()}) + "\n" for o in outcomes)
-        if _is_local(fs):
+        if is_local(fs):
             fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             with open(path, "a") as f:
                 f.write(lines)
@@ -162,11 +150,6 @@ class AuditTrail:
             part = f"{path}.{time.time_ns()}"
             with fs.open(part, "w") as f:
                 f.write(lines)
-
-
-def _is_local(fs) -> bool:
-    proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return proto in ("file", "local")
 
 
 def _is_throttle(exc: BaseException) -> bool:

@@ -22,6 +22,7 @@ from .layout import FileKind
 from .lineage import store_ids
 from .model import DEFAULT_QUIET_SECONDS, Checkpoint
 from .orphans import GcOptions, RetentionInputs, UnsafeToPlan, find_orphans
+from .storage import is_local
 from .validate import Category, Severity, validate
 
 MIN_GRACE_SECONDS = 15 * 60
@@ -39,6 +40,16 @@ def parse_duration(text: str) -> float:
     if not m:
         raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 6h, 2d)")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def totals_by(items, key: str) -> dict[str, dict[str, int]]:
+    """Files and bytes per value of `key` (reason, store) of planned or processed files."""
+    out: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
+    for item in items:
+        entry = out[getattr(item, key) or "-"]
+        entry["files"] += 1
+        entry["bytes"] += item.bytes
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -74,12 +85,7 @@ class Plan:
         return sum(c.bytes for c in self.candidates)
 
     def totals(self, key: str) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
-        for c in self.candidates:
-            entry = out[getattr(c, key) or "-"]
-            entry["files"] += 1
-            entry["bytes"] += c.bytes
-        return dict(sorted(out.items()))
+        return totals_by(self.candidates, key)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -164,7 +170,7 @@ def _guard_paths(ckpt: Checkpoint, rels: list[str]) -> None:
         parts = rel.split("/")
         if parts[0] != "state" or ".." in parts or "" in parts:
             raise GcError(f"refusing a path outside the checkpoint's state/ folder: {rel}", ckpt.url)
-    if ckpt.storage.protocol in ("file", "local"):
+    if is_local(ckpt.storage.fs):
         state = os.path.realpath(ckpt.storage.full("state"))
         folders: dict[str, str] = {}
         for rel in rels:

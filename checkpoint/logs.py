@@ -68,6 +68,11 @@ class CommitEntry:
     digest: str = ""  # sha256 of the file's bytes: a cleanup plan records what it was planned against
 
 
+def commit_digest(data: bytes) -> str:
+    """What a cleanup plan records of each commit file, to notice when one changes under it."""
+    return hashlib.sha256(data).hexdigest()
+
+
 def parse_commit(batch: int, data: bytes, path: str) -> CommitEntry:
     version, lines = split_versioned(data, path, COMMIT_VERSIONS)
     body = _json_object(lines, 0, path, "commit metadata")
@@ -81,9 +86,7 @@ def parse_commit(batch: int, data: bytes, path: str) -> CommitEntry:
             }
         except (TypeError, ValueError, AttributeError) as exc:
             raise CorruptFileError(f"malformed stateUniqueIds: {exc}", path) from exc
-    return CommitEntry(
-        batch, version, int(body.get("nextBatchWatermarkMs", 0)), parsed, hashlib.sha256(data).hexdigest()
-    )
+    return CommitEntry(batch, version, int(body.get("nextBatchWatermarkMs", 0)), parsed, commit_digest(data))
 
 
 @dataclass(frozen=True)

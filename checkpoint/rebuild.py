@@ -30,6 +30,8 @@ from .errors import CheckpointError
 from .layout import MAINT_TEMP_PREFIX, FileKind
 from .lineage import StoreLineage
 from .model import Checkpoint
+from .snapshot import SnapshotMetadata, parse_zip_metadata
+from .storage import is_local
 
 KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
@@ -158,10 +160,9 @@ def rebuild_store(ckpt: Checkpoint, entry: StoreLineage, workdir: str | None = N
     try:
         db_dir, bytes_read = tmp / "db", 0
         db_dir.mkdir()
-        base_meta: dict = {}
+        base_meta: SnapshotMetadata | None = None
         if entry.base is not None:
-            bytes_read += _unpack_base(ckpt, entry, folder, db_dir, delimiter)
-            base_meta = _zip_metadata(db_dir)
+            bytes_read, base_meta = _unpack_base(ckpt, entry, folder, db_dir, delimiter)
         db = rocksdict.Rdict(str(db_dir), options=_open_options())
         try:
             expected = dict(db.items())
@@ -207,22 +208,25 @@ def rebuild_store(ckpt: Checkpoint, entry: StoreLineage, workdir: str | None = N
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _unpack_base(ckpt: Checkpoint, entry: StoreLineage, folder: str, db_dir: Path, delimiter: bytes) -> int:
-    data = ckpt.storage.read_bytes(entry.base.rel)  # type: ignore[union-attr]
+def _unpack_base(
+    ckpt: Checkpoint, entry: StoreLineage, folder: str, db_dir: Path, delimiter: bytes
+) -> tuple[int, SnapshotMetadata]:
+    """The base zip's RocksDB files and SSTs in `db_dir`: (bytes read, the zip's metadata)."""
+    rel = entry.base.rel  # type: ignore[union-attr]
+    data = ckpt.storage.read_bytes(rel)
     read = len(data)
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        meta = parse_zip_metadata(zf.read("metadata"), ckpt.storage.full(rel))
         for name in zf.namelist():
             if "/" in name or name.startswith("."):
-                raise RebuildError(f"unexpected entry {name!r} in {entry.base.rel}", ckpt.url)  # type: ignore
-            (db_dir / name).write_bytes(zf.read(name))
-    meta = _zip_metadata(db_dir)
-    for sst in meta["sstFiles"]:
-        blob = ckpt.storage.read_bytes(f"{folder}/SSTs/{sst['dfsSstFileName']}")
-        if len(blob) != int(sst["sizeBytes"]):
-            raise RebuildError(
-                f"SST {sst['dfsSstFileName']} has {len(blob)} bytes, the zip lists {sst['sizeBytes']}"
-            )
-        (db_dir / sst["localFileName"]).write_bytes(blob)
+                raise RebuildError(f"unexpected entry {name!r} in {rel}", ckpt.url)
+            if name != "metadata":
+                (db_dir / name).write_bytes(zf.read(name))
+    for sst in meta.sst_files:
+        blob = ckpt.storage.read_bytes(f"{folder}/SSTs/{sst.dfs_name}")
+        if len(blob) != sst.size:
+            raise RebuildError(f"SST {sst.dfs_name} has {len(blob)} bytes, the zip lists {sst.size}")
+        (db_dir / sst.local_name).write_bytes(blob)
         read += len(blob)
     # rebuild-notes §1: RocksDB reads the merge operator from the newest OPTIONS file, and Spark's says
     # StringAppendOperator without a delimiter, which means "," - not what mergeOperatorVersion 2 uses.
@@ -230,25 +234,15 @@ def _unpack_base(ckpt: Checkpoint, entry: StoreLineage, folder: str, db_dir: Pat
     for options in db_dir.glob("OPTIONS-*"):
         text = options.read_text()
         options.write_text(_MERGE_LINE.sub(lambda m: m.group(1) + spec, text))
-    return read
+    return read, meta
 
 
-def _zip_metadata(db_dir: Path) -> dict:
-    path = db_dir / "metadata"
-    if not path.exists():
-        return {}
-    head, _, body = path.read_text().partition("\n")
-    if head.strip() != "v1":
-        raise RebuildError(f"zip metadata version {head!r} is not v1")
-    return json.loads(body)
-
-
-def _count_keys(content: list[tuple[bytes, bytes]], base_meta: dict) -> tuple[int, int]:
+def _count_keys(content: list[tuple[bytes, bytes]], base_meta: SnapshotMetadata | None) -> tuple[int, int]:
     """(numKeys, numInternalKeys): column-family stores count by the family id's type."""
-    mapping = base_meta.get("columnFamilyMapping") or {}
+    mapping = base_meta.column_family_mapping if base_meta else {}
     if not mapping:
         return len(content), 0
-    types = base_meta.get("columnFamilyTypeMap") or {}
+    types = base_meta.column_family_type_map  # type: ignore[union-attr]
     internal_ids = {cf_id for name, cf_id in mapping.items() if types.get(name)}
     known = set(mapping.values())
     internal = 0
@@ -260,16 +254,20 @@ def _count_keys(content: list[tuple[bytes, bytes]], base_meta: dict) -> tuple[in
     return len(content) - internal, internal
 
 
-def _publish(ckpt, entry, folder, checkpoint_dir: Path, base_meta: dict, keys: int, internal: int) -> dict:
+def _publish(
+    ckpt, entry, folder, checkpoint_dir: Path, base_meta: SnapshotMetadata | None, keys: int, internal: int
+) -> dict:
     fs, full = ckpt.storage.fs, ckpt.storage.full
-    base_ssts = {s["localFileName"]: s for s in base_meta.get("sstFiles", [])}
+    base_ssts = {s.local_name: s for s in base_meta.sst_files} if base_meta else {}
     listed, reused, written, bytes_written = [], 0, 0, 0
     fs.makedirs(full(f"{folder}/SSTs"), exist_ok=True)  # a store that never had a snapshot has none
     for sst in sorted(checkpoint_dir.glob("*.sst")):
         size = sst.stat().st_size
         known = base_ssts.get(sst.name)
-        if known is not None and int(known["sizeBytes"]) == size:
-            listed.append(known)
+        if known is not None and known.size == size:
+            listed.append(
+                {"localFileName": known.local_name, "dfsSstFileName": known.dfs_name, "sizeBytes": size}
+            )
             reused += 1
             continue
         dfs = f"{sst.stem}-{uuid.uuid4()}.sst"  # a new name: never overwrites, shared SSTs stay intact
@@ -285,9 +283,9 @@ def _publish(ckpt, entry, folder, checkpoint_dir: Path, base_meta: dict, keys: i
         "sstFiles": listed,
         "numKeys": keys,
         "numInternalKeys": internal,
-        "columnFamilyMapping": base_meta.get("columnFamilyMapping") or {},
-        "columnFamilyTypeMap": base_meta.get("columnFamilyTypeMap") or {},
-        "maxColumnFamilyId": base_meta.get("maxColumnFamilyId", 0),
+        "columnFamilyMapping": base_meta.column_family_mapping if base_meta else {},
+        "columnFamilyTypeMap": base_meta.column_family_type_map if base_meta else {},
+        "maxColumnFamilyId": base_meta.max_column_family_id if base_meta else 0,
     }
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -317,8 +315,7 @@ def _publish_no_clobber(ckpt: Checkpoint, rel: str, data: bytes) -> None:
     fs, target = ckpt.storage.fs, ckpt.storage.full(rel)
     if fs.exists(target):
         raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url)
-    proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if proto not in ("file", "local"):
+    if not is_local(fs):
         fs.pipe_file(target, data)  # one PUT: the object appears whole or not at all
         return
     folder, name = os.path.split(target)

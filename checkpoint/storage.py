@@ -41,6 +41,12 @@ def mtime_of(entry: dict[str, Any]) -> float | None:
     return None
 
 
+def is_local(fs) -> bool:
+    """Whether an fsspec filesystem is the local disk (links, renames and fsync work there)."""
+    proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return proto in ("file", "local")
+
+
 class Storage:
     """The files of one checkpoint root."""
 

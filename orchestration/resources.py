@@ -59,10 +59,13 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         """Partition key -> checkpoint, for every checkpoint under one root (one listing)."""
         return {partition_key(name, f.rel): f for f in find_checkpoints(self.storage(name))}
 
-    def load(self, key: str, strict: bool = False) -> Checkpoint:
+    def checkpoint_storage(self, key: str) -> Storage:
+        """The storage of the checkpoint a partition key names."""
         name, rel = parse_partition_key(key)
-        storage = self.storage(name)
-        return load_checkpoint(storage.child(rel) if rel else storage, strict=strict)
+        return self.storage(name).child(rel)
+
+    def load(self, key: str, strict: bool = False) -> Checkpoint:
+        return load_checkpoint(self.checkpoint_storage(key), strict=strict)
 
 
 def roots_from_env() -> list[CheckpointRoot]:
