@@ -130,13 +130,13 @@ def _format_gc(doc: dict) -> str:
 def _compact(args: argparse.Namespace) -> int:
     from checkpoint.compaction import plan_compaction
     from jobs.compact import run_compaction
-    from jobs.spark_session import local_session
+    from jobs.spark_session import session_for
 
     ckpt = load_checkpoint(args.path)
     targets, skips = plan_compaction(ckpt, min_chain=args.min_chain)
     results = []
     if targets:
-        spark = local_session(master=args.master, app_name="ckpt-compact")
+        spark = session_for(args.master)
         results = run_compaction(spark, ckpt.url, [t.as_key() for t in targets])
     keep = (
         "operator",

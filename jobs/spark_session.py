@@ -57,3 +57,21 @@ def local_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def session_for(master: str = "local[*]", remote: str | None = None, conf: dict[str, str] | None = None):
+    """The session a rebuild job runs in: local mode, a cluster master, or a Spark Connect remote.
+
+    Only local mode is pinned to loopback; on a cluster the executors must reach the driver, whose
+    address Spark takes from SPARK_LOCAL_IP or the host name as usual.
+    """
+    from pyspark.sql import SparkSession
+
+    if master.startswith("local") and not remote:
+        return local_session(master=master, extra_conf=conf)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master(master)
+    builder = builder.appName("ckpt-maint")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

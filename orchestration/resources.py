@@ -84,16 +84,6 @@ class SparkResource(dg.ConfigurableResource):
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf")
 
     def session(self):
-        from pyspark.sql import SparkSession
+        from jobs.spark_session import session_for
 
-        from jobs.spark_session import local_session
-
-        if self.master.startswith("local") and not self.remote:
-            return local_session(master=self.master, extra_conf=self.conf)
-        if self.remote:
-            builder = SparkSession.builder.remote(self.remote)
-        else:
-            builder = SparkSession.builder.master(self.master).appName("ckpt-maint")
-        for key, value in self.conf.items():
-            builder = builder.config(key, value)
-        return builder.getOrCreate()
+        return session_for(self.master, self.remote, self.conf)

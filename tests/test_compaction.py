@@ -166,8 +166,9 @@ def test_the_job_runs_unchanged_on_a_standalone_cluster(spark, corpus, copy_of, 
     path = copy_of("long_chain")
     ckpt_bin = Path(sys.executable).parent / "ckpt"
     with standalone_cluster(tmp_path / "cluster-logs") as master:
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}  # the driver, too, stays on loopback
         out = subprocess.run([str(ckpt_bin), "compact", str(path), "--master", master, "--json"],
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
+                             capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads(out.stdout)
     assert len(doc["materialized"]) == 4 and not doc["failed"]
