@@ -20,10 +20,11 @@ from typing import Any
 
 import fsspec
 
+from .errors import StorageError
 from .gc_plan import GcError, Plan, PlannedFile, totals_by
 from .layout import FileKind, classify
 from .logs import commit_digest
-from .storage import Storage, is_local, mtime_of
+from .storage import FileInfo, Storage, is_local, options_from_env
 
 MAX_KEYS_PER_REQUEST = 1000  # S3 DeleteObjects' limit
 AUDIT_FOLDER = "_ckpt_audit"
@@ -40,10 +41,13 @@ class CheckResult:
 
 def check_plan(plan: Plan, storage: Storage) -> CheckResult:
     """Re-reads the commit log: refuse when a commit the plan relied on vanished or changed."""
+    storage.fs.invalidate_cache(storage.full("commits"))  # the log as it is now, not as last listed
     try:
         names = storage.fs.ls(storage.full("commits"), detail=False)
     except FileNotFoundError:
         return CheckResult(False, "the commit log is gone", None)
+    except OSError as exc:
+        raise StorageError(f"listing failed: {exc}", storage.full("commits")) from exc
     rels = [f"commits/{n.rstrip('/').rsplit('/', 1)[1]}" for n in names]
     rels = [r for r in rels if classify(r).kind == FileKind.COMMIT]
     current = {int(r.split("/")[1]): commit_digest(d) for r, d in storage.read_many(rels).items()}
@@ -104,7 +108,7 @@ class AuditTrail:
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
         self.url = url.rstrip("/")
-        self.options = storage_options or {}
+        self.options = options_from_env(self.url, storage_options)
 
     @staticmethod
     def default_for(checkpoint_url: str) -> str:
@@ -152,6 +156,10 @@ class AuditTrail:
                 f.write(lines)
 
 
+# DeleteObjects' per-key codes worth another try; anything else (AccessDenied...) is final.
+_RETRYABLE_CODES = ("SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout")
+
+
 def _is_throttle(exc: BaseException) -> bool:
     text = str(exc)
     return any(s in text for s in ("SlowDown", "503", "Throttl", "RequestLimitExceeded", "TooManyRequests"))
@@ -181,12 +189,15 @@ def apply_plan(
     result = ApplyResult(plan.plan_id, check)
     if not check.ok:
         raise GcError(f"plan {plan.plan_id} refused: {check.message}", plan.checkpoint)
+    # One listing re-stats every candidate: on S3 that is a request per 1000 keys, not a HEAD each.
+    # A listing that fails part-way raises here, before anything is deleted.
+    current = {f.rel: f for f in _with_retries(storage.list_files, attempts, sleep)}
     kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
     deleted_count = 0
     batch_size = max(1, min(batch_size, MAX_KEYS_PER_REQUEST))
     for start in range(0, len(plan.candidates), batch_size):
         batch = plan.candidates[start : start + batch_size]
-        outcomes, ready = _restat(storage, batch)
+        outcomes, ready = _restat(current, batch)
         if ready:
             outcomes += _delete(storage, ready, attempts, sleep)
         deleted_count += sum(o.outcome == "deleted" for o in outcomes)
@@ -198,19 +209,15 @@ def apply_plan(
     return result
 
 
-def _restat(storage: Storage, batch: tuple[PlannedFile, ...]) -> tuple[list[Outcome], list[PlannedFile]]:
+def _restat(
+    current: dict[str, FileInfo], batch: tuple[PlannedFile, ...]
+) -> tuple[list[Outcome], list[PlannedFile]]:
     outcomes, ready = [], []
     for c in batch:
-        try:
-            info = storage.fs.info(storage.full(c.path))
-        except FileNotFoundError:
+        info = current.get(c.path)
+        if info is None:
             outcomes.append(Outcome(c.path, c.bytes, c.reason, "skipped", "already gone"))
-            continue
-        except OSError as exc:
-            outcomes.append(Outcome(c.path, c.bytes, c.reason, "failed", f"stat failed: {exc}"))
-            continue
-        size, mtime = int(info.get("size") or 0), mtime_of(info)
-        if size != c.bytes or mtime is None or abs(mtime - c.mtime) > 1e-3:
+        elif info.size != c.bytes or info.mtime is None or abs(info.mtime - c.mtime) > 1e-3:
             outcomes.append(Outcome(c.path, c.bytes, c.reason, "skipped", "changed since the plan"))
         else:
             ready.append(c)
@@ -218,26 +225,61 @@ def _restat(storage: Storage, batch: tuple[PlannedFile, ...]) -> tuple[list[Outc
 
 
 def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) -> list[Outcome]:
-    paths = [storage.full(c.path) for c in ready]
-    try:
-        _with_retries(lambda: storage.fs.rm(paths), attempts, sleep)
-        failed_paths: dict[str, str] = {}
-    except Exception:  # noqa: BLE001 - find out which keys failed, one by one
-        failed_paths = {}
-        for p in paths:
-            try:
-                _with_retries(lambda p=p: storage.fs.rm_file(p), attempts, sleep)
-            except FileNotFoundError:
-                continue
-            except Exception as exc:  # noqa: BLE001 - reported per key, never swallowed
-                failed_paths[p] = f"{type(exc).__name__}: {exc}"
-    outcomes = []
-    for c, p in zip(ready, paths, strict=True):
-        if p in failed_paths:
-            outcomes.append(Outcome(c.path, c.bytes, c.reason, "failed", failed_paths[p]))
-        elif storage.fs.exists(p):
-            # Never report as deleted what is still there (a bulk delete can drop keys silently).
-            outcomes.append(Outcome(c.path, c.bytes, c.reason, "failed", "still present after the delete"))
-        else:
-            outcomes.append(Outcome(c.path, c.bytes, c.reason, "deleted"))
-    return outcomes
+    if storage.protocol in ("s3", "s3a"):
+        errors = _delete_s3(storage, [c.path for c in ready], attempts, sleep)
+    else:
+        errors = _delete_each(storage, [c.path for c in ready], attempts, sleep)
+    return [
+        Outcome(c.path, c.bytes, c.reason, "failed", errors[c.path])
+        if c.path in errors
+        else Outcome(c.path, c.bytes, c.reason, "deleted")
+        for c in ready
+    ]
+
+
+def _delete_s3(storage: Storage, rels: list[str], attempts: int, sleep) -> dict[str, str]:
+    """One DeleteObjects per batch, read key by key: S3 answers 200 even when some keys failed.
+
+    Keys that failed with a retryable code go round again with back-off; a key the response names
+    neither as deleted nor as failed is a failure, so nothing is reported deleted on faith.
+    """
+    bucket, _, prefix = storage.full("").partition("/")
+    key_of = {f"{prefix}/{rel}" if prefix else rel: rel for rel in rels}
+    pending, errors = list(key_of), {}
+    for attempt in range(attempts):
+        request = {"Objects": [{"Key": k} for k in pending], "Quiet": False}
+        response = _with_retries(
+            lambda request=request: storage.fs.call_s3("delete_objects", Bucket=bucket, Delete=request),
+            attempts,
+            sleep,
+        )
+        storage.fs.invalidate_cache(storage.root)
+        deleted = {d["Key"] for d in response.get("Deleted", [])}
+        failed = {e["Key"]: f"{e.get('Code')}: {e.get('Message', '')}" for e in response.get("Errors", [])}
+        missed = "neither deleted nor failed in the response"
+        this_round = {k: failed.get(k, missed) for k in pending if k not in deleted}
+        pending = [k for k, why in this_round.items() if why.startswith(_RETRYABLE_CODES)]
+        errors.update({k: why for k, why in this_round.items() if k not in pending})
+        if not pending:
+            break
+        if attempt == attempts - 1:
+            errors.update({k: this_round[k] for k in pending})
+            break
+        sleep(min(30.0, 0.2 * 2**attempt))
+    return {key_of[k]: why for k, why in errors.items()}
+
+
+def _delete_each(storage: Storage, rels: list[str], attempts: int, sleep) -> dict[str, str]:
+    errors = {}
+    for rel in rels:
+        path = storage.full(rel)
+        try:
+            _with_retries(lambda p=path: storage.fs.rm_file(p), attempts, sleep)
+        except FileNotFoundError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - reported per key, never swallowed
+            errors[rel] = f"{type(exc).__name__}: {exc}"
+            continue
+        if storage.fs.exists(path):  # never report as deleted what is still there
+            errors[rel] = "still present after the delete"
+    return errors

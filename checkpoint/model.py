@@ -186,7 +186,7 @@ class Checkpoint:
 
     def read_changelog_header(self, f: CheckpointFile) -> ChangelogHeader:
         """Version and lineage from the first block(s) only: one ranged read, even on object stores."""
-        with self.storage.open(f.rel, block_size=_HEADER_READ) as fh:
+        with self.storage.open(f.rel, block_size=_HEADER_READ, size=f.info.size) as fh:
             return read_header(
                 fh.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
             )
@@ -206,7 +206,7 @@ class Checkpoint:
         )
 
     def read_snapshot(self, f: CheckpointFile) -> Snapshot:
-        with self.storage.open(f.rel) as fh:
+        with self.storage.open(f.rel, size=f.info.size) as fh:
             return read_snapshot(fh, self.storage.full(f.rel))
 
     def sidecar_matches(self, crc: CheckpointFile, main_data: bytes | None = None) -> bool:

@@ -275,10 +275,15 @@ def _publish(
         listed.append({"localFileName": sst.name, "dfsSstFileName": dfs, "sizeBytes": size})
         written += 1
         bytes_written += size
-    for sst in listed:  # the zip is written only once every SST it lists exists with its size
-        info = fs.info(full(f"{folder}/SSTs/{sst['dfsSstFileName']}"))
-        if int(info["size"]) != int(sst["sizeBytes"]):
-            raise RebuildError(f"SST {sst['dfsSstFileName']} landed with {info['size']} bytes")
+    # The zip is written only once every SST it lists exists with its size: one listing of the
+    # folder checks them all (a request per 1000 objects on S3, not a HEAD per SST).
+    fs.invalidate_cache(full(f"{folder}/SSTs"))
+    entries = fs.ls(full(f"{folder}/SSTs"), detail=True)
+    landed = {e["name"].rsplit("/", 1)[-1]: int(e["size"]) for e in entries}
+    for sst in listed:
+        name, size = sst["dfsSstFileName"], landed.get(sst["dfsSstFileName"])
+        if size != int(sst["sizeBytes"]):
+            raise RebuildError(f"SST {name} landed with {size} bytes, not {sst['sizeBytes']}")
     meta = {
         "sstFiles": listed,
         "numKeys": keys,
@@ -313,11 +318,18 @@ def _publish(
 def _publish_no_clobber(ckpt: Checkpoint, rel: str, data: bytes) -> None:
     """Atomic and never overwriting: a local temp file linked into place; one PUT elsewhere."""
     fs, target = ckpt.storage.fs, ckpt.storage.full(rel)
+    if not is_local(fs):
+        # One conditional PUT (If-None-Match: *): the object appears whole or not at all, and the
+        # store itself refuses to replace one that exists, with no window between check and write.
+        try:
+            fs.pipe_file(target, data, mode="create")
+        except OSError as exc:
+            if "pre-condition" in str(exc).lower() or "precondition" in str(exc).lower():
+                raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url) from exc
+            raise RebuildError(f"writing {rel} failed: {exc}", ckpt.url) from exc
+        return
     if fs.exists(target):
         raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url)
-    if not is_local(fs):
-        fs.pipe_file(target, data)  # one PUT: the object appears whole or not at all
-        return
     folder, name = os.path.split(target)
     # Our own temp name: a crash leaves a file cleanup recognises (and removes after the grace period).
     temp = os.path.join(folder, f"{MAINT_TEMP_PREFIX}{name}.{uuid.uuid4().hex}.tmp")

@@ -7,6 +7,7 @@ model are relative to the checkpoint root and always use `/`, whatever the backe
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -47,13 +48,33 @@ def is_local(fs) -> bool:
     return proto in ("file", "local")
 
 
+def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """Explicit options win; for s3:// the standard AWS_ENDPOINT_URL and AWS_REGION fill the gaps.
+
+    Keys and secrets are left to botocore's own credential chain (AWS_ACCESS_KEY_ID, profiles,
+    instance roles), so they never pass through, or get logged by, this code.
+    """
+    options = dict(storage_options or {})
+    if not url.startswith(("s3://", "s3a://")):
+        return options
+    client_kwargs = dict(options.get("client_kwargs") or {})
+    for env, name in (("AWS_ENDPOINT_URL", "endpoint_url"), ("AWS_REGION", "region_name")):
+        if os.environ.get(env) and name not in client_kwargs and name not in options:
+            client_kwargs[name] = os.environ[env]
+    if client_kwargs:
+        options["client_kwargs"] = client_kwargs
+    return options
+
+
 class Storage:
     """The files of one checkpoint root."""
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
         self.url = url.rstrip("/") or url
+        if self.url.startswith("s3a://"):
+            self.url = "s3://" + self.url[len("s3a://") :]  # Spark's spelling of the same bucket
         try:
-            self.fs, root = url_to_fs(self.url, **(storage_options or {}))
+            self.fs, root = url_to_fs(self.url, **options_from_env(self.url, storage_options))
         except (ValueError, ImportError) as exc:
             raise StorageError(f"cannot open storage: {exc}", url) from exc
         self.root = root.rstrip("/")
@@ -79,6 +100,9 @@ class Storage:
         On object stores `find` is a flat prefix listing, so no per-directory walk and no HEAD per
         object. A missing root is an error, never an empty checkpoint.
         """
+        # fsspec caches listings per filesystem instance, and instances are shared: a listing must
+        # see deletions and new commits made since the last one.
+        self.fs.invalidate_cache(self.root)
         try:
             entries = self.fs.find(self.root, withdirs=False, detail=True)
         except FileNotFoundError as exc:
@@ -131,9 +155,11 @@ class Storage:
         by_path = {self.fs._strip_protocol(k).rstrip("/"): v for k, v in got.items()}
         return {rel: by_path[self.fs._strip_protocol(path)] for rel, path in zip(rels, paths, strict=True)}
 
-    def open(self, rel: str, block_size: int | None = None):
+    def open(self, rel: str, block_size: int | None = None, size: int | None = None):
+        """A buffered reader; `size` (known from the listing) spares object stores a HEAD request."""
+        extra = {"size": size} if size is not None and not is_local(self.fs) else {}
         try:
-            return self.fs.open(self.full(rel), "rb", block_size=block_size)
+            return self.fs.open(self.full(rel), "rb", block_size=block_size, **extra)
         except FileNotFoundError as exc:
             raise StorageError("file vanished while reading", self.full(rel)) from exc
         except OSError as exc:

@@ -52,3 +52,51 @@ def copy_of(corpus: dict[str, Path], tmp_path: Path):
         return dst
 
     return copy
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A real S3 server (SeaweedFS) on loopback behind a counting, fault-injecting proxy.
+
+    Credentials come from the environment (set here when absent, as CI has none); one bucket per
+    test session. Yields (server, proxy, bucket).
+    """
+    import uuid
+
+    import s3fs
+
+    from tests.support.s3proxy import S3Proxy
+    from tests.support.s3server import environment_credentials, start_s3_server
+
+    key, secret, region = environment_credentials()
+    server = start_s3_server(tmp_path_factory.mktemp("seaweedfs"), key, secret, region)
+    proxy = S3Proxy(server.endpoint, key, secret, region)
+    bucket = f"ckpt-tests-{uuid.uuid4().hex[:8]}"
+    fs = s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True)
+    fs.mkdir(bucket)
+    try:
+        yield server, proxy, bucket
+    finally:
+        fs.rm(bucket, recursive=True)
+        proxy.close()
+        server.stop()
+
+
+@pytest.fixture
+def s3_copy_of(s3, corpus: dict[str, Path]):
+    """Uploads a private copy of a corpus checkpoint; returns its s3:// URL (reached via the proxy)."""
+    import uuid
+
+    import s3fs
+
+    server, proxy, bucket = s3
+    fs = s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True)
+
+    def upload(name: str, prefix: str | None = None) -> str:
+        dest = f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}"
+        fs.put(str(corpus[name]) + "/", dest, recursive=True)
+        return f"s3://{dest}"
+
+    proxy.reset()  # faults armed by one test never leak into the next
+    yield upload
+    proxy.reset()

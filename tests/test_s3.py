@@ -1,0 +1,188 @@
+"""Every operation on s3:// against a real S3 server on loopback: same results, few requests, real faults.
+
+The checkpoints are the corpus's, uploaded; the server is SeaweedFS; every request passes a proxy
+that counts it (request economy) and injects the failures S3 really produces.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import s3fs
+
+from checkpoint.errors import StorageError
+from checkpoint.gc_apply import AuditTrail, apply_plan
+from checkpoint.gc_plan import plan_gc
+from checkpoint.model import load_checkpoint
+from checkpoint.storage import Storage
+
+CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
+LATER = 7 * 3600  # planning "seven hours from now": the just-uploaded objects are past the grace period
+
+
+def _cli(proxy, *args: str) -> subprocess.CompletedProcess:
+    # Only the standard environment: credentials and region come from the session fixture's AWS_*.
+    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint}
+    return subprocess.run([CKPT, *args], capture_output=True, text=True, timeout=300, env=env)
+
+
+def _direct(s3) -> s3fs.S3FileSystem:
+    server, _, _ = s3
+    return s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True)
+
+
+def _via_proxy(s3) -> dict:
+    server, proxy, _ = s3
+    return server.storage_options(proxy.endpoint)
+
+
+def _same(remote: dict, url: str, local: dict, path: str) -> bool:
+    # Findings name fsspec paths, which drop the scheme; the documents name the checkpoint's URL.
+    text = json.dumps(remote, sort_keys=True).replace(url, "<ckpt>").replace(url[len("s3://") :], "<ckpt>")
+    return text == json.dumps(local, sort_keys=True).replace(path, "<ckpt>")
+
+
+@pytest.mark.parametrize("name", ["long_chain", "join_cf", "snapshots", "killed_after_restart"])
+def test_read_only_commands_give_the_local_answers(s3, s3_copy_of, corpus, name) -> None:
+    _, proxy, _ = s3
+    url = s3_copy_of(name)
+    for command in (["inspect"], ["lineage"], ["validate", "--deep"]):
+        remote = _cli(proxy, *command, url, "--json")
+        local = _cli(proxy, *command, str(corpus[name]), "--json")
+        assert remote.returncode == local.returncode, (command, remote.stderr)
+        remote_doc, local_doc = json.loads(remote.stdout), json.loads(local.stdout)
+        if command == ["inspect"]:  # the same files and bytes; only mtimes differ after an upload
+            assert remote_doc["bytes"] == local_doc["bytes"] and remote_doc["files"] == local_doc["files"]
+        assert _same(remote_doc, url, local_doc, str(corpus[name])) or command == ["inspect"], command
+
+
+def test_scan_and_validate_send_few_requests(s3, s3_copy_of, corpus) -> None:
+    """Scan: flat listings, no HEAD, no SST read; changelog headers by ranged GET."""
+    _, proxy, bucket = s3
+    names = ["long_chain", "join", "snapshots", "two_actions", "list_state"]
+    for name in names:
+        s3_copy_of(name, prefix="economy")
+    objects = sum(1 for n in names for p in corpus[n].rglob("*") if p.is_file())
+    proxy.reset()
+    out = _cli(proxy, "scan", f"s3://{bucket}/economy", "--json")
+    assert out.returncode in (0, 1), out.stderr
+    doc = json.loads(out.stdout)
+    assert sorted(c["path"].rsplit("/", 1)[-1] for c in doc["checkpoints"]) == sorted(names)
+    counts = proxy.counts()
+    assert counts["ListObjectsV2"] == math.ceil(objects / 1000)
+    assert counts["HeadObject"] == 0
+    gets = [r for r in proxy.requests if r.op == "GetObject"]
+    assert not [r for r in gets if r.path.endswith(".sst")]
+    header_reads = [r for r in gets if r.path.endswith(".changelog")]
+    assert header_reads and all(r.ranged for r in header_reads)
+    assert len(gets) < objects / 2, (len(gets), objects)
+
+
+def test_cleanup_on_s3_deletes_what_the_local_plan_names(s3, s3_copy_of, corpus, tmp_path) -> None:
+    _, proxy, _ = s3
+    url = s3_copy_of("two_actions")
+    options = _via_proxy(s3)
+    remote = plan_gc(load_checkpoint(url, options), now=time.time() + LATER)
+    local_copy = tmp_path / "local"
+    shutil.copytree(corpus["two_actions"], local_copy)
+    local = plan_gc(load_checkpoint(str(local_copy)), now=time.time() + LATER)
+    assert {c.path for c in remote.candidates} == {c.path for c in local.candidates} != set()
+    audit = AuditTrail(str(tmp_path / "audit"))
+    proxy.reset()
+    result = apply_plan(remote, Storage(url, options), audit, batch_size=50)
+    assert {o.path for o in result.deleted} == {c.path for c in remote.candidates}
+    assert not result.failed
+    counts = proxy.counts()
+    assert counts["DeleteObjects"] == math.ceil(len(remote.candidates) / 50)
+    assert counts["HeadObject"] == 0 and counts["ListObjectsV2"] == 2  # the check's commits, the re-stat
+    left = {p.split("/two_actions/", 1)[1] for p in _direct(s3).find(url[len("s3://") :])}
+    assert not left & {c.path for c in remote.candidates}
+    again = plan_gc(load_checkpoint(url, options), now=time.time() + LATER)
+    assert again.candidates == ()
+
+
+def _plan(url: str, options: dict):
+    plan = plan_gc(load_checkpoint(url, options), now=time.time() + LATER)
+    assert len(plan.candidates) >= 4
+    return plan
+
+
+def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path) -> None:
+    _, proxy, bucket = s3
+    url, options = s3_copy_of("two_actions"), _via_proxy(s3)
+    plan = _plan(url, options)
+    prefix = url[len(f"s3://{bucket}/") :]
+    flaky = {f"{prefix}/{c.path}" for c in plan.candidates[:3]}
+    proxy.reset()
+    proxy.faults.fail_delete_keys, proxy.faults.fail_delete_times = flaky, 1
+    sleeps: list[float] = []
+    result = apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=sleeps.append)
+    assert len(result.deleted) == len(plan.candidates) and not result.failed
+    assert proxy.counts()["DeleteObjects"] == 2 and len(sleeps) == 1
+    assert not any(_direct(s3).exists(f"{bucket}/{k}") for k in flaky)
+
+
+def test_keys_that_keep_failing_are_reported_and_never_called_deleted(s3, s3_copy_of, tmp_path) -> None:
+    _, proxy, bucket = s3
+    url, options = s3_copy_of("two_actions"), _via_proxy(s3)
+    plan = _plan(url, options)
+    prefix = url[len(f"s3://{bucket}/") :]
+    stuck = {c.path for c in plan.candidates[:3]}
+    proxy.reset()
+    proxy.faults.fail_delete_keys = {f"{prefix}/{p}" for p in stuck}
+    proxy.faults.fail_delete_times = 100
+    audit = AuditTrail(str(tmp_path))
+    result = apply_plan(plan, Storage(url, options), audit, attempts=3, sleep=lambda s: None)
+    assert {o.path for o in result.failed} == stuck
+    assert all(o.why.startswith("InternalError") for o in result.failed)
+    assert not stuck & {o.path for o in result.deleted}
+    assert len(result.deleted) == len(plan.candidates) - 3
+    assert all(_direct(s3).exists(f"{bucket}/{prefix}/{p}") for p in stuck)
+    recorded = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
+    assert {r["path"] for r in recorded if r["outcome"] == "failed"} == stuck
+    assert proxy.counts()["DeleteObjects"] == 3
+
+
+def test_throttling_backs_off_until_the_store_accepts(s3, s3_copy_of, tmp_path) -> None:
+    _, proxy, _ = s3
+    url, options = s3_copy_of("two_actions"), _via_proxy(s3)
+    plan = _plan(url, options)
+    proxy.reset()
+    proxy.faults.slowdown = {"DeleteObjects": 12, "ListObjectsV2": 2}
+    result = apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=lambda s: None)
+    assert len(result.deleted) == len(plan.candidates) and not result.failed
+    assert proxy.counts()["DeleteObjects"] == 13  # every 503 retried (botocore's, s3fs's, then ours)
+
+
+def test_a_listing_cut_part_way_fails_instead_of_shrinking(s3, s3_copy_of, tmp_path) -> None:
+    _, proxy, bucket = s3
+    url, options = s3_copy_of("two_actions"), _via_proxy(s3)
+    plan = _plan(url, options)
+    proxy.reset()
+    proxy.faults.cut_listing_after = 5
+    with pytest.raises(StorageError, match="listing failed"):
+        load_checkpoint(url, options)  # a plan can't be built from a partial listing
+    with pytest.raises(StorageError, match="listing failed"):
+        apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=lambda s: None)
+    assert proxy.counts()["DeleteObjects"] == 0
+    out = _cli(proxy, "gc", url, "--json")
+    assert out.returncode == 2 and "listing failed" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_credentials_from_the_environment_and_clear_errors(s3, s3_copy_of) -> None:
+    _, proxy, bucket = s3
+    url = s3_copy_of("long_chain")
+    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint, "AWS_SECRET_ACCESS_KEY": "wrong-secret-123"}
+    denied = subprocess.run([CKPT, "inspect", url], capture_output=True, text=True, env=env, timeout=120)
+    assert denied.returncode == 2 and "wrong-secret-123" not in denied.stderr + denied.stdout
+    assert "Traceback" not in denied.stderr and len(denied.stderr.splitlines()) == 1, denied.stderr
+    missing = _cli(proxy, "inspect", f"s3://{bucket}/no/such/checkpoint")
+    assert missing.returncode == 2 and "no such" in missing.stderr
