@@ -12,7 +12,7 @@ from pydantic import Field
 from assets.checkpoints import GROUP as AUDIT_GROUP
 from assets.checkpoints import checkpoint_lineage_report
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_apply import AuditTrail, apply_plan, check_plan
+from checkpoint.gc_apply import apply_plan, check_plan
 from checkpoint.gc_plan import Plan, parse_duration, plan_gc
 from checkpoint.model import load_checkpoint
 from checkpoint.report import human_bytes
@@ -30,10 +30,6 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
     rows = [f"| {what} | files | bytes |", "|---|---:|---:|"]
     rows += [f"| {k} | {v['files']} | {human_bytes(v['bytes'])} |" for k, v in totals.items()]
     return "\n".join(rows)
-
-
-def _audit(roots: CheckpointRootsResource, checkpoint_url: str) -> AuditTrail:
-    return AuditTrail(roots.audit_url or AuditTrail.default_for(checkpoint_url))
 
 
 @dg.asset(
@@ -61,7 +57,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
         )
     except CheckpointError as exc:
         raise dg.Failure(description=f"no plan for {context.partition_key}: {exc}") from exc
-    manifest = _audit(roots, ckpt.url).write_plan(plan)
+    manifest = roots.audit_trail(context.partition_key).write_plan(plan)
     yield dg.Output(
         plan,
         metadata={
@@ -109,7 +105,7 @@ def checkpoint_orphan_cleanup(
                 "note": "dry run: launch with run config `apply: true` or the tag ckpt/apply=true to delete",
             }
         )
-    audit = _audit(roots, plan.checkpoint)
+    audit = roots.audit_trail(context.partition_key)
     try:
         result = apply_plan(plan, roots.checkpoint_storage(context.partition_key), audit)
     except CheckpointError as exc:

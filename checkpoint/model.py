@@ -34,6 +34,7 @@ CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 DEFAULT_QUIET_SECONDS = 3600  # a commit or offset newer than this marks a query live
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
+_WHOLE_ZIP_READ = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,10 @@ class Checkpoint:
         )
 
     def read_snapshot(self, f: CheckpointFile) -> Snapshot:
+        if f.info.size <= _WHOLE_ZIP_READ:
+            # A snapshot zip holds only RocksDB's small files (SSTs live beside it): one GET reads
+            # it whole, where zipfile's seeks would cost three or four ranged GETs.
+            return read_snapshot(io.BytesIO(self.storage.read_bytes(f.rel)), self.storage.full(f.rel))
         with self.storage.open(f.rel, size=f.info.size) as fh:
             return read_snapshot(fh, self.storage.full(f.rel))
 

@@ -260,7 +260,8 @@ def _publish(
     fs, full = ckpt.storage.fs, ckpt.storage.full
     base_ssts = {s.local_name: s for s in base_meta.sst_files} if base_meta else {}
     listed, reused, written, bytes_written = [], 0, 0, 0
-    fs.makedirs(full(f"{folder}/SSTs"), exist_ok=True)  # a store that never had a snapshot has none
+    if is_local(fs):  # a store that never had a snapshot has no SSTs folder; object stores need none
+        fs.makedirs(full(f"{folder}/SSTs"), exist_ok=True)
     for sst in sorted(checkpoint_dir.glob("*.sst")):
         size = sst.stat().st_size
         known = base_ssts.get(sst.name)

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from fsspec.core import split_protocol
 from pydantic import Field
 
 from checkpoint.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.errors import CheckpointError
+from checkpoint.gc_apply import AuditTrail
 from checkpoint.model import Checkpoint, load_checkpoint
 from checkpoint.storage import Storage
 from orchestration.partitions import parse_partition_key, partition_key
@@ -44,6 +46,9 @@ class CheckpointRootsResource(dg.ConfigurableResource):
     audit_url: str | None = Field(
         default=None, description="Plans and outcomes; default _ckpt_audit beside each"
     )
+    audit_storage_options: dict[str, Any] | None = Field(
+        default=None, description="For audit_url; default: the options of the checkpoint's root"
+    )
 
     def root(self, name: str) -> CheckpointRoot:
         for root in self.roots:
@@ -63,6 +68,16 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         """The storage of the checkpoint a partition key names."""
         name, rel = parse_partition_key(key)
         return self.storage(name).child(rel)
+
+    def audit_trail(self, key: str) -> AuditTrail:
+        """Where a checkpoint's plans and outcomes go; the root's credentials reach it unless told."""
+        root = self.root(parse_partition_key(key)[0])
+        url = self.audit_url or AuditTrail.default_for(self.checkpoint_storage(key).url)
+        options = self.audit_storage_options
+        if options is None:
+            same_store = (split_protocol(url)[0] or "file") == (split_protocol(root.url)[0] or "file")
+            options = root.storage_options if same_store else {}
+        return AuditTrail(url, options)
 
     def load(self, key: str, strict: bool = False) -> Checkpoint:
         return load_checkpoint(self.checkpoint_storage(key), strict=strict)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -74,9 +75,16 @@ def s3(tmp_path_factory):
     bucket = f"ckpt-tests-{uuid.uuid4().hex[:8]}"
     fs = s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True)
     fs.mkdir(bucket)
+    # A code path that forgets its storage options must reach this server, never the internet.
+    before = os.environ.get("AWS_ENDPOINT_URL")
+    os.environ["AWS_ENDPOINT_URL"] = server.endpoint
     try:
         yield server, proxy, bucket
     finally:
+        if before is None:
+            os.environ.pop("AWS_ENDPOINT_URL", None)
+        else:
+            os.environ["AWS_ENDPOINT_URL"] = before
         fs.rm(bucket, recursive=True)
         proxy.close()
         server.stop()
