@@ -244,10 +244,10 @@ def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> 
     key = partition_key("s3", "team-a/two_actions")
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", [key])
-        result = dg.materialize(
-            [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup],
-            partition_key=key, instance=instance, resources={"roots": roots},
-        )  # fmt: skip
+        assets = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan]
+        resources = {"roots": roots}
+        assets.append(checkpoint_orphan_cleanup)
+        result = dg.materialize(assets, partition_key=key, instance=instance, resources=resources)
         assert result.success
         plan = next(iter(result.asset_materializations_for_node("checkpoint_orphan_plan")))
         assert str(plan.metadata["manifest"].value).startswith(f"s3://{bucket}/audit/")
