@@ -11,12 +11,13 @@ from pydantic import Field
 
 from assets.checkpoints import GROUP as AUDIT_GROUP
 from assets.checkpoints import checkpoint_lineage_report
+from assets.compaction import checkpoint_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import apply_plan, check_plan
 from checkpoint.gc_plan import Plan, parse_duration, plan_gc
 from checkpoint.model import load_checkpoint
 from checkpoint.report import human_bytes
-from orchestration.partitions import checkpoint_partitions, parse_partition_key
+from orchestration.partitions import checkpoint_partitions
 from orchestration.resources import CheckpointRootsResource
 
 GROUP = "checkpoint_cleanup"
@@ -35,7 +36,9 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
 @dg.asset(
     partitions_def=checkpoint_partitions,
     group_name=GROUP,
-    deps=[checkpoint_lineage_report],  # its blocking checks gate every change to a checkpoint
+    # The audit's blocking checks gate every change; planning after compaction (when both run)
+    # keeps the plan from racing the new snapshot's files.
+    deps=[checkpoint_lineage_report, checkpoint_compaction],
     check_specs=[
         dg.AssetCheckSpec(
             PLAN_CHECK,
@@ -135,21 +138,3 @@ cleanup_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups(AUDIT_GROUP, GROUP),
     description="Audit, plan and (when asked) delete orphaned state files of the selected checkpoints.",
 )
-
-
-@dg.schedule(job=cleanup_job, cron_schedule="30 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED)
-def checkpoint_cleanup_schedule(context: dg.ScheduleEvaluationContext, roots: CheckpointRootsResource):
-    """Nightly: every checkpoint is planned; those under roots with `apply_cleanup` are cleaned."""
-    keys = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
-    if not keys:
-        return dg.SkipReason("no checkpoints discovered yet")
-    applying = {root.name for root in roots.roots if root.apply_cleanup}
-    tick = context.scheduled_execution_time.isoformat()
-    return [
-        dg.RunRequest(
-            run_key=f"cleanup:{key}:{tick}",
-            partition_key=key,
-            tags={APPLY_TAG: str(parse_partition_key(key)[0] in applying).lower()},
-        )
-        for key in keys
-    ]

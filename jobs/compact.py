@@ -35,9 +35,18 @@ def _rebuild_one(url: str, storage_options: dict[str, Any], key: tuple[int, int,
 def run_compaction(
     spark, url: str, keys: list[tuple[int, int, str, int]], storage_options=None
 ) -> list[dict]:
-    """Rebuilds every target in parallel; a failed store is reported, never fatal to the others."""
-    if not keys:
+    """Rebuilds every target of one checkpoint in parallel (see run_compaction_tasks)."""
+    return run_compaction_tasks(spark, [(url, storage_options or {}, key) for key in keys])
+
+
+def run_compaction_tasks(
+    spark, tasks: list[tuple[str, dict[str, Any], tuple[int, int, str, int]]]
+) -> list[dict]:
+    """One Spark job for any number of checkpoints: a task per (checkpoint, store) target.
+
+    A failed store is reported, never fatal to the others. Each result carries its checkpoint's URL.
+    """
+    if not tasks:
         return []
-    options = storage_options or {}
-    rdd = spark.sparkContext.parallelize(keys, len(keys))
-    return rdd.map(lambda key: _rebuild_one(url, options, key)).collect()
+    rdd = spark.sparkContext.parallelize(tasks, len(tasks))
+    return rdd.map(lambda t: {"url": t[0], **_rebuild_one(*t)}).collect()

@@ -35,6 +35,9 @@ class CheckpointRoot(dg.Config):
     apply_cleanup: bool = Field(
         default=False, description="Scheduled cleanup deletes orphans here; otherwise it only plans"
     )
+    maintenance_cron: str = Field(
+        default="30 3 * * *", description="When the scheduled maintenance pass runs for this root"
+    )
 
 
 class CheckpointRootsResource(dg.ConfigurableResource):

@@ -2,13 +2,20 @@
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import hashlib
+import json
+import os
 
 import dagster as dg
 
+from assets.compaction import compaction_job
+from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError
 from orchestration.partitions import checkpoint_partitions, parse_partition_key
 from orchestration.resources import CheckpointRootsResource
 from orchestration.schedules import audit_job
+
+# How often the daemon looks for new commits; tests and busy fleets set it through the environment.
+COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", "60"))
 
 
 def _root_of(key: str) -> str | None:
@@ -52,3 +59,40 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
         dynamic_partitions_requests=requests,
         cursor=cursor,
     )
+
+
+def needs_compaction(roots: CheckpointRootsResource, key: str) -> tuple[int | None, bool]:
+    """(latest committed batch, whether a store crosses the threshold or nears the lineage cap)."""
+    ckpt = roots.load(key)
+    targets, _ = plan_compaction(ckpt, min_chain=roots.long_chain_threshold, quiet_seconds=0)
+    return ckpt.latest_committed_batch, bool(targets)
+
+
+@dg.sensor(
+    jobs=[audit_job, compaction_job],
+    minimum_interval_seconds=COMMIT_SENSOR_INTERVAL,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: CheckpointRootsResource):
+    """On new commits: validation, or compaction (which validates first) when a chain crossed the
+    threshold or a lineage header nears the cap.
+
+    The cursor keeps each checkpoint's latest committed batch, and run keys name the commit, so a
+    repeated tick requests nothing twice.
+    """
+    seen: dict[str, int] = json.loads(context.cursor) if context.cursor else {}
+    requests = []
+    for key in context.instance.get_dynamic_partitions(checkpoint_partitions.name):
+        try:
+            latest, crossing = needs_compaction(roots, key)
+        except (CheckpointError, ValueError) as exc:
+            context.log.warning(f"{key}: skipped this tick: {exc}")
+            continue
+        if latest is None or seen.get(key) == latest:
+            continue
+        seen[key] = latest
+        job, what = (compaction_job, "compact") if crossing else (audit_job, "validate")
+        requests.append(dg.RunRequest(partition_key=key, job_name=job.name, run_key=f"{what}:{key}:{latest}"))
+    if not requests:
+        return dg.SkipReason("no new commit since the last tick")
+    return dg.SensorResult(run_requests=requests, cursor=json.dumps(seen, sort_keys=True))

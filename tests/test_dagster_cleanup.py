@@ -14,7 +14,6 @@ from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
 from assets.cleanup import (
     APPLY_TAG,
     PLAN_CHECK,
-    checkpoint_cleanup_schedule,
     checkpoint_orphan_cleanup,
     checkpoint_orphan_plan,
 )
@@ -145,25 +144,31 @@ def test_apply_refuses_a_plan_whose_commit_log_changed(instance, aged_root) -> N
     assert _files(aged_root / "orders") == before
 
 
-def test_the_schedule_applies_only_where_configured(instance, corpus, tmp_path) -> None:
-    roots = CheckpointRootsResource(
-        roots=[
-            CheckpointRoot(name="prod", url=str(tmp_path / "prod"), apply_cleanup=True),
-            CheckpointRoot(name="audit-only", url=str(tmp_path / "other")),
-        ]
-    )
-    instance.add_dynamic_partitions("checkpoints", ["prod:a", "audit-only:b"])
-    ctx = dg.build_schedule_context(
-        instance=instance, resources={"roots": roots}, scheduled_execution_time=datetime(2026, 11, 21, 3, 30)
-    )
-    requests = {r.partition_key: r for r in checkpoint_cleanup_schedule(ctx)}
-    assert requests["prod:a"].tags[APPLY_TAG] == "true"
-    assert requests["audit-only:b"].tags[APPLY_TAG] == "false"
+def test_the_schedule_applies_only_where_configured(instance, tmp_path) -> None:
+    from orchestration.maintenance import maintenance_requests
+
+    prod = CheckpointRoot(name="prod", url=str(tmp_path / "prod"), apply_cleanup=True)
+    audit_only = CheckpointRoot(name="audit-only", url=str(tmp_path / "other"), maintenance_cron="0 5 * * 0")
+    defs = build_definitions([prod, audit_only])
+    schedules = {s.name: s for s in defs.schedules}
+    assert schedules["maintenance_prod"].cron_schedule == "30 3 * * *"
+    assert schedules["maintenance_audit_only"].cron_schedule == "0 5 * * 0"
+    assert {s.job_name for n, s in schedules.items() if n.startswith("maintenance_")} == {
+        "checkpoint_maintenance"
+    }
+    keys = ["prod:a", "audit-only:b", "prod:c"]
+    tick = datetime(2026, 11, 21, 3, 30).isoformat()
+    applying = {r.partition_key: r.tags[APPLY_TAG] for r in maintenance_requests(prod, keys, tick)}
+    assert applying == {"prod:a": "true", "prod:c": "true"}
+    planning = {r.partition_key: r.tags[APPLY_TAG] for r in maintenance_requests(audit_only, keys, tick)}
+    assert planning == {"audit-only:b": "false"}
+    assert len({r.run_key for r in maintenance_requests(prod, keys, tick)}) == 2
 
 
 def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark) -> None:
-    from assets.compaction import checkpoint_commit_sensor, checkpoint_compaction
+    from assets.compaction import checkpoint_compaction
     from orchestration.resources import SparkResource
+    from orchestration.sensors import checkpoint_commit_sensor
 
     root = tmp_path / "root"
     shutil.copytree(corpus["long_chain"], root / "chain")
@@ -174,7 +179,9 @@ def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark) -
 
     ctx = dg.build_sensor_context(instance=instance, resources={"roots": roots})
     first = checkpoint_commit_sensor(ctx)
-    assert [r.partition_key for r in first.run_requests] == [keys[0]]  # only the long chain crosses 10
+    requested = {(r.partition_key, r.job_name) for r in first.run_requests}
+    # Both are validated; only the long chain crosses 10 and is compacted (compaction validates first).
+    assert requested == {(keys[0], "compact_checkpoints"), (keys[1], "checkpoint_audit")}
     again = dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=first.cursor)
     assert isinstance(checkpoint_commit_sensor(again), dg.SkipReason)  # same commits: nothing new
 
