@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,22 +39,32 @@ def test_dagster_definitions_validate() -> None:
 
 
 @pytest.mark.slow
-def test_demo_writes_checkpoints_and_inspects_each(tmp_path) -> None:
+def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
+    import dagster as dg
+
+    home = tmp_path / "dagster_home"
     out = subprocess.run(
-        [sys.executable, "-m", "jobs.demo", "--out", str(tmp_path / "demo")],
+        [sys.executable, "-m", "jobs.demo", "--out", str(tmp_path / "demo"), "--dagster-home", str(home)],
         capture_output=True, text=True, cwd=ROOT, timeout=900,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    for name in (
-        "long_chain",
-        "snapshots",
-        "killed_before_restart",
-        "killed_after_restart",
-        "join",
-        "list_state",
-    ):
-        assert f"=== {name}: ckpt inspect" in out.stdout
-    assert out.stdout.count("format       V2") == 6
+    report = out.stdout.split("Maintenance report", 1)[1]
+    sections = {b.split()[0]: b for b in report.split("\n  demo:")[1:]}
+    assert set(sections) == {
+        "join/checkpoint", "killed/checkpoint_after_restart", "killed/checkpoint_before_restart",
+        "list_state/checkpoint", "long_chain/checkpoint", "snapshots/checkpoint", "two_actions/checkpoint",
+    }  # fmt: skip
+    assert "4 stores compacted, longest replay chain 32 -> 0" in sections["long_chain/checkpoint"]
+    assert "LONG_REPLAY_CHAIN" in sections["long_chain/checkpoint"]
+    assert "reclaimed: 16 files" in sections["killed/checkpoint_after_restart"]  # lost attempts
+    assert re.search(r"reclaimed: [1-9]\d* files", sections["two_actions/checkpoint"])  # superseded files
+    assert "dagster dev -w workspace.yaml" in out.stdout
+    # The runs were Dagster's, recorded in the instance the UI opens.
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        runs = instance.get_runs()
+        assert len(runs) == 7 and {r.job_name for r in runs} == {"checkpoint_maintenance"}
+        assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    assert len(list((tmp_path / "demo" / "long_chain").rglob("33_*.zip"))) == 4
 
 
 def test_spark_resource_builds_a_working_local_session(spark) -> None:

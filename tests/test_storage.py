@@ -93,12 +93,13 @@ def test_loading_is_one_listing_and_one_bulk_read(in_memory) -> None:
 
 def test_listing_failure_is_a_storage_error(in_memory) -> None:
     storage = Storage(in_memory("snapshots"))
+    real = storage.fs
 
     class Broken:
         def __getattr__(self, name):
             if name == "find":
                 raise AttributeError(name)
-            return getattr(storage.fs, name)
+            return getattr(real, name)
 
         def find(self, *args, **kwargs):
             raise ConnectionResetError("connection reset by peer")
