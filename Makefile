@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint venv bench
+.PHONY: demo test lint venv bench ui browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
+# The end-to-end UI test drives Debian's Chromium; installed here when missing (needs root, as in CI).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+test: lint browser
 	$(VENV)/bin/pytest
+
+# The Dagster UI on the project's instance (dagster_home/dagster.yaml), with the runs `make demo` made.
+ui: $(STAMP)
+	DAGSTER_HOME=$(CURDIR)/dagster_home $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1
 
 bench: $(STAMP)
 	$(PY) -m bench.gc_plan
+	$(PY) -m bench.s3_requests

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import dagster as dg
 
 import assets
@@ -26,4 +28,8 @@ def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None =
     )
 
 
-defs = build_definitions(roots_from_env())
+# The environment configures the deployed code location: CKPT_ROOTS (JSON list of roots) and
+# CKPT_SPARK_MASTER (default local[*]).
+defs = build_definitions(
+    roots_from_env(), SparkResource(master=os.environ.get("CKPT_SPARK_MASTER", "local[*]"))
+)

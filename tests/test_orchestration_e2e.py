@@ -1,0 +1,269 @@
+"""The product as people use it: `dagster dev` (webserver and daemon) on loopback, driven through its
+GraphQL API and a headless Chromium, while a real streaming query keeps committing beside it.
+
+One `dagster dev` serves the whole module. Its root holds a cleanup candidate (`orders`, dated past
+the grace period), a delta-only chain (`chain`) and the live query's checkpoint (`live`). The
+discovery and commit sensors run as they would in production, only with a 15 s commit interval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.lineage import checkpoint_lineage
+from checkpoint.model import load_checkpoint
+from jobs.corpus import NO_SNAPSHOTS, _Confs, _keyed_rows, aggregation, write_inputs
+from tests.support.dagster_dev import PROJECT, dagster_dev
+from tests.support.state import read_state
+from tests.test_dagster_cleanup import age
+
+pytestmark = pytest.mark.slow
+LOCATION = "orchestration.definitions:defs"
+ARTIFACTS = Path(os.environ.get("CKPT_TEST_ARTIFACTS", PROJECT / "test-artifacts"))
+LIVE_MINUTES = 3.0
+FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
+
+
+class LiveQuery:
+    """An aggregation with snapshots off, fed a small file every 2 s until told to stop."""
+
+    def __init__(self, spark, inputs: Path, checkpoint: Path):
+        self.spark, self.inputs, self.checkpoint = spark, inputs, checkpoint
+        self.stop_feeding = threading.Event()
+        self.files = 2
+        write_inputs(inputs, self.files, _keyed_rows)
+        with _Confs(spark, NO_SNAPSHOTS):
+            self.query = (
+                aggregation(spark, {"": str(inputs)})
+                .writeStream.outputMode("update")
+                .option("checkpointLocation", str(checkpoint))
+                .format("noop")
+                .trigger(processingTime="500 milliseconds")
+                .start()
+            )
+        self.started = time.monotonic()
+        self.feeder = threading.Thread(target=self._feed, daemon=True)
+        self.feeder.start()
+
+    def _feed(self) -> None:
+        while not self.stop_feeding.wait(2.0):
+            write_inputs(self.inputs, 1, _keyed_rows, start=self.files)
+            self.files += 1
+
+    def finish(self) -> None:
+        self.stop_feeding.set()
+        self.feeder.join()
+        self.query.processAllAvailable()
+        self.query.stop()
+
+
+@pytest.fixture(scope="module")
+def setup(spark, corpus, tmp_path_factory):
+    base = tmp_path_factory.mktemp("e2e")
+    root = base / "root"
+    shutil.copytree(corpus["two_actions"], root / "orders")
+    age(root / "orders", 8 * 3600)
+    shutil.copytree(corpus["long_chain"], root / "chain")
+    live = LiveQuery(spark, base / "live-input", root / "live")
+    deadline = time.monotonic() + 120
+    while not (root / "live" / "commits" / "0").exists():  # discovery must find it at the first tick
+        assert time.monotonic() < deadline and live.query.exception() is None
+        time.sleep(0.5)
+    env = {
+        "CKPT_ROOTS": json.dumps([{"name": "e2e", "url": str(root)}]),
+        "CKPT_COMMIT_SENSOR_INTERVAL": "15",
+        "CKPT_SPARK_MASTER": "local[1]",
+    }
+    try:
+        with dagster_dev(base / "dagster_home", env) as dev:
+            keys = dev.wait_for("discovery of the three checkpoints", lambda: _partitions(dev) or None, 180)
+            assert keys == ["e2e:chain", "e2e:live", "e2e:orders"]
+            yield dev, root, live, base
+    finally:
+        if live.query.isActive:
+            live.query.stop()
+
+
+def _partitions(dev) -> list[str]:
+    q = '{ assetNodeOrError(assetKey: {path: ["checkpoint_inventory"]}) {'
+    q += " ... on AssetNode { partitionKeys } } }"
+    keys = sorted(dev.graphql(q)["assetNodeOrError"]["partitionKeys"])
+    return keys if len(keys) == 3 else []
+
+
+RUNS = """query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) { ... on Runs {
+  results { runId jobName status tags { key value } } } } }"""
+
+
+def _runs(dev, **tags) -> list[dict]:
+    filters = [{"key": k.replace("__", "/"), "value": v} for k, v in tags.items()]
+    return dev.graphql(RUNS, tags=filters)["runsOrError"]["results"]
+
+
+def _tag(run: dict, key: str) -> str | None:
+    return next((t["value"] for t in run["tags"] if t["key"] == key), None)
+
+
+def _backfill(dev, assets: list[str], partitions: list[str] | None = None) -> str:
+    params: dict = {"assetSelection": [{"path": [a]} for a in assets]}
+    params.update({"partitionNames": partitions} if partitions else {"allPartitions": True})
+    out = dev.graphql(
+        """mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) {
+             __typename ... on LaunchBackfillSuccess { backfillId } ... on PythonError { message } } }""",
+        p=params,
+    )["launchPartitionBackfill"]
+    assert out["__typename"] == "LaunchBackfillSuccess", out
+    backfill = out["backfillId"]
+
+    def done():
+        q = """query($id: String!) {
+            partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } } }"""
+        status = dev.graphql(q, id=backfill)["partitionBackfillOrError"]["status"]
+        runs = _runs(dev, dagster__backfill=backfill)
+        if status in ("REQUESTED", "CANCELING") or any(r["status"] not in FINISHED for r in runs):
+            return None
+        return status
+
+    assert dev.wait_for(f"backfill {backfill}", done, 600, every=3) in ("COMPLETED", "COMPLETED_SUCCESS")
+    return backfill
+
+
+def _launch(dev, job: str, partition: str, **tags: str) -> str:
+    all_tags = [{"key": "dagster/partition", "value": partition}] + [
+        {"key": k, "value": v} for k, v in tags.items()
+    ]
+    params = {
+        "selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": job},
+        "executionMetadata": {"tags": all_tags},
+    }
+    out = dev.graphql(
+        """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+             __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }""",
+        p=params,
+    )["launchRun"]
+    assert out["__typename"] == "LaunchRunSuccess", out
+    run_id = out["run"]["runId"]
+
+    def finished():
+        q = "query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"
+        status = dev.graphql(q, id=run_id)["runOrError"]["status"]
+        return status if status in FINISHED else None
+
+    assert dev.wait_for(f"run {run_id}", finished, 600, every=3) == "SUCCESS", dev.log
+    return run_id
+
+
+def _metadata(dev, asset: str, partition: str) -> dict:
+    q = """query($a: [String!]!, $p: [String!]) { assetNodeOrError(assetKey: {path: $a}) { ... on AssetNode {
+      assetMaterializations(partitions: $p, limit: 1) { runId metadataEntries { label __typename
+        ... on IntMetadataEntry { intValue } ... on BoolMetadataEntry { boolValue }
+        ... on TextMetadataEntry { text } ... on MarkdownMetadataEntry { mdStr }
+        ... on PathMetadataEntry { path } } } } } }"""
+    mats = dev.graphql(q, a=[asset], p=[partition])["assetNodeOrError"]["assetMaterializations"]
+    assert mats, (asset, partition)
+    values = {}
+    for e in mats[0]["metadataEntries"]:
+        values[e["label"]] = next((v for k, v in e.items() if k not in ("label", "__typename")), None)
+    return {"run_id": mats[0]["runId"], **values}
+
+
+def test_an_audit_backfill_and_a_maintenance_run_through_graphql(setup) -> None:
+    dev, root, _, _ = setup
+    backfill = _backfill(dev, ["checkpoint_inventory", "checkpoint_lineage_report"])
+    runs = _runs(dev, dagster__backfill=backfill)
+    assert sorted(_tag(r, "dagster/partition") for r in runs) == ["e2e:chain", "e2e:live", "e2e:orders"]
+    assert {r["status"] for r in runs} == {"SUCCESS"}
+    lineage = _metadata(dev, "checkpoint_lineage_report", "e2e:chain")
+    assert lineage["max_chain_length"] == 32 and lineage["run_id"] in {r["runId"] for r in runs} | {
+        r["runId"] for r in _runs(dev, dagster__partition="e2e:chain")
+    }
+
+    before = {p.relative_to(root).as_posix() for p in (root / "orders").rglob("*") if p.is_file()}
+    run_id = _launch(dev, "checkpoint_maintenance", "e2e:orders", **{"ckpt/apply": "true"})
+    cleanup = _metadata(dev, "checkpoint_orphan_cleanup", "e2e:orders")
+    plan = _metadata(dev, "checkpoint_orphan_plan", "e2e:orders")
+    assert cleanup["run_id"] == run_id and cleanup["applied"] is True
+    assert cleanup["deleted_files"] == plan["files"] > 0 and cleanup["failed_files"] == 0
+    after = {p.relative_to(root).as_posix() for p in (root / "orders").rglob("*") if p.is_file()}
+    assert len(before - after) == plan["files"] and not after - before
+    outcomes = Path(cleanup["outcomes"])
+    assert sum(1 for line in outcomes.read_text().splitlines() if '"deleted"' in line) == plan["files"]
+
+
+def test_a_compaction_backfill_is_one_run_and_one_spark_job(setup) -> None:
+    dev, root, _, _ = setup
+    backfill = _backfill(dev, ["checkpoint_compaction"], ["e2e:chain", "e2e:orders"])
+    runs = _runs(dev, dagster__backfill=backfill)
+    assert len(runs) == 1 and runs[0]["status"] == "SUCCESS"
+    assert _tag(runs[0], "dagster/asset_partition_range_start") is not None
+    ckpt = load_checkpoint(str(root / "chain"))
+    assert {e.chain_length for e in checkpoint_lineage(ckpt)} == {0}  # every store loads a snapshot now
+    meta = _metadata(dev, "checkpoint_compaction", "e2e:chain")
+    assert meta["max_chain_after"] == 0
+
+
+def test_the_asset_graph_in_headless_chromium(setup) -> None:
+    dev, _, _, base = setup
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "asset-graph.png"
+    shot.unlink(missing_ok=True)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--window-size=1600,1000", "--virtual-time-budget=20000"]  # fmt: skip
+    url = f"{dev.url}/asset-groups"
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    subprocess.run([chromium, *flags, f"--user-data-dir={base / 'chrome-a'}", f"--screenshot={shot}", url],
+                   capture_output=True, timeout=180, check=True)  # fmt: skip
+    assert shot.stat().st_size > 20_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dom = subprocess.run([chromium, *flags, f"--user-data-dir={base / 'chrome-b'}", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=180, check=True).stdout  # fmt: skip
+    assert "Global asset lineage" in dom
+    for group in ("checkpoint_audit", "checkpoint_compaction", "checkpoint_cleanup"):
+        assert group in dom, group
+
+
+def test_the_live_query_survives_maintenance_fired_by_the_commit_sensor(setup, spark) -> None:
+    dev, root, live, base = setup
+
+    def sensor_runs() -> list[dict]:
+        return [r for r in _runs(dev, dagster__partition="e2e:live") if _tag(r, "dagster/sensor_name")]
+
+    def enough():
+        assert live.query.exception() is None
+        runs = sensor_runs()
+        ok = [r for r in runs if r["status"] == "SUCCESS"]
+        compactions = [r for r in ok if r["jobName"] == "compact_checkpoints"]
+        minutes = (time.monotonic() - live.started) / 60
+        return len(ok) >= 4 and compactions and minutes >= LIVE_MINUTES
+
+    dev.wait_for("repeated sensor-fired maintenance of the live query", enough, 900, every=5)
+    runs = sensor_runs()
+    assert not [r for r in runs if r["status"] == "FAILURE"], runs
+    compacted = _metadata(dev, "checkpoint_compaction", "e2e:live")
+    assert compacted["stores_compacted"] >= 1 and compacted["max_chain_after"] < compacted["max_chain_before"]
+    assert list((root / "live" / "state").rglob("*.zip"))  # snapshots no Spark task wrote
+    live.finish()
+
+    control = base / "control"
+    with _Confs(spark, NO_SNAPSHOTS):
+        query = (
+            aggregation(spark, {"": str(live.inputs)}, max_files=1000)
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", str(control))
+            .format("noop")
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    live_batch = load_checkpoint(str(root / "live")).latest_committed_batch
+    control_batch = load_checkpoint(str(control)).latest_committed_batch
+    state = read_state(spark, root / "live", live_batch, "aggregation")
+    assert state and state == read_state(spark, control, control_batch, "aggregation")
