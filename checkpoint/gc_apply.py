@@ -248,12 +248,17 @@ def _delete_s3(storage: Storage, rels: list[str], attempts: int, sleep) -> dict[
     pending, errors = list(key_of), {}
     for attempt in range(attempts):
         request = {"Objects": [{"Key": k} for k in pending], "Quiet": False}
-        response = _with_retries(
-            lambda request=request: storage.fs.call_s3("delete_objects", Bucket=bucket, Delete=request),
-            attempts,
-            sleep,
-        )
-        storage.fs.invalidate_cache(storage.root)
+        try:
+            response = _with_retries(
+                lambda request=request: storage.fs.call_s3("delete_objects", Bucket=bucket, Delete=request),
+                attempts,
+                sleep,
+            )
+        except Exception as exc:  # noqa: BLE001 - the request as a whole failed: every key it held did
+            errors.update({k: f"request failed: {type(exc).__name__}: {exc}" for k in pending})
+            break
+        finally:
+            storage.fs.invalidate_cache(storage.root)
         deleted = {d["Key"] for d in response.get("Deleted", [])}
         failed = {e["Key"]: f"{e.get('Code')}: {e.get('Message', '')}" for e in response.get("Errors", [])}
         missed = "neither deleted nor failed in the response"

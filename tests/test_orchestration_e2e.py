@@ -181,10 +181,12 @@ def test_an_audit_backfill_and_a_maintenance_run_through_graphql(setup) -> None:
     runs = _runs(dev, dagster__backfill=backfill)
     assert sorted(_tag(r, "dagster/partition") for r in runs) == ["e2e:chain", "e2e:live", "e2e:orders"]
     assert {r["status"] for r in runs} == {"SUCCESS"}
-    lineage = _metadata(dev, "checkpoint_lineage_report", "e2e:chain")
-    assert lineage["max_chain_length"] == 32 and lineage["run_id"] in {r["runId"] for r in runs} | {
-        r["runId"] for r in _runs(dev, dagster__partition="e2e:chain")
-    }
+    lineage = _metadata(dev, "checkpoint_lineage_report", "e2e:orders")
+    stores = sum(
+        len(op.store_names) * op.num_partitions
+        for op in load_checkpoint(str(root / "orders")).operators.values()
+    )
+    assert lineage["stores"] == stores > 0
 
     before = {p.relative_to(root).as_posix() for p in (root / "orders").rglob("*") if p.is_file()}
     run_id = _launch(dev, "checkpoint_maintenance", "e2e:orders", **{"ckpt/apply": "true"})
