@@ -54,6 +54,9 @@ def _chains_after(roots: CheckpointRootsResource, planned: _Checkpoint) -> dict[
     kinds={"spark"},
     # A UI backfill over many checkpoints is one run and one Spark job, not a Spark session each.
     backfill_policy=dg.BackfillPolicy.single_run(),
+    # Such a run carries a partition range, not a partition, so the per-checkpoint run limit of
+    # dagster.yaml cannot see it: the pool (limit 1 there) keeps two compactions from ever overlapping.
+    pool="ckpt_compaction",
 )
 def checkpoint_compaction(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource, spark: SparkResource
