@@ -42,6 +42,8 @@ def test_dagster_definitions_validate() -> None:
 def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
     import dagster as dg
 
+    from checkpoint.model import load_checkpoint
+
     home = tmp_path / "dagster_home"
     out = subprocess.run(
         [sys.executable, "-m", "jobs.demo", "--out", str(tmp_path / "demo"), "--dagster-home", str(home)],
@@ -64,7 +66,9 @@ def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
         runs = instance.get_runs()
         assert len(runs) == 7 and {r.job_name for r in runs} == {"checkpoint_maintenance"}
         assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
-    assert len(list((tmp_path / "demo" / "long_chain").rglob("33_*.zip"))) == 4
+    chain = tmp_path / "demo" / "long_chain" / "checkpoint"
+    newest = load_checkpoint(str(chain)).latest_committed_batch + 1  # the committed version
+    assert len(list(chain.rglob(f"{newest}_*.zip"))) == 4
 
 
 def test_spark_resource_builds_a_working_local_session(spark) -> None:
