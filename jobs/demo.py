@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from jobs.corpus import MANIFEST
@@ -92,7 +93,8 @@ def _report_line(key: str, r: dict) -> list[str]:
             f"{c['max_chain_before']} -> {c['max_chain_after']}"
         )
     elif c:
-        lines.append(f"    compaction: nothing to do ({c['stores_skipped']} stores below the threshold)")
+        skipped = c["stores_skipped"]
+        lines.append(f"    compaction: nothing to do ({skipped} stores skipped; why is in the run)")
     if plan:
         lines.append(f"    orphans: {plan['files']} files, {human_bytes(plan['bytes'])}")
     if clean.get("applied") and clean["deleted_files"] + clean["failed_files"]:
@@ -123,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     # Dagster reads DAGSTER_HOME when it is imported: set it first, to the project's instance.
     os.environ["DAGSTER_HOME"] = str(args.dagster_home.resolve())
     args.dagster_home.mkdir(exist_ok=True)
+    # Dagster's notes to developers (beta parameters, the jobs' mixed backfill policies) are not
+    # for the person reading the report.
+    warnings.filterwarnings("ignore", module=r"dagster\..*")
     import dagster as dg
 
     from orchestration.definitions import build_definitions
