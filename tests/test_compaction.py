@@ -18,7 +18,7 @@ from checkpoint.model import load_checkpoint
 from checkpoint.rebuild import RebuildError, merge_delimiter, rebuild_store
 from jobs.compact import run_compaction
 from jobs.corpus import scenario_named
-from tests.support.state import READERS, read_state
+from tests.support.state import READERS, read_state, restart_like_untouched
 
 pytestmark = pytest.mark.slow
 
@@ -110,12 +110,7 @@ def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root,
     for z in compacted.rglob("*.zip"):  # every other snapshot goes: only the rebuilt ones remain
         if str(z) not in fresh:
             _drop_zip(z)
-    extra = tmp_path / "more-input"
-    scenario.restart(spark, corpus_root / scenario.name, compacted, extra)
-    scenario.restart(spark, corpus_root / scenario.name, untouched, extra)
-    final = load_checkpoint(str(compacted)).latest_committed_batch
-    assert final == load_checkpoint(str(untouched)).latest_committed_batch
-    assert read_state(spark, compacted, final, name) == read_state(spark, untouched, final, name)
+    restart_like_untouched(spark, scenario, corpus_root / name, compacted, untouched, tmp_path / "more-input")
 
 
 def test_kill_9_between_ssts_and_zip(spark, corpus, copy_of) -> None:

@@ -18,7 +18,7 @@ from checkpoint.gc_plan import GcError, Plan, plan_gc
 from checkpoint.layout import FileKind
 from checkpoint.model import load_checkpoint
 from jobs.corpus import scenario_named
-from tests.support.state import read_state
+from tests.support.state import read_state, restart_like_untouched
 
 # The test clock: seven hours from now, so every corpus file is past the default 6 h grace.
 LATER = 7 * 3600
@@ -98,13 +98,8 @@ def test_apply_keeps_state_and_the_query_restarts_like_an_untouched_copy(
     assert plan_later(cleaned, retain_batches=2).files == 0  # a second run plans nothing
 
     extra = tmp_path / "more-input"
-    scenario.restart(spark, corpus_root / scenario.name, cleaned, extra)
-    scenario.restart(spark, corpus_root / scenario.name, untouched, extra)
-    final = load_checkpoint(str(cleaned)).latest_committed_batch
-    assert final == load_checkpoint(str(untouched)).latest_committed_batch > window[-1]
-    assert read_state(spark, cleaned, final, scenario.name) == read_state(
-        spark, untouched, final, scenario.name
-    )
+    final = restart_like_untouched(spark, scenario, corpus_root / scenario.name, cleaned, untouched, extra)
+    assert final > window[-1]
 
 
 @pytest.mark.parametrize("name", ["killed_after_restart", "task_retry", "two_actions"])

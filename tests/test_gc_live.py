@@ -11,7 +11,7 @@ from checkpoint.gc_apply import AuditTrail, apply_plan
 from checkpoint.gc_plan import plan_gc
 from checkpoint.model import load_checkpoint
 from jobs.corpus import FREQUENT_SNAPSHOTS, _Confs, _keyed_rows, _two_actions_sink, aggregation, write_inputs
-from tests.support.state import read_state
+from tests.support.state import control_state, latest_state
 
 pytestmark = pytest.mark.slow
 FILES = 24
@@ -58,20 +58,8 @@ def test_live_query_survives_repeated_cleanup(spark, tmp_path) -> None:
         query.stop()
     assert runs >= 5 and deleted > 0
 
-    with _Confs(spark, FREQUENT_SNAPSHOTS):
-        control = (
-            aggregation(spark, {"": str(inputs)}, max_files=FILES)
-            .writeStream.outputMode("update")
-            .option("checkpointLocation", str(control_ckpt))
-            .format("noop")
-            .trigger(availableNow=True)
-            .start()
-        )
-        control.awaitTermination()
-    live_batch = load_checkpoint(str(live_ckpt)).latest_committed_batch
-    control_batch = load_checkpoint(str(control_ckpt)).latest_committed_batch
-    live_state = read_state(spark, live_ckpt, live_batch, "aggregation")
+    live_state = latest_state(spark, live_ckpt, "aggregation")
     assert isinstance(live_state, list) and live_state
-    assert live_state == read_state(spark, control_ckpt, control_batch, "aggregation")
+    assert live_state == control_state(spark, inputs, control_ckpt, FREQUENT_SNAPSHOTS)
     # The cleaned checkpoint validates and still plans safely once the query has stopped.
     assert load_checkpoint(str(live_ckpt), strict=False).problems == ()

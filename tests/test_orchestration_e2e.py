@@ -22,7 +22,7 @@ from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from jobs.corpus import NO_SNAPSHOTS, _Confs, _keyed_rows, aggregation, write_inputs
 from tests.support.dagster_dev import PROJECT, dagster_dev
-from tests.support.state import read_state
+from tests.support.state import control_state, latest_state
 from tests.test_dagster_cleanup import age
 
 pytestmark = pytest.mark.slow
@@ -259,18 +259,5 @@ def test_the_live_query_survives_maintenance_fired_by_the_commit_sensor(setup, s
     assert list((root / "live" / "state").rglob("*.zip"))  # snapshots no Spark task wrote
     live.finish()
 
-    control = base / "control"
-    with _Confs(spark, NO_SNAPSHOTS):
-        query = (
-            aggregation(spark, {"": str(live.inputs)}, max_files=1000)
-            .writeStream.outputMode("update")
-            .option("checkpointLocation", str(control))
-            .format("noop")
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-    live_batch = load_checkpoint(str(root / "live")).latest_committed_batch
-    control_batch = load_checkpoint(str(control)).latest_committed_batch
-    state = read_state(spark, root / "live", live_batch, "aggregation")
-    assert state and state == read_state(spark, control, control_batch, "aggregation")
+    state = latest_state(spark, root / "live", "aggregation")
+    assert state and state == control_state(spark, live.inputs, base / "control", NO_SNAPSHOTS)

@@ -86,7 +86,10 @@ def test_scan_and_validate_send_few_requests(s3, s3_copy_of, corpus) -> None:
     assert len(gets) == len({r.path for r in gets}) < objects / 2  # no object read twice
 
 
-def test_cleanup_on_s3_deletes_what_the_local_plan_names(s3, s3_copy_of, corpus, tmp_path) -> None:
+@pytest.mark.slow
+def test_cleanup_on_s3_deletes_what_the_local_plan_names(
+    s3, s3_copy_of, spark, corpus, corpus_root, tmp_path
+) -> None:
     _, proxy, _ = s3
     url = s3_copy_of("two_actions")
     options = _via_proxy(s3)
@@ -107,6 +110,7 @@ def test_cleanup_on_s3_deletes_what_the_local_plan_names(s3, s3_copy_of, corpus,
     assert not left & {c.path for c in remote.candidates}
     again = plan_gc(load_checkpoint(url, options), now=time.time() + LATER)
     assert again.candidates == ()
+    _restarts_like_untouched(s3, spark, corpus, corpus_root, url, tmp_path)
 
 
 def _plan(url: str, options: dict):
@@ -194,8 +198,6 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
 ) -> None:
     from checkpoint.compaction import plan_compaction
     from jobs.compact import run_compaction
-    from jobs.corpus import scenario_named
-    from tests.support.state import read_state
     from tests.test_compaction import _rows_of_partition, _snapshot_rows
 
     _, proxy, _ = s3
@@ -212,20 +214,26 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
     heads = [r.path for r in proxy.requests if r.op == "HeadObject"]
     assert counts["HeadObject"] == 0 and counts["DeleteObject"] + counts["DeleteObjects"] == 0, heads
 
-    local = tmp_path / "long_chain"
+    local = tmp_path / "snapshots-read"
     _direct(s3).get(url[len("s3://") :] + "/", str(local), recursive=True)
     for r in results:
         batch = r["version"] - 1
         expected = _rows_of_partition(spark, corpus["long_chain"], batch, r["partition"], {})
         assert _snapshot_rows(spark, local, batch, r["partition"], {}) == expected
-    untouched = tmp_path / "untouched"
-    shutil.copytree(corpus["long_chain"], untouched)
-    scenario = scenario_named("long_chain")
-    for path in (local, untouched):
-        scenario.restart(spark, corpus_root / "long_chain", path, tmp_path / "more-input")
-    final = load_checkpoint(str(local)).latest_committed_batch
-    assert final == load_checkpoint(str(untouched)).latest_committed_batch
-    assert read_state(spark, local, final, "long_chain") == read_state(spark, untouched, final, "long_chain")
+    _restarts_like_untouched(s3, spark, corpus, corpus_root, url, tmp_path)
+
+
+def _restarts_like_untouched(s3, spark, corpus, corpus_root, url: str, tmp_path: Path) -> None:
+    """Copied from S3 to local disk, the changed checkpoint restarts the query like an untouched copy."""
+    from jobs.corpus import scenario_named
+    from tests.support.state import restart_like_untouched
+
+    name = url.rsplit("/", 1)[-1]
+    local, untouched = tmp_path / "from-s3" / name, tmp_path / "untouched" / name
+    _direct(s3).get(url[len("s3://") :] + "/", str(local), recursive=True)
+    shutil.copytree(corpus[name], untouched)
+    extra = tmp_path / "more-input"
+    restart_like_untouched(spark, scenario_named(name), corpus_root / name, local, untouched, extra)
 
 
 def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> None:

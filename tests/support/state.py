@@ -25,3 +25,44 @@ def read_state(spark, path: Path, batch: int, scenario: str) -> list[str] | str:
         except Exception as exc:  # noqa: BLE001 - a load failure is a result to compare, not a test error
             return f"unreadable: {type(exc).__name__}"
     return sorted(rows)
+
+
+def latest_state(spark, path: Path, scenario: str) -> list[str] | str:
+    from checkpoint.model import load_checkpoint
+
+    return read_state(spark, path, load_checkpoint(str(path)).latest_committed_batch, scenario)
+
+
+def restart_like_untouched(
+    spark, scenario, scenario_dir: Path, changed: Path, untouched: Path, extra: Path
+) -> int:
+    """Restarts the real query on a changed checkpoint and on an untouched copy with the same new
+    input; both must reach the same batch with the same state. Returns that batch."""
+    from checkpoint.model import load_checkpoint
+
+    for path in (changed, untouched):
+        scenario.restart(spark, scenario_dir, path, extra)
+    final = load_checkpoint(str(changed)).latest_committed_batch
+    assert final == load_checkpoint(str(untouched)).latest_committed_batch
+    assert read_state(spark, changed, final, scenario.name) == read_state(
+        spark, untouched, final, scenario.name
+    )
+    return final
+
+
+def control_state(spark, inputs: Path, checkpoint: Path, confs: dict[str, str]) -> list[str] | str:
+    """The control: the same aggregation over all of `inputs` in one availableNow run, untouched by
+    maintenance; its final state."""
+    from jobs.corpus import _Confs, aggregation
+
+    with _Confs(spark, confs):
+        query = (
+            aggregation(spark, {"": str(inputs)}, max_files=100_000)
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", str(checkpoint))
+            .format("noop")
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    return latest_state(spark, checkpoint, "aggregation")
