@@ -16,8 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import s3fs
-
 from checkpoint.compaction import plan_compaction
 from checkpoint.discovery import find_checkpoints
 from checkpoint.errors import CheckpointError
@@ -28,7 +26,7 @@ from checkpoint.storage import Storage
 from checkpoint.validate import ValidationOptions, validate
 from jobs.corpus import checkpoints, ensure_corpus
 from tests.support.s3proxy import S3Proxy
-from tests.support.s3server import environment_credentials, start_s3_server
+from tests.support.s3server import s3_services
 
 
 def _row(what: str, counts, objects: int, minimum: int, note: str) -> str:
@@ -44,22 +42,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=4, help="uploads of the whole corpus")
     args = parser.parse_args()
-    key, secret, region = environment_credentials()
-    corpus = {n: p for n, p in checkpoints(ensure_corpus()).items()}
-    with tempfile.TemporaryDirectory() as work:
-        server = start_s3_server(Path(work), key, secret, region)
-        proxy = S3Proxy(server.endpoint, key, secret, region)
-        try:
-            fs = s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True)
-            fs.mkdir("bench")
-            for i in range(args.copies):
-                for name, path in corpus.items():
-                    fs.put(str(path) + "/", f"bench/c{i}/{name}", recursive=True)
-            options = server.storage_options(proxy.endpoint)
-            rows = _measure(Storage("s3://bench", options), proxy, Path(work))
-        finally:
-            proxy.close()
-            server.stop()
+    corpus = checkpoints(ensure_corpus())
+    with tempfile.TemporaryDirectory() as work, s3_services(Path(work), "bench") as (server, proxy):
+        fs = server.filesystem()
+        for i in range(args.copies):
+            for name, path in corpus.items():
+                fs.put(str(path) + "/", f"bench/c{i}/{name}", recursive=True)
+        options = server.storage_options(proxy.endpoint)
+        rows = _measure(Storage("s3://bench", options), proxy, Path(work))
     print("| operation | objects | requests | per 1000 objects | least per 1000 | what must be read |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))

@@ -45,7 +45,8 @@ def _generate(out: Path) -> bool:
     return True
 
 
-def _age(root: Path, seconds: float) -> None:
+def date_back(root: Path, seconds: float) -> None:
+    """A manual clock: every file's mtime moves into the past, their order kept (tests use it too)."""
     for p in root.rglob("*"):
         then = p.stat().st_mtime - seconds
         os.utime(p, (then, then), follow_symlinks=False)
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if not _generate(out):
         return 1
     print(f"demo: checkpoints written in {time.monotonic() - started:.0f} s", flush=True)
-    _age(out, AGE_SECONDS)
+    date_back(out, AGE_SECONDS)
     print(f"demo: files dated {AGE_SECONDS // 3600} h back, past the cleanup's grace period", flush=True)
 
     # Dagster reads DAGSTER_HOME when it is imported: set it first, to the project's instance.

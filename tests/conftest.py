@@ -64,30 +64,20 @@ def s3(tmp_path_factory):
     """
     import uuid
 
-    import s3fs
+    from tests.support.s3server import s3_services
 
-    from tests.support.s3proxy import S3Proxy
-    from tests.support.s3server import environment_credentials, start_s3_server
-
-    key, secret, region = environment_credentials()
-    server = start_s3_server(tmp_path_factory.mktemp("seaweedfs"), key, secret, region)
-    proxy = S3Proxy(server.endpoint, key, secret, region)
     bucket = f"ckpt-tests-{uuid.uuid4().hex[:8]}"
-    fs = s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True)
-    fs.mkdir(bucket)
-    # A code path that forgets its storage options must reach this server, never the internet.
-    before = os.environ.get("AWS_ENDPOINT_URL")
-    os.environ["AWS_ENDPOINT_URL"] = server.endpoint
-    try:
-        yield server, proxy, bucket
-    finally:
-        if before is None:
-            os.environ.pop("AWS_ENDPOINT_URL", None)
-        else:
-            os.environ["AWS_ENDPOINT_URL"] = before
-        fs.rm(bucket, recursive=True)
-        proxy.close()
-        server.stop()
+    with s3_services(tmp_path_factory.mktemp("seaweedfs"), bucket) as (server, proxy):
+        # A code path that forgets its storage options must reach this server, never the internet.
+        before = os.environ.get("AWS_ENDPOINT_URL")
+        os.environ["AWS_ENDPOINT_URL"] = server.endpoint
+        try:
+            yield server, proxy, bucket
+        finally:
+            if before is None:
+                os.environ.pop("AWS_ENDPOINT_URL", None)
+            else:
+                os.environ["AWS_ENDPOINT_URL"] = before
 
 
 @pytest.fixture
@@ -95,10 +85,8 @@ def s3_copy_of(s3, corpus: dict[str, Path]):
     """Uploads a private copy of a corpus checkpoint; returns its s3:// URL (reached via the proxy)."""
     import uuid
 
-    import s3fs
-
     server, proxy, bucket = s3
-    fs = s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True)
+    fs = server.filesystem()
 
     def upload(name: str, prefix: str | None = None) -> str:
         dest = f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}"

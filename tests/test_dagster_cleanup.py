@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -17,18 +16,12 @@ from assets.cleanup import (
     checkpoint_orphan_cleanup,
     checkpoint_orphan_plan,
 )
+from jobs.demo import date_back
 from orchestration.definitions import build_definitions
 from orchestration.partitions import partition_key
 from orchestration.resources import CheckpointRoot, CheckpointRootsResource
 
 CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
-
-
-def age(path: Path, seconds: float) -> None:
-    """The manual clock: shift every file's mtime into the past, keeping their order."""
-    for p in path.rglob("*"):
-        then = p.stat().st_mtime - seconds
-        os.utime(p, (then, then), follow_symlinks=False)
 
 
 @pytest.fixture
@@ -41,7 +34,7 @@ def instance():
 def aged_root(corpus, tmp_path) -> Path:
     root = tmp_path / "root"
     shutil.copytree(corpus["two_actions"], root / "orders")
-    age(root, 8 * 3600)
+    date_back(root, 8 * 3600)
     return root
 
 

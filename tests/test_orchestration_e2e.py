@@ -21,9 +21,9 @@ import pytest
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from jobs.corpus import NO_SNAPSHOTS, _Confs, _keyed_rows, aggregation, write_inputs
+from jobs.demo import date_back
 from tests.support.dagster_dev import PROJECT, dagster_dev
 from tests.support.state import control_state, latest_state
-from tests.test_dagster_cleanup import age
 
 pytestmark = pytest.mark.slow
 LOCATION = "orchestration.definitions:defs"
@@ -73,7 +73,7 @@ def setup(spark, corpus, tmp_path_factory):
     # cache is: cleanup may delete, and compaction takes the newest committed version.
     for name, folder in (("two_actions", "orders"), ("long_chain", "chain")):
         shutil.copytree(corpus[name], root / folder)
-        age(root / folder, 8 * 3600)
+        date_back(root / folder, 8 * 3600)
     live = LiveQuery(spark, base / "live-input", root / "live")
     deadline = time.monotonic() + 120
     while not (root / "live" / "commits" / "0").exists():  # discovery must find it at the first tick

@@ -35,8 +35,7 @@ def _cli(proxy, *args: str) -> subprocess.CompletedProcess:
 
 
 def _direct(s3) -> s3fs.S3FileSystem:
-    server, _, _ = s3
-    return s3fs.S3FileSystem(**server.storage_options(), skip_instance_cache=True)
+    return s3[0].filesystem()
 
 
 def _via_proxy(s3) -> dict:

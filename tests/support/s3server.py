@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,12 @@ class S3Server:
             "secret": self.secret_key,
             "client_kwargs": {"endpoint_url": endpoint or self.endpoint, "region_name": self.region},
         }
+
+    def filesystem(self):
+        """A client straight to the server (past the proxy), for setting up and checking."""
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.storage_options(), skip_instance_cache=True)
 
     def stop(self) -> None:
         self.process.terminate()
@@ -118,3 +125,23 @@ def environment_credentials() -> tuple[str, str, str]:
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "ckpt-test-secret-0123456789"),
         os.environ.setdefault("AWS_REGION", "us-east-1"),
     )
+
+
+@contextmanager
+def s3_services(workdir: Path, bucket: str):
+    """The server, the counting and fault-injecting proxy in front of it, and an empty bucket."""
+    from tests.support.s3proxy import S3Proxy
+
+    key, secret, region = environment_credentials()
+    server = start_s3_server(workdir, key, secret, region)
+    proxy = S3Proxy(server.endpoint, key, secret, region)
+    fs = server.filesystem()
+    try:
+        fs.mkdir(bucket)
+        yield server, proxy
+    finally:
+        try:
+            fs.rm(bucket, recursive=True)
+        finally:
+            proxy.close()
+            server.stop()
