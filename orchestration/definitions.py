@@ -1,4 +1,5 @@
-"""The Dagster code location: audit and cleanup assets with their checks, jobs, schedules, discovery."""
+"""The Dagster code location: audit, compaction and cleanup assets with their checks, the jobs, a
+maintenance schedule per root, and the discovery and commit sensors."""
 
 from __future__ import annotations
 
