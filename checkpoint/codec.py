@@ -45,7 +45,8 @@ class Lz4BlockReader:
         self._eof = False
         self.blocks = 0
 
-    def _next_block(self) -> bool:
+    def _next_block(self) -> bytes | None:
+        """The next block's content, checked; None at the end-of-stream block."""
         header = _read_exact(self._read, _LZ4_HEADER.size)
         if not header:
             raise CorruptFileError("truncated lz4 stream: no end-of-stream block", self.path)
@@ -60,7 +61,7 @@ class Lz4BlockReader:
         max_len = 1 << ((token & 0x0F) + 10)
         if dlen == 0 and clen == 0:
             self._eof = True
-            return False
+            return None
         if not (0 < dlen <= max_len and 0 < clen <= max_len) or (method == _METHOD_RAW and clen != dlen):
             raise CorruptFileError(
                 f"bad lz4 block lengths ({clen}, {dlen}) in block {self.blocks}", self.path
@@ -80,21 +81,21 @@ class Lz4BlockReader:
         if (xxhash.xxh32_intdigest(data, seed=_XXHASH_SEED) & _CHECKSUM_MASK) != (checksum & _CHECKSUM_MASK):
             raise CorruptFileError(f"checksum mismatch in lz4 block {self.blocks}", self.path)
         self.blocks += 1
-        self._buf = self._buf[self._pos :] + data
-        self._pos = 0
-        return True
+        return data
 
     def read(self, n: int = -1) -> bytes:
-        if n < 0:
-            while not self._eof and self._next_block():
-                pass
-        else:
-            while len(self._buf) - self._pos < n and not self._eof and self._next_block():
-                pass
-        end = len(self._buf) if n < 0 else min(len(self._buf), self._pos + n)
-        out = self._buf[self._pos : end]
-        self._pos = end
-        return out
+        # Blocks are collected and joined once: appending each to the buffer is quadratic.
+        parts, have = [self._buf[self._pos :]], len(self._buf) - self._pos
+        while (n < 0 or have < n) and not self._eof:
+            block = self._next_block()
+            if block is None:
+                break
+            parts.append(block)
+            have += len(block)
+        data = b"".join(parts) if len(parts) > 1 else parts[0]
+        take = len(data) if n < 0 else min(n, len(data))
+        self._buf, self._pos = data, take
+        return data[:take]
 
 
 class ZstdReader:
