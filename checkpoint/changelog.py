@@ -10,8 +10,12 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Literal
+
+import numpy as np
 
 from .codec import decompressing_reader
 from .errors import CorruptFileError, UnknownFormatVersionError
@@ -130,35 +134,63 @@ def read_changelog(
     read, codec: str, path: str, named_v2: bool = True
 ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
     """Header and every record; the whole stream is decompressed and every block checksum checked."""
-    header, raw = read_changelog_raw(read, codec, path, named_v2)
-    return header, [ChangeRecord(op, key, value) for op, key, value in raw]  # type: ignore[arg-type]
+    header, runs = read_changelog_runs(read, codec, path, named_v2)
+    return header, [ChangeRecord(op, k, v) for op, k, v in records_of(runs)]  # type: ignore[arg-type]
 
 
-def read_changelog_raw(
+def read_changelog_runs(
     read, codec: str, path: str, named_v2: bool = True
-) -> tuple[ChangelogHeader, list[tuple[str, bytes, bytes | None]]]:
-    """As read_changelog, with (op, key, value) tuples: the rebuild's hot path."""
+) -> tuple[ChangelogHeader, list[RecordRun]]:
+    """As read_changelog, with the records grouped in runs: the rebuild's hot path."""
     header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2)
-    return header, parse_records(reader.read(-1), header.has_column_families, path)
+    return header, parse_runs(reader.read(-1), header.has_column_families, path)
 
 
-def parse_records(data: bytes, typed: bool, path: str) -> list[tuple[str, bytes, bytes | None]]:
+@dataclass(frozen=True)
+class RecordRun:
+    """Consecutive records of one kind, in file order: `values` is None for deletes.
+
+    Columns rather than a tuple per record, so that replaying a run of puts is one `dict.update`.
+    """
+
+    op: Literal["put", "delete", "merge"]
+    keys: list[bytes]
+    values: list[bytes] | None
+
+
+def records_of(runs: list[RecordRun]) -> Iterator[tuple[str, bytes, bytes | None]]:
+    for run in runs:
+        values = run.values if run.values is not None else repeat(None)
+        for key, value in zip(run.keys, values, strict=False):  # repeat(None) for deletes
+            yield run.op, key, value
+
+
+# A run of records whose lengths (and type) repeat is extended with numpy in one step: state rows
+# of fixed-width schemas make whole changelogs of same-sized records. The attempt is made only
+# after a few repeats, and backs off when it gains little, so varied records stay on the plain loop.
+_TRY_AFTER, _WORTH_IT, _BACK_OFF_LIMIT = 4, 64, 1 << 12
+
+
+def parse_runs(data: bytes, typed: bool, path: str) -> list[RecordRun]:
     """The records after the header, up to the end-of-records marker, which must end the data.
 
-    One flat loop: it runs once per record of every changelog a rebuild replays.
+    It runs once per record of every changelog a rebuild replays, hence one flat loop.
     """
-    out: list[tuple[str, bytes, bytes | None]] = []
-    append, unpack, ops = out.append, _I32.unpack_from, _TYPED
+    runs: list[RecordRun] = []
+    unpack, ops, head = _I32.unpack_from, _TYPED, 5 if typed else 4
     pos, end = 0, len(data)
+    op, keys, values = None, [], None  # the current run
+    shape, repeats, need = None, 0, _TRY_AFTER
     try:
         while True:
+            start = pos
             if typed:
                 rtype = data[pos]
                 pos += 1
                 if rtype == EOF_RECORD:
                     break
-                op = ops.get(rtype)
-                if op is None:
+                rop = ops.get(rtype)
+                if rop is None:
                     raise CorruptFileError(f"unknown record type 0x{rtype:02x} at byte {pos - 1}", path)
                 (klen,) = unpack(data, pos)
                 pos += 4
@@ -167,7 +199,7 @@ def parse_records(data: bytes, typed: bool, path: str) -> list[tuple[str, bytes,
                 pos += 4
                 if klen == -1:
                     break
-                op = "put"
+                rop = "put"
             if klen < 0 or pos + klen + 4 > end:
                 raise CorruptFileError(f"bad key length {klen} at byte {pos - 4}", path)
             key = data[pos : pos + klen]
@@ -175,21 +207,64 @@ def parse_records(data: bytes, typed: bool, path: str) -> list[tuple[str, bytes,
             (vlen,) = unpack(data, pos)
             pos += 4
             if vlen == -1:
-                if op == "merge":
+                if rop == "merge":
                     raise CorruptFileError("merge record without a value", path)
-                append(("delete", key, None))
+                rop, value = "delete", None
+            else:
+                if vlen < 0 or pos + vlen > end:
+                    raise CorruptFileError(f"bad value length {vlen} at byte {pos - 4}", path)
+                if rop == "delete":
+                    raise CorruptFileError("delete record with a value", path)
+                value = data[pos : pos + vlen]
+                pos += vlen
+            if rop != op:
+                op, keys, values = rop, [], None if rop == "delete" else []
+                runs.append(RecordRun(rop, keys, values))  # type: ignore[arg-type]
+            keys.append(key)
+            if values is not None:
+                values.append(value)
+            if (rop, klen, vlen) != shape:
+                shape, repeats = (rop, klen, vlen), 1
                 continue
-            if vlen < 0 or pos + vlen > end:
-                raise CorruptFileError(f"bad value length {vlen} at byte {pos - 4}", path)
-            if op == "delete":
-                raise CorruptFileError("delete record with a value", path)
-            append((op, key, data[pos : pos + vlen]))
-            pos += vlen
+            repeats += 1
+            if repeats < need:
+                continue
+            stride = pos - start
+            n = _same_shape(data, start, pos, head, klen, stride)
+            if n:
+                first = pos + head
+                keys.extend([data[s : s + klen] for s in range(first, first + n * stride, stride)])
+                if values is not None:
+                    first += klen + 4
+                    values.extend([data[s : s + vlen] for s in range(first, first + n * stride, stride)])
+                pos += n * stride
+            need = _TRY_AFTER if n >= _WORTH_IT else min(need * 4, _BACK_OFF_LIMIT)
+            repeats = 0
     except (struct.error, IndexError) as exc:
         raise CorruptFileError("truncated changelog: no end-of-records marker", path) from exc
     if pos != end:
         raise CorruptFileError(f"{end - pos} bytes after the end-of-records marker", path)
-    return out
+    return runs
+
+
+def _same_shape(data: bytes, model: int, pos: int, head: int, klen: int, stride: int) -> int:
+    """How many records from `pos` on repeat the framing bytes (type, key length, value length) of
+    the record at `model`, `stride` bytes apart. Record i+1 starts where record i's lengths say, so
+    framing that matches at every stride is exactly what the record-by-record loop would read."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    offsets = np.r_[0:head, head + klen : head + klen + 4]
+    expected = arr[model + offsets]
+    limit = (len(data) - pos) // stride  # whole records only
+    count, chunk = 0, 64
+    while count < limit:
+        n = min(chunk, limit - count)
+        starts = pos + stride * np.arange(count, count + n)
+        same = (arr[starts[:, None] + offsets] == expected).all(axis=1)
+        if not same.all():
+            return count + int(same.argmin())
+        count += n
+        chunk = min(chunk * 4, 1 << 16)
+    return count
 
 
 def column_family_id(key: bytes) -> int:

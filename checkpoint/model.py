@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from .changelog import ChangelogHeader, ChangeRecord, read_changelog_raw, read_header
+from .changelog import (
+    ChangelogHeader,
+    ChangeRecord,
+    RecordRun,
+    read_changelog_runs,
+    read_header,
+    records_of,
+)
 from .crc import parse_sidecar, sidecar_matches
 from .errors import CheckpointError, CorruptFileError, NotACheckpointError
 from .layout import Classified, FileKind, classify
@@ -196,13 +203,13 @@ class Checkpoint:
         self, f: CheckpointFile, data: bytes | None = None
     ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
         """Every record; `data` saves the read when the caller already holds the file's bytes."""
-        header, raw = self.read_changelog_raw(f, self.storage.read_bytes(f.rel) if data is None else data)
-        return header, [ChangeRecord(op, key, value) for op, key, value in raw]
+        header, runs = self.read_changelog_runs(f, self.storage.read_bytes(f.rel) if data is None else data)
+        return header, [ChangeRecord(op, key, value) for op, key, value in records_of(runs)]  # type: ignore[arg-type]
 
-    def read_changelog_raw(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[tuple]]:
-        """(op, key, value) tuples of a changelog whose bytes the caller holds: the rebuild's hot path."""
+    def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
+        """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""
         reader = io.BytesIO(data)
-        return read_changelog_raw(
+        return read_changelog_runs(
             reader.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
         )
 
