@@ -10,6 +10,7 @@ import dagster as dg
 from assets.compaction import compaction_job
 from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError
+from checkpoint.model import Checkpoint
 from orchestration.partitions import checkpoint_partitions, parse_partition_key
 from orchestration.resources import CheckpointRootsResource
 from orchestration.schedules import audit_job
@@ -61,11 +62,10 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
     )
 
 
-def needs_compaction(roots: CheckpointRootsResource, key: str) -> tuple[int | None, bool]:
-    """(latest committed batch, whether a store crosses the threshold or nears the lineage cap)."""
-    ckpt = roots.load(key)
+def needs_compaction(roots: CheckpointRootsResource, ckpt: Checkpoint) -> bool:
+    """Whether a store crosses the threshold or nears the lineage cap."""
     targets, _ = plan_compaction(ckpt, min_chain=roots.long_chain_threshold, quiet_seconds=0)
-    return ckpt.latest_committed_batch, bool(targets)
+    return bool(targets)
 
 
 @dg.sensor(
@@ -84,11 +84,13 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     requests = []
     for key in context.instance.get_dynamic_partitions(checkpoint_partitions.name):
         try:
-            latest, crossing = needs_compaction(roots, key)
+            ckpt = roots.load(key)
+            latest = ckpt.latest_committed_batch
+            if latest is None or seen.get(key) == latest:
+                continue  # planning reads every store's lineage header: only for a new commit
+            crossing = needs_compaction(roots, ckpt)
         except (CheckpointError, ValueError) as exc:
             context.log.warning(f"{key}: skipped this tick: {exc}")
-            continue
-        if latest is None or seen.get(key) == latest:
             continue
         seen[key] = latest
         job, what = (compaction_job, "compact") if crossing else (audit_job, "validate")

@@ -158,8 +158,9 @@ def test_the_schedule_applies_only_where_configured(instance, tmp_path) -> None:
     assert len({r.run_key for r in maintenance_requests(prod, keys, tick)}) == 2
 
 
-def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark) -> None:
+def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark, monkeypatch) -> None:
     from assets.compaction import checkpoint_compaction
+    from orchestration import sensors
     from orchestration.resources import SparkResource
     from orchestration.sensors import checkpoint_commit_sensor
 
@@ -176,7 +177,11 @@ def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark) -
     # Both are validated; only the long chain crosses 10 and is compacted (compaction validates first).
     assert requested == {(keys[0], "compact_checkpoints"), (keys[1], "checkpoint_audit")}
     again = dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=first.cursor)
+    planned = []
+    monkeypatch.setattr(sensors, "plan_compaction", lambda *a, **k: planned.append(a) or ([], []))
     assert isinstance(checkpoint_commit_sensor(again), dg.SkipReason)  # same commits: nothing new
+    assert planned == []  # and no lineage header was read to find that out
+    monkeypatch.undo()
 
     resources = {"roots": roots, "spark": SparkResource(master="local[2]")}
     result = dg.materialize(
