@@ -135,7 +135,7 @@ def read_changelog(
 ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
     """Header and every record; the whole stream is decompressed and every block checksum checked."""
     header, runs = read_changelog_runs(read, codec, path, named_v2)
-    return header, [ChangeRecord(op, k, v) for op, k, v in records_of(runs)]  # type: ignore[arg-type]
+    return header, change_records(runs)
 
 
 def read_changelog_runs(
@@ -163,6 +163,10 @@ def records_of(runs: list[RecordRun]) -> Iterator[tuple[str, bytes, bytes | None
         values = run.values if run.values is not None else repeat(None)
         for key, value in zip(run.keys, values, strict=False):  # repeat(None) for deletes
             yield run.op, key, value
+
+
+def change_records(runs: list[RecordRun]) -> list[ChangeRecord]:
+    return [ChangeRecord(op, key, value) for op, key, value in records_of(runs)]  # type: ignore[arg-type]
 
 
 # A run of records whose lengths (and type) repeat is extended with numpy in one step: state rows

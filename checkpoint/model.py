@@ -17,9 +17,9 @@ from .changelog import (
     ChangelogHeader,
     ChangeRecord,
     RecordRun,
+    change_records,
     read_changelog_runs,
     read_header,
-    records_of,
 )
 from .crc import parse_sidecar, sidecar_matches
 from .errors import CheckpointError, CorruptFileError, NotACheckpointError
@@ -204,7 +204,7 @@ class Checkpoint:
     ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
         """Every record; `data` saves the read when the caller already holds the file's bytes."""
         header, runs = self.read_changelog_runs(f, self.storage.read_bytes(f.rel) if data is None else data)
-        return header, [ChangeRecord(op, key, value) for op, key, value in records_of(runs)]  # type: ignore[arg-type]
+        return header, change_records(runs)
 
     def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""
