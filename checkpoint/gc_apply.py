@@ -225,7 +225,7 @@ def _restat(
 
 
 def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) -> list[Outcome]:
-    if storage.protocol in ("s3", "s3a"):
+    if storage.protocol == "s3":  # s3fs names itself ("s3", "s3a"); Storage reports the first
         errors = _delete_s3(storage, [c.path for c in ready], attempts, sleep)
     else:
         errors = _delete_each(storage, [c.path for c in ready], attempts, sleep)
