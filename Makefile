@@ -35,3 +35,4 @@ ui: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.gc_plan
 	$(PY) -m bench.s3_requests
+	$(PY) -m bench.scale

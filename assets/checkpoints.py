@@ -1,5 +1,8 @@
 """Read-only assets, one partition per checkpoint: the inventory and the lineage report, with the
 blocking checks that must pass before anything changes a checkpoint.
+
+Both read head-first (checkpoint.head): the logs and what recovery at the latest committed batch
+reads, never a listing of `state/`, so an audit costs the same on a checkpoint with a long history.
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
@@ -78,7 +81,9 @@ def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
 def checkpoint_inventory(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
-    """Files and bytes by kind, latest planned and committed batch, time of the last commit."""
+    """Latest planned and committed batch, time of the last commit, and the files and bytes by kind
+    that recovery at the latest committed batch reads (the checkpoint's totals come from cleanup
+    planning, the one step that lists everything)."""
     ckpt = _load(roots, context.partition_key)
     summary = inventory(ckpt)
     validation = validate(ckpt, _options(roots), frozenset({Category.COMMIT_LOG}))

@@ -15,7 +15,6 @@ from assets.compaction import checkpoint_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import apply_plan, check_plan
 from checkpoint.gc_plan import Plan, parse_duration, plan_gc
-from checkpoint.model import load_checkpoint
 from checkpoint.report import human_bytes
 from orchestration.partitions import checkpoint_partitions
 from orchestration.resources import CheckpointRootsResource
@@ -51,7 +50,7 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
 def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResource):
     """Files no batch will ever read again, with the reason for each, written to the audit trail."""
     try:
-        ckpt = load_checkpoint(roots.checkpoint_storage(context.partition_key))  # strict: fail closed
+        ckpt = roots.load_listed(context.partition_key)  # strict: fail closed
         plan = plan_gc(
             ckpt,
             grace_seconds=parse_duration(roots.grace),

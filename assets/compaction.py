@@ -17,7 +17,7 @@ from checkpoint.gc_plan import parse_duration
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import Checkpoint
 from checkpoint.report import human_bytes
-from orchestration.partitions import checkpoint_partitions, parse_partition_key
+from orchestration.partitions import checkpoint_partitions
 from orchestration.resources import CheckpointRootsResource, SparkResource
 
 GROUP = "checkpoint_compaction"
@@ -32,7 +32,8 @@ class _Checkpoint:
 
 
 def _plan(roots: CheckpointRootsResource, key: str) -> _Checkpoint:
-    ckpt = roots.load(key, strict=True)
+    # A live query is compacted at the batch below the newest: both are read, nothing else.
+    ckpt = roots.load(key, strict=True, recent=2)
     targets, skips = plan_compaction(
         ckpt, min_chain=roots.long_chain_threshold, quiet_seconds=parse_duration(roots.quiet_period)
     )
@@ -42,9 +43,10 @@ def _plan(roots: CheckpointRootsResource, key: str) -> _Checkpoint:
 def _chains_after(roots: CheckpointRootsResource, planned: _Checkpoint) -> dict[tuple, int]:
     if not planned.targets:
         return {}
-    reloaded = roots.load(planned.key, strict=True)
+    batch = planned.targets[0].entry.batch
+    reloaded = roots.load(planned.key, strict=True, batches=[batch])
     return {(e.store.operator, e.store.partition, e.store.store): e.chain_length
-            for e in checkpoint_lineage(reloaded, planned.targets[0].entry.batch)}  # fmt: skip
+            for e in checkpoint_lineage(reloaded, batch)}  # fmt: skip
 
 
 @dg.asset(
@@ -62,7 +64,7 @@ def checkpoint_compaction(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource, spark: SparkResource
 ):
     """Snapshots materialised for every store whose recovery replays a long chain of changelogs."""
-    from jobs.compact import run_compaction_tasks  # Spark is imported only when compaction runs
+    from jobs.compact import run_compaction_tasks, tasks_for  # Spark only when compaction runs
 
     planned, unreadable = [], []
     for key in context.partition_keys:
@@ -70,11 +72,7 @@ def checkpoint_compaction(
             planned.append(_plan(roots, key))
         except CheckpointError as exc:  # one unreadable checkpoint does not hold back the others
             unreadable.append(f"{key}: {exc}")
-    tasks = [
-        (p.ckpt.url, roots.root(parse_partition_key(p.key)[0]).storage_options, t.as_key())
-        for p in planned
-        for t in p.targets
-    ]
+    tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
     context.log.info(f"{len(tasks)} stores to compact in {len(planned)} checkpoint(s), one Spark job")
     results = run_compaction_tasks(spark.session(), tasks) if tasks else []
     rows = ["| checkpoint | store | version | chain before | chain after | seconds | keys | bytes written |",

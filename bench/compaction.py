@@ -117,7 +117,7 @@ def main() -> None:
             lambda: spark.sparkContext.parallelize(range(2), 2).map(_import_the_rebuild).collect()
         )
         started = time.perf_counter()
-        per_store = run_compaction(spark, str(out / "compacted"), [t.as_key() for t in targets])
+        per_store = run_compaction(spark, ckpt, targets)
         results["job_wall_s"] = time.perf_counter() - started
         assert all(r["ok"] for r in per_store), per_store
         results["stores"] = len(per_store)

@@ -1,174 +1,112 @@
 """Benchmark: planning an orphan cleanup of a 1,000,000-file checkpoint, against a naive baseline.
 
-The synthetic checkpoint follows a real store's naming (V2 changelogs and zips with ids, lost
-attempts, SSTs shared by snapshots, Spark `.crc` sidecars and Hadoop hidden crcs) and is written to
-a local folder, files dated a month back. The baseline is what a tool without a format model does:
-one listing, then one stat per file. Both run in this process through fsspec. Requests are the
-calls our code makes to fsspec; on S3 a listing costs one request per 1000 keys, which the
-S3-equivalent figures add.
+The synthetic checkpoint follows a real store's naming (tests/support/synthetic.py: V2 changelogs
+and zips with ids, lost attempts, SSTs shared by snapshots, Spark `.crc` sidecars and Hadoop hidden
+crcs) and is written to a local folder, files dated a month back. The baseline is what a tool
+without a format model does: one listing, then one stat per file. Each side runs in a child process
+of its own, so its peak RSS is its own (the parent held the checkpoint's content while building
+it). Requests are the storage calls each side makes; on S3 a listing costs one request per 1000
+keys, which the S3-equivalent figures add.
 
-    python -m bench.gc_plan [--partitions 300] [--versions 500] [--dir DIR]
+    python -m bench.gc_plan [--partitions 300] [--versions 500] [--listing flat|per_partition] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
-import uuid
-import zipfile
-from collections import Counter
 from pathlib import Path
 
 from checkpoint.gc_plan import plan_gc
-from checkpoint.model import load_checkpoint
+from checkpoint.model import LISTINGS, load_checkpoint
 from checkpoint.storage import Storage
-from tests.support.lz4java import frame, java_utf
-
-WINDOW = 100  # committed batches still in the commit log (Spark's default minBatchesToRetain)
-SNAPSHOT_EVERY = 10
-OLD = time.time() - 30 * 86400
-
-
-def _uid(*parts: int) -> str:
-    return str(uuid.UUID(int=hash(parts) & ((1 << 122) - 1) | (4 << 76)))
-
-
-def _changelog(lineage: list[tuple[int, str]]) -> bytes:
-    text = json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage], separators=(",", ":"))
-    return frame(java_utf("v3") + java_utf(text) + b"\xff\xff\xff\xff")
-
-
-def _zip(ssts: list[tuple[str, int]]) -> bytes:
-    listed = [{"localFileName": n[:6] + ".sst", "dfsSstFileName": n, "sizeBytes": s} for n, s in ssts]
-    meta = {"sstFiles": listed, "numKeys": 1, "numInternalKeys": 0, "columnFamilyMapping": {},
-            "columnFamilyTypeMap": {}, "maxColumnFamilyId": 0}  # fmt: skip
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        zf.writestr("CURRENT", b"MANIFEST-000005\n")
-        zf.writestr("metadata", ("v1\n" + json.dumps(meta)).encode())
-    return buf.getvalue()
-
-
-def build(root: Path, partitions: int, versions: int) -> int:
-    """Writes the synthetic checkpoint; returns its file count."""
-    files: dict[str, bytes] = {"metadata": b'{"id":"bench"}'}
-    first = versions - WINDOW
-    for batch in range(first, versions):
-        ids = [[_uid(p, batch + 1)] for p in range(partitions)]
-        files[f"offsets/{batch}"] = (
-            b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{"logOffset":0}'
-        )
-        files[f"commits/{batch}"] = ("v2\n" + json.dumps({"nextBatchWatermarkMs": 0,
-                                    "stateUniqueIds": {"0": ids}})).encode()  # fmt: skip
-    files["state/0/_metadata/metadata"] = (
-        'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"stateStoreSave"},'
-        f'"stateStoreInfo":[{{"storeName":"default","numColsPrefixKey":0,"numPartitions":{partitions}}}]}}'
-    ).encode()
-    empty = b""
-    for p in range(partitions):
-        d = f"state/0/{p}"
-        last_zip = 0
-        for v in range(1, versions + 1):
-            u = _uid(p, v)
-            lineage = [(x, _uid(p, x)) for x in range(max(1, last_zip), v)]
-            # Only the changelogs the window's lineages read need real bytes.
-            files[f"{d}/{v}_{u}.changelog"] = _changelog(lineage) if v > first else empty
-            for name in (f"{v}_{u}.changelog.crc", f".{v}_{u}.changelog.crc", f".{v}_{u}.changelog.crc.crc"):
-                files[f"{d}/{name}"] = empty
-            if v % 2 == 0:  # a lost attempt every other version
-                a = _uid(p, v, 1)
-                for name in (f"{v}_{a}.changelog", f"{v}_{a}.changelog.crc", f".{v}_{a}.changelog.crc",
-                             f".{v}_{a}.changelog.crc.crc"):  # fmt: skip
-                    files[f"{d}/{name}"] = empty
-            if v % SNAPSHOT_EVERY == 0:
-                ssts = [(f"{v:06d}-{_uid(p, v, 9)}.sst", 1), (f"{v + 1:06d}-{_uid(p, v, 8)}.sst", 1)]
-                if last_zip:  # shares the previous snapshot's first SST, as RocksDB does
-                    ssts.append((f"{last_zip:06d}-{_uid(p, last_zip, 9)}.sst", 1))
-                files[f"{d}/{v}_{u}.zip"] = _zip(ssts)
-                files[f"{d}/{v}_{u}.zip.crc"] = empty
-                for name, _ in ssts[:2]:
-                    files[f"{d}/SSTs/{name}"] = b"x"
-                    files[f"{d}/SSTs/.{name}.crc"] = empty
-                last_zip = v
-    for rel in {str(Path(r).parent) for r in files}:
-        (root / rel).mkdir(parents=True, exist_ok=True)
-    for rel, data in files.items():
-        path = root / rel
-        path.write_bytes(data)
-        os.utime(path, (OLD, OLD))
-    return len(files)
-
-
-class Counting:
-    def __init__(self, fs):
-        self._fs, self.calls = fs, Counter()
-
-    def __getattr__(self, name):
-        attr = getattr(self._fs, name)
-        if name not in {"find", "cat", "cat_file", "open", "info", "ls"}:
-            return attr
-
-        def call(*args, **kwargs):
-            self.calls[name] += 1
-            if name == "cat" and isinstance(args[0], list):
-                self.calls["cat_files"] += len(args[0])
-            return attr(*args, **kwargs)
-
-        return call
+from tests.support.synthetic import build
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=300)
     parser.add_argument("--versions", type=int, default=500)
+    parser.add_argument("--listing", choices=LISTINGS, default="per_partition")
     parser.add_argument("--dir", type=Path, help="where to build it (default: a temporary folder)")
+    parser.add_argument("--side", choices=["baseline", "planner"], help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.side:  # a child: one side, its figures as JSON on stdout
+        run = _baseline if args.side == "baseline" else _planner
+        print(json.dumps(run(args.root, args.listing)))
+        return
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         root = Path(tmp) / "ckpt"
         t = time.perf_counter()
         n = build(root, args.partitions, args.versions)
         print(f"synthetic checkpoint: {n:,} files ({time.perf_counter() - t:.0f} s to build)", flush=True)
-        report(root, n)
+        base, ours = (_child(side, root, args.listing) for side in ("baseline", "planner"))
+    report(n, base, ours, args.listing)
 
 
-def report(root: Path, n: int) -> None:
+def _child(side: str, root: Path, listing: str) -> dict:
+    cmd = [sys.executable, "-m", "bench.gc_plan", "--side", side, "--root", str(root), "--listing", listing]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _baseline(root: Path, _listing: str) -> dict:
     storage = Storage(str(root))
-    fs = storage.fs
     t = time.perf_counter()
-    listed = fs.find(str(root), detail=False)
-    for path in listed:
-        fs.info(path)
-    baseline = time.perf_counter() - t
+    listed = storage.list_files()
+    for f in listed:
+        storage.stat(f.rel)
+    return {"seconds": time.perf_counter() - t, "calls": dict(storage.calls.snapshot()),
+            "s3_requests": -(-len(listed) // 1000) + len(listed), "peak_rss_mb": _peak_rss_mb()}  # fmt: skip
 
-    counting = Counting(fs)
-    storage.fs = counting
+
+def _planner(root: Path, listing: str) -> dict:
+    storage = Storage(str(root))
     t = time.perf_counter()
-    ckpt = load_checkpoint(storage)
+    ckpt = load_checkpoint(storage, listing=listing)
     loaded = time.perf_counter() - t
     plan = plan_gc(ckpt)
-    planning = time.perf_counter() - t
-    calls = counting.calls
-    ranged, whole = calls["open"], calls["cat_files"] + calls["cat_file"]
-    pages = -(-n // 1000)
-    ours_s3 = pages + ranged + whole
-    base_s3 = pages + len(listed)
-    reasons = {k: v["files"] for k, v in plan.totals("reason").items()}
-    print(f"plan: {plan.files:,} candidates {reasons}, {plan.retained_files:,} retained")
+    seconds = time.perf_counter() - t
+    calls = storage.calls.snapshot()
+    pages = -(-len(ckpt.files) // 1000) + calls["list"] + calls["list_dir"]  # at least one a listing
+    return {
+        "seconds": seconds,
+        "load_seconds": loaded,
+        "calls": dict(calls),
+        "s3_requests": pages + calls["open"] + calls["read"],
+        "peak_rss_mb": _peak_rss_mb(),
+        "candidates": plan.files,
+        "retained": plan.retained_files,
+        "reasons": {k: v["files"] for k, v in plan.totals("reason").items()},
+    }
+
+
+def report(n: int, base: dict, ours: dict, listing: str) -> None:
+    print(f"plan: {ours['candidates']:,} candidates {ours['reasons']}, {ours['retained']:,} retained")
     print(
-        f"baseline, a listing and a stat per file: {baseline:.1f} s; "
-        f"{1 + len(listed):,} calls, {base_s3:,} on S3"
+        f"baseline, a listing and a stat per file: {base['seconds']:.1f} s, peak RSS "
+        f"{base['peak_rss_mb']:.0f} MB; {sum(base['calls'].values()):,} calls, {base['s3_requests']:,} on S3"
     )
     print(
-        f"planner: {planning:.1f} s (loading {loaded:.1f} s); {calls['find']} listing, {ranged:,} ranged "
-        f"reads (lineage headers, zip metadata), {whole:,} small whole-file reads; {ours_s3:,} requests on S3"
+        f"planner ({listing} listing): {ours['seconds']:.1f} s (loading {ours['load_seconds']:.1f} s), "
+        f"peak RSS {ours['peak_rss_mb']:.0f} MB; calls {ours['calls']}; "
+        f"{ours['s3_requests']:,} requests on S3"
     )
     print(
-        f"planner / baseline: time {planning / baseline:.2f}; S3 requests per 1000 objects "
-        f"{1000 * ours_s3 / n:.1f} vs {1000 * base_s3 / n:.1f} ({ours_s3 / base_s3:.3f})"
+        f"planner / baseline: time {ours['seconds'] / base['seconds']:.2f}; S3 requests per 1000 objects "
+        f"{1000 * ours['s3_requests'] / n:.1f} vs {1000 * base['s3_requests'] / n:.1f} "
+        f"({ours['s3_requests'] / base['s3_requests']:.3f}); planner memory per file "
+        f"{1024 * ours['peak_rss_mb'] / n:.2f} KiB"
     )
 
 

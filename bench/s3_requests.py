@@ -3,7 +3,7 @@
 The corpus checkpoints are uploaded to SeaweedFS (the tests' server); each operation runs against
 them through the counting proxy, and the count is set beside the least the S3 API allows: a listing
 returns at most 1000 keys, a DeleteObjects deletes at most 1000, and a file that must be read
-costs one GET.
+costs one GET (one HEAD when only its size must be checked).
 
     python -m bench.s3_requests [--copies 4]
 """
@@ -21,7 +21,7 @@ from checkpoint.discovery import find_checkpoints
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import AuditTrail, apply_plan
 from checkpoint.gc_plan import plan_gc
-from checkpoint.layout import FileKind
+from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from checkpoint.validate import ValidationOptions, validate
 from jobs.corpus import checkpoints, ensure_corpus
@@ -57,37 +57,33 @@ def main() -> None:
 
 def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     rows = []
+    objects = len(root.list_files())  # the denominator, before counting starts
     proxy.reset()
     found = find_checkpoints(root)
-    objects = sum(len(f.files) for f in found)
-    rows.append(_row("scan (discovery)", proxy.counts(), objects, math.ceil(objects / 1000), "one listing"))
+    lists = proxy.counts()["ListObjectsV2"]
+    rows.append(_row("scan (discovery)", proxy.counts(), objects, lists, "shallow folder listings"))
 
     proxy.reset()
     loaded = [f.load(root, strict=False) for f in found]
-    small = (FileKind.QUERY_METADATA, FileKind.OFFSET, FileKind.COMMIT, FileKind.OPERATOR_METADATA)
-    must = sum(1 for c in loaded for f in c.files if f.kind in small)  # read whole by every load
-    rows.append(
-        _row("load (logs and metadata)", proxy.counts(), objects, must, "commit/offset logs, metadata")
-    )
-
-    proxy.reset()
     for c in loaded:
         validate(c, ValidationOptions())
     rows.append(
-        _row("validate", proxy.counts(), objects, _distinct(proxy), "newest header per store, zip metadata")
-    )
+        _row("validate (head-first)", proxy.counts(), objects, _distinct(proxy),
+             "logs; per store the committed header, lineage zips, chain and SST stats")
+    )  # fmt: skip
 
     proxy.reset()
     now = time.time() + 7 * 3600
     plans = []
-    for c in loaded:
+    for f in found:
         try:
+            c = load_checkpoint(root.child(f.rel), listing="per_partition")
             plans.append((c, plan_gc(c, now=now)))
         except CheckpointError:  # the corpus's damaged and V1 checkpoints are refused, by design
             continue
     rows.append(
         _row(
-            "cleanup plan", proxy.counts(), objects, _distinct(proxy), "every retained lineage, zip metadata"
+            "cleanup plan", proxy.counts(), objects, _distinct(proxy), "full listing, every retained lineage"
         )
     )
 
@@ -103,14 +99,16 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     )  # fmt: skip
 
     proxy.reset()
-    targets = sum(len(plan_compaction(c, min_chain=1, quiet_seconds=0)[0]) for c in loaded[:4])
+    targets = 0
+    for f in found[:4]:
+        targets += len(plan_compaction(f.load(root, recent=2), min_chain=1, quiet_seconds=0)[0])
     rows.append(_row("compaction plan", proxy.counts(), objects, _distinct(proxy), f"{targets} targets"))
     return rows
 
 
 def _distinct(proxy: S3Proxy) -> int:
-    """Objects read at least once: the least GETs that reading them can cost."""
-    return len({r.path for r in proxy.requests if r.op == "GetObject"})
+    """Objects read or checked at least once: the least GETs and HEADs that can cost."""
+    return len({r.path for r in proxy.requests if r.op in ("GetObject", "HeadObject")})
 
 
 if __name__ == "__main__":

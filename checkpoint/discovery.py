@@ -1,62 +1,62 @@
-"""Finding checkpoints under a root, at any depth, from one listing of the root."""
+"""Finding checkpoints under a root, at any depth, with shallow listings that stop at each checkpoint.
+
+A folder is a checkpoint when it holds a query `metadata` file beside an `offsets/` or `commits/`
+folder. The walk never descends into a checkpoint (so never into its `state/`): requests grow with
+the folders above the checkpoints, not with their files. Folders are listed concurrently.
+"""
 
 from __future__ import annotations
 
+import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .layout import BATCH_FILE, classify
-from .model import Checkpoint, CheckpointFile, build_checkpoint
-from .storage import FileInfo, Storage
+from .errors import NotACheckpointError
+from .head import load_head
+from .model import Checkpoint
+from .storage import LIST_WORKERS, Folder, Storage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class FoundCheckpoint:
     rel: str  # the folder relative to the root ("" when the root is a checkpoint)
     url: str
-    files: tuple[FileInfo, ...]  # relative to the checkpoint folder
 
-    def load(self, root: Storage, strict: bool = True) -> Checkpoint:
-        storage = root.child(self.rel)
-        return build_checkpoint(
-            storage, tuple(CheckpointFile(f, classify(f.rel)) for f in self.files), strict
-        )
+    def load(self, root: Storage, strict: bool = True, **head: Any) -> Checkpoint:
+        """Head-first: the logs and what recovery reads (see checkpoint.head)."""
+        return load_head(root.child(self.rel), strict=strict, **head)
 
 
-def _folder(rel: str) -> str:
-    return rel.rsplit("/", 1)[0] if "/" in rel else ""
+def is_checkpoint(listing: Folder, rel: str) -> bool:
+    names = {f.rel for f in listing.files}
+    logs = {f"{rel}/{d}" if rel else d for d in ("offsets", "commits")}
+    return (f"{rel}/metadata" if rel else "metadata") in names and bool(logs & set(listing.folders))
 
 
-def _join(folder: str, name: str) -> str:
-    return f"{folder}/{name}" if folder else name
+def find_checkpoints(root: Storage, workers: int = LIST_WORKERS) -> list[FoundCheckpoint]:
+    """Every checkpoint folder under the root, the root itself included, in path order.
 
-
-def find_checkpoints(root: Storage) -> list[FoundCheckpoint]:
-    """Folders holding a query `metadata` file beside an offset or commit log.
-
-    Operator metadata (`state/<op>/_metadata/metadata`) has no log beside it, so it never counts.
-    Files of a checkpoint nested in another are given to the innermost one.
+    A root that does not exist or cannot be listed raises: an outage is not an empty fleet.
     """
-    files = root.list_files()
-    names = {f.rel for f in files}
-    roots = set()
-    for f in files:
-        parts = f.rel.split("/")
-        if len(parts) >= 2 and parts[-2] in ("offsets", "commits") and BATCH_FILE.match(parts[-1]):
-            folder = "/".join(parts[:-2])
-            if _join(folder, "metadata") in names:
-                roots.add(folder)
-    by_root: dict[str, list[FileInfo]] = {r: [] for r in roots}
-    ordered = sorted(roots, key=len, reverse=True)
-    for f in files:
-        for r in ordered:
-            if r == "" or f.rel.startswith(r + "/"):
-                rel = f.rel[len(r) + 1 :] if r else f.rel
-                by_root[r].append(FileInfo(rel, f.size, f.mtime))
-                break
-    return [
-        FoundCheckpoint(r, f"{root.url}/{r}" if r else root.url, tuple(by_root[r])) for r in sorted(roots)
-    ]
+    top = root.list_dir("")
+    if not top.exists:
+        raise NotACheckpointError("no such directory", root.url)
+    found: list[str] = []
+    level = [("", top)]
+    with ThreadPoolExecutor(workers) as pool:
+        while level:
+            below = []
+            for rel, listing in level:
+                if is_checkpoint(listing, rel):
+                    found.append(rel)
+                else:
+                    below += listing.folders
+            level = list(zip(below, pool.map(root.list_dir, below), strict=True))
+    log.info("%s: %d checkpoints found in %d requests", root.url, len(found), root.calls.total())
+    return [FoundCheckpoint(r, f"{root.url}/{r}" if r else root.url) for r in sorted(found)]
 
 
 def scan(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, list[FoundCheckpoint]]:

@@ -18,13 +18,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import fsspec
-
-from .errors import StorageError
 from .gc_plan import GcError, Plan, PlannedFile, totals_by
 from .layout import FileKind, classify
 from .logs import commit_digest
-from .storage import FileInfo, Storage, is_local, options_from_env
+from .storage import FileInfo, Storage
 
 MAX_KEYS_PER_REQUEST = 1000  # S3 DeleteObjects' limit
 AUDIT_FOLDER = "_ckpt_audit"
@@ -41,15 +38,10 @@ class CheckResult:
 
 def check_plan(plan: Plan, storage: Storage) -> CheckResult:
     """Re-reads the commit log: refuse when a commit the plan relied on vanished or changed."""
-    storage.fs.invalidate_cache(storage.full("commits"))  # the log as it is now, not as last listed
-    try:
-        names = storage.fs.ls(storage.full("commits"), detail=False)
-    except FileNotFoundError:
+    listing = storage.list_dir("commits")  # the log as it is now, not as last listed
+    if not listing.exists:
         return CheckResult(False, "the commit log is gone", None)
-    except OSError as exc:
-        raise StorageError(f"listing failed: {exc}", storage.full("commits")) from exc
-    rels = [f"commits/{n.rstrip('/').rsplit('/', 1)[1]}" for n in names]
-    rels = [r for r in rels if classify(r).kind == FileKind.COMMIT]
+    rels = [f.rel for f in listing.files if classify(f.rel).kind == FileKind.COMMIT]
     current = {int(r.split("/")[1]): commit_digest(d) for r, d in storage.read_many(rels).items()}
     newest = max(current, default=None)
     if newest is None or newest < plan.against_batch:
@@ -107,8 +99,8 @@ class AuditTrail:
     """Where plans and outcomes are kept: beside the checkpoints, never inside one."""
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
-        self.url = url.rstrip("/")
-        self.options = options_from_env(self.url, storage_options)
+        self.storage = Storage(url, storage_options)
+        self.url = self.storage.url
 
     @staticmethod
     def default_for(checkpoint_url: str) -> str:
@@ -118,42 +110,33 @@ class AuditTrail:
     def _folder(self, plan: Plan) -> str:
         name = plan.checkpoint.rstrip("/").rsplit("/", 1)[-1]
         digest = hashlib.sha256(plan.checkpoint.encode()).hexdigest()[:8]
-        return f"{self.url}/{name}-{digest}"
+        return f"{name}-{digest}"
 
-    def plan_url(self, plan: Plan) -> str:
+    def _plan_rel(self, plan: Plan) -> str:
         return f"{self._folder(plan)}/{plan.plan_id}.plan.jsonl"
 
-    def outcomes_url(self, plan: Plan) -> str:
+    def _outcomes_rel(self, plan: Plan) -> str:
         return f"{self._folder(plan)}/{plan.plan_id}.outcomes.jsonl"
 
+    def plan_url(self, plan: Plan) -> str:
+        return f"{self.url}/{self._plan_rel(plan)}"
+
+    def outcomes_url(self, plan: Plan) -> str:
+        return f"{self.url}/{self._outcomes_rel(plan)}"
+
     def write_plan(self, plan: Plan) -> str:
-        url = self.plan_url(plan)
-        fs, path = fsspec.core.url_to_fs(url, **self.options)
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        with fs.open(path, "w") as f:
-            f.write(plan.to_jsonl())
-        return url
+        self.storage.write(self._plan_rel(plan), plan.to_jsonl().encode())
+        return self.plan_url(plan)
 
     def read_plan(self, url: str) -> Plan:
-        with fsspec.open(url, "r", **self.options) as f:
-            return Plan.from_jsonl(f.read(), url)
+        if not url.startswith(self.url + "/"):
+            raise GcError(f"not a plan of this audit trail ({self.url})", url)
+        return Plan.from_jsonl(self.storage.read_bytes(url[len(self.url) + 1 :]).decode(), url)
 
     def record(self, plan: Plan, outcomes: list[Outcome]) -> None:
-        """Appends outcomes; local files are fsynced. Object stores have no append: each batch of
-        outcomes is written as its own object, in order."""
-        url = self.outcomes_url(plan)
-        fs, path = fsspec.core.url_to_fs(url, **self.options)
+        """Appends outcomes (Storage.append: fsynced locally, one part object each on S3)."""
         lines = "".join(json.dumps({"at": time.time(), **o.as_dict()}) + "\n" for o in outcomes)
-        if is_local(fs):
-            fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            with open(path, "a") as f:
-                f.write(lines)
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            part = f"{path}.{time.time_ns()}"
-            with fs.open(part, "w") as f:
-                f.write(lines)
+        self.storage.append(self._outcomes_rel(plan), lines.encode())
 
 
 # DeleteObjects' per-key codes worth another try; anything else (AccessDenied...) is final.
@@ -225,10 +208,7 @@ def _restat(
 
 
 def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) -> list[Outcome]:
-    if storage.protocol == "s3":  # s3fs names itself ("s3", "s3a"); Storage reports the first
-        errors = _delete_s3(storage, [c.path for c in ready], attempts, sleep)
-    else:
-        errors = _delete_each(storage, [c.path for c in ready], attempts, sleep)
+    errors = _delete_with_redrive(storage, [c.path for c in ready], attempts, sleep)
     return [
         Outcome(c.path, c.bytes, c.reason, "failed", errors[c.path])
         if c.path in errors
@@ -237,54 +217,22 @@ def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) ->
     ]
 
 
-def _delete_s3(storage: Storage, rels: list[str], attempts: int, sleep) -> dict[str, str]:
-    """One DeleteObjects per batch, read key by key: S3 answers 200 even when some keys failed.
-
-    Keys that failed with a retryable code go round again with back-off; a key the response names
-    neither as deleted nor as failed is a failure, so nothing is reported deleted on faith.
-    """
-    bucket, _, prefix = storage.full("").partition("/")
-    key_of = {f"{prefix}/{rel}" if prefix else rel: rel for rel in rels}
-    pending, errors = list(key_of), {}
+def _delete_with_redrive(storage: Storage, rels: list[str], attempts: int, sleep) -> dict[str, str]:
+    """Storage.delete_batch, with the keys that failed with a retryable code sent again after a
+    back-off; what keeps failing, or fails for good, is returned per key as {rel: why}."""
+    pending, errors = list(rels), {}
     for attempt in range(attempts):
-        request = {"Objects": [{"Key": k} for k in pending], "Quiet": False}
         try:
-            response = _with_retries(
-                lambda request=request: storage.fs.call_s3("delete_objects", Bucket=bucket, Delete=request),
-                attempts,
-                sleep,
-            )
+            this_round = _with_retries(lambda p=list(pending): storage.delete_batch(p), attempts, sleep)
         except Exception as exc:  # noqa: BLE001 - the request as a whole failed: every key it held did
-            errors.update({k: f"request failed: {type(exc).__name__}: {exc}" for k in pending})
+            errors.update({rel: f"request failed: {type(exc).__name__}: {exc}" for rel in pending})
             break
-        finally:
-            storage.fs.invalidate_cache(storage.root)
-        deleted = {d["Key"] for d in response.get("Deleted", [])}
-        failed = {e["Key"]: f"{e.get('Code')}: {e.get('Message', '')}" for e in response.get("Errors", [])}
-        missed = "neither deleted nor failed in the response"
-        this_round = {k: failed.get(k, missed) for k in pending if k not in deleted}
-        pending = [k for k, why in this_round.items() if why.startswith(_RETRYABLE_CODES)]
-        errors.update({k: why for k, why in this_round.items() if k not in pending})
+        pending = [rel for rel, why in this_round.items() if why.startswith(_RETRYABLE_CODES)]
+        errors.update({rel: why for rel, why in this_round.items() if rel not in pending})
         if not pending:
             break
         if attempt == attempts - 1:
-            errors.update({k: this_round[k] for k in pending})
+            errors.update({rel: this_round[rel] for rel in pending})
             break
         sleep(min(30.0, 0.2 * 2**attempt))
-    return {key_of[k]: why for k, why in errors.items()}
-
-
-def _delete_each(storage: Storage, rels: list[str], attempts: int, sleep) -> dict[str, str]:
-    errors = {}
-    for rel in rels:
-        path = storage.full(rel)
-        try:
-            _with_retries(lambda p=path: storage.fs.rm_file(p), attempts, sleep)
-        except FileNotFoundError:
-            pass
-        except Exception as exc:  # noqa: BLE001 - reported per key, never swallowed
-            errors[rel] = f"{type(exc).__name__}: {exc}"
-            continue
-        if storage.fs.exists(path):  # never report as deleted what is still there
-            errors[rel] = "still present after the delete"
     return errors

@@ -9,7 +9,6 @@ the log changed underneath.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import uuid
@@ -20,9 +19,8 @@ from typing import Any
 from .errors import CheckpointError
 from .layout import FileKind
 from .lineage import store_ids
-from .model import DEFAULT_QUIET_SECONDS, Checkpoint
+from .model import DEFAULT_QUIET_SECONDS, SCOPE_LISTING, Checkpoint
 from .orphans import GcOptions, RetentionInputs, UnsafeToPlan, find_orphans
-from .storage import is_local
 from .validate import Category, Severity, validate
 
 MIN_GRACE_SECONDS = 15 * 60
@@ -170,23 +168,9 @@ def _guard_paths(ckpt: Checkpoint, rels: list[str]) -> None:
         parts = rel.split("/")
         if parts[0] != "state" or ".." in parts or "" in parts:
             raise GcError(f"refusing a path outside the checkpoint's state/ folder: {rel}", ckpt.url)
-    if is_local(ckpt.storage.fs):
-        state = os.path.realpath(ckpt.storage.full("state"))
-        folders: dict[str, str] = {}
-        for rel in rels:
-            full = ckpt.storage.full(rel)
-            parent = os.path.dirname(full)
-            if parent not in folders:
-                folders[parent] = os.path.realpath(parent)
-            real = (
-                os.path.realpath(full)
-                if os.path.islink(full)
-                else os.path.join(folders[parent], rel.rsplit("/")[-1])
-            )
-            if not real.startswith(state + os.sep):
-                raise GcError(
-                    f"{rel} resolves to {real}, outside {state} (a symlink?): nothing planned", ckpt.url
-                )
+    for rel, real in ckpt.storage.outside(rels, "state").items():
+        raise GcError(f"{rel} resolves to {real}, outside the state/ folder (a symlink?): nothing planned",
+                      ckpt.url)  # fmt: skip
 
 
 def plan_gc(
@@ -207,6 +191,10 @@ def plan_gc(
         )
     if retain_batches is not None and retain_batches < 1:
         raise GcError("--retain-batches must be at least 1", ckpt.url)
+    if ckpt.scope != SCOPE_LISTING:
+        # Fail closed: a head-first model lacks every file it was not asked for, which would read
+        # as "nothing retained there".
+        raise GcError("a cleanup plan needs a checkpoint loaded from a full listing", ckpt.url)
     if ckpt.format_version != 2:
         raise GcError("format V1 checkpoint: Spark cleans these itself; gc handles format V2 only", ckpt.url)
     if ckpt.problems:

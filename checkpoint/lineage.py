@@ -100,6 +100,13 @@ def checkpoint_lineage(ckpt: Checkpoint, batch: int | None = None) -> list[Store
 
 
 def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
+    if not ckpt.knows_files_of(batch):
+        # A head-first model holds only the files of the batches it was loaded for: anything else
+        # would read as missing files, i.e. as damage that is not there.
+        raise CheckpointError(
+            f"the state files of batch {batch} were not read (loaded for {sorted(ckpt.resolved_batches)})",
+            ckpt.url,
+        )
     version = batch + 1
     store = ckpt.stores.get(sid) or Store(sid, ())
     if ckpt.format_version == 1:

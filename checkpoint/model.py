@@ -1,14 +1,21 @@
-"""The immutable model of one checkpoint, built from a single listing and its small metadata files.
+"""The immutable model of one checkpoint: its logs, operators and the state files it was built from.
 
 checkpoint -> batches (planned, committed) -> operators -> partitions -> stores -> state files by
 (version, uuid). The committed uuid of each (version, store) comes from the commit log, whose ids per
 partition follow the operator's store order (checkpoint-format.md §2).
+
+Two scopes. `load_checkpoint` lists everything (SCOPE_LISTING): what cleanup planning and `inspect`
+need. `checkpoint.head.load_head` lists only the logs and names the state files recovery reads at
+chosen batches (SCOPE_RECOVERY): its `files` hold exactly those, so lineage and validation run on it
+unchanged, while anything that needs every file (cleanup) refuses it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -37,6 +44,8 @@ from .snapshot import Snapshot, read_snapshot
 from .storage import FileInfo, Storage
 
 DEFAULT_STORE = "default"
+SCOPE_LISTING = "listing"  # every file of the checkpoint
+SCOPE_RECOVERY = "recovery"  # the logs and what recovery reads at `resolved_batches`
 CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 DEFAULT_QUIET_SECONDS = 3600  # a commit or offset newer than this marks a query live
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
@@ -140,6 +149,25 @@ class Checkpoint:
     stores: dict[StoreId, Store] = field(repr=False)
     storage: Storage = field(repr=False, compare=False)
     problems: tuple[FileProblem, ...] = ()
+    scope: str = SCOPE_LISTING
+    resolved_batches: frozenset[int] = frozenset()  # SCOPE_RECOVERY: the batches whose files are known
+    # Parsed headers and snapshots (or the error reading them) that the loader already read.
+    prefetched: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def for_store(self, sid: StoreId) -> Checkpoint:
+        """This checkpoint narrowed to one store's files: what a rebuild task needs shipped to it."""
+        store = self.stores.get(sid) or Store(sid, ())
+        mine = {f.rel for f in store.files}
+        return dataclasses.replace(
+            self,
+            files=tuple(f for f in self.files if f.what.operator is None or f.rel in mine),
+            stores={sid: store},
+            prefetched={rel: v for rel, v in self.prefetched.items() if rel in mine},
+        )
+
+    def knows_files_of(self, batch: int) -> bool:
+        """Whether the state files recovery reads at `batch` are in `files` (always, for a listing)."""
+        return self.scope == SCOPE_LISTING or batch in self.resolved_batches
 
     @property
     def latest_planned_batch(self) -> int | None:
@@ -192,8 +220,16 @@ class Checkpoint:
 
     # Reading state files. A V2 name (with an id) must hold a v3/v4 changelog.
 
+    def _prefetched(self, rel: str):
+        got = self.prefetched.get(rel)
+        if isinstance(got, CheckpointError):
+            raise got
+        return got
+
     def read_changelog_header(self, f: CheckpointFile) -> ChangelogHeader:
         """Version and lineage from the first block(s) only: one ranged read, even on object stores."""
+        if (known := self._prefetched(f.rel)) is not None:
+            return known
         with self.storage.open(f.rel, block_size=_HEADER_READ, size=f.info.size) as fh:
             return read_header(
                 fh.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
@@ -214,6 +250,8 @@ class Checkpoint:
         )
 
     def read_snapshot(self, f: CheckpointFile) -> Snapshot:
+        if (known := self._prefetched(f.rel)) is not None:
+            return known
         if f.info.size <= _WHOLE_ZIP_READ:
             # A snapshot zip holds only RocksDB's small files (SSTs live beside it): one GET reads
             # it whole, where zipfile's seeks would cost three or four ranged GETs.
@@ -229,19 +267,39 @@ class Checkpoint:
         return sidecar_matches(sidecar, main_data)
 
 
+LISTINGS = ("flat", "per_partition")
+
+
 def load_checkpoint(
-    where: str | Storage, storage_options: dict[str, Any] | None = None, strict: bool = True
+    where: str | Storage,
+    storage_options: dict[str, Any] | None = None,
+    strict: bool = True,
+    listing: str = "flat",
 ) -> Checkpoint:
-    """Lists the checkpoint once and parses its commit, offset and metadata files.
+    """Lists every file of the checkpoint and parses its commit, offset and metadata files.
 
     `where` is a URL (with `storage_options` for its filesystem) or an open Storage. Fails with
     NotACheckpointError when the path holds no query metadata and no offset log. A file it cannot
     parse raises a CheckpointError naming it, unless `strict` is off: validation then reports every
     such file in `problems` and models the rest. Anything that changes a checkpoint loads strictly.
+    `listing` "flat" is one recursive listing; "per_partition" lists each state partition folder
+    on its own, concurrently (cleanup planning on object stores, where wall time is round trips).
     """
+    if listing not in LISTINGS:
+        raise ValueError(f"listing must be one of {LISTINGS}, not {listing!r}")
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
-    files = tuple(CheckpointFile(info, classify(info.rel)) for info in storage.list_files())
+    infos = storage.list_files() if listing == "flat" else storage.list_tree(state_partition_folders)
+    files = tuple(CheckpointFile(info, classify(info.rel)) for info in infos)
     return build_checkpoint(storage, files, strict)
+
+
+def state_partition_folders(storage: Storage) -> list[str]:
+    """`state/<op>/<part>` for every operator and partition: disjoint prefixes to list side by side."""
+    out = []
+    for op in storage.list_dir("state").folders:
+        if op.rsplit("/", 1)[1].isdigit():
+            out += [p for p in storage.list_dir(op).folders if p.rsplit("/", 1)[1].isdigit()]
+    return out
 
 
 def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...], strict: bool = True) -> Checkpoint:
@@ -283,15 +341,6 @@ def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...], strict
     metadata = [(f, m) for f in by_kind[FileKind.OPERATOR_METADATA] if (m := parse(f, _operator_metadata(f)))]
     operators = _operators(metadata, files, commits, problems, strict)
 
-    store_files: dict[StoreId, list[CheckpointFile]] = defaultdict(list)
-    for f in files:
-        if f.what.operator is not None and f.what.partition is not None and f.what.store is not None:
-            store_files[StoreId(f.what.operator, f.what.partition, f.what.store)].append(f)
-    stores = {
-        sid: Store(sid, tuple(fs))
-        for sid, fs in sorted(store_files.items(), key=lambda x: (x[0].operator, x[0].partition, x[0].store))
-    }
-
     return Checkpoint(
         url=storage.url,
         query_id=query_ids[0] if query_ids else None,
@@ -299,10 +348,21 @@ def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...], strict
         files=files,
         batches=batches,
         operators=operators,
-        stores=stores,
+        stores=group_stores(files),
         storage=storage,
         problems=tuple(problems),
     )
+
+
+def group_stores(files: Iterable[CheckpointFile]) -> dict[StoreId, Store]:
+    store_files: dict[StoreId, list[CheckpointFile]] = defaultdict(list)
+    for f in files:
+        if f.what.operator is not None and f.what.partition is not None and f.what.store is not None:
+            store_files[StoreId(f.what.operator, f.what.partition, f.what.store)].append(f)
+    return {
+        sid: Store(sid, tuple(fs))
+        for sid, fs in sorted(store_files.items(), key=lambda x: (x[0].operator, x[0].partition, x[0].store))
+    }
 
 
 def _format_version(commits: dict[int, CommitEntry], files: tuple[CheckpointFile, ...]) -> int:

@@ -39,7 +39,6 @@ from .layout import MAINT_TEMP_PREFIX, FileKind
 from .lineage import StoreLineage
 from .model import Checkpoint
 from .snapshot import SnapshotMetadata, parse_zip_metadata
-from .storage import is_local
 
 KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
@@ -326,11 +325,9 @@ def _count_keys(content: dict[bytes, bytes], base_meta: SnapshotMetadata | None)
 def _publish(
     ckpt, entry, folder, checkpoint_dir: Path, base_meta: SnapshotMetadata | None, keys: int, internal: int
 ) -> dict:
-    fs, full = ckpt.storage.fs, ckpt.storage.full
+    storage = ckpt.storage
     base_ssts = {s.local_name: s for s in base_meta.sst_files} if base_meta else {}
     listed, reused, written, bytes_written = [], 0, 0, 0
-    if is_local(fs):  # a store that never had a snapshot has no SSTs folder; object stores need none
-        fs.makedirs(full(f"{folder}/SSTs"), exist_ok=True)
     for sst in sorted(checkpoint_dir.glob("*.sst")):
         size = sst.stat().st_size
         known = base_ssts.get(sst.name)
@@ -341,17 +338,16 @@ def _publish(
             reused += 1
             continue
         dfs = f"{sst.stem}-{uuid.uuid4()}.sst"  # a new name: never overwrites, shared SSTs stay intact
-        fs.put_file(str(sst), full(f"{folder}/SSTs/{dfs}"))
+        storage.put_file(str(sst), f"{folder}/SSTs/{dfs}")
         listed.append({"localFileName": sst.name, "dfsSstFileName": dfs, "sizeBytes": size})
         written += 1
         bytes_written += size
-    # The zip is written only once every SST it lists exists with its size: one listing of the
-    # folder checks them all (a request per 1000 objects on S3, not a HEAD per SST).
-    fs.invalidate_cache(full(f"{folder}/SSTs"))
-    entries = fs.ls(full(f"{folder}/SSTs"), detail=True)
-    landed = {e["name"].rsplit("/", 1)[-1]: int(e["size"]) for e in entries}
+    # The zip is written only once every SST it lists exists with its size: a stat of each (a
+    # HEAD on S3), never a listing of the folder, which holds every snapshot's SSTs.
     for sst in listed:
-        name, size = sst["dfsSstFileName"], landed.get(sst["dfsSstFileName"])
+        name = sst["dfsSstFileName"]
+        found = storage.stat(f"{folder}/SSTs/{name}")
+        size = None if found is None else found.size
         if size != int(sst["sizeBytes"]):
             raise RebuildError(f"SST {name} landed with {size} bytes, not {sst['sizeBytes']}")
     meta = {
@@ -386,30 +382,8 @@ def _publish(
 
 
 def _publish_no_clobber(ckpt: Checkpoint, rel: str, data: bytes) -> None:
-    """Atomic and never overwriting: a local temp file linked into place; one PUT elsewhere."""
-    fs, target = ckpt.storage.fs, ckpt.storage.full(rel)
-    if not is_local(fs):
-        # One conditional PUT (If-None-Match: *): the object appears whole or not at all, and the
-        # store itself refuses to replace one that exists, with no window between check and write.
-        try:
-            fs.pipe_file(target, data, mode="create")
-        except OSError as exc:
-            if "pre-condition" in str(exc).lower() or "precondition" in str(exc).lower():
-                raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url) from exc
-            raise RebuildError(f"writing {rel} failed: {exc}", ckpt.url) from exc
-        return
-    if fs.exists(target):
-        raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url)
-    folder, name = os.path.split(target)
-    # Our own temp name: a crash leaves a file cleanup recognises (and removes after the grace period).
-    temp = os.path.join(folder, f"{MAINT_TEMP_PREFIX}{name}.{uuid.uuid4().hex}.tmp")
-    with open(temp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    """Atomic and never overwriting (Storage.write_if_absent): a crash leaves at most our temp file."""
     try:
-        os.link(temp, target)  # fails if the target exists: no clobber
+        ckpt.storage.write_if_absent(rel, data, MAINT_TEMP_PREFIX)
     except FileExistsError as exc:
-        raise RebuildError(f"{rel} appeared while rebuilding: never overwritten", ckpt.url) from exc
-    finally:
-        os.unlink(temp)
+        raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url) from exc

@@ -1,20 +1,35 @@
-"""Checkpoint storage through fsspec: one recursive listing, ranged and bulk reads.
+"""Checkpoint storage through fsspec: the one door to bytes.
 
 A checkpoint is addressed by a URL (plain path, file://, s3://, any fsspec protocol). Paths inside the
 model are relative to the checkpoint root and always use `/`, whatever the backend.
+
+Reads come in the sizes the work needs: a shallow listing of one folder (one delimiter LIST on S3),
+a stat (one HEAD), a whole or ranged read (one GET), and the recursive listing that only cleanup
+planning and `inspect` need. Every call is counted in `calls`, shared by a root and its children, so
+tests and benchmarks can compare what two checkpoints cost on any backend.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import os
-from collections.abc import Iterable
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fsspec.core import url_to_fs
+from fsspec.core import split_protocol, url_to_fs
 
 from .errors import NotACheckpointError, StorageError
+
+log = logging.getLogger(__name__)
+LIST_WORKERS = 8  # concurrent listings of one tree: S3 answers each prefix in parallel
+_PROGRESS_EVERY = 50_000  # files between progress lines of a long listing
 
 
 @dataclass(frozen=True)
@@ -24,6 +39,35 @@ class FileInfo:
     rel: str
     size: int
     mtime: float | None
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One shallow listing: the files directly in a folder and the names of its subfolders."""
+
+    files: tuple[FileInfo, ...]
+    folders: tuple[str, ...]
+    exists: bool
+
+
+class Calls:
+    """Storage calls by kind (list, list_dir, stat, read, ...): thread-safe, shared by children."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[kind] += n
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self._counts)
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
 
 
 def mtime_of(entry: dict[str, Any]) -> float | None:
@@ -40,6 +84,11 @@ def mtime_of(entry: dict[str, Any]) -> float | None:
             except ValueError:
                 continue
     return None
+
+
+def scheme_of(url: str) -> str:
+    """The protocol a URL names ("file" for a plain path), without opening anything."""
+    return split_protocol(url)[0] or "file"
 
 
 def is_local(fs) -> bool:
@@ -78,13 +127,22 @@ class Storage:
         except (ValueError, ImportError) as exc:
             raise StorageError(f"cannot open storage: {exc}", url) from exc
         self.root = root.rstrip("/")
+        self.calls = Calls()
 
     def child(self, rel: str) -> Storage:
         """The storage of a folder below this root, sharing the filesystem (and its connections)."""
         sub = object.__new__(Storage)
-        sub.fs, sub.root = self.fs, self.full(rel)
+        sub.fs, sub.root, sub.calls = self.fs, self.full(rel), self.calls
         sub.url = f"{self.url}/{rel}" if rel else self.url
         return sub
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Shipped to Spark tasks: the filesystem pickles by its arguments; the counter stays here.
+        return {"fs": self.fs, "root": self.root, "url": self.url}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.calls = Calls()
 
     @property
     def protocol(self) -> str:
@@ -94,35 +152,189 @@ class Storage:
     def full(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 
-    def list_files(self) -> list[FileInfo]:
-        """Every file under the root with size and mtime, from one recursive listing.
+    def list_files(self, under: str = "") -> list[FileInfo]:
+        """Every file under the root (or under the folder `under` of it), from one recursive listing.
 
         On object stores `find` is a flat prefix listing, so no per-directory walk and no HEAD per
-        object. A missing root is an error, never an empty checkpoint.
+        object. A missing root is an error, never an empty checkpoint; a missing `under` is empty.
         """
+        top = self.full(under)
         # fsspec caches listings per filesystem instance, and instances are shared: a listing must
         # see deletions and new commits made since the last one.
-        self.fs.invalidate_cache(self.root)
+        self.fs.invalidate_cache(top)
+        self.calls.add("list")
+        if not under:
+            log.info("%s: listing every file", self.url)
         try:
-            entries = self.fs.find(self.root, withdirs=False, detail=True)
+            entries = self.fs.find(top, withdirs=False, detail=True)
         except FileNotFoundError as exc:
+            if under:
+                return []
             raise NotACheckpointError("no such file or directory", self.url) from exc
         except PermissionError as exc:
-            raise StorageError(f"permission denied while listing: {exc}", self.url) from exc
+            raise StorageError(f"permission denied while listing: {exc}", top) from exc
         except OSError as exc:
-            raise StorageError(f"listing failed: {exc}", self.url) from exc
+            raise StorageError(f"listing failed: {exc}", top) from exc
         prefix = self.root + "/"
         files = []
         for name, entry in entries.items():
             name = name.rstrip("/")
-            if not name.startswith(prefix):
+            if not name.startswith(prefix) or (under and not name.startswith(top + "/")):
                 # A lone file given as the root lists as itself: that is not a checkpoint folder.
                 continue
             files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), mtime_of(entry)))
-        if not files and not self._is_dir():
+        if not files and not under and not self._is_dir():
             raise NotACheckpointError("no such directory", self.url)
         files.sort(key=lambda f: f.rel)
         return files
+
+    def list_tree(self, split: Callable[[Storage], list[str]], workers: int = LIST_WORKERS) -> list[FileInfo]:
+        """Every file under the root, as `list_files` gives it, listed as several prefixes at once.
+
+        `split` names disjoint folders that together with the files outside them cover the root
+        (cleanup planning passes one folder per state partition); each is listed by its own
+        recursive listing, concurrently, and the rest by one listing that skips them. On S3 the
+        wall time then falls with the number of folders. Any failure fails the whole listing.
+        """
+        folders = sorted(set(split(self)))
+        if not folders:
+            return self.list_files()
+        seen = 0
+        lock = threading.Lock()
+
+        def one(folder: str) -> list[FileInfo]:
+            nonlocal seen
+            got = self.list_files(folder)
+            with lock:
+                before, seen = seen, seen + len(got)
+                if seen // _PROGRESS_EVERY > before // _PROGRESS_EVERY:
+                    log.info("%s: listed %d files in %d requests", self.url, seen, self.calls.total())
+            return got
+
+        with ThreadPoolExecutor(max(1, min(workers, len(folders)))) as pool:
+            parts = list(pool.map(one, folders))
+        inside = tuple(f + "/" for f in folders)
+        rest = [f for f in self._list_outside(folders) if not f.rel.startswith(inside)]
+        files = rest + [f for part in parts for f in part]
+        files.sort(key=lambda f: f.rel)
+        return files
+
+    def _list_outside(self, folders: list[str]) -> list[FileInfo]:
+        """The files of the root outside `folders`: a walk of shallow listings that skips them."""
+        skip, out, todo = set(folders), [], [""]
+        while todo:
+            rel = todo.pop()
+            listing = self.list_dir(rel)
+            if not listing.exists and not rel:
+                raise NotACheckpointError("no such directory", self.url)
+            out += listing.files
+            todo += [d for d in listing.folders if d not in skip]
+        return out
+
+    def list_dir(self, rel: str = "") -> Folder:
+        """The files directly in one folder and its subfolders: one delimiter listing on S3.
+
+        A folder that does not exist lists as empty with `exists` False; the caller decides whether
+        that is an error.
+        """
+        top = self.full(rel)
+        self.calls.add("list_dir")
+        if self.protocol == "s3":
+            return self._list_dir_s3(rel)
+        self.fs.invalidate_cache(top)
+        try:
+            entries = self.fs.ls(top, detail=True)
+        except FileNotFoundError:
+            return Folder((), (), False)
+        except PermissionError as exc:
+            raise StorageError(f"permission denied while listing: {exc}", top) from exc
+        except OSError as exc:
+            raise StorageError(f"listing failed: {exc}", top) from exc
+        prefix, inside = self.root + "/", top + "/"
+        files, folders = [], []
+        for entry in entries:
+            name = entry["name"].rstrip("/")
+            if not name.startswith(inside):
+                continue  # a file given as the folder lists as itself
+            child = name[len(prefix) :]
+            if entry.get("type") == "directory":
+                folders.append(child)
+            else:
+                files.append(FileInfo(child, int(entry.get("size") or 0), mtime_of(entry)))
+        return Folder(tuple(sorted(files, key=lambda f: f.rel)), tuple(sorted(folders)), True)
+
+    def _list_dir_s3(self, rel: str) -> Folder:
+        # ListObjectsV2 with a delimiter, page by page: s3fs's ls() lists the parent as well when a
+        # folder is empty (to tell a file from a folder), which would double an idle sensor tick.
+        top = self.full(rel)
+        bucket, _, key = top.partition("/")
+        prefix = f"{key}/" if key else ""
+        base = len(self.root) + 1
+        files, folders, token = [], [], None
+        try:
+            while True:
+                page = self.fs.call_s3(
+                    "list_objects_v2", Bucket=bucket, Prefix=prefix, Delimiter="/",
+                    **({"ContinuationToken": token} if token else {}),
+                )  # fmt: skip
+                subs = page.get("CommonPrefixes", [])
+                folders += [f"{bucket}/{p['Prefix']}".rstrip("/")[base:] for p in subs]
+                files += [FileInfo(f"{bucket}/{o['Key']}"[base:], int(o.get("Size") or 0), mtime_of(o))
+                          for o in page.get("Contents", []) if o["Key"] != prefix]  # fmt: skip
+                if not page.get("IsTruncated"):
+                    break
+                token = page["NextContinuationToken"]
+        except PermissionError as exc:
+            raise StorageError(f"permission denied while listing: {exc}", top) from exc
+        except OSError as exc:
+            raise StorageError(f"listing failed: {exc}", top) from exc
+        files.sort(key=lambda f: f.rel)
+        return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders))
+
+    @property
+    def _one_get(self) -> dict[str, Any]:
+        # s3fs reads a whole object in parallel ranges, after a HEAD for its size (and a LIST when
+        # the key is missing): one GET is what a small file should cost.
+        return {"max_concurrency": 1} if self.protocol == "s3" else {}
+
+    def stat(self, rel: str) -> FileInfo | None:
+        """Size and mtime of one file (one HEAD on S3); None when it does not exist or is a folder."""
+        self.calls.add("stat")
+        if self.protocol == "s3":
+            return self._stat_s3(rel)
+        try:
+            entry = self.fs.info(self.full(rel))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"stat failed: {exc}", self.full(rel)) from exc
+        if entry.get("type") == "directory":
+            return None
+        return FileInfo(rel, int(entry.get("size") or 0), mtime_of(entry))
+
+    def _stat_s3(self, rel: str) -> FileInfo | None:
+        # s3fs's info() answers a missing key with a LIST for a "directory" of that name: a plain
+        # HEAD says all a stat needs.
+        bucket, _, key = self.full(rel).partition("/")
+        try:
+            head = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"stat failed: {exc}", self.full(rel)) from exc
+        return FileInfo(rel, int(head.get("ContentLength") or 0), mtime_of(head))
+
+    def read_if_exists(self, rel: str) -> bytes | None:
+        """A whole file, or None when it does not exist: one GET, so a probe and its read are one."""
+        self.calls.add("read")
+        try:
+            return self.fs.cat_file(self.full(rel), **self._one_get)
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"read failed: {exc}", self.full(rel)) from exc
 
     def _is_dir(self) -> bool:
         try:
@@ -131,8 +343,9 @@ class Storage:
             return False
 
     def read_bytes(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        self.calls.add("read")
         try:
-            return self.fs.cat_file(self.full(rel), start=start, end=end)
+            return self.fs.cat_file(self.full(rel), start=start, end=end, **self._one_get)
         except FileNotFoundError as exc:
             raise StorageError("file vanished while reading", self.full(rel)) from exc
         except OSError as exc:
@@ -144,8 +357,9 @@ class Storage:
         if not rels:
             return {}
         paths = [self.full(r) for r in rels]
+        self.calls.add("read", len(paths))
         try:
-            got = self.fs.cat(paths, on_error="raise")
+            got = self.fs.cat(paths, on_error="raise", **self._one_get)
         except FileNotFoundError as exc:
             raise StorageError(f"file vanished while reading: {exc}", self.url) from exc
         except OSError as exc:
@@ -155,9 +369,160 @@ class Storage:
         by_path = {self.fs._strip_protocol(k).rstrip("/"): v for k, v in got.items()}
         return {rel: by_path[self.fs._strip_protocol(path)] for rel, path in zip(rels, paths, strict=True)}
 
+    # Writing. Nothing here overwrites unless asked to: `write` is for this tool's own files (plans,
+    # outcomes), `write_if_absent` for anything inside a checkpoint.
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Creates or replaces one of this tool's own files (a plan): never a checkpoint's."""
+        self._write_with(self.fs.pipe_file, rel, data, "write")
+
+    def write_if_absent(self, rel: str, data: bytes, temp_prefix: str) -> None:
+        """Writes a whole new file atomically, or raises FileExistsError; never overwrites.
+
+        Object stores: one conditional PUT (If-None-Match: *), so the object appears whole or not at
+        all and the store itself refuses to replace one, with no window between check and write.
+        Local: a temp file named `<temp_prefix><name>.<hex>.tmp` (so a crash leaves a file cleanup
+        recognises), fsynced, then hard-linked into place, which fails if the target exists.
+        """
+        self.calls.add("write")
+        target = self.full(rel)
+        if not self.is_local:
+            try:
+                self.fs.pipe_file(target, data, mode="create")
+            except FileExistsError:
+                raise
+            except OSError as exc:
+                if "pre-condition" in str(exc).lower() or "precondition" in str(exc).lower():
+                    raise FileExistsError(target) from exc
+                raise StorageError(f"write failed: {exc}", target) from exc
+            return
+        folder, name = os.path.split(target)
+        os.makedirs(folder, exist_ok=True)
+        if os.path.lexists(target):
+            raise FileExistsError(target)
+        temp = os.path.join(folder, f"{temp_prefix}{name}.{uuid.uuid4().hex}.tmp")
+        with open(temp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(temp, target)  # fails if the target exists: no clobber
+        finally:
+            os.unlink(temp)
+
+    def put_file(self, local_path: str, rel: str) -> None:
+        """Uploads a local file under a new name, streamed from disk in chunks (multipart on S3)."""
+        self._write_with(lambda target, path: self.fs.put_file(path, target), rel, local_path, "upload")
+
+    def _write_with(self, put, rel: str, what, verb: str) -> None:
+        self.calls.add("write")
+        target = self.full(rel)
+        try:
+            if self.is_local:  # object stores have no folders to make
+                self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            put(target, what)
+        except OSError as exc:
+            raise StorageError(f"{verb} failed: {exc}", target) from exc
+
+    def append(self, rel: str, data: bytes) -> str:
+        """Appends to one of this tool's own logs; returns the path written.
+
+        Local files are appended to and fsynced. Object stores have no append: each call writes its
+        own part `<rel>.<ns>` (nanoseconds, so parts sort in order) and returns that part's path.
+        """
+        self.calls.add("write")
+        target = self.full(rel)
+        try:
+            if self.is_local:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "ab") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                return target
+            part = f"{target}.{time.time_ns()}"
+            self.fs.pipe_file(part, data)
+            return part
+        except OSError as exc:
+            raise StorageError(f"append failed: {exc}", target) from exc
+
+    def delete_batch(self, rels: list[str]) -> dict[str, str]:
+        """Deletes files in one request where the store has bulk delete; returns {rel: why} of the
+        files that were not deleted. A file already gone counts as deleted.
+
+        S3: one DeleteObjects (at most 1000 keys, sent with Quiet=false) read key by key, since S3
+        answers 200 even when some keys failed; a key the response names neither as deleted nor as
+        failed is a failure, so nothing is reported deleted on faith. Errors keep S3's code first
+        (`SlowDown: ...`) so the caller can tell what is worth another try. A request that fails as
+        a whole raises. Elsewhere: one delete per file, then a check that it is gone.
+        """
+        if not rels:
+            return {}
+        self.calls.add("delete")
+        try:
+            if self.protocol == "s3":
+                return self._delete_s3(rels)
+            return self._delete_each(rels)
+        finally:
+            self.fs.invalidate_cache(self.root)
+
+    def _delete_s3(self, rels: list[str]) -> dict[str, str]:
+        if len(rels) > 1000:
+            raise ValueError("DeleteObjects takes at most 1000 keys")
+        bucket, _, prefix = self.root.partition("/")
+        key_of = {f"{prefix}/{rel}" if prefix else rel: rel for rel in rels}
+        request = {"Objects": [{"Key": k} for k in key_of], "Quiet": False}
+        response = self.fs.call_s3("delete_objects", Bucket=bucket, Delete=request)
+        deleted = {d["Key"] for d in response.get("Deleted", [])}
+        failed = {e["Key"]: f"{e.get('Code')}: {e.get('Message', '')}" for e in response.get("Errors", [])}
+        missed = "neither deleted nor failed in the response"
+        return {rel: failed.get(key, missed) for key, rel in key_of.items() if key not in deleted}
+
+    def _delete_each(self, rels: list[str]) -> dict[str, str]:
+        errors = {}
+        for rel in rels:
+            path = self.full(rel)
+            try:
+                self.fs.rm_file(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                errors[rel] = f"{type(exc).__name__}: {exc}"
+                continue
+            if self.fs.exists(path):  # never report as deleted what is still there
+                errors[rel] = "still present after the delete"
+        return errors
+
+    def outside(self, rels: Iterable[str], folder: str) -> dict[str, str]:
+        """{rel: where it really is} for each path that does not resolve inside `folder` of this root.
+
+        Object stores have no links, so a clean relative path is where it says. On local disks each
+        path is resolved (symlinks in any component, the file's own included).
+        """
+        if not self.is_local:
+            return {}
+        top = os.path.realpath(self.full(folder))
+        resolved: dict[str, str] = {}
+        out = {}
+        for rel in rels:
+            full = self.full(rel)
+            parent = os.path.dirname(full)
+            if parent not in resolved:
+                resolved[parent] = os.path.realpath(parent)
+            name = os.path.basename(full)
+            real = os.path.realpath(full) if os.path.islink(full) else os.path.join(resolved[parent], name)
+            if not real.startswith(top + os.sep):
+                out[rel] = real
+        return out
+
+    @property
+    def is_local(self) -> bool:
+        return is_local(self.fs)
+
     def open(self, rel: str, block_size: int | None = None, size: int | None = None):
         """A buffered reader; `size` (known from the listing) spares object stores a HEAD request."""
         extra = {"size": size} if size is not None and not is_local(self.fs) else {}
+        self.calls.add("open")
         try:
             return self.fs.open(self.full(rel), "rb", block_size=block_size, **extra)
         except FileNotFoundError as exc:

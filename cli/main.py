@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from checkpoint.discovery import scan
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import AuditTrail, apply_plan
 from checkpoint.gc_plan import parse_duration, plan_gc
+from checkpoint.head import load_head
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from checkpoint.report import (
@@ -35,6 +37,9 @@ EXIT_UNREADABLE = 2
 
 
 def _emit(args: argparse.Namespace, doc: dict, human) -> None:
+    for handler in logging.getLogger("checkpoint").handlers:
+        if isinstance(handler, _StatusLine):
+            handler.clear()
     print(json.dumps(doc, indent=2) if args.json else human(doc))
 
 
@@ -44,7 +49,8 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _lineage(args: argparse.Namespace) -> int:
-    _emit(args, lineage_document(checkpoint_lineage(load_checkpoint(args.path), args.batch)), format_lineage)
+    ckpt = load_head(args.path, batches=None if args.batch is None else [args.batch])
+    _emit(args, lineage_document(checkpoint_lineage(ckpt, args.batch)), format_lineage)
     return 0
 
 
@@ -53,7 +59,7 @@ def _options(args: argparse.Namespace) -> ValidationOptions:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    validation = validate(load_checkpoint(args.path, strict=False), _options(args))
+    validation = validate(load_head(args.path, strict=False, sidecars=args.deep), _options(args))
     _emit(args, validation_document(validation), format_validation)
     return 0 if validation.ok else EXIT_FINDINGS
 
@@ -64,7 +70,7 @@ def _scan(args: argparse.Namespace) -> int:
     for f in found:
         ckpt = validation = error = None
         try:
-            ckpt = f.load(storage, strict=False)
+            ckpt = f.load(storage, strict=False)  # head-first: what recovery reads, no state listing
             validation = validate(ckpt, _options(args))
         except CheckpointError as exc:  # one unreadable checkpoint does not hide the others
             error = str(exc)
@@ -74,7 +80,8 @@ def _scan(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    ckpt = load_checkpoint(args.path)  # strict: a plan is built only from a completely read checkpoint
+    # strict: a plan is built only from a completely read checkpoint
+    ckpt = load_checkpoint(args.path, listing="per_partition")
     plan = plan_gc(
         ckpt,
         grace_seconds=args.grace,
@@ -132,12 +139,12 @@ def _compact(args: argparse.Namespace) -> int:
     from jobs.compact import run_compaction
     from jobs.spark_session import session_for
 
-    ckpt = load_checkpoint(args.path)
+    ckpt = load_head(args.path, recent=2)  # a live query is compacted at the batch below the newest
     targets, skips = plan_compaction(ckpt, min_chain=args.min_chain)
     results = []
     if targets:
         spark = session_for(args.master)
-        results = run_compaction(spark, ckpt.url, [t.as_key() for t in targets])
+        results = run_compaction(spark, ckpt, targets)
     keep = (
         "operator",
         "partition",
@@ -240,15 +247,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _StatusLine(logging.Handler):
+    """The core's progress lines (files listed, stores read, requests sent) as one status line that
+    rewrites itself on a terminal; it is cleared before the command prints its result."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(logging.INFO)
+        self.stream, self.shown = stream, False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream.write("\r\x1b[K" + record.getMessage()[:200])
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+            self.shown = False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    core = logging.getLogger("checkpoint")
+    status = _StatusLine(sys.stderr) if sys.stderr.isatty() and not args.json else None
+    if status is not None:
+        core.addHandler(status)
+        core.setLevel(logging.INFO)
     try:
         return args.run(args)
     except CheckpointError as exc:
+        if status is not None:
+            status.clear()
         print(f"ckpt: error: {exc}", file=sys.stderr)
         return EXIT_UNREADABLE
     except KeyboardInterrupt:
         return 130
+    finally:
+        if status is not None:
+            status.clear()
+            core.removeHandler(status)
 
 
 def run() -> None:

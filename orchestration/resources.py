@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from fsspec.core import split_protocol
 from pydantic import Field
 
 from checkpoint.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import AuditTrail
+from checkpoint.head import latest_commit, load_head
 from checkpoint.model import Checkpoint, load_checkpoint
-from checkpoint.storage import Storage
+from checkpoint.storage import Storage, scheme_of
 from orchestration.partitions import parse_partition_key, partition_key
 
 DEMO_ROOT = Path(__file__).resolve().parent.parent / "demo-output" / "checkpoints"
@@ -64,7 +64,8 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         return Storage(root.url, root.storage_options)
 
     def discover(self, name: str) -> dict[str, FoundCheckpoint]:
-        """Partition key -> checkpoint, for every checkpoint under one root (one listing)."""
+        """Partition key -> checkpoint, for every checkpoint under one root (shallow listings that
+        stop at each checkpoint)."""
         return {partition_key(name, f.rel): f for f in find_checkpoints(self.storage(name))}
 
     def checkpoint_storage(self, key: str) -> Storage:
@@ -78,12 +79,21 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         url = self.audit_url or AuditTrail.default_for(self.checkpoint_storage(key).url)
         options = self.audit_storage_options
         if options is None:
-            same_store = (split_protocol(url)[0] or "file") == (split_protocol(root.url)[0] or "file")
+            same_store = scheme_of(url) == scheme_of(root.url)
             options = root.storage_options if same_store else {}
         return AuditTrail(url, options)
 
-    def load(self, key: str, strict: bool = False) -> Checkpoint:
-        return load_checkpoint(self.checkpoint_storage(key), strict=strict)
+    def load(self, key: str, strict: bool = False, **head: Any) -> Checkpoint:
+        """Head-first (checkpoint.head.load_head): the logs and what recovery reads, no state listing."""
+        return load_head(self.checkpoint_storage(key), strict=strict, **head)
+
+    def load_listed(self, key: str) -> Checkpoint:
+        """Every file (cleanup planning): one listing per state partition, concurrently, read strictly."""
+        return load_checkpoint(self.checkpoint_storage(key), listing="per_partition")
+
+    def latest_commit(self, key: str) -> int | None:
+        """The newest committed batch: one shallow listing of `commits/`."""
+        return latest_commit(self.checkpoint_storage(key))
 
 
 def roots_from_env() -> list[CheckpointRoot]:

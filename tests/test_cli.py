@@ -132,3 +132,41 @@ def test_scan_finds_checkpoints_at_any_depth(corpus, tmp_path) -> None:
     assert "team-b/deep/er/clicks" in human.stdout and "error" in human.stdout
     empty = ckpt("scan", str(root / "notes"))
     assert empty.returncode == 0 and "no checkpoints under" in empty.stdout
+
+
+def _on_a_terminal(*args: str) -> tuple[subprocess.CompletedProcess, bytes]:
+    """Runs ckpt with stderr on a pseudo-terminal, as a person at a shell sees it."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        out = subprocess.run([CKPT, *args], stdout=subprocess.PIPE, stderr=slave, text=True, timeout=120)
+    finally:
+        os.close(slave)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal closed: everything was read
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(master)
+    return out, screen
+
+
+def test_long_work_shows_progress_on_a_terminal_only(tmp_path) -> None:
+    from tests.support import synthetic
+
+    path = tmp_path / "wide"
+    synthetic.build(path, 120, 25, window=10)  # 120 stores: progress every 100
+    out, screen = _on_a_terminal("lineage", str(path))
+    assert out.returncode == 0 and "stores read" not in out.stdout
+    assert b"100 of 120 stores read" in screen and b"requests" in screen
+    assert screen.endswith(b"\r\x1b[K")  # the status line is gone before the result shows
+    quiet, screen = _on_a_terminal("lineage", str(path), "--json")
+    assert quiet.returncode == 0 and json.loads(quiet.stdout)["stores"] and screen == b""
+    piped = ckpt("lineage", str(path))
+    assert piped.returncode == 0 and piped.stderr == ""  # not a terminal: no status line

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import s3fs
 from checkpoint.errors import StorageError
 from checkpoint.gc_apply import AuditTrail, apply_plan
 from checkpoint.gc_plan import plan_gc
+from checkpoint.head import load_head
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 
@@ -63,26 +65,105 @@ def test_read_only_commands_give_the_local_answers(s3, s3_copy_of, corpus, name)
         assert _same(remote_doc, url, local_doc, str(corpus[name])) or command == ["inspect"], command
 
 
-def test_scan_and_validate_send_few_requests(s3, s3_copy_of, corpus) -> None:
-    """Scan: flat listings, no HEAD, no SST read; changelog headers by ranged GET."""
+# What a head-first load may list inside a checkpoint: its root, the logs, `state/` (operators) and
+# each operator's metadata folders. Never a partition folder, never recursively.
+_HEAD_LISTINGS = re.compile(r"^(|commits/|offsets/|state/|state/\d+/_metadata/(v2/)?)$")
+
+
+def test_scan_lists_folders_and_reads_what_recovery_reads(s3, s3_copy_of, corpus) -> None:
     _, proxy, bucket = s3
     names = ["long_chain", "join", "snapshots", "two_actions", "list_state"]
-    for name in names:
-        s3_copy_of(name, prefix="economy")
-    objects = sum(1 for n in names for p in corpus[n].rglob("*") if p.is_file())
+    urls = [s3_copy_of(name, prefix="economy") for name in names]
     proxy.reset()
     out = _cli(proxy, "scan", f"s3://{bucket}/economy", "--json")
     assert out.returncode in (0, 1), out.stderr
     doc = json.loads(out.stdout)
     assert sorted(c["path"].rsplit("/", 1)[-1] for c in doc["checkpoints"]) == sorted(names)
-    counts = proxy.counts()
-    assert counts["ListObjectsV2"] == math.ceil(objects / 1000)
-    assert counts["HeadObject"] == 0
+    inside = [r for r in proxy.requests if r.op.startswith("List") and r.target.count("/") > 2]
+    for r in inside:
+        ckpt = next(u[len("s3://") :] + "/" for u in urls if r.target.startswith(u[len("s3://") :] + "/"))
+        assert _HEAD_LISTINGS.match(r.target[len(ckpt) :]), r.target
     gets = [r for r in proxy.requests if r.op == "GetObject"]
-    assert not [r for r in gets if r.path.endswith(".sst")]
+    assert not [r for r in gets if r.path.endswith(".sst")]  # SSTs are only stat'ed
     header_reads = [r for r in gets if r.path.endswith(".changelog")]
     assert header_reads and all(r.ranged for r in header_reads)
-    assert len(gets) == len({r.path for r in gets}) < objects / 2  # no object read twice
+    assert len(gets) == len({r.path for r in gets})  # no object read twice
+
+
+def test_discovery_sends_no_request_inside_a_checkpoint(s3, s3_copy_of) -> None:
+    from checkpoint.discovery import find_checkpoints
+
+    _, proxy, bucket = s3
+    urls = [s3_copy_of(name, prefix=f"fleet/{team}") for team, name in (("a", "snapshots"), ("b", "join"))]
+    proxy.reset()
+    found = find_checkpoints(Storage(f"s3://{bucket}/fleet", _via_proxy(s3)))
+    assert sorted(f.url for f in found) == sorted(urls)
+    keys = [u[len("s3://") :] for u in urls]
+    # Each checkpoint's own folder is listed once (to know it is one); nothing below it.
+    targets = [r.target for r in proxy.requests]
+    assert not [t for t in targets if any(t.startswith(k + "/") and t != k + "/" for k in keys)]
+    assert sorted(t for t in targets if t.rstrip("/") in keys) == sorted(k + "/" for k in keys)
+    assert set(proxy.counts()) == {"ListObjectsV2"}
+
+
+@pytest.fixture(scope="module")
+def s3_histories(s3) -> dict[str, str]:
+    """Two synthetic checkpoints on S3 that differ only in older history (tests/support/synthetic)."""
+    from tests.support import synthetic
+
+    server, _, bucket = s3
+    fs = server.filesystem()
+    urls = {}
+    for name, versions in (("small", 35), ("big", 155)):
+        content = synthetic.files(4, versions, window=20)
+        fs.pipe({f"{bucket}/histories/{name}/{rel}": data for rel, data in content.items()})
+        urls[name] = f"s3://{bucket}/histories/{name}"
+    return urls
+
+
+@pytest.mark.parametrize("command", [["lineage"], ["validate"], ["validate", "--deep"]])
+def test_requests_do_not_grow_with_history(s3, s3_histories, command) -> None:
+    _, proxy, _ = s3
+    counts = {}
+    for name, url in s3_histories.items():
+        proxy.reset()
+        out = _cli(proxy, *command, url, "--json")
+        assert out.returncode in (0, 1), out.stderr
+        counts[name] = proxy.counts()
+    assert counts["small"] == counts["big"] and counts["small"]["GetObject"] > 0, counts
+
+
+def test_an_idle_commit_sensor_tick_is_one_listing_per_checkpoint(s3, s3_histories) -> None:
+    import dagster as dg
+
+    from orchestration.partitions import partition_key
+    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+    from orchestration.sensors import checkpoint_commit_sensor
+
+    _, proxy, bucket = s3
+    roots = CheckpointRootsResource(
+        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/histories", storage_options=_via_proxy(s3))]
+    )
+    keys = [partition_key("s3", name) for name in s3_histories]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", keys + ["s3:gone"])
+
+        def tick(cursor):
+            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+            return ctx, checkpoint_commit_sensor(ctx)
+
+        _, first = tick(json.dumps({"s3:removed-since": 3}))
+        assert isinstance(first, dg.SensorResult)
+        assert sorted(r.partition_key for r in first.run_requests) == sorted(keys)
+        assert set(json.loads(first.cursor)) == set(keys)  # the removed partition left the cursor
+        proxy.reset()
+        _, idle = tick(first.cursor)
+        assert isinstance(idle, dg.SkipReason)
+        # One LIST per checkpoint (the missing one's listing is empty): nothing else at all.
+        assert proxy.counts() == {"ListObjectsV2": len(keys) + 1}
+        assert sorted(r.target for r in proxy.requests) == sorted(
+            f"{bucket}/histories/{name}/commits/" for name in [*s3_histories, "gone"]
+        )
 
 
 @pytest.mark.slow
@@ -201,17 +282,21 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
 
     _, proxy, _ = s3
     url, options = s3_copy_of("long_chain"), _via_proxy(s3)
-    ckpt = load_checkpoint(url, options)
+    ckpt = load_head(url, options, recent=2)
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
     assert len(targets) == 4
     proxy.reset()
-    results = run_compaction(spark, url, [t.as_key() for t in targets], options)
+    results = run_compaction(spark, ckpt, targets)
     assert all(r["ok"] for r in results), results
     counts = proxy.counts()
+    assert counts["ListObjectsV2"] + counts["ListObjects"] == 0  # the driver hands each task its files
     written = sum(r["ssts_written"] for r in results)
     assert counts["PutObject"] == written + 2 * len(results)  # new SSTs, then each zip and its .crc
+    # Before each zip, one HEAD per SST it lists (new or reused): never a listing of SSTs/.
     heads = [r.path for r in proxy.requests if r.op == "HeadObject"]
-    assert counts["HeadObject"] == 0 and counts["DeleteObject"] + counts["DeleteObjects"] == 0, heads
+    listed = sum(r["ssts_written"] + r["ssts_reused"] for r in results)
+    assert len(heads) == listed and all(p.endswith(".sst") for p in heads), heads
+    assert counts["DeleteObject"] + counts["DeleteObjects"] == 0
 
     local = tmp_path / "snapshots-read"
     _direct(s3).get(url[len("s3://") :] + "/", str(local), recursive=True)

@@ -29,6 +29,13 @@ class Request:
     op: str
     path: str
     ranged: bool
+    prefix: str = ""  # a listing's prefix parameter
+
+    @property
+    def target(self) -> str:
+        """`bucket/key` of an object request, `bucket/prefix` of a listing."""
+        where = self.path.strip("/")
+        return f"{where}/{self.prefix}" if self.op.startswith("List") else where
 
 
 def operation(method: str, path: str, query: dict[str, list[str]]) -> str:
@@ -140,7 +147,10 @@ class S3Proxy:
                 op = operation(self.command, parsed.path, query)
                 body = self._body() if self.command in ("PUT", "POST") else b""
                 with proxy.lock:
-                    proxy.requests.append(Request(self.command, op, parsed.path, "Range" in self.headers))
+                    prefix = (query.get("prefix") or [""])[0]
+                    proxy.requests.append(
+                        Request(self.command, op, parsed.path, "Range" in self.headers, prefix)
+                    )
                 if proxy._take_slowdown(op):
                     return self._error(503, "SlowDown")
                 if op == "ListObjectsV2" and query.get("continuation-token") == [CUT_TOKEN]:

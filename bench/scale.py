@@ -1,0 +1,234 @@
+"""Benchmark: what each read path costs on two checkpoints that differ only in older history.
+
+Both checkpoints are synthetic with a real store's naming (tests/support/synthetic.py): the same
+stores, the same commit window and the same 5-changelog replay chains at the latest batch, but
+`--small` against `--big` versions of state history. Each path runs on both, on local disk
+(requests = storage calls) and on SeaweedFS through the counting proxy (requests = S3 requests),
+best of `--repeat` for seconds. The same paths through a full listing (how they read before the
+head-first model) run beside them as the baseline. Then one idle commit-sensor tick over a fleet of
+`--fleet` checkpoints, run by Dagster's sensor machinery.
+
+    python -m bench.scale [--partitions 100] [--small 155] [--big 1505] [--s3-partitions 20]
+                          [--s3-small 55] [--s3-big 305] [--fleet 200] [--fleet-versions 105]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from checkpoint.compaction import plan_compaction
+from checkpoint.discovery import find_checkpoints
+from checkpoint.head import latest_commit, load_head
+from checkpoint.lineage import checkpoint_lineage
+from checkpoint.model import load_checkpoint
+from checkpoint.storage import Storage
+from checkpoint.validate import validate
+from tests.support import synthetic
+
+WINDOW = 100
+
+
+def _scan(root: Storage) -> None:
+    for found in find_checkpoints(root):
+        validate(found.load(root, strict=False))
+
+
+def _new_commit_tick(s: Storage) -> None:
+    latest_commit(s)
+    plan_compaction(load_head(s, recent=2), quiet_seconds=0)
+
+
+# path -> (head-first, through a full listing); each takes the checkpoint's storage (scan: its parent)
+PATHS: dict[str, tuple[Callable[[Storage], object], Callable[[Storage], object] | None]] = {
+    "lineage": (
+        lambda s: checkpoint_lineage(load_head(s)),
+        lambda s: checkpoint_lineage(load_checkpoint(s)),
+    ),
+    "validate": (
+        lambda s: validate(load_head(s, strict=False)),
+        lambda s: validate(load_checkpoint(s, strict=False)),
+    ),
+    "scan (parent folder)": (_scan, None),
+    "idle tick": (latest_commit, lambda s: load_checkpoint(s).latest_committed_batch),
+    "tick, one new commit": (
+        _new_commit_tick,
+        lambda s: plan_compaction(load_checkpoint(s), quiet_seconds=0),
+    ),
+    "compaction plan": (
+        lambda s: plan_compaction(load_head(s, recent=2)),
+        lambda s: plan_compaction(load_checkpoint(s)),
+    ),
+}
+
+
+def _measure(make: Callable[[], Storage], work, repeat: int, requests: Callable[[Storage], int]):
+    best, count = float("inf"), 0
+    for _ in range(repeat):
+        storage = make()
+        started = time.perf_counter()
+        work(storage)
+        best = min(best, time.perf_counter() - started)
+        count = requests(storage)
+    return best, count
+
+
+def _table(rows: list[dict]) -> str:
+    out = [
+        "| where | path | requests small / big | ratio | seconds small / big | ratio | "
+        "full listing: requests big, seconds big / small |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        base = r.get("baseline")
+        base_cell = "" if base is None else f"{base['big_requests']:,}, {base['seconds_ratio']:.1f}x"
+        out.append(
+            f"| {r['where']} | {r['path']} | {r['small_requests']:,} / {r['big_requests']:,} | "
+            f"{r['requests_ratio']:.2f} | {r['small_s']:.3f} / {r['big_s']:.3f} | {r['seconds_ratio']:.2f} | "
+            f"{base_cell} |"
+        )
+    return "\n".join(out)
+
+
+def _compare(where: str, storages: dict[str, Callable[[], Storage]], requests, repeat: int) -> list[dict]:
+    rows = []
+    for path, (ours, before) in PATHS.items():
+        row: dict = {"where": where, "path": path}
+        for name, make in storages.items():
+            target = partial(make, path.startswith("scan"))  # scan starts at the parent folder
+            row[f"{name}_s"], row[f"{name}_requests"] = _measure(target, ours, repeat, requests)
+        row["requests_ratio"] = row["big_requests"] / max(1, row["small_requests"])
+        row["seconds_ratio"] = row["big_s"] / max(1e-9, row["small_s"])
+        if before is not None:
+            small = _measure(partial(storages["small"], False), before, 1, requests)
+            big = _measure(partial(storages["big"], False), before, 1, requests)
+            row["baseline"] = {"big_requests": big[1], "seconds_ratio": big[0] / max(1e-9, small[0])}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _local(args, work: Path) -> list[dict]:
+    paths = {}
+    for name, versions in (("small", args.small), ("big", args.big)):
+        started = time.perf_counter()
+        n = synthetic.build(work / name / "ckpt", args.partitions, versions, window=WINDOW)
+        print(f"local {name}: {n:,} files, built in {time.perf_counter() - started:.0f} s", flush=True)
+        paths[name] = work / name / "ckpt"
+    storages = {n: (lambda parent, p=p: Storage(str(p.parent if parent else p))) for n, p in paths.items()}
+    return _compare("local", storages, lambda s: s.calls.total(), args.repeat)
+
+
+def _s3(args, work: Path) -> list[dict]:
+    from tests.support.s3server import s3_services
+
+    with s3_services(work / "seaweedfs", "scale") as (server, proxy):
+        fs = server.filesystem()
+        for name, versions in (("small", args.s3_small), ("big", args.s3_big)):
+            started = time.perf_counter()
+            content = synthetic.files(args.s3_partitions, versions, window=WINDOW)
+            fs.pipe({f"scale/{name}/ckpt/{rel}": data for rel, data in content.items()})
+            print(f"s3 {name}: {len(content):,} objects, uploaded in {time.perf_counter() - started:.0f} s")
+        options = server.storage_options(proxy.endpoint)
+        storages = {
+            name: (lambda parent, n=name: Storage(f"s3://scale/{n}" + ("" if parent else "/ckpt"), options))
+            for name in ("small", "big")
+        }
+
+        def requests(_storage: Storage) -> int:
+            return sum(proxy.counts().values())
+
+        def reset_then(make):
+            def fresh(parent: bool) -> Storage:
+                proxy.reset()
+                return make(parent)
+
+            return fresh
+
+        return _compare("SeaweedFS", {n: reset_then(m) for n, m in storages.items()}, requests, args.repeat)
+
+
+def _idle_tick(root: str, options: dict, count: int, latest: int) -> float:
+    """Seconds of one idle tick of the real commit sensor over `count` checkpoints under `root`."""
+    import dagster as dg
+
+    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+    from orchestration.sensors import checkpoint_commit_sensor
+
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="fleet", url=root, storage_options=options)])
+    keys = [f"fleet:q{i:04d}" for i in range(count)]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", keys)
+        cursor = json.dumps(dict.fromkeys(keys, latest))  # every checkpoint at its latest commit
+        ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+        started = time.perf_counter()
+        result = checkpoint_commit_sensor(ctx)
+        seconds = time.perf_counter() - started
+    assert isinstance(result, dg.SkipReason), result  # idle: nothing new anywhere
+    return seconds
+
+
+def _fleet(args, work: Path) -> list[dict]:
+    """One idle commit-sensor tick over `--fleet` checkpoints, on local disk and on SeaweedFS."""
+    one = synthetic.files(args.fleet_partitions, args.fleet_versions, window=WINDOW)
+    latest = args.fleet_versions - 1
+    started = time.perf_counter()
+    for i in range(args.fleet):
+        synthetic.write_local(work / "fleet" / f"q{i:04d}", one)
+    took = time.perf_counter() - started
+    print(f"fleet: {args.fleet} checkpoints of {len(one):,} files, built in {took:.0f} s", flush=True)
+    rows = [{"where": "local", "checkpoints": args.fleet, "files_each": len(one), "requests": None,
+             "seconds": round(_idle_tick(str(work / "fleet"), {}, args.fleet, latest), 3)}]  # fmt: skip
+    if "s3" in args.skip:
+        return rows
+    from tests.support.s3server import s3_services
+
+    with s3_services(work / "seaweedfs-fleet", "fleet") as (server, proxy):
+        fs = server.filesystem()
+        started = time.perf_counter()
+        fs.pipe({f"fleet/q{i:04d}/{rel}": data for i in range(args.fleet) for rel, data in one.items()})
+        print(f"fleet on S3: uploaded in {time.perf_counter() - started:.0f} s", flush=True)
+        proxy.reset()
+        seconds = _idle_tick("s3://fleet", server.storage_options(proxy.endpoint), args.fleet, latest)
+        rows.append({"where": "SeaweedFS", "checkpoints": args.fleet, "files_each": len(one),
+                     "requests": dict(proxy.counts()), "seconds": round(seconds, 3)})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--small", type=int, default=155)
+    parser.add_argument("--big", type=int, default=1505)
+    parser.add_argument("--s3-partitions", type=int, default=20)
+    parser.add_argument("--s3-small", type=int, default=155)
+    parser.add_argument("--s3-big", type=int, default=305)
+    parser.add_argument("--fleet", type=int, default=200)
+    parser.add_argument("--fleet-partitions", type=int, default=4)
+    parser.add_argument("--fleet-versions", type=int, default=105)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["local", "s3", "fleet"])
+    parser.add_argument("--dir", type=Path, help="where to build the checkpoints (default: a temp folder)")
+    args = parser.parse_args()
+    rows, fleet = [], []
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        work = Path(tmp)
+        if "local" not in args.skip:
+            rows += _local(args, work)
+        if "s3" not in args.skip:
+            rows += _s3(args, work)
+        if "fleet" not in args.skip:
+            fleet = _fleet(args, work)
+    print(_table(rows))
+    for f in fleet:
+        print(f"fleet, {f['where']}: one idle commit-sensor tick over {f['checkpoints']} checkpoints of "
+              f"{f['files_each']:,} files: {f['seconds']} s, requests {f['requests'] or 'n/a'}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Head-first loading: the logs, then only the state files Spark's recovery reads.
+
+What it costs does not grow with the checkpoint's history, only with its operators, stores and the
+replay chains recovery walks at the chosen batches:
+- one shallow listing each of the root, `commits/`, `offsets/`, `state/`, and each operator's
+  `_metadata/` (and `_metadata/v2/` where it exists), then the commit, offset and metadata files;
+- per store and batch, files named from the commit log's `stateUniqueIds` (checkpoint-format.md §7):
+  a probe-and-read of `<V>_<U>.zip` and of each zip the lineage names (one GET each, a 404 for the
+  absent ones), a stat and one ranged read of the committed changelog's header, a stat of each
+  changelog of the replay chain, and a stat of each SST a found zip lists (and of `.crc` sidecars
+  when asked).
+The result is a `Checkpoint` of scope SCOPE_RECOVERY whose `files` hold exactly what was found, so
+lineage, validation and compaction planning run on it unchanged. Format V1 has no ids to name files
+by: it is loaded from a full listing instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .errors import CheckpointError, NotACheckpointError
+from .layout import BATCH_FILE, classify
+from .lineage import store_ids
+from .model import (
+    SCOPE_RECOVERY,
+    Checkpoint,
+    CheckpointFile,
+    StoreId,
+    build_checkpoint,
+    group_stores,
+    load_checkpoint,
+)
+from .snapshot import Snapshot, read_snapshot
+from .storage import FileInfo, Storage
+
+log = logging.getLogger(__name__)
+STORE_WORKERS = 16  # stores resolved at once: requests in flight, each a round trip on S3
+_PROGRESS_EVERY = 100  # stores between progress lines
+
+
+def latest_commit(storage: Storage) -> int | None:
+    """The newest batch in `commits/`: one shallow listing, the whole cost of an idle sensor tick."""
+    listing = storage.list_dir("commits")
+    batches = [int(name) for f in listing.files if BATCH_FILE.match(name := f.rel.rsplit("/", 1)[1])]
+    return max(batches, default=None)
+
+
+def store_folder(sid: StoreId) -> str:
+    base = f"state/{sid.operator}/{sid.partition}"
+    return base if sid.store == "default" else f"{base}/{sid.store}"
+
+
+def load_head(
+    where: str | Storage,
+    storage_options: dict[str, Any] | None = None,
+    strict: bool = True,
+    batches: Iterable[int] | None = None,
+    recent: int = 1,
+    sidecars: bool = False,
+    workers: int = STORE_WORKERS,
+) -> Checkpoint:
+    """The logs and the recovery set of `batches` (default: the `recent` newest committed ones).
+
+    `strict` is load_checkpoint's: off, unparsable log files become `problems` for validation.
+    `sidecars` also looks up the Spark `.crc` of every state file found (deep validation, rebuild).
+    """
+    storage = where if isinstance(where, Storage) else Storage(where, storage_options)
+    logs = _log_files(storage)
+    base = build_checkpoint(storage, tuple(CheckpointFile(f, classify(f.rel)) for f in logs), strict)
+    if base.format_version == 1:
+        return load_checkpoint(storage, strict=strict)  # V1 names no ids: only a listing finds files
+    committed = sorted(b.id for b in base.batches.values() if b.committed)
+    wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
+    targets = sorted({sid for b in wanted for sid in store_ids(base, b)}, key=_order)
+    resolver = _Resolver(base, wanted, sidecars)
+    with ThreadPoolExecutor(max(1, min(workers, len(targets) or 1))) as pool:
+        for n, _ in enumerate(pool.map(resolver.resolve, targets), 1):
+            if n % _PROGRESS_EVERY == 0:
+                log.info("%s: %d of %d stores read, %d requests", storage.url, n, len(targets),
+                         storage.calls.total())  # fmt: skip
+    state = tuple(sorted(resolver.found.values(), key=lambda f: f.rel))
+    files = base.files + state
+    return dataclasses.replace(
+        base,
+        files=files,
+        stores=group_stores(files),
+        scope=SCOPE_RECOVERY,
+        resolved_batches=frozenset(wanted),
+        prefetched=resolver.prefetched,
+    )
+
+
+def _order(sid: StoreId) -> tuple[int, int, str]:
+    return sid.operator, sid.partition, sid.store
+
+
+def _log_files(storage: Storage) -> list[FileInfo]:
+    """The query metadata, both logs and the operator metadata, from shallow listings only."""
+    top = storage.list_dir("")
+    if not top.exists:
+        raise NotACheckpointError("no such directory", storage.url)
+    files = [f for f in top.files if f.rel == "metadata"]
+    for log_dir in ("offsets", "commits"):
+        if log_dir in top.folders:
+            files += storage.list_dir(log_dir).files
+    if "state" in top.folders:
+        for op in storage.list_dir("state").folders:
+            if not op.rsplit("/", 1)[1].isdigit():
+                continue
+            meta = storage.list_dir(f"{op}/_metadata")
+            files += meta.files
+            if f"{op}/_metadata/v2" in meta.folders:
+                files += storage.list_dir(f"{op}/_metadata/v2").files
+    return files
+
+
+class _Resolver:
+    """Finds, per store, the files recovery reads at the wanted batches; one store per call."""
+
+    def __init__(self, ckpt: Checkpoint, batches: list[int], sidecars: bool):
+        self.ckpt, self.batches, self.sidecars = ckpt, batches, sidecars
+        self.found: dict[str, CheckpointFile] = {}
+        self.prefetched: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, sid: StoreId) -> None:
+        # Per store, sequential: a store's lookups depend on each other (header, then zips, then
+        # chain); the pool runs stores side by side. Two batches of one store share lookups.
+        seen: dict[str, CheckpointFile | None] = {}
+        prefetched: dict[str, Any] = {}
+        folder = store_folder(sid)
+        storage = self.ckpt.storage
+
+        def add(rel: str, info: FileInfo | None) -> CheckpointFile | None:
+            seen[rel] = CheckpointFile(info, classify(rel)) if info is not None else None
+            return seen[rel]
+
+        def stat(rel: str) -> CheckpointFile | None:
+            return seen[rel] if rel in seen else add(rel, storage.stat(rel))
+
+        def zip_at(version: int, uid: str) -> CheckpointFile | None:
+            rel = f"{folder}/{version}_{uid}.zip"
+            if rel in seen:
+                return seen[rel]
+            data = storage.read_if_exists(rel)  # a snapshot holds only small files: read whole
+            if data is None:
+                return add(rel, None)
+            try:
+                prefetched[rel] = read_snapshot(io.BytesIO(data), storage.full(rel))
+            except CheckpointError as exc:
+                prefetched[rel] = exc
+            return add(rel, FileInfo(rel, len(data), None))
+
+        for batch in self.batches:
+            uid = self.ckpt.committed_unique_id(batch, sid)
+            if uid is None:
+                continue
+            version = batch + 1
+            own_zip = zip_at(version, uid)
+            changelog = stat(f"{folder}/{version}_{uid}.changelog")
+            if changelog is None:
+                continue
+            try:
+                header = prefetched[changelog.rel] = self.ckpt.read_changelog_header(changelog)
+            except CheckpointError as exc:
+                prefetched[changelog.rel] = exc
+                continue
+            lineage = header.lineage or ()
+            newest = None
+            for i in range(len(lineage) - 1, -1, -1):  # every zip a lineage names may be loaded
+                if zip_at(lineage[i].version, lineage[i].unique_id) is not None and newest is None:
+                    newest = i
+            if own_zip is None:
+                start = 0 if newest is None else newest + 1
+                for e in lineage[start:]:
+                    stat(f"{folder}/{e.version}_{e.unique_id}.changelog")
+        for snap in prefetched.values():
+            if isinstance(snap, Snapshot):
+                for ref in snap.metadata.sst_files:
+                    stat(f"{folder}/SSTs/{ref.dfs_name}")
+        if self.sidecars:
+            for f in [f for f in seen.values() if f is not None and f.what.version is not None]:
+                stat(f"{f.rel}.crc")
+        with self._lock:
+            self.found.update((rel, f) for rel, f in seen.items() if f is not None)
+            self.prefetched.update(prefetched)

@@ -1,0 +1,107 @@
+"""Synthetic checkpoints with a real store's naming, for scale only (benchmarks, request counts).
+
+V2 changelogs with lineage headers and zips with ids, a lost attempt every other version, SSTs
+shared between snapshots, Spark `.crc` sidecars and Hadoop hidden crcs, and `window` batches in the
+commit and offset logs. Changelogs hold no records: only the headers that lineage reads are real.
+Correctness is proved on the corpus of real checkpoints; these only make a checkpoint big.
+
+Two checkpoints built with the same partitions and `versions` equal modulo `snapshot_every` hold
+the same replay chains at the latest batch and differ only in older history.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+import uuid
+import zipfile
+from pathlib import Path
+
+from tests.support.lz4java import frame, java_utf
+
+WINDOW = 100  # committed batches still in the commit log (Spark's default minBatchesToRetain)
+SNAPSHOT_EVERY = 10
+OLD = time.time() - 30 * 86400
+
+
+def uid(*parts: int) -> str:
+    return str(uuid.UUID(int=hash(parts) & ((1 << 122) - 1) | (4 << 76)))
+
+
+def _changelog(lineage: list[tuple[int, str]]) -> bytes:
+    text = json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage], separators=(",", ":"))
+    return frame(java_utf("v3") + java_utf(text) + b"\xff\xff\xff\xff")
+
+
+def _zip(ssts: list[tuple[str, int]]) -> bytes:
+    listed = [{"localFileName": n[:6] + ".sst", "dfsSstFileName": n, "sizeBytes": s} for n, s in ssts]
+    meta = {"sstFiles": listed, "numKeys": 1, "numInternalKeys": 0, "columnFamilyMapping": {},
+            "columnFamilyTypeMap": {}, "maxColumnFamilyId": 0}  # fmt: skip
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("CURRENT", b"MANIFEST-000005\n")
+        zf.writestr("metadata", ("v1\n" + json.dumps(meta)).encode())
+    return buf.getvalue()
+
+
+def files(
+    partitions: int, versions: int, window: int = WINDOW, snapshot_every: int = SNAPSHOT_EVERY
+) -> dict[str, bytes]:
+    """Relative path -> content of one checkpoint with `versions` versions of state per store."""
+    out: dict[str, bytes] = {"metadata": b'{"id":"synthetic"}'}
+    first = versions - window
+    offset = b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{"logOffset":0}'
+    for batch in range(first, versions):
+        ids = [[uid(p, batch + 1)] for p in range(partitions)]
+        out[f"offsets/{batch}"] = offset
+        out[f"commits/{batch}"] = ("v2\n" + json.dumps({"nextBatchWatermarkMs": 0,
+                                  "stateUniqueIds": {"0": ids}})).encode()  # fmt: skip
+    out["state/0/_metadata/metadata"] = (
+        'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"stateStoreSave"},'
+        f'"stateStoreInfo":[{{"storeName":"default","numColsPrefixKey":0,"numPartitions":{partitions}}}]}}'
+    ).encode()
+    empty = b""
+    for p in range(partitions):
+        d = f"state/0/{p}"
+        last_zip = 0
+        for v in range(1, versions + 1):
+            u = uid(p, v)
+            lineage = [(x, uid(p, x)) for x in range(max(1, last_zip), v)]
+            # Only the changelogs the window's lineages read need real bytes.
+            out[f"{d}/{v}_{u}.changelog"] = _changelog(lineage) if v > first else empty
+            for name in (f"{v}_{u}.changelog.crc", f".{v}_{u}.changelog.crc", f".{v}_{u}.changelog.crc.crc"):
+                out[f"{d}/{name}"] = empty
+            if v % 2 == 0:  # a lost attempt every other version
+                a = uid(p, v, 1)
+                for name in (f"{v}_{a}.changelog", f"{v}_{a}.changelog.crc", f".{v}_{a}.changelog.crc",
+                             f".{v}_{a}.changelog.crc.crc"):  # fmt: skip
+                    out[f"{d}/{name}"] = empty
+            if v % snapshot_every == 0:
+                ssts = [(f"{v:06d}-{uid(p, v, 9)}.sst", 1), (f"{v + 1:06d}-{uid(p, v, 8)}.sst", 1)]
+                if last_zip:  # shares the previous snapshot's first SST, as RocksDB does
+                    ssts.append((f"{last_zip:06d}-{uid(p, last_zip, 9)}.sst", 1))
+                out[f"{d}/{v}_{u}.zip"] = _zip(ssts)
+                out[f"{d}/{v}_{u}.zip.crc"] = empty
+                for name, _ in ssts[:2]:
+                    out[f"{d}/SSTs/{name}"] = b"x"
+                    out[f"{d}/SSTs/.{name}.crc"] = empty
+                last_zip = v
+    return out
+
+
+def write_local(root: Path, content: dict[str, bytes], mtime: float = OLD) -> int:
+    """Writes the files under `root`, dated `mtime`; returns how many."""
+    for rel in {str(Path(r).parent) for r in content}:
+        (root / rel).mkdir(parents=True, exist_ok=True)
+    for rel, data in content.items():
+        path = root / rel
+        path.write_bytes(data)
+        os.utime(path, (mtime, mtime))
+    return len(content)
+
+
+def build(root: Path, partitions: int, versions: int, **shape: int) -> int:
+    """Writes one synthetic checkpoint to local disk; returns its file count."""
+    return write_local(root, files(partitions, versions, **shape))

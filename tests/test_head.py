@@ -1,0 +1,158 @@
+"""The head-first read path: what it reads equals what a full listing says, and costs no more on a
+checkpoint with a longer history.
+
+Correctness is proved on every real corpus checkpoint against the full-listing model; cost is
+compared on two synthetic checkpoints (real naming) that differ only in older history.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from checkpoint.compaction import plan_compaction
+from checkpoint.discovery import find_checkpoints
+from checkpoint.errors import CheckpointError
+from checkpoint.gc_plan import GcError, plan_gc
+from checkpoint.head import latest_commit, load_head
+from checkpoint.lineage import checkpoint_lineage
+from checkpoint.model import SCOPE_RECOVERY, load_checkpoint
+from checkpoint.storage import Storage
+from checkpoint.validate import ValidationOptions, validate
+from tests.support import synthetic
+
+# Same versions modulo the snapshot interval: the same replay chains (5 changelogs) at the latest
+# batch, 60 against 300 versions of history per store.
+SMALL, BIG = 65, 305
+PARTITIONS, WINDOW = 6, 20
+
+
+def _findings(validation) -> list:
+    return sorted(sorted(f.as_dict().items()) for f in validation.findings)
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_head_first_equals_the_full_listing_on_every_corpus_checkpoint(corpus, deep) -> None:
+    for name, path in corpus.items():
+        full = load_checkpoint(str(path), strict=False)
+        head = load_head(str(path), strict=False, sidecars=deep, recent=2)
+        options = ValidationOptions(deep=deep)
+        got, want = validate(head, options), validate(full, options)
+        assert _findings(got) == _findings(want), name
+        assert [e.as_dict() for e in got.lineage] == [e.as_dict() for e in want.lineage], name
+        ours, theirs = (plan_compaction(c, min_chain=2, quiet_seconds=0) for c in (head, full))
+        assert [t.as_key() for t in ours[0]] == [t.as_key() for t in theirs[0]], name
+        assert ours[1] == theirs[1], name
+        calls = head.storage.calls.snapshot()
+        if name == "format_v1":
+            assert head.scope != SCOPE_RECOVERY and calls["list"] == 1  # V1 names no ids: a listing
+        else:
+            assert head.scope == SCOPE_RECOVERY and calls["list"] == 0, (name, calls)
+            assert len(head.files) < len(full.files), name
+
+
+def test_a_damaged_chain_reads_as_damage_head_first(copy_of) -> None:
+    path = copy_of("long_chain")
+    victim = sorted((path / "state" / "0" / "2").glob("20_*.changelog"))[0]
+    victim.unlink()
+    head = validate(load_head(str(path), strict=False))
+    assert "REPLAY_CHAIN_BROKEN" in {f.code for f in head.findings}
+    assert _findings(head) == _findings(validate(load_checkpoint(str(path), strict=False)))
+
+
+def test_a_batch_that_was_not_read_is_refused_not_reported_as_missing(corpus) -> None:
+    head = load_head(str(corpus["snapshots"]))
+    older = head.latest_committed_batch - 3
+    with pytest.raises(CheckpointError, match=f"state files of batch {older} were not read"):
+        checkpoint_lineage(head, older)
+    at = load_head(str(corpus["snapshots"]), batches=[older])
+    assert [e.as_dict() for e in checkpoint_lineage(at, older)] == [
+        e.as_dict() for e in checkpoint_lineage(load_checkpoint(str(corpus["snapshots"])), older)
+    ]
+
+
+def test_cleanup_refuses_a_head_first_model(corpus) -> None:
+    with pytest.raises(GcError, match="full listing"):
+        plan_gc(load_head(str(corpus["snapshots"])))
+
+
+def test_latest_commit_is_one_listing_of_the_commit_log(corpus) -> None:
+    storage = Storage(str(corpus["snapshots"]))
+    assert latest_commit(storage) == load_checkpoint(str(corpus["snapshots"])).latest_committed_batch
+    assert storage.calls.snapshot() == {"list_dir": 1}
+
+
+@pytest.fixture(scope="module")
+def two_histories(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("histories")
+    out = {}
+    for name, versions in (("small", SMALL), ("big", BIG)):
+        synthetic.build(root / name, PARTITIONS, versions, window=WINDOW)
+        out[name] = root / name
+    return out
+
+
+def _cost(path: Path, work) -> dict:
+    storage = Storage(str(path))
+    work(storage)
+    return dict(storage.calls.snapshot())
+
+
+READS = {
+    "lineage": lambda s: checkpoint_lineage(load_head(s)),
+    "validate": lambda s: validate(load_head(s, strict=False)),
+    "validate --deep": lambda s: validate(
+        load_head(s, strict=False, sidecars=True), ValidationOptions(deep=True)
+    ),
+    "compaction plan": lambda s: plan_compaction(load_head(s, recent=2), quiet_seconds=0),
+    "idle tick": latest_commit,
+}
+
+
+@pytest.mark.parametrize("what", sorted(READS))
+def test_reads_cost_the_same_whatever_the_history(two_histories, what) -> None:
+    small, big = (_cost(two_histories[n], READS[what]) for n in ("small", "big"))
+    assert small == big and sum(small.values()) > 0, what
+    files = {n: sum(1 for p in two_histories[n].rglob("*") if p.is_file()) for n in two_histories}
+    assert files["big"] > 4 * files["small"]  # the histories really differ
+
+
+def test_the_synthetic_chains_are_what_the_comparison_assumes(two_histories) -> None:
+    for path in two_histories.values():
+        lineage = checkpoint_lineage(load_head(str(path)))
+        assert len(lineage) == PARTITIONS and {e.chain_length for e in lineage} == {5}
+
+
+def test_discovery_never_descends_into_a_checkpoint(corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(corpus["snapshots"], root / "a" / "orders")
+    shutil.copytree(corpus["join"], root / "b" / "deep" / "clicks")
+    (root / "b" / "notes").mkdir()
+    storage = Storage(str(root))
+    listed: list[str] = []
+    original = storage.list_dir
+
+    def spy(rel: str = ""):
+        listed.append(rel)
+        return original(rel)
+
+    storage.list_dir = spy  # type: ignore[method-assign]
+    found = find_checkpoints(storage)
+    assert [f.rel for f in found] == ["a/orders", "b/deep/clicks"]
+    assert sorted(listed) == ["", "a", "a/orders", "b", "b/deep", "b/deep/clicks", "b/notes"]
+    assert storage.calls.snapshot() == {"list_dir": len(listed)}
+
+
+def test_a_missing_root_is_an_error_not_an_empty_fleet(tmp_path) -> None:
+    with pytest.raises(CheckpointError, match="no such directory"):
+        find_checkpoints(Storage(str(tmp_path / "gone")))
+
+
+def test_the_per_partition_listing_equals_the_flat_one(corpus) -> None:
+    for name in ("join", "dedup_agg", "list_state"):
+        flat = load_checkpoint(str(corpus[name]))
+        split = load_checkpoint(str(corpus[name]), listing="per_partition")
+        assert [f.info for f in split.files] == [f.info for f in flat.files], name
+        assert split.storage.calls.snapshot()["list"] >= 4  # one recursive listing per partition
