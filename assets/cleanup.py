@@ -14,7 +14,8 @@ from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import apply_plan, check_plan
-from checkpoint.gc_plan import Plan, parse_duration, plan_gc
+from checkpoint.gc_plan import Plan, plan_gc
+from checkpoint.policy import parse_duration
 from checkpoint.report import human_bytes
 from orchestration.partitions import checkpoint_partitions
 from orchestration.resources import CheckpointRootsResource
@@ -108,10 +109,12 @@ def checkpoint_orphan_cleanup(
             }
         )
     audit = roots.audit_trail(context.partition_key)
-    try:
-        result = apply_plan(plan, roots.checkpoint_storage(context.partition_key), audit)
-    except CheckpointError as exc:
-        raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
+    # The lease spans the check against the commit log and every deletion; planning only read.
+    with roots.take_lease(context, context.partition_key, "checkpoint_orphan_cleanup") as lease:
+        try:
+            result = apply_plan(plan, roots.checkpoint_storage(context.partition_key), audit, lease=lease)
+        except CheckpointError as exc:
+            raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed[:25])
     if result.failed:
         context.log.error(f"{len(result.failed)} deletions failed; see {audit.outcomes_url(plan)}")

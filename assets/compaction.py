@@ -5,6 +5,7 @@ sensor requests it when a store of a checkpoint crosses the chain threshold or n
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import dagster as dg
@@ -13,9 +14,9 @@ from assets.checkpoints import GROUP as AUDIT_GROUP
 from assets.checkpoints import checkpoint_lineage_report
 from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_plan import parse_duration
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import Checkpoint
+from checkpoint.policy import parse_duration
 from checkpoint.report import human_bytes
 from orchestration.partitions import checkpoint_partitions
 from orchestration.resources import CheckpointRootsResource, SparkResource
@@ -67,25 +68,30 @@ def checkpoint_compaction(
     from jobs.compact import run_compaction_tasks, tasks_for  # Spark only when compaction runs
 
     planned, unreadable = [], []
-    for key in context.partition_keys:
-        try:
-            planned.append(_plan(roots, key))
-        except CheckpointError as exc:  # one unreadable checkpoint does not hold back the others
-            unreadable.append(f"{key}: {exc}")
-    tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
-    context.log.info(f"{len(tasks)} stores to compact in {len(planned)} checkpoint(s), one Spark job")
-    results = run_compaction_tasks(spark.session(), tasks) if tasks else []
+    with ExitStack() as leases:
+        for key in context.partition_keys:
+            try:
+                # One checkpoint: wait, retry, then fail. A backfill: a checkpoint held elsewhere
+                # is reported (LeaseHeld) and the others go on.
+                alone = len(context.partition_keys) == 1
+                leases.enter_context(roots.take_lease(context, key, "checkpoint_compaction", retry=alone))
+                planned.append(_plan(roots, key))
+            except CheckpointError as exc:  # one unreadable or refused checkpoint holds back no other
+                unreadable.append(f"{key}: {exc}")
+        tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
+        context.log.info(f"{len(tasks)} stores to compact in {len(planned)} checkpoint(s), one Spark job")
+        results = run_compaction_tasks(spark.session(), tasks) if tasks else []
     rows = ["| checkpoint | store | version | chain before | chain after | seconds | keys | bytes written |",
             "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    done, failed, chains_after = [], [r for r in results if not r["ok"]], []
+    done, failed, chains_after = [], [r for r in results if not r.ok], []
     for p in planned:
         after = _chains_after(roots, p)
-        for r in (r for r in results if r["ok"] and r["url"] == p.ckpt.url):
-            store = (r["operator"], r["partition"], r["store"])
-            done.append(r)
+        for r in (r for r in results if r.ok and r.url == p.ckpt.url):
+            store, rebuilt = (r.store.operator, r.store.partition, r.store.store), r.rebuilt
+            done.append(rebuilt)
             chains_after.append(after.get(store, 0))
-            cells = [p.key, "/".join(map(str, store)), r["version"], r["chain_before"], after.get(store),
-                     r["seconds"], r["keys"], human_bytes(r["bytes_written"])]  # fmt: skip
+            cells = [p.key, "/".join(map(str, store)), rebuilt.version, r.chain_before, after.get(store),
+                     rebuilt.seconds, rebuilt.keys, human_bytes(rebuilt.bytes_written)]  # fmt: skip
             rows.append("| " + " | ".join(str(c) for c in cells) + " |")
     skips = [f"- {p.key} {s.operator}/{s.partition}/{s.store}: {s.reason}" for p in planned for s in p.skips]
     metadata = {
@@ -93,14 +99,14 @@ def checkpoint_compaction(
         "stores_compacted": len(done),
         "stores_failed": len(failed),
         "stores_skipped": len(skips),
-        "max_chain_before": max((r["chain_before"] for r in done), default=0),
+        "max_chain_before": max((r.chain_before for r in results if r.ok), default=0),
         "max_chain_after": max(chains_after, default=0),
-        "seconds": round(sum(r["seconds"] for r in done), 3),
-        "bytes_written": sum(r["bytes_written"] for r in done),
+        "seconds": round(sum(r.seconds for r in done), 3),
+        "bytes_written": sum(r.bytes_written for r in done),
         "compacted": dg.MetadataValue.md("\n".join(rows) if done else "Nothing to compact."),
         "skipped": dg.MetadataValue.md("\n".join(skips[:50]) or "none"),
     }
-    problems = unreadable + [f"{r['url']}: {r['error']}" for r in failed]
+    problems = unreadable + [f"{r.url} {r.store}: {r.error}" for r in failed]
     if problems:
         raise dg.Failure(
             description=f"{len(problems)} problem(s): " + "; ".join(problems[:5]), metadata=metadata

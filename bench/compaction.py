@@ -119,11 +119,11 @@ def main() -> None:
         started = time.perf_counter()
         per_store = run_compaction(spark, ckpt, targets)
         results["job_wall_s"] = time.perf_counter() - started
-        assert all(r["ok"] for r in per_store), per_store
+        assert all(r.ok for r in per_store), per_store
         results["stores"] = len(per_store)
-        results["rebuild_mean_s"] = sum(r["seconds"] for r in per_store) / len(per_store)
+        results["rebuild_mean_s"] = sum(r.rebuilt.seconds for r in per_store) / len(per_store)
         # what a task spends besides the rebuild: loading the checkpoint it was handed
-        overheads = [r["task_seconds"] - r["seconds"] for r in per_store]
+        overheads = [r.task_seconds - r.rebuilt.seconds for r in per_store]
         results["task_overhead_mean_s"] = sum(overheads) / len(overheads)
         # (c)'s baseline: the same stores rebuilt one after another in this process
         sequential = load_checkpoint(str(out / "sequential"))

@@ -32,7 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=300)
     parser.add_argument("--versions", type=int, default=500)
-    parser.add_argument("--listing", choices=LISTINGS, default="per_partition")
+    parser.add_argument("--listing", choices=LISTINGS, default="auto")
     parser.add_argument("--dir", type=Path, help="where to build it (default: a temporary folder)")
     parser.add_argument("--side", choices=["baseline", "planner"], help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)

@@ -77,7 +77,7 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     plans = []
     for f in found:
         try:
-            c = load_checkpoint(root.child(f.rel), listing="per_partition")
+            c = load_checkpoint(root.child(f.rel), listing="auto")
             plans.append((c, plan_gc(c, now=now)))
         except CheckpointError:  # the corpus's damaged and V1 checkpoints are refused, by design
             continue

@@ -81,12 +81,19 @@ def _measure(make: Callable[[], Storage], work, repeat: int, requests: Callable[
 def _table(rows: list[dict]) -> str:
     out = [
         "| where | path | requests small / big | ratio | seconds small / big | ratio | "
-        "full listing: requests big, seconds big / small |",
+        "through a full listing: requests small / big, seconds small / big (ratio) |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        base = r.get("baseline")
-        base_cell = "" if base is None else f"{base['big_requests']:,}, {base['seconds_ratio']:.1f}x"
+        b = r.get("baseline")
+        base_cell = (
+            ""
+            if b is None
+            else (
+                f"{b['small_requests']:,} / {b['big_requests']:,}, {b['small_s']:.2f} / {b['big_s']:.2f} "
+                f"({b['seconds_ratio']:.1f}x)"
+            )
+        )
         out.append(
             f"| {r['where']} | {r['path']} | {r['small_requests']:,} / {r['big_requests']:,} | "
             f"{r['requests_ratio']:.2f} | {r['small_s']:.3f} / {r['big_s']:.3f} | {r['seconds_ratio']:.2f} | "
@@ -107,7 +114,9 @@ def _compare(where: str, storages: dict[str, Callable[[], Storage]], requests, r
         if before is not None:
             small = _measure(partial(storages["small"], False), before, 1, requests)
             big = _measure(partial(storages["big"], False), before, 1, requests)
-            row["baseline"] = {"big_requests": big[1], "seconds_ratio": big[0] / max(1e-9, small[0])}
+            row["baseline"] = {"small_s": small[0], "big_s": big[0], "small_requests": small[1],
+                               "big_requests": big[1]}  # fmt: skip
+            row["baseline"]["seconds_ratio"] = big[0] / max(1e-9, small[0])
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -188,14 +197,20 @@ def _fleet(args, work: Path) -> list[dict]:
         return rows
     from tests.support.s3server import s3_services
 
+    # On S3 the checkpoints hold their logs only: uploading 200 x the state files would take most
+    # of an hour here, and the tick never lists below commits/ (tests/test_s3.py proves it).
+    logs = {rel: data for rel, data in one.items() if not rel.startswith("state/") or "/_metadata/" in rel}
     with s3_services(work / "seaweedfs-fleet", "fleet") as (server, proxy):
         fs = server.filesystem()
         started = time.perf_counter()
-        fs.pipe({f"fleet/q{i:04d}/{rel}": data for i in range(args.fleet) for rel, data in one.items()})
-        print(f"fleet on S3: uploaded in {time.perf_counter() - started:.0f} s", flush=True)
+        fs.pipe({f"fleet/q{i:04d}/{rel}": data for i in range(args.fleet) for rel, data in logs.items()})
+        print(
+            f"fleet on S3: {args.fleet} x {len(logs)} objects in {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
         proxy.reset()
         seconds = _idle_tick("s3://fleet", server.storage_options(proxy.endpoint), args.fleet, latest)
-        rows.append({"where": "SeaweedFS", "checkpoints": args.fleet, "files_each": len(one),
+        rows.append({"where": "SeaweedFS", "checkpoints": args.fleet, "files_each": len(logs),
                      "requests": dict(proxy.counts()), "seconds": round(seconds, 3)})  # fmt: skip
     return rows
 

@@ -1,4 +1,10 @@
-"""Which stores to compact: long replay chains, and lineage headers near the cap (rescue)."""
+"""Which stores to compact: long replay chains, and lineage headers near the cap (rescue).
+
+Planning is gated by validation: a checkpoint with an error finding at its latest committed batch
+is refused before anything is planned, so no entry point (CLI, Spark job, Dagster asset, sensor)
+can build a snapshot on a damaged checkpoint. The one error compaction exists to fix, a lineage
+header near the cap, is rescued rather than refused.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,18 @@ import time
 from dataclasses import dataclass
 
 from .changelog import LINEAGE_HEADER_CAP
+from .errors import CheckpointError
 from .lineage import StoreLineage, checkpoint_lineage
-from .model import DEFAULT_QUIET_SECONDS, Checkpoint
+from .model import Checkpoint
+from .policy import POLICY
+from .validate import Severity, ValidationOptions, validate
 
-DEFAULT_MIN_CHAIN = 10
-RESCUE_RATIO = 0.8
+# Error findings that compaction repairs instead of refusing.
+FIXED_BY_COMPACTION = frozenset({"LINEAGE_HEADER_NEAR_CAP"})
+
+
+class CompactionRefused(CheckpointError):
+    """The checkpoint has error findings: nothing is planned, nothing is written."""
 
 
 @dataclass(frozen=True)
@@ -51,16 +64,24 @@ def dead_on_the_cap(ckpt: Checkpoint, latest: list[StoreLineage]) -> bool:
 
 def plan_compaction(
     ckpt: Checkpoint,
-    min_chain: int = DEFAULT_MIN_CHAIN,
+    min_chain: int = POLICY.long_chain,
     now: float | None = None,
-    quiet_seconds: float = DEFAULT_QUIET_SECONDS,
+    quiet_seconds: float = POLICY.quiet_seconds,
+    header_cap_ratio: float = POLICY.header_cap_ratio,
 ) -> tuple[list[Target], list[Skip]]:
-    """Targets at the latest committed batch; on a live query, at the one before it."""
+    """Targets at the latest committed batch; on a live query, at the one before it.
+
+    Raises CompactionRefused when validation of the checkpoint (loaded with `strict=False` or
+    not) finds an error other than those compaction fixes.
+    """
     now = time.time() if now is None else now
     committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
     if ckpt.format_version != 2 or not committed:
         why = "format V1 is not compacted" if ckpt.format_version != 2 else "no committed batch"
         return [], [Skip(-1, -1, "*", why)]
+    _refuse_on_errors(
+        ckpt, ValidationOptions(long_chain_threshold=min_chain, header_cap_ratio=header_cap_ratio)
+    )
     live = ckpt.is_live(now, quiet_seconds)
     latest = checkpoint_lineage(ckpt, committed[-1])
     if live and not dead_on_the_cap(ckpt, latest):
@@ -82,10 +103,26 @@ def plan_compaction(
             skip("loads from its own snapshot already")
         elif not entry.loadable:
             skip("replay chain incomplete: validate the checkpoint")
-        elif entry.lineage_header_bytes >= RESCUE_RATIO * LINEAGE_HEADER_CAP:
+        elif entry.header_cap_ratio >= header_cap_ratio:
             targets.append(Target(entry, "lineage_header_near_cap"))
         elif entry.chain_length >= min_chain:
             targets.append(Target(entry, "long_chain"))
         else:
             skip(f"chain of {entry.chain_length} is below {min_chain}")
     return targets, skips
+
+
+def _refuse_on_errors(ckpt: Checkpoint, options: ValidationOptions) -> None:
+    blocking = [
+        f
+        for f in validate(ckpt, options).findings
+        if f.severity == Severity.ERROR and f.code not in FIXED_BY_COMPACTION
+    ]
+    if blocking:
+        codes = ", ".join(sorted({f.code for f in blocking}))
+        first = blocking[0]
+        raise CompactionRefused(
+            f"refused: {len(blocking)} error finding(s) ({codes}); nothing was written. "
+            f"First: {first.path}: {first.message}",
+            ckpt.url,
+        )

@@ -20,6 +20,7 @@ from typing import Any
 
 from .gc_plan import GcError, Plan, PlannedFile, totals_by
 from .layout import FileKind, classify
+from .lease import Lease
 from .logs import commit_digest
 from .storage import FileInfo, Storage
 
@@ -108,9 +109,17 @@ class AuditTrail:
         return f"{parent}/{AUDIT_FOLDER}" if parent else AUDIT_FOLDER
 
     def _folder(self, plan: Plan) -> str:
-        name = plan.checkpoint.rstrip("/").rsplit("/", 1)[-1]
-        digest = hashlib.sha256(plan.checkpoint.encode()).hexdigest()[:8]
+        return self._folder_of(plan.checkpoint)
+
+    @staticmethod
+    def _folder_of(checkpoint_url: str) -> str:
+        name = checkpoint_url.rstrip("/").rsplit("/", 1)[-1]
+        digest = hashlib.sha256(checkpoint_url.encode()).hexdigest()[:8]
         return f"{name}-{digest}"
+
+    def lease(self, checkpoint_url: str, owner: str, **options: Any) -> Lease:
+        """The maintenance lease of a checkpoint, kept in its folder of this audit trail."""
+        return Lease(self.storage, self._folder_of(checkpoint_url), owner, **options)
 
     def _plan_rel(self, plan: Plan) -> str:
         return f"{self._folder(plan)}/{plan.plan_id}.plan.jsonl"
@@ -134,29 +143,36 @@ class AuditTrail:
         return Plan.from_jsonl(self.storage.read_bytes(url[len(self.url) + 1 :]).decode(), url)
 
     def record(self, plan: Plan, outcomes: list[Outcome]) -> None:
-        """Appends outcomes (Storage.append: fsynced locally, one part object each on S3)."""
+        """Appends outcomes as they happen (Storage.append: fsynced locally; on object stores,
+        which have no append, one part object per call beside the outcomes file)."""
         lines = "".join(json.dumps({"at": time.time(), **o.as_dict()}) + "\n" for o in outcomes)
         self.storage.append(self._outcomes_rel(plan), lines.encode())
+
+    def outcomes(self, plan: Plan) -> list[dict[str, Any]]:
+        """Every outcome recorded for a plan, over all its applies, in order."""
+        if self.storage.is_local:
+            data = self.storage.read_if_exists(self._outcomes_rel(plan)) or b""
+        else:
+            data = b"".join(self.storage.read_many(self._parts(plan)).values())
+        return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+
+    def _parts(self, plan: Plan) -> list[str]:
+        rel = self._outcomes_rel(plan)
+        names = [f.rel for f in self.storage.list_dir(self._folder(plan)).files]
+        parts = [r for r in names if r.startswith(rel + ".") and r[len(rel) + 1 :].isdigit()]
+        return sorted(parts, key=lambda r: int(r.rsplit(".", 1)[1]))
+
+    def seal(self, plan: Plan) -> None:
+        """On object stores, writes every part recorded so far as the one outcomes file that
+        `outcomes_url` names (the parts stay: they are the record if a later apply dies first).
+        A local outcomes file is that file already."""
+        if not self.storage.is_local:
+            lines = "".join(json.dumps(o) + "\n" for o in self.outcomes(plan))
+            self.storage.write(self._outcomes_rel(plan), lines.encode())
 
 
 # DeleteObjects' per-key codes worth another try; anything else (AccessDenied...) is final.
 _RETRYABLE_CODES = ("SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout")
-
-
-def _is_throttle(exc: BaseException) -> bool:
-    text = str(exc)
-    return any(s in text for s in ("SlowDown", "503", "Throttl", "RequestLimitExceeded", "TooManyRequests"))
-
-
-def _with_retries(call: Callable[[], Any], attempts: int, sleep: Callable[[float], None]) -> Any:
-    for attempt in range(attempts):
-        try:
-            return call()
-        except Exception as exc:  # noqa: BLE001 - classified below, re-raised when not throttling
-            if not _is_throttle(exc) or attempt == attempts - 1:
-                raise
-            sleep(min(30.0, 0.2 * 2**attempt))
-    raise AssertionError("unreachable")
 
 
 def apply_plan(
@@ -166,21 +182,30 @@ def apply_plan(
     batch_size: int = MAX_KEYS_PER_REQUEST,
     attempts: int = 6,
     sleep: Callable[[float], None] = time.sleep,
+    lease: Lease | None = None,
 ) -> ApplyResult:
-    """Deletes the plan's candidates that are unchanged since planning. Idempotent."""
+    """Deletes the plan's candidates that are unchanged since planning. Idempotent.
+
+    Retries: a request is retried by the storage's client alone (botocore's adaptive mode on S3).
+    What this adds is the re-drive of keys that a DeleteObjects answered with a retryable per-key
+    error: `attempts` rounds, `sleep` between them. With a `lease`, it is checked before each
+    batch of deletions: an apply whose lease was taken over stops there.
+    """
     check = check_plan(plan, storage)
     result = ApplyResult(plan.plan_id, check)
     if not check.ok:
         raise GcError(f"plan {plan.plan_id} refused: {check.message}", plan.checkpoint)
     # One listing re-stats every candidate: on S3 that is a request per 1000 keys, not a HEAD each.
     # A listing that fails part-way raises here, before anything is deleted.
-    current = {f.rel: f for f in _with_retries(storage.list_files, attempts, sleep)}
+    current = {f.rel: f for f in storage.list_files()}
     kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
     deleted_count = 0
     batch_size = max(1, min(batch_size, MAX_KEYS_PER_REQUEST))
     for start in range(0, len(plan.candidates), batch_size):
         batch = plan.candidates[start : start + batch_size]
         outcomes, ready = _restat(current, batch)
+        if ready and lease is not None:
+            lease.check()
         if ready:
             outcomes += _delete(storage, ready, attempts, sleep)
         deleted_count += sum(o.outcome == "deleted" for o in outcomes)
@@ -189,6 +214,7 @@ def apply_plan(
         audit.record(plan, outcomes)
         for o in outcomes:
             getattr(result, o.outcome).append(o)
+    audit.seal(plan)
     return result
 
 
@@ -223,7 +249,7 @@ def _delete_with_redrive(storage: Storage, rels: list[str], attempts: int, sleep
     pending, errors = list(rels), {}
     for attempt in range(attempts):
         try:
-            this_round = _with_retries(lambda p=list(pending): storage.delete_batch(p), attempts, sleep)
+            this_round = storage.delete_batch(pending)
         except Exception as exc:  # noqa: BLE001 - the request as a whole failed: every key it held did
             errors.update({rel: f"request failed: {type(exc).__name__}: {exc}" for rel in pending})
             break

@@ -9,7 +9,6 @@ the log changed underneath.
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections import defaultdict
@@ -19,25 +18,16 @@ from typing import Any
 from .errors import CheckpointError
 from .layout import FileKind
 from .lineage import store_ids
-from .model import DEFAULT_QUIET_SECONDS, SCOPE_LISTING, Checkpoint
+from .model import SCOPE_LISTING, Checkpoint
 from .orphans import GcOptions, RetentionInputs, UnsafeToPlan, find_orphans
+from .policy import POLICY
 from .validate import Category, Severity, validate
 
-MIN_GRACE_SECONDS = 15 * 60
-DEFAULT_GRACE_SECONDS = 6 * 3600
 PLAN_FORMAT = 1
 
 
 class GcError(CheckpointError):
     """Cleanup refused: the message says why; nothing was deleted."""
-
-
-def parse_duration(text: str) -> float:
-    """`90s`, `15m`, `6h`, `2d`, or plain seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 6h, 2d)")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
 def totals_by(items, key: str) -> dict[str, dict[str, int]]:
@@ -175,18 +165,19 @@ def _guard_paths(ckpt: Checkpoint, rels: list[str]) -> None:
 
 def plan_gc(
     ckpt: Checkpoint,
-    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    grace_seconds: float = POLICY.grace_seconds,
     retain_batches: int | None = None,
-    quiet_seconds: float = DEFAULT_QUIET_SECONDS,
+    quiet_seconds: float = POLICY.quiet_seconds,
     now: float | None = None,
     allow_short_grace: bool = False,
 ) -> Plan:
     """The orphans of a checkpoint loaded with `strict=True`; raises GcError when planning is unsafe."""
     now = time.time() if now is None else now
-    if grace_seconds < MIN_GRACE_SECONDS and not allow_short_grace:
+    if grace_seconds < POLICY.min_grace_seconds and not allow_short_grace:
         raise GcError(
-            f"a grace period of {grace_seconds:.0f} s is below {MIN_GRACE_SECONDS // 60} minutes: files of a "
-            "batch still being written could be deleted. Override only if nothing writes to this checkpoint",
+            f"a grace period of {grace_seconds:.0f} s is below {POLICY.min_grace_seconds / 60:g} minutes: "
+            "files of a batch still being written could be deleted. Override only if nothing writes to "
+            "this checkpoint",
             ckpt.url,
         )
     if retain_batches is not None and retain_batches < 1:

@@ -15,6 +15,7 @@ from enum import Enum
 from .changelog import LineageEntry
 from .layout import FileKind, classify
 from .model import CheckpointFile, StoreId
+from .policy import POLICY
 
 
 class Reason(str, Enum):
@@ -69,7 +70,7 @@ class RetentionInputs:
 
 @dataclass(frozen=True)
 class GcOptions:
-    grace_seconds: float = 6 * 3600
+    grace_seconds: float = POLICY.grace_seconds
     live: bool = False
 
 

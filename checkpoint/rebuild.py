@@ -232,7 +232,7 @@ def rebuild_store(ckpt: Checkpoint, entry: StoreLineage, workdir: str | None = N
             base = dict(db.items())
             changelogs = []
             for f in entry.chain:
-                data = ckpt.storage.read_bytes(f.rel)
+                data = ckpt.read_verified(f.rel)
                 bytes_read += len(data)
                 changelogs.append(ckpt.read_changelog_runs(f, data)[1])
             records = sum(len(run.keys) for runs in changelogs for run in runs)
@@ -283,7 +283,7 @@ def _unpack_base(
 ) -> tuple[int, SnapshotMetadata]:
     """The base zip's RocksDB files and SSTs in `db_dir`: (bytes read, the zip's metadata)."""
     rel = entry.base.rel  # type: ignore[union-attr]
-    data = ckpt.storage.read_bytes(rel)
+    data = ckpt.read_verified(rel)
     read = len(data)
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         meta = parse_zip_metadata(zf.read("metadata"), ckpt.storage.full(rel))

@@ -29,6 +29,7 @@ from .errors import NotACheckpointError, StorageError
 
 log = logging.getLogger(__name__)
 LIST_WORKERS = 8  # concurrent listings of one tree: S3 answers each prefix in parallel
+S3_MAX_ATTEMPTS = 10  # requests botocore sends for one call at most, the first included
 _PROGRESS_EVERY = 50_000  # files between progress lines of a long listing
 
 
@@ -106,6 +107,13 @@ def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[s
     options = dict(storage_options or {})
     if not url.startswith(("s3://", "s3a://")):
         return options
+    # One retry policy: botocore's adaptive mode (back-off with jitter, and a client-side rate
+    # limit once S3 throttles). s3fs's own retry loop is switched off in Storage, and callers add
+    # none of their own around a request, so a throttled request is never retried n x m times.
+    config = dict(options.get("config_kwargs") or {})
+    # botocore's `max_attempts` counts retries; `total_max_attempts` counts requests.
+    config.setdefault("retries", {"mode": "adaptive", "total_max_attempts": S3_MAX_ATTEMPTS})
+    options["config_kwargs"] = config
     client_kwargs = dict(options.get("client_kwargs") or {})
     for env, name in (("AWS_ENDPOINT_URL", "endpoint_url"), ("AWS_REGION", "region_name")):
         if os.environ.get(env) and name not in client_kwargs and name not in options:
@@ -128,6 +136,8 @@ class Storage:
             raise StorageError(f"cannot open storage: {exc}", url) from exc
         self.root = root.rstrip("/")
         self.calls = Calls()
+        if self.protocol == "s3":
+            self.fs.retries = 1  # s3fs's loop would retry on top of botocore's: one attempt from it
 
     def child(self, rel: str) -> Storage:
         """The storage of a folder below this root, sharing the filesystem (and its connections)."""
@@ -472,7 +482,14 @@ class Storage:
         bucket, _, prefix = self.root.partition("/")
         key_of = {f"{prefix}/{rel}" if prefix else rel: rel for rel in rels}
         request = {"Objects": [{"Key": k} for k in key_of], "Quiet": False}
-        response = self.fs.call_s3("delete_objects", Bucket=bucket, Delete=request)
+        try:
+            response = self.fs.call_s3("delete_objects", Bucket=bucket, Delete=request)
+        except OSError as exc:
+            # s3fs turns S3's error into an errno (SlowDown becomes EBUSY): name S3's code again.
+            code = getattr(exc.__cause__, "response", {}).get("Error", {}).get("Code")
+            raise StorageError(
+                f"DeleteObjects failed: {code or type(exc).__name__}: {exc}", self.root
+            ) from exc
         deleted = {d["Key"] for d in response.get("Deleted", [])}
         failed = {e["Key"]: f"{e.get('Code')}: {e.get('Message', '')}" for e in response.get("Errors", [])}
         missed = "neither deleted nor failed in the response"

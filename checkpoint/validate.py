@@ -18,6 +18,7 @@ from .errors import CheckpointError, UnknownFormatVersionError
 from .layout import FileKind
 from .lineage import StoreLineage, checkpoint_lineage
 from .model import Checkpoint, CheckpointFile, StoreId
+from .policy import POLICY
 from .snapshot import Snapshot, UnreadableZipError
 
 
@@ -94,8 +95,8 @@ class Finding:
 @dataclass(frozen=True)
 class ValidationOptions:
     deep: bool = False
-    long_chain_threshold: int = 10  # changelogs replayed; the compaction default too
-    header_cap_ratio: float = 0.8
+    long_chain_threshold: int = POLICY.long_chain  # changelogs replayed; compaction's trigger too
+    header_cap_ratio: float = POLICY.header_cap_ratio  # compaction's rescue trigger too
 
 
 @dataclass(frozen=True)

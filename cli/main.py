@@ -1,8 +1,10 @@
 """`ckpt`: the maintenance operations for people outside Dagster.
 
-Exit codes: 0 success; 1 `validate`/`scan` found error findings, or `gc --apply` failed to delete
-some file; 2 the checkpoint cannot be read or the cleanup was refused (a one-line error on stderr,
-no traceback).
+Exit codes: 0 success; 1 `validate`/`scan` found error findings, or `gc --apply`/`compact` failed on
+some file or store; 2 the checkpoint cannot be read, the cleanup or compaction was refused, or
+another action holds the checkpoint's maintenance lease (a one-line error on stderr naming it, no
+traceback).
+
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ import argparse
 import json
 import logging
 import sys
+from contextlib import nullcontext
 
 from checkpoint.discovery import scan
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import AuditTrail, apply_plan
-from checkpoint.gc_plan import parse_duration, plan_gc
+from checkpoint.gc_plan import plan_gc
 from checkpoint.head import load_head
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
+from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.report import (
     format_inspect,
     format_lineage,
@@ -30,6 +34,7 @@ from checkpoint.report import (
     scan_entry,
     validation_document,
 )
+from checkpoint.storage import Storage
 from checkpoint.validate import ValidationOptions, validate
 
 EXIT_FINDINGS = 1
@@ -79,27 +84,35 @@ def _scan(args: argparse.Namespace) -> int:
     return 0 if all(e["health"] == "ok" for e in entries) else EXIT_FINDINGS
 
 
+def _leased(args: argparse.Namespace, storage: Storage, audit: AuditTrail, what: str):
+    """The checkpoint's maintenance lease for a command that changes it, taken before it plans."""
+    lease = audit.lease(storage.url, owner=f"ckpt {what}", ttl=args.lease_ttl)
+    return lease.acquire(wait=args.wait)
+
+
 def _gc(args: argparse.Namespace) -> int:
-    # strict: a plan is built only from a completely read checkpoint
-    ckpt = load_checkpoint(args.path, listing="per_partition")
-    plan = plan_gc(
-        ckpt,
-        grace_seconds=args.grace,
-        retain_batches=args.retain_batches,
-        quiet_seconds=args.quiet_period,
-        allow_short_grace=args.unsafe_short_grace,
-    )
-    audit = AuditTrail(args.audit or AuditTrail.default_for(ckpt.url))
-    doc = {"plan": plan.summary(), "plan_file": audit.write_plan(plan), "applied": False,
-           "deleted": [], "failed": [], "skipped": []}  # fmt: skip
-    if args.apply:
-        result = apply_plan(plan, ckpt.storage, audit, batch_size=args.batch_size)
-        doc.update(
-            applied=True,
-            check=result.check.message,
-            outcomes_file=audit.outcomes_url(plan),
-            **result.summary(),
+    storage = Storage(args.path)
+    audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+    with _leased(args, storage, audit, "gc --apply") if args.apply else nullcontext() as lease:
+        # strict: a plan is built only from a completely read checkpoint
+        ckpt = load_checkpoint(storage, listing="auto")
+        plan = plan_gc(
+            ckpt,
+            grace_seconds=args.grace,
+            retain_batches=args.retain_batches,
+            quiet_seconds=args.quiet_period,
+            allow_short_grace=args.unsafe_short_grace,
         )
+        doc = {"plan": plan.summary(), "plan_file": audit.write_plan(plan), "applied": False,
+               "deleted": [], "failed": [], "skipped": []}  # fmt: skip
+        if args.apply:
+            result = apply_plan(plan, ckpt.storage, audit, batch_size=args.batch_size, lease=lease)
+            doc.update(
+                applied=True,
+                check=result.check.message,
+                outcomes_file=audit.outcomes_url(plan),
+                **result.summary(),
+            )
     _emit(args, doc, _format_gc)
     return EXIT_FINDINGS if doc["failed"] else 0
 
@@ -139,12 +152,16 @@ def _compact(args: argparse.Namespace) -> int:
     from jobs.compact import run_compaction
     from jobs.spark_session import session_for
 
-    ckpt = load_head(args.path, recent=2)  # a live query is compacted at the batch below the newest
-    targets, skips = plan_compaction(ckpt, min_chain=args.min_chain)
-    results = []
-    if targets:
-        spark = session_for(args.master)
-        results = run_compaction(spark, ckpt, targets)
+    storage = Storage(args.path)
+    audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+    with _leased(args, storage, audit, "compact") as lease:
+        ckpt = load_head(storage, recent=2)  # a live query is compacted at the batch below the newest
+        targets, skips = plan_compaction(ckpt, min_chain=args.min_chain)
+        results = []
+        if targets:
+            spark = session_for(args.master)
+            lease.check()
+            results = run_compaction(spark, ckpt, targets)
     keep = (
         "operator",
         "partition",
@@ -157,8 +174,8 @@ def _compact(args: argparse.Namespace) -> int:
         "chain_before",
     )
     doc = {
-        "materialized": [{k: r[k] for k in keep} for r in results if r["ok"]],
-        "failed": [r for r in results if not r["ok"]],
+        "materialized": [{k: r.as_dict()[k] for k in keep} for r in results if r.ok],
+        "failed": [r.as_dict() for r in results if not r.ok],
         "skipped": [s.as_dict() for s in skips],
     }
     _emit(args, doc, _format_compact)
@@ -215,12 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--apply", action="store_true", help="delete; without it, a dry run that writes the plan only"
     )
-    p.add_argument("--grace", type=_duration, default=6 * 3600, metavar="DURATION",
-                   help="only files older than this (default 6h; below 15m is refused)")  # fmt: skip
+    p.add_argument("--grace", type=_duration, default=POLICY.grace_seconds, metavar="DURATION",
+                   help=f"only files older than this (default {duration_text(POLICY.grace_seconds)}; "
+                   f"below {duration_text(POLICY.min_grace_seconds)} is refused)")  # fmt: skip
     p.add_argument("--retain-batches", type=int, metavar="N",
                    help="keep the last N committed batches (default: all in the commit log)")  # fmt: skip
-    p.add_argument("--quiet-period", type=_duration, default=3600, metavar="DURATION",
-                   help="a commit or offset newer than this marks the query live (default 1h)")  # fmt: skip
+    p.add_argument("--quiet-period", type=_duration, default=POLICY.quiet_seconds, metavar="DURATION",
+                   help="a commit or offset newer than this marks the query live "
+                   f"(default {duration_text(POLICY.quiet_seconds)})")  # fmt: skip
     p.add_argument("--audit", metavar="URL", help="where plans and outcomes are kept (default: "
                    "_ckpt_audit beside the checkpoint)")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=1000, metavar="N",
@@ -233,14 +252,35 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compact", help="materialise snapshots for stores with long changelog chains")
     p.add_argument("path", help=where)
     p.add_argument(
-        "--min-chain", type=int, default=10, metavar="N", help="compact from this chain length (10)"
+        "--min-chain",
+        type=int,
+        default=POLICY.long_chain,
+        metavar="N",
+        help=f"compact from this chain length ({POLICY.long_chain})",
     )
     p.add_argument("--master", default="local[*]", help="Spark master for the rebuild job (local[*])")
+    p.add_argument("--audit", metavar="URL", help="where the maintenance lease is kept (default: "
+                   "_ckpt_audit beside the checkpoint, as for gc)")  # fmt: skip
     p.set_defaults(run=_compact)
 
+    for name in ("gc", "compact"):
+        sub.choices[name].add_argument(
+            "--wait", type=_duration, default=0, metavar="DURATION",
+            help="when another action holds the checkpoint's maintenance lease, wait this long for it "
+            "(default: refuse at once, exit 2)",
+        )  # fmt: skip
+        sub.choices[name].add_argument(
+            "--lease-ttl", type=_duration, default=POLICY.lease_ttl_seconds, metavar="DURATION",
+            help="how long this command's lease outlives it if it is killed without giving it back "
+            f"(default {duration_text(POLICY.lease_ttl_seconds)}; renewed every third of it while it runs)",
+        )  # fmt: skip
     for name in ("validate", "scan"):
         sub.choices[name].add_argument(
-            "--long-chain", type=int, default=10, metavar="N", help="warn from this replay-chain length (10)"
+            "--long-chain",
+            type=int,
+            default=POLICY.long_chain,
+            metavar="N",
+            help=f"warn from this replay-chain length ({POLICY.long_chain})",
         )
     for command in sub.choices.values():
         command.add_argument("--json", action="store_true", help="machine-readable output")

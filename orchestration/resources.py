@@ -17,7 +17,9 @@ from checkpoint.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import AuditTrail
 from checkpoint.head import latest_commit, load_head
+from checkpoint.lease import Lease, LeaseHeld
 from checkpoint.model import Checkpoint, load_checkpoint
+from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.storage import Storage, scheme_of
 from orchestration.partitions import parse_partition_key, partition_key
 
@@ -42,15 +44,29 @@ class CheckpointRoot(dg.Config):
 
 class CheckpointRootsResource(dg.ConfigurableResource):
     roots: list[CheckpointRoot]
-    long_chain_threshold: int = Field(default=10, description="Warn from this many changelogs replayed")
-    grace: str = Field(default="6h", description="Cleanup: only files older than this (15m at least)")
+    long_chain_threshold: int = Field(
+        default=POLICY.long_chain, description="Warn, and compact, from this many changelogs replayed"
+    )
+    grace: str = Field(
+        default=duration_text(POLICY.grace_seconds),
+        description="Cleanup: only files older than this "
+        f"({duration_text(POLICY.min_grace_seconds)} at least)",
+    )
     retain_batches: int | None = Field(default=None, description="Cleanup: keep the last N committed batches")
-    quiet_period: str = Field(default="1h", description="A commit newer than this marks a query live")
+    quiet_period: str = Field(
+        default=duration_text(POLICY.quiet_seconds), description="A commit newer than this marks a query live"
+    )
     audit_url: str | None = Field(
         default=None, description="Plans and outcomes; default _ckpt_audit beside each"
     )
     audit_storage_options: dict[str, Any] | None = Field(
         default=None, description="For audit_url; default: the options of the checkpoint's root"
+    )
+    lease_wait: str = Field(
+        default="2m", description="How long a step waits for a checkpoint's maintenance lease held elsewhere"
+    )
+    lease_retries: int = Field(
+        default=3, description="Then how many times the step is retried (a minute apart) before it fails"
     )
 
     def root(self, name: str) -> CheckpointRoot:
@@ -83,13 +99,32 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             options = root.storage_options if same_store else {}
         return AuditTrail(url, options)
 
+    def take_lease(self, context: dg.OpExecutionContext, key: str, what: str, retry: bool = True) -> Lease:
+        """The checkpoint's maintenance lease for this run's step: waits `lease_wait` while another
+        action (a CLI run, another deployment) holds it, then retries the step, then fails naming
+        the holder; without `retry`, raises LeaseHeld after the wait. Nothing is planned or
+        written without it."""
+        lease = self.audit_trail(key).lease(
+            self.checkpoint_storage(key).url, f"dagster run {context.run_id} ({what})"
+        )
+        try:
+            return lease.acquire(wait=parse_duration(self.lease_wait))
+        except LeaseHeld as exc:
+            if not retry:
+                raise
+            if context.retry_number < self.lease_retries:
+                context.log.warning(f"{key}: {exc}; retrying in a minute")
+                raise dg.RetryRequested(max_retries=self.lease_retries, seconds_to_wait=60) from exc
+            raise dg.Failure(description=f"{key}: {exc}") from exc
+
     def load(self, key: str, strict: bool = False, **head: Any) -> Checkpoint:
         """Head-first (checkpoint.head.load_head): the logs and what recovery reads, no state listing."""
         return load_head(self.checkpoint_storage(key), strict=strict, **head)
 
     def load_listed(self, key: str) -> Checkpoint:
-        """Every file (cleanup planning): one listing per state partition, concurrently, read strictly."""
-        return load_checkpoint(self.checkpoint_storage(key), listing="per_partition")
+        """Every file (cleanup planning), read strictly; on object stores one listing per state
+        partition, concurrently."""
+        return load_checkpoint(self.checkpoint_storage(key), listing="auto")
 
     def latest_commit(self, key: str) -> int | None:
         """The newest committed batch: one shallow listing of `commits/`."""

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 
 from assets.compaction import compaction_job
-from checkpoint.compaction import plan_compaction
+from checkpoint.compaction import CompactionRefused, plan_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.model import Checkpoint
 from orchestration.partitions import checkpoint_partitions, parse_partition_key
@@ -67,8 +67,12 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
 
 
 def needs_compaction(roots: CheckpointRootsResource, ckpt: Checkpoint) -> bool:
-    """Whether a store crosses the threshold or nears the lineage cap."""
-    targets, _ = plan_compaction(ckpt, min_chain=roots.long_chain_threshold, quiet_seconds=0)
+    """Whether a store crosses the threshold or nears the lineage cap. A checkpoint with error
+    findings is never compacted: its new commit gets an audit run, which shows them."""
+    try:
+        targets, _ = plan_compaction(ckpt, min_chain=roots.long_chain_threshold, quiet_seconds=0)
+    except CompactionRefused:
+        return False
     return bool(targets)
 
 

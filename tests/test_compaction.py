@@ -106,8 +106,8 @@ def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root,
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
     assert targets
     results = run_compaction(spark, ckpt, targets)
-    assert all(r["ok"] for r in results), results
-    fresh = {r["path"] for r in results}
+    assert all(r.ok for r in results), results
+    fresh = {r.rebuilt.path for r in results}
     assert {Path(p).name.split("_")[0] for p in fresh} == {str(newest)}
     for z in compacted.rglob("*.zip"):  # every other snapshot goes: only the rebuilt ones remain
         if str(z) not in fresh:
@@ -222,7 +222,7 @@ def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, tmp_path) -> None:
     targets, _ = plan_compaction(before)
     assert targets and {t.reason for t in targets} == {"lineage_header_near_cap"}
     results = run_compaction(spark, before, targets)
-    assert all(r["ok"] for r in results), results
+    assert all(r.ok for r in results), results
     RESCUE.restart(spark, scenario_dir, rescued, tmp_path / "more")
     after = load_checkpoint(str(rescued), strict=False)
     assert after.latest_committed_batch > before.latest_committed_batch

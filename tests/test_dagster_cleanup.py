@@ -38,8 +38,8 @@ def aged_root(corpus, tmp_path) -> Path:
     return root
 
 
-def _setup(instance, root: Path) -> tuple[CheckpointRootsResource, str]:
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=str(root))])
+def _setup(instance, root: Path, **options) -> tuple[CheckpointRootsResource, str]:
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=str(root))], **options)
     key = partition_key("t", "orders")
     instance.add_dynamic_partitions("checkpoints", [key])
     return roots, key
@@ -193,3 +193,85 @@ def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark, m
     assert meta["stores_compacted"] == 4 and meta["stores_failed"] == 0
     assert meta["max_chain_before"] >= 10 and meta["max_chain_after"] == 0
     assert "| 0/0/default |" in meta["compacted"]
+
+
+def test_a_cleanup_run_waits_for_the_lease_then_fails_naming_its_holder(instance, aged_root) -> None:
+    """Another deployment (or the CLI) holds the checkpoint's lease: the apply step deletes nothing."""
+    roots, key = _setup(instance, aged_root, lease_wait="1s", lease_retries=0)
+    before = _files(aged_root / "orders")
+    url = roots.checkpoint_storage(key).url
+    other = roots.audit_trail(key).lease(url, "dagster run 77aa (another deployment)").acquire()
+    try:
+        result = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
+                                tags={APPLY_TAG: "true"}, raise_on_error=False)  # fmt: skip
+    finally:
+        other.release()
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "dagster run 77aa (another deployment)" in str(failure.event_specific_data.error)
+    assert _files(aged_root / "orders") == before
+    done = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
+                          tags={APPLY_TAG: "true"})  # fmt: skip
+    assert done.success and _metadata(done, "checkpoint_orphan_cleanup")["deleted_files"] > 0
+
+
+def test_a_compaction_only_run_over_a_damaged_checkpoint_writes_nothing(instance, corpus, tmp_path) -> None:
+    from assets.compaction import checkpoint_compaction
+    from orchestration.resources import SparkResource
+
+    root = tmp_path / "root"
+    shutil.copytree(corpus["long_chain"], root / "orders")
+    (root / "orders" / "commits" / "20").unlink()  # COMMIT_LOG_GAP
+    roots, key = _setup(instance, root)
+    before = _files(root / "orders")
+    resources = {"roots": roots, "spark": SparkResource(master="local[1]")}
+    result = dg.materialize(
+        [checkpoint_compaction],
+        partition_key=key,
+        instance=instance,
+        raise_on_error=False,
+        resources=resources,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "COMMIT_LOG_GAP" in str(failure.event_specific_data.error)
+    assert _files(root / "orders") == before
+
+
+def test_two_deployments_never_clean_one_checkpoint_at_once(aged_root, monkeypatch) -> None:
+    """Two Dagster instances (two deployments) apply a cleanup of the same checkpoint at the same
+    time: the second waits for the lease, then fails naming the first run; the first deletes."""
+    import threading
+
+    import assets.cleanup as cleanup
+
+    slow, inside = threading.Event(), threading.Event()
+    real_apply = cleanup.apply_plan
+
+    def apply_slowly(*args, **kwargs):
+        inside.set()
+        slow.wait(30)  # holds the lease until the other deployment has given up
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(cleanup, "apply_plan", apply_slowly)
+    results = {}
+
+    def deployment(name: str) -> None:
+        with dg.instance_for_test() as instance:
+            roots, key = _setup(instance, aged_root, lease_wait="1s", lease_retries=0)
+            results[name] = dg.materialize(
+                CLEANUP, partition_key=key, instance=instance, raise_on_error=False,
+                resources={"roots": roots}, tags={APPLY_TAG: "true"},
+            )  # fmt: skip
+
+    first = threading.Thread(target=deployment, args=("first",))
+    first.start()
+    assert inside.wait(120)
+    deployment("second")
+    slow.set()
+    first.join()
+    assert results["first"].success and not results["second"].success
+    run_id = results["first"].run_id
+    failure = next(e for e in results["second"].all_events if e.event_type_value == "STEP_FAILURE")
+    assert f"dagster run {run_id} (checkpoint_orphan_cleanup)" in str(failure.event_specific_data.error)
+    assert _metadata(results["first"], "checkpoint_orphan_cleanup")["deleted_files"] > 0

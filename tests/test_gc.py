@@ -69,13 +69,36 @@ def test_grace_below_15_minutes_is_refused(corpus) -> None:
     assert plan_gc(ckpt, grace_seconds=600, allow_short_grace=True, now=time.time() + LATER).files > 0
 
 
-def test_young_files_and_files_without_mtime_stay(corpus) -> None:
+def test_young_files_stay(corpus) -> None:
     ckpt = load_checkpoint(str(corpus["two_actions"]))
     # The manual clock stands at the moment the query wrote its last file, however old the cached
     # corpus is by now: every file is younger than the 6 h grace.
     written = max(f.info.mtime for f in ckpt.files if f.info.mtime is not None)
     assert plan_gc(ckpt, now=written).files == 0
     assert plan_gc(ckpt, now=written).kept["younger_than_grace"] > 0
+
+
+def test_files_without_mtime_stay(corpus) -> None:
+    """A backend that gives no mtime for some files: those are never candidates, whatever the
+    clock, and neither are the sidecars that belong to them."""
+    from checkpoint.layout import FileKind, classify
+    from checkpoint.model import CheckpointFile, build_checkpoint
+    from checkpoint.storage import FileInfo
+
+    ckpt = load_checkpoint(str(corpus["two_actions"]))
+    candidates = {c.path for c in plan_later(corpus["two_actions"]).candidates}
+    mains = sorted(p for p in candidates if classify(p).kind in (FileKind.CHANGELOG, FileKind.ZIP))
+    undated = set(mains[::2])  # every other orphaned changelog or zip loses its mtime
+    files = tuple(
+        CheckpointFile(FileInfo(f.rel, f.info.size, None), f.what) if f.rel in undated else f
+        for f in ckpt.files
+    )
+    plan = plan_gc(build_checkpoint(ckpt.storage, files), now=time.time() + LATER)
+    remaining = {c.path for c in plan.candidates}
+    sidecars = {p for p in candidates if classify(p).main in undated}
+    assert undated and sidecars and plan.kept["no_mtime"] == len(undated)
+    assert not remaining & (undated | sidecars) and remaining < candidates
+    assert set(mains) - undated <= remaining  # the dated orphans still go
 
 
 @pytest.mark.slow
@@ -202,13 +225,17 @@ def test_a_crash_in_the_middle_of_apply(spark, corpus_root, corpus, tmp_path) ->
     path = _copy(corpus, "two_actions", tmp_path / "crash")
     total = plan_later(path).files
     env = {**os.environ, "CKPT_GC_KILL_AFTER_DELETES": "7"}
-    crashed = ckpt_cli("gc", str(path), "--apply", "--json", "--batch-size", "5", *UNSAFE_NOW, env=env)
+    crashed = ckpt_cli("gc", str(path), "--apply", "--json", "--batch-size", "5", "--lease-ttl", "5s",
+                       *UNSAFE_NOW, env=env)  # fmt: skip
     assert crashed.returncode == -signal.SIGKILL
     left = plan_later(path).files
     assert left == total - 10  # two batches of five deleted, the second never recorded
-    # The half-cleaned checkpoint still restarts and the next run completes the plan.
+    # The half-cleaned checkpoint still restarts, and the next run completes the plan once the
+    # dead run's lease has expired (it refuses before then).
+    held = ckpt_cli("gc", str(path), "--apply", *UNSAFE_NOW)
+    assert held.returncode == 2 and "ckpt gc --apply" in held.stderr
     scenario_named("two_actions").restart(spark, corpus_root / "two_actions", path, tmp_path / "more-input")
-    done = json.loads(ckpt_cli("gc", str(path), "--apply", "--json", *UNSAFE_NOW).stdout)
+    done = json.loads(ckpt_cli("gc", str(path), "--apply", "--json", "--wait", "60s", *UNSAFE_NOW).stdout)
     assert not done["failed"] and done["plan"]["files"] >= left
     assert ckpt_cli("validate", str(path)).returncode == 0
 

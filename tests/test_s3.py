@@ -235,15 +235,55 @@ def test_keys_that_keep_failing_are_reported_and_never_called_deleted(s3, s3_cop
     assert proxy.counts()["DeleteObjects"] == 3
 
 
-def test_throttling_backs_off_until_the_store_accepts(s3, s3_copy_of, tmp_path) -> None:
-    _, proxy, _ = s3
-    url, options = s3_copy_of("two_actions"), _via_proxy(s3)
+def _with_attempts(s3, attempts: int) -> dict:
+    return {
+        **_via_proxy(s3),
+        "config_kwargs": {"retries": {"mode": "adaptive", "total_max_attempts": attempts}},
+    }
+
+
+def test_throttling_is_retried_once_by_one_policy(s3, s3_copy_of, tmp_path) -> None:
+    """botocore's adaptive retries alone: a throttled request is sent again by the client, never
+    by s3fs or by us on top (which once made 12 throttles cost 13 requests and up to 36 tries)."""
+    _, proxy, bucket = s3
+    url, options = s3_copy_of("two_actions"), _with_attempts(s3, 3)
     plan = _plan(url, options)
     proxy.reset()
-    proxy.faults.slowdown = {"DeleteObjects": 12, "ListObjectsV2": 2}
-    result = apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=lambda s: None)
+    proxy.faults.slowdown = {"DeleteObjects": 2, "ListObjectsV2": 2}
+    sleeps: list[float] = []
+    result = apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=sleeps.append)
     assert len(result.deleted) == len(plan.candidates) and not result.failed
-    assert proxy.counts()["DeleteObjects"] == 13  # every 503 retried (botocore's, s3fs's, then ours)
+    assert proxy.counts()["DeleteObjects"] == 3 and sleeps == []  # 2 throttles, 1 success; no re-drive
+
+    url = s3_copy_of("two_actions")
+    plan = _plan(url, options)
+    proxy.reset()
+    proxy.faults.slowdown = {"DeleteObjects": 5}  # more than the 3 attempts allow
+    result = apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=sleeps.append)
+    assert proxy.counts()["DeleteObjects"] == 3 and not result.deleted
+    assert len(result.failed) == len(plan.candidates) and all("SlowDown" in o.why for o in result.failed)
+    assert all(_direct(s3).exists(f"{url[len('s3://') :]}/{c.path}") for c in plan.candidates)
+
+
+def test_the_audit_trail_on_s3_names_objects_that_exist(s3, s3_copy_of) -> None:
+    server, proxy, bucket = s3
+    url, options = s3_copy_of("two_actions"), _via_proxy(s3)
+    plan = _plan(url, options)
+    audit = AuditTrail(f"s3://{bucket}/audit-{plan.plan_id}", options)
+    plan_url = audit.write_plan(plan)
+    first = apply_plan(plan, Storage(url, options), audit)
+    again = apply_plan(plan, Storage(url, options), audit)  # idempotent: everything already gone
+    assert len(first.deleted) == len(plan.candidates) and not again.deleted
+    direct = _direct(s3)
+    assert audit.read_plan(plan_url).plan_id == plan.plan_id
+    assert direct.exists(plan_url[len("s3://") :])
+    recorded = [
+        json.loads(line) for line in direct.cat(audit.outcomes_url(plan)[len("s3://") :]).splitlines()
+    ]
+    assert [r["outcome"] for r in recorded] == ["deleted"] * len(plan.candidates) + ["skipped"] * len(
+        plan.candidates
+    )
+    assert recorded == audit.outcomes(plan)
 
 
 def test_a_listing_cut_part_way_fails_instead_of_shrinking(s3, s3_copy_of, tmp_path) -> None:
@@ -287,23 +327,24 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
     assert len(targets) == 4
     proxy.reset()
     results = run_compaction(spark, ckpt, targets)
-    assert all(r["ok"] for r in results), results
+    assert all(r.ok for r in results), results
+    results = [r.rebuilt for r in results]
     counts = proxy.counts()
     assert counts["ListObjectsV2"] + counts["ListObjects"] == 0  # the driver hands each task its files
-    written = sum(r["ssts_written"] for r in results)
+    written = sum(r.ssts_written for r in results)
     assert counts["PutObject"] == written + 2 * len(results)  # new SSTs, then each zip and its .crc
     # Before each zip, one HEAD per SST it lists (new or reused): never a listing of SSTs/.
     heads = [r.path for r in proxy.requests if r.op == "HeadObject"]
-    listed = sum(r["ssts_written"] + r["ssts_reused"] for r in results)
+    listed = sum(r.ssts_written + r.ssts_reused for r in results)
     assert len(heads) == listed and all(p.endswith(".sst") for p in heads), heads
     assert counts["DeleteObject"] + counts["DeleteObjects"] == 0
 
     local = tmp_path / "snapshots-read"
     _direct(s3).get(url[len("s3://") :] + "/", str(local), recursive=True)
     for r in results:
-        batch = r["version"] - 1
-        expected = _rows_of_partition(spark, corpus["long_chain"], batch, r["partition"], {})
-        assert _snapshot_rows(spark, local, batch, r["partition"], {}) == expected
+        batch = r.version - 1
+        expected = _rows_of_partition(spark, corpus["long_chain"], batch, r.partition, {})
+        assert _snapshot_rows(spark, local, batch, r.partition, {}) == expected
     _restarts_like_untouched(s3, spark, corpus, corpus_root, url, tmp_path)
 
 
@@ -348,3 +389,28 @@ def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> 
         stored += str(instance.get_run_by_id(result.run_id))
     assert server.secret_key not in stored and "secret" not in stored.lower()
     assert "two_actions" in stored
+
+
+def test_the_lease_on_s3_is_a_conditional_put(s3) -> None:
+    from checkpoint.lease import Lease, LeaseHeld
+
+    _, proxy, bucket = s3
+    options = _via_proxy(s3)
+    a = Lease(Storage(f"s3://{bucket}/audit-lease", options), "orders-1234", "ckpt compact")
+    b = Lease(
+        Storage(f"s3://{bucket}/audit-lease", options),
+        "orders-1234",
+        "dagster run 9c1e (checkpoint_compaction)",
+    )
+    a.acquire()
+    with pytest.raises(LeaseHeld, match="ckpt compact"):
+        b.acquire()
+    proxy.reset()
+    with pytest.raises(FileExistsError):  # S3 itself refuses a second create of a generation
+        b.storage.write_if_absent(a._rel(a.generation), b"{}", ".ckpt-maint-")
+    assert proxy.counts() == {"PutObject": 1}
+    a.release()
+    b.acquire()
+    assert b.current()[1].owner.startswith("dagster run 9c1e")
+    b.release()
+    assert b.current() is None

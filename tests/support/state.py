@@ -13,8 +13,13 @@ READERS: dict[str, list[dict[str, str]]] = {
 }
 
 
-def read_state(spark, path: Path, batch: int, scenario: str) -> list[str] | str:
-    """Sorted rows of every store at a batch, or the error class when Spark cannot load it."""
+class StateUnreadable(AssertionError):
+    """Spark could not load a checkpoint's state: a test failure, never a value to compare, so two
+    failed reads can never pass an equality check."""
+
+
+def read_state(spark, path: Path, batch: int, scenario: str) -> list[str]:
+    """Sorted rows of every store at a batch; raises StateUnreadable when Spark cannot load it."""
     rows: list[str] = []
     for options in READERS.get(scenario, [{}]):
         reader = spark.read.format("statestore").option("batchId", batch)
@@ -22,12 +27,12 @@ def read_state(spark, path: Path, batch: int, scenario: str) -> list[str] | str:
             reader = reader.option(key, value)
         try:
             rows += [f"{options}:{r!r}" for r in reader.load(str(path)).collect()]
-        except Exception as exc:  # noqa: BLE001 - a load failure is a result to compare, not a test error
-            return f"unreadable: {type(exc).__name__}"
+        except Exception as exc:
+            raise StateUnreadable(f"{path} batch {batch} {options}: {type(exc).__name__}: {exc}") from exc
     return sorted(rows)
 
 
-def latest_state(spark, path: Path, scenario: str) -> list[str] | str:
+def latest_state(spark, path: Path, scenario: str) -> list[str]:
     from checkpoint.model import load_checkpoint
 
     return read_state(spark, path, load_checkpoint(str(path)).latest_committed_batch, scenario)
@@ -50,7 +55,7 @@ def restart_like_untouched(
     return final
 
 
-def control_state(spark, inputs: Path, checkpoint: Path, confs: dict[str, str]) -> list[str] | str:
+def control_state(spark, inputs: Path, checkpoint: Path, confs: dict[str, str]) -> list[str]:
     """The control: the same aggregation over all of `inputs` in one availableNow run, untouched by
     maintenance; its final state."""
     from jobs.corpus import _Confs, aggregation

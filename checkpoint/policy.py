@@ -1,0 +1,47 @@
+"""The defaults every entry point shares: the core, the CLI and Dagster read them from one object,
+so a validation finding and the action it triggers (a long chain and its compaction, a lineage
+header near the cap and its rescue) can never drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Policy:
+    # Changelogs replayed from which validation warns (LONG_REPLAY_CHAIN) and compaction acts.
+    long_chain: int = 10
+    # Fraction of the 65,535-byte lineage header cap from which validation errs
+    # (LINEAGE_HEADER_NEAR_CAP) and compaction rescues the store.
+    header_cap_ratio: float = 0.8
+    # Cleanup deletes only files older than this; below the floor only a test with a clock may go.
+    grace_seconds: float = 6 * 3600
+    min_grace_seconds: float = 15 * 60
+    # A commit or offset newer than this marks a query live.
+    quiet_seconds: float = 3600
+    # How long a maintenance lease outlives a holder that stopped renewing it (killed with -9):
+    # until then, every other action on the checkpoint refuses or waits.
+    lease_ttl_seconds: float = 600
+
+
+POLICY = Policy()
+
+
+def parse_duration(text: str) -> float:
+    """'6h', '15m', '90s', '2d' or plain seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 6h, 15m, 90s)")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def duration_text(seconds: float) -> str:
+    """The shortest exact spelling parse_duration reads back: 21600 -> '6h'."""
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _UNITS[unit] == 0:
+            return f"{int(seconds // _UNITS[unit])}{unit}"
+    return f"{seconds:g}s"

@@ -1,0 +1,94 @@
+"""Compaction refuses bad input and isolates failures: derived from real corpus checkpoints.
+
+A checkpoint with error findings is refused before anything is planned (CLI, core, Dagster), a
+rebuild never builds on bytes that fail their `.crc` sidecar, and a store that fails in any way
+fails alone: the others are rebuilt, and the CLI exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from checkpoint.compaction import CompactionRefused, plan_compaction
+from checkpoint.crc import crc32c_signed
+from checkpoint.head import load_head
+from checkpoint.lineage import checkpoint_lineage
+from jobs.compact import run_compaction
+
+pytestmark = pytest.mark.slow
+CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
+
+
+def _files(path: Path) -> dict[str, tuple[int, int]]:
+    return {p.relative_to(path).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in path.rglob("*") if p.is_file()}  # fmt: skip
+
+
+def _compact(path: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [CKPT, "compact", str(path), "--master", "local[2]", "--json", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_a_checkpoint_with_error_findings_is_refused_and_nothing_is_written(copy_of) -> None:
+    path = copy_of("long_chain")
+    (path / "commits" / "20").unlink()  # COMMIT_LOG_GAP: batch 20 planned below a later commit
+    before = _files(path)
+    with pytest.raises(CompactionRefused, match="COMMIT_LOG_GAP"):
+        plan_compaction(load_head(str(path), strict=False, recent=2), min_chain=1, quiet_seconds=0)
+    out = _compact(path, "--min-chain", "1")
+    assert out.returncode == 2 and out.stdout == ""
+    assert "refused" in out.stderr and "COMMIT_LOG_GAP" in out.stderr and "nothing was written" in out.stderr
+    assert _files(path) == before
+
+
+def _chain_file(path: Path, partition: int) -> Path:
+    ckpt = load_head(str(path))
+    entry = next(e for e in checkpoint_lineage(ckpt) if e.store.partition == partition)
+    return path / entry.chain[len(entry.chain) // 2].rel
+
+
+def test_a_stale_sidecar_fails_its_store_and_the_others_go_on(copy_of) -> None:
+    path = copy_of("long_chain")
+    victim = _chain_file(path, 1)
+    sidecar = victim.with_name(victim.name + ".crc")
+    body = json.loads(sidecar.read_text())
+    assert body["value"] == crc32c_signed(victim.read_bytes())  # Spark wrote a correct one
+    body["value"] ^= 1  # the file's bytes are intact; its checksum says otherwise, as Spark would see it
+    sidecar.write_text(json.dumps(body))
+    out = _compact(path, "--min-chain", "1")
+    assert out.returncode == 1, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert sorted(m["partition"] for m in doc["materialized"]) == [0, 2, 3]
+    (failed,) = doc["failed"]
+    assert failed["partition"] == 1 and ".crc sidecar" in failed["error"] and victim.name in failed["error"]
+    assert not list((path / "state" / "0" / "1").glob("*.zip"))  # nothing built on the bad bytes
+
+
+def test_a_rocksdb_failure_fails_its_store_and_the_others_go_on(spark, copy_of) -> None:
+    path = copy_of("snapshots")
+    newest = load_head(str(path)).latest_committed_batch + 1
+    for z in path.rglob(f"{newest}_*.zip"):  # Spark's own snapshots of the newest version go first
+        z.unlink()
+        Path(f"{z}.crc").unlink(missing_ok=True)
+    ckpt = load_head(str(path), recent=2)
+    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    based = [t for t in targets if t.entry.base is not None]
+    assert len(targets) >= 2 and based
+    victim = based[0].entry.store
+    snapshot = ckpt.read_snapshot(based[0].entry.base)
+    sst = path / based[0].entry.base.rel.rsplit("/", 1)[0] / "SSTs" / snapshot.metadata.sst_files[0].dfs_name
+    data = bytearray(sst.read_bytes())
+    for i in range(len(data) // 4, len(data) // 2):  # same size, so only RocksDB can tell
+        data[i] ^= 0xFF
+    sst.write_bytes(bytes(data))
+    outcomes = run_compaction(spark, ckpt, targets)
+    failed = [o for o in outcomes if not o.ok]
+    assert [o.store for o in failed] == [victim]
+    assert "CheckpointError" not in failed[0].error and failed[0].error  # not one of ours: RocksDB's
+    assert all(o.ok for o in outcomes if o.store != victim) and len(outcomes) == len(targets)
