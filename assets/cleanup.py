@@ -13,7 +13,7 @@ from assets.checkpoints import GROUP as AUDIT_GROUP
 from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_apply import apply_plan, check_plan
+from checkpoint.gc_apply import Outcome, apply_plan, check_plan
 from checkpoint.gc_plan import Plan, plan_gc
 from checkpoint.policy import parse_duration
 from checkpoint.report import human_bytes
@@ -23,6 +23,7 @@ from orchestration.resources import CheckpointRootsResource
 GROUP = "checkpoint_cleanup"
 PLAN_CHECK = "plan_matches_commit_log"
 APPLY_TAG = "ckpt/apply"
+REPLANNED = "no longer an orphan when planned again under the lease"
 
 
 def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
@@ -31,6 +32,16 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
     rows = [f"| {what} | files | bytes |", "|---|---:|---:|"]
     rows += [f"| {k} | {v['files']} | {human_bytes(v['bytes'])} |" for k, v in totals.items()]
     return "\n".join(rows)
+
+
+def _plan(roots: CheckpointRootsResource, key: str) -> Plan:
+    ckpt = roots.load_listed(key)  # strict: fail closed
+    return plan_gc(
+        ckpt,
+        grace_seconds=parse_duration(roots.grace),
+        retain_batches=roots.retain_batches,
+        quiet_seconds=parse_duration(roots.quiet_period),
+    )
 
 
 @dg.asset(
@@ -51,13 +62,7 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
 def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResource):
     """Files no batch will ever read again, with the reason for each, written to the audit trail."""
     try:
-        ckpt = roots.load_listed(context.partition_key)  # strict: fail closed
-        plan = plan_gc(
-            ckpt,
-            grace_seconds=parse_duration(roots.grace),
-            retain_batches=roots.retain_batches,
-            quiet_seconds=parse_duration(roots.quiet_period),
-        )
+        plan = _plan(roots, context.partition_key)
     except CheckpointError as exc:
         raise dg.Failure(description=f"no plan for {context.partition_key}: {exc}") from exc
     manifest = roots.audit_trail(context.partition_key).write_plan(plan)
@@ -76,7 +81,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
             "not_yet": ", ".join(f"{n} {why}" for why, n in plan.kept.items()) or "none",
         },
     )
-    verdict = check_plan(plan, ckpt.storage)
+    verdict = check_plan(plan, roots.checkpoint_storage(context.partition_key))
     yield dg.AssetCheckResult(
         check_name=PLAN_CHECK,
         passed=verdict.ok,
@@ -109,12 +114,19 @@ def checkpoint_orphan_cleanup(
             }
         )
     audit = roots.audit_trail(context.partition_key)
-    # The lease spans the check against the commit log and every deletion; planning only read.
     with roots.take_lease(context, context.partition_key, "checkpoint_orphan_cleanup") as lease:
         try:
+            # The plan step ran before this lease was taken: plan again under it, and delete only
+            # what both plans name (safety.md: a plan is made under the lease).
+            plan, dropped = plan.confirmed_by(_plan(roots, context.partition_key))
+            replanned = [Outcome(c.path, c.bytes, c.reason, "skipped", REPLANNED) for c in dropped]
+            if replanned:
+                context.log.info(f"{len(replanned)} planned files are no longer orphans when planned again")
+                audit.record(plan, replanned)
             result = apply_plan(plan, roots.checkpoint_storage(context.partition_key), audit, lease=lease)
         except CheckpointError as exc:
             raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
+    result.skipped.extend(replanned)
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed[:25])
     if result.failed:
         context.log.error(f"{len(result.failed)} deletions failed; see {audit.outcomes_url(plan)}")

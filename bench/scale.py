@@ -6,16 +6,19 @@ stores, the same commit window and the same 5-changelog replay chains at the lat
 (requests = storage calls) and on SeaweedFS through the counting proxy (requests = S3 requests),
 best of `--repeat` for seconds. The same paths through a full listing (how they read before the
 head-first model) run beside them as the baseline. Then one idle commit-sensor tick over a fleet of
-`--fleet` checkpoints, run by Dagster's sensor machinery.
+`--fleet` checkpoints, run by Dagster's sensor machinery: on local disk checkpoints of about 50,000
+files each (hard links to one template), on SeaweedFS their logs only.
 
     python -m bench.scale [--partitions 100] [--small 155] [--big 1505] [--s3-partitions 20]
-                          [--s3-small 55] [--s3-big 305] [--fleet 200] [--fleet-versions 105]
+                          [--s3-small 155] [--s3-big 305] [--fleet 200] [--fleet-partitions 10]
+                          [--fleet-versions 755] [--repeat 3] [--skip local s3 fleet] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -182,13 +185,25 @@ def _idle_tick(root: str, options: dict, count: int, latest: int) -> float:
     return seconds
 
 
+def _link_tree(src: Path, dst: Path) -> None:
+    """A checkpoint of its own whose files are hard links to the template's: every folder holds as
+    many entries as a real one (what listings see), at the disk cost of one copy."""
+    for folder, _, names in os.walk(src):
+        target = dst / Path(folder).relative_to(src)
+        target.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            os.link(os.path.join(folder, name), target / name)
+
+
 def _fleet(args, work: Path) -> list[dict]:
     """One idle commit-sensor tick over `--fleet` checkpoints, on local disk and on SeaweedFS."""
     one = synthetic.files(args.fleet_partitions, args.fleet_versions, window=WINDOW)
     latest = args.fleet_versions - 1
     started = time.perf_counter()
+    template = work / "fleet-template"
+    synthetic.write_local(template, one)
     for i in range(args.fleet):
-        synthetic.write_local(work / "fleet" / f"q{i:04d}", one)
+        _link_tree(template, work / "fleet" / f"q{i:04d}")
     took = time.perf_counter() - started
     print(f"fleet: {args.fleet} checkpoints of {len(one):,} files, built in {took:.0f} s", flush=True)
     rows = [{"where": "local", "checkpoints": args.fleet, "files_each": len(one), "requests": None,
@@ -224,8 +239,9 @@ def main() -> None:
     parser.add_argument("--s3-small", type=int, default=155)
     parser.add_argument("--s3-big", type=int, default=305)
     parser.add_argument("--fleet", type=int, default=200)
-    parser.add_argument("--fleet-partitions", type=int, default=4)
-    parser.add_argument("--fleet-versions", type=int, default=105)
+    # 10 partitions x 750 versions: about 50,000 files a checkpoint, 10M entries for 200 of them
+    parser.add_argument("--fleet-partitions", type=int, default=10)
+    parser.add_argument("--fleet-versions", type=int, default=755)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip", nargs="*", default=[], choices=["local", "s3", "fleet"])
     parser.add_argument("--dir", type=Path, help="where to build the checkpoints (default: a temp folder)")

@@ -8,6 +8,7 @@ the log changed underneath.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -67,6 +68,18 @@ class Plan:
     @property
     def files(self) -> int:
         return len(self.candidates)
+
+    def confirmed_by(self, fresh: Plan) -> tuple[Plan, tuple[PlannedFile, ...]]:
+        """(this plan cut to the candidates that a fresh plan also names, the ones it drops).
+
+        A plan made before an action took the checkpoint's lease is re-made under it: whatever
+        happened in between (another action's new snapshot, a new commit) can only take files
+        out of the plan, never put any in.
+        """
+        again = {c.path for c in fresh.candidates}
+        kept = tuple(c for c in self.candidates if c.path in again)
+        dropped = tuple(c for c in self.candidates if c.path not in again)
+        return dataclasses.replace(self, candidates=kept), dropped
 
     @property
     def bytes(self) -> int:

@@ -275,3 +275,32 @@ def test_two_deployments_never_clean_one_checkpoint_at_once(aged_root, monkeypat
     failure = next(e for e in results["second"].all_events if e.event_type_value == "STEP_FAILURE")
     assert f"dagster run {run_id} (checkpoint_orphan_cleanup)" in str(failure.event_specific_data.error)
     assert _metadata(results["first"], "checkpoint_orphan_cleanup")["deleted_files"] > 0
+
+
+def test_the_apply_step_plans_again_under_the_lease(instance, aged_root, monkeypatch) -> None:
+    """The query starts again between the plan step and the apply step (a new batch is planned):
+    planned again under the lease, the recent versions are no longer deletable, and stay."""
+    import assets.cleanup as cleanup
+
+    roots, key = _setup(instance, aged_root)
+    ckpt = aged_root / "orders"
+    real_plan, calls = cleanup._plan, []
+
+    def plan_then_query_restarts(*args):
+        calls.append(1)
+        if len(calls) == 2:  # the apply step's plan: a new offset file makes the query live
+            latest = max(int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
+            shutil.copy(ckpt / "offsets" / str(latest), ckpt / "offsets" / str(latest + 1))
+        return real_plan(*args)
+
+    monkeypatch.setattr(cleanup, "_plan", plan_then_query_restarts)
+    result = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
+                            tags={APPLY_TAG: "true"})  # fmt: skip
+    assert result.success and len(calls) == 2
+    planned = _metadata(result, "checkpoint_orphan_plan")
+    applied = _metadata(result, "checkpoint_orphan_cleanup")
+    assert 0 < applied["deleted_files"] < planned["files"]
+    assert applied["skipped_files"] == planned["files"] - applied["deleted_files"]
+    outcomes = roots.audit_trail(key).outcomes(result.output_for_node("checkpoint_orphan_plan"))
+    replanned = [o for o in outcomes if o["why"] == cleanup.REPLANNED]
+    assert replanned and all((ckpt / o["path"]).exists() for o in replanned)
