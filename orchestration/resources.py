@@ -105,7 +105,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         the holder; without `retry`, raises LeaseHeld after the wait. Nothing is planned or
         written without it."""
         lease = self.audit_trail(key).lease(
-            self.checkpoint_storage(key).url, f"dagster run {context.run_id} ({what})"
+            self.checkpoint_storage(key).url, f"dagster run {context.run.run_id} ({what})"
         )
         try:
             return lease.acquire(wait=parse_duration(self.lease_wait))
