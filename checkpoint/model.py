@@ -230,14 +230,10 @@ class Checkpoint:
         """Version and lineage from the first block(s) only: one ranged read, even on object stores."""
         if (known := self._prefetched(f.rel)) is not None:
             return known
-        # One ranged GET. Not a file object: s3fs's sends a HEAD for the object's ETag first.
-        data = self.storage.read_bytes(f.rel, 0, min(f.info.size, _HEADER_READ)) if f.info.size else b""
-        return read_header(
-            io.BytesIO(data).read,
-            self.changelog_codec,
-            self.storage.full(f.rel),
-            f.what.unique_id is not None,
-        )
+        with self.storage.open(f.rel, block_size=_HEADER_READ, size=f.info.size) as fh:
+            return read_header(
+                fh.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
+            )
 
     def read_changelog(
         self, f: CheckpointFile, data: bytes | None = None
