@@ -81,8 +81,8 @@ def checkpoint_compaction(
         tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
         context.log.info(f"{len(tasks)} stores to compact in {len(planned)} checkpoint(s), one Spark job")
         results = run_compaction_tasks(spark.session(), tasks) if tasks else []
-    rows = ["| checkpoint | store | version | chain before | chain after | seconds | keys | bytes written |",
-            "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    rows = ["| checkpoint | store | version | chain before | chain after | seconds | records | keys "
+            "| read | written | peak RSS |", "|---|---|" + "---:|" * 9]  # fmt: skip
     done, failed, chains_after = [], [r for r in results if not r.ok], []
     for p in planned:
         after = _chains_after(roots, p)
@@ -91,7 +91,8 @@ def checkpoint_compaction(
             done.append(rebuilt)
             chains_after.append(after.get(store, 0))
             cells = [p.key, "/".join(map(str, store)), rebuilt.version, r.chain_before, after.get(store),
-                     rebuilt.seconds, rebuilt.keys, human_bytes(rebuilt.bytes_written)]  # fmt: skip
+                     rebuilt.seconds, rebuilt.records, rebuilt.keys, human_bytes(rebuilt.bytes_read),
+                     human_bytes(rebuilt.bytes_written), human_bytes(rebuilt.peak_rss_bytes)]  # fmt: skip
             rows.append("| " + " | ".join(str(c) for c in cells) + " |")
     skips = [f"- {p.key} {s.operator}/{s.partition}/{s.store}: {s.reason}" for p in planned for s in p.skips]
     metadata = {
@@ -103,6 +104,10 @@ def checkpoint_compaction(
         "max_chain_after": max(chains_after, default=0),
         "seconds": round(sum(r.seconds for r in done), 3),
         "bytes_written": sum(r.bytes_written for r in done),
+        "bytes_read": sum(r.bytes_read for r in done),
+        "records": sum(r.records for r in done),
+        # one worker rebuilds one store at a time: the largest store's peak is what a worker needs
+        "max_peak_rss_bytes": max((r.peak_rss_bytes for r in done), default=0),
         "compacted": dg.MetadataValue.md("\n".join(rows) if done else "Nothing to compact."),
         "skipped": dg.MetadataValue.md("\n".join(skips[:50]) or "none"),
     }

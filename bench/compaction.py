@@ -8,9 +8,13 @@ One process, one SparkSession (local[2]), real streaming queries:
       length: our rebuild against Spark's own load-and-replay of the same version (a state read,
       session start excluded). The rebuild's cost grows with the distinct keys, Spark's with the
       records, so the shapes differ; the first is the one rebuild-notes.md measured;
-  (c) the job's wall time for 16 stores against the same stores rebuilt one after another.
+  (c) the job's wall time for 16 stores against the same stores rebuilt one after another;
+  (d) one store per base size (1M, 3M, 10M keys, written by PySpark, cached outside the repo) with
+      the same 20-changelog chain on top: our rebuild in a fresh process (its peak RSS and seconds)
+      against Spark's own load-and-replay of the same version (a state read at the latest batch).
 
-    python -m bench.compaction [--keys 250000] [--batches 40] [--shapes 750000x30,...]
+    python -m bench.compaction [--parts abcd] [--keys 250000] [--batches 40] [--shapes 750000x30,...]
+        [--big-bases 1000000,3000000,10000000]
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +32,7 @@ from checkpoint.compaction import plan_compaction
 from checkpoint.model import load_checkpoint
 from checkpoint.rebuild import rebuild_store
 from jobs.compact import run_compaction
-from jobs.corpus import FREQUENT_SNAPSHOTS, NO_SNAPSHOTS, Scenario, aggregation
+from jobs.corpus import FREQUENT_SNAPSHOTS, NO_SNAPSHOTS, Scenario, aggregation, ensure_big_base
 from jobs.spark_session import local_session
 
 
@@ -70,9 +76,45 @@ def _import_the_rebuild(_) -> int:
 
 def _rebuild_one_store(checkpoint: Path, copy: Path):
     shutil.copytree(checkpoint, copy)
-    ckpt = load_checkpoint(str(copy))
+    return _rebuild_one_store_in_place(str(copy))
+
+
+BIG_TOUCH = 500_000  # (d)'s chain updates keys below this: present in every base
+
+
+def _rebuild_in_a_fresh_process(checkpoint: Path, copy: Path) -> dict:
+    """(d): a new interpreter per rebuild, so its peak RSS is this rebuild's and nothing else's."""
+    shutil.copytree(checkpoint, copy)
+    code = ("import json, sys; from bench.compaction import _rebuild_one_store_in_place as r; "
+            "print(json.dumps(r(sys.argv[1]).as_dict()))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _rebuild_one_store_in_place(path: str):
+    ckpt = load_checkpoint(path)
     (target,) = plan_compaction(ckpt, quiet_seconds=0)[0]
     return rebuild_store(ckpt, target.entry)
+
+
+def _big_bases(spark, sizes: list[int], out: Path) -> list[dict]:
+    rows = []
+    for keys in sizes:
+        checkpoint = ensure_big_base(keys, BIG_TOUCH) / "checkpoint"
+        spark_s = min(_state_read(spark, checkpoint) for _ in range(2))
+        runs = [_rebuild_in_a_fresh_process(checkpoint, out / f"big-{keys}-{i}") for i in range(2)]
+        best = min(runs, key=lambda r: r["seconds"])
+        peak = max(r["peak_rss_bytes"] for r in runs)
+        rows.append({
+            "base_keys": keys, "keys": best["keys"], "records": best["records"],
+            "touched_keys": best["touched_keys"], "bytes_read": best["bytes_read"],
+            "rebuild_s": best["seconds"], "peak_rss_mb": round(peak / 2**20),
+            "spark_s": round(spark_s, 3), "ratio": round(best["seconds"] / spark_s, 3),
+        })  # fmt: skip
+        print(f"(d) {rows[-1]}", flush=True)
+        for i in range(2):
+            shutil.rmtree(out / f"big-{keys}-{i}")
+    return rows
 
 
 def main() -> None:
@@ -87,8 +129,22 @@ def main() -> None:
         default=_shapes("750000x30,250000x40,1000000x40"),
         help="(b)'s one-store cases as KEYSxCHANGELOGS; the first is the shape rebuild-notes measured",
     )
+    parser.add_argument(
+        "--big-bases",
+        type=lambda t: [int(n) for n in t.split(",")],
+        default=[1_000_000, 3_000_000, 10_000_000],
+        help="(d)'s base sizes in keys",
+    )
+    parser.add_argument("--parts", choices=("abcd", "abc", "d"), default="abcd", help="(a)-(c) share inputs")
     parser.add_argument("--dir", type=Path)
     args = parser.parse_args()
+    if set(args.parts) == {"d"}:  # (d) alone needs none of the shared inputs
+        spark = local_session(master="local[2]", app_name="bench-compaction")
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+            big = _big_bases(spark, args.big_bases, Path(tmp))
+        spark.stop()
+        _print_big(big)
+        return
     spark = local_session(master="local[2]", app_name="bench-compaction")
     rows = _rows_for(args.keys, args.batches)
     results: dict[str, float] = {}
@@ -159,6 +215,7 @@ def main() -> None:
             results[f"restart_{name}_s"] = _timed(
                 lambda p=path: delta_only.restart(spark, out / "delta", p, extra)
             )
+        big = _big_bases(spark, args.big_bases, out) if "d" in args.parts else []
     spark.stop()
     r = results
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}, indent=2))
@@ -173,6 +230,20 @@ def main() -> None:
               f"= {shape['ratio']:.2f}")  # fmt: skip
     parallel = r["job_wall_s"] / r["sequential_sum_s"]
     print(f"(c) job wall / the stores one after another = {parallel:.2f} ({r['stores']} stores)")
+    _print_big(big)
+
+
+def _print_big(big: list[dict]) -> None:
+    if not big:
+        return
+    first, last = big[0], big[-1]
+    for row in big:
+        print(f"(d) base of {row['base_keys']:,} keys, {row['records']:,} records in the chain: rebuild "
+              f"{row['rebuild_s']} s, peak RSS {row['peak_rss_mb']} MB; Spark's load-and-replay "
+              f"{row['spark_s']} s; rebuild / Spark = {row['ratio']:.2f}")  # fmt: skip
+    print(f"(d) from {first['base_keys']:,} to {last['base_keys']:,} keys: peak RSS x"
+          f"{last['peak_rss_mb'] / first['peak_rss_mb']:.2f}, rebuild seconds x"
+          f"{last['rebuild_s'] / first['rebuild_s']:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

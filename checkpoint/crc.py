@@ -28,9 +28,13 @@ def parse_sidecar(data: bytes, path: str) -> Sidecar:
     return sidecar
 
 
-def crc32c_signed(data: bytes) -> int:
-    value = _crc32c.crc32c(data)
+def signed(value: int) -> int:
+    """An unsigned CRC32C as Java's int, the way sidecars record it."""
     return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def crc32c_signed(data: bytes) -> int:
+    return signed(_crc32c.crc32c(data))
 
 
 def sidecar_matches(sidecar: Sidecar, data: bytes) -> bool:

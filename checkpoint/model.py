@@ -28,7 +28,7 @@ from .changelog import (
     read_changelog_runs,
     read_header,
 )
-from .crc import parse_sidecar, sidecar_matches
+from .crc import crc32c_signed, parse_sidecar, sidecar_matches, signed
 from .errors import CheckpointError, CorruptFileError, NotACheckpointError
 from .layout import Classified, FileKind, classify
 from .logs import (
@@ -264,14 +264,29 @@ class Checkpoint:
         has one, whether or not the sidecar was listed: two GETs. Spark skips the check when the
         sidecar is absent, and so does this; a mismatch raises CorruptFileError, never returns."""
         data = self.storage.read_bytes(rel)
+        self._check_sidecar(rel, len(data), crc32c_signed(data))
+        return data
+
+    def download_verified(
+        self, rel: str, dest: str, size: int | None = None, chunk: int = POLICY.copy_chunk_bytes
+    ) -> int:
+        """`read_verified` for a file of any size: streamed to `dest` in chunks, its CRC32C computed on
+        the way. Returns the bytes written; a mismatch raises CorruptFileError."""
+        written, crc = self.storage.download(rel, dest, size, chunk)
+        self._check_sidecar(rel, written, signed(crc))
+        return written
+
+    def _check_sidecar(self, rel: str, size: int, crc: int) -> None:
         raw = self.storage.read_if_exists(f"{rel}.crc")
-        if raw is not None and not sidecar_matches(parse_sidecar(raw, self.storage.full(f"{rel}.crc")), data):
+        if raw is None:
+            return
+        sidecar = parse_sidecar(raw, self.storage.full(f"{rel}.crc"))
+        if (sidecar.main_file_size, sidecar.value) != (size, crc):
             raise CorruptFileError(
-                f"the bytes ({len(data)}) do not match the .crc sidecar (CRC32C and size): Spark refuses "
+                f"the bytes ({size}) do not match the .crc sidecar (CRC32C and size): Spark refuses "
                 "this file, and nothing may be built on it",
                 self.storage.full(rel),
             )
-        return data
 
     def sidecar_matches(self, crc: CheckpointFile, main_data: bytes | None = None) -> bool:
         """Whether a Spark `.crc` sidecar matches the bytes of its main file (read unless given)."""

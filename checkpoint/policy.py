@@ -26,6 +26,13 @@ class Policy:
     # How long a maintenance lease outlives a holder that stopped renewing it (killed with -9):
     # until then, every other action on the checkpoint refuses or waits.
     lease_ttl_seconds: float = 600
+    # A rebuild's memory, whatever the store's size: RocksDB's memtable (flushed to a new SST when
+    # full, so a large chain flushes several times), its block cache for the point reads, and the
+    # copies of base files to local disk (chunk size x concurrent copies).
+    rebuild_memtable_bytes: int = 64 << 20
+    rebuild_block_cache_bytes: int = 32 << 20
+    copy_chunk_bytes: int = 8 << 20
+    copy_workers: int = 4
 
 
 POLICY = Policy()

@@ -5,12 +5,20 @@ before the base is opened (a wrong one corrupts list state silently), merges fol
 StringAppendOperator's semantics, rocksdict's own config file stays out of the zip, and
 column-family stores need a base zip for their family mapping.
 
-The chain is replayed in Python and RocksDB receives only the net change per key: a store touched
-1.2M times over 250k keys takes 250k memtable writes, not 1.2M (those were most of the rebuild's
-time). Before anything is published, what RocksDB reads back from the new checkpoint's files must
-equal a second replay done by a different algorithm (newest record first). Publishing writes SSTs
-(new names), checks them, then the zip under a temporary name that is linked into place without
-ever overwriting, then its `.crc`.
+Memory follows the chain, never the store. The base's files are streamed to local disk (their
+CRC32C computed on the way) and opened in RocksDB with a bounded memtable and block cache and with
+automatic compactions off, so the base's SSTs stay byte for byte what they were. Only the keys the
+chain touches come into Python: read from the base by point lookups, replayed, and written back as
+one net change per key (a store touched 1.2M times over 250k keys takes 250k writes), so the new
+SSTs hold exactly those changes.
+
+Before anything is published the new checkpoint is checked in bounded memory, independently of
+the write path: every touched key read back from it equals a second replay done by a different
+algorithm (newest record first) over the base values read before any write; the base's SSTs are
+all still there, unchanged; the new SSTs hold no entry besides the changes; and the key count is
+the base's plus those inserted minus those deleted. Publishing writes SSTs (new names), checks
+them, then the zip under a temporary name that is linked into place without ever overwriting,
+then its `.crc`.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import io
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import tempfile
@@ -29,7 +38,7 @@ from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import islice, repeat
 from pathlib import Path
 
 from .changelog import RecordRun
@@ -38,19 +47,39 @@ from .errors import CheckpointError
 from .layout import MAINT_TEMP_PREFIX, FileKind
 from .lineage import StoreLineage
 from .model import Checkpoint
+from .policy import POLICY, Policy
 from .snapshot import SnapshotMetadata, parse_zip_metadata
 
 KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 _DELIMITERS = {None: b",", "1": b",", "2": b""}  # StringAppendOperator's delimiter per version
-# The rebuild bulk-loads its writes into a vector memtable (appends, sorted once at flush): random
-# inserts into Spark's skip list cost 1.7 times as much. The published OPTIONS say what Spark's do.
-_BULK_LOAD = {
-    "memtable_factory": "{id=VectorRepFactory;count=0;}",
-    "allow_concurrent_memtable_write": "false",
+# What a Spark 4.x OPTIONS file says for the settings the rebuild changes; the published OPTIONS
+# get back the base's own values (these, for a store built without a base).
+_SPARK_OPTIONS = {
+    "memtable_factory": "SkipListFactory",
+    "allow_concurrent_memtable_write": "true",
+    "write_buffer_size": "67108864",
+    "max_write_buffer_number": "2",
+    "disable_auto_compactions": "false",
 }
-_AS_SPARK = {"memtable_factory": "SkipListFactory", "allow_concurrent_memtable_write": "true"}
 _ZIP_ORDER = ("MANIFEST-", "CURRENT", ".log", "OPTIONS-")
+
+
+def _bulk_options(policy: Policy, delimiter: bytes) -> dict[str, str]:
+    """The rebuild's own settings. A vector memtable takes appends and sorts once at flush (random
+    inserts into Spark's skip list cost 1.7 times as much); a bounded memtable flushes a large chain
+    to several SSTs; with compactions off the base's SSTs are never rewritten."""
+    return {
+        # rebuild-notes §1: RocksDB reads the merge operator from the newest OPTIONS file, and
+        # Spark's says StringAppendOperator without a delimiter, which means "," - not what
+        # mergeOperatorVersion 2 uses.
+        "merge_operator": f"{{id=StringAppendOperator;delimiter={delimiter.decode()};}}",
+        "memtable_factory": "{id=VectorRepFactory;count=0;}",
+        "allow_concurrent_memtable_write": "false",
+        "write_buffer_size": str(policy.rebuild_memtable_bytes),
+        "max_write_buffer_number": "2",
+        "disable_auto_compactions": "true",
+    }
 
 
 class RebuildError(CheckpointError):
@@ -74,6 +103,10 @@ class RebuildResult:
     bytes_written: int
     ssts_reused: int
     ssts_written: int
+    touched_keys: int  # distinct keys the chain writes: what the rebuild holds in Python
+    memtable_bytes: int
+    block_cache_bytes: int
+    peak_rss_bytes: int  # of the process that rebuilt the store, during the rebuild where Linux tells
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -86,21 +119,56 @@ def merge_delimiter(conf: dict[str, str]) -> bytes:
     return _DELIMITERS[version]
 
 
-def _open_options():
+def _new_db_options(policy: Policy):
+    """A store without a base starts from an empty RocksDB: Spark 4.x's table format (block-based,
+    format_version 5, 4 KiB blocks, 10-bit bloom filter, LZ4) with the rebuild's bounded memory."""
     import rocksdict
 
-    # Spark 4.x: block-based table, format_version 5, 4 KiB blocks, 10-bit bloom filter, LZ4.
     opts = rocksdict.Options(raw_mode=True)
     table = rocksdict.BlockBasedOptions()
     table.set_format_version(5)
     table.set_block_size(4096)
     table.set_bloom_filter(10, False)
+    table.set_block_cache(rocksdict.Cache(policy.rebuild_block_cache_bytes))
     opts.set_block_based_table_factory(table)
     opts.set_compression_type(rocksdict.DBCompressionType.lz4())
-    opts.set_memtable_factory(rocksdict.MemtableFactory.vector())  # _BULK_LOAD
+    opts.set_memtable_factory(rocksdict.MemtableFactory.vector())
     opts.set_allow_concurrent_memtable_write(False)  # a vector memtable refuses concurrent writes
+    opts.set_write_buffer_size(policy.rebuild_memtable_bytes)
+    opts.set_max_write_buffer_number(2)
+    opts.set_disable_auto_compactions(True)
     opts.create_if_missing(True)
     return opts
+
+
+def _open(folder: Path, policy: Policy, read_only: bool = False):
+    """RocksDB over `folder`. An existing DB takes its column-family options (merge operator,
+    table format, memtable) from its newest OPTIONS file, which the rebuild rewrites first; the
+    block cache, which OPTIONS files do not carry, is passed here so that its size is ours."""
+    import rocksdict
+
+    kwargs = {}
+    if read_only:
+        kwargs["access_type"] = rocksdict.AccessType.read_only(False)
+    if not any(folder.glob("OPTIONS-*")):
+        return rocksdict.Rdict(str(folder), options=_new_db_options(policy), **kwargs)
+    cache = rocksdict.Cache(policy.rebuild_block_cache_bytes)
+    _, families = rocksdict.Options.load_latest(str(folder), rocksdict.Env(), False, cache)
+    options = rocksdict.Options(raw_mode=True)
+    options.set_allow_concurrent_memtable_write(False)  # a DB option that the vector memtable needs
+    return rocksdict.Rdict(str(folder), options=options, column_families=families, **kwargs)
+
+
+def _option_values(folder: Path, names: Iterable[str]) -> dict[str, str]:
+    """The values of `name=value` lines in a RocksDB folder's newest OPTIONS file."""
+    files = sorted(folder.glob("OPTIONS-*"))
+    text = files[-1].read_text() if files else ""
+    found = {}
+    for name in names:
+        m = re.search(rf"^\s*{name}=(.*)$", text, re.MULTILINE)
+        if m:
+            found[name] = m.group(1)
+    return found
 
 
 def _set_options(folder: Path, values: dict[str, str]) -> None:
@@ -173,35 +241,77 @@ def replay_newest_first(
     return content  # type: ignore[return-value]
 
 
-def _write_changes(db, base: dict[bytes, bytes], content: dict[bytes, bytes]) -> None:
-    """Puts what changed against the base and deletes what is gone: the store ends up holding
-    `content`, with one memtable entry per changed key rather than one per record replayed."""
+def _write_changes(db, base: dict[bytes, bytes], content: dict[bytes, bytes], memtable_bytes: int) -> None:
+    """Puts what changed against the base values of the touched keys and deletes what is gone: one
+    memtable entry per changed key rather than one per record replayed."""
     import rocksdict
 
     write_opts = rocksdict.WriteOptions()
     write_opts.disable_wal = True  # a property, although the stub shows a method
     get = base.get
     changed = content if not base else {k: v for k, v in content.items() if get(k) != v}
-    _write_in_batches(db, write_opts, "put", list(changed), list(changed.values()))
-    _write_in_batches(db, write_opts, "delete", list(base.keys() - content.keys()))
+    # RocksDB switches memtables between writes only: a batch's size bounds how far one overshoots.
+    sample = list(islice(changed.items(), 1000))
+    entry = max(1, sum(len(k) + len(v) for k, v in sample) // max(1, len(sample)))
+    per_batch = min(_BATCH_RECORDS, max(1000, memtable_bytes // 8 // entry))
+    _write_in_batches(db, write_opts, per_batch, "put", list(changed), list(changed.values()))
+    _write_in_batches(db, write_opts, per_batch, "delete", list(base.keys() - content.keys()))
 
 
-def _write_in_batches(db, write_opts, op: str, keys: list[bytes], *values: list[bytes]) -> None:
-    """Bounded batches, so a large store is not one giant allocation; the calls are made in C."""
+def _write_in_batches(
+    db, write_opts, per_batch: int, op: str, keys: list[bytes], *values: list[bytes]
+) -> None:
+    """Bounded batches, so a large chain is not one giant allocation; the calls are made in C."""
     import rocksdict
 
-    for start in range(0, len(keys), _BATCH_RECORDS):
+    for start in range(0, len(keys), per_batch):
         batch = rocksdict.WriteBatch(raw_mode=True)  # a written batch is consumed: one per write
-        end = start + _BATCH_RECORDS
+        end = start + per_batch
         deque(map(getattr(batch, op), keys[start:end], *(v[start:end] for v in values)), maxlen=0)
         db.write(batch, write_opts)
 
 
-def rebuild_store(ckpt: Checkpoint, entry: StoreLineage, workdir: str | None = None) -> RebuildResult:
+def _point_reads(db, keys: list[bytes]):
+    """(key, value or None) for each key, by multi-gets of bounded size."""
+    for start in range(0, len(keys), _BATCH_RECORDS):
+        part = keys[start : start + _BATCH_RECORDS]
+        yield from zip(part, db.get(part), strict=True)
+
+
+def _reset_peak_rss() -> None:
+    # A Spark worker runs many tasks: Linux resets the process's peak RSS (VmHWM) on this write,
+    # so the figure reported is this rebuild's, not the worker's lifetime's.
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _peak_rss() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@dataclass(frozen=True)
+class _Base:
+    meta: SnapshotMetadata
+    ssts: dict[str, int]  # local name -> CRC32C of the bytes copied, each checked against the zip's size
+    bytes_read: int
+
+
+def rebuild_store(
+    ckpt: Checkpoint, entry: StoreLineage, workdir: str | None = None, policy: Policy = POLICY
+) -> RebuildResult:
     """Rebuilds the committed (version, id) of one store as a snapshot zip and publishes it."""
     import rocksdict
 
     started = time.monotonic()
+    _reset_peak_rss()
     if ckpt.format_version != 2 or entry.unique_id is None:
         raise RebuildError("only format V2 stores are compacted", ckpt.url)
     if not entry.loadable:
@@ -222,104 +332,172 @@ def rebuild_store(ckpt: Checkpoint, entry: StoreLineage, workdir: str | None = N
 
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-rebuild-", dir=workdir))
     try:
-        db_dir, bytes_read = tmp / "db", 0
+        db_dir, checkpoint_dir = tmp / "db", tmp / "checkpoint"
         db_dir.mkdir()
-        base_meta: SnapshotMetadata | None = None
-        if entry.base is not None:
-            bytes_read, base_meta = _unpack_base(ckpt, entry, folder, db_dir, delimiter)
-        db = rocksdict.Rdict(str(db_dir), options=_open_options())
+        chain_bytes = sum(f.info.size for f in entry.chain)
+        base = _fetch_base(ckpt, entry, folder, tmp, policy, chain_bytes) if entry.base else None
+        if base is None:
+            _check_free_disk(tmp, 0, chain_bytes, ckpt.url)
+        restore = {**_SPARK_OPTIONS, **_option_values(db_dir, _SPARK_OPTIONS)}
+        _set_options(db_dir, _bulk_options(policy, delimiter))
+        changelogs = [ckpt.read_changelog_runs(f, ckpt.read_verified(f.rel))[1] for f in entry.chain]
+        records = sum(len(run.keys) for runs in changelogs for run in runs)
+        touched = list(set().union(*(run.keys for runs in changelogs for run in runs)))
+        db = _open(db_dir, policy)
         try:
-            base = dict(db.items())
-            changelogs = []
-            for f in entry.chain:
-                data = ckpt.read_verified(f.rel)
-                bytes_read += len(data)
-                changelogs.append(ckpt.read_changelog_runs(f, data)[1])
-            records = sum(len(run.keys) for runs in changelogs for run in runs)
-            _write_changes(db, base, replay(base, changelogs, delimiter))
+            block_cache = db.property_int_value("rocksdb.block-cache-capacity") or 0
+            # What the chain builds on, read before any write: the base value of each touched key.
+            before = {k: v for k, v in _point_reads(db, touched) if v is not None} if base else {}
+            _write_changes(db, before, replay(before, changelogs, delimiter), policy.rebuild_memtable_bytes)
             with ThreadPoolExecutor(1) as pool:
                 # RocksDB's flush releases the GIL: the check's replay runs meanwhile
-                check = pool.submit(replay_newest_first, base, changelogs, delimiter)
+                check = pool.submit(replay_newest_first, before, changelogs, delimiter)
                 db.flush()
-                checkpoint_dir = tmp / "checkpoint"
                 rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
                 expected = check.result()
         finally:
             db.close()
-        _set_options(checkpoint_dir, _AS_SPARK)
-        # What gets published is what RocksDB reads back from the checkpoint's files, compared
-        # with the chain replayed the other way round.
-        rebuilt = rocksdict.Rdict(
-            str(checkpoint_dir),
-            options=rocksdict.Options(raw_mode=True),
-            access_type=rocksdict.AccessType.read_only(False),
-        )
-        try:
-            content = dict(rebuilt.items())
-        finally:
-            rebuilt.close()
-        if content != expected:
-            differ = sum(1 for k in content.keys() | expected.keys() if content.get(k) != expected.get(k))
-            raise RebuildError(
-                f"{entry.store}: the rebuilt store differs from an independent replay in {differ} keys",
-                ckpt.url,
-            )
-        keys, internal = _count_keys(content, base_meta)
-        result = _publish(ckpt, entry, folder, checkpoint_dir, base_meta, keys, internal)
+        del changelogs
+        _set_options(checkpoint_dir, restore)
+        _verify(ckpt, entry, checkpoint_dir, policy, base, touched, before, expected)
+        keys, internal = _count_keys(base.meta if base else None, before, expected)
+        result = _publish(ckpt, entry, folder, checkpoint_dir, base.meta if base else None, keys, internal)
         sid = entry.store
         return RebuildResult(
             operator=sid.operator, partition=sid.partition, store=sid.store, version=entry.version,
             unique_id=entry.unique_id, path=ckpt.storage.full(result["zip"]),
             seconds=round(time.monotonic() - started, 3), keys=keys, internal_keys=internal,
-            records=records, chain_length=len(entry.chain), bytes_read=bytes_read,
+            records=records, chain_length=len(entry.chain),
+            bytes_read=(base.bytes_read if base else 0) + chain_bytes,
             bytes_written=result["bytes"], ssts_reused=result["reused"], ssts_written=result["written"],
+            touched_keys=len(touched), memtable_bytes=policy.rebuild_memtable_bytes,
+            block_cache_bytes=block_cache, peak_rss_bytes=_peak_rss(),
         )  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _unpack_base(
-    ckpt: Checkpoint, entry: StoreLineage, folder: str, db_dir: Path, delimiter: bytes
-) -> tuple[int, SnapshotMetadata]:
-    """The base zip's RocksDB files and SSTs in `db_dir`: (bytes read, the zip's metadata)."""
+def _check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> None:
+    """The base is on disk twice at most (downloaded, then the new SSTs beside it), plus the chain."""
+    need = 2 * base_bytes + chain_bytes
+    free = shutil.disk_usage(tmp).free
+    if free < need:
+        raise RebuildError(
+            f"not enough free disk in {tmp.parent} for this store: about {need:,} bytes needed (base x 2 + "
+            f"chain), {free:,} free; point TMPDIR at a larger disk",
+            url,
+        )
+
+
+def _fetch_base(
+    ckpt: Checkpoint, entry: StoreLineage, folder: str, tmp: Path, policy: Policy, chain_bytes: int
+) -> _Base:
+    """The base zip's RocksDB files and SSTs in `tmp/db`, streamed to disk in chunks: the zip checked
+    against its `.crc` sidecar, each SST against the size the zip lists."""
     rel = entry.base.rel  # type: ignore[union-attr]
-    data = ckpt.read_verified(rel)
-    read = len(data)
-    with zipfile.ZipFile(io.BytesIO(data)) as zf:
-        meta = parse_zip_metadata(zf.read("metadata"), ckpt.storage.full(rel))
-        for name in zf.namelist():
-            if "/" in name or name.startswith("."):
-                raise RebuildError(f"unexpected entry {name!r} in {rel}", ckpt.url)
-            if name != "metadata":
-                (db_dir / name).write_bytes(zf.read(name))
-    for sst in meta.sst_files:
-        blob = ckpt.storage.read_bytes(f"{folder}/SSTs/{sst.dfs_name}")
-        if len(blob) != sst.size:
-            raise RebuildError(f"SST {sst.dfs_name} has {len(blob)} bytes, the zip lists {sst.size}")
-        (db_dir / sst.local_name).write_bytes(blob)
-        read += len(blob)
-    # rebuild-notes §1: RocksDB reads the merge operator from the newest OPTIONS file, and Spark's says
-    # StringAppendOperator without a delimiter, which means "," - not what mergeOperatorVersion 2 uses.
-    merge = f"{{id=StringAppendOperator;delimiter={delimiter.decode()};}}"
-    _set_options(db_dir, {"merge_operator": merge, **_BULK_LOAD})
-    return read, meta
+    db_dir, local_zip = tmp / "db", tmp / "base.zip"
+    read = ckpt.download_verified(rel, str(local_zip), chunk=policy.copy_chunk_bytes)
+    try:
+        with zipfile.ZipFile(local_zip) as zf:
+            meta = parse_zip_metadata(zf.read("metadata"), ckpt.storage.full(rel))
+            _check_free_disk(tmp, read + sum(s.size for s in meta.sst_files), chain_bytes, ckpt.url)
+            for info in zf.infolist():
+                name = info.filename
+                if "/" in name or name.startswith("."):
+                    raise RebuildError(f"unexpected entry {name!r} in {rel}", ckpt.url)
+                if name != "metadata":
+                    with zf.open(info) as src, open(db_dir / name, "wb") as out:
+                        shutil.copyfileobj(src, out, policy.copy_chunk_bytes)
+    except zipfile.BadZipFile as exc:
+        raise RebuildError(f"unreadable base zip: {exc}", ckpt.storage.full(rel)) from exc
+    finally:
+        local_zip.unlink(missing_ok=True)
+
+    def fetch(sst) -> tuple[str, int]:
+        dfs = f"{folder}/SSTs/{sst.dfs_name}"
+        local = str(db_dir / sst.local_name)
+        size, crc = ckpt.storage.download(dfs, local, sst.size, policy.copy_chunk_bytes)
+        if size != sst.size:  # download checks a known size; this keeps the promise visible here
+            raise RebuildError(f"SST {sst.dfs_name} has {size} bytes, the zip lists {sst.size}", ckpt.url)
+        return sst.local_name, crc
+
+    with ThreadPoolExecutor(max(1, policy.copy_workers)) as pool:
+        ssts = dict(pool.map(fetch, meta.sst_files))
+    return _Base(meta, ssts, read + sum(s.size for s in meta.sst_files))
 
 
-def _count_keys(content: dict[bytes, bytes], base_meta: SnapshotMetadata | None) -> tuple[int, int]:
-    """(numKeys, numInternalKeys): column-family stores count by the family id's type."""
+def _verify(
+    ckpt: Checkpoint,
+    entry: StoreLineage,
+    checkpoint_dir: Path,
+    policy: Policy,
+    base: _Base | None,
+    touched: list[bytes],
+    before: dict[bytes, bytes],
+    expected: dict[bytes, bytes],
+) -> None:
+    """What RocksDB reads back from the new checkpoint's files, in memory for the chain only: the
+    touched keys against the independent replay, and the rest by what the files must be."""
+    import crc32c
+
+    def refuse(why: str):
+        return RebuildError(f"{entry.store}: {why}", ckpt.url)
+
+    if any(p.stat().st_size for p in checkpoint_dir.glob("*.log")):
+        raise refuse("the new checkpoint has a non-empty WAL; its SSTs do not hold all of the store")
+    db = _open(checkpoint_dir, policy, read_only=True)
+    try:
+        live = {f["name"].lstrip("/"): f for f in db.live_files()}
+        differ = sum(1 for k, v in _point_reads(db, touched) if v != expected.get(k))
+    finally:
+        db.close()
+    if differ:
+        raise refuse(f"the rebuilt store differs from an independent replay in {differ} keys")
+    # The keys the chain never touched are the base's: its SSTs are all still live, byte for byte...
+    for name, crc in (base.ssts if base else {}).items():
+        path = checkpoint_dir / name
+        if name not in live or not path.exists():
+            raise refuse(f"base SST {name} is no longer part of the store (compacted during the rebuild)")
+        with open(path, "rb") as f:
+            value = 0
+            while block := f.read(policy.copy_chunk_bytes):
+                value = crc32c.crc32c(block, value)
+        if value != crc:
+            raise refuse(f"base SST {name} changed during the rebuild")
+    # ...and the new SSTs hold one entry per key the chain changes, and nothing else.
+    entries = sum(f["num_entries"] for n, f in live.items() if n not in (base.ssts if base else {}))
+    changes = sum(1 for k in touched if expected.get(k) != before.get(k))
+    if entries != changes:
+        raise refuse(f"the new SSTs hold {entries} entries, not one per key the chain changes ({changes})")
+
+
+def _count_keys(
+    base_meta: SnapshotMetadata | None, before: dict[bytes, bytes], expected: dict[bytes, bytes]
+) -> tuple[int, int]:
+    """(numKeys, numInternalKeys): the base's, plus the keys the chain inserts, minus those it
+    deletes. Column-family stores count by each key's family id and its type."""
+    inserted = [k for k in expected if k not in before]
+    deleted = [k for k in before if k not in expected]
+    keys, internal = (base_meta.num_keys, base_meta.num_internal_keys) if base_meta else (0, 0)
     mapping = base_meta.column_family_mapping if base_meta else {}
-    if not mapping:
-        return len(content), 0
-    types = base_meta.column_family_type_map  # type: ignore[union-attr]
-    internal_ids = {cf_id for name, cf_id in mapping.items() if types.get(name)}
-    known = set(mapping.values())
-    internal = 0
-    for key in content:
-        cf = int.from_bytes(key[:2], "little")
-        if cf not in known:
-            raise RebuildError(f"key with unknown column family id {cf}")
-        internal += cf in internal_ids
-    return len(content) - internal, internal
+    if mapping:
+        types = base_meta.column_family_type_map  # type: ignore[union-attr]
+        internal_ids = {cf_id for name, cf_id in mapping.items() if types.get(name)}
+        known = set(mapping.values())
+
+        def is_internal(key: bytes) -> bool:
+            cf = int.from_bytes(key[:2], "little")
+            if cf not in known:
+                raise RebuildError(f"key with unknown column family id {cf}")
+            return cf in internal_ids
+
+        moved = sum(map(is_internal, inserted)) - sum(map(is_internal, deleted))
+    else:
+        moved = 0
+    keys, internal = keys + len(inserted) - len(deleted) - moved, internal + moved
+    if keys < 0 or internal < 0:
+        raise RebuildError(f"the key count comes out negative ({keys}, {internal}): the base's is wrong")
+    return keys, internal
 
 
 def _publish(

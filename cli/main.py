@@ -162,17 +162,10 @@ def _compact(args: argparse.Namespace) -> int:
             spark = session_for(args.master)
             lease.check()
             results = run_compaction(spark, ckpt, targets)
-    keep = (
-        "operator",
-        "partition",
-        "store",
-        "version",
-        "unique_id",
-        "path",
-        "seconds",
-        "keys",
-        "chain_before",
-    )
+    # The figures of each rebuild: what it read and wrote, and the memory it took (issue: per store).
+    keep = ("operator", "partition", "store", "version", "unique_id", "path", "seconds", "keys",
+            "chain_before", "records", "touched_keys", "bytes_read", "bytes_written", "peak_rss_bytes",
+            "memtable_bytes", "block_cache_bytes")  # fmt: skip
     doc = {
         "materialized": [{k: r.as_dict()[k] for k in keep} for r in results if r.ok],
         "failed": [r.as_dict() for r in results if not r.ok],
@@ -187,7 +180,9 @@ def _format_compact(doc: dict) -> str:
         f"materialized {len(doc['materialized'])}, skipped {len(doc['skipped'])}, failed {len(doc['failed'])}"
     ]
     lines += [f"  op {m['operator']} part {m['partition']} {m['store']}: version {m['version']} "
-              f"(chain of {m['chain_before']}) in {m['seconds']} s, {m['keys']} keys -> {m['path']}"
+              f"(chain of {m['chain_before']}, {m['records']:,} records) in {m['seconds']} s, {m['keys']:,} "
+              f"keys, read {human_bytes(m['bytes_read'])}, wrote {human_bytes(m['bytes_written'])}, "
+              f"peak RSS {human_bytes(m['peak_rss_bytes'])} -> {m['path']}"
               for m in doc["materialized"]]  # fmt: skip
     lines += [
         f"  FAILED op {f['operator']} part {f['partition']} {f['store']}: {f['error']}" for f in doc["failed"]

@@ -433,6 +433,89 @@ def ensure_rescue_corpus(cache: Path | None = None, log=print) -> Path:
     return cache
 
 
+# --------------------------------------------------------------------------------------------
+# Big-base checkpoints: one store whose base snapshot holds many keys, then one fixed chain. Two of
+# them that differ only in the base's size show what a rebuild's memory and time follow.
+
+BIG_BASE_VERSION = 1
+
+
+def _base_key(i: int) -> str:
+    return f"b{i:09d}"
+
+
+def big_base_chain_rows(batch: int, touch: int, records: int) -> list[dict]:
+    """One changelog's input: four in five records update keys below `touch` (present in every base
+    at least that large), one in five inserts a new key. The same for every base size."""
+    rows = []
+    for i in range(records):
+        n = batch * records + i
+        k = _base_key((batch * 7919 + i * 104729) % touch) if i % 5 else f"n{n:09d}"
+        rows.append({"k": k, "v": n % 5, "id": n})
+    return rows
+
+
+def _wait_for_snapshot(checkpoint: Path, seconds: float = 120) -> Path:
+    deadline = time.monotonic() + seconds
+    while not (zips := list((checkpoint / "state").rglob("*.zip"))):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Spark uploaded no snapshot of the base into {checkpoint} in {seconds:.0f} s")
+        time.sleep(0.5)
+    return zips[0]
+
+
+def generate_big_base(out: Path, keys: int, touch: int, chain: int, records: int, log=print) -> dict:
+    """Batch 0 aggregates `keys` distinct keys and Spark snapshots it; then `chain` batches of
+    `records` rows each, snapshots off, leave a chain of that many changelogs on top of it."""
+    from jobs.spark_session import local_session
+
+    out.mkdir(parents=True)
+    inputs = out / "input"
+    inputs.mkdir()
+    started = time.monotonic()
+    with open(inputs / "part-00000.json", "w") as f:  # the base: written as text, not as dicts
+        for start in range(0, keys, 100_000):
+            f.write("".join(f'{{"id": {i}, "k": "{_base_key(i)}", "v": {i % 5}}}\n'
+                            for i in range(start, min(keys, start + 100_000))))  # fmt: skip
+    one = {"spark.sql.shuffle.partitions": "1"}
+    spark = local_session(master="local[2]", app_name="ckpt-big-base", extra_conf=one)
+    try:
+        with _Confs(spark, {**one, "spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"}):
+            _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
+        base = _wait_for_snapshot(out / "checkpoint")
+        write_inputs(inputs, chain, lambda b: big_base_chain_rows(b, touch, records), start=1)
+        with _Confs(spark, {**one, **NO_SNAPSHOTS}):
+            _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
+    finally:
+        spark.stop()
+    facts = {"keys": keys, "touch": touch, "chain": chain, "records_per_changelog": records,
+             "base": base.name, "seconds": round(time.monotonic() - started, 1),
+             "version": BIG_BASE_VERSION}  # fmt: skip
+    (out / MANIFEST).write_text(json.dumps(facts, indent=2))
+    log(f"corpus: big base of {keys:,} keys generated in {facts['seconds']} s")
+    return facts
+
+
+def ensure_big_base(
+    keys: int, touch: int, chain: int = 20, records: int = 5_000, cache: Path | None = None, log=print
+) -> Path:
+    """The cached big-base checkpoint's scenario folder (`checkpoint/` inside), generated in a
+    child process when missing."""
+    name = f"{keys}-keys-{chain}x{records}-touching-{touch}"
+    cache = cache or default_cache_dir().parent / f"big-base-v{BIG_BASE_VERSION}" / name
+    if (cache / MANIFEST).exists():
+        return cache
+    if cache.exists():
+        shutil.rmtree(cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    log(f"corpus: generating a checkpoint with a {keys:,}-key base into {cache}")
+    args = ["--big-base", str(keys), str(touch), str(chain), str(records)]
+    result = subprocess.run([sys.executable, "-m", "jobs.corpus", str(cache), *args], check=False)
+    if result.returncode != 0 or not (cache / MANIFEST).exists():
+        raise RuntimeError(f"big-base generation failed (exit {result.returncode}); output in {cache}")
+    return cache
+
+
 def generate(out: Path, names: list[str] | None = None, log=print) -> dict:
     """Run the scenarios into `out` (which must not exist) and write its manifest last."""
     from jobs.spark_session import local_session
@@ -519,12 +602,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
     parser.add_argument("--killed-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rescue", action="store_true", help="generate the lineage-overflow checkpoint only")
+    parser.add_argument("--big-base", nargs=4, type=int, metavar=("KEYS", "TOUCH", "CHAIN", "RECORDS"),
+                        help="generate one big-base checkpoint only")  # fmt: skip
     args = parser.parse_args(argv)
     if args.killed_child:
         _killed_child(args.out)
         return
     if args.rescue:
         generate_rescue(args.out)
+        return
+    if args.big_base:
+        generate_big_base(args.out, *args.big_base)
         return
     generate(args.out, args.only)
 

@@ -173,8 +173,8 @@ def test_a_store_that_differs_from_the_independent_replay_is_not_published(copy_
     entry = next(e for e in checkpoint_lineage(ckpt) if e.chain_length)
     write_changes = rebuild._write_changes
 
-    def loses_one_key(db, base, content):  # a store-side bug: one replayed key never reaches RocksDB
-        write_changes(db, base, dict(list(content.items())[1:]))
+    def loses_one_key(db, base, content, *args):  # a store-side bug: one replayed key never reaches RocksDB
+        write_changes(db, base, dict(list(content.items())[1:]), *args)
 
     monkeypatch.setattr(rebuild, "_write_changes", loses_one_key)
     with pytest.raises(RebuildError, match="differs from an independent replay in 1 keys"):

@@ -414,3 +414,22 @@ def test_the_lease_on_s3_is_a_conditional_put(s3) -> None:
     assert b.current()[1].owner.startswith("dagster run 9c1e")
     b.release()
     assert b.current() is None
+
+
+def test_a_download_is_one_ranged_get_per_chunk_and_catches_a_wrong_size(s3, tmp_path) -> None:
+    import crc32c
+
+    _, proxy, bucket = s3
+    data = os.urandom(2500)
+    _direct(s3).pipe(f"{bucket}/download/blob", data)
+    storage = Storage(f"s3://{bucket}/download", _via_proxy(s3))
+    proxy.reset()
+    assert storage.download("blob", str(tmp_path / "a"), 2500, chunk=1000) == (2500, crc32c.crc32c(data))
+    assert (tmp_path / "a").read_bytes() == data
+    assert proxy.counts() == {"GetObject": 3}  # the size came from the zip's metadata: no HEAD
+    for expected, read in ((2499, 2500), (2501, 2500)):  # one byte longer, one byte shorter than listed
+        with pytest.raises(StorageError, match=f"read {read} bytes where {expected} were expected"):
+            storage.download("blob", str(tmp_path / "b"), expected, chunk=1000)
+    proxy.reset()
+    assert storage.download("blob", str(tmp_path / "c"), chunk=4096)[0] == 2500  # size unknown: a HEAD
+    assert proxy.counts() == {"HeadObject": 1, "GetObject": 1}

@@ -1,0 +1,239 @@
+"""The fleet view: one row per checkpoint, from the head-first model, ranked by what needs attention.
+
+A row costs what the head-first validation at the latest committed batch costs (the logs and what
+recovery reads), never a listing of `state/`. What only a full listing knows (the bytes a cleanup
+would reclaim) and what only the orchestrator knows (when maintenance last ran) are handed in by
+the caller: the CLI plans a dry-run cleanup, Dagster reads its own last plans and runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .changelog import LINEAGE_HEADER_CAP
+from .model import Checkpoint
+from .policy import POLICY, Policy
+from .report import human_bytes
+from .validate import Severity, ValidationOptions, validate
+
+UNREADABLE = "UNREADABLE"
+HEADROOM_WARN = 0.6  # of the lineage header cap: the fleet check warns from here, errs from the policy's 0.8
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    key: str
+    url: str
+    latest_committed_batch: int | None
+    last_commit_age_seconds: float | None
+    live: bool
+    errors: tuple[str, ...]  # finding codes, each once
+    warnings: tuple[str, ...]
+    max_chain_length: int
+    max_chain_store: str | None  # operator/partition/store
+    max_lineage_header_fraction: float
+    reclaimable_bytes: int | None = None  # None: no cleanup plan known
+    last_compaction: str | None = None
+    last_cleanup: str | None = None
+    problem: str | None = None  # why the checkpoint could not be read
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "url": self.url,
+            "latest_committed_batch": self.latest_committed_batch,
+            "last_commit_age_seconds": self.last_commit_age_seconds,
+            "live": self.live,
+            "errors": list(self.errors),
+            "warnings": list(self.warnings),
+            "max_chain_length": self.max_chain_length,
+            "max_chain_store": self.max_chain_store,
+            "max_lineage_header_fraction": round(self.max_lineage_header_fraction, 4),
+            "reclaimable_bytes": self.reclaimable_bytes,
+            "last_compaction": self.last_compaction,
+            "last_cleanup": self.last_cleanup,
+            "problem": self.problem,
+        }
+
+
+def fleet_row(
+    key: str, ckpt: Checkpoint, policy: Policy = POLICY, now: float | None = None, **known: Any
+) -> FleetRow:
+    """The row of a checkpoint loaded head-first (`strict=False`); `known` fills the fields the
+    model cannot know (reclaimable_bytes, last_compaction, last_cleanup)."""
+    now = time.time() if now is None else now
+    options = ValidationOptions(
+        long_chain_threshold=policy.long_chain, header_cap_ratio=policy.header_cap_ratio
+    )
+    validation = validate(ckpt, options)
+    codes = {
+        sev: tuple(sorted({f.code for f in validation.findings if f.severity == sev})) for sev in Severity
+    }
+    longest = max(validation.lineage, key=lambda e: e.chain_length, default=None)
+    commits = [f.info.mtime for f in ckpt.files if f.kind.value == "commit" and f.info.mtime is not None]
+    return FleetRow(
+        key=key,
+        url=ckpt.url,
+        latest_committed_batch=ckpt.latest_committed_batch,
+        last_commit_age_seconds=round(now - max(commits), 1) if commits else None,
+        live=ckpt.is_live(now, policy.quiet_seconds),
+        errors=codes.get(Severity.ERROR, ()),
+        warnings=codes.get(Severity.WARNING, ()),
+        max_chain_length=longest.chain_length if longest else 0,
+        max_chain_store=(
+            f"{longest.store.operator}/{longest.store.partition}/{longest.store.store}"
+            if longest is not None and longest.chain_length
+            else None
+        ),
+        max_lineage_header_fraction=max(
+            (e.lineage_header_bytes / LINEAGE_HEADER_CAP for e in validation.lineage), default=0.0
+        ),
+        **known,
+    )
+
+
+def unreadable_row(key: str, url: str, problem: str, **known: Any) -> FleetRow:
+    """A checkpoint that could not be read is a row too, at the top of the ranking."""
+    return FleetRow(key, url, None, None, False, (UNREADABLE,), (), 0, None, 0.0, problem=problem, **known)
+
+
+def urgency(row: FleetRow, policy: Policy = POLICY) -> tuple:
+    """Sort key, most urgent first: unreadable, errors, headroom, chains, then wasted bytes."""
+    return (
+        UNREADABLE not in row.errors,
+        not row.errors,
+        -row.max_lineage_header_fraction,
+        -(row.max_chain_length if row.max_chain_length >= policy.long_chain else 0),
+        -(row.reclaimable_bytes or 0),
+        not row.warnings,
+        row.key,
+    )
+
+
+def ranked(rows: list[FleetRow], policy: Policy = POLICY) -> list[FleetRow]:
+    return sorted(rows, key=lambda r: urgency(r, policy))
+
+
+@dataclass(frozen=True)
+class Attention:
+    row: FleetRow
+    reason: str
+    action: str
+
+
+def needs_attention(rows: list[FleetRow], policy: Policy = POLICY, limit: int = 10) -> list[Attention]:
+    """The checkpoints that need a person or a maintenance run, most urgent first, each with the
+    reason and the action that fixes it; healthy ones are left out."""
+    out = []
+    for row in ranked(rows, policy):
+        found = _why(row, policy)
+        if found is not None:
+            out.append(Attention(row, *found))
+    return out[:limit]
+
+
+def _why(row: FleetRow, policy: Policy) -> tuple[str, str] | None:
+    header = f"{row.max_lineage_header_fraction:.0%} of the lineage header cap"
+    if row.problem is not None:
+        return f"cannot be read: {row.problem}", "check the path, the credentials and `ckpt inspect`"
+    if "LINEAGE_HEADER_NEAR_CAP" in row.errors:
+        return header, "compact now (`ckpt compact`): the query dies when a header passes 65,535 bytes"
+    if row.errors:
+        return (
+            f"error findings: {', '.join(row.errors)}",
+            "read `ckpt validate --deep`; maintenance refuses this checkpoint until it is fixed",
+        )
+    if row.max_lineage_header_fraction >= HEADROOM_WARN:
+        return header, "compact (`ckpt compact`) before the header nears the cap"
+    if row.max_chain_length >= policy.long_chain:
+        return (
+            f"recovery replays {row.max_chain_length} changelogs ({row.max_chain_store})",
+            "compact (`ckpt compact`): recovery then loads one snapshot",
+        )
+    if row.reclaimable_bytes:
+        return f"{human_bytes(row.reclaimable_bytes)} reclaimable", "clean up (`ckpt gc --apply`)"
+    if row.warnings:
+        return f"warnings: {', '.join(row.warnings)}", "read `ckpt validate`"
+    return None
+
+
+@dataclass(frozen=True)
+class FleetTotals:
+    checkpoints: int
+    unhealthy: int  # with any error finding (unreadable included)
+    longest_chain: int
+    reclaimable_bytes: int
+    worst_header_fraction: float
+    codes: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def totals(rows: list[FleetRow]) -> FleetTotals:
+    codes: dict[str, int] = {}
+    for row in rows:
+        for code in row.errors + row.warnings:
+            codes[code] = codes.get(code, 0) + 1
+    return FleetTotals(
+        checkpoints=len(rows),
+        unhealthy=sum(1 for r in rows if r.errors),
+        longest_chain=max((r.max_chain_length for r in rows), default=0),
+        reclaimable_bytes=sum(r.reclaimable_bytes or 0 for r in rows),
+        worst_header_fraction=max((r.max_lineage_header_fraction for r in rows), default=0.0),
+        codes=dict(sorted(codes.items())),
+    )
+
+
+def attention_markdown(rows: list[FleetRow], policy: Policy = POLICY, limit: int = 10) -> str:
+    items = needs_attention(rows, policy, limit)
+    if not items:
+        return f"All {len(rows)} checkpoints are healthy: nothing needs attention."
+    lines = ["| # | checkpoint | why | what fixes it |", "|---:|---|---|---|"]
+    lines += [
+        f"| {i} | `{a.row.key}` | {a.reason.replace('|', '/')} | {a.action} |" for i, a in enumerate(items, 1)
+    ]
+    return "\n".join(lines)
+
+
+def chart_svg(rows: list[FleetRow], policy: Policy = POLICY, width: int = 900) -> str:
+    """Two horizontal bars per checkpoint (longest chain, reclaimable bytes), most urgent first: an
+    SVG a browser shows as is, with no plotting library to install."""
+    rows = ranked(rows, policy)[:40]
+    bar, gap, label = 9, 8, 260
+    height = 40 + len(rows) * (2 * bar + gap)
+    chain_max = max([policy.long_chain, *(r.max_chain_length for r in rows)])
+    bytes_max = max([1, *((r.reclaimable_bytes or 0) for r in rows)])
+    span = width - label - 120
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="11">',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{label}" y="14" fill="#c0392b">chain length (changelogs replayed)</text>',
+        f'<text x="{label + 260}" y="14" fill="#2e86c1">reclaimable bytes</text>',
+    ]
+    threshold = label + span * policy.long_chain / chain_max
+    parts.append(f'<line x1="{threshold:.1f}" y1="20" x2="{threshold:.1f}" y2="{height}" stroke="#c0392b" '
+                 'stroke-dasharray="3,3"/>')  # fmt: skip
+    for i, row in enumerate(rows):
+        y = 28 + i * (2 * bar + gap)
+        name = row.key if len(row.key) <= 38 else "…" + row.key[-37:]
+        colour = "#c0392b" if row.errors else "#333"
+        parts.append(
+            f'<text x="{label - 6}" y="{y + bar + 3}" text-anchor="end" fill="{colour}">{_xml(name)}</text>'
+        )
+        chain_w = span * row.max_chain_length / chain_max
+        bytes_w = span * (row.reclaimable_bytes or 0) / bytes_max
+        parts.append(f'<rect x="{label}" y="{y}" width="{chain_w:.1f}" height="{bar}" fill="#e74c3c"/>')
+        parts.append(f'<text x="{label + chain_w + 4:.1f}" y="{y + bar - 1}">{row.max_chain_length}</text>')
+        parts.append(f'<rect x="{label}" y="{y + bar}" width="{bytes_w:.1f}" height="{bar}" fill="#5dade2"/>')
+        shown = "unknown" if row.reclaimable_bytes is None else human_bytes(row.reclaimable_bytes)
+        parts.append(f'<text x="{label + bytes_w + 4:.1f}" y="{y + 2 * bar - 1}">{shown}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def _xml(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
