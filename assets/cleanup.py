@@ -9,8 +9,7 @@ a dry run by default.
 import dagster as dg
 from pydantic import Field
 
-from assets.checkpoints import GROUP as AUDIT_GROUP
-from assets.checkpoints import checkpoint_lineage_report
+from assets.checkpoints import PER_CHECKPOINT_AUDIT, checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import Outcome, apply_plan, check_plan
@@ -149,6 +148,6 @@ def checkpoint_orphan_cleanup(
 
 cleanup_job = dg.define_asset_job(
     "checkpoint_cleanup",
-    selection=dg.AssetSelection.groups(AUDIT_GROUP, GROUP),
+    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(GROUP),
     description="Audit, plan and (when asked) delete orphaned state files of the selected checkpoints.",
 )

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from assets.checkpoints import GROUP as AUDIT_GROUP
-from assets.checkpoints import checkpoint_lineage_report
+from assets.checkpoints import PER_CHECKPOINT_AUDIT, checkpoint_lineage_report
 from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.lineage import checkpoint_lineage
@@ -121,6 +120,6 @@ def checkpoint_compaction(
 
 compaction_job = dg.define_asset_job(
     "compact_checkpoints",
-    selection=dg.AssetSelection.groups(AUDIT_GROUP, GROUP),
+    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(GROUP),
     description="Audit, then rebuild snapshots for stores with long replay chains (writes new files only).",
 )

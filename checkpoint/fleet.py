@@ -94,6 +94,14 @@ def fleet_row(
     )
 
 
+def headroom(fraction: float, policy: Policy = POLICY) -> Severity | None:
+    """How close a lineage header is to the cap: an error from the policy's ratio (where validation
+    errs and compaction rescues), a warning from HEADROOM_WARN, else nothing."""
+    if fraction >= policy.header_cap_ratio:
+        return Severity.ERROR
+    return Severity.WARNING if fraction >= HEADROOM_WARN else None
+
+
 def unreadable_row(key: str, url: str, problem: str, **known: Any) -> FleetRow:
     """A checkpoint that could not be read is a row too, at the top of the ranking."""
     return FleetRow(key, url, None, None, False, (UNREADABLE,), (), 0, None, 0.0, problem=problem, **known)

@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from checkpoint.discovery import scan
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import AuditTrail, apply_plan
-from checkpoint.gc_plan import plan_gc
+from checkpoint.gc_plan import GcError, plan_gc
 from checkpoint.head import load_head
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
@@ -82,6 +82,52 @@ def _scan(args: argparse.Namespace) -> int:
         entries.append(scan_entry(f.url, ckpt, validation, error))
     _emit(args, {"root": storage.url, "checkpoints": entries}, format_scan)
     return 0 if all(e["health"] == "ok" for e in entries) else EXIT_FINDINGS
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    from checkpoint.fleet import fleet_row, ranked, unreadable_row
+
+    rows = []
+    for root in args.roots:
+        storage, found = scan(root)
+        for f in found:
+            known = {}
+            try:
+                if not args.no_cleanup_plan:  # what a dry-run cleanup with the default grace finds
+                    known["reclaimable_bytes"] = _reclaimable(f.url)
+                rows.append(fleet_row(f.url, f.load(storage, strict=False), **known))
+            except CheckpointError as exc:  # one unreadable checkpoint is a row, never the end
+                rows.append(unreadable_row(f.url, f.url, str(exc), **known))
+    rows = ranked(rows)
+    _emit(args, {"checkpoints": [r.as_dict() for r in rows]}, lambda _: _format_fleet(rows))
+    return EXIT_FINDINGS if any(r.errors for r in rows) else 0
+
+
+def _reclaimable(url: str) -> int | None:
+    """The bytes a dry-run cleanup plan with the default grace would delete: it lists every file,
+    which only cleanup planning needs; None when cleanup refuses to plan this checkpoint."""
+    try:
+        return plan_gc(load_checkpoint(url, listing="auto")).bytes
+    except GcError:
+        return None
+
+
+def _format_fleet(rows) -> str:
+    import pandas as pd
+
+    from checkpoint.fleet import needs_attention
+
+    if not rows:
+        return "no checkpoints found"
+    table = pd.DataFrame([{
+        "checkpoint": r.url, "batch": r.latest_committed_batch, "live": r.live,
+        "errors": ",".join(r.errors) or "-", "warnings": ",".join(r.warnings) or "-",
+        "chain": r.max_chain_length, "header": f"{r.max_lineage_header_fraction:.0%}",
+        "reclaimable": "-" if r.reclaimable_bytes is None else human_bytes(r.reclaimable_bytes),
+    } for r in rows])  # fmt: skip
+    attention = [f"{i}. {a.row.url}: {a.reason}; {a.action}" for i, a in enumerate(needs_attention(rows), 1)]
+    return "\n".join([table.to_string(index=False), "", "Needs attention, most urgent first:"]
+                     + (attention or ["nothing: every checkpoint is healthy"]))  # fmt: skip
 
 
 def _leased(args: argparse.Namespace, storage: Storage, audit: AuditTrail, what: str):
@@ -221,6 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scan", help="every checkpoint under a root, at any depth, with its health")
     p.add_argument("root", help="a folder or any fsspec URL")
     p.set_defaults(run=_scan)
+
+    p = sub.add_parser("fleet", help="one row per checkpoint under the roots, most urgent first")
+    p.add_argument("roots", nargs="+", help="folders or fsspec URLs holding checkpoints at any depth")
+    p.add_argument("--no-cleanup-plan", action="store_true",
+                   help="skip the dry-run cleanup plans (each lists all of its checkpoint)")  # fmt: skip
+    p.set_defaults(run=_fleet)
 
     p = sub.add_parser("gc", help="plan (and with --apply, delete) files no batch will ever read again")
     p.add_argument("path", help=where)

@@ -106,6 +106,27 @@ def _report_line(key: str, r: dict) -> list[str]:
     return lines
 
 
+def _fleet(defs, instance) -> list[str]:
+    """The fleet report after the maintenance pass, executed by Dagster: what needs attention now."""
+    from checkpoint.report import human_bytes
+
+    job = defs.resolve_job_def("checkpoint_fleet")
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=quiet)
+    meta = _metadata(result, "checkpoint_fleet_report")
+    if not result.success or not meta:
+        return ["  the fleet report failed; its run is in the instance"]
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    lines = [
+        f"  {meta['checkpoints']} checkpoints, {meta['unhealthy_checkpoints']} with errors, longest replay "
+        f"chain {meta['longest_chain']}, {human_bytes(meta['reclaimable_bytes'])} still reclaimable",
+        *(f"  check {n}: {'passed' if c.passed else c.severity.value}" for n, c in sorted(checks.items())),
+        f"  chart: {meta['chart']}",
+        "  in the UI: Assets -> checkpoint_fleet_report (the table, the ranking, the checks)",
+    ]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=PROJECT / "demo-output" / "checkpoints")
@@ -148,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             results[key] = _maintain(defs, instance, key)
             print(f"  [{i}/{len(keys)}] {key}: {time.monotonic() - t:.0f} s", flush=True)
             report += _report_line(key, results[key])
+        print("demo: the fleet report over every checkpoint ...", flush=True)
+        fleet = _fleet(defs, instance)
     print("\nMaintenance report\n" + "\n".join(report))
+    print("\nFleet report\n" + "\n".join(fleet))
     print(
         f"\nThe runs are in the Dagster instance at {args.dagster_home}. Open the UI with:\n"
         f"  make ui      (DAGSTER_HOME={args.dagster_home.resolve()} .venv/bin/dagster dev -w workspace.yaml)"

@@ -10,17 +10,22 @@ import dagster as dg
 import assets
 from assets.cleanup import cleanup_job
 from assets.compaction import compaction_job
+from assets.fleet import fleet_job
 from orchestration.maintenance import maintenance_job, maintenance_schedule
 from orchestration.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, roots_from_env
-from orchestration.schedules import audit_job, checkpoint_audit_schedule
+from orchestration.schedules import audit_job, checkpoint_audit_schedule, checkpoint_fleet_schedule
 from orchestration.sensors import checkpoint_commit_sensor, checkpoint_discovery_sensor
 
 
 def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None = None, **roots_options):
     return dg.Definitions(
         assets=dg.load_assets_from_package_module(assets),
-        jobs=[audit_job, cleanup_job, compaction_job, maintenance_job],
-        schedules=[checkpoint_audit_schedule, *(maintenance_schedule(root) for root in roots)],
+        jobs=[audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job],
+        schedules=[
+            checkpoint_audit_schedule,
+            checkpoint_fleet_schedule,
+            *(maintenance_schedule(root) for root in roots),
+        ],
         sensors=[checkpoint_discovery_sensor, checkpoint_commit_sensor],
         resources={
             "roots": CheckpointRootsResource(roots=roots, **roots_options),

@@ -4,7 +4,7 @@ per configured root (cleanup deletes only under roots with `apply_cleanup`)."""
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import dagster as dg
 
-from assets.checkpoints import GROUP as AUDIT_GROUP
+from assets.checkpoints import PER_CHECKPOINT_AUDIT
 from assets.cleanup import APPLY_TAG
 from assets.cleanup import GROUP as CLEANUP_GROUP
 from assets.compaction import GROUP as COMPACTION_GROUP
@@ -13,7 +13,7 @@ from orchestration.resources import CheckpointRoot
 
 maintenance_job = dg.define_asset_job(
     "checkpoint_maintenance",
-    selection=dg.AssetSelection.groups(AUDIT_GROUP, COMPACTION_GROUP, CLEANUP_GROUP),
+    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(COMPACTION_GROUP, CLEANUP_GROUP),
     description=(
         "Audit (blocking checks), compact long replay chains, plan orphan cleanup; deletes only with "
         f"the tag {APPLY_TAG}=true or the cleanup asset's `apply` config."

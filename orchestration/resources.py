@@ -5,6 +5,7 @@ Resources only translate configuration into the core's objects; the work happens
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -19,7 +20,7 @@ from checkpoint.gc_apply import AuditTrail
 from checkpoint.head import latest_commit, load_head
 from checkpoint.lease import Lease, LeaseHeld
 from checkpoint.model import Checkpoint, load_checkpoint
-from checkpoint.policy import POLICY, duration_text, parse_duration
+from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from checkpoint.storage import Storage, scheme_of
 from orchestration.partitions import parse_partition_key, partition_key
 
@@ -116,6 +117,18 @@ class CheckpointRootsResource(dg.ConfigurableResource):
                 context.log.warning(f"{key}: {exc}; retrying in a minute")
                 raise dg.RetryRequested(max_retries=self.lease_retries, seconds_to_wait=60) from exc
             raise dg.Failure(description=f"{key}: {exc}") from exc
+
+    def policy(self) -> Policy:
+        """The shared defaults with this deployment's settings in place."""
+        return dataclasses.replace(
+            POLICY,
+            long_chain=self.long_chain_threshold,
+            grace_seconds=parse_duration(self.grace),
+            quiet_seconds=parse_duration(self.quiet_period),
+        )
+
+    def url_of(self, key: str) -> str:
+        return self.checkpoint_storage(key).url
 
     def load(self, key: str, strict: bool = False, **head: Any) -> Checkpoint:
         """Head-first (checkpoint.head.load_head): the logs and what recovery reads, no state listing."""

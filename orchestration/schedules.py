@@ -3,17 +3,21 @@
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import dagster as dg
 
-from assets.checkpoints import GROUP
+from assets.checkpoints import PER_CHECKPOINT_AUDIT
+from assets.fleet import fleet_job
 from orchestration.partitions import checkpoint_partitions
 
 audit_job = dg.define_asset_job(
     "checkpoint_audit",
-    selection=dg.AssetSelection.groups(GROUP),
+    selection=PER_CHECKPOINT_AUDIT,
     description="Read-only: inventory, lineage and validation of the selected checkpoints. Changes nothing.",
 )
 
 
-@dg.schedule(job=audit_job, cron_schedule="0 */6 * * *", default_status=dg.DefaultScheduleStatus.STOPPED)
+AUDIT_CRON = "0 */6 * * *"
+
+
+@dg.schedule(job=audit_job, cron_schedule=AUDIT_CRON, default_status=dg.DefaultScheduleStatus.STOPPED)
 def checkpoint_audit_schedule(context: dg.ScheduleEvaluationContext):
     """Every known checkpoint, four times a day; run keys make a re-evaluated tick a no-op."""
     tick = context.scheduled_execution_time.isoformat()
@@ -21,3 +25,12 @@ def checkpoint_audit_schedule(context: dg.ScheduleEvaluationContext):
     if not keys:
         return dg.SkipReason("no checkpoints discovered yet (the discovery sensor adds them)")
     return [dg.RunRequest(run_key=f"audit:{key}:{tick}", partition_key=key) for key in keys]
+
+
+# On the audit's cron (a schedule runs one job): the fleet report over every checkpoint.
+checkpoint_fleet_schedule = dg.ScheduleDefinition(
+    name="checkpoint_fleet_schedule",
+    job=fleet_job,
+    cron_schedule=AUDIT_CRON,
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+)

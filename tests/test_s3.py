@@ -433,3 +433,40 @@ def test_a_download_is_one_ranged_get_per_chunk_and_catches_a_wrong_size(s3, tmp
     proxy.reset()
     assert storage.download("blob", str(tmp_path / "c"), chunk=4096)[0] == 2500  # size unknown: a HEAD
     assert proxy.counts() == {"HeadObject": 1, "GetObject": 1}
+
+
+def test_the_fleet_report_sends_requests_per_checkpoint_not_per_file(s3) -> None:
+    """200 synthetic checkpoints, 20 of them with nearly three times the files of the others: the
+    report costs each what one checkpoint of either kind costs alone."""
+    import dagster as dg
+
+    from assets.fleet import checkpoint_fleet_report
+    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+    from tests.support import synthetic
+
+    server, proxy, bucket = s3
+    # versions equal modulo 10 (the same replay chains); no hidden Hadoop crcs, as on S3
+    content, kinds = {}, {"small": (22, 180), "big": (62, 20)}
+    for name, (versions, count) in kinds.items():
+        files = {r: d for r, d in synthetic.files(1, versions, window=2).items() if "/." not in f"/{r}"}
+        for i in range(count):
+            content.update({f"{bucket}/fleet/{name}-{i:03d}/{rel}": data for rel, data in files.items()})
+    server.filesystem().pipe(content)
+    roots = CheckpointRootsResource(
+        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/fleet", storage_options=_via_proxy(s3))]
+    )
+
+    def report(keys: list[str]):
+        with dg.instance_for_test() as instance:
+            instance.add_dynamic_partitions("checkpoints", keys)
+            proxy.reset()
+            result = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
+            assert result.success
+            (mat,) = result.asset_materializations_for_node("checkpoint_fleet_report")
+            assert mat.metadata["checkpoints"].value == len(keys)
+            return proxy.counts()
+
+    small, big = report(["s3:small-000"]), report(["s3:big-000"])
+    assert small == big and small["GetObject"] > 0, (small, big)
+    everything = report(sorted(f"s3:{n}-{i:03d}" for n, (_, count) in kinds.items() for i in range(count)))
+    assert everything == {op: 200 * n for op, n in small.items()}, everything

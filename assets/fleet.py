@@ -1,0 +1,238 @@
+"""The fleet view as an asset: the health of every checkpoint partition in one place.
+
+Not partitioned: one materialisation reads every partition head-first (the logs and what recovery
+reads, concurrently), and takes what only Dagster knows from its own records: the bytes the last
+cleanup plan of each checkpoint found, and when compaction and cleanup last ran and how.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+import pandas as pd
+
+from assets.checkpoints import FLEET_ASSET, GROUP
+from checkpoint.errors import CheckpointError
+from checkpoint.fleet import (
+    HEADROOM_WARN,
+    FleetRow,
+    attention_markdown,
+    chart_svg,
+    fleet_row,
+    headroom,
+    ranked,
+    totals,
+    unreadable_row,
+)
+from checkpoint.policy import POLICY
+from checkpoint.report import human_bytes
+from checkpoint.validate import Severity
+from orchestration.partitions import checkpoint_partitions
+from orchestration.resources import CheckpointRootsResource
+
+NO_ERRORS_CHECK = "fleet_no_errors"
+HEADROOM_CHECK = "fleet_lineage_headroom"
+_WORKERS = 16  # checkpoints read at once: object-store latency, not CPU, bounds a fleet's read
+_COLUMNS = [  # (name, Dagster column type) of the table shown in the UI
+    ("checkpoint", "string"), ("latest_batch", "int"), ("commit_age", "string"), ("live", "bool"),
+    ("errors", "string"), ("warnings", "string"), ("max_chain", "int"), ("chain_store", "string"),
+    ("header_of_cap", "float"), ("reclaimable", "string"), ("last_compaction", "string"),
+    ("last_cleanup", "string"),
+]  # fmt: skip
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+class _History:
+    """What this Dagster instance recorded about one checkpoint's maintenance."""
+
+    def __init__(self, instance: dg.DagsterInstance):
+        self.instance = instance
+
+    def _latest(self, asset: str, key: str):
+        found = self.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=1
+        ).records
+        return found[0] if found else None
+
+    def _failed_since(self, jobs: tuple[str, ...], key: str, since: float) -> float | None:
+        runs = self.instance.get_run_records(
+            dg.RunsFilter(tags={"dagster/partition": key}, statuses=[dg.DagsterRunStatus.FAILURE]), limit=20
+        )
+        times = [r.end_time for r in runs if r.dagster_run.job_name in jobs and (r.end_time or 0) > since]
+        return max(times, default=None)
+
+    def known(self, key: str) -> dict:
+        plan = self._latest("checkpoint_orphan_plan", key)
+        compaction = self._latest("checkpoint_compaction", key)
+        cleanup = self._latest("checkpoint_orphan_cleanup", key)
+        reclaimable = _int(plan, "bytes")
+        if reclaimable is not None and cleanup is not None and cleanup.timestamp >= plan.timestamp:
+            # the plan's bytes, less what a cleanup applied after it deleted: what is left to reclaim
+            deleted = _int_of(cleanup.asset_materialization.metadata, "deleted_bytes")
+            reclaimable = max(0, reclaimable - deleted)
+        return {
+            "reclaimable_bytes": reclaimable,
+            "last_compaction": self._describe(
+                compaction, ("compact_checkpoints", "checkpoint_maintenance"), key,
+                lambda m: f"{_int_of(m, 'stores_compacted')} stores compacted",
+            ),
+            "last_cleanup": self._describe(
+                cleanup, ("cleanup_checkpoints", "checkpoint_maintenance"), key,
+                lambda m: (f"deleted {_int_of(m, 'deleted_files')} files" if _value(m, "applied")
+                           else "dry run"),
+            ),
+        }  # fmt: skip
+
+    def _describe(self, record, jobs: tuple[str, ...], key: str, what) -> str | None:
+        since = record.timestamp if record else 0.0
+        failed = self._failed_since(jobs, key, since)
+        if failed is not None:
+            return f"{_when(failed)}: FAILED"
+        if record is None:
+            return None
+        return f"{_when(record.timestamp)}: {what(record.asset_materialization.metadata)}"
+
+
+def _value(metadata: dict, name: str):
+    entry = metadata.get(name)
+    return getattr(entry, "value", None)
+
+
+def _int_of(metadata: dict, name: str) -> int:
+    return int(_value(metadata, name) or 0)
+
+
+def _int(record, name: str) -> int | None:
+    if record is None:
+        return None
+    value = _value(record.asset_materialization.metadata, name)
+    return None if value is None else int(value)
+
+
+def _row(roots: CheckpointRootsResource, key: str, known: dict) -> FleetRow:
+    try:
+        return fleet_row(key, roots.load(key), roots.policy(), **known)
+    except CheckpointError as exc:  # one unreadable checkpoint is a row, never a failed report
+        return unreadable_row(key, roots.url_of(key), str(exc), **known)
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
+    records = [
+        dg.TableRecord(
+            {
+                "checkpoint": r.key,
+                "latest_batch": -1 if r.latest_committed_batch is None else r.latest_committed_batch,
+                "commit_age": _age(r.last_commit_age_seconds),
+                "live": r.live,
+                "errors": ", ".join(r.errors) or "-",
+                "warnings": ", ".join(r.warnings) or "-",
+                "max_chain": r.max_chain_length,
+                "chain_store": r.max_chain_store or "-",
+                "header_of_cap": round(r.max_lineage_header_fraction, 3),
+                "reclaimable": "unknown" if r.reclaimable_bytes is None else human_bytes(r.reclaimable_bytes),
+                "last_compaction": r.last_compaction or "never",
+                "last_cleanup": r.last_cleanup or "never",
+            }
+        )  # fmt: skip
+        for r in rows
+    ]
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in _COLUMNS])
+    return dg.MetadataValue.table(records, schema=schema)
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"pandas"},
+    check_specs=[
+        dg.AssetCheckSpec(NO_ERRORS_CHECK, asset=FLEET_ASSET, description="No checkpoint has error findings"),
+        dg.AssetCheckSpec(
+            HEADROOM_CHECK, asset=FLEET_ASSET,
+            description=f"Every lineage header below {HEADROOM_WARN:.0%} of the cap (WARN) and "
+                        f"{POLICY.header_cap_ratio:.0%} (ERROR)",
+        ),
+    ],
+)  # fmt: skip
+def checkpoint_fleet_report(
+    context: dg.AssetExecutionContext, roots: CheckpointRootsResource
+) -> Iterator[dg.Output | dg.AssetCheckResult]:
+    """One row per checkpoint: latest batch and its age, live or stopped, findings, the longest replay
+    chain, lineage-header headroom, reclaimable bytes, and the last compaction and cleanup."""
+    keys = sorted(context.instance.get_dynamic_partitions(checkpoint_partitions.name))
+    history = _History(context.instance)
+    known = {key: history.known(key) for key in keys}
+    with ThreadPoolExecutor(_WORKERS) as pool:
+        rows = ranked(list(pool.map(lambda k: _row(roots, k, known[k]), keys)), roots.policy())
+    context.log.info(f"read {len(rows)} checkpoints head-first")
+    fleet = totals(rows)
+    chart = _write_chart(context, rows, roots)
+    yield dg.Output(
+        pd.DataFrame([r.as_dict() for r in rows]),
+        metadata={
+            "checkpoints": fleet.checkpoints,
+            "unhealthy_checkpoints": fleet.unhealthy,
+            "longest_chain": fleet.longest_chain,
+            "reclaimable_bytes": fleet.reclaimable_bytes,
+            "worst_header_fraction": round(fleet.worst_header_fraction, 4),
+            "fleet": _table(rows),
+            "needs_attention": dg.MetadataValue.md(attention_markdown(rows, roots.policy())),
+            "chart": dg.MetadataValue.path(str(chart)),
+        },
+    )
+    unhealthy = [r for r in rows if r.errors]
+    yield dg.AssetCheckResult(
+        check_name=NO_ERRORS_CHECK,
+        passed=not unhealthy,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "unhealthy": len(unhealthy),
+            "checkpoints": dg.MetadataValue.md(
+                "\n".join(f"- `{r.key}`: {', '.join(r.errors)}" for r in unhealthy[:50]) or "none"
+            ),
+        },
+    )
+    worst = max(rows, key=lambda r: r.max_lineage_header_fraction, default=None)
+    fraction = worst.max_lineage_header_fraction if worst else 0.0
+    level = headroom(fraction, roots.policy())
+    yield dg.AssetCheckResult(
+        check_name=HEADROOM_CHECK,
+        passed=level is None,
+        severity=dg.AssetCheckSeverity.ERROR if level == Severity.ERROR else dg.AssetCheckSeverity.WARN,
+        metadata={"worst_fraction": round(fraction, 4), "checkpoint": worst.key if worst else "none"},
+    )
+
+
+def _write_chart(context: dg.AssetExecutionContext, rows: list[FleetRow], roots) -> Path:
+    """The SVG beside the instance's other files: one per run, and `latest.svg` for a bookmark."""
+    folder = Path(context.instance.storage_directory()) / "fleet"
+    folder.mkdir(parents=True, exist_ok=True)
+    svg = chart_svg(rows, roots.policy())
+    (folder / "latest.svg").write_text(svg)
+    path = folder / f"{context.run.run_id}.svg"
+    path.write_text(svg)
+    return path
+
+
+fleet_job = dg.define_asset_job(
+    "checkpoint_fleet",
+    selection=dg.AssetSelection.assets(FLEET_ASSET),
+    description="Read-only: the fleet report over every checkpoint partition. Changes nothing.",
+)

@@ -1,0 +1,147 @@
+"""The fleet view over real checkpoints: one row per checkpoint, as `ckpt lineage`, `ckpt validate`
+and `ckpt gc` see each one; the Dagster report, its history columns and its checks' severities."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
+from assets.cleanup import checkpoint_orphan_cleanup, checkpoint_orphan_plan
+from assets.fleet import HEADROOM_CHECK, NO_ERRORS_CHECK, checkpoint_fleet_report
+from checkpoint.changelog import LINEAGE_HEADER_CAP
+from checkpoint.fleet import headroom
+from checkpoint.validate import Severity
+from jobs.demo import date_back
+from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+from tests.support import damage
+
+CKPT = str(Path(sys.executable).parent / "ckpt")
+NEAR, OVER = 45_000, 56_000  # lineage header bytes: 69 % and 85 % of the cap
+
+
+def _copy(corpus, name: str, dest: Path, edit=None) -> None:
+    shutil.copytree(corpus[name], dest)
+    if edit is not None:
+        edit(dest)
+
+
+def _committed(path: Path) -> Path:
+    return path / damage.lineage_of(path).committed_file.rel
+
+
+@pytest.fixture(scope="module")
+def fleet_root(corpus, tmp_path_factory) -> Path:
+    """Healthy with a long chain, orphans to reclaim, a broken chain, headers at 69 % and 85 % of
+    the cap; all stopped, dated past the grace period."""
+    root = tmp_path_factory.mktemp("fleet") / "root"
+    _copy(corpus, "long_chain", root / "chain")
+    _copy(corpus, "two_actions", root / "orders")
+    _copy(corpus, "long_chain", root / "teams" / "broken",
+          lambda p: damage.remove(p / damage.lineage_of(p).chain[9].rel))  # fmt: skip
+    _copy(
+        corpus, "long_chain", root / "teams" / "near-cap", lambda p: damage.pad_lineage(_committed(p), NEAR)
+    )
+    _copy(corpus, "long_chain", root / "teams" / "at-cap", lambda p: damage.pad_lineage(_committed(p), OVER))
+    date_back(root, 8 * 3600)
+    return root
+
+
+def _json(*args: str) -> tuple[int, dict]:
+    out = subprocess.run([CKPT, *args, "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode in (0, 1, 2), out.stderr
+    return out.returncode, json.loads(out.stdout) if out.returncode != 2 else {}
+
+
+def test_ckpt_fleet_agrees_with_lineage_validate_and_gc(fleet_root, tmp_path) -> None:
+    code, doc = _json("fleet", str(fleet_root))
+    assert code == 1  # some checkpoint has errors
+    rows = {Path(r["url"]).relative_to(fleet_root).as_posix(): r for r in doc["checkpoints"]}
+    assert list(rows) == ["teams/at-cap", "teams/broken", "teams/near-cap", "chain", "orders"]  # by urgency
+    for rel, row in rows.items():
+        path = str(fleet_root / rel)
+        _, lineage = _json("lineage", path)
+        assert row["max_chain_length"] == max(s["chain_length"] for s in lineage["stores"]), rel
+        header = max(s["lineage_header_bytes"] for s in lineage["stores"]) / LINEAGE_HEADER_CAP
+        assert row["max_lineage_header_fraction"] == round(header, 4), rel
+        _, validation = _json("validate", path)
+        for severity, field in (("error", "errors"), ("warning", "warnings")):
+            codes = sorted({f["code"] for f in validation["findings"] if f["severity"] == severity})
+            assert row[field] == codes, (rel, field)
+        gc_code, gc = _json("gc", path, "--audit", str(tmp_path / "audit"))
+        assert row["reclaimable_bytes"] == (gc["plan"]["bytes"] if gc_code == 0 else None), rel
+        assert row["live"] is False and row["latest_committed_batch"] is not None
+    assert rows["orders"]["reclaimable_bytes"] > 0
+    assert "REPLAY_CHAIN_BROKEN" in rows["teams/broken"]["errors"]
+    assert rows["teams/at-cap"]["errors"] == ["LINEAGE_HEADER_NEAR_CAP"]
+
+
+def test_headroom_severity_follows_the_policy() -> None:
+    assert [headroom(f) for f in (0.1, 0.59, 0.6, 0.79, 0.8, 1.0)] == [
+        None, None, Severity.WARNING, Severity.WARNING, Severity.ERROR, Severity.ERROR
+    ]  # fmt: skip
+
+
+def _report(root: Path, before=None):
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(root))])
+    keys = sorted(roots.discover("f"))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", keys)
+        if before is not None:
+            before(instance, roots)
+        result = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
+        assert result.success
+        (mat,) = result.asset_materializations_for_node("checkpoint_fleet_report")
+        meta = {k: v.value for k, v in mat.metadata.items()}
+        meta["chart"] = Path(meta["chart"]).read_text()  # the instance's folder goes with it
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    return keys, meta, checks
+
+
+def test_the_fleet_report_reads_every_partition_and_dagster_history(fleet_root) -> None:
+    def plan_orders(instance, roots):  # a maintenance pass's dry run leaves a plan and a cleanup
+        cleanup = [
+            checkpoint_inventory,
+            checkpoint_lineage_report,
+            checkpoint_orphan_plan,
+            checkpoint_orphan_cleanup,
+        ]
+        assert dg.materialize(
+            cleanup, partition_key="f:orders", instance=instance, resources={"roots": roots}
+        ).success
+
+    keys, meta, checks = _report(fleet_root, plan_orders)
+    table = {r.data["checkpoint"]: r.data for r in meta["fleet"].records}
+    assert sorted(table) == keys and meta["checkpoints"] == 5
+    assert [r.data["checkpoint"] for r in meta["fleet"].records][:2] == ["f:teams/at-cap", "f:teams/broken"]
+    assert meta["unhealthy_checkpoints"] == 2 and meta["longest_chain"] == 32
+    orders = table["f:orders"]
+    assert orders["reclaimable"] != "unknown" and orders["last_cleanup"].endswith(": dry run")
+    assert meta["reclaimable_bytes"] > 0  # only orders has a plan: the others are unknown, not zero
+    assert table["f:chain"]["reclaimable"] == "unknown" and table["f:chain"]["last_compaction"] == "never"
+    assert "f:teams/at-cap" in meta["needs_attention"] and "ckpt compact" in meta["needs_attention"]
+    assert meta["chart"].startswith("<svg") and "teams/at-cap" in meta["chart"]
+    assert (
+        not checks[NO_ERRORS_CHECK].passed and checks[NO_ERRORS_CHECK].severity == dg.AssetCheckSeverity.ERROR
+    )
+    assert (
+        not checks[HEADROOM_CHECK].passed and checks[HEADROOM_CHECK].severity == dg.AssetCheckSeverity.ERROR
+    )
+
+
+def test_the_fleet_checks_pass_or_warn_at_the_right_level(fleet_root, tmp_path) -> None:
+    healthy = tmp_path / "healthy"
+    shutil.copytree(fleet_root / "chain", healthy / "chain")
+    _, _, checks = _report(healthy)
+    assert checks[NO_ERRORS_CHECK].passed and checks[HEADROOM_CHECK].passed
+    shutil.copytree(fleet_root / "teams" / "near-cap", healthy / "near-cap")
+    _, meta, checks = _report(healthy)
+    assert checks[NO_ERRORS_CHECK].passed
+    assert not checks[HEADROOM_CHECK].passed and checks[HEADROOM_CHECK].severity == dg.AssetCheckSeverity.WARN
+    assert meta["worst_header_fraction"] == pytest.approx(NEAR / LINEAGE_HEADER_CAP, abs=1e-3)
