@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .changelog import LINEAGE_HEADER_CAP
+from .layout import FileKind
 from .model import Checkpoint
 from .policy import POLICY, Policy
 from .report import human_bytes
@@ -72,7 +73,7 @@ def fleet_row(
         sev: tuple(sorted({f.code for f in validation.findings if f.severity == sev})) for sev in Severity
     }
     longest = max(validation.lineage, key=lambda e: e.chain_length, default=None)
-    commits = [f.info.mtime for f in ckpt.files if f.kind.value == "commit" and f.info.mtime is not None]
+    commits = [f.info.mtime for f in ckpt.files if f.kind == FileKind.COMMIT and f.info.mtime is not None]
     return FleetRow(
         key=key,
         url=ckpt.url,

@@ -31,7 +31,7 @@ class Policy:
     # copies of base files to local disk (chunk size x concurrent copies).
     rebuild_memtable_bytes: int = 64 << 20
     rebuild_block_cache_bytes: int = 32 << 20
-    copy_chunk_bytes: int = 8 << 20
+    copy_chunk_bytes: int = 4 << 20
     copy_workers: int = 4
 
 

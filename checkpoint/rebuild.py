@@ -61,6 +61,7 @@ _SPARK_OPTIONS = {
     "write_buffer_size": "67108864",
     "max_write_buffer_number": "2",
     "disable_auto_compactions": "false",
+    "cache_index_and_filter_blocks": "false",
 }
 _ZIP_ORDER = ("MANIFEST-", "CURRENT", ".log", "OPTIONS-")
 
@@ -79,6 +80,8 @@ def _bulk_options(policy: Policy, delimiter: bytes) -> dict[str, str]:
         "write_buffer_size": str(policy.rebuild_memtable_bytes),
         "max_write_buffer_number": "2",
         "disable_auto_compactions": "true",
+        # Index and bloom-filter blocks grow with the store: in the bounded block cache, not beside it.
+        "cache_index_and_filter_blocks": "true",
     }
 
 
@@ -130,6 +133,7 @@ def _new_db_options(policy: Policy):
     table.set_block_size(4096)
     table.set_bloom_filter(10, False)
     table.set_block_cache(rocksdict.Cache(policy.rebuild_block_cache_bytes))
+    table.set_cache_index_and_filter_blocks(True)  # as _bulk_options: the cache bounds them too
     opts.set_block_based_table_factory(table)
     opts.set_compression_type(rocksdict.DBCompressionType.lz4())
     opts.set_memtable_factory(rocksdict.MemtableFactory.vector())
@@ -396,7 +400,8 @@ def _fetch_base(
     against its `.crc` sidecar, each SST against the size the zip lists."""
     rel = entry.base.rel  # type: ignore[union-attr]
     db_dir, local_zip = tmp / "db", tmp / "base.zip"
-    read = ckpt.download_verified(rel, str(local_zip), chunk=policy.copy_chunk_bytes)
+    known = entry.base.info.size or None  # type: ignore[union-attr]  # spares a HEAD on object stores
+    read = ckpt.download_verified(rel, str(local_zip), known, policy.copy_chunk_bytes)
     try:
         with zipfile.ZipFile(local_zip) as zf:
             meta = parse_zip_metadata(zf.read("metadata"), ckpt.storage.full(rel))
@@ -408,7 +413,7 @@ def _fetch_base(
                 if name != "metadata":
                     with zf.open(info) as src, open(db_dir / name, "wb") as out:
                         shutil.copyfileobj(src, out, policy.copy_chunk_bytes)
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, KeyError) as exc:  # KeyError: no `metadata` entry
         raise RebuildError(f"unreadable base zip: {exc}", ckpt.storage.full(rel)) from exc
     finally:
         local_zip.unlink(missing_ok=True)
