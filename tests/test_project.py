@@ -61,10 +61,16 @@ def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
     assert "reclaimed: 16 files" in sections["killed/checkpoint_after_restart"]  # lost attempts
     assert re.search(r"reclaimed: [1-9]\d* files", sections["two_actions/checkpoint"])  # superseded files
     assert "dagster dev -w workspace.yaml" in out.stdout
+    # It ends with the fleet report over the seven, after the maintenance pass.
+    fleet = out.stdout.split("Fleet report", 1)[1]
+    assert re.search(r"7 checkpoints, \d+ with errors, longest replay chain \d+", fleet), fleet
+    assert "check fleet_no_errors:" in fleet and "checkpoint_fleet_report" in fleet
+    assert Path(re.search(r"chart: (\S+)", fleet).group(1)).read_text().startswith("<svg")
     # The runs were Dagster's, recorded in the instance the UI opens.
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs()
-        assert len(runs) == 7 and {r.job_name for r in runs} == {"checkpoint_maintenance"}
+        jobs = sorted(r.job_name for r in runs)
+        assert jobs == ["checkpoint_fleet"] + ["checkpoint_maintenance"] * 7
         assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
     chain = tmp_path / "demo" / "long_chain" / "checkpoint"
     newest = load_checkpoint(str(chain)).latest_committed_batch + 1  # the committed version
