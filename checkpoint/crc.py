@@ -37,5 +37,10 @@ def crc32c_signed(data: bytes) -> int:
     return signed(_crc32c.crc32c(data))
 
 
+def sidecar_agrees(sidecar: Sidecar, size: int, crc: int) -> bool:
+    """Whether a file of `size` bytes whose signed CRC32C is `crc` is what the sidecar recorded."""
+    return (sidecar.main_file_size, sidecar.value) == (size, crc)
+
+
 def sidecar_matches(sidecar: Sidecar, data: bytes) -> bool:
-    return sidecar.main_file_size == len(data) and sidecar.value == crc32c_signed(data)
+    return sidecar_agrees(sidecar, len(data), crc32c_signed(data))

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .changelog import LINEAGE_HEADER_CAP
-from .layout import FileKind
 from .model import Checkpoint
 from .policy import POLICY, Policy
 from .report import human_bytes
@@ -73,12 +72,12 @@ def fleet_row(
         sev: tuple(sorted({f.code for f in validation.findings if f.severity == sev})) for sev in Severity
     }
     longest = max(validation.lineage, key=lambda e: e.chain_length, default=None)
-    commits = [f.info.mtime for f in ckpt.files if f.kind == FileKind.COMMIT and f.info.mtime is not None]
+    last_commit = ckpt.last_commit_mtime
     return FleetRow(
         key=key,
         url=ckpt.url,
         latest_committed_batch=ckpt.latest_committed_batch,
-        last_commit_age_seconds=round(now - max(commits), 1) if commits else None,
+        last_commit_age_seconds=None if last_commit is None else round(now - last_commit, 1),
         live=ckpt.is_live(now, policy.quiet_seconds),
         errors=codes.get(Severity.ERROR, ()),
         warnings=codes.get(Severity.WARNING, ()),

@@ -28,7 +28,7 @@ from .changelog import (
     read_changelog_runs,
     read_header,
 )
-from .crc import crc32c_signed, parse_sidecar, sidecar_matches, signed
+from .crc import crc32c_signed, parse_sidecar, sidecar_agrees, sidecar_matches, signed
 from .errors import CheckpointError, CorruptFileError, NotACheckpointError
 from .layout import Classified, FileKind, classify
 from .logs import (
@@ -203,6 +203,12 @@ class Checkpoint:
             return None
         return ids[index] if index < len(ids) else None
 
+    @property
+    def last_commit_mtime(self) -> float | None:
+        """When the newest dated commit file was written; None when no commit has a date."""
+        times = [f.info.mtime for f in self.files if f.kind == FileKind.COMMIT]
+        return max((t for t in times if t is not None), default=None)
+
     def is_live(self, now: float, quiet_seconds: float = POLICY.quiet_seconds) -> bool:
         """An unfinished batch, or a commit or offset written within the quiet period (or undated)."""
         if (self.latest_planned_batch or -1) > (self.latest_committed_batch or -1):
@@ -280,8 +286,7 @@ class Checkpoint:
         raw = self.storage.read_if_exists(f"{rel}.crc")
         if raw is None:
             return
-        sidecar = parse_sidecar(raw, self.storage.full(f"{rel}.crc"))
-        if (sidecar.main_file_size, sidecar.value) != (size, crc):
+        if not sidecar_agrees(parse_sidecar(raw, self.storage.full(f"{rel}.crc")), size, crc):
             raise CorruptFileError(
                 f"the bytes ({size}) do not match the .crc sidecar (CRC32C and size): Spark refuses "
                 "this file, and nothing may be built on it",

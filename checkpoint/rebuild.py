@@ -468,8 +468,9 @@ def _verify(
         db.close()
     if differ:
         raise refuse(f"the rebuilt store differs from an independent replay in {differ} keys")
+    base_ssts = base.ssts if base else {}
     # The keys the chain never touched are the base's: its SSTs are all still live, byte for byte...
-    for name, crc in (base.ssts if base else {}).items():
+    for name, crc in base_ssts.items():
         path = checkpoint_dir / name
         if name not in live or not path.exists():
             raise refuse(f"base SST {name} is no longer part of the store (compacted during the rebuild)")
@@ -480,7 +481,7 @@ def _verify(
         if value != crc:
             raise refuse(f"base SST {name} changed during the rebuild")
     # ...and the new SSTs hold one entry per key the chain changes, and nothing else.
-    entries = sum(f["num_entries"] for n, f in live.items() if n not in (base.ssts if base else {}))
+    entries = sum(f["num_entries"] for n, f in live.items() if n not in base_ssts)
     # without a base every key the store ends with is a change
     changes = sum(1 for k in touched if expected.get(k) != before.get(k)) if before else len(expected)
     if entries != changes:

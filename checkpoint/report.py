@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
-from .layout import FileKind
 from .lineage import StoreLineage
 from .model import Checkpoint
 from .validate import Validation
@@ -43,10 +42,7 @@ def inventory(ckpt: Checkpoint) -> dict[str, Any]:
         entry = by_kind.setdefault(f.kind.value, {"count": 0, "bytes": 0})
         entry["count"] += 1
         entry["bytes"] += f.info.size
-    commit_times = [
-        f.info.mtime for f in ckpt.files if f.kind == FileKind.COMMIT and f.info.mtime is not None
-    ]
-    last_commit = max(commit_times, default=None)
+    last_commit = ckpt.last_commit_mtime
     return {
         **_identity(ckpt),
         "last_commit_time": (
