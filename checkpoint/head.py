@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .errors import CheckpointError, NotACheckpointError
-from .layout import BATCH_FILE, classify
+from .layout import BATCH_FILE, FORK_COMPLETE, FORK_STARTED, classify
 from .lineage import store_ids
 from .model import (
     SCOPE_RECOVERY,
@@ -105,7 +105,7 @@ def _log_files(storage: Storage) -> list[FileInfo]:
     top = storage.list_dir("")
     if not top.exists:
         raise NotACheckpointError("no such directory", storage.url)
-    files = [f for f in top.files if f.rel == "metadata"]
+    files = [f for f in top.files if f.rel in ("metadata", FORK_STARTED, FORK_COMPLETE)]
     for log_dir in ("offsets", "commits"):
         if log_dir in top.folders:
             files += storage.list_dir(log_dir).files

@@ -24,6 +24,7 @@ class FileKind(str, Enum):
     WAL_LOG = "wal_log"
     SPARK_CRC = "spark_crc"
     MAINT_TEMP = "maint_temp"  # this tool's own temp file while publishing a snapshot
+    FORK_MARKER = "fork_marker"  # this tool's record of a fork in progress, and its completion
     HADOOP_CRC = "hadoop_crc"
     UNKNOWN = "unknown"
 
@@ -39,6 +40,11 @@ SOURCE_LOG_FILE = re.compile(r"^\d+(?:\.compact)?$")
 
 # This tool's temp files while it publishes a snapshot: recognised, so a crash leaves a known orphan.
 MAINT_TEMP_PREFIX = ".ckpt-maint-"
+
+# A fork writes the first into its destination before anything else and the second after
+# everything else: the first without the second is an interrupted fork, which no query may start on.
+FORK_STARTED = "_ckpt_fork.json"
+FORK_COMPLETE = "_ckpt_fork.complete.json"
 
 # Folders inside a partition (or store) folder that are not store names.
 _RESERVED = {"SSTs", "logs", "_metadata"}
@@ -81,6 +87,8 @@ def classify(rel: str) -> Classified:
         return Classified(rel, FileKind.HADOOP_CRC, main=f"{folder}/{main}" if folder else main)
     if rel == "metadata":
         return Classified(rel, FileKind.QUERY_METADATA)
+    if rel in (FORK_STARTED, FORK_COMPLETE):
+        return Classified(rel, FileKind.FORK_MARKER)
     if len(parts) == 2 and parts[0] in ("offsets", "commits") and BATCH_FILE.match(name):
         kind = FileKind.OFFSET if parts[0] == "offsets" else FileKind.COMMIT
         return Classified(rel, kind, batch=int(name))

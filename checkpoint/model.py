@@ -345,6 +345,11 @@ def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...], strict
     for f in files:
         by_kind[f.kind].append(f)
     if not by_kind[FileKind.QUERY_METADATA] and not by_kind[FileKind.OFFSET]:
+        if by_kind[FileKind.FORK_MARKER]:
+            raise NotACheckpointError(
+                "an interrupted fork, not a checkpoint yet: run the same `ckpt fork` again to finish it",
+                storage.url,
+            )
         raise NotACheckpointError(
             "not a streaming checkpoint (no 'metadata' file and no offsets/)", storage.url
         )

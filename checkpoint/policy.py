@@ -33,6 +33,9 @@ class Policy:
     rebuild_block_cache_bytes: int = 32 << 20
     copy_chunk_bytes: int = 4 << 20
     copy_workers: int = 4
+    # Files a fork copies at once: each a round trip on S3 (or a server-side copy), one copy chunk
+    # of memory when the bytes pass through.
+    fork_workers: int = 16
 
 
 POLICY = Policy()

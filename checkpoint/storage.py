@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 LIST_WORKERS = 8  # concurrent listings of one tree: S3 answers each prefix in parallel
 S3_MAX_ATTEMPTS = 10  # requests botocore sends for one call at most, the first included
 _PROGRESS_EVERY = 50_000  # files between progress lines of a long listing
+_COPY_OBJECT_MAX = 5 << 30  # S3 copies larger objects only in parts
 
 
 @dataclass(frozen=True)
@@ -461,6 +462,60 @@ class Storage:
         finally:
             os.unlink(temp)
 
+    def copy_to(self, rel: str, dest: Storage, dest_rel: str, size: int, temp_prefix: str) -> int | None:
+        """Copies one file to a new name in `dest` (another root, any backend) without overwriting;
+        returns the CRC32C of the bytes copied, or None when they never passed through here.
+
+        S3 to S3 through one filesystem (same endpoint and credentials): a server-side CopyObject,
+        no byte downloaded. Otherwise streamed through `download` (one chunk in memory, CRC32C
+        on the way): into a temp file beside the target that is then hard-linked into place on a
+        local `dest` (so a crash never leaves a partial file under the real name), or into a local
+        temp file that is uploaded whole to an object store.
+        """
+        if self.protocol == "s3" and dest.fs is self.fs:
+            self._copy_s3(rel, dest.full(dest_rel), size)
+            return None
+        if dest.is_local:
+            target = dest.full(dest_rel)
+            folder, name = os.path.split(target)
+            os.makedirs(folder, exist_ok=True)
+            if os.path.lexists(target):
+                raise FileExistsError(target)
+            temp = os.path.join(folder, f"{temp_prefix}{name}.{uuid.uuid4().hex}.tmp")
+            try:
+                _, crc = self.download(rel, temp, size)
+                dest.calls.add("write")
+                os.link(temp, target)  # fails if the target exists: no clobber
+            finally:
+                if os.path.exists(temp):
+                    os.unlink(temp)
+            return crc
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix=temp_prefix) as tmp:
+            local = os.path.join(tmp, "copy")
+            _, crc = self.download(rel, local, size)
+            dest.put_file(local, dest_rel)
+        return crc
+
+    def _copy_s3(self, rel: str, target: str, size: int) -> None:
+        self.calls.add("copy")
+        source = self.full(rel)
+        try:
+            if size < _COPY_OBJECT_MAX:
+                # One request: s3fs's copy() would HEAD the source first for a size we already know.
+                src_bucket, _, src_key = source.partition("/")
+                bucket, _, key = target.partition("/")
+                self.fs.call_s3(
+                    "copy_object", Bucket=bucket, Key=key, CopySource={"Bucket": src_bucket, "Key": src_key}
+                )
+            else:
+                self.fs.copy(source, target)  # multipart copy, still server-side
+        except FileNotFoundError as exc:
+            raise StorageError("file vanished while copying", source) from exc
+        except OSError as exc:
+            raise StorageError(f"server-side copy failed: {exc}", source) from exc
+
     def put_file(self, local_path: str, rel: str) -> None:
         """Uploads a local file under a new name, streamed from disk in chunks (multipart on S3)."""
         self._write_with(lambda target, path: self.fs.put_file(path, target), rel, local_path, "upload")
@@ -576,6 +631,14 @@ class Storage:
     @property
     def is_local(self) -> bool:
         return is_local(self.fs)
+
+    @property
+    def spark_url(self) -> str:
+        """The root as Spark qualifies it in the paths it records (operator metadata v2): `file:/...`
+        on local disk, `s3a://bucket/...` on S3 (Hadoop's connector), `<protocol>://...` elsewhere."""
+        if self.is_local:
+            return f"file:{self.root}"
+        return f"{'s3a' if self.protocol == 's3' else self.protocol}://{self.root}"
 
     def open(self, rel: str, block_size: int | None = None, size: int | None = None):
         """A buffered reader; `size` (known from the listing) spares object stores a HEAD request."""

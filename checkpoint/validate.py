@@ -15,7 +15,7 @@ from itertools import pairwise
 
 from .changelog import LINEAGE_HEADER_CAP
 from .errors import CheckpointError, UnknownFormatVersionError
-from .layout import FileKind
+from .layout import FORK_COMPLETE, FORK_STARTED, FileKind
 from .lineage import StoreLineage, checkpoint_lineage
 from .model import Checkpoint, CheckpointFile, StoreId
 from .policy import POLICY
@@ -51,6 +51,7 @@ def _codes(*codes: Code) -> dict[str, Code]:
 E, W = Severity.ERROR, Severity.WARNING
 LOG, LIN, SNAP = Category.COMMIT_LOG, Category.LINEAGE, Category.SNAPSHOT
 CODES = _codes(
+    Code("INCOMPLETE_FORK", E, LOG, "an interrupted fork: a query started here would lose state"),
     Code("UNREADABLE_LOG_FILE", E, LOG, "a commit, offset or metadata file cannot be parsed"),
     Code("UNKNOWN_FORMAT_VERSION", E, LOG, "a file declares a format version this release does not know"),
     Code("COMMIT_WITHOUT_OFFSETS", E, LOG, "a batch is committed but its offsets file is missing"),
@@ -131,6 +132,7 @@ def validate(
     """
     findings: list[Finding] = []
     if Category.COMMIT_LOG in categories:
+        findings += _fork_findings(ckpt)
         findings += _file_problems(ckpt)
         findings += _log_findings(ckpt)
     lineage: list[StoreLineage] = []
@@ -144,6 +146,17 @@ def validate(
             if options.deep:
                 findings += _deep_findings(ckpt, lineage)
     return Validation(tuple(findings), tuple(lineage))
+
+
+def _fork_findings(ckpt: Checkpoint) -> Iterable[Finding]:
+    markers = {f.rel for f in ckpt.files if f.kind == FileKind.FORK_MARKER}
+    if FORK_STARTED in markers and FORK_COMPLETE not in markers:
+        yield _finding(
+            "INCOMPLETE_FORK",
+            ckpt.storage.full(FORK_STARTED),
+            "this checkpoint is a fork that stopped part-way: run the same `ckpt fork` again to finish it "
+            "before any query starts here",
+        )
 
 
 def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:

@@ -1,9 +1,9 @@
 """`ckpt`: the maintenance operations for people outside Dagster.
 
-Exit codes: 0 success; 1 `validate`/`scan` found error findings, or `gc --apply`/`compact` failed on
-some file or store; 2 the checkpoint cannot be read, the cleanup or compaction was refused, or
-another action holds the checkpoint's maintenance lease (a one-line error on stderr naming it, no
-traceback).
+Exit codes: 0 success; 1 `validate`/`scan` found error findings, `gc --apply`/`compact` failed on
+some file or store, or a fork stopped part-way (run it again to finish); 2 the checkpoint cannot be
+read, the cleanup, compaction or fork was refused, or another action holds the checkpoint's
+maintenance lease (a one-line error on stderr naming it, no traceback).
 
 """
 
@@ -236,6 +236,45 @@ def _format_compact(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def _fork(args: argparse.Namespace) -> int:
+    from checkpoint.fork import ForkIncomplete, fork, refuse_overlap
+
+    src, dest = Storage(args.source), Storage(args.dest)
+    refuse_overlap(src, dest)
+    src_audit = AuditTrail(args.audit or AuditTrail.default_for(src.url))
+    dest_audit = AuditTrail(args.audit or AuditTrail.default_for(dest.url))
+    # SRC's lease keeps a cleanup from deleting what is being copied; DEST's keeps two forks apart.
+    with (
+        _leased(args, src, src_audit, "fork (source)") as held,
+        _leased(args, dest, dest_audit, "fork") as lease,
+    ):
+
+        def check() -> None:
+            held.check()
+            lease.check()
+
+        try:
+            result = fork(src, dest, args.batch, args.new_query_id, args.workers, check)
+        except ForkIncomplete as exc:
+            print(f"ckpt: fork incomplete: {exc}", file=sys.stderr)
+            return EXIT_FINDINGS
+    _emit(args, result.as_dict(), _format_fork)
+    return 0
+
+
+def _format_fork(doc: dict) -> str:
+    if doc["already_complete"]:
+        return (
+            f"{doc['dest']}: already a complete fork of {doc['source']} at batch {doc['batch']}; nothing done"
+        )
+    done = (f"forked {doc['source']} at batch {doc['batch']} -> {doc['dest']}: {doc['files']} files, "
+            f"{human_bytes(doc['bytes'])} (what recovery at batch {doc['batch']} reads)")  # fmt: skip
+    how = (f"this run wrote {doc['copied_files']} files ({human_bytes(doc['copied_bytes'])}), "
+           f"{doc['server_side_files']} copied server-side, {doc['resumed_files']} kept from an interrupted "
+           f"run, in {doc['seconds']} s and {doc['requests']} requests")  # fmt: skip
+    return "\n".join([done, how, f"query id: {doc['query_id']}"])
+
+
 def _duration(text: str) -> float:
     try:
         return parse_duration(text)
@@ -310,7 +349,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "_ckpt_audit beside the checkpoint, as for gc)")  # fmt: skip
     p.set_defaults(run=_compact)
 
-    for name in ("gc", "compact"):
+    p = sub.add_parser("fork", help="a new checkpoint holding exactly what recovery at a committed batch "
+                       "reads: relocate, roll back, or audit a copy")  # fmt: skip
+    p.add_argument("source", help=where)
+    p.add_argument("dest", help="an empty folder or URL (any fsspec URL; S3 to S3 copies server-side)")
+    p.add_argument("--batch", type=int, help="a committed batch (default: the latest committed)")
+    p.add_argument(
+        "--new-query-id",
+        action="store_true",
+        help="give the fork a query id of its own (sinks that remember batches: README)",
+    )
+    p.add_argument("--workers", type=int, default=POLICY.fork_workers, metavar="N",
+                   help=f"files copied at once (default {POLICY.fork_workers})")  # fmt: skip
+    p.add_argument("--audit", metavar="URL", help="where the maintenance leases are kept (default: "
+                   "_ckpt_audit beside each checkpoint, as for gc)")  # fmt: skip
+    p.set_defaults(run=_fork)
+
+    for name in ("gc", "compact", "fork"):
         sub.choices[name].add_argument(
             "--wait", type=_duration, default=0, metavar="DURATION",
             help="when another action holds the checkpoint's maintenance lease, wait this long for it "

@@ -273,15 +273,17 @@ class Scenario:
         self.run(spark, out, out / "checkpoint")
         return {"batches": self.batches}
 
-    def restart(self, spark, out: Path, checkpoint: Path, extra: Path) -> None:
+    def restart(self, spark, out: Path, checkpoint: Path, extra: Path, max_files: int = 100_000) -> None:
         """Runs the query again from `checkpoint` (a copy of one of `out`'s) with one more input file.
 
-        The original inputs stay untouched; the new file goes to `extra`, and all new input is read
-        in one batch. Two copies restarted with the same `extra` process the same input.
+        The original inputs stay untouched; the new file goes to `extra`. All new input is read in
+        one batch, or `max_files` per batch: 1 replays the original batches that a checkpoint rolled
+        back to an earlier batch has not seen, one by one as they first ran. Two copies restarted
+        with the same `extra` process the same input.
         """
         for sub, rows_for in self.inputs.items():
             write_inputs(extra / sub if sub else extra, 1, rows_for, start=self.batches)
-        self.run(spark, out, checkpoint, max_files=100_000, extra=extra)
+        self.run(spark, out, checkpoint, max_files=max_files, extra=extra)
 
 
 class KilledScenario(Scenario):

@@ -105,18 +105,33 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         action (a CLI run, another deployment) holds it, then retries the step, then fails naming
         the holder; without `retry`, raises LeaseHeld after the wait. Nothing is planned or
         written without it."""
-        lease = self.audit_trail(key).lease(
-            self.checkpoint_storage(key).url, f"dagster run {context.run.run_id} ({what})"
-        )
+        return self._take(context, self.audit_trail(key), self.checkpoint_storage(key).url, key, what, retry)
+
+    def take_lease_at(self, context: dg.OpExecutionContext, storage: Storage, what: str) -> Lease:
+        """`take_lease` for a checkpoint under no configured root (a fork's destination)."""
+        audit = AuditTrail(self.audit_url or AuditTrail.default_for(storage.url), self.audit_storage_options)
+        return self._take(context, audit, storage.url, storage.url, what, retry=True)
+
+    def _take(self, context, audit: AuditTrail, url: str, label: str, what: str, retry: bool) -> Lease:
+        lease = audit.lease(url, f"dagster run {context.run.run_id} ({what})")
         try:
             return lease.acquire(wait=parse_duration(self.lease_wait))
         except LeaseHeld as exc:
             if not retry:
                 raise
             if context.retry_number < self.lease_retries:
-                context.log.warning(f"{key}: {exc}; retrying in a minute")
+                context.log.warning(f"{label}: {exc}; retrying in a minute")
                 raise dg.RetryRequested(max_retries=self.lease_retries, seconds_to_wait=60) from exc
-            raise dg.Failure(description=f"{key}: {exc}") from exc
+            raise dg.Failure(description=f"{label}: {exc}") from exc
+
+    def key_of(self, url: str, storage_options: dict[str, Any] | None = None) -> str | None:
+        """The partition key of a checkpoint at `url` when it lies under a configured root, else None."""
+        where = Storage(url, storage_options)
+        for root in self.roots:
+            top = self.storage(root.name)
+            if where.protocol == top.protocol and where.root.startswith(top.root.rstrip("/") + "/"):
+                return partition_key(root.name, where.root[len(top.root.rstrip("/")) + 1 :])
+        return None
 
     def policy(self) -> Policy:
         """The shared defaults with this deployment's settings in place."""

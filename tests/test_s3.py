@@ -470,3 +470,60 @@ def test_the_fleet_report_sends_requests_per_checkpoint_not_per_file(s3) -> None
     assert small == big and small["GetObject"] > 0, (small, big)
     everything = report(sorted(f"s3:{n}-{i:03d}" for n, (_, count) in kinds.items() for i in range(count)))
     assert everything == {op: 200 * n for op, n in small.items()}, everything
+
+
+def test_a_fork_goes_local_to_s3_to_s3_and_back_and_restarts_like_the_original(
+    s3, spark, corpus, corpus_root, tmp_path
+) -> None:
+    """list_state: operator metadata v2 names its schema by absolute path, which each hop moves."""
+    from checkpoint.fork import fork
+    from jobs.corpus import scenario_named
+    from tests.support.state import restart_like_untouched
+
+    _, proxy, bucket = s3
+    options = _via_proxy(s3)
+    name = "list_state"
+    a, b = f"s3://{bucket}/forks/{name}-a", f"s3://{bucket}/forks/{name}-b"
+    to_s3 = fork(Storage(str(corpus[name])), Storage(a, options))
+    assert to_s3.server_side_files == 0 and to_s3.copied_files == to_s3.files
+    meta = _direct(s3).cat_file(f"{a[len('s3://') :]}/state/0/_metadata/v2/0").decode()
+    assert (
+        f'"s3a://{a[len("s3://") :]}/state/0/_stateSchema/default/' in meta and str(corpus[name]) not in meta
+    )
+
+    proxy.reset()
+    within = fork(Storage(a, options), Storage(b, options))
+    counts = proxy.counts()
+    written = {"metadata", "state/0/_metadata/v2/0"} | {r for r in _keys(s3, b) if r.endswith(".crc")}
+    assert within.server_side_files == within.files - len(written)  # all but what was rewritten or read
+    assert counts["CopyObject"] == within.server_side_files
+    assert not [r.path for r in proxy.requests if r.op == "GetObject" and r.path.endswith(".sst")]
+
+    back = tmp_path / "back" / name
+    home = fork(Storage(b, options), Storage(str(back)))
+    assert {str(p.relative_to(back)) for p in back.rglob("*") if p.is_file()} == set(_keys(s3, a))
+    assert home.files == to_s3.files == within.files
+    assert f"file:{back}/state/0/_stateSchema/" in (back / "state/0/_metadata/v2/0").read_text()
+    untouched = tmp_path / "untouched" / name
+    shutil.copytree(corpus[name], untouched)
+    scenario = scenario_named(name)
+    restart_like_untouched(spark, scenario, corpus_root / name, back, untouched, tmp_path / "more-input")
+
+
+def _keys(s3, url: str) -> list[str]:
+    root = url[len("s3://") :]
+    return [k[len(root) + 1 :] for k in _direct(s3).find(root)]
+
+
+def test_a_fork_reads_what_recovery_reads_not_the_history(s3, s3_histories) -> None:
+    from checkpoint.fork import fork
+
+    _, proxy, bucket = s3
+    options = _via_proxy(s3)
+    counts, results = {}, {}
+    for name, url in s3_histories.items():
+        proxy.reset()
+        results[name] = fork(Storage(url, options), Storage(f"s3://{bucket}/history-forks/{name}", options))
+        counts[name] = proxy.counts()
+    assert counts["small"] == counts["big"] and counts["small"]["CopyObject"] > 0, counts
+    assert results["small"].files == results["big"].files

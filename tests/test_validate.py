@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint.layout import FORK_STARTED
 from checkpoint.model import load_checkpoint
 from checkpoint.validate import CODES, Severity, ValidationOptions, validate
 from tests.support import damage
@@ -79,6 +80,7 @@ def _no_base(path: Path) -> None:
 
 
 CASES = {
+    "INCOMPLETE_FORK": ("snapshots", False, lambda p: (p / FORK_STARTED).write_text('{"batch": 11}')),
     "COMMIT_WITHOUT_OFFSETS": ("snapshots", False, lambda p: (p / "offsets" / "0").unlink()),
     "OFFSET_LOG_GAP": ("snapshots", False, lambda p: (p / "offsets" / "5").unlink()),
     "COMMIT_LOG_GAP": ("snapshots", False, lambda p: _commits(p, 5).unlink()),

@@ -145,6 +145,8 @@ class S3Proxy:
                 parsed = urllib.parse.urlsplit(self.path)
                 query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
                 op = operation(self.command, parsed.path, query)
+                if op == "PutObject" and "x-amz-copy-source" in {k.lower() for k in self.headers}:
+                    op = "CopyObject"  # server-side: the bytes never pass the proxy
                 body = self._body() if self.command in ("PUT", "POST") else b""
                 with proxy.lock:
                     prefix = (query.get("prefix") or [""])[0]

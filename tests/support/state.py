@@ -39,14 +39,14 @@ def latest_state(spark, path: Path, scenario: str) -> list[str]:
 
 
 def restart_like_untouched(
-    spark, scenario, scenario_dir: Path, changed: Path, untouched: Path, extra: Path
+    spark, scenario, scenario_dir: Path, changed: Path, untouched: Path, extra: Path, max_files: int = 100_000
 ) -> int:
     """Restarts the real query on a changed checkpoint and on an untouched copy with the same new
     input; both must reach the same batch with the same state. Returns that batch."""
     from checkpoint.model import load_checkpoint
 
     for path in (changed, untouched):
-        scenario.restart(spark, scenario_dir, path, extra)
+        scenario.restart(spark, scenario_dir, path, extra, max_files)
     final = load_checkpoint(str(changed)).latest_committed_batch
     assert final == load_checkpoint(str(untouched)).latest_committed_batch
     assert read_state(spark, changed, final, scenario.name) == read_state(

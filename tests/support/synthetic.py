@@ -1,9 +1,10 @@
 """Synthetic checkpoints with a real store's naming, for scale only (benchmarks, request counts).
 
 V2 changelogs with lineage headers and zips with ids, a lost attempt every other version, SSTs
-shared between snapshots, Spark `.crc` sidecars and Hadoop hidden crcs, and `window` batches in the
-commit and offset logs. Changelogs hold no records: only the headers that lineage reads are real.
-Correctness is proved on the corpus of real checkpoints; these only make a checkpoint big.
+shared between snapshots, Spark `.crc` sidecars (right for the committed files) and Hadoop hidden
+crcs, and `window` batches in the commit and offset logs. Changelogs hold no records: only the
+headers that lineage reads are real. Correctness is proved on the corpus of real checkpoints; these
+only make a checkpoint big.
 
 Two checkpoints built with the same partitions and `versions` equal modulo `snapshot_every` hold
 the same replay chains at the latest batch and differ only in older history.
@@ -33,6 +34,15 @@ def uid(*parts: int) -> str:
 def _changelog(lineage: list[tuple[int, str]]) -> bytes:
     text = json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage], separators=(",", ":"))
     return frame(java_utf("v3") + java_utf(text) + b"\xff\xff\xff\xff")
+
+
+def _sidecar(data: bytes) -> bytes:
+    """Spark's `.crc` of a file (checkpoint-format.md §6), right for its bytes."""
+    from checkpoint.crc import crc32c_signed
+
+    return json.dumps(
+        {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data)}
+    ).encode()
 
 
 def _zip(ssts: list[tuple[str, int]]) -> bytes:
@@ -71,7 +81,8 @@ def files(
             lineage = [(x, uid(p, x)) for x in range(max(1, last_zip), v)]
             # Only the changelogs the window's lineages read need real bytes.
             out[f"{d}/{v}_{u}.changelog"] = _changelog(lineage) if v > first else empty
-            for name in (f"{v}_{u}.changelog.crc", f".{v}_{u}.changelog.crc", f".{v}_{u}.changelog.crc.crc"):
+            out[f"{d}/{v}_{u}.changelog.crc"] = _sidecar(out[f"{d}/{v}_{u}.changelog"])
+            for name in (f".{v}_{u}.changelog.crc", f".{v}_{u}.changelog.crc.crc"):
                 out[f"{d}/{name}"] = empty
             if v % 2 == 0:  # a lost attempt every other version
                 a = uid(p, v, 1)
@@ -83,7 +94,7 @@ def files(
                 if last_zip:  # shares the previous snapshot's first SST, as RocksDB does
                     ssts.append((f"{last_zip:06d}-{uid(p, last_zip, 9)}.sst", 1))
                 out[f"{d}/{v}_{u}.zip"] = _zip(ssts)
-                out[f"{d}/{v}_{u}.zip.crc"] = empty
+                out[f"{d}/{v}_{u}.zip.crc"] = _sidecar(out[f"{d}/{v}_{u}.zip"])
                 for name, _ in ssts[:2]:
                     out[f"{d}/SSTs/{name}"] = b"x"
                     out[f"{d}/SSTs/.{name}.crc"] = empty

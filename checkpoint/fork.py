@@ -1,0 +1,574 @@
+"""Fork: a new checkpoint at DEST holding exactly what Spark's recovery at a committed batch reads.
+
+One operation serves three uses: relocate a query (another bucket, local to S3) without replaying
+it, roll it back to an earlier committed batch, and audit a production checkpoint on a copy. DEST
+receives, as of batch N:
+- the query `metadata` (a new id when asked), `offsets/` and `commits/` up to N, and every source
+  log file (`sources/<i>/<b>`, `.compact` included) up to N;
+- the operator metadata up to N, v2 files with each absolute path rewritten to DEST (Spark reads the
+  schema through them: a plain copy would keep reading SRC's), the schema files they name, and the
+  per-store schema files of partition 0;
+- per store, what loading version N+1 reads (checkpoint-format.md §7): the committed zip, or the
+  committed changelog with its replay chain, the base zip, and the SSTs (and archived logs) it
+  lists; with their Spark `.crc` sidecars.
+Nothing else: no later batch, no lost attempt, no history, no Hadoop `.crc` (Hadoop reads a file
+without one unchecked).
+
+Reading SRC costs what recovery at N costs (checkpoint.head) plus one shallow listing per source log.
+Writing is ordered so that an interrupted fork can never pass for a checkpoint: `_ckpt_fork.json`
+first, then the state and schema files, the offsets, the commits, the query `metadata`, and
+`_ckpt_fork.complete.json` last, after every file was checked against the plan (size, and CRC32C
+where Spark wrote a sidecar). Validation reports a DEST without the second marker as an
+INCOMPLETE_FORK, and running the same fork again finishes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from .crc import crc32c_signed, parse_sidecar, signed
+from .errors import CheckpointError, CorruptFileError, NotACheckpointError
+from .head import load_head, store_folder
+from .layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
+from .lineage import StoreLineage, checkpoint_lineage
+from .logs import parse_operator_metadata
+from .model import Checkpoint, StoreId
+from .policy import POLICY
+from .storage import FileInfo, Storage
+from .validate import Severity, validate
+
+log = logging.getLogger(__name__)
+_PROGRESS_EVERY = 500  # files between progress lines
+
+# The order of writes (see the module docstring): what a query starts from comes last.
+STEP_STATE, STEP_OFFSETS, STEP_COMMITS, STEP_QUERY = range(4)
+_STEP_NAMES = ("state, schema and source logs", "offsets", "commits", "query metadata")
+
+# A JSON string in operator metadata v2 naming a schema file: `"<root>/state/<op>/_stateSchema/..."`.
+_SCHEMA_PATH = re.compile(r'"([^"]*?)/(state/\d+/_stateSchema/[^"]+)"')
+
+
+class ForkRefused(CheckpointError):
+    """The fork was refused before anything was written."""
+
+
+class ForkIncomplete(CheckpointError):
+    """The fork stopped part-way: DEST is marked incomplete, and the same fork run again finishes it."""
+
+
+@dataclass(frozen=True)
+class ForkItem:
+    """One file of the fork. `data` is written as is (a rewritten file, or one already read while
+    planning); otherwise the file is copied from SRC. `crc` is the signed CRC32C its Spark sidecar
+    records, which the bytes must match."""
+
+    rel: str
+    size: int
+    step: int
+    data: bytes | None = None
+    crc: int | None = None
+    rewritten: bool = False
+
+
+@dataclass(frozen=True)
+class ForkSource:
+    """All of SRC the planner needs, read head-first."""
+
+    ckpt: Checkpoint  # the view as of the batch: no log file after it
+    batch: int
+    lineage: tuple[StoreLineage, ...]
+    small: dict[str, bytes]  # query metadata, operator metadata v2 and sidecars, read whole
+    source_logs: tuple[FileInfo, ...]
+    schemas: tuple[FileInfo, ...]  # named by operator metadata v2, and per store under partition 0
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    source: str
+    dest: str
+    batch: int
+    query_id: str
+    source_query_id: str | None
+    items: tuple[ForkItem, ...]
+
+    @property
+    def files(self) -> int:
+        return len(self.items)
+
+    @property
+    def bytes(self) -> int:
+        return sum(i.size for i in self.items)
+
+    def started_record(self) -> bytes:
+        return _record(source=self.source, batch=self.batch, query_id=self.query_id,
+                       new_query_id=self.query_id != self.source_query_id, files=self.files,
+                       bytes=self.bytes, started=time.time())  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ForkResult:
+    source: str
+    dest: str
+    batch: int
+    query_id: str
+    files: int  # what DEST holds: exactly what recovery at the batch reads
+    bytes: int
+    copied_files: int  # by this run (a resumed fork copies only what was missing)
+    copied_bytes: int
+    resumed_files: int  # already in DEST from an interrupted run, checked and kept
+    server_side_files: int  # copied by the object store itself, never downloaded
+    seconds: float
+    requests: int  # storage requests to SRC and DEST together
+    already_complete: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class DestState:
+    """What DEST holds before the fork writes: nothing, an interrupted fork, or a complete one."""
+
+    files: dict[str, FileInfo]
+    started: dict[str, Any] | None
+    complete: dict[str, Any] | None
+
+
+def _record(**fields: Any) -> bytes:
+    return json.dumps(fields, sort_keys=True).encode()
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading SRC
+
+
+def as_of(ckpt: Checkpoint, batch: int) -> Checkpoint:
+    """The checkpoint as it was right after `batch` committed, in what its logs say: no offset,
+    commit, or operator-metadata file of a later batch (what the fork will hold, validated as such)."""
+
+    def kept(rel: str) -> bool:
+        what = classify(rel)
+        logs = (FileKind.OFFSET, FileKind.COMMIT, FileKind.OPERATOR_METADATA, FileKind.SOURCE_LOG)
+        return what.kind not in logs or what.batch is None or what.batch <= batch
+
+    return dataclasses.replace(
+        ckpt,
+        files=tuple(f for f in ckpt.files if kept(f.rel)),
+        batches={b: e for b, e in ckpt.batches.items() if b <= batch},
+        problems=tuple(p for p in ckpt.problems if kept(p.rel)),
+    )
+
+
+def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
+    """Reads what a fork of SRC at `batch` (default: the latest committed) needs, refusing with
+    ForkRefused when SRC cannot be forked there: format V1, a batch not in the commit log, state
+    files already pruned, or any error finding in SRC as of that batch."""
+    ckpt = load_head(storage, strict=False, batches=None if batch is None else [batch])
+    if ckpt.format_version != 2:
+        raise ForkRefused("format V1 checkpoints are not forked (their files carry no ids to name them by)",
+                          storage.url)  # fmt: skip
+    committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
+    if not committed:
+        raise ForkRefused("no committed batch to fork at", storage.url)
+    batch = committed[-1] if batch is None else batch
+    if batch not in committed:
+        raise ForkRefused(
+            f"batch {batch} is not in the commit log (it holds {_span(committed)})", storage.url
+        )
+    view = as_of(ckpt, batch)
+    _refuse_on_errors(view, batch)
+    lineage = tuple(checkpoint_lineage(view, batch))
+
+    wanted = ["metadata"]
+    for op in view.operators.values():
+        wanted += [f.rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA
+                   and f.what.operator == op.id and f.what.batch is not None]  # fmt: skip
+    chain_files = [f for e in lineage for f in _state_files(e)]
+    wanted += [f"{f.rel}.crc" for f in chain_files if f.kind in (FileKind.ZIP, FileKind.CHANGELOG)]
+    small = {rel: data for rel in wanted if (data := storage.read_if_exists(rel)) is not None}
+    named = sorted({rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA and f.rel in small
+                    for _, rel in schema_refs(small[f.rel], storage.full(f.rel))})  # fmt: skip
+    found = {rel: storage.stat(rel) for rel in named}
+    if missing := [rel for rel, info in found.items() if info is None]:
+        raise ForkRefused(
+            f"the schema file {missing[0]} that operator metadata names is not in the checkpoint", storage.url
+        )
+    partition_zero = [storage.stat(f"{store_folder(StoreId(op.id, 0, name))}/_metadata/schema")
+                      for op in view.operators.values() for name in op.store_names]  # fmt: skip
+    return ForkSource(
+        ckpt=view,
+        batch=batch,
+        lineage=lineage,
+        small=small,
+        source_logs=tuple(_source_logs(storage, batch)),
+        schemas=tuple(s for s in [*found.values(), *partition_zero] if s is not None),
+    )
+
+
+def _span(batches: list[int]) -> str:
+    return f"batches {batches[0]}..{batches[-1]}" if len(batches) > 1 else f"batch {batches[0]}"
+
+
+def _refuse_on_errors(view: Checkpoint, batch: int) -> None:
+    errors = [f for f in validate(view).findings if f.severity == Severity.ERROR]
+    if not errors:
+        return
+    codes = sorted({f.code for f in errors})
+    if codes == ["COMMITTED_FILE_MISSING"]:
+        raise ForkRefused(
+            f"the state files of batch {batch} are gone ({len(errors)} store(s) have neither changelog nor "
+            "zip of its committed id): Spark's retention pruned them, or they were deleted; "
+            "fork a later batch",
+            view.url,
+        )
+    first = errors[0]
+    raise ForkRefused(
+        f"{len(errors)} error finding(s) as of batch {batch} ({', '.join(codes)}); first: {first.path}: "
+        f"{first.message}",
+        view.url,
+    )
+
+
+def _state_files(entry: StoreLineage):
+    """The files loading one store reads: the committed zip alone, else base zip and chain."""
+    if entry.committed_file is not None and entry.committed_file.kind == FileKind.ZIP:
+        return (entry.committed_file,)
+    return ((entry.base,) if entry.base is not None else ()) + entry.chain
+
+
+def _source_logs(storage: Storage, batch: int) -> Iterable[FileInfo]:
+    for folder in storage.list_dir("sources").folders:
+        for f in storage.list_dir(folder).files:
+            what = classify(f.rel)
+            if what.kind == FileKind.SOURCE_LOG and what.batch is not None and what.batch <= batch:
+                yield f
+
+
+# ------------------------------------------------------------------------------------------------
+# Planning (pure)
+
+
+def schema_refs(raw: bytes, path: str) -> list[tuple[str, str]]:
+    """(root, path relative to the checkpoint) of every absolute schema path in operator metadata v2."""
+    refs = [(m.group(1), m.group(2)) for m in _SCHEMA_PATH.finditer(raw.decode("utf-8", "replace"))]
+    for _, rel in refs:
+        if ".." in rel.split("/"):
+            raise CorruptFileError(f"schema path {rel} leaves the checkpoint", path)
+    return refs
+
+
+def rewrite_schema_paths(raw: bytes, dest_spark_url: str, path: str) -> bytes:
+    """Operator metadata v2 with every absolute schema path moved under `dest_spark_url`. Refuses
+    when the file still names an old root afterwards (a path this rewrite does not know)."""
+    roots = {root for root, _ in schema_refs(raw, path)}
+    out = _SCHEMA_PATH.sub(lambda m: json.dumps(f"{dest_spark_url}/{m.group(2)}"), raw.decode("utf-8"))
+    stale = sorted(r for r in roots if r != dest_spark_url and f"{r}/" in out)
+    if stale:
+        raise ForkRefused(f"operator metadata still names {stale[0]} after its schema paths were moved", path)
+    meta = parse_operator_metadata(out.encode(), path)  # still a file Spark reads, naming only DEST
+    stray = [p for store in meta.stores for p in store.schema_paths if not p.startswith(f"{dest_spark_url}/")]
+    if stray:
+        raise ForkRefused(f"operator metadata names a schema outside the checkpoint: {stray[0]}", path)
+    return out.encode()
+
+
+def plan_fork(src: ForkSource, dest: Storage, query_id: str | None = None) -> ForkPlan:
+    """Every file DEST receives, in write order; `query_id` None keeps SRC's."""
+    ckpt, batch = src.ckpt, src.batch
+    items: list[ForkItem] = []
+
+    def add(f: FileInfo, step: int = STEP_STATE, data: bytes | None = None, **more: Any) -> None:
+        items.append(ForkItem(f.rel, len(data) if data is not None else f.size, step, data, **more))
+
+    for entry in src.lineage:
+        for f in _state_files(entry):
+            sidecar = src.small.get(f"{f.rel}.crc")
+            crc = parse_sidecar(sidecar, ckpt.storage.full(f"{f.rel}.crc")) if sidecar is not None else None
+            add(f.info, crc=None if crc is None else crc.value)
+            if sidecar is not None:
+                add(FileInfo(f"{f.rel}.crc", len(sidecar), None), data=sidecar)
+            if f.kind == FileKind.ZIP:
+                items.extend(_zip_members(ckpt, f, entry.store))
+    for f in ckpt.files:
+        if f.kind != FileKind.OPERATOR_METADATA:
+            continue
+        if f.what.batch is None:  # v1: no paths in it
+            add(f.info)
+            continue
+        data = rewrite_schema_paths(src.small[f.rel], dest.spark_url, ckpt.storage.full(f.rel))
+        add(f.info, data=data, rewritten=data != src.small[f.rel])
+    for f in (*src.schemas, *src.source_logs):
+        add(f)
+    for f in ckpt.files:
+        if (
+            f.kind in (FileKind.OFFSET, FileKind.COMMIT)
+            and f.what.batch is not None
+            and f.what.batch <= batch
+        ):
+            add(f.info, STEP_OFFSETS if f.kind == FileKind.OFFSET else STEP_COMMITS)
+    original = src.small.get("metadata")
+    if original is None or ckpt.query_id is None:
+        raise ForkRefused("the checkpoint has no readable query metadata file", ckpt.storage.full("metadata"))
+    new_id = query_id or ckpt.query_id
+    metadata = (
+        original if new_id == ckpt.query_id else json.dumps({"id": new_id}, separators=(",", ":")).encode()
+    )
+    add(FileInfo("metadata", len(original), None), STEP_QUERY, metadata, rewritten=metadata != original)
+    return ForkPlan(ckpt.url, dest.url, batch, new_id, ckpt.query_id, tuple(_unique(items)))
+
+
+def _zip_members(ckpt: Checkpoint, zf, sid: StoreId) -> list[ForkItem]:
+    """The SSTs and archived logs a zip lists, with the sizes its metadata records (what a load checks)."""
+    snap = ckpt.read_snapshot(zf)
+    folder = store_folder(sid)
+    members = [(f"{folder}/SSTs/{r.dfs_name}", r.size) for r in snap.metadata.sst_files]
+    members += [(f"{folder}/logs/{r.dfs_name}", r.size) for r in snap.metadata.log_files]
+    return [ForkItem(rel, size, STEP_STATE) for rel, size in members]
+
+
+def _unique(items: list[ForkItem]) -> list[ForkItem]:
+    # Zips of one store share SSTs; a rel appears once, in its first (earliest) step.
+    seen: set[str] = set()
+    out = []
+    for item in sorted(items, key=lambda i: i.step):
+        if item.rel not in seen:
+            seen.add(item.rel)
+            out.append(item)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# DEST
+
+
+def inspect_dest(dest: Storage) -> DestState:
+    """DEST's files (one listing: DEST is the fork's own size) and its fork markers, if any."""
+    try:
+        files = {f.rel: f for f in dest.list_files()}
+    except NotACheckpointError:  # nothing there yet
+        files = {}
+    markers = {}
+    for rel in (FORK_STARTED, FORK_COMPLETE):
+        if rel in files:
+            raw = dest.read_bytes(rel)
+            try:
+                markers[rel] = json.loads(raw)
+            except ValueError as exc:
+                raise ForkRefused(f"unreadable fork marker ({exc}): not a fork this tool can finish",
+                                  dest.full(rel)) from exc  # fmt: skip
+    return DestState(files, markers.get(FORK_STARTED), markers.get(FORK_COMPLETE))
+
+
+def refuse_overlap(src: Storage, dest: Storage) -> None:
+    """A destination inside the source (or around it) would copy into what it reads: refused before
+    anything, leases included, is written."""
+    a, b = src.root.rstrip("/") + "/", dest.root.rstrip("/") + "/"
+    if src.protocol == dest.protocol and (a.startswith(b) or b.startswith(a)):
+        raise ForkRefused(f"the destination and the source overlap ({src.url})", dest.url)
+
+
+def check_dest(state: DestState, source: str, batch: int | None, new_query_id: bool, dest: Storage) -> None:
+    """Refuses a DEST that is neither empty nor an interrupted (or complete) run of this same fork."""
+    if state.started is None:
+        if state.files:
+            first = sorted(state.files)[0]
+            raise ForkRefused(
+                f"the destination is not empty ({len(state.files)} files, e.g. {first})", dest.url
+            )
+        return
+    same = state.started.get("source") == source and bool(state.started.get("new_query_id")) == new_query_id
+    if not same or (batch is not None and state.started.get("batch") != batch):
+        raise ForkRefused(
+            f"the destination holds {'a' if state.complete else 'an interrupted'} fork of "
+            f"{state.started.get('source')} at batch {state.started.get('batch')} "
+            f"(new query id: {bool(state.started.get('new_query_id'))}): run that fork, or empty it",
+            dest.url,
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# Applying
+
+
+def apply_fork(
+    plan: ForkPlan,
+    src: Storage,
+    dest: Storage,
+    state: DestState,
+    workers: int = POLICY.fork_workers,
+    check: Callable[[], None] = lambda: None,
+    since: tuple[float, int] | None = None,
+) -> ForkResult:
+    """Writes the plan to DEST in its steps, resuming an interrupted run, then checks every file and
+    writes the completion marker. `check` runs before each step (the leases' `check`); `since` is
+    (monotonic time, requests so far) where the fork began, for its figures. Any failure raises
+    ForkIncomplete: DEST stays marked incomplete and the same fork run again finishes it."""
+    started, before = since or (time.monotonic(), src.calls.total() + dest.calls.total())
+    copied: list[ForkItem] = []
+    server_side: list[str] = []
+    crcs: dict[str, int] = {}
+    lock = threading.Lock()
+    present = {rel: f for rel, f in state.files.items() if not _temp(rel)}
+    try:
+        if state.started is None:
+            dest.write_if_absent(FORK_STARTED, plan.started_record(), MAINT_TEMP_PREFIX)
+        else:
+            _clear_temps(dest, state)
+        for item in plan.items:
+            have = present.get(item.rel)
+            if have is not None and have.size != item.size:
+                raise ForkIncomplete(
+                    f"{item.rel} holds {have.size} bytes where the fork writes {item.size}: not written by "
+                    "this fork; empty the destination and fork again",
+                    dest.url,
+                )
+        todo = [i for i in plan.items if i.rel not in present]
+
+        def write(item: ForkItem) -> None:
+            if item.data is not None:
+                dest.write_if_absent(item.rel, item.data, MAINT_TEMP_PREFIX)
+                crc = crc32c_signed(item.data)
+            else:
+                got = src.copy_to(item.rel, dest, item.rel, item.size, MAINT_TEMP_PREFIX)
+                crc = None if got is None else signed(got)
+                if crc is not None and item.crc is not None and crc != item.crc:
+                    _corrupt(dest, item)  # stops the fork in its first step, before any log is written
+            with lock:
+                copied.append(item)
+                if crc is None:
+                    server_side.append(item.rel)
+                else:
+                    crcs[item.rel] = crc
+                if len(copied) % _PROGRESS_EVERY == 0:
+                    log.info("%s: %d of %d files written", dest.url, len(copied), len(todo))
+
+        for step, name in enumerate(_STEP_NAMES):
+            check()
+            batch = [i for i in todo if i.step == step]
+            if batch:
+                log.info("%s: writing %s (%d files)", dest.url, name, len(batch))
+                with ThreadPoolExecutor(max(1, min(workers, len(batch)))) as pool:
+                    list(pool.map(write, batch))
+        check()
+        _verify(plan, dest, crcs)
+        result = ForkResult(
+            source=plan.source, dest=plan.dest, batch=plan.batch, query_id=plan.query_id,
+            files=plan.files, bytes=plan.bytes, copied_files=len(copied),
+            copied_bytes=sum(i.size for i in copied), resumed_files=plan.files - len(todo),
+            server_side_files=len(server_side), seconds=round(time.monotonic() - started, 3),
+            requests=src.calls.total() + dest.calls.total() - before,
+        )  # fmt: skip
+        dest.write_if_absent(
+            FORK_COMPLETE, _record(**result.as_dict(), finished=time.time()), MAINT_TEMP_PREFIX
+        )
+        result = dataclasses.replace(result, requests=src.calls.total() + dest.calls.total() - before)
+    except ForkIncomplete:
+        raise
+    except (CheckpointError, OSError) as exc:
+        raise ForkIncomplete(
+            f"the fork stopped after {len(copied)} of {plan.files} files ({exc}); the destination is marked "
+            "incomplete: run the same fork again to finish it",
+            dest.url,
+        ) from exc
+    log.info("%s: fork complete: %d files, %d bytes", dest.url, result.files, result.bytes)
+    return result
+
+
+def _temp(rel: str) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return name.startswith(MAINT_TEMP_PREFIX) and name.endswith(".tmp")
+
+
+def _clear_temps(dest: Storage, state: DestState) -> None:
+    """Removes the temp files a killed run left in DEST (only this tool names files so)."""
+    temps = [rel for rel in state.files if _temp(rel)]
+    for i in range(0, len(temps), 1000):
+        failed = dest.delete_batch(temps[i : i + 1000])
+        if failed:
+            rel, why = next(iter(failed.items()))
+            raise ForkIncomplete(f"cannot remove a leftover temp file {rel}: {why}", dest.url)
+
+
+def _verify(plan: ForkPlan, dest: Storage, crcs: dict[str, int]) -> None:
+    """DEST holds exactly the plan's files with the plan's sizes, and every file with a Spark
+    sidecar matches it; bytes that never passed through this process (server-side copies, files
+    of an interrupted run) are read back from DEST."""
+    found = {f.rel: f for f in dest.list_files()}
+    for item in plan.items:
+        have = found.get(item.rel)
+        if have is None:
+            raise ForkIncomplete(f"{item.rel} is missing after it was written", dest.url)
+        if have.size != item.size:
+            raise ForkIncomplete(f"{item.rel} holds {have.size} bytes, {item.size} expected", dest.url)
+    extra = sorted(set(found) - {i.rel for i in plan.items} - {FORK_STARTED})
+    if extra:
+        raise ForkIncomplete(
+            f"the destination holds {len(extra)} files the fork did not write, e.g. {extra[0]}", dest.url
+        )
+    for item in plan.items:
+        if item.crc is None:
+            continue
+        crc = crcs.get(item.rel)
+        if crc is None:
+            _, raw = dest.download(item.rel, os.devnull, item.size)
+            crc = signed(raw)
+        if crc != item.crc:
+            _corrupt(dest, item)
+
+
+def _corrupt(dest: Storage, item: ForkItem) -> None:
+    raise CorruptFileError(
+        "the bytes do not match the source's .crc sidecar (CRC32C and size): Spark would refuse this file",
+        dest.full(item.rel),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# The whole operation, for the CLI and Dagster
+
+
+def fork(
+    src: Storage,
+    dest: Storage,
+    batch: int | None = None,
+    new_query_id: bool = False,
+    workers: int = POLICY.fork_workers,
+    check: Callable[[], None] = lambda: None,
+) -> ForkResult:
+    """Forks SRC at `batch` (default: the latest committed) into DEST; see the module docstring.
+    The caller holds SRC's and DEST's maintenance leases and passes their `check`."""
+    since = (time.monotonic(), src.calls.total() + dest.calls.total())
+    refuse_overlap(src, dest)
+    state = inspect_dest(dest)
+    check_dest(state, src.url, batch, new_query_id, dest)
+    if state.complete is not None:
+        log.info(
+            "%s: already a complete fork of %s at batch %s", dest.url, src.url, state.complete.get("batch")
+        )
+        done = ForkResult(**{k: state.complete[k] for k in _RESULT_FIELDS})
+        return dataclasses.replace(
+            done, already_complete=True, copied_files=0, copied_bytes=0, seconds=0.0, requests=0
+        )
+    if state.started is not None:
+        batch = state.started["batch"]
+        log.info("%s: resuming an interrupted fork of %s at batch %d", dest.url, src.url, batch)
+    source = read_source(src, batch)
+    query_id = None
+    if new_query_id:
+        query_id = state.started["query_id"] if state.started is not None else str(uuid.uuid4())
+    plan = plan_fork(source, dest, query_id)
+    return apply_fork(plan, src, dest, state, workers, check, since)
+
+
+_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ForkResult) if f.name != "already_complete")

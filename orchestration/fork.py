@@ -1,0 +1,91 @@
+"""The `fork_checkpoint` job: a checkpoint forked at a committed batch, launched from the UI.
+
+The op only translates: configuration in, `checkpoint.fork.fork` under both maintenance leases,
+figures out as metadata. A destination under a configured root becomes a partition at once, so the
+audit and maintenance jobs see the fork without waiting for the discovery sensor.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from checkpoint.errors import CheckpointError
+from checkpoint.fork import fork, refuse_overlap
+from checkpoint.report import human_bytes
+from checkpoint.storage import Storage
+from orchestration.partitions import checkpoint_partitions
+from orchestration.resources import CheckpointRootsResource
+
+
+class ForkConfig(dg.Config):
+    source_partition: str = Field(
+        description="The checkpoint to fork: its partition key, e.g. prod:team-a/orders"
+    )
+    destination: str = Field(description="An empty folder or URL (file://, s3://, any fsspec URL)")
+    batch: int | None = Field(default=None, description="A committed batch; default: the latest committed")
+    new_query_id: bool = Field(
+        default=False, description="Give the fork a query id of its own (sinks that remember batches: README)"
+    )
+    destination_storage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec options for a destination under no configured root (under one: that root's)",
+    )
+
+
+@dg.op(name="fork")
+def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: CheckpointRootsResource):
+    """Copies what recovery at the batch reads into the destination, and nothing else."""
+    src = roots.checkpoint_storage(config.source_partition)
+    options = config.destination_storage_options
+    dest_key = roots.key_of(config.destination, options or None)
+    dest = roots.checkpoint_storage(dest_key) if dest_key else Storage(config.destination, options)
+    try:
+        refuse_overlap(src, dest)
+        with roots.take_lease(context, config.source_partition, "fork_checkpoint (source)") as held:
+            with (roots.take_lease(context, dest_key, "fork_checkpoint") if dest_key
+                  else roots.take_lease_at(context, dest, "fork_checkpoint")) as lease:  # fmt: skip
+
+                def check() -> None:
+                    held.check()
+                    lease.check()
+
+                result = fork(src, dest, config.batch, config.new_query_id, check=check)
+    except CheckpointError as exc:
+        raise dg.Failure(description=f"{config.source_partition} -> {dest.url}: {exc}") from exc
+    if dest_key:
+        context.instance.add_dynamic_partitions(checkpoint_partitions.name, [dest_key])
+    summary = (
+        f"{'Already complete: ' if result.already_complete else ''}{result.files} files, "
+        f"{human_bytes(result.bytes)}: what recovery at batch {result.batch} reads."
+    )
+    return dg.Output(
+        result.as_dict(),
+        metadata={
+            "source": src.url,
+            "destination": dest.url,
+            "batch": result.batch,
+            "query_id": result.query_id,
+            "files": result.files,
+            "bytes": result.bytes,
+            "copied_files": result.copied_files,
+            "copied_bytes": result.copied_bytes,
+            "server_side_files": result.server_side_files,
+            "resumed_files": result.resumed_files,
+            "seconds": result.seconds,
+            "requests": result.requests,
+            "partition": dest_key or "(under no configured root)",
+            "summary": dg.MetadataValue.md(summary),
+        },
+    )
+
+
+@dg.job(
+    name="fork_checkpoint",
+    description="Fork a checkpoint at a committed batch into an empty destination: relocate, roll back, "
+    "or audit a copy (launch from the Launchpad with the op's config)",
+    tags={"ckpt/kind": "fork"},
+)
+def fork_job():
+    fork_op()

@@ -1,0 +1,268 @@
+"""`ckpt fork`: a new checkpoint holding what recovery at a committed batch reads, and nothing else.
+
+Proof by the real queries: a fork at an earlier batch, with its source deleted, restarts, replays the
+batches after the fork point and ends in the state of an untouched copy that processed the same
+input (Spark's state data source, every store).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.fork import ForkIncomplete, ForkRefused, fork, rewrite_schema_paths
+from checkpoint.layout import FORK_COMPLETE, FORK_STARTED
+from checkpoint.model import load_checkpoint
+from checkpoint.storage import Storage
+from jobs.corpus import scenario_named
+from tests.support.recovery import recovery_files
+from tests.support.state import read_state, restart_like_untouched
+from tests.test_cli import CKPT, ckpt
+
+MARKERS = {FORK_STARTED, FORK_COMPLETE}
+
+
+def files_of(path: Path) -> set[str]:
+    return {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()}
+
+
+def ckpt_fork(audit: Path, *args: str) -> subprocess.CompletedProcess:
+    """`ckpt fork` with its leases kept under `audit`: never beside the shared corpus."""
+    return ckpt("fork", *args, "--audit", str(audit))
+
+
+def run_fork(audit: Path, *args: str) -> dict:
+    out = ckpt_fork(audit, *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+FORKED = {"snapshots": 6, "dedup_agg": 4, "join": 3, "join_cf": 3, "list_state": 3}
+
+
+@pytest.mark.parametrize("name", sorted(FORKED))
+def test_a_fork_at_an_earlier_batch_restarts_alone_like_the_original(
+    spark, corpus, corpus_root, tmp_path, name
+) -> None:
+    batch = FORKED[name]
+    src, untouched, dest = tmp_path / "src", tmp_path / "untouched", tmp_path / "dest"
+    shutil.copytree(corpus[name], src)
+    shutil.copytree(corpus[name], untouched)
+    new_id = name == "join_cf"  # one fork with an id of its own
+    doc = run_fork(
+        tmp_path / "audit",
+        str(src),
+        str(dest),
+        "--batch",
+        str(batch),
+        *(["--new-query-id"] if new_id else []),
+    )
+
+    expected = set(recovery_files(src, batch))
+    assert files_of(dest) == expected | MARKERS  # exactly what recovery reads, nothing else
+    assert (doc["files"], doc["batch"]) == (len(expected), batch)
+    assert doc["bytes"] == sum((dest / rel).stat().st_size for rel in expected)
+    source_id = load_checkpoint(str(src)).query_id
+    assert (load_checkpoint(str(dest)).query_id != source_id) == new_id == (doc["query_id"] != source_id)
+    for meta in dest.glob("state/*/_metadata/v2/*"):  # every schema path now names the fork
+        assert str(src) not in meta.read_text() and f"file:{dest}/state/" in meta.read_text()
+    assert ckpt("validate", str(dest)).returncode == 0
+    assert read_state(spark, dest, batch, name) == read_state(spark, src, batch, name)
+
+    shutil.rmtree(src)  # the fork needs nothing of its source
+    scenario = scenario_named(name)
+    final = restart_like_untouched(
+        spark, scenario, corpus_root / name, dest, untouched, tmp_path / "more-input", max_files=1
+    )
+    assert final == scenario.batches  # the batches after the fork point, one by one, then the new one
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["long_chain", "watermark", "retention", "task_retry", "two_actions", "zstd", "killed_after_restart"],
+)
+def test_a_fork_holds_exactly_what_recovery_reads(corpus, tmp_path, name) -> None:
+    ckpt_ = load_checkpoint(str(corpus[name]))
+    for batch in sorted(
+        {ckpt_.latest_committed_batch, max(b for b in ckpt_.batches if b <= 3 or name == "retention")}
+    ):
+        dest = tmp_path / f"at-{batch}"
+        result = fork(Storage(str(corpus[name])), Storage(str(dest)), batch)
+        assert files_of(dest) == recovery_files(corpus[name], batch).keys() | MARKERS, (name, batch)
+        assert result.copied_files == result.files and result.resumed_files == 0
+        assert load_checkpoint(str(dest)).latest_committed_batch == batch
+
+
+def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tmp_path) -> None:
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("someone's")
+    damaged = copy_of("long_chain")
+    chain = sorted((damaged / "state/0/0").glob("5_*.changelog"))[0]
+    chain.unlink()
+    cases = {
+        "not empty": ([str(corpus["snapshots"]), str(busy)], "the destination is not empty"),
+        "unknown batch": ([str(corpus["snapshots"]), str(tmp_path / "a"), "--batch", "99"],
+                          "batch 99 is not in the commit log (it holds batches 0..11)"),
+        "pruned": ([str(corpus["retention"]), str(tmp_path / "b"), "--batch", "12"],
+                   "the state files of batch 12 are gone"),
+        "format V1": ([str(corpus["format_v1"]), str(tmp_path / "c")],
+                      "format V1 checkpoints are not forked"),
+        "damaged": ([str(damaged), str(tmp_path / "d")], "REPLAY_CHAIN_BROKEN"),
+        "inside the source": ([str(damaged), str(damaged / "fork")],
+                              "the destination and the source overlap"),
+    }  # fmt: skip
+    for case, (args, message) in cases.items():
+        # The overlap case keeps the default audit trail, beside DEST: inside SRC, so refused first.
+        out = ckpt("fork", *args) if case == "inside the source" else ckpt_fork(tmp_path / "audit", *args)
+        assert out.returncode == 2, (case, out.stdout, out.stderr)
+        assert message in out.stderr and out.stderr.count("\n") == 1 and not out.stdout, (case, out.stderr)
+    assert files_of(busy) == {"notes.txt"}
+    assert not [p for p in tmp_path.iterdir() if p.name in "abcd"]  # refused before writing anything
+    assert not (damaged / "_ckpt_audit").exists()  # not even a lease
+
+
+def test_a_rerun_of_a_complete_fork_copies_nothing(corpus, tmp_path) -> None:
+    dest = tmp_path / "dest"
+    first = run_fork(tmp_path / "audit", str(corpus["join"]), str(dest))
+    again = run_fork(tmp_path / "audit", str(corpus["join"]), str(dest))
+    assert again["already_complete"] and again["copied_files"] == 0 and again["files"] == first["files"]
+    other = ckpt_fork(tmp_path / "audit", str(corpus["join"]), str(dest), "--new-query-id")
+    assert other.returncode == 2 and "holds a fork of" in other.stderr
+    # Killed between the query metadata and the completion marker: a checkpoint that validation flags.
+    (dest / FORK_COMPLETE).unlink()
+    validation = ckpt("validate", str(dest))
+    assert validation.returncode == 1 and "INCOMPLETE_FORK" in validation.stdout
+    again = run_fork(tmp_path / "audit", str(corpus["join"]), str(dest))
+    assert again["resumed_files"] == again["files"] and again["copied_files"] == 0
+    assert ckpt("validate", str(dest)).returncode == 0
+
+
+def test_a_file_that_fails_its_sidecar_stops_the_fork_incomplete(copy_of, tmp_path) -> None:
+    src = copy_of("long_chain")
+    changelog = sorted((src / "state/0/1").glob("7_*.changelog"))[0]
+    data = bytearray(changelog.read_bytes())
+    data[-3] ^= 0xFF  # same size, other bytes: only the CRC32C can tell
+    changelog.write_bytes(bytes(data))
+    dest = tmp_path / "dest"
+    out = ckpt_fork(tmp_path / "audit", str(src), str(dest))
+    assert out.returncode == 1 and ".crc sidecar" in out.stderr and "run the same fork again" in out.stderr
+    assert (dest / FORK_STARTED).exists() and not (dest / FORK_COMPLETE).exists()
+    validation = ckpt("validate", str(dest), "--json")
+    assert validation.returncode == 2 and "an interrupted fork" in validation.stderr
+    with pytest.raises(ForkIncomplete):  # and again: damage never completes a fork
+        fork(Storage(str(src)), Storage(str(dest)))
+
+
+_SLOW_FORK = """
+import sys, time
+from checkpoint.storage import Storage
+real = Storage.copy_to
+def slow(self, *args, **kwargs):
+    time.sleep(0.3)  # slow enough to be killed part-way
+    return real(self, *args, **kwargs)
+Storage.copy_to = slow
+from cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_fork_killed_part_way_is_marked_incomplete_and_a_rerun_finishes_it(
+    spark, corpus, corpus_root, tmp_path
+) -> None:
+    name = "snapshots"
+    src, untouched, dest = tmp_path / "src", tmp_path / "untouched", tmp_path / "dest"
+    shutil.copytree(corpus[name], src)
+    shutil.copytree(corpus[name], untouched)
+    args = ["fork", str(src), str(dest), "--batch", "7", "--workers", "1", "--lease-ttl", "2s"]
+    child = subprocess.Popen([sys.executable, "-c", _SLOW_FORK, *args], cwd=Path(__file__).parent.parent)
+    deadline = time.monotonic() + 60
+    while len(list(dest.rglob("*.sst"))) < 3:
+        assert child.poll() is None and time.monotonic() < deadline, "the fork ended before it was killed"
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    written = files_of(dest)
+    assert FORK_STARTED in written and FORK_COMPLETE not in written and "metadata" not in written
+    assert not [rel for rel in written if rel.startswith("commits/")]  # nothing a query would start from
+    validation = ckpt("validate", str(dest))
+    assert validation.returncode == 2 and "an interrupted fork, not a checkpoint yet" in validation.stderr
+    # A copy killed mid-file leaves a temp file of this tool's naming: the re-run removes it.
+    (dest / "state/0/0/.ckpt-maint-0.sst.0123abcd.tmp").write_bytes(b"partial")
+    time.sleep(2.5)  # the killed run's leases expire
+    out = subprocess.run(
+        [CKPT, *args[:3], "--batch", "7", "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["resumed_files"] >= 3 and doc["copied_files"] == doc["files"] - doc["resumed_files"]
+    assert files_of(dest) == recovery_files(src, 7).keys() | MARKERS
+    shutil.rmtree(src)
+    restart_like_untouched(
+        spark, scenario_named(name), corpus_root / name, dest, untouched, tmp_path / "more", max_files=1
+    )
+
+
+def test_schema_paths_move_and_anything_else_is_refused() -> None:
+    raw = (
+        b'v2\n{"operatorInfo":{"operatorId":0,"operatorName":"x"},"stateStoreInfo":[{"storeName":"default",'
+        b'"numColsPrefixKey":0,"numPartitions":2,"stateSchemaFilePaths":["file:/old/ck/state/0/_stateSchema/'
+        b'default/0_a8e166eb-7ac5-448d-8ff4-b59e471f1086"]}],"operatorPropertiesJson":"{}"}'
+    )
+    moved = rewrite_schema_paths(raw, "s3a://bucket/new", "meta")
+    assert b"file:/old/ck" not in moved and b'"s3a://bucket/new/state/0/_stateSchema/default/0_' in moved
+    assert moved.replace(b"s3a://bucket/new", b"file:/old/ck") == raw  # nothing else changed
+    elsewhere = raw.replace(b"file:/old/ck/state/0/_stateSchema", b"file:/elsewhere/schemas")
+    with pytest.raises(ForkRefused, match="names a schema outside the checkpoint"):
+        rewrite_schema_paths(elsewhere, "s3a://bucket/new", "meta")
+
+
+def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> None:
+    import dagster as dg
+
+    from orchestration.definitions import build_definitions
+    from orchestration.partitions import partition_key
+    from orchestration.resources import CheckpointRoot
+
+    root = tmp_path / "root"
+    shutil.copytree(corpus["dedup_agg"], root / "orders")
+    defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
+    job = defs.resolve_job_def("fork_checkpoint")
+
+    def launch(destination: Path, batch: int | None = 4) -> dg.ExecuteInProcessResult:
+        config = {"source_partition": partition_key("prod", "orders"), "destination": str(destination),
+                  "batch": batch, "new_query_id": True}  # fmt: skip
+        return job.execute_in_process(
+            run_config={"ops": {"fork": {"config": config}}}, instance=instance, raise_on_error=False
+        )
+
+    with dg.instance_for_test() as instance:
+        result = launch(root / "rollback" / "orders")
+        assert result.success
+        output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
+        meta = {k: v.value for k, v in output.event_specific_data.metadata.items()}
+        dest = root / "rollback" / "orders"
+        assert files_of(dest) == recovery_files(root / "orders", 4).keys() | MARKERS
+        assert (meta["files"], meta["batch"]) == (len(files_of(dest)) - len(MARKERS), 4)
+        assert meta["bytes"] == result.output_for_node("fork")["bytes"] > 0
+        assert meta["copied_files"] == meta["files"] and meta["requests"] > 0 and meta["seconds"] >= 0
+        assert meta["partition"] == partition_key("prod", "rollback/orders")
+        assert partition_key("prod", "rollback/orders") in instance.get_dynamic_partitions("checkpoints")
+        assert load_checkpoint(str(dest)).query_id != load_checkpoint(str(root / "orders")).query_id
+
+        outside = tmp_path / "elsewhere"
+        assert launch(outside, None).success and FORK_COMPLETE in files_of(outside)
+        assert len(instance.get_dynamic_partitions("checkpoints")) == 1  # under no root: no partition
+
+        refused = launch(root / "rollback" / "orders", batch=3)  # not empty: another fork is there
+        assert not refused.success
+        failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+        assert "holds a fork of" in str(failure.event_specific_data.error)
