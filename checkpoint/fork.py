@@ -39,7 +39,7 @@ from typing import Any
 
 from .crc import crc32c_signed, parse_sidecar, signed
 from .errors import CheckpointError, CorruptFileError, NotACheckpointError
-from .head import load_head, store_folder
+from .head import STORE_WORKERS, load_head, store_folder
 from .layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
 from .lineage import StoreLineage, checkpoint_lineage
 from .logs import parse_operator_metadata
@@ -190,29 +190,29 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
     _refuse_on_errors(view, batch)
     lineage = tuple(checkpoint_lineage(view, batch))
 
-    wanted = ["metadata"]
-    for op in view.operators.values():
-        wanted += [f.rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA
-                   and f.what.operator == op.id and f.what.batch is not None]  # fmt: skip
-    chain_files = [f for e in lineage for f in _state_files(e)]
-    wanted += [f"{f.rel}.crc" for f in chain_files if f.kind in (FileKind.ZIP, FileKind.CHANGELOG)]
-    small = {rel: data for rel in wanted if (data := storage.read_if_exists(rel)) is not None}
-    named = sorted({rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA and f.rel in small
-                    for _, rel in schema_refs(small[f.rel], storage.full(f.rel))})  # fmt: skip
-    found = {rel: storage.stat(rel) for rel in named}
-    if missing := [rel for rel, info in found.items() if info is None]:
+    # Operator metadata v2 (to rewrite) and every chain file's sidecar (to check the copy against):
+    # one GET each, a 404 for a file Spark wrote no sidecar for; side by side, as head-first reads.
+    v2 = [f.rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA and f.what.batch is not None]
+    chain = [f for e in lineage for f in _state_files(e) if f.kind in (FileKind.ZIP, FileKind.CHANGELOG)]
+    wanted = ["metadata", *v2, *(f"{f.rel}.crc" for f in chain)]
+    with ThreadPoolExecutor(STORE_WORKERS) as pool:
+        got = zip(wanted, pool.map(storage.read_if_exists, wanted), strict=True)
+        small = {rel: data for rel, data in got if data is not None}
+        named = sorted({rel for f in v2 if f in small for _, rel in schema_refs(small[f], storage.full(f))})
+        partition_zero = [f"{store_folder(StoreId(op.id, 0, name))}/_metadata/schema"
+                          for op in view.operators.values() for name in op.store_names]  # fmt: skip
+        found = dict(zip(named + partition_zero, pool.map(storage.stat, named + partition_zero), strict=True))
+    if missing := [rel for rel in named if found[rel] is None]:
         raise ForkRefused(
             f"the schema file {missing[0]} that operator metadata names is not in the checkpoint", storage.url
         )
-    partition_zero = [storage.stat(f"{store_folder(StoreId(op.id, 0, name))}/_metadata/schema")
-                      for op in view.operators.values() for name in op.store_names]  # fmt: skip
     return ForkSource(
         ckpt=view,
         batch=batch,
         lineage=lineage,
         small=small,
         source_logs=tuple(_source_logs(storage, batch)),
-        schemas=tuple(s for s in [*found.values(), *partition_zero] if s is not None),
+        schemas=tuple(info for info in found.values() if info is not None),
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import tempfile
 import threading
 import time
 import uuid
@@ -490,8 +491,6 @@ class Storage:
                 if os.path.exists(temp):
                     os.unlink(temp)
             return crc
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix=temp_prefix) as tmp:
             local = os.path.join(tmp, "copy")
             _, crc = self.download(rel, local, size)

@@ -152,12 +152,13 @@ def _backfill(dev, assets: list[str], partitions: list[str] | None = None) -> st
     return backfill
 
 
-def _launch(dev, job: str, partition: str | None, **tags: str) -> str:
+def _launch(dev, job: str, partition: str | None, run_config: dict | None = None, **tags: str) -> str:
     all_tags = [{"key": "dagster/partition", "value": partition}] if partition else []
     all_tags += [{"key": k, "value": v} for k, v in tags.items()]
     params = {
         "selector": {"repositoryLocationName": LOCATION, "repositoryName": "__repository__", "jobName": job},
         "executionMetadata": {"tags": all_tags},
+        **({"runConfigData": run_config} if run_config else {}),
     }
     out = dev.graphql(
         """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
@@ -284,6 +285,23 @@ def test_the_fleet_report_page_shows_every_checkpoint(setup) -> None:
     dom = _chromium(base, f"{dev.url}/assets/checkpoint_fleet_report", "fleet-report.png", keys)
     for key in keys:
         assert key in dom, key
+
+
+def test_the_live_query_forked_from_the_launchpad(setup, spark) -> None:
+    """The Launchpad's config, sent as the UI sends it; the source keeps committing meanwhile."""
+    from tests.support.state import read_state
+
+    dev, root, _, base = setup
+    dest = base / "forks" / "live"  # under no configured root: no partition, the others' runs unchanged
+    config = {"source_partition": "e2e:live", "destination": str(dest), "new_query_id": True}
+    _launch(dev, "fork_checkpoint", None, run_config={"ops": {"fork": {"config": config}}})
+    done = json.loads((dest / "_ckpt_fork.complete.json").read_text())
+    assert done["files"] > 0 and done["copied_files"] == done["files"]
+    batch = done["batch"]
+    assert load_checkpoint(str(dest)).latest_committed_batch == batch
+    assert read_state(spark, dest, batch, "aggregation") == read_state(
+        spark, root / "live", batch, "aggregation"
+    )
 
 
 def test_the_live_query_survives_maintenance_fired_by_the_commit_sensor(setup, spark) -> None:
