@@ -78,7 +78,6 @@ class ForkItem:
     step: int
     data: bytes | None = None
     crc: int | None = None
-    rewritten: bool = False
 
 
 @dataclass(frozen=True)
@@ -307,7 +306,7 @@ def plan_fork(src: ForkSource, dest: Storage, query_id: str | None = None) -> Fo
             add(f.info)
             continue
         data = rewrite_schema_paths(src.small[f.rel], dest.spark_url, ckpt.storage.full(f.rel))
-        add(f.info, data=data, rewritten=data != src.small[f.rel])
+        add(f.info, data=data)
     for f in (*src.schemas, *src.source_logs):
         add(f)
     for f in ckpt.files:
@@ -324,7 +323,7 @@ def plan_fork(src: ForkSource, dest: Storage, query_id: str | None = None) -> Fo
     metadata = (
         original if new_id == ckpt.query_id else json.dumps({"id": new_id}, separators=(",", ":")).encode()
     )
-    add(FileInfo("metadata", len(original), None), STEP_QUERY, metadata, rewritten=metadata != original)
+    add(FileInfo("metadata", len(original), None), STEP_QUERY, metadata)
     return ForkPlan(ckpt.url, dest.url, batch, new_id, ckpt.query_id, tuple(_unique(items)))
 
 
