@@ -41,12 +41,12 @@ from .crc import crc32c_signed, parse_sidecar, signed
 from .errors import CheckpointError, CorruptFileError, NotACheckpointError
 from .head import STORE_WORKERS, load_head, store_folder
 from .layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
-from .lineage import StoreLineage, checkpoint_lineage
+from .lineage import StoreLineage
 from .logs import parse_operator_metadata
 from .model import Checkpoint, StoreId
 from .policy import POLICY
 from .storage import FileInfo, Storage
-from .validate import Severity, validate
+from .validate import Severity, Validation, batch_spans, validate
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY = 500  # files between progress lines
@@ -183,11 +183,11 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
     batch = committed[-1] if batch is None else batch
     if batch not in committed:
         raise ForkRefused(
-            f"batch {batch} is not in the commit log (it holds {_span(committed)})", storage.url
+            f"batch {batch} is not in the commit log (it holds batches {batch_spans(set(committed))})",
+            storage.url,
         )
     view = as_of(ckpt, batch)
-    _refuse_on_errors(view, batch)
-    lineage = tuple(checkpoint_lineage(view, batch))
+    lineage = _refuse_on_errors(view, batch).lineage  # validated at the batch: its stores' lineage
 
     # Operator metadata v2 (to rewrite) and every chain file's sidecar (to check the copy against):
     # one GET each, a 404 for a file Spark wrote no sidecar for; side by side, as head-first reads.
@@ -215,14 +215,11 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
     )
 
 
-def _span(batches: list[int]) -> str:
-    return f"batches {batches[0]}..{batches[-1]}" if len(batches) > 1 else f"batch {batches[0]}"
-
-
-def _refuse_on_errors(view: Checkpoint, batch: int) -> None:
-    errors = [f for f in validate(view).findings if f.severity == Severity.ERROR]
+def _refuse_on_errors(view: Checkpoint, batch: int) -> Validation:
+    validation = validate(view)
+    errors = [f for f in validation.findings if f.severity == Severity.ERROR]
     if not errors:
-        return
+        return validation
     codes = sorted({f.code for f in errors})
     if codes == ["COMMITTED_FILE_MISSING"]:
         raise ForkRefused(

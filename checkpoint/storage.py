@@ -90,6 +90,25 @@ def mtime_of(entry: dict[str, Any]) -> float | None:
     return None
 
 
+def _link_into_place(target: str, temp_prefix: str, fill: Callable[[str], Any]) -> Any:
+    """Local disk: `fill` writes a temp file `<temp_prefix><name>.<hex>.tmp` beside the target (a
+    name cleanup recognises, should a crash leave it), which is then hard-linked into place. The
+    link fails if the target exists, so nothing is overwritten and no partial file ever carries the
+    real name. Returns what `fill` returned."""
+    folder, name = os.path.split(target)
+    os.makedirs(folder, exist_ok=True)
+    if os.path.lexists(target):
+        raise FileExistsError(target)
+    temp = os.path.join(folder, f"{temp_prefix}{name}.{uuid.uuid4().hex}.tmp")
+    try:
+        got = fill(temp)
+        os.link(temp, target)
+    finally:
+        if os.path.lexists(temp):
+            os.unlink(temp)
+    return got
+
+
 def scheme_of(url: str) -> str:
     """The protocol a URL names ("file" for a plain path), without opening anything."""
     return split_protocol(url)[0] or "file"
@@ -449,19 +468,14 @@ class Storage:
                     raise FileExistsError(target) from exc
                 raise StorageError(f"write failed: {exc}", target) from exc
             return
-        folder, name = os.path.split(target)
-        os.makedirs(folder, exist_ok=True)
-        if os.path.lexists(target):
-            raise FileExistsError(target)
-        temp = os.path.join(folder, f"{temp_prefix}{name}.{uuid.uuid4().hex}.tmp")
-        with open(temp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(temp, target)  # fails if the target exists: no clobber
-        finally:
-            os.unlink(temp)
+
+        def fill(temp: str) -> None:
+            with open(temp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+
+        _link_into_place(target, temp_prefix, fill)
 
     def copy_to(self, rel: str, dest: Storage, dest_rel: str, size: int, temp_prefix: str) -> int | None:
         """Copies one file to a new name in `dest` (another root, any backend) without overwriting;
@@ -477,19 +491,10 @@ class Storage:
             self._copy_s3(rel, dest.full(dest_rel), size)
             return None
         if dest.is_local:
-            target = dest.full(dest_rel)
-            folder, name = os.path.split(target)
-            os.makedirs(folder, exist_ok=True)
-            if os.path.lexists(target):
-                raise FileExistsError(target)
-            temp = os.path.join(folder, f"{temp_prefix}{name}.{uuid.uuid4().hex}.tmp")
-            try:
-                _, crc = self.download(rel, temp, size)
-                dest.calls.add("write")
-                os.link(temp, target)  # fails if the target exists: no clobber
-            finally:
-                if os.path.exists(temp):
-                    os.unlink(temp)
+            dest.calls.add("write")
+            _, crc = _link_into_place(
+                dest.full(dest_rel), temp_prefix, lambda temp: self.download(rel, temp, size)
+            )
             return crc
         with tempfile.TemporaryDirectory(prefix=temp_prefix) as tmp:
             local = os.path.join(tmp, "copy")

@@ -181,7 +181,7 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     offset_gaps = set(_ranges_missing(offsets))
     if offset_gaps:
         yield _finding(
-            "OFFSET_LOG_GAP", full("offsets"), f"offsets missing for batches {_spans(offset_gaps)}"
+            "OFFSET_LOG_GAP", full("offsets"), f"offsets missing for batches {batch_spans(offset_gaps)}"
         )
     for b in sorted(commits - offsets - offset_gaps):
         yield _finding(
@@ -196,7 +196,7 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
             yield _finding(
                 "COMMIT_LOG_GAP",
                 full("commits"),
-                f"batches {_spans(set(unfinished_below))} are planned but not committed, "
+                f"batches {batch_spans(set(unfinished_below))} are planned but not committed, "
                 f"below committed batch {latest}",
             )
     pending = sorted(b for b in offsets - commits if latest is None or b > latest)
@@ -204,7 +204,7 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
         yield _finding(
             "MULTIPLE_UNFINISHED_BATCHES",
             full("offsets"),
-            f"{len(pending)} planned batches after the latest commit ({_spans(set(pending))}); "
+            f"{len(pending)} planned batches after the latest commit ({batch_spans(set(pending))}); "
             "Spark leaves at most one",
         )
     yield from _partition_findings(ckpt, latest)
@@ -227,7 +227,8 @@ def _partition_findings(ckpt: Checkpoint, latest: int | None) -> Iterable[Findin
             )
 
 
-def _spans(ids: set[int]) -> str:
+def batch_spans(ids: set[int]) -> str:
+    """`0-11, 14`: ids as runs, so a gap shows."""
     ordered, spans = sorted(ids), []
     start = prev = ordered[0]
     for n in ordered[1:] + [None]:

@@ -111,7 +111,7 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
     cases = {
         "not empty": ([str(corpus["snapshots"]), str(busy)], "the destination is not empty"),
         "unknown batch": ([str(corpus["snapshots"]), str(tmp_path / "a"), "--batch", "99"],
-                          "batch 99 is not in the commit log (it holds batches 0..11)"),
+                          "batch 99 is not in the commit log (it holds batches 0-11)"),
         "pruned": ([str(corpus["retention"]), str(tmp_path / "b"), "--batch", "12"],
                    "the state files of batch 12 are gone"),
         "format V1": ([str(corpus["format_v1"]), str(tmp_path / "c")],
