@@ -11,11 +11,9 @@ from dataclasses import dataclass
 import dagster as dg
 
 from assets.checkpoints import PER_CHECKPOINT_AUDIT, checkpoint_lineage_report
-from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import Checkpoint
-from checkpoint.policy import parse_duration
 from checkpoint.report import human_bytes
 from orchestration.partitions import checkpoint_partitions
 from orchestration.resources import CheckpointRootsResource, SparkResource
@@ -34,9 +32,7 @@ class _Checkpoint:
 def _plan(roots: CheckpointRootsResource, key: str) -> _Checkpoint:
     # A live query is compacted at the batch below the newest: both are read, nothing else.
     ckpt = roots.load(key, strict=True, recent=2)
-    targets, skips = plan_compaction(
-        ckpt, min_chain=roots.long_chain_threshold, quiet_seconds=parse_duration(roots.quiet_period)
-    )
+    targets, skips = roots.compaction_plan(ckpt)
     return _Checkpoint(key, ckpt, targets, skips)
 
 
@@ -66,20 +62,24 @@ def checkpoint_compaction(
     """Snapshots materialised for every store whose recovery replays a long chain of changelogs."""
     from jobs.compact import run_compaction_tasks, tasks_for  # Spark only when compaction runs
 
-    planned, unreadable = [], []
+    planned, unreadable, held = [], [], {}
     with ExitStack() as leases:
         for key in context.partition_keys:
             try:
                 # One checkpoint: wait, retry, then fail. A backfill: a checkpoint held elsewhere
                 # is reported (LeaseHeld) and the others go on.
                 alone = len(context.partition_keys) == 1
-                leases.enter_context(roots.take_lease(context, key, "checkpoint_compaction", retry=alone))
+                lease = leases.enter_context(
+                    roots.take_lease(context, key, "checkpoint_compaction", retry=alone)
+                )
                 planned.append(_plan(roots, key))
+                held[planned[-1].ckpt.url] = lease
             except CheckpointError as exc:  # one unreadable or refused checkpoint holds back no other
                 unreadable.append(f"{key}: {exc}")
         tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
-        context.log.info(f"{len(tasks)} stores to compact in {len(planned)} checkpoint(s), one Spark job")
-        results = run_compaction_tasks(spark.session(), tasks) if tasks else []
+        context.log.info(f"{len(tasks)} stores to compact in {len(planned)} checkpoint(s), a Spark job each")
+        # Each store's lease is checked on the driver right before the job that publishes it.
+        results = run_compaction_tasks(spark.session(), tasks, lambda c: held[c.url].check()) if tasks else []
     rows = ["| checkpoint | store | version | chain before | chain after | seconds | records | keys "
             "| read | written | peak RSS |", "|---|---|" + "---:|" * 9]  # fmt: skip
     done, failed, chains_after = [], [r for r in results if not r.ok], []
@@ -109,6 +109,12 @@ def checkpoint_compaction(
         "max_peak_rss_bytes": max((r.peak_rss_bytes for r in done), default=0),
         "compacted": dg.MetadataValue.md("\n".join(rows) if done else "Nothing to compact."),
         "skipped": dg.MetadataValue.md("\n".join(skips[:50]) or "none"),
+        "failed": dg.MetadataValue.md(
+            "\n".join(
+                f"- {r.url} {r.store.operator}/{r.store.partition}/{r.store.store}: {r.error}" for r in failed
+            )
+            or "none"
+        ),
     }
     problems = unreadable + [f"{r.url} {r.store}: {r.error}" for r in failed]
     if problems:

@@ -148,6 +148,12 @@ def _why(row: FleetRow, policy: Policy) -> tuple[str, str] | None:
         return f"cannot be read: {row.problem}", "check the path, the credentials and `ckpt inspect`"
     if "LINEAGE_HEADER_NEAR_CAP" in row.errors:
         return header, "compact now (`ckpt compact`): the query dies when a header passes 65,535 bytes"
+    if "MOVED_CHECKPOINT" in row.errors:
+        return (
+            "moved or copied: its operator metadata names schema files under another root",
+            f"`ckpt fork {row.url} NEW` and start the query on NEW, or move it back: Spark cannot "
+            "restart here",
+        )
     if row.errors:
         return (
             f"error findings: {', '.join(row.errors)}",

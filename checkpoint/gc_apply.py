@@ -9,7 +9,6 @@ so a crash leaves a record of what was done and a rerun finishes the rest.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -20,12 +19,11 @@ from typing import Any
 
 from .gc_plan import GcError, Plan, PlannedFile, totals_by
 from .layout import FileKind, classify
-from .lease import Lease
+from .lease import AUDIT_FOLDER, Lease, folder_name
 from .logs import commit_digest
-from .storage import FileInfo, Storage
+from .storage import FileInfo, Storage, normalize_url
 
 MAX_KEYS_PER_REQUEST = 1000  # S3 DeleteObjects' limit
-AUDIT_FOLDER = "_ckpt_audit"
 # Fault injection for crash tests: the process SIGKILLs itself after this many deletions.
 KILL_AFTER_ENV = "CKPT_GC_KILL_AFTER_DELETES"
 
@@ -105,21 +103,14 @@ class AuditTrail:
 
     @staticmethod
     def default_for(checkpoint_url: str) -> str:
-        parent, _, _ = checkpoint_url.rstrip("/").rpartition("/")
-        return f"{parent}/{AUDIT_FOLDER}" if parent else AUDIT_FOLDER
+        parent = normalize_url(checkpoint_url).rpartition("/")[0]
+        if parent.endswith(":/"):
+            raise GcError("a checkpoint at the top of a bucket has no folder beside it for its audit "
+                          "trail: name one", checkpoint_url)  # fmt: skip
+        return f"{parent}/{AUDIT_FOLDER}"
 
     def _folder(self, plan: Plan) -> str:
-        return self._folder_of(plan.checkpoint)
-
-    @staticmethod
-    def _folder_of(checkpoint_url: str) -> str:
-        name = checkpoint_url.rstrip("/").rsplit("/", 1)[-1]
-        digest = hashlib.sha256(checkpoint_url.encode()).hexdigest()[:8]
-        return f"{name}-{digest}"
-
-    def lease(self, checkpoint_url: str, owner: str, **options: Any) -> Lease:
-        """The maintenance lease of a checkpoint, kept in its folder of this audit trail."""
-        return Lease(self.storage, self._folder_of(checkpoint_url), owner, **options)
+        return folder_name(plan.checkpoint)
 
     def _plan_rel(self, plan: Plan) -> str:
         return f"{self._folder(plan)}/{plan.plan_id}.plan.jsonl"

@@ -1,20 +1,30 @@
 """The maintenance lease: one writing action per checkpoint at a time (shared/docs/safety.md).
 
-Every action that writes or deletes (compaction, cleanup apply) takes the checkpoint's lease before
-it plans. The lease lives beside the checkpoint's audit trail, never inside the checkpoint:
-`<audit folder>/lease/<generation>.json`, each generation created with write-if-absent (exclusive
-create on local disks, a conditional PUT `If-None-Match: *` on S3), so of two actions that race
-for the same generation exactly one wins, across processes, hosts and deployments. The newest
-generation is the lease; it names its holder and an expiry. The holder renews it while the action
-runs and deletes it when done. A lease past its expiry (a holder killed with -9) is taken over by
-creating the next generation, and the takeover is recorded in `lease-takeovers.jsonl`.
+Every action that writes or deletes (compaction, cleanup apply, a fork's source and destination)
+takes the checkpoint's lease before it plans. Its identity is the checkpoint's normalized URL
+(`Storage.url`), and it lives in one place whatever the audit settings: beside the checkpoint, in
+`_ckpt_audit/<name>-<digest>/lease/<generation>.json`, so the CLI and every Dagster deployment meet
+there however they spell the path.
 
-A holder that finds a newer generation than its own has lost the lease (it failed to renew in
-time): `Lease.check()` raises, and actions call it before each step that changes anything.
+One holder, ever:
+- each generation is created with write-if-absent (exclusive create on local disks, a conditional
+  PUT `If-None-Match: *` on S3), so of two actions that race for a generation exactly one wins;
+- generation numbers never repeat: giving the lease back writes the next generation as a
+  "released" marker instead of emptying the folder, and only generations older than the newest are
+  ever deleted, so a folder never starts counting again from 1;
+- a holder acts only while its own token is in the newest generation and its own expiry (the last
+  renewal that succeeded, less a margin) has not passed: `check()` raises LeaseLost otherwise, and
+  actions call it before each change. Renewal rewrites the holder's own generation only (on S3 a
+  conditional PUT `If-Match` on the ETag it wrote), and a renewal that fails is retried soon, but
+  never stretches the expiry.
+
+A lease past its expiry (a holder killed with -9) is taken over by creating the next generation; the
+takeover is appended to `lease-takeovers.jsonl`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -25,10 +35,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from .errors import CheckpointError
+from .layout import MAINT_TEMP_PREFIX as TEMP_PREFIX
 from .policy import POLICY
-from .storage import Storage
+from .storage import Storage, normalize_url
 
-_TEMP_PREFIX = ".ckpt-maint-"
+AUDIT_FOLDER = "_ckpt_audit"  # beside the checkpoints, never inside one
+# A holder stops acting this fraction of its TTL before its own expiry: a takeover needs the whole
+# TTL to pass, so a check that passes leaves the holder this long for its next change.
+_SAFETY_MARGIN = 0.2
 
 
 class LeaseHeld(CheckpointError):
@@ -36,7 +50,19 @@ class LeaseHeld(CheckpointError):
 
 
 class LeaseLost(CheckpointError):
-    """This action's lease expired and was taken over: it must stop before changing anything more."""
+    """This action's lease expired or was taken over: it must stop before changing anything more."""
+
+
+def folder_name(checkpoint_url: str) -> str:
+    """A checkpoint's folder in an audit trail: its name and a digest of its one spelling."""
+    url = normalize_url(checkpoint_url)
+    digest = hashlib.sha256(url.encode()).hexdigest()[:8]
+    return f"{url.rsplit('/', 1)[-1]}-{digest}"
+
+
+def lease_for(checkpoint: Storage, owner: str, **options) -> Lease:
+    """The maintenance lease of the checkpoint at `checkpoint`, kept beside it (see above)."""
+    return Lease(checkpoint.parent(), f"{AUDIT_FOLDER}/{folder_name(checkpoint.url)}", owner, **options)
 
 
 @dataclass(frozen=True)
@@ -47,6 +73,7 @@ class Holder:
     token: str
     started: float
     expires: float
+    released: bool = False  # a marker that keeps the generation count going once it is given back
 
     def describe(self, now: float) -> str:
         left = self.expires - now
@@ -57,7 +84,7 @@ class Holder:
 class Lease:
     """One action's hold on one checkpoint's lease. Use as a context manager, or acquire/release.
 
-    `folder` is the checkpoint's folder in the audit trail's storage. `clock` and `sleep` are
+    `folder` is the checkpoint's folder in `storage` (see `lease_for`). `clock` and `sleep` are
     injected so tests can run expiry scenarios on a manual clock.
     """
 
@@ -76,9 +103,15 @@ class Lease:
         self.generation: int | None = None
         self.took_over: Holder | None = None
         self._started = 0.0
+        self._expires = 0.0  # of the last write that succeeded
+        self._etag: str | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._lost: str | None = None
+
+    @property
+    def location(self) -> str:
+        return self.storage.full(self.folder)
 
     # Reading the lease
 
@@ -96,26 +129,33 @@ class Lease:
         try:
             return Holder(**json.loads(raw))
         except (ValueError, TypeError) as exc:  # never read as free: someone may hold it
-            path = self.storage.full(self._rel(generation))
             raise CheckpointError(
-                f"unreadable maintenance lease: {exc}; remove it by hand if stale", path
+                f"unreadable maintenance lease: {exc}; remove it by hand if stale",
+                self.storage.full(self._rel(generation)),
             ) from exc
+
+    def _newest(self) -> tuple[int, Holder] | None:
+        """The newest generation and what it says (a holder, or a released marker)."""
+        for _ in range(5):
+            generations = self._generations()
+            if not generations:
+                return None
+            holder = self._read(generations[-1])
+            if holder is not None:
+                return generations[-1], holder
+            # Only generations below the newest are ever deleted: the listing is already stale.
+        raise CheckpointError("the maintenance lease kept changing while it was read", self.location)
 
     def current(self) -> tuple[int, Holder] | None:
         """The newest generation and its holder, or None when nobody holds the lease."""
-        for generation in reversed(self._generations()):
-            holder = self._read(generation)
-            if holder is not None:
-                return generation, holder
-        return None
+        found = self._newest()
+        return None if found is None or found[1].released else found
 
     # Taking, renewing, giving back
 
-    def _body(self) -> bytes:
-        now = self.clock()
-        holder = Holder(
-            self.owner, socket.gethostname(), os.getpid(), self.token, self._started or now, now + self.ttl
-        )
+    def _body(self, expires: float, released: bool = False) -> bytes:
+        holder = Holder(self.owner, socket.gethostname(), os.getpid(), self.token,
+                        self._started, expires, released)  # fmt: skip
         return json.dumps(asdict(holder)).encode()
 
     def acquire(self, wait: float = 0.0, poll: float = 2.0) -> Lease:
@@ -124,21 +164,23 @@ class Lease:
         deadline = self.clock() + wait
         while True:
             now = self.clock()
-            found = self.current()
-            if found is not None and found[1].expires > now:
+            found = self._newest()
+            if found is not None and not found[1].released and found[1].expires > now:
                 if now >= deadline:
                     raise LeaseHeld(f"another action holds the maintenance lease: {found[1].describe(now)}",
-                                    self.storage.full(self.folder))  # fmt: skip
+                                    self.location)  # fmt: skip
                 self.sleep(min(poll, deadline - now))
                 continue
             generation = (found[0] + 1) if found else 1
             self._started = now
             try:
-                self.storage.write_if_absent(self._rel(generation), self._body(), _TEMP_PREFIX)
+                self._etag = self.storage.write_if_absent(
+                    self._rel(generation), self._body(now + self.ttl), TEMP_PREFIX
+                )
             except FileExistsError:
                 continue  # another action took this generation first: look again
-            self.generation = generation
-            self.took_over = found[1] if found else None
+            self.generation, self._expires, self._lost = generation, now + self.ttl, None
+            self.took_over = found[1] if found and not found[1].released else None
             if self.took_over is not None:
                 self._record_takeover(self.took_over, now)
             self._forget_older(generation)
@@ -154,36 +196,70 @@ class Lease:
         if older:
             self.storage.delete_batch(older)  # expired or released generations; failures are harmless
 
+    def _lose(self, why: str) -> None:
+        self._lost = why
+        raise LeaseLost(f"maintenance lease lost: {why}; stopping", self.location)
+
     def check(self) -> None:
-        """Raises LeaseLost when this action no longer holds the lease (call before each change)."""
-        if self._lost is None and self.generation is not None:
-            newer = [g for g in self._generations() if g > self.generation]
-            if newer:
-                self._lost = f"generation {newer[-1]} was taken after this lease expired"
+        """Raises LeaseLost unless this action still holds the lease: its token in the newest
+        generation, and its own expiry not passed (call before each change)."""
         if self._lost is not None:
-            raise LeaseLost(f"maintenance lease lost: {self._lost}; stopping", self.storage.full(self.folder))
+            raise LeaseLost(f"maintenance lease lost: {self._lost}; stopping", self.location)
+        if self.generation is None:
+            raise LeaseLost("maintenance lease not held", self.location)
+        if self.clock() >= self._expires - _SAFETY_MARGIN * self.ttl:
+            self._lose("its expiry passed without a renewal that succeeded")
+        found = self._newest()
+        if found is None or found[0] != self.generation:
+            newer = f"generation {found[0]}" if found else "no generation"
+            self._lose(f"{newer} is the newest, this action holds {self.generation}")
+        if found[1].token != self.token or found[1].released:
+            self._lose(f"generation {self.generation} names another holder")
 
     def renew(self) -> None:
-        """Extends the expiry by the TTL from now, unless the lease was lost meanwhile."""
+        """Extends this holder's own expiry by the TTL from now; raises LeaseLost when the lease is
+        no longer its own, StorageError when the write failed (the expiry then stays as it was)."""
         self.check()
-        self.storage.write(self._rel(self.generation), self._body())  # type: ignore[arg-type]
+        now = self.clock()
+        try:
+            self._etag = self.storage.replace_own(
+                self._rel(self.generation), self._body(now + self.ttl), self._etag, TEMP_PREFIX
+            )
+        except FileExistsError:  # S3's If-Match failed: someone else wrote this generation
+            self._lose(f"generation {self.generation} changed under its holder")
+        self._expires = now + self.ttl
 
     def release(self) -> None:
+        """Gives the lease back: the next generation becomes a released marker, so the count goes
+        on. Does nothing when the lease is no longer this holder's."""
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join()
-        if self.generation is not None and self._lost is None:
-            self.storage.delete_batch([self._rel(self.generation)])
-        self.generation = None
+        if self.generation is None or self._lost is not None:
+            self.generation = None
+            return
+        try:
+            self.check()
+            marker = self.generation + 1
+            self.storage.write_if_absent(self._rel(marker), self._body(self.clock(), True), TEMP_PREFIX)
+            self._forget_older(marker)
+        except (LeaseLost, FileExistsError):
+            pass  # no longer ours: nothing of it to give back
+        finally:
+            self.generation = None
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
+        period = self.ttl / 3
+        while not self._stop.wait(period):
             try:
                 self.renew()
+                period = self.ttl / 3
             except LeaseLost:
                 return
             except CheckpointError:
-                continue  # a failed write is retried at the next beat; the lease is valid meanwhile
+                # Retried soon; meanwhile the expiry stays where the last renewal put it, and
+                # check() stops the action once it is near.
+                period = max(0.05, self.ttl / 20)
 
     def __enter__(self) -> Lease:
         if self.generation is None:

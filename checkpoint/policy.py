@@ -36,6 +36,13 @@ class Policy:
     # Files a fork copies at once: each a round trip on S3 (or a server-side copy), one copy chunk
     # of memory when the bytes pass through.
     fork_workers: int = 16
+    # The commit sensor: a checkpoint is validated at most once per period (at once when its new
+    # batch shows an error); per tick it requests at most so many runs, and never more than a
+    # job's queue has room for; one validation run covers at most so many checkpoints.
+    validation_period_seconds: float = 15 * 60
+    sensor_max_runs_per_tick: int = 10
+    sensor_max_queued_per_job: int = 8
+    validation_run_max_checkpoints: int = 500
 
 
 POLICY = Policy()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -109,6 +110,29 @@ def _link_into_place(target: str, temp_prefix: str, fill: Callable[[str], Any]) 
     return got
 
 
+def normalize_url(url: str) -> str:
+    """The one spelling of a URL, given once at the door (Storage) and used for every identity
+    derived from it: lease, audit folder, fork marker, partition key.
+
+    Local: an absolute path with `.`, `..` and doubled slashes resolved (`/x/q`, `file:///x/q`,
+    `/x//q/` and a relative `q` from `/x` are one path); symlinks are kept, as a user named them.
+    Object stores: `<protocol>://bucket/key` with doubled and trailing slashes removed, as Hadoop's
+    Path (and so Spark) spells the keys it writes; `s3a://` and `s3n://` are `s3://`.
+    """
+    url = url.strip()
+    if url.startswith("file:") and not url.startswith("file://"):
+        url = "file://" + url[len("file:") :]  # Hadoop's spelling of a local path: file:/x/q
+    protocol, path = split_protocol(url)
+    protocol = (protocol or "file").lower()
+    if protocol in ("file", "local"):
+        path = os.path.abspath(os.path.expanduser(path))
+        return re.sub("/{2,}", "/", path)  # abspath keeps a leading "//" (POSIX allows it)
+    if protocol in ("s3a", "s3n"):
+        protocol = "s3"
+    path = re.sub("/{2,}", "/", path)
+    return f"{protocol}://{path.rstrip('/') or path}"
+
+
 def scheme_of(url: str) -> str:
     """The protocol a URL names ("file" for a plain path), without opening anything."""
     return split_protocol(url)[0] or "file"
@@ -145,13 +169,23 @@ def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[s
     return options
 
 
+def _write_error(exc: OSError, target: str) -> Exception:
+    """A conditional write the store refused (412, or 409 for a concurrent conditional write) is
+    FileExistsError; anything else a StorageError."""
+    text = str(exc).lower()
+    response = getattr(exc.__cause__, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code", "")).lower()
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if status in (409, 412) or "precondition" in code + text or "pre-condition" in text:
+        return FileExistsError(target)
+    return StorageError(f"write failed: {exc}", target)
+
+
 class Storage:
     """The files of one checkpoint root."""
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
-        self.url = url.rstrip("/") or url
-        if self.url.startswith("s3a://"):
-            self.url = "s3://" + self.url[len("s3a://") :]  # Spark's spelling of the same bucket
+        self.url = normalize_url(url)
         try:
             self.fs, root = url_to_fs(self.url, **options_from_env(self.url, storage_options))
         except (ValueError, ImportError) as exc:
@@ -163,9 +197,23 @@ class Storage:
 
     def child(self, rel: str) -> Storage:
         """The storage of a folder below this root, sharing the filesystem (and its connections)."""
+        rel = "/".join(p for p in rel.split("/") if p)
+        if any(p in (".", "..") for p in rel.split("/")):
+            raise StorageError("a path below a root may not contain '.' or '..'", f"{self.url}/{rel}")
+        return self._sibling(self.full(rel), f"{self.url}/{rel}" if rel else self.url, self.calls)
+
+    def parent(self) -> Storage:
+        """The storage of the folder that holds this root (same filesystem and credentials)."""
+        if self.is_local:
+            return self._sibling(os.path.dirname(self.root) or "/", os.path.dirname(self.url) or "/")
+        if "/" not in self.root:
+            raise StorageError("a checkpoint at the top of a bucket has no folder beside it", self.url)
+        return self._sibling(self.root.rpartition("/")[0], self.url.rpartition("/")[0])
+
+    def _sibling(self, root: str, url: str, calls: Calls | None = None) -> Storage:
         sub = object.__new__(Storage)
-        sub.fs, sub.root, sub.calls = self.fs, self.full(rel), self.calls
-        sub.url = f"{self.url}/{rel}" if rel else self.url
+        sub.fs, sub.root, sub.url = self.fs, root, url
+        sub.calls = calls if calls is not None else Calls()  # what a checkpoint costs excludes its lease
         return sub
 
     def __getstate__(self) -> dict[str, Any]:
@@ -448,26 +496,28 @@ class Storage:
         """Creates or replaces one of this tool's own files (a plan): never a checkpoint's."""
         self._write_with(self.fs.pipe_file, rel, data, "write")
 
-    def write_if_absent(self, rel: str, data: bytes, temp_prefix: str) -> None:
-        """Writes a whole new file atomically, or raises FileExistsError; never overwrites.
+    def write_if_absent(self, rel: str, data: bytes, temp_prefix: str) -> str | None:
+        """Writes a whole new file atomically, or raises FileExistsError; never overwrites. Returns
+        the object's ETag on object stores (for `replace_own`), else None.
 
-        Object stores: one conditional PUT (If-None-Match: *), so the object appears whole or not at
-        all and the store itself refuses to replace one, with no window between check and write.
+        S3: one PutObject with `If-None-Match: *`, sent by this code rather than left to s3fs (which
+        ignored its `mode="create"` before 2024.12), so the object appears whole or not at all and
+        the store itself refuses to replace one, with no window between check and write.
         Local: a temp file named `<temp_prefix><name>.<hex>.tmp` (so a crash leaves a file cleanup
         recognises), fsynced, then hard-linked into place, which fails if the target exists.
         """
         self.calls.add("write")
         target = self.full(rel)
+        if self.protocol == "s3":
+            return self._put_s3(target, data, IfNoneMatch="*")
         if not self.is_local:
             try:
                 self.fs.pipe_file(target, data, mode="create")
             except FileExistsError:
                 raise
             except OSError as exc:
-                if "pre-condition" in str(exc).lower() or "precondition" in str(exc).lower():
-                    raise FileExistsError(target) from exc
-                raise StorageError(f"write failed: {exc}", target) from exc
-            return
+                raise _write_error(exc, target) from exc
+            return None
 
         def fill(temp: str) -> None:
             with open(temp, "wb") as f:
@@ -476,6 +526,48 @@ class Storage:
                 os.fsync(f.fileno())
 
         _link_into_place(target, temp_prefix, fill)
+        return None
+
+    def replace_own(self, rel: str, data: bytes, etag: str | None, temp_prefix: str) -> str | None:
+        """Replaces a small file of this tool's own that only its writer changes (a lease
+        generation) atomically; returns the new ETag on S3. S3: a conditional PUT `If-Match` on
+        `etag`, so a file someone else rewrote or removed raises FileExistsError. Local: a temp
+        file renamed over it, so a reader sees the old bytes or the new, never a part."""
+        self.calls.add("write")
+        target = self.full(rel)
+        if self.protocol == "s3":
+            return self._put_s3(target, data, **({"IfMatch": etag} if etag else {}))
+        if not self.is_local:
+            self._write_with(self.fs.pipe_file, rel, data, "write")
+            return None
+        folder, name = os.path.split(target)
+        temp = os.path.join(folder, f"{temp_prefix}{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(temp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, target)
+        except OSError as exc:
+            raise StorageError(f"write failed: {exc}", target) from exc
+        finally:
+            if os.path.lexists(temp):
+                os.unlink(temp)
+        return None
+
+    def _put_s3(self, target: str, data: bytes, **condition: str) -> str | None:
+        bucket, _, key = target.partition("/")
+        try:
+            got = self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
+        except FileNotFoundError as exc:
+            if "IfMatch" in condition:  # the object it was to replace is gone: someone removed it
+                raise FileExistsError(target) from exc
+            raise StorageError(f"write failed: {exc}", target) from exc  # no such bucket
+        except OSError as exc:
+            raise _write_error(exc, target) from exc
+        finally:
+            self.fs.invalidate_cache(target.rsplit("/", 1)[0])
+        return got.get("ETag")
 
     def copy_to(self, rel: str, dest: Storage, dest_rel: str, size: int, temp_prefix: str) -> int | None:
         """Copies one file to a new name in `dest` (another root, any backend) without overwriting;

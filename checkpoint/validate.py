@@ -20,6 +20,7 @@ from .lineage import StoreLineage, checkpoint_lineage
 from .model import Checkpoint, CheckpointFile, StoreId
 from .policy import POLICY
 from .snapshot import Snapshot, UnreadableZipError
+from .storage import normalize_url
 
 
 class Severity(str, Enum):
@@ -52,6 +53,8 @@ E, W = Severity.ERROR, Severity.WARNING
 LOG, LIN, SNAP = Category.COMMIT_LOG, Category.LINEAGE, Category.SNAPSHOT
 CODES = _codes(
     Code("INCOMPLETE_FORK", E, LOG, "an interrupted fork: a query started here would lose state"),
+    Code("MOVED_CHECKPOINT", E, LOG, "operator metadata names schema files under another root: moved"),
+    Code("SCHEMA_FILE_MISSING", E, LOG, "a schema file that operator metadata names does not exist"),
     Code("UNREADABLE_LOG_FILE", E, LOG, "a commit, offset or metadata file cannot be parsed"),
     Code("UNKNOWN_FORMAT_VERSION", E, LOG, "a file declares a format version this release does not know"),
     Code("COMMIT_WITHOUT_OFFSETS", E, LOG, "a batch is committed but its offsets file is missing"),
@@ -135,6 +138,7 @@ def validate(
         findings += _fork_findings(ckpt)
         findings += _file_problems(ckpt)
         findings += _log_findings(ckpt)
+        findings += _path_findings(ckpt)
     lineage: list[StoreLineage] = []
     if categories & {Category.LINEAGE, Category.SNAPSHOT} and ckpt.latest_committed_batch is not None:
         lineage = checkpoint_lineage(ckpt)
@@ -157,6 +161,43 @@ def _fork_findings(ckpt: Checkpoint) -> Iterable[Finding]:
             "this checkpoint is a fork that stopped part-way: run the same `ckpt fork` again to finish it "
             "before any query starts here",
         )
+
+
+def _path_findings(ckpt: Checkpoint) -> Iterable[Finding]:
+    """Every absolute path the checkpoint's own files name must lie inside it and exist: operator
+    metadata v2 names its schema files so (`file:/...`, `s3a://...`), and Spark reads them at
+    restart by that path. A checkpoint moved with `mv` or copied still names the old place, and
+    Spark fails there with FileNotFoundException (then creates empty folders at the old place)."""
+    here = ckpt.storage.url
+    named: dict[str, str] = {}  # rel -> the operator metadata file that names it
+    for op in ckpt.operators.values():
+        if op.metadata is None:
+            continue
+        meta_path = f"state/{op.id}/_metadata"
+        for store in op.metadata.stores:
+            for path in store.schema_paths:
+                root, sep, rel = path.partition("/state/")
+                if not sep:
+                    yield _finding("MOVED_CHECKPOINT", ckpt.storage.full(meta_path),
+                                   f"operator {op.id} names the schema file {path}, which is no path in a "
+                                   "checkpoint")  # fmt: skip
+                    continue
+                if normalize_url(root) != here:
+                    yield _finding(
+                        "MOVED_CHECKPOINT",
+                        ckpt.storage.full(meta_path),
+                        f"operator {op.id} reads its state schema from {path}, under {root}, not under this "
+                        f"checkpoint: it was moved or copied, and Spark cannot restart here. Run `ckpt fork "
+                        f"{here} NEW` (the fork rewrites these paths) and start the query on NEW, or move "
+                        f"it back to {normalize_url(root)}",
+                    )
+                    continue
+                named[f"state/{rel}"] = meta_path
+    for rel, meta_path in sorted(named.items()):
+        if ckpt.storage.stat(rel) is None:
+            yield _finding("SCHEMA_FILE_MISSING", ckpt.storage.full(rel),
+                           f"the state schema file that {meta_path} names does not exist: Spark cannot "
+                           "restart the query")  # fmt: skip
 
 
 def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:

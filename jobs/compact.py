@@ -1,15 +1,20 @@
-"""The Spark job that rebuilds snapshots: one task per target store, on any master.
+"""The Spark jobs that rebuild snapshots: one job of one task per target store, on any master.
 
 The driver plans once from the head-first model and ships each task its store: the checkpoint
 narrowed to that store's files (logs, the committed lineage with its header, the base zip and its
 SSTs) and the lineage entry to rebuild. A task lists nothing; it reads the chain and base by name
-and writes through the checkpoint's storage (fsspec, so S3 needs no Hadoop S3 jars).
+and writes through the checkpoint's storage (fsspec, so S3 needs no Hadoop S3 jars). A job per
+store (several at once) is what keeps a task that dies from failing any store but its own.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +53,20 @@ class StoreOutcome:
                 "task_seconds": round(self.task_seconds, 3), **where, **done}  # fmt: skip
 
 
+# Fault injection for crash tests: the Python worker rebuilding this store ("<op>/<part>/<store>")
+# SIGKILLs itself, as an OOM kill or a segfault in RocksDB would end it. Read on the driver, handed
+# to the task as a Spark local property.
+KILL_STORE_ENV = "CKPT_COMPACT_KILL_STORE"
+_KILL_PROPERTY = "ckpt.kill_store"
+
+
 def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
     from checkpoint.errors import CheckpointError
     from checkpoint.rebuild import rebuild_store
 
     started = time.monotonic()
     done = {"url": ckpt.url, "store": entry.store, "chain_before": entry.chain_length}
+    _maybe_die(entry.store)
     try:
         rebuilt = rebuild_store(ckpt, entry)
     except CheckpointError as exc:
@@ -65,21 +78,78 @@ def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
     return StoreOutcome(**done, task_seconds=time.monotonic() - started, rebuilt=rebuilt)
 
 
+def _maybe_die(store: StoreId) -> None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    doomed = context.getLocalProperty(_KILL_PROPERTY) if context is not None else None
+    if doomed and doomed == f"{store.operator}/{store.partition}/{store.store}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def tasks_for(ckpt: Checkpoint, targets: list[Target]) -> list[Task]:
     """What each task needs, planned on the driver: no task loads or lists the checkpoint."""
     return [(ckpt.for_store(t.entry.store), t.entry) for t in targets]
 
 
-def run_compaction(spark, ckpt: Checkpoint, targets: list[Target]) -> list[StoreOutcome]:
+def run_compaction(
+    spark, ckpt: Checkpoint, targets: list[Target], check: Callable[[Checkpoint], None] | None = None
+) -> list[StoreOutcome]:
     """Rebuilds every target of one checkpoint in parallel (see run_compaction_tasks)."""
-    return run_compaction_tasks(spark, tasks_for(ckpt, targets))
+    return run_compaction_tasks(spark, tasks_for(ckpt, targets), check)
 
 
-def run_compaction_tasks(spark, tasks: list[Task]) -> list[StoreOutcome]:
-    """One Spark job for any number of checkpoints: a task per (checkpoint, store) target.
-
-    A failed store is reported in its outcome, whatever failed, and never stops the others.
-    """
+def run_compaction_tasks(
+    spark, tasks: list[Task], check: Callable[[Checkpoint], None] | None = None
+) -> list[StoreOutcome]:
+    """One Spark job per store, as many at once as the cluster has cores, for any number of
+    checkpoints. A failed store is reported in its outcome, whatever failed, and never stops the
+    others: an exception in the rebuild, and a task that died (its Python worker killed by the OOM
+    killer, a segfault in RocksDB), which fails only that store's job. `check(checkpoint)` (its
+    lease's) runs on the driver before each store's job, whose task publishes: once it raises, no
+    further store is started and each is reported with its reason."""
     if not tasks:
         return []
-    return spark.sparkContext.parallelize(tasks, len(tasks)).map(lambda t: _rebuild_one(*t)).collect()
+    sc = spark.sparkContext
+    doomed = os.environ.get(KILL_STORE_ENV, "")
+    stop: list[str] = []
+
+    def one(task: Task) -> StoreOutcome:
+        ckpt, entry = task
+        failed = {
+            "url": ckpt.url,
+            "store": entry.store,
+            "chain_before": entry.chain_length,
+            "task_seconds": 0.0,
+        }
+        try:
+            if stop:
+                return StoreOutcome(**failed, error=f"not started: {stop[0]}")
+            if check is not None:
+                check(ckpt)
+        except Exception as exc:  # noqa: BLE001 - LeaseLost: nothing more may be published
+            stop.append(str(exc))
+            return StoreOutcome(**failed, error=f"not started: {exc}")
+        s = entry.store
+        sc.setJobDescription(f"compact {ckpt.url} op {s.operator} part {s.partition} {s.store}")
+        sc.setLocalProperty(_KILL_PROPERTY, doomed)
+        started = time.monotonic()
+        try:
+            return sc.parallelize([task], 1).map(lambda t: _rebuild_one(*t)).collect()[0]
+        except Exception as exc:  # noqa: BLE001 - the task itself died: this store's job failed alone
+            why = _first_line(exc)
+            return StoreOutcome(**{**failed, "task_seconds": time.monotonic() - started},
+                                error=f"the Spark task died: {why}")  # fmt: skip
+
+    workers = max(1, min(len(tasks), sc.defaultParallelism))
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, tasks))
+
+
+def _first_line(exc: Exception) -> str:
+    """What a failed Spark job says, without the JVM's stack trace."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "Exception" in line or "Error" in line or "exited" in line.lower():
+            return line.strip()[:300]
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__

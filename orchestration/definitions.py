@@ -16,12 +16,21 @@ from orchestration.maintenance import maintenance_job, maintenance_schedule
 from orchestration.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, roots_from_env
 from orchestration.schedules import audit_job, checkpoint_audit_schedule, checkpoint_fleet_schedule
 from orchestration.sensors import checkpoint_commit_sensor, checkpoint_discovery_sensor
+from orchestration.validation import validate_checkpoints_job
 
 
 def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None = None, **roots_options):
     return dg.Definitions(
         assets=dg.load_assets_from_package_module(assets),
-        jobs=[audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job],
+        jobs=[
+            audit_job,
+            cleanup_job,
+            compaction_job,
+            maintenance_job,
+            fleet_job,
+            fork_job,
+            validate_checkpoints_job,
+        ],  # fmt: skip
         schedules=[
             checkpoint_audit_schedule,
             checkpoint_fleet_schedule,

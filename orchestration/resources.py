@@ -14,11 +14,12 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from checkpoint.compaction import plan_compaction
 from checkpoint.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import AuditTrail
 from checkpoint.head import latest_commit, load_head
-from checkpoint.lease import Lease, LeaseHeld
+from checkpoint.lease import Lease, LeaseHeld, lease_for
 from checkpoint.model import Checkpoint, load_checkpoint
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from checkpoint.storage import Storage, scheme_of
@@ -105,24 +106,24 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         action (a CLI run, another deployment) holds it, then retries the step, then fails naming
         the holder; without `retry`, raises LeaseHeld after the wait. Nothing is planned or
         written without it."""
-        return self._take(context, self.audit_trail(key), self.checkpoint_storage(key).url, key, what, retry)
+        return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry)
 
-    def take_lease_at(self, context: dg.OpExecutionContext, storage: Storage, what: str) -> Lease:
-        """`take_lease` for a checkpoint under no configured root (a fork's destination)."""
-        audit = AuditTrail(self.audit_url or AuditTrail.default_for(storage.url), self.audit_storage_options)
-        return self._take(context, audit, storage.url, storage.url, what, retry=True)
-
-    def _take(self, context, audit: AuditTrail, url: str, label: str, what: str, retry: bool) -> Lease:
-        lease = audit.lease(url, f"dagster run {context.run.run_id} ({what})")
+    def take_lease_at(
+        self, context: dg.OpExecutionContext, storage: Storage, what: str, label: str = "", retry: bool = True
+    ) -> Lease:
+        """`take_lease` for any checkpoint, one under no configured root too (a fork's destination).
+        The lease lives beside the checkpoint whatever `audit_url` says, where the CLI and every
+        other deployment look for it."""
+        lease = lease_for(storage, f"dagster run {context.run.run_id} ({what})")
         try:
             return lease.acquire(wait=parse_duration(self.lease_wait))
         except LeaseHeld as exc:
             if not retry:
                 raise
             if context.retry_number < self.lease_retries:
-                context.log.warning(f"{label}: {exc}; retrying in a minute")
+                context.log.warning(f"{label or storage.url}: {exc}; retrying in a minute")
                 raise dg.RetryRequested(max_retries=self.lease_retries, seconds_to_wait=60) from exc
-            raise dg.Failure(description=f"{label}: {exc}") from exc
+            raise dg.Failure(description=f"{label or storage.url}: {exc}") from exc
 
     def key_of(self, url: str, storage_options: dict[str, Any] | None = None) -> str | None:
         """The partition key of a checkpoint at `url` when it lies under a configured root, else None."""
@@ -141,6 +142,13 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             grace_seconds=parse_duration(self.grace),
             quiet_seconds=parse_duration(self.quiet_period),
         )
+
+    def compaction_plan(self, ckpt: Checkpoint):
+        """(targets, skips) with this deployment's threshold and quiet period: what the compaction
+        asset does and what the commit sensor decides by, so the two never disagree. Raises
+        CompactionRefused on error findings."""
+        policy = self.policy()
+        return plan_compaction(ckpt, min_chain=policy.long_chain, quiet_seconds=policy.quiet_seconds)
 
     def url_of(self, key: str) -> str:
         return self.checkpoint_storage(key).url

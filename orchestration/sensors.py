@@ -2,19 +2,22 @@
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import hashlib
-import json
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
+from dagster import DagsterRunStatus
 
 from assets.compaction import compaction_job
-from checkpoint.compaction import CompactionRefused, plan_compaction
+from checkpoint.compaction import CompactionRefused
 from checkpoint.errors import CheckpointError
-from checkpoint.model import Checkpoint
+from checkpoint.policy import POLICY, duration_text, parse_duration
+from orchestration.due import Caps, Look, SensorState, plan_tick
 from orchestration.partitions import checkpoint_partitions, parse_partition_key
 from orchestration.resources import CheckpointRootsResource
 from orchestration.schedules import audit_job
+from orchestration.validation import validate_checkpoints_job
 
 # How often the daemon looks for new commits; tests and busy fleets set it through the environment.
 COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", "60"))
@@ -66,61 +69,81 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
     )
 
 
-def needs_compaction(roots: CheckpointRootsResource, ckpt: Checkpoint) -> bool:
-    """Whether a store crosses the threshold or nears the lineage cap. A checkpoint with error
-    findings is never compacted: its new commit gets an audit run, which shows them."""
-    try:
-        targets, _ = plan_compaction(ckpt, min_chain=roots.long_chain_threshold, quiet_seconds=0)
-    except CompactionRefused:
-        return False
-    return bool(targets)
+# Settings of the commit sensor, from the environment where a deployment sets them (default: Policy).
+SENSOR_CAPS = Caps(
+    max_runs_per_tick=int(os.environ.get("CKPT_COMMIT_SENSOR_MAX_RUNS", POLICY.sensor_max_runs_per_tick)),
+    max_queued_per_job=int(os.environ.get("CKPT_COMMIT_SENSOR_MAX_QUEUED", POLICY.sensor_max_queued_per_job)),
+    validation_period_seconds=parse_duration(
+        os.environ.get("CKPT_VALIDATION_PERIOD", duration_text(POLICY.validation_period_seconds))
+    ),
+    max_per_validation_run=POLICY.validation_run_max_checkpoints,
+)
+_WAITING = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED)
+_IN_FLIGHT = (*_WAITING, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
 
 
-def _look(roots: CheckpointRootsResource, key: str, seen: int | None) -> tuple[int | None, bool, str | None]:
-    """(latest committed batch, whether to compact, why it was skipped) for one checkpoint.
-
-    Idle, it costs one shallow listing of `commits/`; a new commit adds the head-first reads of
-    the two newest batches (a live query is compacted at the one below the newest).
-    """
+def _look(roots: CheckpointRootsResource, key: str, seen: int | None) -> Look:
+    """One checkpoint: idle, one shallow listing of `commits/`; a new commit adds the head-first
+    reads of the two newest batches and the compaction asset's own plan of them."""
     try:
         latest = roots.latest_commit(key)
         if latest is None or latest == seen:
-            return latest, False, None
-        return latest, needs_compaction(roots, roots.load(key, recent=2)), None
+            return Look(latest)
+        try:
+            targets, _ = roots.compaction_plan(roots.load(key, recent=2))
+        except CompactionRefused:
+            return Look(latest, new=True, error=True)
+        return Look(latest, new=True, crossing=bool(targets))
     except (CheckpointError, ValueError) as exc:
-        return None, False, str(exc)
+        return Look(None, problem=str(exc))
+
+
+def _queue(instance: dg.DagsterInstance) -> tuple[dict[str, int], set[str]]:
+    """Runs waiting in the queue per kind, and the partitions whose compaction is queued or running."""
+    waiting = {
+        kind: instance.get_runs_count(dg.RunsFilter(job_name=job, statuses=list(_WAITING)))
+        for kind, job in (("compact", compaction_job.name), ("validate", validate_checkpoints_job.name))
+    }
+    running = instance.get_runs(dg.RunsFilter(job_name=compaction_job.name, statuses=list(_IN_FLIGHT)))
+    return waiting, {r.tags["dagster/partition"] for r in running if "dagster/partition" in r.tags}
 
 
 @dg.sensor(
-    jobs=[audit_job, compaction_job],
+    jobs=[compaction_job, validate_checkpoints_job],
     minimum_interval_seconds=COMMIT_SENSOR_INTERVAL,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: CheckpointRootsResource):
-    """On new commits: validation, or compaction (which validates first) when a chain crossed the
-    threshold or a lineage header nears the cap.
-
-    The cursor keeps each checkpoint's latest committed batch, and run keys name the commit, so a
-    repeated tick requests nothing twice.
-    """
+    """Asks for runs only for work that is due (orchestration/due.py): compaction when a new commit's
+    plan crosses the threshold or nears the cap, one at a time per checkpoint and oldest crossing
+    first; validation in one batched run, at most once per period per checkpoint or at once on an
+    error. Never more runs than the tick's cap, nor than a job's queue has room for; what waits is
+    kept in the cursor and named in the skip reason."""
     keys = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
-    before: dict[str, int] = json.loads(context.cursor) if context.cursor else {}
-    partitions = set(keys)
-    seen = {k: v for k, v in before.items() if k in partitions}  # vanished partitions drop out
+    before = SensorState.from_json(context.cursor)
     with ThreadPoolExecutor(max(1, min(COMMIT_SENSOR_WORKERS, len(keys) or 1))) as pool:
-        looks = list(pool.map(lambda k: _look(roots, k, seen.get(k)), keys))
-    requests = []
-    for key, (latest, crossing, problem) in zip(keys, looks, strict=True):
-        if problem is not None:
-            context.log.warning(f"{key}: skipped this tick: {problem}")
-        if latest is None or seen.get(key) == latest:
-            continue
-        seen[key] = latest
-        job, what = (compaction_job, "compact") if crossing else (audit_job, "validate")
-        requests.append(dg.RunRequest(partition_key=key, job_name=job.name, run_key=f"{what}:{key}:{latest}"))
-    cursor = json.dumps(seen, sort_keys=True)
+        looks = dict(zip(keys, pool.map(lambda k: _look(roots, k, before.seen.get(k)), keys), strict=True))
+    for key, look in looks.items():
+        if look.problem is not None:
+            context.log.warning(f"{key}: skipped this tick: {look.problem}")
+    queued, compacting = _queue(context.instance)
+    plan = plan_tick(before, looks, time.time(), SENSOR_CAPS, queued, compacting)
+    job = compaction_job.name
+    requests = [dg.RunRequest(partition_key=key, job_name=job, run_key=f"compact:{key}:{batch}")
+                for key, batch in plan.compact]  # fmt: skip
+    for run in plan.validate:
+        digest = hashlib.sha256("\n".join(run).encode()).hexdigest()[:12]
+        config = {"ops": {"validate_each": {"config": {"partitions": list(run)}}}}
+        requests.append(dg.RunRequest(job_name=validate_checkpoints_job.name, run_config=config,
+                                      run_key=f"validate:{int(time.time())}:{digest}",
+                                      tags={"ckpt/checkpoints": str(len(run))}))  # fmt: skip
+    cursor = plan.state.to_json()
     if not requests:
-        if seen != before:
+        if cursor != context.cursor:
             context.update_cursor(cursor)
-        return dg.SkipReason(f"no new commit in {len(keys)} checkpoint(s) since the last tick")
+        new = sum(1 for look in looks.values() if look.new)
+        why = plan.waiting or "nothing due"
+        return dg.SkipReason(f"{new} new commit(s) in {len(keys)} checkpoint(s); {why}")
+    if plan.waiting:
+        context.log.info(plan.waiting)
     return dg.SensorResult(run_requests=requests, cursor=cursor)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from checkpoint.model import Checkpoint, load_checkpoint
 from jobs.corpus import MANIFEST, checkpoints, ensure_corpus
+from tests.support.copying import copy_checkpoint
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +49,7 @@ def copy_of(corpus: dict[str, Path], tmp_path: Path):
 
     def copy(name: str) -> Path:
         dst = tmp_path / name
-        shutil.copytree(corpus[name], dst)
+        copy_checkpoint(corpus[name], dst)
         return dst
 
     return copy
@@ -89,8 +89,15 @@ def s3_copy_of(s3, corpus: dict[str, Path]):
     fs = server.filesystem()
 
     def upload(name: str, prefix: str | None = None) -> str:
+        from checkpoint.fork import rewrite_schema_paths
+
         dest = f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}"
         fs.put(str(corpus[name]) + "/", dest, recursive=True)
+        # Operator metadata v2 names its schema files by absolute path: the copy names its own place,
+        # as Spark (s3a://) would have written it there. Hadoop's .crc files mean nothing on S3.
+        for meta in corpus[name].glob("state/*/_metadata/v2/[!.]*"):
+            rel = meta.relative_to(corpus[name]).as_posix()
+            fs.pipe(f"{dest}/{rel}", rewrite_schema_paths(meta.read_bytes(), f"s3a://{dest}", str(meta)))
         return f"s3://{dest}"
 
     proxy.reset()  # faults armed by one test never leak into the next

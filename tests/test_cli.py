@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.copying import copy_checkpoint
+
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 
 
@@ -114,9 +116,9 @@ def test_validate_exit_codes(corpus, copy_of, tmp_path) -> None:
 
 def test_scan_finds_checkpoints_at_any_depth(corpus, tmp_path) -> None:
     root = tmp_path / "root"
-    shutil.copytree(corpus["snapshots"], root / "team-a" / "orders")
-    shutil.copytree(corpus["join"], root / "team-b" / "deep" / "er" / "clicks")
-    shutil.copytree(corpus["watermark"], root / "team-b" / "broken")
+    copy_checkpoint(corpus["snapshots"], root / "team-a" / "orders")
+    copy_checkpoint(corpus["join"], root / "team-b" / "deep" / "er" / "clicks")
+    copy_checkpoint(corpus["watermark"], root / "team-b" / "broken")
     (root / "team-b" / "broken" / "commits" / "3").unlink()
     (root / "notes").mkdir()
     (root / "notes" / "metadata").write_text("not a checkpoint: no offsets beside it")

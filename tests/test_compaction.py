@@ -20,6 +20,7 @@ from checkpoint.model import load_checkpoint
 from checkpoint.rebuild import RebuildError, merge_delimiter, rebuild_store
 from jobs.compact import run_compaction
 from jobs.corpus import scenario_named
+from tests.support.copying import copy_checkpoint
 from tests.support.state import READERS, read_state, restart_like_untouched
 
 pytestmark = pytest.mark.slow
@@ -97,8 +98,8 @@ def _drop_zip(z: Path) -> None:
 def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root, tmp_path, name) -> None:
     scenario = scenario_named(name)
     compacted, untouched = tmp_path / "compacted", tmp_path / "untouched"
-    shutil.copytree(corpus[name], compacted)
-    shutil.copytree(corpus[name], untouched)
+    copy_checkpoint(corpus[name], compacted)
+    copy_checkpoint(corpus[name], untouched)
     newest = load_checkpoint(str(compacted)).latest_committed_batch + 1
     for z in compacted.rglob(f"{newest}_*.zip"):  # Spark's own snapshots of the newest version go first
         _drop_zip(z)

@@ -20,6 +20,7 @@ from checkpoint.crc import crc32c_signed
 from checkpoint.head import load_head
 from checkpoint.lineage import checkpoint_lineage
 from jobs.compact import run_compaction
+from tests.support.copying import copy_checkpoint
 
 pytestmark = pytest.mark.slow
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
@@ -92,3 +93,29 @@ def test_a_rocksdb_failure_fails_its_store_and_the_others_go_on(spark, copy_of) 
     assert [o.store for o in failed] == [victim]
     assert "CheckpointError" not in failed[0].error and failed[0].error  # not one of ours: RocksDB's
     assert all(o.ok for o in outcomes if o.store != victim) and len(outcomes) == len(targets)
+
+
+def test_a_task_killed_with_9_fails_its_store_alone(
+    spark, corpus, corpus_root, copy_of, tmp_path, monkeypatch
+):
+    """The Python worker rebuilding one store dies as an OOM kill or a segfault would end it: the
+    other stores publish, the dead one is reported, and the query restarts like an untouched copy."""
+    from jobs.compact import KILL_STORE_ENV
+    from jobs.corpus import scenario_named
+    from tests.support.state import restart_like_untouched
+
+    path, untouched = copy_of("long_chain"), tmp_path / "untouched"
+    copy_checkpoint(corpus["long_chain"], untouched)
+    ckpt = load_head(str(path), recent=2)
+    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    assert len(targets) == 4
+    monkeypatch.setenv(KILL_STORE_ENV, "0/2/default")
+    results = run_compaction(spark, ckpt, targets)
+    monkeypatch.delenv(KILL_STORE_ENV)
+    failed = [r for r in results if not r.ok]
+    assert [r.store.partition for r in failed] == [2] and "the Spark task died" in failed[0].error
+    assert sorted(r.store.partition for r in results if r.ok) == [0, 1, 3]
+    zips = {p.parent.name for p in path.rglob("*.zip")}
+    assert zips == {"0", "1", "3"}  # the dead task published nothing
+    restart_like_untouched(spark, scenario_named("long_chain"), corpus_root / "long_chain", path, untouched,
+                           tmp_path / "more-input")  # fmt: skip

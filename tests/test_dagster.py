@@ -21,6 +21,7 @@ from orchestration.definitions import build_definitions
 from orchestration.partitions import checkpoint_partitions, parse_partition_key, partition_key
 from orchestration.resources import CheckpointRoot, CheckpointRootsResource
 from orchestration.sensors import checkpoint_discovery_sensor
+from tests.support.copying import copy_checkpoint
 
 AUDIT = [checkpoint_inventory, checkpoint_lineage_report]
 
@@ -61,8 +62,8 @@ def test_partition_keys_are_readable_and_reversible() -> None:
 
 def test_discovery_sensor_adds_then_idles_then_removes(instance, corpus, tmp_path) -> None:
     root = tmp_path / "root"
-    shutil.copytree(corpus["snapshots"], root / "a" / "orders")
-    shutil.copytree(corpus["join"], root / "b" / "clicks")
+    copy_checkpoint(corpus["snapshots"], root / "a" / "orders")
+    copy_checkpoint(corpus["join"], root / "b" / "clicks")
     roots = _roots(root, "local")
 
     first = _tick(instance, roots)
@@ -83,7 +84,7 @@ def test_discovery_sensor_adds_then_idles_then_removes(instance, corpus, tmp_pat
 
 def test_a_root_that_fails_to_list_keeps_its_partitions(instance, corpus, tmp_path) -> None:
     root = tmp_path / "root"
-    shutil.copytree(corpus["snapshots"], root / "orders")
+    copy_checkpoint(corpus["snapshots"], root / "orders")
     _tick(instance, _roots(root, "local"))
     assert instance.get_dynamic_partitions("checkpoints") == ["local:orders"]
     broken = CheckpointRootsResource(roots=[CheckpointRoot(name="local", url=str(tmp_path / "gone"))])

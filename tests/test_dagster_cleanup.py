@@ -16,10 +16,12 @@ from assets.cleanup import (
     checkpoint_orphan_cleanup,
     checkpoint_orphan_plan,
 )
+from checkpoint.lease import lease_for
 from jobs.demo import date_back
 from orchestration.definitions import build_definitions
 from orchestration.partitions import partition_key
 from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+from tests.support.copying import copy_checkpoint
 
 CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
 
@@ -33,7 +35,7 @@ def instance():
 @pytest.fixture
 def aged_root(corpus, tmp_path) -> Path:
     root = tmp_path / "root"
-    shutil.copytree(corpus["two_actions"], root / "orders")
+    copy_checkpoint(corpus["two_actions"], root / "orders")
     date_back(root, 8 * 3600)
     return root
 
@@ -160,25 +162,34 @@ def test_the_schedule_applies_only_where_configured(instance, tmp_path) -> None:
 
 def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark, monkeypatch) -> None:
     from assets.compaction import checkpoint_compaction
-    from orchestration import sensors
     from orchestration.resources import SparkResource
     from orchestration.sensors import checkpoint_commit_sensor
+    from orchestration.validation import validate_checkpoints_job
 
     root = tmp_path / "root"
-    shutil.copytree(corpus["long_chain"], root / "chain")
-    shutil.copytree(corpus["snapshots"], root / "snap")
+    copy_checkpoint(corpus["long_chain"], root / "chain")
+    copy_checkpoint(corpus["snapshots"], root / "snap")
     roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=str(root))])
     keys = [partition_key("t", "chain"), partition_key("t", "snap")]
     instance.add_dynamic_partitions("checkpoints", keys)
 
     ctx = dg.build_sensor_context(instance=instance, resources={"roots": roots})
     first = checkpoint_commit_sensor(ctx)
-    requested = {(r.partition_key, r.job_name) for r in first.run_requests}
-    # Both are validated; only the long chain crosses 10 and is compacted (compaction validates first).
-    assert requested == {(keys[0], "compact_checkpoints"), (keys[1], "checkpoint_audit")}
+    # Only the long chain crosses 10 and is compacted (compaction validates first); the other is
+    # validated, in one batched run.
+    (compact,) = [r for r in first.run_requests if r.job_name == "compact_checkpoints"]
+    (validation,) = [r for r in first.run_requests if r.job_name == "validate_checkpoints"]
+    assert compact.partition_key == keys[0]
+    assert validation.run_config["ops"]["validate_each"]["config"]["partitions"] == [keys[1]]
+    checked = validate_checkpoints_job.execute_in_process(
+        run_config=validation.run_config, instance=instance, resources={"roots": roots}
+    )
+    assert checked.success  # executed by Dagster: it observed the snapshots checkpoint's lineage
+    observed = [e for e in checked.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert [e.event_specific_data.asset_observation.partition for e in observed] == [keys[1]]
     again = dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=first.cursor)
     planned = []
-    monkeypatch.setattr(sensors, "plan_compaction", lambda *a, **k: planned.append(a) or ([], []))
+    monkeypatch.setattr(CheckpointRootsResource, "compaction_plan", lambda *a: planned.append(a) or ([], []))
     assert isinstance(checkpoint_commit_sensor(again), dg.SkipReason)  # same commits: nothing new
     assert planned == []  # and no lineage header was read to find that out
     monkeypatch.undo()
@@ -199,8 +210,7 @@ def test_a_cleanup_run_waits_for_the_lease_then_fails_naming_its_holder(instance
     """Another deployment (or the CLI) holds the checkpoint's lease: the apply step deletes nothing."""
     roots, key = _setup(instance, aged_root, lease_wait="1s", lease_retries=0)
     before = _files(aged_root / "orders")
-    url = roots.checkpoint_storage(key).url
-    other = roots.audit_trail(key).lease(url, "dagster run 77aa (another deployment)").acquire()
+    other = lease_for(roots.checkpoint_storage(key), "dagster run 77aa (another deployment)").acquire()
     try:
         result = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
                                 tags={APPLY_TAG: "true"}, raise_on_error=False)  # fmt: skip
@@ -220,7 +230,7 @@ def test_a_compaction_only_run_over_a_damaged_checkpoint_writes_nothing(instance
     from orchestration.resources import SparkResource
 
     root = tmp_path / "root"
-    shutil.copytree(corpus["long_chain"], root / "orders")
+    copy_checkpoint(corpus["long_chain"], root / "orders")
     (root / "orders" / "commits" / "20").unlink()  # COMMIT_LOG_GAP
     roots, key = _setup(instance, root)
     before = _files(root / "orders")

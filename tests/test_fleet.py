@@ -21,13 +21,14 @@ from checkpoint.validate import Severity
 from jobs.demo import date_back
 from orchestration.resources import CheckpointRoot, CheckpointRootsResource
 from tests.support import damage
+from tests.support.copying import copy_checkpoint
 
 CKPT = str(Path(sys.executable).parent / "ckpt")
 NEAR, OVER = 45_000, 56_000  # lineage header bytes: 69 % and 85 % of the cap
 
 
 def _copy(corpus, name: str, dest: Path, edit=None) -> None:
-    shutil.copytree(corpus[name], dest)
+    copy_checkpoint(corpus[name], dest)
     if edit is not None:
         edit(dest)
 

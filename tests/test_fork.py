@@ -23,6 +23,7 @@ from checkpoint.layout import FORK_COMPLETE, FORK_STARTED
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from jobs.corpus import scenario_named
+from tests.support.copying import copy_checkpoint
 from tests.support.recovery import recovery_files
 from tests.support.state import read_state, restart_like_untouched
 from tests.test_cli import CKPT, ckpt
@@ -35,7 +36,8 @@ def files_of(path: Path) -> set[str]:
 
 
 def ckpt_fork(audit: Path, *args: str) -> subprocess.CompletedProcess:
-    """`ckpt fork` with its leases kept under `audit`: never beside the shared corpus."""
+    """`ckpt fork`, with the `--audit` that scripts of earlier releases pass: still accepted, and
+    ignored, since leases live beside each checkpoint."""
     return ckpt("fork", *args, "--audit", str(audit))
 
 
@@ -54,8 +56,8 @@ def test_a_fork_at_an_earlier_batch_restarts_alone_like_the_original(
 ) -> None:
     batch = FORKED[name]
     src, untouched, dest = tmp_path / "src", tmp_path / "untouched", tmp_path / "dest"
-    shutil.copytree(corpus[name], src)
-    shutil.copytree(corpus[name], untouched)
+    copy_checkpoint(corpus[name], src)
+    copy_checkpoint(corpus[name], untouched)
     new_id = name == "join_cf"  # one fork with an id of its own
     doc = run_fork(
         tmp_path / "audit",
@@ -180,8 +182,8 @@ def test_a_fork_killed_part_way_is_marked_incomplete_and_a_rerun_finishes_it(
 ) -> None:
     name = "snapshots"
     src, untouched, dest = tmp_path / "src", tmp_path / "untouched", tmp_path / "dest"
-    shutil.copytree(corpus[name], src)
-    shutil.copytree(corpus[name], untouched)
+    copy_checkpoint(corpus[name], src)
+    copy_checkpoint(corpus[name], untouched)
     args = ["fork", str(src), str(dest), "--batch", "7", "--workers", "1", "--lease-ttl", "2s"]
     child = subprocess.Popen([sys.executable, "-c", _SLOW_FORK, *args], cwd=Path(__file__).parent.parent)
     deadline = time.monotonic() + 60
@@ -233,7 +235,7 @@ def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> N
     from orchestration.resources import CheckpointRoot
 
     root = tmp_path / "root"
-    shutil.copytree(corpus["dedup_agg"], root / "orders")
+    copy_checkpoint(corpus["dedup_agg"], root / "orders")
     defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
     job = defs.resolve_job_def("fork_checkpoint")
 
@@ -266,3 +268,93 @@ def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> N
         assert not refused.success
         failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
         assert "holds a fork of" in str(failure.event_specific_data.error)
+
+
+@pytest.mark.parametrize("step", [0, 1, 2, 3])
+def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpus, tmp_path, step) -> None:
+    """Killed once the files of a step are written: every byte of the state was checked before the
+    first log file that Spark would start from, and the re-run finishes the fork."""
+    from checkpoint.fork import KILL_AFTER_STEP_ENV
+
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    copy_checkpoint(corpus["snapshots"], src)
+    args = ["fork", str(src), str(dest), "--lease-ttl", "1s"]
+    env = {**os.environ, KILL_AFTER_STEP_ENV: str(step)}
+    died = subprocess.run([CKPT, *args], env=env, capture_output=True, text=True, timeout=120)
+    assert died.returncode == -signal.SIGKILL
+    written = files_of(dest)
+    assert FORK_STARTED in written and FORK_COMPLETE not in written
+    assert ("metadata" in written) == (step == 3)
+    validation = ckpt("validate", str(dest))
+    assert validation.returncode != 0  # an interrupted fork (exit 2) or INCOMPLETE_FORK (exit 1)
+    assert "interrupted fork" in validation.stderr or "INCOMPLETE_FORK" in validation.stdout
+    time.sleep(1.2)  # the killed run's leases expire
+    done = ckpt("fork", *args[1:3], "--json")
+    assert done.returncode == 0, done.stderr
+    latest = load_checkpoint(str(src)).latest_committed_batch
+    assert files_of(dest) == recovery_files(src, latest).keys() | MARKERS
+    assert ckpt("validate", str(dest)).returncode == 0
+
+
+def test_bytes_kept_from_a_killed_run_are_checked_before_any_log_is_written(corpus, tmp_path) -> None:
+    from checkpoint.fork import KILL_AFTER_STEP_ENV
+
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    copy_checkpoint(corpus["long_chain"], src)
+    args = ["fork", str(src), str(dest), "--lease-ttl", "1s"]
+    env = {**os.environ, KILL_AFTER_STEP_ENV: "0"}
+    assert subprocess.run([CKPT, *args], env=env, capture_output=True, timeout=120).returncode == -9
+    kept = sorted((dest / "state/0/1").glob("*.changelog"))[-1]
+    data = bytearray(kept.read_bytes())
+    data[-3] ^= 0xFF  # same size: only its CRC32C tells, and the re-run did not copy it
+    kept.write_bytes(bytes(data))
+    time.sleep(1.2)
+    again = ckpt("fork", *args[1:3])
+    assert again.returncode == 1 and ".crc sidecar" in again.stderr
+    assert not (dest / "offsets").exists() and not (dest / "commits").exists()
+
+
+def test_a_rerun_spelled_differently_is_the_same_fork(corpus, tmp_path) -> None:
+    """Relative paths are made absolute at the door: the marker names the source in its one spelling."""
+    src = tmp_path / "work" / "src"
+    copy_checkpoint(corpus["join"], src)
+    first = subprocess.run([CKPT, "fork", "src", "dest", "--json"], cwd=src.parent, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert json.loads((src.parent / "dest" / FORK_STARTED).read_text())["source"] == str(src)
+    for source, dest in ((f"file://{src}", str(src.parent / "dest")), (f"{src}/", f"{src.parent}//dest/")):
+        again = run_fork(tmp_path / "audit", source, dest)
+        assert again["already_complete"] and again["copied_files"] == 0
+
+
+def test_a_moved_checkpoint_is_caught_and_a_fork_repairs_it(spark, corpus, corpus_root, tmp_path) -> None:
+    """transformWithState names its schema files by absolute path: after a plain `mv`, Spark cannot
+    restart. Validation says so and names the remedy; compaction and cleanup refuse; a fork to the
+    new place restarts like an untouched copy."""
+    name = "list_state"
+    original, untouched = tmp_path / "original", tmp_path / "untouched"
+    copy_checkpoint(corpus[name], original)  # names its own schema files, as if written there
+    copy_checkpoint(corpus[name], untouched)
+    assert ckpt("validate", str(original)).returncode == 0
+    moved = tmp_path / "moved"
+    original.rename(moved)  # what `mv` does
+    validation = ckpt("validate", str(moved), "--json")
+    assert validation.returncode == 1
+    moved_findings = [f for f in json.loads(validation.stdout)["findings"] if f["code"] == "MOVED_CHECKPOINT"]
+    assert moved_findings and f"ckpt fork {moved} NEW" in moved_findings[0]["message"]
+    assert str(original) in moved_findings[0]["message"]
+    assert ckpt("compact", str(moved)).returncode == 2
+    assert ckpt("gc", str(moved)).returncode == 2
+    fleet = ckpt("fleet", str(moved), "--no-cleanup-plan")
+    assert (
+        fleet.returncode == 1
+        and "MOVED_CHECKPOINT" in fleet.stdout
+        and f"ckpt fork {moved} NEW" in fleet.stdout
+    )
+    repaired = tmp_path / "repaired"
+    doc = run_fork(tmp_path / "audit", str(moved), str(repaired))
+    assert doc["files"] > 0 and ckpt("validate", str(repaired)).returncode == 0
+    shutil.rmtree(moved)
+    restart_like_untouched(
+        spark, scenario_named(name), corpus_root / name, repaired, untouched, tmp_path / "more"
+    )

@@ -18,6 +18,7 @@ from checkpoint.gc_plan import GcError, Plan, plan_gc
 from checkpoint.layout import FileKind
 from checkpoint.model import load_checkpoint
 from jobs.corpus import scenario_named
+from tests.support.copying import copy_checkpoint
 from tests.support.state import read_state, restart_like_untouched
 
 # The test clock: seven hours from now, so every corpus file is past the default 6 h grace.
@@ -41,7 +42,7 @@ def outside_state(path: Path) -> dict[str, tuple[int, float]]:
 
 
 def _copy(corpus: dict[str, Path], name: str, dst: Path) -> Path:
-    shutil.copytree(corpus[name], dst)
+    copy_checkpoint(corpus[name], dst)
     return dst
 
 

@@ -7,7 +7,6 @@ compared on two synthetic checkpoints (real naming) that differ only in older hi
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from checkpoint.model import SCOPE_RECOVERY, load_checkpoint
 from checkpoint.storage import Storage
 from checkpoint.validate import ValidationOptions, validate
 from tests.support import synthetic
+from tests.support.copying import copy_checkpoint
 
 # Same versions modulo the snapshot interval: the same replay chains (5 changelogs) at the latest
 # batch, 60 against 300 versions of history per store.
@@ -127,8 +127,8 @@ def test_the_synthetic_chains_are_what_the_comparison_assumes(two_histories) -> 
 
 def test_discovery_never_descends_into_a_checkpoint(corpus, tmp_path) -> None:
     root = tmp_path / "root"
-    shutil.copytree(corpus["snapshots"], root / "a" / "orders")
-    shutil.copytree(corpus["join"], root / "b" / "deep" / "clicks")
+    copy_checkpoint(corpus["snapshots"], root / "a" / "orders")
+    copy_checkpoint(corpus["join"], root / "b" / "deep" / "clicks")
     (root / "b" / "notes").mkdir()
     storage = Storage(str(root))
     listed: list[str] = []

@@ -6,6 +6,7 @@ for real on a copy of a corpus checkpoint.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.gc_apply import AuditTrail
-from checkpoint.lease import Lease, LeaseHeld, LeaseLost
+from checkpoint.errors import StorageError
+from checkpoint.lease import Lease, LeaseHeld, LeaseLost, lease_for
 from checkpoint.storage import Storage
 
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
@@ -55,13 +56,87 @@ def test_one_holder_at_a_time_and_an_expired_lease_is_taken_over(tmp_path) -> No
     assert b.generation == a.generation + 1 and b.took_over.owner == "ckpt gc --apply"
     takeovers = (tmp_path / "ckpt-0001" / "lease-takeovers.jsonl").read_text().splitlines()
     assert [json.loads(t)["expired_holder"]["owner"] for t in takeovers] == ["ckpt gc --apply"]
-    with pytest.raises(LeaseLost, match="taken after this lease expired"):
+    with pytest.raises(LeaseLost, match="lease lost"):
         a.check()  # the old holder learns it before its next change
     a.release()  # gives back nothing that is not its own
     assert b.current()[1].owner == "dagster run r1 (cleanup)"
+    held_by_b = b.generation
     b.release()
     assert b.current() is None
-    _lease(tmp_path, "next", clock).acquire()  # free again
+    after = _lease(tmp_path, "next", clock).acquire()  # free again, and the count goes on
+    assert after.generation == held_by_b + 2  # b's release wrote a marker generation between
+
+
+def test_the_aba_sequence_leaves_one_holder(tmp_path) -> None:
+    """A stalls; B takes over and gives back; D takes the free lease; A wakes up. Before, the folder
+    emptied, D got generation 1 again, and A's check and renewal passed: two holders."""
+    clock = Clock()
+    a = _lease(tmp_path, "A", clock)
+    a.acquire()
+    clock.now += 61  # A stalls past its expiry
+    b = _lease(tmp_path, "B", clock).acquire()
+    assert b.took_over.owner == "A"
+    held_by_b = b.generation
+    b.release()
+    d = _lease(tmp_path, "D", clock).acquire()
+    assert d.generation > held_by_b > a.generation  # generations never repeat
+    # Even were A's clock to say it renewed in time, the newest generation is not its own.
+    a._expires = clock.now + 60
+    with pytest.raises(LeaseLost, match=f"generation {d.generation} is the newest"):
+        a.check()
+    with pytest.raises(LeaseLost):
+        a.renew()
+    a.release()  # gives back nothing: D's generation stays
+    assert d.current()[1].owner == "D" and d.current()[0] == d.generation
+    d.check()
+    clock.now += 30
+    d.renew()
+    assert d.current()[1].expires == clock.now + 60
+
+
+def test_a_stale_token_in_the_newest_generation_is_not_the_holders(tmp_path) -> None:
+    clock = Clock()
+    a = _lease(tmp_path, "A", clock).acquire()
+    forged = json.loads(Path(a.storage.full(a._rel(a.generation))).read_text())
+    Path(a.storage.full(a._rel(a.generation))).write_text(json.dumps({**forged, "token": "someone else"}))
+    with pytest.raises(LeaseLost, match="names another holder"):
+        a.check()
+
+
+def test_renewals_that_keep_failing_stop_the_holder_before_its_expiry(tmp_path, monkeypatch) -> None:
+    clock = Clock()
+    a = _lease(tmp_path, "A", clock)
+    a.acquire()
+    monkeypatch.setattr(a.storage, "replace_own", _fail)
+    clock.now += 20
+    with pytest.raises(StorageError):
+        a.renew()  # the write failed: the expiry stays at acquire + 60
+    clock.now += 20
+    a.check()  # 20 s left: still held
+    clock.now += 8
+    with pytest.raises(LeaseLost, match="expiry passed without a renewal"):
+        a.check()  # 12 s left, inside the margin: a taker needs only 12 s more, so stop now
+    b = _lease(tmp_path, "B", clock)
+    with pytest.raises(LeaseHeld):
+        b.acquire()  # the stopped holder's lease still stands until its expiry ...
+    clock.now += 13
+    b.acquire()  # ... and is taken over after it
+    with pytest.raises(LeaseLost):
+        a.check()
+
+
+def _fail(*args, **kwargs):
+    raise StorageError("write failed: injected", "lease")
+
+
+def test_the_renewal_thread_stops_the_action_when_its_writes_fail(tmp_path, monkeypatch) -> None:
+    lease = Lease(Storage(str(tmp_path)), "ckpt", "slow action", ttl=1.0)
+    with lease:
+        monkeypatch.setattr(lease.storage, "replace_own", _fail)
+        lease.check()
+        time.sleep(1.0)  # renewals fail all along: past expiry minus the margin
+        with pytest.raises(LeaseLost, match="expiry passed"):
+            lease.check()
 
 
 def test_waiting_for_a_lease_until_its_holder_lets_go(tmp_path) -> None:
@@ -132,8 +207,7 @@ def _gc(path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_the_cli_refuses_while_another_deployment_holds_the_lease(copy_of) -> None:
     path = copy_of("two_actions")
     before = _files(path)
-    audit = AuditTrail(AuditTrail.default_for(str(path)))
-    other = audit.lease(str(path), "dagster run 4f2a (checkpoint_orphan_cleanup)").acquire()
+    other = lease_for(Storage(str(path)), "dagster run 4f2a (checkpoint_orphan_cleanup)").acquire()
     refused = _gc(path)
     assert refused.returncode == 2 and refused.stdout == ""
     assert (
@@ -147,16 +221,16 @@ def test_the_cli_refuses_while_another_deployment_holds_the_lease(copy_of) -> No
     done = _gc(path, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["deleted"] and _files(path) < before
-    assert audit.lease(str(path), "after").current() is None  # the CLI gave it back
+    assert lease_for(Storage(str(path)), "after").current() is None  # the CLI gave it back
 
 
 def test_a_holder_killed_with_9_is_taken_over_after_expiry(copy_of) -> None:
     path = copy_of("two_actions")
-    audit_url = AuditTrail.default_for(str(path))
     code = (
         "import os, signal\n"
-        "from checkpoint.gc_apply import AuditTrail\n"
-        f"AuditTrail({audit_url!r}).lease({str(path)!r}, 'ckpt gc --apply', ttl=4).acquire()\n"
+        "from checkpoint.lease import lease_for\n"
+        "from checkpoint.storage import Storage\n"
+        f"lease_for(Storage({str(path)!r}), 'ckpt gc --apply', ttl=4).acquire()\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     died = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
@@ -165,8 +239,102 @@ def test_a_holder_killed_with_9_is_taken_over_after_expiry(copy_of) -> None:
     assert held.returncode == 2 and "ckpt gc --apply" in held.stderr and "expires in" in held.stderr
     done = _gc(path, "--wait", "30s", "--json")
     assert done.returncode == 0, done.stderr
-    audit = AuditTrail(audit_url)
-    takeovers = [json.loads(x) for x in Path(audit_url, audit._folder_of(str(path)), "lease-takeovers.jsonl")
-                 .read_text().splitlines()]  # fmt: skip
+    lease = lease_for(Storage(str(path)), "reader")
+    takeovers = [json.loads(x) for x in Path(lease.location + "-takeovers.jsonl").read_text().splitlines()]
     assert [t["expired_holder"]["owner"] for t in takeovers] == ["ckpt gc --apply"]
     assert takeovers[0]["expired_holder"]["pid"] != os.getpid()
+
+
+def test_every_spelling_of_a_checkpoint_meets_at_one_lease(copy_of, tmp_path) -> None:
+    """`/x/q`, `file:///x/q`, `/x//q/` and a relative `q` from `/x` (in another process, another
+    working folder) are one checkpoint: whoever holds it, the others are refused."""
+    path = copy_of("two_actions")
+    spellings = [str(path), f"file://{path}", str(path).replace("/two_actions", "//two_actions") + "/"]
+    holder = lease_for(Storage(spellings[0]), "ckpt compact").acquire()
+    for spelling in spellings[1:]:
+        with pytest.raises(LeaseHeld, match="ckpt compact"):
+            lease_for(Storage(spelling), "another").acquire()
+    relative = subprocess.run([CKPT, "gc", path.name, "--apply", "--grace", "0s", "--unsafe-short-grace"],
+                              cwd=path.parent, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert relative.returncode == 2 and "ckpt compact" in relative.stderr
+    holder.release()
+    taken = lease_for(Storage(spellings[2]), "by another spelling").acquire()
+    assert taken.location == holder.location
+    taken.release()
+
+
+def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_of, tmp_path) -> None:
+    """A Dagster run with `audit_url` set holds the lease (a real run, executed by Dagster); the CLI,
+    with its default audit folder, is refused and deletes nothing."""
+    import dagster as dg
+
+    from orchestration.partitions import checkpoint_partitions
+    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+
+    path = copy_of("two_actions")
+    before = _files(path)
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=f"file://{path.parent}/")],
+                                    audit_url=str(tmp_path / "central-audit"), lease_wait="0s")  # fmt: skip
+    seen = {}
+
+    @dg.op(required_resource_keys={"roots"})
+    def hold_and_try_the_cli(context) -> None:
+        with context.resources.roots.take_lease(context, "t:two_actions", "checkpoint_orphan_cleanup"):
+            seen["cli"] = _gc(path)
+
+    @dg.job
+    def lease_job():
+        hold_and_try_the_cli()
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(checkpoint_partitions.name, ["t:two_actions"])
+        assert lease_job.execute_in_process(instance=instance, resources={"roots": roots}).success
+    assert seen["cli"].returncode == 2 and "checkpoint_orphan_cleanup" in seen["cli"].stderr
+    assert _files(path) == before
+    assert not (tmp_path / "central-audit").exists()  # the lease was never kept there
+
+
+HAMMER = r"""
+import json, random, sys, time
+from checkpoint.lease import Lease, LeaseHeld, LeaseLost
+from checkpoint.storage import Storage
+
+root, log, until, me = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+rng = random.Random(me)
+while time.time() < until:
+    lease = Lease(Storage(root), "ckpt", me, ttl=0.8)
+    try:
+        lease.acquire(wait=0.3, poll=0.01)
+    except LeaseHeld:
+        continue
+    start = last = time.time()  # held from here: every earlier holder's expiry has passed
+    try:
+        for _ in range(rng.randint(1, 6)):
+            time.sleep(1.2 if rng.random() < 0.05 else 0.03)  # now and then a holder stalls past its TTL
+            lease.check()
+            last = time.time()  # still held at least until here
+            lease.renew()
+    except LeaseLost:
+        pass
+    with open(log, "a") as f:
+        f.write(json.dumps([me, start, last]) + "\n")
+    if rng.random() < 0.9:
+        lease.release()  # else: dies holding it, as a kill -9 would, and is taken over after expiry
+"""
+
+
+def test_eight_processes_hammering_one_lease_never_overlap(tmp_path) -> None:
+    seconds = float(os.environ.get("CKPT_LEASE_HAMMER_SECONDS", "60"))
+    log = tmp_path / "held.jsonl"
+    until = time.time() + seconds
+    args = [str(tmp_path / "audit"), str(log), str(until)]
+    procs = [subprocess.Popen([sys.executable, "-c", HAMMER, *args, f"p{i}"]) for i in range(8)]
+    for p in procs:
+        assert p.wait(timeout=seconds + 120) == 0
+    held = sorted(json.loads(line) for line in log.read_text().splitlines())
+    held.sort(key=lambda h: h[1])
+    assert len(held) >= seconds / 3 and len({h[0] for h in held}) >= 3  # the lease changed hands often
+    for (who, _, last), (next_who, next_start, _) in itertools.pairwise(held):
+        assert last < next_start, f"{who} still held it at {last} when {next_who} took it at {next_start}"
+    takeovers = (tmp_path / "audit" / "ckpt" / "lease-takeovers.jsonl").read_text().splitlines()
+    assert takeovers  # holders that stalled or died were taken over, and none of them overlapped

@@ -2,7 +2,8 @@
 GraphQL API and a headless Chromium, while a real streaming query keeps committing beside it.
 
 One `dagster dev` serves the whole module. Its root holds a cleanup candidate (`orders`, dated past
-the grace period), a delta-only chain (`chain`) and the live query's checkpoint (`live`). The
+the grace period), a delta-only chain (`chain`) and the live query's checkpoint (`stream`), which
+only the commit sensor's runs maintain: no backfill or fork of the other tests takes its lease. The
 discovery and commit sensors run as they would in production, only with a 15 s commit interval.
 """
 
@@ -22,6 +23,7 @@ from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from jobs.corpus import NO_SNAPSHOTS, _Confs, _keyed_rows, aggregation, write_inputs
 from jobs.demo import date_back
+from tests.support.copying import copy_checkpoint
 from tests.support.dagster_dev import PROJECT, dagster_dev
 from tests.support.state import control_state, latest_state
 
@@ -72,11 +74,11 @@ def setup(spark, corpus, tmp_path_factory):
     # Both are stopped queries, dated past the grace and quiet periods however fresh the corpus
     # cache is: cleanup may delete, and compaction takes the newest committed version.
     for name, folder in (("two_actions", "orders"), ("long_chain", "chain")):
-        shutil.copytree(corpus[name], root / folder)
+        copy_checkpoint(corpus[name], root / folder)
         date_back(root / folder, 8 * 3600)
-    live = LiveQuery(spark, base / "live-input", root / "live")
+    live = LiveQuery(spark, base / "live-input", root / "stream")
     deadline = time.monotonic() + 120
-    while not (root / "live" / "commits" / "0").exists():  # discovery must find it at the first tick
+    while not (root / "stream" / "commits" / "0").exists():  # discovery must find it at the first tick
         assert time.monotonic() < deadline and live.query.exception() is None
         time.sleep(0.5)
     env = {
@@ -87,7 +89,7 @@ def setup(spark, corpus, tmp_path_factory):
     try:
         with dagster_dev(base / "dagster_home", env) as dev:
             keys = dev.wait_for("discovery of the three checkpoints", lambda: _partitions(dev) or None, 180)
-            assert keys == ["e2e:chain", "e2e:live", "e2e:orders"]
+            assert keys == ["e2e:chain", "e2e:orders", "e2e:stream"]
             yield dev, root, live, base
     finally:
         if live.query.isActive:
@@ -177,8 +179,9 @@ def _launch(dev, job: str, partition: str | None, run_config: dict | None = None
     return run_id
 
 
-def _materializations(dev, asset: str, partition: str, limit: int = 1) -> list[dict]:
-    """Metadata of the newest materializations, newest first, each with its run id."""
+def _materializations(dev, asset: str, partition: str, limit: int = 1, some: bool = True) -> list[dict]:
+    """Metadata of the newest materializations, newest first, each with its run id (at least one
+    unless `some` is False)."""
     q = """query($a: [String!]!, $p: [String!], $n: Int) { assetNodeOrError(assetKey: {path: $a}) {
       ... on AssetNode { assetMaterializations(partitions: $p, limit: $n) { runId metadataEntries {
         label __typename
@@ -186,7 +189,7 @@ def _materializations(dev, asset: str, partition: str, limit: int = 1) -> list[d
         ... on TextMetadataEntry { text } ... on MarkdownMetadataEntry { mdStr }
         ... on PathMetadataEntry { path } } } } } }"""
     mats = dev.graphql(q, a=[asset], p=[partition], n=limit)["assetNodeOrError"]["assetMaterializations"]
-    assert mats, (asset, partition)
+    assert mats or not some, (asset, partition)
     return [
         {
             "run_id": mat["runId"],
@@ -207,7 +210,7 @@ def test_an_audit_backfill_and_a_maintenance_run_through_graphql(setup) -> None:
     dev, root, _, _ = setup
     backfill = _backfill(dev, ["checkpoint_inventory", "checkpoint_lineage_report"])
     runs = _runs(dev, dagster__backfill=backfill)
-    assert sorted(_tag(r, "dagster/partition") for r in runs) == ["e2e:chain", "e2e:live", "e2e:orders"]
+    assert sorted(_tag(r, "dagster/partition") for r in runs) == ["e2e:chain", "e2e:orders", "e2e:stream"]
     assert {r["status"] for r in runs} == {"SUCCESS"}
     lineage = _metadata(dev, "checkpoint_lineage_report", "e2e:orders")
     stores = sum(
@@ -230,7 +233,8 @@ def test_an_audit_backfill_and_a_maintenance_run_through_graphql(setup) -> None:
 
 def test_a_compaction_backfill_is_one_run_and_one_spark_job(setup) -> None:
     dev, root, _, _ = setup
-    backfill = _backfill(dev, ["checkpoint_compaction"])  # every checkpoint, the live one too
+    # Both stopped checkpoints (a contiguous range of partitions); the live one is the sensor's alone.
+    backfill = _backfill(dev, ["checkpoint_compaction"], ["e2e:chain", "e2e:orders"])
     runs = _runs(dev, dagster__backfill=backfill)
     assert len(runs) == 1 and runs[0]["status"] == "SUCCESS"
     assert (
@@ -281,55 +285,57 @@ def test_the_asset_graph_in_headless_chromium(setup) -> None:
 def test_the_fleet_report_page_shows_every_checkpoint(setup) -> None:
     dev, _, _, base = setup
     _launch(dev, "checkpoint_fleet", None)
-    keys = ("e2e:chain", "e2e:live", "e2e:orders")
+    keys = ("e2e:chain", "e2e:stream", "e2e:orders")
     dom = _chromium(base, f"{dev.url}/assets/checkpoint_fleet_report", "fleet-report.png", keys)
     for key in keys:
         assert key in dom, key
 
 
-def test_the_live_query_forked_from_the_launchpad(setup, spark) -> None:
-    """The Launchpad's config, sent as the UI sends it; the source keeps committing meanwhile."""
+def test_a_fork_from_the_launchpad(setup, spark) -> None:
+    """The Launchpad's config, sent as the UI sends it."""
     from tests.support.state import read_state
 
     dev, root, _, base = setup
-    dest = base / "forks" / "live"  # under no configured root: no partition, the others' runs unchanged
-    config = {"source_partition": "e2e:live", "destination": str(dest), "new_query_id": True}
+    dest = base / "forks" / "chain"  # under no configured root: no partition, the others' runs unchanged
+    config = {"source_partition": "e2e:chain", "destination": str(dest), "new_query_id": True}
     _launch(dev, "fork_checkpoint", None, run_config={"ops": {"fork": {"config": config}}})
     done = json.loads((dest / "_ckpt_fork.complete.json").read_text())
     assert done["files"] > 0 and done["copied_files"] == done["files"]
     batch = done["batch"]
     assert load_checkpoint(str(dest)).latest_committed_batch == batch
     assert read_state(spark, dest, batch, "aggregation") == read_state(
-        spark, root / "live", batch, "aggregation"
+        spark, root / "chain", batch, "aggregation"
     )
 
 
 def test_the_live_query_survives_maintenance_fired_by_the_commit_sensor(setup, spark) -> None:
+    """For LIVE_MINUTES from the test's own start, the commit sensor compacts the live query's chain
+    as it crosses the threshold. What must hold: the query never fails, and some sensor-fired
+    compaction shortened the chain. A run that waited for the lease and gave up is an expected
+    outcome on a busy checkpoint, not a failure; any other failed run is."""
     dev, root, live, base = setup
+    started = time.monotonic()
 
     def sensor_runs() -> list[dict]:
-        return [r for r in _runs(dev, dagster__partition="e2e:live") if _tag(r, "dagster/sensor_name")]
+        return [r for r in _runs(dev, dagster__partition="e2e:stream") if _tag(r, "dagster/sensor_name")]
+
+    def shortened() -> list[dict]:
+        by_sensor = {r["runId"] for r in sensor_runs() if r["status"] == "SUCCESS"}
+        compactions = _materializations(dev, "checkpoint_compaction", "e2e:stream", limit=100, some=False)
+        return [m for m in compactions
+                if m["run_id"] in by_sensor and m["max_chain_after"] < m["max_chain_before"]]  # fmt: skip
 
     def enough():
         assert live.query.exception() is None
-        runs = sensor_runs()
-        ok = [r for r in runs if r["status"] == "SUCCESS"]
-        compactions = [r for r in ok if r["jobName"] == "compact_checkpoints"]
-        minutes = (time.monotonic() - live.started) / 60
-        return len(ok) >= 4 and compactions and minutes >= LIVE_MINUTES
+        return (time.monotonic() - started) / 60 >= LIVE_MINUTES and bool(shortened())
 
-    dev.wait_for("repeated sensor-fired maintenance of the live query", enough, 900, every=5)
-    runs = sensor_runs()
-    assert not _failures(dev, runs), _failures(dev, runs)
-    # Runs on one checkpoint queue behind each other, so a sensor run can find its chain already
-    # compacted by the run before it: at least one of them must have shortened it.
-    by_sensor = {r["runId"] for r in runs}
-    compactions = [m for m in _materializations(dev, "checkpoint_compaction", "e2e:live", limit=100)
-                   if m["run_id"] in by_sensor]  # fmt: skip
-    shortened = [m for m in compactions if m["max_chain_after"] < m["max_chain_before"]]
-    assert shortened and all(m["stores_compacted"] >= 1 for m in shortened)
-    assert list((root / "live" / "state").rglob("*.zip"))  # snapshots no Spark task wrote
+    dev.wait_for("a sensor-fired compaction of the live query", enough, 900, every=5)
+    assert live.query.exception() is None
+    failures = [f for f in _failures(dev, sensor_runs()) if "maintenance lease" not in f]
+    assert not failures, failures
+    assert all(m["stores_compacted"] >= 1 for m in shortened())
+    assert list((root / "stream" / "state").rglob("*.zip"))  # snapshots no Spark task wrote
     live.finish()
 
-    state = latest_state(spark, root / "live", "aggregation")
+    state = latest_state(spark, root / "stream", "aggregation")
     assert state and state == control_state(spark, live.inputs, base / "control", NO_SNAPSHOTS)

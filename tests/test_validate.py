@@ -105,7 +105,17 @@ CASES = {
     "SST_SIZE_MISMATCH": ("watermark", False, lambda p: _append(_first_sst(p), b"x")),
     "CRC_MISMATCH": ("watermark", True, lambda p: _break_sidecar(_chain_changelog(p, 0))),
     "CHANGELOG_CORRUPT": ("long_chain", True, lambda p: _corrupt(_chain_changelog(p, 9))),
+    "MOVED_CHECKPOINT": ("list_state", False, lambda p: _name_another_root(p, "file:/somewhere/else")),
+    "SCHEMA_FILE_MISSING": ("list_state", False, lambda p: next(p.glob("state/*/_stateSchema/*/*")).unlink()),
 }  # fmt: skip
+
+
+def _name_another_root(path: Path, root: str) -> None:
+    """Operator metadata v2 as a checkpoint written at `root` and then moved here has it."""
+    from checkpoint.fork import rewrite_schema_paths
+
+    for meta in path.glob("state/*/_metadata/v2/[!.]*"):
+        meta.write_bytes(rewrite_schema_paths(meta.read_bytes(), root, str(meta)))
 
 
 def _corrupt(changelog: Path) -> None:

@@ -30,6 +30,7 @@ class Request:
     path: str
     ranged: bool
     prefix: str = ""  # a listing's prefix parameter
+    condition: str = ""  # a conditional write's header: If-None-Match or If-Match
 
     @property
     def target(self) -> str:
@@ -150,8 +151,9 @@ class S3Proxy:
                 body = self._body() if self.command in ("PUT", "POST") else b""
                 with proxy.lock:
                     prefix = (query.get("prefix") or [""])[0]
+                    condition = next((h for h in ("If-None-Match", "If-Match") if h in self.headers), "")
                     proxy.requests.append(
-                        Request(self.command, op, parsed.path, "Range" in self.headers, prefix)
+                        Request(self.command, op, parsed.path, "Range" in self.headers, prefix, condition)
                     )
                 if proxy._take_slowdown(op):
                     return self._error(503, "SlowDown")

@@ -1,0 +1,138 @@
+"""The commit sensor asks for runs only for work that is due, and never more than the fleet takes.
+
+The decision (orchestration/due.py) is driven on a manual clock; the real sensor ticks over 200
+synthetic checkpoints (real naming) that all commit between ticks, against a real Dagster instance
+whose queue holds real runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster import DagsterRunStatus
+from dagster._core.storage.dagster_run import DagsterRun
+
+from orchestration.due import Caps, Look, SensorState, plan_tick
+from tests.support import synthetic
+
+CAPS = Caps(
+    max_runs_per_tick=5, max_queued_per_job=3, validation_period_seconds=900, max_per_validation_run=50
+)
+NOTHING_QUEUED = {"compact": 0, "validate": 0}
+
+
+def _new(latest: int, crossing: bool = False, error: bool = False) -> Look:
+    return Look(latest, new=True, crossing=crossing, error=error)
+
+
+def _tick(state: SensorState, looks: dict[str, Look], now: float, queued=NOTHING_QUEUED, compacting=()):
+    return plan_tick(state, looks, now, CAPS, queued, set(compacting))
+
+
+def test_validation_at_most_once_per_period_unless_an_error_shows() -> None:
+    looks = {"a": _new(1), "b": _new(1)}
+    first = plan_tick(SensorState(), looks, 1000.0, CAPS, NOTHING_QUEUED, set())
+    assert first.validate == (("a", "b"),) and first.compact == ()  # one run for both
+    later = plan_tick(
+        first.state, {"a": _new(2), "b": _new(2, error=True)}, 1060.0, CAPS, NOTHING_QUEUED, set()
+    )
+    assert later.validate == (("b",),)  # a waits for its period; b's new batch shows an error: now
+    idle = plan_tick(later.state, {"a": Look(2), "b": Look(2)}, 1500.0, CAPS, NOTHING_QUEUED, set())
+    assert idle.validate == () and idle.compact == ()
+    due = plan_tick(idle.state, {"a": Look(2), "b": Look(2)}, 1000.0 + 900, CAPS, NOTHING_QUEUED, set())
+    assert due.validate == (("a",),)  # its commit of 1060 is validated once the period has passed
+    assert (
+        plan_tick(due.state, {"a": Look(2), "b": Look(2)}, 9999.0, CAPS, NOTHING_QUEUED, set()).validate == ()
+    )
+
+
+def test_crossings_are_served_oldest_first_and_none_is_dropped_while_the_queue_is_full() -> None:
+    state, looks = SensorState(), {k: Look(5) for k in "abcd"}
+    for t, key in enumerate(["c", "a", "d", "b"]):  # crossing in this order
+        state = _tick(state, {**looks, key: _new(5, crossing=True)}, 100.0 + t, {"compact": 3}).state
+    full = _tick(state, looks, 200.0, {"compact": 3})
+    assert full.compact == ()
+    assert "4 compaction(s) wait" in full.waiting and "3 of 3 were queued" in full.waiting
+    one_free = _tick(full.state, looks, 201.0, {"compact": 2})
+    assert one_free.compact == (("c", 5),)  # the oldest crossing, and only as many as the queue takes
+    rest = _tick(one_free.state, looks, 202.0, compacting={"d"})
+    assert rest.compact == (("a", 5), ("b", 5))  # d's compaction is running already: no second one
+    assert rest.state.crossings == {}
+
+
+def test_the_caps_bound_every_tick() -> None:
+    looks = {f"q{i:03d}": _new(1, crossing=i < 4) for i in range(200)}
+    plan = _tick(SensorState(), looks, 0.0)
+    assert len(plan.compact) == 3  # the compaction queue's room (3), under the tick's cap (5)
+    assert len(plan.validate) == 2 and all(len(run) == 50 for run in plan.validate)  # 5 - 3 runs left
+    assert "97 checkpoint(s) wait for validation" in plan.waiting and "1 compaction(s) wait" in plan.waiting
+
+
+def _fleet(root: Path, count: int, versions: dict[str, int], crossing: set[str]) -> None:
+    """Every checkpoint at its version: a snapshot every 5 versions keeps chains short, except
+    for the `crossing` ones, which never snapshot (their chain is the whole lineage)."""
+    for i in range(count):
+        name = f"q{i:03d}"
+        every = 1000 if name in crossing else 5
+        synthetic.write_local(root / name, synthetic.files(1, versions[name], window=3, snapshot_every=every))
+
+
+def _queue_runs(instance: dg.DagsterInstance, job: str, count: int) -> None:
+    # Created and not yet launched: a QUEUED run would need the code location's origin to be made.
+    for _ in range(count):
+        run = DagsterRun(job_name=job, run_id=str(uuid.uuid4()), status=DagsterRunStatus.NOT_STARTED)
+        instance.add_run(run)
+
+
+@pytest.mark.slow
+def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path) -> None:
+    from orchestration import sensors
+    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+
+    names = [f"q{i:03d}" for i in range(200)]
+    crossing = {"q007", "q100", "q199"}
+    versions = {n: 9 for n in names}  # chains of 4, or of 8 for the three: none crosses 10 yet
+    _fleet(tmp_path, 200, versions, crossing)
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(tmp_path))])
+    keys = [f"f:{n}" for n in names]
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", keys)
+
+        def tick(cursor):
+            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+            result = sensors.checkpoint_commit_sensor(ctx)
+            cursors.append(result.cursor if isinstance(result, dg.SensorResult) else ctx.cursor)
+            return result
+
+        cursors: list[str | None] = []
+        first = tick(None)
+        assert [r.job_name for r in first.run_requests] == ["validate_checkpoints"]  # one run for 200
+        assert len(first.run_requests[0].run_config["ops"]["validate_each"]["config"]["partitions"]) == 200
+
+        _fleet(tmp_path, 200, {n: 12 for n in names}, crossing)  # every one commits; three cross
+        second = tick(first.cursor)
+        compactions = sorted(
+            r.partition_key for r in second.run_requests if r.job_name == "compact_checkpoints"
+        )
+        assert compactions == sorted(f"f:{n}" for n in crossing)
+        assert len(second.run_requests) == 3  # the others were validated less than a period ago
+
+        idle = tick(second.cursor)
+        assert isinstance(idle, dg.SkipReason) and "0 new commit(s)" in str(idle.skip_message)
+
+        for old in (tmp_path / "q050").rglob("*.zip*"):
+            old.unlink()  # q050 loses its snapshots: its chain now reaches back to version 1 ...
+        _fleet(tmp_path, 200, {n: 13 for n in names}, {"q050", *crossing})
+        _queue_runs(instance, "compact_checkpoints", sensors.SENSOR_CAPS.max_queued_per_job)
+        full = tick(second.cursor)  # ... but the compaction queue is full
+        assert isinstance(full, dg.SkipReason)
+        assert "wait for room in the queue" in str(full.skip_message)
+        waiting = SensorState.from_json(cursors[-1]).crossings
+        assert set(waiting) >= {"f:q050"}  # kept, to be served oldest first once there is room
+        instance.delete_run(instance.get_runs(limit=1)[0].run_id)  # room for one
+        served = tick(cursors[-1])
+        assert [r.job_name for r in served.run_requests] == ["compact_checkpoints"]
