@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .errors import CheckpointError, NotACheckpointError
+from .errors import CheckpointError, NotACheckpointError, StorageError
 from .layout import BATCH_FILE, FORK_COMPLETE, FORK_STARTED, classify
 from .lineage import store_ids
 from .model import (
@@ -56,6 +56,9 @@ def store_folder(sid: StoreId) -> str:
     return base if sid.store == "default" else f"{base}/{sid.store}"
 
 
+_LOG_ATTEMPTS = 3
+
+
 def load_head(
     where: str | Storage,
     storage_options: dict[str, Any] | None = None,
@@ -71,8 +74,18 @@ def load_head(
     `sidecars` also looks up the Spark `.crc` of every state file found (deep validation, rebuild).
     """
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
-    logs = _log_files(storage)
-    base = build_checkpoint(storage, tuple(CheckpointFile(f, classify(f.rel)) for f in logs), strict)
+    for attempt in range(_LOG_ATTEMPTS):
+        logs = _log_files(storage)
+        try:
+            base = build_checkpoint(storage, tuple(CheckpointFile(f, classify(f.rel)) for f in logs), strict)
+            break
+        except StorageError as exc:
+            # A live query's log retention deletes the oldest commit and offset files: one listed
+            # a moment ago can be gone when read. The logs are listed and read again, whole; a
+            # file that keeps vanishing fails the load.
+            if "vanished" not in str(exc) or attempt == _LOG_ATTEMPTS - 1:
+                raise
+            log.info("%s: %s; reading the logs again", storage.url, exc)
     if base.format_version == 1:
         return load_checkpoint(storage, strict=strict)  # V1 names no ids: only a listing finds files
     committed = sorted(b.id for b in base.batches.values() if b.committed)

@@ -156,3 +156,23 @@ def test_the_per_partition_listing_equals_the_flat_one(corpus) -> None:
         split = load_checkpoint(str(corpus[name]), listing="per_partition")
         assert [f.info for f in split.files] == [f.info for f in flat.files], name
         assert split.storage.calls.snapshot()["list"] >= 4  # one recursive listing per partition
+
+
+def test_a_log_file_pruned_between_listing_and_read_is_read_again(copy_of, monkeypatch) -> None:
+    """Spark's log retention deletes the oldest commit of a live query while it is being read: the
+    logs are listed and read again, and the load sees the log as it now is."""
+    path = copy_of("snapshots")
+    real = Storage.read_many
+    pruned = []
+
+    def prune_once(self, rels):
+        rels = list(rels)
+        if not pruned and "commits/0" in rels:
+            (path / "commits" / "0").unlink()
+            (path / "offsets" / "0").unlink()
+            pruned.append(True)
+        return real(self, rels)
+
+    monkeypatch.setattr(Storage, "read_many", prune_once)
+    ckpt = load_head(str(path))
+    assert pruned and 0 not in ckpt.batches and ckpt.latest_committed_batch is not None
