@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m jobs.demo
+	$(PY) -m testbed.demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -11,12 +11,12 @@ from collections.abc import Iterable, Iterator
 import dagster as dg
 import pandas as pd
 
+from assets.partitions import checkpoint_partitions
+from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.model import Checkpoint
 from checkpoint.report import human_bytes, inventory
 from checkpoint.validate import Category, Finding, Severity, ValidationOptions, validate
-from orchestration.partitions import checkpoint_partitions
-from orchestration.resources import CheckpointRootsResource
 
 GROUP = "checkpoint_audit"
 # The fleet report is in this group but not partitioned: the per-checkpoint jobs leave it out.

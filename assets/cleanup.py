@@ -9,15 +9,15 @@ a dry run by default.
 import dagster as dg
 from pydantic import Field
 
-from assets.checkpoints import PER_CHECKPOINT_AUDIT, checkpoint_lineage_report
+from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
+from assets.partitions import checkpoint_partitions
+from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import Outcome, apply_plan, check_plan
 from checkpoint.gc_plan import Plan, plan_gc
 from checkpoint.policy import parse_duration
 from checkpoint.report import human_bytes
-from orchestration.partitions import checkpoint_partitions
-from orchestration.resources import CheckpointRootsResource
 
 GROUP = "checkpoint_cleanup"
 PLAN_CHECK = "plan_matches_commit_log"
@@ -144,10 +144,3 @@ def checkpoint_orphan_cleanup(
             "outcomes": dg.MetadataValue.path(audit.outcomes_url(plan)),
         }
     )
-
-
-cleanup_job = dg.define_asset_job(
-    "checkpoint_cleanup",
-    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(GROUP),
-    description="Audit, plan and (when asked) delete orphaned state files of the selected checkpoints.",
-)

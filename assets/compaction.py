@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from assets.checkpoints import PER_CHECKPOINT_AUDIT, checkpoint_lineage_report
+from assets.checkpoints import checkpoint_lineage_report
+from assets.partitions import checkpoint_partitions
+from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import Checkpoint
 from checkpoint.report import human_bytes
-from orchestration.partitions import checkpoint_partitions
-from orchestration.resources import CheckpointRootsResource, SparkResource
 
 GROUP = "checkpoint_compaction"
 
@@ -122,10 +122,3 @@ def checkpoint_compaction(
             description=f"{len(problems)} problem(s): " + "; ".join(problems[:5]), metadata=metadata
         )
     return dg.MaterializeResult(metadata=metadata)
-
-
-compaction_job = dg.define_asset_job(
-    "compact_checkpoints",
-    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(GROUP),
-    description="Audit, then rebuild snapshots for stores with long replay chains (writes new files only).",
-)

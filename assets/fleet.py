@@ -15,6 +15,8 @@ import dagster as dg
 import pandas as pd
 
 from assets.checkpoints import FLEET_ASSET, GROUP
+from assets.partitions import checkpoint_partitions
+from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.fleet import (
     HEADROOM_WARN,
@@ -30,8 +32,6 @@ from checkpoint.fleet import (
 from checkpoint.policy import POLICY
 from checkpoint.report import human_bytes
 from checkpoint.validate import Severity
-from orchestration.partitions import checkpoint_partitions
-from orchestration.resources import CheckpointRootsResource
 
 NO_ERRORS_CHECK = "fleet_no_errors"
 HEADROOM_CHECK = "fleet_lineage_headroom"
@@ -229,10 +229,3 @@ def _write_chart(context: dg.AssetExecutionContext, rows: list[FleetRow], roots)
     path = folder / f"{context.run.run_id}.svg"
     path.write_text(svg)
     return path
-
-
-fleet_job = dg.define_asset_job(
-    "checkpoint_fleet",
-    selection=dg.AssetSelection.assets(FLEET_ASSET),
-    description="Read-only: the fleet report over every checkpoint partition. Changes nothing.",
-)

@@ -32,8 +32,8 @@ from checkpoint.compaction import plan_compaction
 from checkpoint.model import load_checkpoint
 from checkpoint.rebuild import rebuild_store
 from jobs.compact import run_compaction
-from jobs.corpus import FREQUENT_SNAPSHOTS, NO_SNAPSHOTS, Scenario, aggregation, ensure_big_base
 from jobs.spark_session import local_session
+from testbed.corpus import FREQUENT_SNAPSHOTS, NO_SNAPSHOTS, Scenario, aggregation, ensure_big_base
 
 
 def _rows_for(keys: int, batches: int, per_batch: int | None = None):

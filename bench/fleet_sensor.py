@@ -1,6 +1,6 @@
 """Benchmark: the commit sensor over a fleet of live checkpoints, with Dagster's run queue.
 
-`--checkpoints` synthetic checkpoints (tests/support/synthetic.py naming) each commit every
+`--checkpoints` synthetic checkpoints (testbed/synthetic.py naming) each commit every
 `--commit-every` seconds for `--minutes` of wall time. Most take Spark's own snapshots every 5
 versions and never cross the chain threshold; `--crossing` of them take none and cross it every 10
 commits. The real `checkpoint_commit_sensor` ticks every `--tick` seconds against a real Dagster
@@ -31,7 +31,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
-from tests.support import synthetic
+from testbed import synthetic
 
 THRESHOLD = 10
 
@@ -102,8 +102,8 @@ def main() -> None:
     from dagster import DagsterRunStatus
     from dagster._core.storage.dagster_run import DagsterRun
 
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration import sensors
-    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
 
     work = args.dir or Path(tempfile.mkdtemp(prefix="fleet-sensor-"))
     fleet = Fleet(work, args.checkpoints, args.crossing)

@@ -2,14 +2,14 @@
 
 Each part forks a checkpoint with long history and compares, in the same process:
 - files and bytes copied against the oracle of what recovery at the batch reads, computed from a
-  full listing (tests/support/recovery.py): the target ratio is 1.00;
+  full listing (testbed/recovery.py): the target ratio is 1.00;
 - seconds against a plain recursive copy of the whole checkpoint (shutil.copytree locally, s3fs's
   recursive copy on S3, server-side like the fork's); best of `--repeat`;
 - peak RSS (VmHWM) of a fresh process running the fork against one running the plain copy.
 
   (a) real: an aggregation run by PySpark for `--batches` batches (4 partitions, Spark's defaults:
       a snapshot every 10 deltas, 100 batches retained), forked at its latest batch and 50 back;
-  (b) synthetic, with a real store's naming (tests/support/synthetic.py): `--partitions` stores with
+  (b) synthetic, with a real store's naming (testbed/synthetic.py): `--partitions` stores with
       `--versions` versions of history, on local disk;
   (c) the same shape (`--s3-partitions`, `--s3-versions`) on SeaweedFS through the counting proxy:
       S3 to S3, where both copy server-side; requests counted by the proxy.
@@ -33,8 +33,8 @@ from pathlib import Path
 from checkpoint.fork import fork
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
-from tests.support import synthetic
-from tests.support.recovery import recovery_files
+from testbed import synthetic
+from testbed.recovery import recovery_files
 
 _PEAK = """
 import json, shutil, sys
@@ -102,8 +102,8 @@ def _local_row(label: str, src: Path, batch: int | None, work: Path, repeat: int
 
 
 def _real(args, work: Path) -> list[dict]:
-    from jobs.corpus import Scenario, aggregation
     from jobs.spark_session import local_session
+    from testbed.corpus import Scenario, aggregation
 
     spark = local_session(master="local[2]", app_name="bench-fork")
     scenario = Scenario("history", "aggregation with Spark's defaults", aggregation, args.batches, {})
@@ -127,7 +127,7 @@ def _synthetic(args, work: Path) -> list[dict]:
 
 
 def _s3(args, work: Path) -> list[dict]:
-    from tests.support.s3server import s3_services
+    from testbed.s3server import s3_services
 
     with s3_services(work / "seaweedfs", "bench") as (server, proxy):
         fs = server.filesystem()

@@ -1,6 +1,6 @@
 """Benchmark: planning an orphan cleanup of a 1,000,000-file checkpoint, against a naive baseline.
 
-The synthetic checkpoint follows a real store's naming (tests/support/synthetic.py: V2 changelogs
+The synthetic checkpoint follows a real store's naming (testbed/synthetic.py: V2 changelogs
 and zips with ids, lost attempts, SSTs shared by snapshots, Spark `.crc` sidecars and Hadoop hidden
 crcs) and is written to a local folder, files dated a month back. The baseline is what a tool
 without a format model does: one listing, then one stat per file. Each side runs in a child process
@@ -25,7 +25,7 @@ from pathlib import Path
 from checkpoint.gc_plan import plan_gc
 from checkpoint.model import LISTINGS, load_checkpoint
 from checkpoint.storage import Storage
-from tests.support.synthetic import build
+from testbed.synthetic import build
 
 
 def main() -> None:

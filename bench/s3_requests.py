@@ -16,17 +16,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from checkpoint.audit import AuditTrail
 from checkpoint.compaction import plan_compaction
 from checkpoint.discovery import find_checkpoints
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_apply import AuditTrail, apply_plan
+from checkpoint.gc_apply import apply_plan
 from checkpoint.gc_plan import plan_gc
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from checkpoint.validate import ValidationOptions, validate
-from jobs.corpus import checkpoints, ensure_corpus
-from tests.support.s3proxy import S3Proxy
-from tests.support.s3server import s3_services
+from testbed.corpus import checkpoints, ensure_corpus
+from testbed.s3proxy import S3Proxy
+from testbed.s3server import s3_services
 
 
 def _row(what: str, counts, objects: int, minimum: int, note: str) -> str:

@@ -1,6 +1,6 @@
 """Benchmark: what each read path costs on two checkpoints that differ only in older history.
 
-Both checkpoints are synthetic with a real store's naming (tests/support/synthetic.py): the same
+Both checkpoints are synthetic with a real store's naming (testbed/synthetic.py): the same
 stores, the same commit window and the same 5-changelog replay chains at the latest batch, but
 `--small` against `--big` versions of state history. Each path runs on both, on local disk
 (requests = storage calls) and on SeaweedFS through the counting proxy (requests = S3 requests),
@@ -32,7 +32,7 @@ from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from checkpoint.validate import validate
-from tests.support import synthetic
+from testbed import synthetic
 
 WINDOW = 100
 
@@ -137,7 +137,7 @@ def _local(args, work: Path) -> list[dict]:
 
 
 def _s3(args, work: Path) -> list[dict]:
-    from tests.support.s3server import s3_services
+    from testbed.s3server import s3_services
 
     with s3_services(work / "seaweedfs", "scale") as (server, proxy):
         fs = server.filesystem()
@@ -169,7 +169,7 @@ def _idle_tick(root: str, options: dict, count: int, latest: int) -> float:
     """Seconds of one idle tick of the real commit sensor over `count` checkpoints under `root`."""
     import dagster as dg
 
-    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration.sensors import checkpoint_commit_sensor
 
     roots = CheckpointRootsResource(roots=[CheckpointRoot(name="fleet", url=root, storage_options=options)])
@@ -210,7 +210,7 @@ def _fleet(args, work: Path) -> list[dict]:
              "seconds": round(_idle_tick(str(work / "fleet"), {}, args.fleet, latest), 3)}]  # fmt: skip
     if "s3" in args.skip:
         return rows
-    from tests.support.s3server import s3_services
+    from testbed.s3server import s3_services
 
     # On S3 the checkpoints hold their logs only: uploading 200 x the state files would take most
     # of an hour here, and the tick never lists below commits/ (tests/test_s3.py proves it).

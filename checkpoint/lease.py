@@ -24,7 +24,6 @@ takeover is appended to `lease-takeovers.jsonl`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -34,12 +33,12 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from .audit import AUDIT_FOLDER, folder_name
 from .errors import CheckpointError
 from .layout import MAINT_TEMP_PREFIX as TEMP_PREFIX
 from .policy import POLICY
-from .storage import Storage, normalize_url
+from .storage import Storage
 
-AUDIT_FOLDER = "_ckpt_audit"  # beside the checkpoints, never inside one
 # A holder stops acting this fraction of its TTL before its own expiry: a takeover needs the whole
 # TTL to pass, so a check that passes leaves the holder this long for its next change.
 _SAFETY_MARGIN = 0.2
@@ -51,13 +50,6 @@ class LeaseHeld(CheckpointError):
 
 class LeaseLost(CheckpointError):
     """This action's lease expired or was taken over: it must stop before changing anything more."""
-
-
-def folder_name(checkpoint_url: str) -> str:
-    """A checkpoint's folder in an audit trail: its name and a digest of its one spelling."""
-    url = normalize_url(checkpoint_url)
-    digest = hashlib.sha256(url.encode()).hexdigest()[:8]
-    return f"{url.rsplit('/', 1)[-1]}-{digest}"
 
 
 def lease_for(checkpoint: Storage, owner: str, **options) -> Lease:

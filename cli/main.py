@@ -15,9 +15,10 @@ import logging
 import sys
 from contextlib import nullcontext
 
+from checkpoint.audit import AuditTrail
 from checkpoint.discovery import scan
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_apply import AuditTrail, apply_plan
+from checkpoint.gc_apply import apply_plan
 from checkpoint.gc_plan import GcError, plan_gc
 from checkpoint.head import load_head
 from checkpoint.lease import lease_for

@@ -8,29 +8,17 @@ import os
 import dagster as dg
 
 import assets
-from assets.cleanup import cleanup_job
-from assets.compaction import compaction_job
-from assets.fleet import fleet_job
-from orchestration.fork import fork_job
-from orchestration.maintenance import maintenance_job, maintenance_schedule
-from orchestration.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, roots_from_env
-from orchestration.schedules import audit_job, checkpoint_audit_schedule, checkpoint_fleet_schedule
+from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, roots_from_env
+from orchestration.jobs import ALL_JOBS
+from orchestration.maintenance import maintenance_schedule
+from orchestration.schedules import checkpoint_audit_schedule, checkpoint_fleet_schedule
 from orchestration.sensors import checkpoint_commit_sensor, checkpoint_discovery_sensor
-from orchestration.validation import validate_checkpoints_job
 
 
 def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None = None, **roots_options):
     return dg.Definitions(
         assets=dg.load_assets_from_package_module(assets),
-        jobs=[
-            audit_job,
-            cleanup_job,
-            compaction_job,
-            maintenance_job,
-            fleet_job,
-            fork_job,
-            validate_checkpoints_job,
-        ],  # fmt: skip
+        jobs=ALL_JOBS,
         schedules=[
             checkpoint_audit_schedule,
             checkpoint_fleet_schedule,

@@ -11,12 +11,12 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from assets.partitions import checkpoint_partitions
+from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.fork import fork, refuse_overlap
 from checkpoint.report import human_bytes
 from checkpoint.storage import Storage
-from orchestration.partitions import checkpoint_partitions
-from orchestration.resources import CheckpointRootsResource
 
 
 class ForkConfig(dg.Config):
@@ -79,13 +79,3 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
             "summary": dg.MetadataValue.md(summary),
         },
     )
-
-
-@dg.job(
-    name="fork_checkpoint",
-    description="Fork a checkpoint at a committed batch into an empty destination: relocate, roll back, "
-    "or audit a copy (launch from the Launchpad with the op's config)",
-    tags={"ckpt/kind": "fork"},
-)
-def fork_job():
-    fork_op()

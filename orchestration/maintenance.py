@@ -4,21 +4,10 @@ per configured root (cleanup deletes only under roots with `apply_cleanup`)."""
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import dagster as dg
 
-from assets.checkpoints import PER_CHECKPOINT_AUDIT
 from assets.cleanup import APPLY_TAG
-from assets.cleanup import GROUP as CLEANUP_GROUP
-from assets.compaction import GROUP as COMPACTION_GROUP
-from orchestration.partitions import checkpoint_partitions, parse_partition_key
-from orchestration.resources import CheckpointRoot
-
-maintenance_job = dg.define_asset_job(
-    "checkpoint_maintenance",
-    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(COMPACTION_GROUP, CLEANUP_GROUP),
-    description=(
-        "Audit (blocking checks), compact long replay chains, plan orphan cleanup; deletes only with "
-        f"the tag {APPLY_TAG}=true or the cleanup asset's `apply` config."
-    ),
-)
+from assets.partitions import checkpoint_partitions, parse_partition_key
+from assets.resources import CheckpointRoot
+from orchestration.jobs import maintenance_job
 
 
 def maintenance_requests(root: CheckpointRoot, keys: list[str], tick: str) -> list[dg.RunRequest]:

@@ -3,16 +3,8 @@
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import dagster as dg
 
-from assets.checkpoints import PER_CHECKPOINT_AUDIT
-from assets.fleet import fleet_job
-from orchestration.partitions import checkpoint_partitions
-
-audit_job = dg.define_asset_job(
-    "checkpoint_audit",
-    selection=PER_CHECKPOINT_AUDIT,
-    description="Read-only: inventory, lineage and validation of the selected checkpoints. Changes nothing.",
-)
-
+from assets.partitions import checkpoint_partitions
+from orchestration.jobs import audit_job, fleet_job
 
 AUDIT_CRON = "0 */6 * * *"
 

@@ -9,15 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 from dagster import DagsterRunStatus
 
-from assets.compaction import compaction_job
+from assets.partitions import checkpoint_partitions, parse_partition_key
+from assets.resources import CheckpointRootsResource
 from checkpoint.compaction import CompactionRefused
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from orchestration.due import Caps, Look, SensorState, plan_tick
-from orchestration.partitions import checkpoint_partitions, parse_partition_key
-from orchestration.resources import CheckpointRootsResource
-from orchestration.schedules import audit_job
-from orchestration.validation import validate_checkpoints_job
+from orchestration.jobs import audit_job, compaction_job, validate_checkpoints_job
 
 # How often the daemon looks for new commits; tests and busy fleets set it through the environment.
 COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", "60"))

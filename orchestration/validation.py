@@ -11,9 +11,9 @@ the run fails at the end, naming every checkpoint with error findings.
 import dagster as dg
 from pydantic import Field
 
+from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.validate import Severity, ValidationOptions, validate
-from orchestration.resources import CheckpointRootsResource
 
 
 class ValidateConfig(dg.Config):
@@ -55,12 +55,3 @@ def validate_each(context: dg.OpExecutionContext, config: ValidateConfig, roots:
                                  "findings": dg.MetadataValue.md("\n".join(rows))})  # fmt: skip
     if failed:
         raise dg.Failure(description=f"{len(failed)} checkpoint(s) with errors: " + "; ".join(failed[:10]))
-
-
-@dg.job(
-    name="validate_checkpoints",
-    description="Read-only: head-first validation of the checkpoints named in the config (the commit "
-    "sensor's batched validation run). Changes nothing.",
-)
-def validate_checkpoints_job():
-    validate_each()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.model import Checkpoint, load_checkpoint
-from jobs.corpus import MANIFEST, checkpoints, ensure_corpus
+from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
 from tests.support.copying import copy_checkpoint
 
 
@@ -64,7 +64,7 @@ def s3(tmp_path_factory):
     """
     import uuid
 
-    from tests.support.s3server import s3_services
+    from testbed.s3server import s3_services
 
     bucket = f"ckpt-tests-{uuid.uuid4().hex[:8]}"
     with s3_services(tmp_path_factory.mktemp("seaweedfs"), bucket) as (server, proxy):

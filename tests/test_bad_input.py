@@ -16,7 +16,7 @@ from checkpoint.codec import Lz4BlockReader
 from checkpoint.errors import CorruptFileError, NotACheckpointError, UnknownFormatVersionError
 from checkpoint.layout import FileKind
 from checkpoint.model import load_checkpoint
-from tests.support.lz4java import frame, java_utf
+from testbed.lz4java import frame, java_utf
 
 U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
 

@@ -160,7 +160,7 @@ def _on_a_terminal(*args: str) -> tuple[subprocess.CompletedProcess, bytes]:
 
 
 def test_long_work_shows_progress_on_a_terminal_only(tmp_path) -> None:
-    from tests.support import synthetic
+    from testbed import synthetic
 
     path = tmp_path / "wide"
     synthetic.build(path, 120, 25, window=10)  # 120 stores: progress every 100

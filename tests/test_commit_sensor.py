@@ -16,7 +16,7 @@ from dagster import DagsterRunStatus
 from dagster._core.storage.dagster_run import DagsterRun
 
 from orchestration.due import Caps, Look, SensorState, plan_tick
-from tests.support import synthetic
+from testbed import synthetic
 
 CAPS = Caps(
     max_runs_per_tick=5, max_queued_per_job=3, validation_period_seconds=900, max_per_validation_run=50
@@ -89,8 +89,8 @@ def _queue_runs(instance: dg.DagsterInstance, job: str, count: int) -> None:
 
 @pytest.mark.slow
 def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path) -> None:
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration import sensors
-    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
 
     names = [f"q{i:03d}" for i in range(200)]
     crossing = {"q007", "q100", "q199"}

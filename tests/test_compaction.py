@@ -19,7 +19,7 @@ from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from checkpoint.rebuild import RebuildError, merge_delimiter, rebuild_store
 from jobs.compact import run_compaction
-from jobs.corpus import scenario_named
+from testbed.corpus import scenario_named
 from tests.support.copying import copy_checkpoint
 from tests.support.state import READERS, read_state, restart_like_untouched
 
@@ -205,7 +205,7 @@ def test_the_job_runs_unchanged_on_a_standalone_cluster(spark, corpus, copy_of, 
 
 def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, tmp_path) -> None:
     from checkpoint.validate import validate
-    from jobs.corpus import RESCUE, died_on_lineage_cap, ensure_rescue_corpus
+    from testbed.corpus import RESCUE, died_on_lineage_cap, ensure_rescue_corpus
 
     scenario_dir = ensure_rescue_corpus()
     dead, rescued = tmp_path / "dead", tmp_path / "rescued"

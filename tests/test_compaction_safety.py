@@ -101,7 +101,7 @@ def test_a_task_killed_with_9_fails_its_store_alone(
     """The Python worker rebuilding one store dies as an OOM kill or a segfault would end it: the
     other stores publish, the dead one is reported, and the query restarts like an untouched copy."""
     from jobs.compact import KILL_STORE_ENV
-    from jobs.corpus import scenario_named
+    from testbed.corpus import scenario_named
     from tests.support.state import restart_like_untouched
 
     path, untouched = copy_of("long_chain"), tmp_path / "untouched"

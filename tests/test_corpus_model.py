@@ -9,7 +9,7 @@ import pytest
 from checkpoint.changelog import column_family_id
 from checkpoint.layout import FileKind
 from checkpoint.model import Checkpoint, StoreId
-from jobs.corpus import KILLED_AT_BATCH, LONG_CHAIN_BATCHES, RETRY_BATCHES
+from testbed.corpus import KILLED_AT_BATCH, LONG_CHAIN_BATCHES, RETRY_BATCHES
 
 V2 = [
     "long_chain", "snapshots", "watermark", "retention", "killed_before_restart", "killed_after_restart",

@@ -16,10 +16,10 @@ from assets.checkpoints import (
     checkpoint_inventory,
     checkpoint_lineage_report,
 )
+from assets.partitions import checkpoint_partitions, parse_partition_key, partition_key
+from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.head import load_head
 from orchestration.definitions import build_definitions
-from orchestration.partitions import checkpoint_partitions, parse_partition_key, partition_key
-from orchestration.resources import CheckpointRoot, CheckpointRootsResource
 from orchestration.sensors import checkpoint_discovery_sensor
 from tests.support.copying import copy_checkpoint
 

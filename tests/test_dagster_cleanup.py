@@ -16,11 +16,11 @@ from assets.cleanup import (
     checkpoint_orphan_cleanup,
     checkpoint_orphan_plan,
 )
+from assets.partitions import partition_key
+from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.lease import lease_for
-from jobs.demo import date_back
 from orchestration.definitions import build_definitions
-from orchestration.partitions import partition_key
-from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+from testbed.demo import date_back
 from tests.support.copying import copy_checkpoint
 
 CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
@@ -162,9 +162,9 @@ def test_the_schedule_applies_only_where_configured(instance, tmp_path) -> None:
 
 def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark, monkeypatch) -> None:
     from assets.compaction import checkpoint_compaction
-    from orchestration.resources import SparkResource
+    from assets.resources import SparkResource
+    from orchestration.jobs import validate_checkpoints_job
     from orchestration.sensors import checkpoint_commit_sensor
-    from orchestration.validation import validate_checkpoints_job
 
     root = tmp_path / "root"
     copy_checkpoint(corpus["long_chain"], root / "chain")
@@ -227,7 +227,7 @@ def test_a_cleanup_run_waits_for_the_lease_then_fails_naming_its_holder(instance
 
 def test_a_compaction_only_run_over_a_damaged_checkpoint_writes_nothing(instance, corpus, tmp_path) -> None:
     from assets.compaction import checkpoint_compaction
-    from orchestration.resources import SparkResource
+    from assets.resources import SparkResource
 
     root = tmp_path / "root"
     copy_checkpoint(corpus["long_chain"], root / "orders")

@@ -22,9 +22,9 @@ from checkpoint.fork import ForkIncomplete, ForkRefused, fork, rewrite_schema_pa
 from checkpoint.layout import FORK_COMPLETE, FORK_STARTED
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
-from jobs.corpus import scenario_named
+from testbed.corpus import scenario_named
+from testbed.recovery import recovery_files
 from tests.support.copying import copy_checkpoint
-from tests.support.recovery import recovery_files
 from tests.support.state import read_state, restart_like_untouched
 from tests.test_cli import CKPT, ckpt
 
@@ -230,9 +230,9 @@ def test_schema_paths_move_and_anything_else_is_refused() -> None:
 def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> None:
     import dagster as dg
 
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot
     from orchestration.definitions import build_definitions
-    from orchestration.partitions import partition_key
-    from orchestration.resources import CheckpointRoot
 
     root = tmp_path / "root"
     copy_checkpoint(corpus["dedup_agg"], root / "orders")

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.gc_apply import AuditTrail, apply_plan, check_plan
+from checkpoint.audit import AuditTrail
+from checkpoint.gc_apply import apply_plan, check_plan
 from checkpoint.gc_plan import GcError, Plan, plan_gc
 from checkpoint.layout import FileKind
 from checkpoint.model import load_checkpoint
-from jobs.corpus import scenario_named
+from testbed.corpus import scenario_named
 from tests.support.copying import copy_checkpoint
 from tests.support.state import read_state, restart_like_untouched
 

@@ -7,10 +7,18 @@ import time
 
 import pytest
 
-from checkpoint.gc_apply import AuditTrail, apply_plan
+from checkpoint.audit import AuditTrail
+from checkpoint.gc_apply import apply_plan
 from checkpoint.gc_plan import plan_gc
 from checkpoint.model import load_checkpoint
-from jobs.corpus import FREQUENT_SNAPSHOTS, _Confs, _keyed_rows, _two_actions_sink, aggregation, write_inputs
+from testbed.corpus import (
+    FREQUENT_SNAPSHOTS,
+    _Confs,
+    _keyed_rows,
+    _two_actions_sink,
+    aggregation,
+    write_inputs,
+)
 from tests.support.state import control_state, latest_state
 
 pytestmark = pytest.mark.slow

@@ -268,8 +268,8 @@ def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_
     with its default audit folder, is refused and deletes nothing."""
     import dagster as dg
 
-    from orchestration.partitions import checkpoint_partitions
-    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+    from assets.partitions import checkpoint_partitions
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
 
     path = copy_of("two_actions")
     before = _files(path)

@@ -8,6 +8,7 @@ import inspect
 
 import pytest
 
+from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.compaction import plan_compaction
 from checkpoint.gc_plan import plan_gc
 from checkpoint.head import load_head
@@ -15,7 +16,6 @@ from checkpoint.orphans import GcOptions
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.validate import ValidationOptions, validate
 from cli.main import build_parser
-from orchestration.resources import CheckpointRoot, CheckpointRootsResource
 
 
 def _default(fn, name: str):
@@ -61,7 +61,7 @@ def test_the_long_chain_warning_and_compaction_agree(corpus, threshold) -> None:
 
 def test_the_header_near_cap_error_and_the_rescue_agree() -> None:
     # The rescue checkpoint's headers sit above the ratio; one notch above them, neither fires.
-    from jobs.corpus import ensure_rescue_corpus
+    from testbed.corpus import ensure_rescue_corpus
 
     ckpt = load_head(str(ensure_rescue_corpus() / "checkpoint"), strict=False, recent=2)
     ratio = max(e.header_cap_ratio for e in validate(ckpt).lineage)

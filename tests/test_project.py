@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -9,8 +10,72 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# What each package may import, of the project's own: dependencies point one way, from the
+# adapters down to the core. The wheel ships the first five; `testbed` (what the demo, tests and
+# benches share) and `bench` sit on top of them, and nothing but the tests imports `tests`.
+ALLOWED = {
+    "checkpoint": {"checkpoint"},
+    "jobs": {"checkpoint", "jobs"},
+    "assets": {"checkpoint", "jobs", "assets"},
+    "orchestration": {"checkpoint", "jobs", "assets", "orchestration"},
+    "cli": {"checkpoint", "jobs", "cli"},
+    "testbed": {"checkpoint", "jobs", "assets", "orchestration", "cli", "testbed"},
+    "bench": {"checkpoint", "jobs", "assets", "orchestration", "cli", "testbed", "bench"},
+}
+OWN = set(ALLOWED) | {"tests"}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every top-level module a file imports, anywhere in it (imports inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def upward_imports(root: Path) -> list[str]:
+    bad = []
+    for package, allowed in ALLOWED.items():
+        for path in sorted((root / package).rglob("*.py")):
+            for name in sorted((_imports(path) & OWN) - allowed):
+                bad.append(f"{path.relative_to(root)} imports {name}")
+    return bad
+
+
+def test_packages_depend_one_way() -> None:
+    assert upward_imports(ROOT) == []
+
+
+def test_the_import_graph_test_sees_an_upward_import(tmp_path) -> None:
+    for package in ALLOWED:
+        (tmp_path / package).mkdir()
+    (tmp_path / "checkpoint" / "model.py").write_text("def f():\n    from assets.resources import X\n")
+    (tmp_path / "jobs" / "compact.py").write_text("import orchestration.jobs\nimport checkpoint.model\n")
+    (tmp_path / "bench" / "gc_plan.py").write_text("from tests.support import damage\n")
+    assert upward_imports(tmp_path) == [
+        "checkpoint/model.py imports assets",
+        "jobs/compact.py imports orchestration",
+        "bench/gc_plan.py imports tests",
+    ]
+
+
+def test_the_wheel_ships_no_test_scaffolding() -> None:
+    shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert {name.rstrip("*") for name in shipped["include"]} == {
+        "checkpoint",
+        "jobs",
+        "assets",
+        "orchestration",
+        "cli",
+    }
 
 
 def test_core_imports_neither_dagster_nor_spark() -> None:
@@ -46,7 +111,7 @@ def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
 
     home = tmp_path / "dagster_home"
     out = subprocess.run(
-        [sys.executable, "-m", "jobs.demo", "--out", str(tmp_path / "demo"), "--dagster-home", str(home)],
+        [sys.executable, "-m", "testbed.demo", "--out", str(tmp_path / "demo"), "--dagster-home", str(home)],
         capture_output=True, text=True, cwd=ROOT, timeout=900,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -78,7 +143,7 @@ def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
 
 
 def test_spark_resource_builds_a_working_local_session(spark) -> None:
-    from orchestration.resources import SparkResource
+    from assets.resources import SparkResource
 
     session = SparkResource(master="local[2]").session()
     assert session.range(5).count() == 5

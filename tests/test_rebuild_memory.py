@@ -13,7 +13,7 @@ from checkpoint import rebuild
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from checkpoint.rebuild import RebuildError, rebuild_store
-from jobs.corpus import ensure_big_base
+from testbed.corpus import ensure_big_base
 from tests.test_compaction import _rows_of_partition, _snapshot_rows
 
 pytestmark = pytest.mark.slow

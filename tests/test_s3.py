@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import s3fs
 
+from checkpoint.audit import AuditTrail
 from checkpoint.errors import StorageError
-from checkpoint.gc_apply import AuditTrail, apply_plan
+from checkpoint.gc_apply import apply_plan
 from checkpoint.gc_plan import plan_gc
 from checkpoint.head import load_head
 from checkpoint.model import load_checkpoint
@@ -121,8 +122,8 @@ def test_discovery_sends_no_request_inside_a_checkpoint(s3, s3_copy_of) -> None:
 
 @pytest.fixture(scope="module")
 def s3_histories(s3) -> dict[str, str]:
-    """Two synthetic checkpoints on S3 that differ only in older history (tests/support/synthetic)."""
-    from tests.support import synthetic
+    """Two synthetic checkpoints on S3 that differ only in older history (testbed/synthetic)."""
+    from testbed import synthetic
 
     server, _, bucket = s3
     fs = server.filesystem()
@@ -149,9 +150,9 @@ def test_requests_do_not_grow_with_history(s3, s3_histories, command) -> None:
 def test_an_idle_commit_sensor_tick_is_one_listing_per_checkpoint(s3, s3_histories) -> None:
     import dagster as dg
 
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration.due import SensorState
-    from orchestration.partitions import partition_key
-    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration.sensors import checkpoint_commit_sensor
 
     _, proxy, bucket = s3
@@ -366,7 +367,7 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
 
 def _restarts_like_untouched(s3, spark, corpus, corpus_root, url: str, tmp_path: Path) -> None:
     """Copied from S3 to local disk, the changed checkpoint restarts the query like an untouched copy."""
-    from jobs.corpus import scenario_named
+    from testbed.corpus import scenario_named
     from tests.support.state import restart_like_untouched
 
     name = url.rsplit("/", 1)[-1]
@@ -382,8 +383,8 @@ def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> 
 
     from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
     from assets.cleanup import checkpoint_orphan_cleanup, checkpoint_orphan_plan
-    from orchestration.partitions import partition_key
-    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
 
     server, _, bucket = s3
     s3_copy_of("two_actions", prefix="dagster/team-a")
@@ -490,8 +491,8 @@ def test_the_fleet_report_sends_requests_per_checkpoint_not_per_file(s3) -> None
     import dagster as dg
 
     from assets.fleet import checkpoint_fleet_report
-    from orchestration.resources import CheckpointRoot, CheckpointRootsResource
-    from tests.support import synthetic
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
+    from testbed import synthetic
 
     server, proxy, bucket = s3
     # versions equal modulo 10 (the same replay chains); no hidden Hadoop crcs, as on S3
@@ -526,7 +527,7 @@ def test_a_fork_goes_local_to_s3_to_s3_and_back_and_restarts_like_the_original(
 ) -> None:
     """list_state: operator metadata v2 names its schema by absolute path, which each hop moves."""
     from checkpoint.fork import fork
-    from jobs.corpus import scenario_named
+    from testbed.corpus import scenario_named
     from tests.support.state import restart_like_untouched
 
     _, proxy, bucket = s3

@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from checkpoint.changelog import column_family_id
 from checkpoint.layout import FileKind
-from jobs.corpus import INPUT_SCHEMA, KILLED_AT_BATCH, RETRY_BATCHES
+from testbed.corpus import INPUT_SCHEMA, KILLED_AT_BATCH, RETRY_BATCHES
 from tests.support.unsaferow import decode_row, state_value_rows
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from checkpoint.crc import crc32c_signed
 from checkpoint.layout import FileKind
 from checkpoint.lineage import StoreLineage, checkpoint_lineage
 from checkpoint.model import load_checkpoint
-from tests.support.lz4java import frame, java_utf
+from testbed.lz4java import frame, java_utf
 
 
 def lineage_of(path: Path, partition: int = 0, operator: int = 0, store: str = "default") -> StoreLineage:

@@ -58,7 +58,7 @@ def restart_like_untouched(
 def control_state(spark, inputs: Path, checkpoint: Path, confs: dict[str, str]) -> list[str]:
     """The control: the same aggregation over all of `inputs` in one availableNow run, untouched by
     maintenance; its final state."""
-    from jobs.corpus import _Confs, aggregation
+    from testbed.corpus import _Confs, aggregation
 
     with _Confs(spark, confs):
         query = (

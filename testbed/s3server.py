@@ -130,7 +130,7 @@ def environment_credentials() -> tuple[str, str, str]:
 @contextmanager
 def s3_services(workdir: Path, bucket: str):
     """The server, the counting and fault-injecting proxy in front of it, and an empty bucket."""
-    from tests.support.s3proxy import S3Proxy
+    from testbed.s3proxy import S3Proxy
 
     key, secret, region = environment_credentials()
     server = start_s3_server(workdir, key, secret, region)

@@ -14,7 +14,7 @@ import time
 import warnings
 from pathlib import Path
 
-from jobs.corpus import MANIFEST
+from testbed.corpus import MANIFEST
 
 DEMO_SCENARIOS = ("long_chain", "snapshots", "killed", "join", "list_state", "two_actions")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -27,7 +27,7 @@ def _generate(out: Path) -> bool:
     """Runs the generator, showing its progress lines; Spark's and PySpark's chatter goes to a log."""
     log_path = out.parent / "generate.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-u", "-m", "jobs.corpus", str(out), "--only", *DEMO_SCENARIOS]
+    cmd = [sys.executable, "-u", "-m", "testbed.corpus", str(out), "--only", *DEMO_SCENARIOS]
     with (
         open(log_path, "w") as log,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc,
@@ -152,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module=r"dagster\..*")
     import dagster as dg
 
+    from assets.partitions import checkpoint_partitions
+    from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
     from orchestration.definitions import build_definitions
-    from orchestration.partitions import checkpoint_partitions
-    from orchestration.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 
     root = CheckpointRoot(name="demo", url=str(out), apply_cleanup=True)
     defs = build_definitions([root], spark=SparkResource(master="local[2]"))

@@ -20,7 +20,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
-from tests.support.lz4java import frame, java_utf
+from testbed.lz4java import frame, java_utf
 
 WINDOW = 100  # committed batches still in the commit log (Spark's default minBatchesToRetain)
 SNAPSHOT_EVERY = 10

@@ -5,7 +5,7 @@ Every scenario reads deterministic JSON files with a file source, one file per m
 query over the first N input files. The corpus is generated once per generator version and cached
 outside the repository; tests and the demo share it.
 
-Run `python -m jobs.corpus OUT_DIR` to generate into OUT_DIR.
+Run `python -m testbed.corpus OUT_DIR` to generate into OUT_DIR.
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ class KilledScenario(Scenario):
         live = out / "checkpoint_after_restart"
         marker = out / "batch-running.marker"
         child = subprocess.Popen(
-            [sys.executable, "-m", "jobs.corpus", "--killed-child", str(out)],
+            [sys.executable, "-m", "testbed.corpus", "--killed-child", str(out)],
             start_new_session=True,  # the driver's JVM is in this group: kill both at once
             stdout=subprocess.DEVNULL,
             stderr=open(out / "child.log", "w"),
@@ -429,7 +429,7 @@ def ensure_rescue_corpus(cache: Path | None = None, log=print) -> Path:
     if cache.exists():
         shutil.rmtree(cache)
     log(f"corpus: generating the rescue checkpoint into {cache} (about 900 micro-batches)")
-    result = subprocess.run([sys.executable, "-m", "jobs.corpus", "--rescue", str(cache)], check=False)
+    result = subprocess.run([sys.executable, "-m", "testbed.corpus", "--rescue", str(cache)], check=False)
     if result.returncode != 0 or not (cache / MANIFEST).exists():
         raise RuntimeError(f"rescue generation failed (exit {result.returncode}); partial output in {cache}")
     return cache
@@ -512,7 +512,7 @@ def ensure_big_base(
     cache.parent.mkdir(parents=True, exist_ok=True)
     log(f"corpus: generating a checkpoint with a {keys:,}-key base into {cache}")
     args = ["--big-base", str(keys), str(touch), str(chain), str(records)]
-    result = subprocess.run([sys.executable, "-m", "jobs.corpus", str(cache), *args], check=False)
+    result = subprocess.run([sys.executable, "-m", "testbed.corpus", str(cache), *args], check=False)
     if result.returncode != 0 or not (cache / MANIFEST).exists():
         raise RuntimeError(f"big-base generation failed (exit {result.returncode}); output in {cache}")
     return cache
@@ -591,7 +591,7 @@ def ensure_corpus(cache: Path | None = None, log=print) -> Path:
     cache.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     log(f"corpus: generating into {cache} (generator v{GENERATOR_VERSION}); this runs real queries")
-    result = subprocess.run([sys.executable, "-m", "jobs.corpus", str(cache)], check=False)
+    result = subprocess.run([sys.executable, "-m", "testbed.corpus", str(cache)], check=False)
     if result.returncode != 0 or not (cache / MANIFEST).exists():
         raise RuntimeError(f"corpus generation failed (exit {result.returncode}); partial output in {cache}")
     log(f"corpus: generated in {time.monotonic() - started:.0f} s")

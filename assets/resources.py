@@ -14,16 +14,16 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
+from assets.partitions import parse_partition_key, partition_key
+from checkpoint.audit import AuditTrail
 from checkpoint.compaction import plan_compaction
 from checkpoint.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_apply import AuditTrail
 from checkpoint.head import latest_commit, load_head
 from checkpoint.lease import Lease, LeaseHeld, lease_for
 from checkpoint.model import Checkpoint, load_checkpoint
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from checkpoint.storage import Storage, scheme_of
-from orchestration.partitions import parse_partition_key, partition_key
 
 DEMO_ROOT = Path(__file__).resolve().parent.parent / "demo-output" / "checkpoints"
 

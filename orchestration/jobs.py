@@ -1,0 +1,68 @@
+"""Every Dagster job of the code location, in one place; their names are what users' instances hold
+(runs, schedules, sensors and run keys refer to them), so a name here never changes."""
+
+# No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import dagster as dg
+
+from assets.checkpoints import FLEET_ASSET, PER_CHECKPOINT_AUDIT
+from assets.cleanup import APPLY_TAG
+from assets.cleanup import GROUP as CLEANUP_GROUP
+from assets.compaction import GROUP as COMPACTION_GROUP
+from orchestration.fork import fork_op
+from orchestration.validation import validate_each
+
+audit_job = dg.define_asset_job(
+    "checkpoint_audit",
+    selection=PER_CHECKPOINT_AUDIT,
+    description="Read-only: inventory, lineage and validation of the selected checkpoints. Changes nothing.",
+)
+
+compaction_job = dg.define_asset_job(
+    "compact_checkpoints",
+    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(COMPACTION_GROUP),
+    description="Audit, then rebuild snapshots for stores with long replay chains (writes new files only).",
+)
+
+cleanup_job = dg.define_asset_job(
+    "checkpoint_cleanup",
+    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(CLEANUP_GROUP),
+    description="Audit, plan and (when asked) delete orphaned state files of the selected checkpoints.",
+)
+
+maintenance_job = dg.define_asset_job(
+    "checkpoint_maintenance",
+    selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(COMPACTION_GROUP, CLEANUP_GROUP),
+    description=(
+        "Audit (blocking checks), compact long replay chains, plan orphan cleanup; deletes only with "
+        f"the tag {APPLY_TAG}=true or the cleanup asset's `apply` config."
+    ),
+)
+
+fleet_job = dg.define_asset_job(
+    "checkpoint_fleet",
+    selection=dg.AssetSelection.assets(FLEET_ASSET),
+    description="Read-only: the fleet report over every checkpoint partition. Changes nothing.",
+)
+
+
+@dg.job(
+    name="fork_checkpoint",
+    description="Fork a checkpoint at a committed batch into an empty destination: relocate, roll back, "
+    "or audit a copy (launch from the Launchpad with the op's config)",
+    tags={"ckpt/kind": "fork"},
+)
+def fork_job():
+    fork_op()
+
+
+@dg.job(
+    name="validate_checkpoints",
+    description="Read-only: head-first validation of the checkpoints named in the config (the commit "
+    "sensor's batched validation run). Changes nothing.",
+)
+def validate_checkpoints_job():
+    validate_each()
+
+
+ALL_JOBS = [audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job,
+            validate_checkpoints_job]  # fmt: skip
