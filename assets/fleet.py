@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 import dagster as dg
+import humanfriendly
 import pandas as pd
 
 from assets.checkpoints import FLEET_ASSET, GROUP
@@ -19,23 +21,20 @@ from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.fleet import (
-    HEADROOM_WARN,
     FleetRow,
-    attention_markdown,
-    chart_svg,
     fleet_row,
     headroom,
+    needs_attention,
     ranked,
     totals,
     unreadable_row,
 )
-from checkpoint.policy import POLICY
+from checkpoint.policy import POLICY, Policy
 from checkpoint.report import human_bytes
 from checkpoint.validate import Severity
 
 NO_ERRORS_CHECK = "fleet_no_errors"
 HEADROOM_CHECK = "fleet_lineage_headroom"
-_WORKERS = 16  # checkpoints read at once: object-store latency, not CPU, bounds a fleet's read
 _COLUMNS = [  # (name, Dagster column type) of the table shown in the UI
     ("checkpoint", "string"), ("latest_batch", "int"), ("commit_age", "string"), ("live", "bool"),
     ("errors", "string"), ("warnings", "string"), ("max_chain", "int"), ("chain_store", "string"),
@@ -49,12 +48,7 @@ def _when(timestamp: float) -> str:
 
 
 def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"
+    return "never" if seconds is None else humanfriendly.format_timespan(seconds, max_units=2)
 
 
 class _History:
@@ -166,7 +160,8 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
         dg.AssetCheckSpec(NO_ERRORS_CHECK, asset=FLEET_ASSET, description="No checkpoint has error findings"),
         dg.AssetCheckSpec(
             HEADROOM_CHECK, asset=FLEET_ASSET,
-            description=f"Every lineage header below {HEADROOM_WARN:.0%} of the cap (WARN) and "
+            description=f"Every lineage header below {POLICY.fleet_header_warn_ratio:.0%} of the cap (WARN) "
+                        "and "
                         f"{POLICY.header_cap_ratio:.0%} (ERROR)",
         ),
     ],
@@ -179,7 +174,7 @@ def checkpoint_fleet_report(
     keys = sorted(context.instance.get_dynamic_partitions(checkpoint_partitions.name))
     history = _History(context.instance)
     known = {key: history.known(key) for key in keys}
-    with ThreadPoolExecutor(_WORKERS) as pool:
+    with ThreadPoolExecutor(POLICY.fleet_workers) as pool:
         rows = ranked(list(pool.map(lambda k: _row(roots, k, known[k]), keys)), roots.policy())
     context.log.info(f"read {len(rows)} checkpoints head-first")
     fleet = totals(rows)
@@ -229,3 +224,51 @@ def _write_chart(context: dg.AssetExecutionContext, rows: list[FleetRow], roots)
     path = folder / f"{context.run.run_id}.svg"
     path.write_text(svg)
     return path
+
+
+def attention_markdown(rows: list[FleetRow], policy: Policy = POLICY, limit: int = 10) -> str:
+    items = needs_attention(rows, policy, limit)
+    if not items:
+        return f"All {len(rows)} checkpoints are healthy: nothing needs attention."
+    lines = ["| # | checkpoint | why | what fixes it |", "|---:|---|---|---|"]
+    lines += [
+        f"| {i} | `{a.row.key}` | {a.reason.replace('|', '/')} | {a.action} |" for i, a in enumerate(items, 1)
+    ]
+    return "\n".join(lines)
+
+
+def chart_svg(rows: list[FleetRow], policy: Policy = POLICY, width: int = 900) -> str:
+    """Two horizontal bars per checkpoint (longest chain, reclaimable bytes), most urgent first: an
+    SVG a browser shows as is, with no plotting library to install."""
+    rows = ranked(rows, policy)[:40]
+    bar, gap, label = 9, 8, 260
+    height = 40 + len(rows) * (2 * bar + gap)
+    chain_max = max([policy.long_chain, *(r.max_chain_length for r in rows)])
+    bytes_max = max([1, *((r.reclaimable_bytes or 0) for r in rows)])
+    span = width - label - 120
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="11">',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{label}" y="14" fill="#c0392b">chain length (changelogs replayed)</text>',
+        f'<text x="{label + 260}" y="14" fill="#2e86c1">reclaimable bytes</text>',
+    ]
+    threshold = label + span * policy.long_chain / chain_max
+    parts.append(f'<line x1="{threshold:.1f}" y1="20" x2="{threshold:.1f}" y2="{height}" stroke="#c0392b" '
+                 'stroke-dasharray="3,3"/>')  # fmt: skip
+    for i, row in enumerate(rows):
+        y = 28 + i * (2 * bar + gap)
+        name = row.key if len(row.key) <= 38 else "…" + row.key[-37:]
+        colour = "#c0392b" if row.errors else "#333"
+        parts.append(
+            f'<text x="{label - 6}" y="{y + bar + 3}" text-anchor="end" fill="{colour}">{escape(name)}</text>'
+        )
+        chain_w = span * row.max_chain_length / chain_max
+        bytes_w = span * (row.reclaimable_bytes or 0) / bytes_max
+        parts.append(f'<rect x="{label}" y="{y}" width="{chain_w:.1f}" height="{bar}" fill="#e74c3c"/>')
+        parts.append(f'<text x="{label + chain_w + 4:.1f}" y="{y + bar - 1}">{row.max_chain_length}</text>')
+        parts.append(f'<rect x="{label}" y="{y + bar}" width="{bytes_w:.1f}" height="{bar}" fill="#5dade2"/>')
+        shown = "unknown" if row.reclaimable_bytes is None else human_bytes(row.reclaimable_bytes)
+        parts.append(f'<text x="{label + bytes_w + 4:.1f}" y="{y + 2 * bar - 1}">{shown}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)

@@ -65,10 +65,13 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         default=None, description="For audit_url; default: the options of the checkpoint's root"
     )
     lease_wait: str = Field(
-        default="2m", description="How long a step waits for a checkpoint's maintenance lease held elsewhere"
+        default=duration_text(POLICY.lease_wait_seconds),
+        description="How long a step waits for a checkpoint's maintenance lease held elsewhere",
     )
     lease_retries: int = Field(
-        default=3, description="Then how many times the step is retried (a minute apart) before it fails"
+        default=POLICY.lease_retries,
+        description="Then how many times the step is retried "
+        f"({duration_text(POLICY.lease_retry_delay_seconds)} apart) before it fails",
     )
 
     def root(self, name: str) -> CheckpointRoot:
@@ -121,8 +124,11 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             if not retry:
                 raise
             if context.retry_number < self.lease_retries:
-                context.log.warning(f"{label or storage.url}: {exc}; retrying in a minute")
-                raise dg.RetryRequested(max_retries=self.lease_retries, seconds_to_wait=60) from exc
+                delay = duration_text(POLICY.lease_retry_delay_seconds)
+                context.log.warning(f"{label or storage.url}: {exc}; retrying in {delay}")
+                raise dg.RetryRequested(
+                    max_retries=self.lease_retries, seconds_to_wait=POLICY.lease_retry_delay_seconds
+                ) from exc
             raise dg.Failure(description=f"{label or storage.url}: {exc}") from exc
 
     def key_of(self, url: str, storage_options: dict[str, Any] | None = None) -> str | None:
@@ -178,7 +184,7 @@ def roots_from_env() -> list[CheckpointRoot]:
 class SparkResource(dg.ConfigurableResource):
     """The Spark that runs rebuild jobs: local by default, any master, or a Spark Connect remote."""
 
-    master: str = Field(default="local[*]", description="e.g. local[*], spark://host:7077, yarn")
+    master: str = Field(default=POLICY.spark_master, description="e.g. local[*], spark://host:7077, yarn")
     remote: str | None = Field(default=None, description="Spark Connect URL (sc://host:15002), over master")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf")
 

@@ -29,7 +29,6 @@ def folder_name(checkpoint_url: str) -> str:
     return f"{url.rsplit('/', 1)[-1]}-{digest}"
 
 
-
 class AuditTrail:
     """Where plans and outcomes are kept: beside the checkpoints, never inside one."""
 

@@ -15,7 +15,8 @@ from typing import Any
 from .errors import NotACheckpointError
 from .head import load_head
 from .model import Checkpoint
-from .storage import LIST_WORKERS, Folder, Storage
+from .policy import POLICY
+from .storage import Folder, Storage
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def is_checkpoint(listing: Folder, rel: str) -> bool:
     return (f"{rel}/metadata" if rel else "metadata") in names and bool(logs & set(listing.folders))
 
 
-def find_checkpoints(root: Storage, workers: int = LIST_WORKERS) -> list[FoundCheckpoint]:
+def find_checkpoints(root: Storage, workers: int = POLICY.list_workers) -> list[FoundCheckpoint]:
     """Every checkpoint folder under the root, the root itself included, in path order.
 
     A root that does not exist or cannot be listed raises: an outage is not an empty fleet.

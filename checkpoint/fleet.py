@@ -19,7 +19,6 @@ from .report import human_bytes
 from .validate import Severity, ValidationOptions, validate
 
 UNREADABLE = "UNREADABLE"
-HEADROOM_WARN = 0.6  # of the lineage header cap: the fleet check warns from here, errs from the policy's 0.8
 
 
 @dataclass(frozen=True)
@@ -96,10 +95,10 @@ def fleet_row(
 
 def headroom(fraction: float, policy: Policy = POLICY) -> Severity | None:
     """How close a lineage header is to the cap: an error from the policy's ratio (where validation
-    errs and compaction rescues), a warning from HEADROOM_WARN, else nothing."""
+    errs and compaction rescues), a warning from policy.fleet_header_warn_ratio, else nothing."""
     if fraction >= policy.header_cap_ratio:
         return Severity.ERROR
-    return Severity.WARNING if fraction >= HEADROOM_WARN else None
+    return Severity.WARNING if fraction >= policy.fleet_header_warn_ratio else None
 
 
 def unreadable_row(key: str, url: str, problem: str, **known: Any) -> FleetRow:
@@ -159,7 +158,7 @@ def _why(row: FleetRow, policy: Policy) -> tuple[str, str] | None:
             f"error findings: {', '.join(row.errors)}",
             "read `ckpt validate --deep`; maintenance refuses this checkpoint until it is fixed",
         )
-    if row.max_lineage_header_fraction >= HEADROOM_WARN:
+    if row.max_lineage_header_fraction >= policy.fleet_header_warn_ratio:
         return header, "compact (`ckpt compact`) before the header nears the cap"
     if row.max_chain_length >= policy.long_chain:
         return (
@@ -199,55 +198,3 @@ def totals(rows: list[FleetRow]) -> FleetTotals:
         worst_header_fraction=max((r.max_lineage_header_fraction for r in rows), default=0.0),
         codes=dict(sorted(codes.items())),
     )
-
-
-def attention_markdown(rows: list[FleetRow], policy: Policy = POLICY, limit: int = 10) -> str:
-    items = needs_attention(rows, policy, limit)
-    if not items:
-        return f"All {len(rows)} checkpoints are healthy: nothing needs attention."
-    lines = ["| # | checkpoint | why | what fixes it |", "|---:|---|---|---|"]
-    lines += [
-        f"| {i} | `{a.row.key}` | {a.reason.replace('|', '/')} | {a.action} |" for i, a in enumerate(items, 1)
-    ]
-    return "\n".join(lines)
-
-
-def chart_svg(rows: list[FleetRow], policy: Policy = POLICY, width: int = 900) -> str:
-    """Two horizontal bars per checkpoint (longest chain, reclaimable bytes), most urgent first: an
-    SVG a browser shows as is, with no plotting library to install."""
-    rows = ranked(rows, policy)[:40]
-    bar, gap, label = 9, 8, 260
-    height = 40 + len(rows) * (2 * bar + gap)
-    chain_max = max([policy.long_chain, *(r.max_chain_length for r in rows)])
-    bytes_max = max([1, *((r.reclaimable_bytes or 0) for r in rows)])
-    span = width - label - 120
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-        'font-size="11">',
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{label}" y="14" fill="#c0392b">chain length (changelogs replayed)</text>',
-        f'<text x="{label + 260}" y="14" fill="#2e86c1">reclaimable bytes</text>',
-    ]
-    threshold = label + span * policy.long_chain / chain_max
-    parts.append(f'<line x1="{threshold:.1f}" y1="20" x2="{threshold:.1f}" y2="{height}" stroke="#c0392b" '
-                 'stroke-dasharray="3,3"/>')  # fmt: skip
-    for i, row in enumerate(rows):
-        y = 28 + i * (2 * bar + gap)
-        name = row.key if len(row.key) <= 38 else "…" + row.key[-37:]
-        colour = "#c0392b" if row.errors else "#333"
-        parts.append(
-            f'<text x="{label - 6}" y="{y + bar + 3}" text-anchor="end" fill="{colour}">{_xml(name)}</text>'
-        )
-        chain_w = span * row.max_chain_length / chain_max
-        bytes_w = span * (row.reclaimable_bytes or 0) / bytes_max
-        parts.append(f'<rect x="{label}" y="{y}" width="{chain_w:.1f}" height="{bar}" fill="#e74c3c"/>')
-        parts.append(f'<text x="{label + chain_w + 4:.1f}" y="{y + bar - 1}">{row.max_chain_length}</text>')
-        parts.append(f'<rect x="{label}" y="{y + bar}" width="{bytes_w:.1f}" height="{bar}" fill="#5dade2"/>')
-        shown = "unknown" if row.reclaimable_bytes is None else human_bytes(row.reclaimable_bytes)
-        parts.append(f'<text x="{label + bytes_w + 4:.1f}" y="{y + 2 * bar - 1}">{shown}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _xml(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

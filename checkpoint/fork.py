@@ -41,12 +41,13 @@ from typing import Any
 
 from .crc import crc32c_signed, parse_sidecar, signed
 from .errors import CheckpointError, CorruptFileError, NotACheckpointError
-from .head import STORE_WORKERS, load_head, store_folder
+from .head import load_head, store_folder
 from .layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
 from .lineage import StoreLineage
 from .logs import parse_operator_metadata
 from .model import Checkpoint, StoreId
 from .policy import POLICY
+from .progress import Progress, report
 from .storage import FileInfo, Storage, normalize_url
 from .validate import Severity, Validation, batch_spans, validate
 
@@ -199,7 +200,7 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
     v2 = [f.rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA and f.what.batch is not None]
     chain = [f for e in lineage for f in _state_files(e) if f.kind in (FileKind.ZIP, FileKind.CHANGELOG)]
     wanted = ["metadata", *v2, *(f"{f.rel}.crc" for f in chain)]
-    with ThreadPoolExecutor(STORE_WORKERS) as pool:
+    with ThreadPoolExecutor(POLICY.store_workers) as pool:
         got = zip(wanted, pool.map(storage.read_if_exists, wanted), strict=True)
         small = {rel: data for rel, data in got if data is not None}
         named = sorted({rel for f in v2 if f in small for _, rel in schema_refs(small[f], storage.full(f))})
@@ -456,7 +457,14 @@ def apply_fork(
                 else:
                     crcs[item.rel] = crc
                 if len(copied) % _PROGRESS_EVERY == 0:
-                    log.info("%s: %d of %d files written", dest.url, len(copied), len(todo))
+                    report(
+                        log,
+                        Progress("files written", len(copied), len(todo)),
+                        "%s: %d of %d files written",
+                        dest.url,
+                        len(copied),
+                        len(todo),
+                    )
 
         kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "-1") or -1)
         for step, name in enumerate(_STEP_NAMES):
@@ -506,8 +514,8 @@ def _temp(rel: str) -> bool:
 def _clear_temps(dest: Storage, state: DestState) -> None:
     """Removes the temp files a killed run left in DEST (only this tool names files so)."""
     temps = [rel for rel in state.files if _temp(rel)]
-    for i in range(0, len(temps), 1000):
-        failed = dest.delete_batch(temps[i : i + 1000])
+    for i in range(0, len(temps), POLICY.delete_batch_size):
+        failed = dest.delete_batch(temps[i : i + POLICY.delete_batch_size])
         if failed:
             rel, why = next(iter(failed.items()))
             raise ForkIncomplete(f"cannot remove a leftover temp file {rel}: {why}", dest.url)

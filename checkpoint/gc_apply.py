@@ -21,9 +21,9 @@ from .gc_plan import GcError, Plan, PlannedFile, totals_by
 from .layout import FileKind, classify
 from .lease import Lease
 from .logs import commit_digest
-from .storage import FileInfo, Storage
+from .policy import POLICY
+from .storage import DELETE_MAX_KEYS, FileInfo, Storage
 
-MAX_KEYS_PER_REQUEST = 1000  # S3 DeleteObjects' limit
 # Fault injection for crash tests: the process SIGKILLs itself after this many deletions.
 KILL_AFTER_ENV = "CKPT_GC_KILL_AFTER_DELETES"
 
@@ -102,7 +102,7 @@ def apply_plan(
     plan: Plan,
     storage: Storage,
     audit: AuditTrail,
-    batch_size: int = MAX_KEYS_PER_REQUEST,
+    batch_size: int = POLICY.delete_batch_size,
     attempts: int = 6,
     sleep: Callable[[float], None] = time.sleep,
     lease: Lease | None = None,
@@ -123,7 +123,7 @@ def apply_plan(
     current = {f.rel: f for f in storage.list_files()}
     kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
     deleted_count = 0
-    batch_size = max(1, min(batch_size, MAX_KEYS_PER_REQUEST))
+    batch_size = max(1, min(batch_size, DELETE_MAX_KEYS))
     for start in range(0, len(plan.candidates), batch_size):
         batch = plan.candidates[start : start + batch_size]
         outcomes, ready = _restat(current, batch)

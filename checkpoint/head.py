@@ -36,11 +36,12 @@ from .model import (
     group_stores,
     load_checkpoint,
 )
+from .policy import POLICY
+from .progress import Progress, report
 from .snapshot import Snapshot, read_snapshot
 from .storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)
-STORE_WORKERS = 16  # stores resolved at once: requests in flight, each a round trip on S3
 _PROGRESS_EVERY = 100  # stores between progress lines
 
 
@@ -66,7 +67,7 @@ def load_head(
     batches: Iterable[int] | None = None,
     recent: int = 1,
     sidecars: bool = False,
-    workers: int = STORE_WORKERS,
+    workers: int = POLICY.store_workers,
 ) -> Checkpoint:
     """The logs and the recovery set of `batches` (default: the `recent` newest committed ones).
 
@@ -95,8 +96,8 @@ def load_head(
     with ThreadPoolExecutor(max(1, min(workers, len(targets) or 1))) as pool:
         for n, _ in enumerate(pool.map(resolver.resolve, targets), 1):
             if n % _PROGRESS_EVERY == 0:
-                log.info("%s: %d of %d stores read, %d requests", storage.url, n, len(targets),
-                         storage.calls.total())  # fmt: skip
+                report(log, Progress("stores read", n, len(targets)), "%s: %d of %d stores read, %d requests",
+                       storage.url, n, len(targets), storage.calls.total())  # fmt: skip
     state = tuple(sorted(resolver.found.values(), key=lambda f: f.rel))
     files = base.files + state
     return dataclasses.replace(

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 from .audit import AUDIT_FOLDER, folder_name
 from .errors import CheckpointError
-from .layout import MAINT_TEMP_PREFIX as TEMP_PREFIX
+from .layout import MAINT_TEMP_PREFIX
 from .policy import POLICY
 from .storage import Storage
 
@@ -167,7 +167,7 @@ class Lease:
             self._started = now
             try:
                 self._etag = self.storage.write_if_absent(
-                    self._rel(generation), self._body(now + self.ttl), TEMP_PREFIX
+                    self._rel(generation), self._body(now + self.ttl), MAINT_TEMP_PREFIX
                 )
             except FileExistsError:
                 continue  # another action took this generation first: look again
@@ -215,7 +215,7 @@ class Lease:
         now = self.clock()
         try:
             self._etag = self.storage.replace_own(
-                self._rel(self.generation), self._body(now + self.ttl), self._etag, TEMP_PREFIX
+                self._rel(self.generation), self._body(now + self.ttl), self._etag, MAINT_TEMP_PREFIX
             )
         except FileExistsError:  # S3's If-Match failed: someone else wrote this generation
             self._lose(f"generation {self.generation} changed under its holder")
@@ -233,7 +233,7 @@ class Lease:
         try:
             self.check()
             marker = self.generation + 1
-            self.storage.write_if_absent(self._rel(marker), self._body(self.clock(), True), TEMP_PREFIX)
+            self.storage.write_if_absent(self._rel(marker), self._body(self.clock(), True), MAINT_TEMP_PREFIX)
             self._forget_older(marker)
         except (LeaseLost, FileExistsError):
             pass  # no longer ours: nothing of it to give back

@@ -5,8 +5,9 @@ header near the cap and its rescue) can never drift apart.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+import humanfriendly
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -43,17 +44,37 @@ class Policy:
     sensor_max_runs_per_tick: int = 10
     sensor_max_queued_per_job: int = 8
     validation_run_max_checkpoints: int = 500
+    # Requests in flight at once; each is a round trip on S3, so latency, not CPU, bounds them: one
+    # tree listed as several prefixes, stores resolved by a head-first load, checkpoints read by
+    # the fleet report and by the commit sensor's tick.
+    list_workers: int = 8
+    store_workers: int = 16
+    fleet_workers: int = 16
+    sensor_workers: int = 32
+    # Keys per delete request: S3's DeleteObjects takes 1000 at most (storage.DELETE_MAX_KEYS).
+    delete_batch_size: int = 1000
+    # A Dagster step waits this long for a lease held elsewhere, then is retried so many times,
+    # this far apart, before it fails naming the holder.
+    lease_wait_seconds: float = 120
+    lease_retries: int = 3
+    lease_retry_delay_seconds: float = 60
+    # The fleet report warns from this fraction of the lineage header cap (validation errs from
+    # header_cap_ratio).
+    fleet_header_warn_ratio: float = 0.6
+    # Where rebuild jobs run when nothing else is said (CLI --master, Dagster CKPT_SPARK_MASTER).
+    spark_master: str = "local[*]"
 
 
 POLICY = Policy()
 
 
 def parse_duration(text: str) -> float:
-    """'6h', '15m', '90s', '2d' or plain seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 6h, 15m, 90s)")
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    """'6h', '15m', '90s', '2d', '1.5 hours' or plain seconds."""
+    try:
+        seconds = humanfriendly.parse_timespan(text.strip())
+    except humanfriendly.InvalidTimespan as exc:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 6h, 15m, 90s)") from exc
+    return seconds
 
 
 def duration_text(seconds: float) -> str:

@@ -1,4 +1,5 @@
-"""Plain-data summaries of a checkpoint, shared by the CLI and (later) the Dagster layer."""
+"""Plain-data summaries of a checkpoint (the documents `--json` prints and Dagster records), and the
+one spelling of a byte size the adapters show; the adapters render them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
+
+import humanfriendly
 
 from .lineage import StoreLineage
 from .model import Checkpoint
@@ -58,34 +61,8 @@ def inventory(ckpt: Checkpoint) -> dict[str, Any]:
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_inspect(summary: dict[str, Any]) -> str:
-    def batch(n):
-        return "none" if n is None else str(n)
-
-    lines = [
-        f"checkpoint   {summary['path']}",
-        f"format       V{summary['format_version']}   query id {summary['query_id'] or 'unknown'}",
-        f"batches      latest planned {batch(summary['latest_planned_batch'])}, "
-        f"latest committed {batch(summary['latest_committed_batch'])}",
-        f"size         {human_bytes(summary['bytes'])} in {sum(summary['files'].values())} files",
-        "operators",
-    ]
-    if not summary["operators"]:
-        lines.append("  (stateless query)")
-    for op in summary["operators"]:
-        stores = ", ".join(op["stores"])
-        lines.append(f"  {op['id']}  {op['name'] or '?'}  partitions {op['partitions']}  stores {stores}")
-    lines.append("files")
-    width = max((len(k) for k in summary["files"]), default=0)
-    lines += [f"  {kind:<{width}}  {count}" for kind, count in summary["files"].items()]
-    return "\n".join(lines)
+    """1.5 KiB, 12 MiB: sizes in binary units, the way `ls -h` and S3 consoles show them."""
+    return humanfriendly.format_size(n, binary=True)
 
 
 def lineage_document(lineage: Iterable[StoreLineage]) -> dict[str, Any]:
@@ -93,33 +70,9 @@ def lineage_document(lineage: Iterable[StoreLineage]) -> dict[str, Any]:
     return {"stores": [entry.as_dict() for entry in lineage]}
 
 
-def format_lineage(doc: dict[str, Any]) -> str:
-    rows = [("op", "part", "store", "version", "snapshot", "chain", "replay", "header")]
-    for s in doc["stores"]:
-        snap = "-" if s["snapshot_version"] is None else str(s["snapshot_version"])
-        rows.append(
-            (str(s["operator"]), str(s["partition"]), s["store"], str(s["version"]), snap,
-             str(s["chain_length"]), human_bytes(s["replay_bytes"]), f"{s['lineage_header_bytes']} B")
-        )  # fmt: skip
-    return _table(rows)
-
-
 def validation_document(validation: Validation) -> dict[str, Any]:
     """The `ckpt validate --json` document."""
     return {"ok": validation.ok, "findings": [f.as_dict() for f in validation.findings]}
-
-
-def format_validation(doc: dict[str, Any]) -> str:
-    if not doc["findings"]:
-        return "ok: no findings"
-    lines = [
-        f"{f['severity'].upper():7}  {f['code']}  {f['path']}\n         {f['message']}"
-        for f in doc["findings"]
-    ]
-    counts = Counter(f["severity"] for f in doc["findings"])
-    verdict = "ok" if doc["ok"] else "NOT OK"
-    lines.append(f"{verdict}: " + ", ".join(f"{n} {sev}" for sev, n in sorted(counts.items())))
-    return "\n".join(lines)
 
 
 def scan_entry(url: str, ckpt: Checkpoint | None, validation: Validation | None, error: str | None) -> dict:
@@ -137,23 +90,3 @@ def scan_entry(url: str, ckpt: Checkpoint | None, validation: Validation | None,
         else None,
         "error": error,
     }
-
-
-def format_scan(doc: dict[str, Any]) -> str:
-    if not doc["checkpoints"]:
-        return f"no checkpoints under {doc['root']}"
-    rows = [("checkpoint", "format", "committed", "health", "errors", "warnings", "max chain")]
-    for c in doc["checkpoints"]:
-        batch = "-" if c["latest_committed_batch"] is None else str(c["latest_committed_batch"])
-        rows.append(
-            (c["path"], f"V{c['format_version']}" if c["format_version"] else "-", batch, c["health"],
-             str(c["errors"]), str(c["warnings"]), str(c["max_chain_length"] or 0))
-        )  # fmt: skip
-    return _table(rows)
-
-
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )

@@ -20,8 +20,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +30,11 @@ from fsspec.core import split_protocol, url_to_fs
 
 from .errors import NotACheckpointError, StorageError
 from .policy import POLICY
+from .progress import Progress, report
 
 log = logging.getLogger(__name__)
-LIST_WORKERS = 8  # concurrent listings of one tree: S3 answers each prefix in parallel
+_VANISHED = "file vanished while reading"  # a file a listing or a log named is gone
+DELETE_MAX_KEYS = 1000  # S3 DeleteObjects' limit per request
 S3_MAX_ATTEMPTS = 10  # requests botocore sends for one call at most, the first included
 _PROGRESS_EVERY = 50_000  # files between progress lines of a long listing
 _COPY_OBJECT_MAX = 5 << 30  # S3 copies larger objects only in parts
@@ -169,6 +172,19 @@ def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[s
     return options
 
 
+@contextmanager
+def _failing(what: str, where: str, vanished: str | None = None) -> Iterator[None]:
+    """What fsspec and botocore raise, as the one error the core handles: a StorageError naming the
+    path (`<what> failed: <why>`, or `vanished` for a file a listing named that is gone). A caller
+    that expects a missing file catches FileNotFoundError inside the block."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise StorageError(vanished or f"{what} failed: {exc}", where) from exc
+    except OSError as exc:
+        raise StorageError(f"{what} failed: {exc}", where) from exc
+
+
 def _write_error(exc: OSError, target: str) -> Exception:
     """A conditional write the store refused (412, or 409 for a concurrent conditional write) is
     FileExistsError; anything else a StorageError."""
@@ -245,16 +261,13 @@ class Storage:
         self.calls.add("list")
         if not under:
             log.info("%s: listing every file", self.url)
-        try:
-            entries = self.fs.find(top, withdirs=False, detail=True)
-        except FileNotFoundError as exc:
-            if under:
-                return []
-            raise NotACheckpointError("no such file or directory", self.url) from exc
-        except PermissionError as exc:
-            raise StorageError(f"permission denied while listing: {exc}", top) from exc
-        except OSError as exc:
-            raise StorageError(f"listing failed: {exc}", top) from exc
+        with _failing("listing", top):
+            try:
+                entries = self.fs.find(top, withdirs=False, detail=True)
+            except FileNotFoundError as exc:
+                if under:
+                    return []
+                raise NotACheckpointError("no such file or directory", self.url) from exc
         prefix = self.root + "/"
         files = []
         for name, entry in entries.items():
@@ -268,7 +281,9 @@ class Storage:
         files.sort(key=lambda f: f.rel)
         return files
 
-    def list_tree(self, split: Callable[[Storage], list[str]], workers: int = LIST_WORKERS) -> list[FileInfo]:
+    def list_tree(
+        self, split: Callable[[Storage], list[str]], workers: int = POLICY.list_workers
+    ) -> list[FileInfo]:
         """Every file under the root, as `list_files` gives it, listed as several prefixes at once.
 
         `split` names disjoint folders that together with the files outside them cover the root
@@ -288,7 +303,14 @@ class Storage:
             with lock:
                 before, seen = seen, seen + len(got)
                 if seen // _PROGRESS_EVERY > before // _PROGRESS_EVERY:
-                    log.info("%s: listed %d files in %d requests", self.url, seen, self.calls.total())
+                    report(
+                        log,
+                        Progress("files listed", seen, None),
+                        "%s: listed %d files in %d requests",
+                        self.url,
+                        seen,
+                        self.calls.total(),
+                    )
             return got
 
         with ThreadPoolExecutor(max(1, min(workers, len(folders)))) as pool:
@@ -322,14 +344,11 @@ class Storage:
         if self.protocol == "s3":
             return self._list_dir_s3(rel)
         self.fs.invalidate_cache(top)
-        try:
-            entries = self.fs.ls(top, detail=True)
-        except FileNotFoundError:
-            return Folder((), (), False)
-        except PermissionError as exc:
-            raise StorageError(f"permission denied while listing: {exc}", top) from exc
-        except OSError as exc:
-            raise StorageError(f"listing failed: {exc}", top) from exc
+        with _failing("listing", top):
+            try:
+                entries = self.fs.ls(top, detail=True)
+            except FileNotFoundError:
+                return Folder((), (), False)
         prefix, inside = self.root + "/", top + "/"
         files, folders = [], []
         for entry in entries:
@@ -351,7 +370,7 @@ class Storage:
         prefix = f"{key}/" if key else ""
         base = len(self.root) + 1
         files, folders, token = [], [], None
-        try:
+        with _failing("listing", top):
             while True:
                 page = self.fs.call_s3(
                     "list_objects_v2", Bucket=bucket, Prefix=prefix, Delimiter="/",
@@ -364,10 +383,6 @@ class Storage:
                 if not page.get("IsTruncated"):
                     break
                 token = page["NextContinuationToken"]
-        except PermissionError as exc:
-            raise StorageError(f"permission denied while listing: {exc}", top) from exc
-        except OSError as exc:
-            raise StorageError(f"listing failed: {exc}", top) from exc
         files.sort(key=lambda f: f.rel)
         return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders))
 
@@ -382,12 +397,11 @@ class Storage:
         self.calls.add("stat")
         if self.protocol == "s3":
             return self._stat_s3(rel)
-        try:
-            entry = self.fs.info(self.full(rel))
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StorageError(f"stat failed: {exc}", self.full(rel)) from exc
+        with _failing("stat", self.full(rel)):
+            try:
+                entry = self.fs.info(self.full(rel))
+            except FileNotFoundError:
+                return None
         if entry.get("type") == "directory":
             return None
         return FileInfo(rel, int(entry.get("size") or 0), mtime_of(entry))
@@ -396,25 +410,21 @@ class Storage:
         # s3fs's info() answers a missing key with a LIST for a "directory" of that name: a plain
         # HEAD says all a stat needs.
         bucket, _, key = self.full(rel).partition("/")
-        try:
-            head = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise StorageError(f"stat failed: {exc}", self.full(rel)) from exc
+        with _failing("stat", self.full(rel)):
+            try:
+                head = self.fs.call_s3("head_object", Bucket=bucket, Key=key)
+            except FileNotFoundError:
+                return None
         return FileInfo(rel, int(head.get("ContentLength") or 0), mtime_of(head))
 
     def read_if_exists(self, rel: str) -> bytes | None:
         """A whole file, or None when it does not exist: one GET, so a probe and its read are one."""
         self.calls.add("read")
-        try:
-            return self.fs.cat_file(self.full(rel), **self._one_get)
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
-            return None
-        except OSError as exc:
-            raise StorageError(f"read failed: {exc}", self.full(rel)) from exc
+        with _failing("read", self.full(rel)):
+            try:
+                return self.fs.cat_file(self.full(rel), **self._one_get)
+            except (FileNotFoundError, IsADirectoryError):
+                return None
 
     def _is_dir(self) -> bool:
         try:
@@ -424,12 +434,8 @@ class Storage:
 
     def read_bytes(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         self.calls.add("read")
-        try:
+        with _failing("read", self.full(rel), vanished=_VANISHED):
             return self.fs.cat_file(self.full(rel), start=start, end=end, **self._one_get)
-        except FileNotFoundError as exc:
-            raise StorageError("file vanished while reading", self.full(rel)) from exc
-        except OSError as exc:
-            raise StorageError(f"read failed: {exc}", self.full(rel)) from exc
 
     def download(
         self, rel: str, dest: str, size: int | None = None, chunk: int = POLICY.copy_chunk_bytes
@@ -443,30 +449,25 @@ class Storage:
         if (size is None or size == 0) and not self.is_local:  # S3 refuses a range of an empty object
             found = self.stat(rel)
             if found is None:
-                raise StorageError("file vanished while reading", full)
+                raise StorageError(_VANISHED, full)
             size = found.size
         crc, done = 0, 0
-        try:
-            with open(dest, "wb") as out:
-                if self.is_local:  # one open file, read sequentially
-                    self.calls.add("read")
-                    with self.fs.open(full, "rb") as src:
-                        while block := src.read(chunk):
-                            crc, done = crc32c.crc32c(block, crc), done + out.write(block)
-                else:
-                    # The last range asks one byte past the expected end: a longer file shows
-                    # without a HEAD. An empty file needs no GET: its size said all.
-                    while done < size:
-                        self.calls.add("read")
-                        end = min(done + chunk, size + 1)
-                        block = self.fs.cat_file(full, start=done, end=end, **self._one_get)
+        with _failing("download", full, vanished=_VANISHED), open(dest, "wb") as out:
+            if self.is_local:  # one open file, read sequentially
+                self.calls.add("read")
+                with self.fs.open(full, "rb") as src:
+                    while block := src.read(chunk):
                         crc, done = crc32c.crc32c(block, crc), done + out.write(block)
-                        if done < end:
-                            break
-        except FileNotFoundError as exc:
-            raise StorageError("file vanished while reading", full) from exc
-        except OSError as exc:
-            raise StorageError(f"download failed: {exc}", full) from exc
+            else:
+                # The last range asks one byte past the expected end: a longer file shows
+                # without a HEAD. An empty file needs no GET: its size said all.
+                while done < size:
+                    self.calls.add("read")
+                    end = min(done + chunk, size + 1)
+                    block = self.fs.cat_file(full, start=done, end=end, **self._one_get)
+                    crc, done = crc32c.crc32c(block, crc), done + out.write(block)
+                    if done < end:
+                        break
         if size is not None and done != size:
             raise StorageError(f"read {done} bytes where {size} were expected", full)
         return done, crc
@@ -478,12 +479,11 @@ class Storage:
             return {}
         paths = [self.full(r) for r in rels]
         self.calls.add("read", len(paths))
-        try:
-            got = self.fs.cat(paths, on_error="raise", **self._one_get)
-        except FileNotFoundError as exc:
-            raise StorageError(f"file vanished while reading: {exc}", self.url) from exc
-        except OSError as exc:
-            raise StorageError(f"read failed: {exc}", self.url) from exc
+        with _failing("read", self.url):
+            try:
+                got = self.fs.cat(paths, on_error="raise", **self._one_get)
+            except FileNotFoundError as exc:  # which of them: the error names it
+                raise StorageError(f"{_VANISHED}: {exc}", self.url) from exc
         if len(paths) == 1 and isinstance(got, (bytes, bytearray)):
             got = {paths[0]: got}
         by_path = {self.fs._strip_protocol(k).rstrip("/"): v for k, v in got.items()}
@@ -543,13 +543,12 @@ class Storage:
         folder, name = os.path.split(target)
         temp = os.path.join(folder, f"{temp_prefix}{name}.{uuid.uuid4().hex}.tmp")
         try:
-            with open(temp, "wb") as f:
+            with _failing("write", target), open(temp, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(temp, target)
-        except OSError as exc:
-            raise StorageError(f"write failed: {exc}", target) from exc
+            with _failing("write", target):
+                os.replace(temp, target)
         finally:
             if os.path.lexists(temp):
                 os.unlink(temp)
@@ -597,7 +596,7 @@ class Storage:
     def _copy_s3(self, rel: str, target: str, size: int) -> None:
         self.calls.add("copy")
         source = self.full(rel)
-        try:
+        with _failing("server-side copy", source, vanished="file vanished while copying"):
             if size < _COPY_OBJECT_MAX:
                 # One request: s3fs's copy() would HEAD the source first for a size we already know.
                 src_bucket, _, src_key = source.partition("/")
@@ -607,10 +606,6 @@ class Storage:
                 )
             else:
                 self.fs.copy(source, target)  # multipart copy, still server-side
-        except FileNotFoundError as exc:
-            raise StorageError("file vanished while copying", source) from exc
-        except OSError as exc:
-            raise StorageError(f"server-side copy failed: {exc}", source) from exc
 
     def put_file(self, local_path: str, rel: str) -> None:
         """Uploads a local file under a new name, streamed from disk in chunks (multipart on S3)."""
@@ -619,12 +614,10 @@ class Storage:
     def _write_with(self, put, rel: str, what, verb: str) -> None:
         self.calls.add("write")
         target = self.full(rel)
-        try:
+        with _failing(verb, target):
             if self.is_local:  # object stores have no folders to make
                 self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
             put(target, what)
-        except OSError as exc:
-            raise StorageError(f"{verb} failed: {exc}", target) from exc
 
     def append(self, rel: str, data: bytes) -> str:
         """Appends to one of this tool's own logs; returns the path written.
@@ -634,7 +627,7 @@ class Storage:
         """
         self.calls.add("write")
         target = self.full(rel)
-        try:
+        with _failing("append", target):
             if self.is_local:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 with open(target, "ab") as f:
@@ -645,8 +638,6 @@ class Storage:
             part = f"{target}.{time.time_ns()}"
             self.fs.pipe_file(part, data)
             return part
-        except OSError as exc:
-            raise StorageError(f"append failed: {exc}", target) from exc
 
     def delete_batch(self, rels: list[str]) -> dict[str, str]:
         """Deletes files in one request where the store has bulk delete; returns {rel: why} of the
@@ -669,8 +660,8 @@ class Storage:
             self.fs.invalidate_cache(self.root)
 
     def _delete_s3(self, rels: list[str]) -> dict[str, str]:
-        if len(rels) > 1000:
-            raise ValueError("DeleteObjects takes at most 1000 keys")
+        if len(rels) > DELETE_MAX_KEYS:
+            raise ValueError(f"DeleteObjects takes at most {DELETE_MAX_KEYS} keys")
         bucket, _, prefix = self.root.partition("/")
         key_of = {f"{prefix}/{rel}" if prefix else rel: rel for rel in rels}
         request = {"Objects": [{"Key": k} for k in key_of], "Quiet": False}
@@ -740,9 +731,5 @@ class Storage:
         """A buffered reader; `size` (known from the listing) spares object stores a HEAD request."""
         extra = {"size": size} if size is not None and not is_local(self.fs) else {}
         self.calls.add("open")
-        try:
+        with _failing("open", self.full(rel), vanished=_VANISHED):
             return self.fs.open(self.full(rel), "rb", block_size=block_size, **extra)
-        except FileNotFoundError as exc:
-            raise StorageError("file vanished while reading", self.full(rel)) from exc
-        except OSError as exc:
-            raise StorageError(f"open failed: {exc}", self.full(rel)) from exc

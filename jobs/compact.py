@@ -9,6 +9,7 @@ store (several at once) is what keeps a task that dies from failing any store bu
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -18,12 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from checkpoint.progress import Progress, report
+
 if TYPE_CHECKING:
     from checkpoint.compaction import Target
     from checkpoint.lineage import StoreLineage
     from checkpoint.model import Checkpoint, StoreId
     from checkpoint.rebuild import RebuildResult
 
+log = logging.getLogger(__name__)
 Task = tuple["Checkpoint", "StoreLineage"]
 
 
@@ -142,8 +146,14 @@ def run_compaction_tasks(
                                 error=f"the Spark task died: {why}")  # fmt: skip
 
     workers = max(1, min(len(tasks), sc.defaultParallelism))
+    outcomes = []
     with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(one, tasks))
+        for outcome in pool.map(one, tasks):
+            outcomes.append(outcome)
+            done = Progress("stores compacted", len(outcomes), len(tasks))
+            report(log, done, "%d of %d stores compacted (%s)", done.done, done.total,
+                   "ok" if outcome.ok else "failed")  # fmt: skip
+    return outcomes
 
 
 def _first_line(exc: Exception) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from checkpoint.policy import POLICY
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 # The defaults of the state store as the product's users run it: RocksDB, changelog checkpointing,
@@ -59,7 +61,9 @@ def local_session(
     return spark
 
 
-def session_for(master: str = "local[*]", remote: str | None = None, conf: dict[str, str] | None = None):
+def session_for(
+    master: str = POLICY.spark_master, remote: str | None = None, conf: dict[str, str] | None = None
+):
     """The session a rebuild job runs in: local mode, a cluster master, or a Spark Connect remote.
 
     Only local mode is pinned to loopback; on a cluster the executors must reach the driver, whose

@@ -9,6 +9,7 @@ import dagster as dg
 
 import assets
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, roots_from_env
+from checkpoint.policy import POLICY
 from orchestration.jobs import ALL_JOBS
 from orchestration.maintenance import maintenance_schedule
 from orchestration.schedules import checkpoint_audit_schedule, checkpoint_fleet_schedule
@@ -33,7 +34,7 @@ def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None =
 
 
 # The environment configures the deployed code location: CKPT_ROOTS (JSON list of roots) and
-# CKPT_SPARK_MASTER (default local[*]).
+# CKPT_SPARK_MASTER (default: the policy's spark_master).
 defs = build_definitions(
-    roots_from_env(), SparkResource(master=os.environ.get("CKPT_SPARK_MASTER", "local[*]"))
+    roots_from_env(), SparkResource(master=os.environ.get("CKPT_SPARK_MASTER", POLICY.spark_master))
 )

@@ -21,7 +21,7 @@ from orchestration.jobs import audit_job, compaction_job, validate_checkpoints_j
 COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", "60"))
 # Checkpoints looked at side by side in one tick: an idle look is one LIST round trip on S3, so
 # 1,000 checkpoints take about 1000 / 32 round trips.
-COMMIT_SENSOR_WORKERS = int(os.environ.get("CKPT_COMMIT_SENSOR_WORKERS", "32"))
+COMMIT_SENSOR_WORKERS = int(os.environ.get("CKPT_COMMIT_SENSOR_WORKERS", POLICY.sensor_workers))
 
 
 def _root_of(key: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -138,10 +139,14 @@ def test_scan_finds_checkpoints_at_any_depth(corpus, tmp_path) -> None:
 
 def _on_a_terminal(*args: str) -> tuple[subprocess.CompletedProcess, bytes]:
     """Runs ckpt with stderr on a pseudo-terminal, as a person at a shell sees it."""
+    import fcntl
     import os
     import pty
+    import struct
+    import termios
 
     master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a person's terminal
     try:
         out = subprocess.run([CKPT, *args], stdout=subprocess.PIPE, stderr=slave, text=True, timeout=120)
     finally:
@@ -159,16 +164,18 @@ def _on_a_terminal(*args: str) -> tuple[subprocess.CompletedProcess, bytes]:
     return out, screen
 
 
-def test_long_work_shows_progress_on_a_terminal_only(tmp_path) -> None:
+def test_long_work_shows_a_bar_on_a_terminal_and_log_lines_elsewhere(tmp_path) -> None:
     from testbed import synthetic
 
     path = tmp_path / "wide"
     synthetic.build(path, 120, 25, window=10)  # 120 stores: progress every 100
     out, screen = _on_a_terminal("lineage", str(path))
     assert out.returncode == 0 and "stores read" not in out.stdout
-    assert b"100 of 120 stores read" in screen and b"requests" in screen
-    assert screen.endswith(b"\r\x1b[K")  # the status line is gone before the result shows
+    assert b"stores read" in screen and b"100/120" in screen  # a bar, drawn at each report
+    assert screen.endswith(b"\r") and screen.split(b"\r")[-2].strip() == b""  # cleared before the result
     quiet, screen = _on_a_terminal("lineage", str(path), "--json")
     assert quiet.returncode == 0 and json.loads(quiet.stdout)["stores"] and screen == b""
-    piped = ckpt("lineage", str(path))
-    assert piped.returncode == 0 and piped.stderr == ""  # not a terminal: no status line
+    piped = ckpt("lineage", str(path))  # not a terminal: log lines, no bar
+    lines = piped.stderr.splitlines()
+    assert piped.returncode == 0 and len(lines) == 1
+    assert re.fullmatch(f"ckpt: {re.escape(str(path))}: 100 of 120 stores read, \\d+ requests", lines[0])

@@ -60,8 +60,16 @@ def _commands(place, tmp_path) -> dict[str, list[str]]:
         "scan": ["scan", str(tmp_path / "root")],
         "fleet": ["fleet", str(tmp_path / "root")],
         "gc": ["gc", str(killed), "--grace", "0s", "--unsafe-short-grace", "--quiet-period", "0s"],
-        "gc_apply": ["gc", str(killed), "--apply", "--grace", "0s", "--unsafe-short-grace",
-                     "--quiet-period", "0s"],  # fmt: skip
+        "gc_apply": [
+            "gc",
+            str(killed),
+            "--apply",
+            "--grace",
+            "0s",
+            "--unsafe-short-grace",
+            "--quiet-period",
+            "0s",
+        ],  # fmt: skip
         "fork": ["fork", str(killed), str(tmp_path / "fork")],
         "compact": ["compact", str(chain)],
     }

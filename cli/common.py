@@ -1,0 +1,55 @@
+"""What every command family shares: the result a command returns, exit codes, argument types."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from checkpoint.lease import Lease, lease_for
+from checkpoint.policy import POLICY, duration_text, parse_duration
+from checkpoint.storage import Storage
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_UNREADABLE = 2
+
+WHERE = "checkpoint folder: a path or any fsspec URL (file://, s3://, ...)"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command did: `doc` is its `--json` document, `text` renders the same document for a
+    person, `exit_code` is what the process exits with."""
+
+    doc: dict[str, Any]
+    text: Callable[[dict[str, Any]], str]
+    exit_code: int = EXIT_OK
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def leased(args: argparse.Namespace, storage: Storage, what: str) -> Lease:
+    """The checkpoint's maintenance lease for a command that changes it, taken before it plans."""
+    return lease_for(storage, owner=f"ckpt {what}", ttl=args.lease_ttl).acquire(wait=args.wait)
+
+
+def takes_the_lease(p: argparse.ArgumentParser, writes_no_plan: bool = False) -> None:
+    """The options of a command that changes a checkpoint under its maintenance lease."""
+    if writes_no_plan:
+        # Leases live beside each checkpoint whatever the audit trail, so every deployment meets
+        # there: such a command writes no plan, and the flag stays only so that old scripts parse.
+        p.add_argument("--audit", metavar="URL", help=argparse.SUPPRESS)
+    p.add_argument("--wait", type=duration, default=0, metavar="DURATION",
+                   help="when another action holds the checkpoint's maintenance lease, wait this long for "
+                   "it (default: refuse at once, exit 2)")  # fmt: skip
+    p.add_argument("--lease-ttl", type=duration, default=POLICY.lease_ttl_seconds, metavar="DURATION",
+                   help="how long this command's lease outlives it if it is killed without giving it back "
+                   f"(default {duration_text(POLICY.lease_ttl_seconds)}; renewed every third of it while it "
+                   "runs)")  # fmt: skip

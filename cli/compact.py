@@ -1,0 +1,48 @@
+"""`ckpt compact`: materialise snapshots for stores with long changelog chains, a Spark job each."""
+
+from __future__ import annotations
+
+import argparse
+
+from checkpoint.compaction import plan_compaction
+from checkpoint.head import load_head
+from checkpoint.policy import POLICY
+from checkpoint.storage import Storage
+
+from . import render
+from .common import EXIT_FINDINGS, WHERE, Result, leased, takes_the_lease
+
+# The figures of each rebuild: what it read and wrote, and the memory it took.
+_SHOWN = ("operator", "partition", "store", "version", "unique_id", "path", "seconds", "keys", "chain_before",
+          "records", "touched_keys", "bytes_read", "bytes_written", "peak_rss_bytes", "memtable_bytes",
+          "block_cache_bytes")  # fmt: skip
+
+
+def compact(args: argparse.Namespace) -> Result:
+    from jobs.compact import run_compaction  # Spark starts only for this command
+    from jobs.spark_session import session_for
+
+    storage = Storage(args.path)
+    with leased(args, storage, "compact") as lease:
+        ckpt = load_head(storage, recent=2)  # a live query is compacted at the batch below the newest
+        targets, skips = plan_compaction(ckpt, min_chain=args.min_chain)
+        results = []
+        if targets:
+            results = run_compaction(session_for(args.master), ckpt, targets, lambda _: lease.check())
+    doc = {
+        "materialized": [{k: r.as_dict()[k] for k in _SHOWN} for r in results if r.ok],
+        "failed": [r.as_dict() for r in results if not r.ok],
+        "skipped": [s.as_dict() for s in skips],
+    }
+    return Result(doc, render.compact_text, EXIT_FINDINGS if doc["failed"] else 0)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compact", help="materialise snapshots for stores with long changelog chains")
+    p.add_argument("path", help=WHERE)
+    p.add_argument("--min-chain", type=int, default=POLICY.long_chain, metavar="N",
+                   help=f"compact from this chain length ({POLICY.long_chain})")  # fmt: skip
+    p.add_argument("--master", default=POLICY.spark_master,
+                   help=f"Spark master for the rebuild job ({POLICY.spark_master})")  # fmt: skip
+    takes_the_lease(p, writes_no_plan=True)
+    p.set_defaults(run=compact)

@@ -1,0 +1,46 @@
+"""`ckpt fork`: a new checkpoint holding exactly what recovery at a committed batch reads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from checkpoint.fork import ForkIncomplete, fork, refuse_overlap
+from checkpoint.policy import POLICY
+from checkpoint.storage import Storage
+
+from . import render
+from .common import EXIT_FINDINGS, WHERE, Result, leased, takes_the_lease
+
+
+def fork_command(args: argparse.Namespace) -> Result | int:
+    src, dest = Storage(args.source), Storage(args.dest)
+    refuse_overlap(src, dest)
+    # SRC's lease keeps a cleanup from deleting what is being copied; DEST's keeps two forks apart.
+    with leased(args, src, "fork (source)") as held, leased(args, dest, "fork") as lease:
+
+        def check() -> None:
+            held.check()
+            lease.check()
+
+        try:
+            result = fork(src, dest, args.batch, args.new_query_id, args.workers, check)
+        except ForkIncomplete as exc:
+            print(f"ckpt: fork incomplete: {exc}", file=sys.stderr)
+            return EXIT_FINDINGS
+    return Result(result.as_dict(), render.fork_text)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fork", help="a new checkpoint holding exactly what recovery at a committed batch "
+                       "reads: relocate, roll back, or audit a copy")  # fmt: skip
+    p.add_argument("source", help=WHERE)
+    p.add_argument("dest", help="an empty folder or URL (any fsspec URL; S3 to S3 copies server-side)")
+    p.add_argument("--batch", type=int, help="a committed batch (default: the latest committed)")
+    p.add_argument("--new-query-id", action="store_true",
+                   help="give the fork a query id of its own (sinks that remember batches: "
+                   "README)")  # fmt: skip
+    p.add_argument("--workers", type=int, default=POLICY.fork_workers, metavar="N",
+                   help=f"files copied at once (default {POLICY.fork_workers})")  # fmt: skip
+    takes_the_lease(p, writes_no_plan=True)
+    p.set_defaults(run=fork_command)

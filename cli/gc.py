@@ -1,0 +1,69 @@
+"""`ckpt gc`: plan (and with --apply, delete) files no batch will ever read again."""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import nullcontext
+
+from checkpoint.audit import AuditTrail
+from checkpoint.gc_apply import apply_plan
+from checkpoint.gc_plan import plan_gc
+from checkpoint.model import load_checkpoint
+from checkpoint.policy import POLICY, duration_text
+from checkpoint.storage import Storage
+
+from . import render
+from .common import EXIT_FINDINGS, WHERE, Result, duration, leased, takes_the_lease
+
+
+def gc(args: argparse.Namespace) -> Result:
+    storage = Storage(args.path)
+    audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+    with leased(args, storage, "gc --apply") if args.apply else nullcontext() as lease:
+        # strict: a plan is built only from a completely read checkpoint
+        ckpt = load_checkpoint(storage, listing="auto")
+        plan = plan_gc(
+            ckpt,
+            grace_seconds=args.grace,
+            retain_batches=args.retain_batches,
+            quiet_seconds=args.quiet_period,
+            allow_short_grace=args.unsafe_short_grace,
+        )
+        doc = {"plan": plan.summary(), "plan_file": audit.write_plan(plan), "applied": False,
+               "deleted": [], "failed": [], "skipped": []}  # fmt: skip
+        if args.apply:
+            result = apply_plan(plan, ckpt.storage, audit, batch_size=args.batch_size, lease=lease)
+            doc.update(
+                applied=True,
+                check=result.check.message,
+                outcomes_file=audit.outcomes_url(plan),
+                **result.summary(),
+            )
+    return Result(doc, render.gc_text, EXIT_FINDINGS if doc["failed"] else 0)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gc", help="plan (and with --apply, delete) files no batch will ever read again")
+    p.add_argument("path", help=WHERE)
+    p.add_argument(
+        "--apply", action="store_true", help="delete; without it, a dry run that writes the plan only"
+    )
+    p.add_argument("--grace", type=duration, default=POLICY.grace_seconds, metavar="DURATION",
+                   help=f"only files older than this (default {duration_text(POLICY.grace_seconds)}; "
+                   f"below {duration_text(POLICY.min_grace_seconds)} is refused)")  # fmt: skip
+    p.add_argument("--retain-batches", type=int, metavar="N",
+                   help="keep the last N committed batches (default: all in the commit log)")  # fmt: skip
+    p.add_argument("--quiet-period", type=duration, default=POLICY.quiet_seconds, metavar="DURATION",
+                   help="a commit or offset newer than this marks the query live "
+                   f"(default {duration_text(POLICY.quiet_seconds)})")  # fmt: skip
+    p.add_argument("--audit", metavar="URL", help="where plans and outcomes are kept (default: "
+                   "_ckpt_audit beside the checkpoint)")  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=POLICY.delete_batch_size, metavar="N",
+                   help=f"keys per delete request (1-{POLICY.delete_batch_size}, "
+                   f"default {POLICY.delete_batch_size})")  # fmt: skip
+    p.add_argument("--unsafe-short-grace", action="store_true",
+                   help=f"allow a grace period under {duration_text(POLICY.min_grace_seconds)}: files of a "
+                   "batch being written could be deleted; only for checkpoints nothing writes "
+                   "to")  # fmt: skip
+    takes_the_lease(p)
+    p.set_defaults(run=gc)

@@ -1,0 +1,79 @@
+"""The read-only commands: `inspect`, `lineage`, `validate`, `scan`."""
+
+from __future__ import annotations
+
+import argparse
+
+from checkpoint.discovery import scan as find
+from checkpoint.errors import CheckpointError
+from checkpoint.head import load_head
+from checkpoint.lineage import checkpoint_lineage
+from checkpoint.model import load_checkpoint
+from checkpoint.policy import POLICY
+from checkpoint.report import inspect_summary, lineage_document, scan_entry, validation_document
+from checkpoint.validate import ValidationOptions, validate
+
+from . import render
+from .common import EXIT_FINDINGS, WHERE, Result
+
+
+def inspect(args: argparse.Namespace) -> Result:
+    return Result(inspect_summary(load_checkpoint(args.path)), render.inspect_text)
+
+
+def lineage(args: argparse.Namespace) -> Result:
+    ckpt = load_head(args.path, batches=None if args.batch is None else [args.batch])
+    return Result(lineage_document(checkpoint_lineage(ckpt, args.batch)), render.lineage_text)
+
+
+def _options(args: argparse.Namespace) -> ValidationOptions:
+    return ValidationOptions(deep=getattr(args, "deep", False), long_chain_threshold=args.long_chain)
+
+
+def validate_command(args: argparse.Namespace) -> Result:
+    validation = validate(load_head(args.path, strict=False, sidecars=args.deep), _options(args))
+    code = 0 if validation.ok else EXIT_FINDINGS
+    return Result(validation_document(validation), render.validation_text, code)
+
+
+def scan(args: argparse.Namespace) -> Result:
+    storage, found = find(args.root)
+    entries = []
+    for f in found:
+        ckpt = validation = error = None
+        try:
+            ckpt = f.load(storage, strict=False)  # head-first: what recovery reads, no state listing
+            validation = validate(ckpt, _options(args))
+        except CheckpointError as exc:  # one unreadable checkpoint does not hide the others
+            error = str(exc)
+        entries.append(scan_entry(f.url, ckpt, validation, error))
+    code = 0 if all(e["health"] == "ok" for e in entries) else EXIT_FINDINGS
+    return Result({"root": storage.url, "checkpoints": entries}, render.scan_text, code)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="what a checkpoint holds: format, batches, operators, files")
+    p.add_argument("path", help=WHERE)
+    p.set_defaults(run=inspect)
+
+    p = sub.add_parser("lineage", help="per store: the replay chain Spark would load, its length and bytes")
+    p.add_argument("path", help=WHERE)
+    p.add_argument(
+        "--batch", type=int, help="a batch still in the commit log (default: the latest committed)"
+    )
+    p.set_defaults(run=lineage)
+
+    p = sub.add_parser("validate", help="commit log, offset log and state files checked against each other")
+    p.add_argument("path", help=WHERE)
+    p.add_argument("--deep", action="store_true", help="also decompress every chain file and check its .crc")
+    p.set_defaults(run=validate_command)
+
+    p = sub.add_parser("scan", help="every checkpoint under a root, at any depth, with its health")
+    p.add_argument("root", help="a folder or any fsspec URL")
+    p.set_defaults(run=scan)
+
+    for name in ("validate", "scan"):
+        sub.choices[name].add_argument(
+            "--long-chain", type=int, default=POLICY.long_chain, metavar="N",
+            help=f"warn from this replay-chain length ({POLICY.long_chain})",
+        )  # fmt: skip

@@ -1,0 +1,147 @@
+"""The text form of each command's `--json` document: what a person reads on a terminal."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from tabulate import tabulate
+
+from checkpoint.report import human_bytes
+
+Doc = dict[str, Any]
+
+
+def _table(rows: list[tuple], header: tuple[str, ...]) -> str:
+    return tabulate(rows, headers=header, tablefmt="plain", disable_numparse=True)
+
+
+def _batch(n: int | None) -> str:
+    return "none" if n is None else str(n)
+
+
+def inspect_text(doc: Doc) -> str:
+    lines = [
+        f"checkpoint   {doc['path']}",
+        f"format       V{doc['format_version']}   query id {doc['query_id'] or 'unknown'}",
+        f"batches      latest planned {_batch(doc['latest_planned_batch'])}, "
+        f"latest committed {_batch(doc['latest_committed_batch'])}",
+        f"size         {human_bytes(doc['bytes'])} in {sum(doc['files'].values())} files",
+        "operators",
+    ]
+    if not doc["operators"]:
+        lines.append("  (stateless query)")
+    for op in doc["operators"]:
+        stores = ", ".join(op["stores"])
+        lines.append(f"  {op['id']}  {op['name'] or '?'}  partitions {op['partitions']}  stores {stores}")
+    lines.append("files")
+    lines.append(_table(list(doc["files"].items()), ("kind", "count")))
+    return "\n".join(lines)
+
+
+def lineage_text(doc: Doc) -> str:
+    rows = [
+        (s["operator"], s["partition"], s["store"], s["version"],
+         "-" if s["snapshot_version"] is None else s["snapshot_version"], s["chain_length"],
+         human_bytes(s["replay_bytes"]), f"{s['lineage_header_bytes']} B")
+        for s in doc["stores"]
+    ]  # fmt: skip
+    return _table(rows, ("op", "part", "store", "version", "snapshot", "chain", "replay", "header"))
+
+
+def validation_text(doc: Doc) -> str:
+    if not doc["findings"]:
+        return "ok: no findings"
+    lines = [
+        f"{f['severity'].upper():7}  {f['code']}  {f['path']}\n         {f['message']}"
+        for f in doc["findings"]
+    ]
+    counts = Counter(f["severity"] for f in doc["findings"])
+    verdict = "ok" if doc["ok"] else "NOT OK"
+    lines.append(f"{verdict}: " + ", ".join(f"{n} {sev}" for sev, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def scan_text(doc: Doc) -> str:
+    if not doc["checkpoints"]:
+        return f"no checkpoints under {doc['root']}"
+    rows = [
+        (c["path"], f"V{c['format_version']}" if c["format_version"] else "-",
+         "-" if c["latest_committed_batch"] is None else c["latest_committed_batch"], c["health"],
+         c["errors"], c["warnings"], c["max_chain_length"] or 0)
+        for c in doc["checkpoints"]
+    ]  # fmt: skip
+    return _table(rows, ("checkpoint", "format", "committed", "health", "errors", "warnings", "max chain"))
+
+
+def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
+    """`attention`: (url, reason, action) of the checkpoints that need it, most urgent first."""
+    rows = doc["checkpoints"]
+    if not rows:
+        return "no checkpoints found"
+    table = [
+        (r["url"], r["latest_committed_batch"], r["live"], ",".join(r["errors"]) or "-",
+         ",".join(r["warnings"]) or "-", r["max_chain_length"], f"{r['max_lineage_header_fraction']:.0%}",
+         "-" if r["reclaimable_bytes"] is None else human_bytes(r["reclaimable_bytes"]))
+        for r in rows
+    ]  # fmt: skip
+    header = ("checkpoint", "batch", "live", "errors", "warnings", "chain", "header", "reclaimable")
+    items = [f"{i}. {url}: {reason}; {action}" for i, (url, reason, action) in enumerate(attention, 1)]
+    return "\n".join([_table(table, header), "", "Needs attention, most urgent first:"]
+                     + (items or ["nothing: every checkpoint is healthy"]))  # fmt: skip
+
+
+def gc_text(doc: Doc) -> str:
+    plan = doc["plan"]
+    live = ", live query" if plan["live"] else ""
+    lines = [
+        f"plan: {plan['files']} files, {human_bytes(plan['bytes'])} to delete "
+        f"(against batch {plan['against_batch']}{live}); {plan['retained_files']} files retained",
+    ]
+    if plan["by_reason"]:
+        rows = [(f"  {r}", v["files"], human_bytes(v["bytes"])) for r, v in plan["by_reason"].items()]
+        lines.append(tabulate(rows, tablefmt="plain", disable_numparse=True))
+    if plan["kept"]:
+        lines.append("  not yet: " + ", ".join(f"{n} {why}" for why, n in plan["kept"].items()))
+    lines.append(f"manifest: {doc['plan_file']}")
+    if not doc["applied"]:
+        lines.append("dry run: nothing deleted (add --apply to delete)")
+        return "\n".join(lines)
+    counts = f"{len(doc['skipped'])} skipped, {len(doc['failed'])} failed"
+    lines.append(f"applied: {len(doc['deleted'])} deleted ({human_bytes(doc['deleted_bytes'])}), {counts}")
+    lines.append(f"check: {doc['check']}")
+    if not doc["plan"]["files"]:
+        lines.append("nothing to delete")
+    elif not doc["deleted"] and not doc["failed"]:
+        lines.append("nothing deleted: every candidate was already gone or changed")
+    lines += [f"  FAILED {o['path']}: {o['why']}" for o in doc["failed"]]
+    lines.append(f"outcomes: {doc['outcomes_file']}")
+    return "\n".join(lines)
+
+
+def compact_text(doc: Doc) -> str:
+    lines = [
+        f"materialized {len(doc['materialized'])}, skipped {len(doc['skipped'])}, failed {len(doc['failed'])}"
+    ]
+    lines += [f"  op {m['operator']} part {m['partition']} {m['store']}: version {m['version']} "
+              f"(chain of {m['chain_before']}, {m['records']:,} records) in {m['seconds']} s, {m['keys']:,} "
+              f"keys, read {human_bytes(m['bytes_read'])}, wrote {human_bytes(m['bytes_written'])}, "
+              f"peak RSS {human_bytes(m['peak_rss_bytes'])} -> {m['path']}"
+              for m in doc["materialized"]]  # fmt: skip
+    lines += [
+        f"  FAILED op {f['operator']} part {f['partition']} {f['store']}: {f['error']}" for f in doc["failed"]
+    ]
+    return "\n".join(lines)
+
+
+def fork_text(doc: Doc) -> str:
+    if doc["already_complete"]:
+        return (
+            f"{doc['dest']}: already a complete fork of {doc['source']} at batch {doc['batch']}; nothing done"
+        )
+    done = (f"forked {doc['source']} at batch {doc['batch']} -> {doc['dest']}: {doc['files']} files, "
+            f"{human_bytes(doc['bytes'])} (what recovery at batch {doc['batch']} reads)")  # fmt: skip
+    how = (f"this run wrote {doc['copied_files']} files ({human_bytes(doc['copied_bytes'])}), "
+           f"{doc['server_side_files']} copied server-side, {doc['resumed_files']} kept from an interrupted "
+           f"run, in {doc['seconds']} s and {doc['requests']} requests")  # fmt: skip
+    return "\n".join([done, how, f"query id: {doc['query_id']}"])
