@@ -20,6 +20,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 # The end-to-end UI test drives Debian's Chromium; installed here when missing (needs root, as in CI).
 browser:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 import dagster as dg
 import pandas as pd
 
+from assets import markdown
 from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
@@ -43,12 +44,10 @@ def _findings_markdown(findings: Iterable[Finding]) -> str:
     findings = list(findings)
     if not findings:
         return "No findings."
-    rows = ["| severity | code | path | message |", "|---|---|---|---|"]
-    for f in findings[:_MAX_ROWS]:
-        rows.append(f"| {f.severity.value} | `{f.code}` | `{f.path}` | {f.message.replace('|', '/')} |")
+    rows = [(f.severity.value, f"`{f.code}`", f"`{f.path}`", f.message) for f in findings[:_MAX_ROWS]]
     if len(findings) > _MAX_ROWS:
-        rows.append(f"| | | | ... and {len(findings) - _MAX_ROWS} more |")
-    return "\n".join(rows)
+        rows.append(("", "", "", f"... and {len(findings) - _MAX_ROWS} more"))
+    return markdown.table(("severity", "code", "path", "message"), rows)
 
 
 def _check(name: str, asset: str, findings: list[Finding]) -> dg.AssetCheckResult:
@@ -90,9 +89,10 @@ def checkpoint_inventory(
     ckpt = _load(roots, context.partition_key)
     summary = inventory(ckpt)
     validation = validate(ckpt, _options(roots), frozenset({Category.COMMIT_LOG}))
-    table = ["| kind | files | bytes |", "|---|---:|---:|"] + [
-        f"| {kind} | {v['count']} | {human_bytes(v['bytes'])} |" for kind, v in summary["files"].items()
-    ]
+    table = markdown.table(
+        ("kind", "files", "bytes"),
+        [(kind, v["count"], human_bytes(v["bytes"])) for kind, v in summary["files"].items()],
+    )
     yield dg.Output(
         summary,
         metadata={
@@ -104,7 +104,7 @@ def checkpoint_inventory(
             "files": summary["file_count"],
             "bytes": summary["bytes"],
             "size": human_bytes(summary["bytes"]),
-            "files_by_kind": dg.MetadataValue.md("\n".join(table)),
+            "files_by_kind": dg.MetadataValue.md(table),
         },
     )
     yield _check(COMMIT_LOG_CHECK, "checkpoint_inventory", list(validation.findings))

@@ -9,6 +9,7 @@ a dry run by default.
 import dagster as dg
 from pydantic import Field
 
+from assets import markdown
 from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
 from assets.partitions import checkpoint_partitions
@@ -28,9 +29,8 @@ REPLANNED = "no longer an orphan when planned again under the lease"
 def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
     if not totals:
         return f"No {what}."
-    rows = [f"| {what} | files | bytes |", "|---|---:|---:|"]
-    rows += [f"| {k} | {v['files']} | {human_bytes(v['bytes'])} |" for k, v in totals.items()]
-    return "\n".join(rows)
+    rows = [(k, v["files"], human_bytes(v["bytes"])) for k, v in totals.items()]
+    return markdown.table((what, "files", "bytes"), rows)
 
 
 def _plan(roots: CheckpointRootsResource, key: str) -> Plan:

@@ -7,8 +7,10 @@ sensor requests it when a store of a checkpoint crosses the chain threshold or n
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
+from tabulate import tabulate
 
 from assets.checkpoints import checkpoint_lineage_report
 from assets.partitions import checkpoint_partitions
@@ -16,6 +18,7 @@ from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import Checkpoint
+from checkpoint.rebuild import RebuildResult
 from checkpoint.report import human_bytes
 
 GROUP = "checkpoint_compaction"
@@ -80,21 +83,26 @@ def checkpoint_compaction(
         context.log.info(f"{len(tasks)} stores to compact in {len(planned)} checkpoint(s), a Spark job each")
         # Each store's lease is checked on the driver right before the job that publishes it.
         results = run_compaction_tasks(spark.session(), tasks, lambda c: held[c.url].check()) if tasks else []
-    rows = ["| checkpoint | store | version | chain before | chain after | seconds | records | keys "
-            "| read | written | peak RSS |", "|---|---|" + "---:|" * 9]  # fmt: skip
-    done, failed, chains_after = [], [r for r in results if not r.ok], []
+    rows: list[list] = []
+    done: list[RebuildResult] = []
+    failed, chains_after = [r for r in results if not r.ok], []
     for p in planned:
         after = _chains_after(roots, p)
-        for r in (r for r in results if r.ok and r.url == p.ckpt.url):
-            store, rebuilt = (r.store.operator, r.store.partition, r.store.store), r.rebuilt
+        for r in results:
+            rebuilt = r.rebuilt
+            if rebuilt is None or r.url != p.ckpt.url:
+                continue
+            store = (r.store.operator, r.store.partition, r.store.store)
             done.append(rebuilt)
             chains_after.append(after.get(store, 0))
-            cells = [p.key, "/".join(map(str, store)), rebuilt.version, r.chain_before, after.get(store),
-                     rebuilt.seconds, rebuilt.records, rebuilt.keys, human_bytes(rebuilt.bytes_read),
-                     human_bytes(rebuilt.bytes_written), human_bytes(rebuilt.peak_rss_bytes)]  # fmt: skip
-            rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+            rows.append([p.key, "/".join(map(str, store)), rebuilt.version, r.chain_before,
+                         after.get(store), rebuilt.seconds, rebuilt.records, rebuilt.keys,
+                         human_bytes(rebuilt.bytes_read), human_bytes(rebuilt.bytes_written),
+                         human_bytes(rebuilt.peak_rss_bytes)])  # fmt: skip
+    table = tabulate(rows, tablefmt="github", headers=["checkpoint", "store", "version", "chain before",
+                     "chain after", "seconds", "records", "keys", "read", "written", "peak RSS"])  # fmt: skip
     skips = [f"- {p.key} {s.operator}/{s.partition}/{s.store}: {s.reason}" for p in planned for s in p.skips]
-    metadata = {
+    metadata: dict[str, Any] = {
         "checkpoints": len(context.partition_keys),
         "stores_compacted": len(done),
         "stores_failed": len(failed),
@@ -107,7 +115,7 @@ def checkpoint_compaction(
         "records": sum(r.records for r in done),
         # one worker rebuilds one store at a time: the largest store's peak is what a worker needs
         "max_peak_rss_bytes": max((r.peak_rss_bytes for r in done), default=0),
-        "compacted": dg.MetadataValue.md("\n".join(rows) if done else "Nothing to compact."),
+        "compacted": dg.MetadataValue.md(table if done else "Nothing to compact."),
         "skipped": dg.MetadataValue.md("\n".join(skips[:50]) or "none"),
         "failed": dg.MetadataValue.md(
             "\n".join(

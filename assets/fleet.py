@@ -16,8 +16,9 @@ import dagster as dg
 import humanfriendly
 import pandas as pd
 
+from assets import markdown
 from assets.checkpoints import FLEET_ASSET, GROUP
-from assets.partitions import checkpoint_partitions
+from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.fleet import (
@@ -67,7 +68,8 @@ class _History:
         runs = self.instance.get_run_records(
             dg.RunsFilter(tags={"dagster/partition": key}, statuses=[dg.DagsterRunStatus.FAILURE]), limit=20
         )
-        times = [r.end_time for r in runs if r.dagster_run.job_name in jobs and (r.end_time or 0) > since]
+        ended = (r.end_time for r in runs if r.dagster_run.job_name in jobs)
+        times = [t for t in ended if t is not None and t > since]
         return max(times, default=None)
 
     def known(self, key: str) -> dict:
@@ -171,7 +173,7 @@ def checkpoint_fleet_report(
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
     """One row per checkpoint: latest batch and its age, live or stopped, findings, the longest replay
     chain, lineage-header headroom, reclaimable bytes, and the last compaction and cleanup."""
-    keys = sorted(context.instance.get_dynamic_partitions(checkpoint_partitions.name))
+    keys = sorted(context.instance.get_dynamic_partitions(CHECKPOINTS))
     history = _History(context.instance)
     known = {key: history.known(key) for key in keys}
     with ThreadPoolExecutor(POLICY.fleet_workers) as pool:
@@ -230,11 +232,8 @@ def attention_markdown(rows: list[FleetRow], policy: Policy = POLICY, limit: int
     items = needs_attention(rows, policy, limit)
     if not items:
         return f"All {len(rows)} checkpoints are healthy: nothing needs attention."
-    lines = ["| # | checkpoint | why | what fixes it |", "|---:|---|---|---|"]
-    lines += [
-        f"| {i} | `{a.row.key}` | {a.reason.replace('|', '/')} | {a.action} |" for i, a in enumerate(items, 1)
-    ]
-    return "\n".join(lines)
+    rows = [(i, f"`{a.row.key}`", a.reason, a.action) for i, a in enumerate(items, 1)]
+    return markdown.table(("#", "checkpoint", "why", "what fixes it"), rows)
 
 
 def chart_svg(rows: list[FleetRow], policy: Policy = POLICY, width: int = 900) -> str:

@@ -10,7 +10,8 @@ from urllib.parse import quote, unquote
 
 import dagster as dg
 
-checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
+CHECKPOINTS = "checkpoints"  # the name users' instances hold their partition keys under
+checkpoint_partitions = dg.DynamicPartitionsDefinition(name=CHECKPOINTS)
 
 _SAFE = "/-_~@=+:;!$'()*&"  # everything else (including % , [ ] | and space) is encoded
 

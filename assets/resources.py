@@ -25,6 +25,7 @@ from checkpoint.model import Checkpoint, load_checkpoint
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from checkpoint.storage import Storage, scheme_of
 
+StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
 DEMO_ROOT = Path(__file__).resolve().parent.parent / "demo-output" / "checkpoints"
 
 
@@ -104,7 +105,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             options = root.storage_options if same_store else {}
         return AuditTrail(url, options)
 
-    def take_lease(self, context: dg.OpExecutionContext, key: str, what: str, retry: bool = True) -> Lease:
+    def take_lease(self, context: StepContext, key: str, what: str, retry: bool = True) -> Lease:
         """The checkpoint's maintenance lease for this run's step: waits `lease_wait` while another
         action (a CLI run, another deployment) holds it, then retries the step, then fails naming
         the holder; without `retry`, raises LeaseHeld after the wait. Nothing is planned or
@@ -112,7 +113,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry)
 
     def take_lease_at(
-        self, context: dg.OpExecutionContext, storage: Storage, what: str, label: str = "", retry: bool = True
+        self, context: StepContext, storage: Storage, what: str, label: str = "", retry: bool = True
     ) -> Lease:
         """`take_lease` for any checkpoint, one under no configured root too (a fork's destination).
         The lease lives beside the checkpoint whatever `audit_url` says, where the CLI and every

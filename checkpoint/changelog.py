@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -29,7 +29,8 @@ _VERSION_STRING = re.compile(r"^v(\d+)$")
 
 # Record types of v2/v4
 EOF_RECORD, PUT_RECORD, DELETE_RECORD, MERGE_RECORD = 0x00, 0x01, 0x10, 0x11
-_TYPED = {PUT_RECORD: "put", DELETE_RECORD: "delete", MERGE_RECORD: "merge"}
+Op = Literal["put", "delete", "merge"]
+_TYPED: dict[int, Op] = {PUT_RECORD: "put", DELETE_RECORD: "delete", MERGE_RECORD: "merge"}
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,13 @@ class ChangelogHeader:
         return self.format_version in (2, 4)
 
 
+class Reader(Protocol):
+    def read(self, n: int = -1, /) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class ChangeRecord:
-    op: Literal["put", "delete", "merge"]
+    op: Op
     key: bytes
     value: bytes | None
 
@@ -93,7 +98,7 @@ class _Prefixed:
         return out
 
 
-def _read_header(reader, path: str, named_v2: bool) -> tuple[ChangelogHeader, object]:
+def _read_header(reader: Reader, path: str, named_v2: bool) -> tuple[ChangelogHeader, Reader]:
     """The header and a reader positioned at the first record.
 
     Spark dispatches on the first string: it names the version when it reads as `v<N>`, otherwise
@@ -153,12 +158,19 @@ class RecordRun:
     Columns rather than a tuple per record, so that replaying a run of puts is one `dict.update`.
     """
 
-    op: Literal["put", "delete", "merge"]
+    op: Op
     keys: list[bytes]
     values: list[bytes] | None
 
+    @property
+    def written(self) -> list[bytes]:
+        """The values of a put or merge run; a delete run has none."""
+        if self.values is None:
+            raise ValueError(f"a {self.op} run has no values")
+        return self.values
 
-def records_of(runs: list[RecordRun]) -> Iterator[tuple[str, bytes, bytes | None]]:
+
+def records_of(runs: list[RecordRun]) -> Iterator[tuple[Op, bytes, bytes | None]]:
     for run in runs:
         values = run.values if run.values is not None else repeat(None)
         for key, value in zip(run.keys, values, strict=False):  # repeat(None) for deletes
@@ -166,7 +178,7 @@ def records_of(runs: list[RecordRun]) -> Iterator[tuple[str, bytes, bytes | None
 
 
 def change_records(runs: list[RecordRun]) -> list[ChangeRecord]:
-    return [ChangeRecord(op, key, value) for op, key, value in records_of(runs)]  # type: ignore[arg-type]
+    return [ChangeRecord(op, key, value) for op, key, value in records_of(runs)]
 
 
 # A run of records whose lengths (and type) repeat is extended with numpy in one step: state rows
@@ -183,7 +195,10 @@ def parse_runs(data: bytes, typed: bool, path: str) -> list[RecordRun]:
     runs: list[RecordRun] = []
     unpack, ops, head = _I32.unpack_from, _TYPED, 5 if typed else 4
     pos, end = 0, len(data)
-    op, keys, values = None, [], None  # the current run
+    op: Op | None = None  # the current run
+    keys: list[bytes] = []
+    values: list[bytes] | None = None
+    rop: Op | None
     shape, repeats, need = None, 0, _TRY_AFTER
     try:
         while True:
@@ -223,9 +238,9 @@ def parse_runs(data: bytes, typed: bool, path: str) -> list[RecordRun]:
                 pos += vlen
             if rop != op:
                 op, keys, values = rop, [], None if rop == "delete" else []
-                runs.append(RecordRun(rop, keys, values))  # type: ignore[arg-type]
+                runs.append(RecordRun(rop, keys, values))
             keys.append(key)
-            if values is not None:
+            if values is not None and value is not None:  # a put's or merge's value: never None
                 values.append(value)
             if (rop, klen, vlen) != shape:
                 shape, repeats = (rop, klen, vlen), 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import IO, cast
 
 import lz4.block
 import xxhash
@@ -103,7 +104,9 @@ class ZstdReader:
 
     def __init__(self, read: Read, path: str):
         self.path = path
-        self._reader = zstandard.ZstdDecompressor().stream_reader(_Readable(read), read_across_frames=True)
+        # zstandard reads its source with `.read(n)` only: a whole file object is not needed.
+        source = cast(IO[bytes], _Readable(read))
+        self._reader = zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=True)
 
     def read(self, n: int = -1) -> bytes:
         try:

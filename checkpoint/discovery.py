@@ -49,7 +49,7 @@ def find_checkpoints(root: Storage, workers: int = POLICY.list_workers) -> list[
     level = [("", top)]
     with ThreadPoolExecutor(workers) as pool:
         while level:
-            below = []
+            below: list[str] = []
             for rel, listing in level:
                 if is_checkpoint(listing, rel):
                     found.append(rel)

@@ -25,6 +25,7 @@ second marker as an INCOMPLETE_FORK, and running the same fork again finishes it
 
 from __future__ import annotations
 
+import builtins  # ForkPlan has a `bytes` property: its methods name the type by this
 import dataclasses
 import json
 import logging
@@ -115,7 +116,7 @@ class ForkPlan:
     def bytes(self) -> int:
         return sum(i.size for i in self.items)
 
-    def started_record(self) -> bytes:
+    def started_record(self) -> builtins.bytes:
         return _record(source=self.source, batch=self.batch, query_id=self.query_id,
                        new_query_id=self.query_id != self.source_query_id, files=self.files,
                        bytes=self.bytes, started=time.time())  # fmt: skip
@@ -442,6 +443,7 @@ def apply_fork(
         todo = [i for i in plan.items if i.rel not in present]
 
         def write(item: ForkItem) -> None:
+            crc: int | None
             if item.data is not None:
                 dest.write_if_absent(item.rel, item.data, MAINT_TEMP_PREFIX)
                 crc = crc32c_signed(item.data)

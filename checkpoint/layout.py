@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class FileKind(str, Enum):
@@ -67,6 +68,20 @@ class Classified:
     unique_id: str | None = None
     main: str | None = None
 
+    @property
+    def batch_id(self) -> int:
+        """The batch of a file that always names one (offsets, commits, operator metadata v2)."""
+        if self.batch is None:
+            raise ValueError(f"{self.rel} names no batch")
+        return self.batch
+
+    @property
+    def version_id(self) -> int:
+        """The version of a file that always names one (changelogs, zips and their sidecars)."""
+        if self.version is None:
+            raise ValueError(f"{self.rel} names no state version")
+        return self.version
+
 
 def parse_state_file(name: str) -> tuple[int, str | None, FileKind] | None:
     """(version, uuid or None for format V1, CHANGELOG or ZIP), or None when not a state file."""
@@ -118,7 +133,7 @@ def _classify_state(rel: str, parts: list[str]) -> Classified:
     store = "default"
     if len(inner) >= 2 and inner[0] not in _RESERVED:
         store, inner = inner[0], inner[1:]
-    where = {"operator": op, "partition": part, "store": store}
+    where: dict[str, Any] = {"operator": op, "partition": part, "store": store}
     if inner == ["_metadata", "schema"]:
         # Schema file v1..v3, written once per store under partition 0 (not listed in the shared docs).
         return Classified(rel, FileKind.STATE_SCHEMA, **where)

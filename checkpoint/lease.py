@@ -32,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import NoReturn
 
 from .audit import AUDIT_FOLDER, folder_name
 from .errors import CheckpointError
@@ -188,7 +189,7 @@ class Lease:
         if older:
             self.storage.delete_batch(older)  # expired or released generations; failures are harmless
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str) -> NoReturn:
         self._lost = why
         raise LeaseLost(f"maintenance lease lost: {why}; stopping", self.location)
 
@@ -212,6 +213,7 @@ class Lease:
         """Extends this holder's own expiry by the TTL from now; raises LeaseLost when the lease is
         no longer its own, StorageError when the write failed (the expiry then stays as it was)."""
         self.check()
+        assert self.generation is not None  # check() raised otherwise
         now = self.clock()
         try:
             self._etag = self.storage.replace_own(

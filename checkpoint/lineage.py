@@ -9,6 +9,7 @@ Format V1 has no ids and no lineage: the newest `<v>.zip` at or below V, then `<
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .changelog import LINEAGE_HEADER_CAP, ChangelogHeader, LineageEntry
 from .errors import CheckpointError
@@ -120,7 +121,7 @@ def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
             header = ckpt.read_changelog_header(changelog)
         except CheckpointError as exc:
             header_error = exc
-    done = dict(
+    done: dict[str, Any] = dict(
         store=sid, batch=batch, version=version, unique_id=uid, header=header, header_error=header_error
     )
     if zip_file is not None:

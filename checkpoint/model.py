@@ -12,6 +12,7 @@ unchanged, while anything that needs every file (cleanup) refuses it.
 
 from __future__ import annotations
 
+import builtins  # the class below has a `bytes` property: its methods name the type by this
 import dataclasses
 import io
 from collections import Counter, defaultdict
@@ -97,7 +98,7 @@ class Store:
         grouped: dict[int, dict[str | None, list[CheckpointFile]]] = defaultdict(lambda: defaultdict(list))
         for f in self.files:
             if f.kind in (FileKind.CHANGELOG, FileKind.ZIP, FileKind.SPARK_CRC):
-                grouped[f.what.version][f.what.unique_id].append(f)  # type: ignore[index]
+                grouped[f.what.version_id][f.what.unique_id].append(f)
         return {
             v: {u: tuple(fs) for u, fs in sorted(by_uid.items(), key=lambda x: x[0] or "")}
             for v, by_uid in sorted(grouped.items())
@@ -242,13 +243,15 @@ class Checkpoint:
             )
 
     def read_changelog(
-        self, f: CheckpointFile, data: bytes | None = None
+        self, f: CheckpointFile, data: builtins.bytes | None = None
     ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
         """Every record; `data` saves the read when the caller already holds the file's bytes."""
         header, runs = self.read_changelog_runs(f, self.storage.read_bytes(f.rel) if data is None else data)
         return header, change_records(runs)
 
-    def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
+    def read_changelog_runs(
+        self, f: CheckpointFile, data: builtins.bytes
+    ) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""
         reader = io.BytesIO(data)
         return read_changelog_runs(
@@ -265,7 +268,7 @@ class Checkpoint:
         with self.storage.open(f.rel, size=f.info.size) as fh:
             return read_snapshot(fh, self.storage.full(f.rel))
 
-    def read_verified(self, rel: str) -> bytes:
+    def read_verified(self, rel: str) -> builtins.bytes:
         """A state file's bytes, checked against its Spark `.crc` sidecar (CRC32C and size) when it
         has one, whether or not the sidecar was listed: two GETs. Spark skips the check when the
         sidecar is absent, and so does this; a mismatch raises CorruptFileError, never returns."""
@@ -293,11 +296,13 @@ class Checkpoint:
                 self.storage.full(rel),
             )
 
-    def sidecar_matches(self, crc: CheckpointFile, main_data: bytes | None = None) -> bool:
+    def sidecar_matches(self, crc: CheckpointFile, main_data: builtins.bytes | None = None) -> bool:
         """Whether a Spark `.crc` sidecar matches the bytes of its main file (read unless given)."""
         sidecar = parse_sidecar(self.storage.read_bytes(crc.rel), self.storage.full(crc.rel))
         if main_data is None:
-            main_data = self.storage.read_bytes(crc.what.main)  # type: ignore[arg-type]
+            if crc.what.main is None:
+                raise ValueError(f"{crc.rel} is not a .crc sidecar")
+            main_data = self.storage.read_bytes(crc.what.main)
         return sidecar_matches(sidecar, main_data)
 
 
@@ -371,14 +376,14 @@ def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...], strict
 
     query_ids = [parse(f, parse_query_metadata) for f in by_kind[FileKind.QUERY_METADATA]]
     offsets = {
-        f.what.batch: entry
+        f.what.batch_id: entry
         for f in by_kind[FileKind.OFFSET]
-        if (entry := parse(f, lambda data, path, b=f.what.batch: parse_offset(b, data, path))) is not None
+        if (entry := parse(f, lambda data, path, b=f.what.batch_id: parse_offset(b, data, path))) is not None
     }
     commits = {
-        f.what.batch: entry
+        f.what.batch_id: entry
         for f in by_kind[FileKind.COMMIT]
-        if (entry := parse(f, lambda data, path, b=f.what.batch: parse_commit(b, data, path))) is not None
+        if (entry := parse(f, lambda data, path, b=f.what.batch_id: parse_commit(b, data, path))) is not None
     }
     batches = {b: Batch(b, offsets.get(b), commits.get(b)) for b in sorted(set(offsets) | set(commits))}
     metadata = [(f, m) for f in by_kind[FileKind.OPERATOR_METADATA] if (m := parse(f, _operator_metadata(f)))]

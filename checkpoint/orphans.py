@@ -99,9 +99,10 @@ class _Index:
             if sid is None:
                 continue
             if f.kind in (FileKind.CHANGELOG, FileKind.ZIP):
-                self.by_key[(sid, f.kind, f.what.version, f.what.unique_id)] = f  # type: ignore[index]
+                version = f.what.version_id
+                self.by_key[(sid, f.kind, version, f.what.unique_id)] = f
                 old = self.oldest_version.get(sid)
-                self.oldest_version[sid] = f.what.version if old is None else min(old, f.what.version)  # type: ignore
+                self.oldest_version[sid] = version if old is None else min(old, version)
             elif f.kind == FileKind.SST:
                 self.ssts[sid][f.rel.rsplit("/", 1)[1]] = f
 
@@ -164,9 +165,11 @@ def retained_set(inputs: RetentionInputs, index: _Index | None = None) -> tuple[
         listed = inputs.zip_ssts.get(z)
         if listed is None:
             raise UnsafeToPlan(f"the metadata of retained zip {z} was not read")
-        sid = _store_of(index.by_rel[z])
+        zip_store = _store_of(index.by_rel[z])
+        if zip_store is None:
+            raise UnsafeToPlan(f"retained zip {z} lies in no store folder")
         for name in listed:
-            sst = index.ssts[sid].get(name)  # type: ignore[index]
+            sst = index.ssts[zip_store].get(name)
             if sst is None:
                 raise UnsafeToPlan(f"SST {name} listed by retained zip {z} is missing")
             retained.add(sst.rel)
@@ -200,7 +203,7 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
         if f.kind not in (FileKind.CHANGELOG, FileKind.ZIP) or not f.what.unique_id or f.rel in retained:
             continue
         version = f.what.version
-        if version > newest_version or not f.rel.startswith("state/"):
+        if version is None or version > newest_version or not f.rel.startswith("state/"):
             continue  # a batch in flight
         reason = _version_reason(inputs, index, f)
         if options.live and version > newest_version - 2:
@@ -273,17 +276,15 @@ _SIDECAR_OWNERS = (FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST, FileKind.SPAR
 
 
 def _version_reason(inputs: RetentionInputs, index: _Index, f: CheckpointFile) -> Reason:
-    batch = f.what.version - 1  # type: ignore[operator]
-    sid = _store_of(f)
-    stores = inputs.committed.get(batch)
-    committed = stores.get(sid) if stores and sid else None  # type: ignore[arg-type]
+    sid, version = _store_of(f), f.what.version
+    if sid is None or version is None:  # not a state file: never a candidate of its own
+        return Reason.BELOW_RETENTION
+    stores = inputs.committed.get(version - 1)
+    committed = stores.get(sid) if stores else None
     if committed is None or committed == f.what.unique_id:
         return Reason.BELOW_RETENTION
-    winner = index.get(sid, FileKind.CHANGELOG, f.what.version, committed) or index.get(  # type: ignore[arg-type]
-        sid,
-        FileKind.ZIP,
-        f.what.version,
-        committed,  # type: ignore[arg-type]
+    winner = index.get(sid, FileKind.CHANGELOG, version, committed) or index.get(
+        sid, FileKind.ZIP, version, committed
     )
     if (
         winner

@@ -40,13 +40,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice, repeat
 from pathlib import Path
+from typing import Any
 
 from .changelog import RecordRun
 from .crc import crc32c_signed
 from .errors import CheckpointError
 from .layout import MAINT_TEMP_PREFIX, FileKind
 from .lineage import StoreLineage
-from .model import Checkpoint
+from .model import Checkpoint, CheckpointFile
 from .policy import POLICY, Policy
 from .snapshot import SnapshotMetadata, parse_zip_metadata
 
@@ -151,7 +152,7 @@ def _open(folder: Path, policy: Policy, read_only: bool = False):
     block cache, which OPTIONS files do not carry, is passed here so that its size is ours."""
     import rocksdict
 
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if read_only:
         kwargs["access_type"] = rocksdict.AccessType.read_only(False)
     if not any(folder.glob("OPTIONS-*")):
@@ -181,11 +182,10 @@ def _set_options(folder: Path, values: dict[str, str]) -> None:
         text = options.read_text()
         for name, value in values.items():
             line = re.compile(rf"^(\s*){name}=.*$", re.MULTILINE)
-            text = line.sub(lambda m, n=name, v=value: f"{m.group(1)}{n}={v}", text)
+            text = line.sub(lambda m: f"{m.group(1)}{name}={value}", text)  # noqa: B023 - used at once
         options.write_text(text)
 
 
-_DELETED = object()
 _BATCH_RECORDS = 100_000
 
 
@@ -196,12 +196,12 @@ def replay(base: dict[bytes, bytes], changelogs: Iterable[list[RecordRun]], deli
     for runs in changelogs:
         for run in runs:
             if run.op == "put":
-                state.update(zip(run.keys, run.values, strict=True))  # type: ignore[arg-type]
+                state.update(zip(run.keys, run.written, strict=True))
             elif run.op == "delete":
                 for key in run.keys:
                     state.pop(key, None)
             else:
-                for key, operand in zip(run.keys, run.values, strict=True):  # type: ignore[arg-type]
+                for key, operand in zip(run.keys, run.written, strict=True):
                     old = state.get(key)
                     state[key] = operand if old is None else old + delimiter + operand
     return state
@@ -214,20 +214,20 @@ def replay_newest_first(
     newest put or delete decides it, merge operands newer than that are collected and appended, and
     the base only fills in keys that no record decides. A different algorithm, not a second run of
     the same one, so a mistake in either shows as a difference."""
-    decided: dict[bytes, object] = {}
+    decided: dict[bytes, bytes | None] = {}  # None: deleted
     operands: dict[bytes, list[bytes]] = {}  # newest first, for keys not yet decided
 
     def decide(key: bytes, value: bytes | None) -> None:
         newer = operands.pop(key, None)
         if newer:
             value = delimiter.join(([] if value is None else [value]) + newer[::-1])
-        decided[key] = _DELETED if value is None else value
+        decided[key] = value
 
     for runs in reversed(changelogs):
         for run in reversed(runs):
             if run.op != "merge" and operands.keys().isdisjoint(run.keys):
                 # the first writer from the end wins: setdefault, newest record first, in C
-                values = reversed(run.values) if run.values is not None else repeat(_DELETED)
+                values = reversed(run.values) if run.values is not None else repeat(None)
                 deque(map(decided.setdefault, reversed(run.keys), values), maxlen=0)
                 continue
             for i in range(len(run.keys) - 1, -1, -1):
@@ -235,14 +235,14 @@ def replay_newest_first(
                 if key in decided:
                     continue
                 if run.op == "merge":
-                    operands.setdefault(key, []).append(run.values[i])  # type: ignore[index]
+                    operands.setdefault(key, []).append(run.written[i])
                 else:
                     decide(key, run.values[i] if run.values is not None else None)
     for key in list(operands):  # operands that no put or delete ends merge onto the base
         decide(key, base.get(key))
     content = {k: v for k, v in base.items() if k not in decided}
-    content.update((k, v) for k, v in decided.items() if v is not _DELETED)
-    return content  # type: ignore[return-value]
+    content.update({k: v for k, v in decided.items() if v is not None})
+    return content
 
 
 def _write_changes(db, base: dict[bytes, bytes], content: dict[bytes, bytes], memtable_bytes: int) -> None:
@@ -251,7 +251,8 @@ def _write_changes(db, base: dict[bytes, bytes], content: dict[bytes, bytes], me
     import rocksdict
 
     write_opts = rocksdict.WriteOptions()
-    write_opts.disable_wal = True  # a property, although the stub shows a method
+    # A property, although rocksdict's stub declares a method: the stub is wrong, not the call.
+    write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
     get = base.get
     changed = content if not base else {k: v for k, v in content.items() if get(k) != v}
     # RocksDB switches memtables between writes only: a batch's size bounds how far one overshoots.
@@ -325,8 +326,11 @@ def rebuild_store(
     store = ckpt.stores[entry.store]
     if store.file(FileKind.ZIP, entry.version, entry.unique_id) is not None:
         raise RebuildError(f"{entry.store}: version {entry.version} already has its snapshot", ckpt.url)
-    folder = entry.committed_file.rel.rsplit("/", 1)[0]  # type: ignore[union-attr]
-    conf = ckpt.batches[entry.batch].offset.conf if ckpt.batches[entry.batch].offset else {}
+    if entry.committed_file is None:
+        raise RebuildError(f"{entry.store}: version {entry.version} has no committed file", ckpt.url)
+    folder = entry.committed_file.rel.rsplit("/", 1)[0]
+    offset = ckpt.batches[entry.batch].offset
+    conf = offset.conf if offset else {}
     delimiter = merge_delimiter(conf)
     cf_store = entry.header is not None and entry.header.has_column_families
     if cf_store and entry.base is None:
@@ -339,7 +343,7 @@ def rebuild_store(
         db_dir, checkpoint_dir = tmp / "db", tmp / "checkpoint"
         db_dir.mkdir()
         chain_bytes = sum(f.info.size for f in entry.chain)
-        base = _fetch_base(ckpt, entry, folder, tmp, policy, chain_bytes) if entry.base else None
+        base = _fetch_base(ckpt, entry.base, folder, tmp, policy, chain_bytes) if entry.base else None
         if base is None:
             _check_free_disk(tmp, 0, chain_bytes, ckpt.url)
         restore = {**_SPARK_OPTIONS, **_option_values(db_dir, _SPARK_OPTIONS)}
@@ -396,13 +400,13 @@ def _check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> 
 
 
 def _fetch_base(
-    ckpt: Checkpoint, entry: StoreLineage, folder: str, tmp: Path, policy: Policy, chain_bytes: int
+    ckpt: Checkpoint, base: CheckpointFile, folder: str, tmp: Path, policy: Policy, chain_bytes: int
 ) -> _Base:
     """The base zip's RocksDB files and SSTs in `tmp/db`, streamed to disk in chunks: the zip checked
     against its `.crc` sidecar, each SST against the size the zip lists."""
-    rel = entry.base.rel  # type: ignore[union-attr]
+    rel = base.rel
     db_dir, local_zip = tmp / "db", tmp / "base.zip"
-    known = entry.base.info.size or None  # type: ignore[union-attr]  # spares a HEAD on object stores
+    known = base.info.size or None  # spares a HEAD on object stores
     read = ckpt.download_verified(rel, str(local_zip), known, policy.copy_chunk_bytes)
     try:
         with zipfile.ZipFile(local_zip) as zf:
@@ -497,8 +501,8 @@ def _count_keys(
     deleted = [k for k in before if k not in expected]
     keys, internal = (base_meta.num_keys, base_meta.num_internal_keys) if base_meta else (0, 0)
     mapping = base_meta.column_family_mapping if base_meta else {}
+    types = base_meta.column_family_type_map if base_meta else {}
     if mapping:
-        types = base_meta.column_family_type_map  # type: ignore[union-attr]
         internal_ids = {cf_id for name, cf_id in mapping.items() if types.get(name)}
         known = set(mapping.values())
 
@@ -522,7 +526,8 @@ def _publish(
 ) -> dict:
     storage = ckpt.storage
     base_ssts = {s.local_name: s for s in base_meta.sst_files} if base_meta else {}
-    listed, reused, written, bytes_written = [], 0, 0, 0
+    listed: list[dict[str, Any]] = []
+    reused, written, bytes_written = 0, 0, 0
     for sst in sorted(checkpoint_dir.glob("*.sst")):
         size = sst.stat().st_size
         known = base_ssts.get(sst.name)
@@ -539,12 +544,12 @@ def _publish(
         bytes_written += size
     # The zip is written only once every SST it lists exists with its size: a stat of each (a
     # HEAD on S3), never a listing of the folder, which holds every snapshot's SSTs.
-    for sst in listed:
-        name = sst["dfsSstFileName"]
+    for row in listed:
+        name = row["dfsSstFileName"]
         found = storage.stat(f"{folder}/SSTs/{name}")
-        size = None if found is None else found.size
-        if size != int(sst["sizeBytes"]):
-            raise RebuildError(f"SST {name} landed with {size} bytes, not {sst['sizeBytes']}")
+        landed = None if found is None else found.size
+        if landed != int(row["sizeBytes"]):
+            raise RebuildError(f"SST {name} landed with {landed} bytes, not {row['sizeBytes']}")
     meta = {
         "sstFiles": listed,
         "numKeys": keys,

@@ -323,7 +323,7 @@ class Storage:
 
     def _list_outside(self, folders: list[str]) -> list[FileInfo]:
         """The files of the root outside `folders`: a walk of shallow listings that skips them."""
-        skip, out, todo = set(folders), [], [""]
+        skip, out, todo = set(folders), list[FileInfo](), [""]
         while todo:
             rel = todo.pop()
             listing = self.list_dir(rel)
@@ -461,6 +461,7 @@ class Storage:
             else:
                 # The last range asks one byte past the expected end: a longer file shows
                 # without a HEAD. An empty file needs no GET: its size said all.
+                assert size is not None  # stat above when it was not given
                 while done < size:
                     self.calls.add("read")
                     end = min(done + chunk, size + 1)

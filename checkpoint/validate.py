@@ -217,8 +217,8 @@ def _ranges_missing(ids: set[int]) -> list[int]:
 def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     full = ckpt.storage.full
     # From the listing, not the parsed entries: an unreadable file is its own finding, not a gap.
-    offsets = {f.what.batch for f in ckpt.files if f.kind == FileKind.OFFSET}
-    commits = {f.what.batch for f in ckpt.files if f.kind == FileKind.COMMIT}
+    offsets = {f.what.batch_id for f in ckpt.files if f.kind == FileKind.OFFSET}
+    commits = {f.what.batch_id for f in ckpt.files if f.kind == FileKind.COMMIT}
     offset_gaps = set(_ranges_missing(offsets))
     if offset_gaps:
         yield _finding(
@@ -352,7 +352,7 @@ def _snapshot_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterabl
         store = ckpt.stores.get(entry.store)
         if store is None:
             continue
-        candidates = [entry.base] if entry.base else []
+        candidates: list[CheckpointFile | None] = [entry.base] if entry.base else []
         if entry.header and entry.header.lineage:
             candidates += [store.file(FileKind.ZIP, e.version, e.unique_id) for e in entry.header.lineage]
         ssts = {f.rel.rsplit("/", 1)[1]: f for f in store.ssts}

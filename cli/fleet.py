@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from checkpoint.discovery import scan
 from checkpoint.errors import CheckpointError
@@ -19,7 +20,7 @@ def fleet(args: argparse.Namespace) -> Result:
     for root in args.roots:
         storage, found = scan(root)
         for f in found:
-            known = {}
+            known: dict[str, Any] = {}
             try:
                 if not args.no_cleanup_plan:  # what a dry-run cleanup with the default grace finds
                     known["reclaimable_bytes"] = _reclaimable(f.url)

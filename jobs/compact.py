@@ -42,6 +42,11 @@ class StoreOutcome:
     rebuilt: RebuildResult | None = None
     error: str | None = None
 
+    @classmethod
+    def of(cls, task: Task, seconds: float, rebuilt: RebuildResult | None = None, error: str | None = None):
+        ckpt, entry = task
+        return cls(ckpt.url, entry.store, entry.chain_length, seconds, rebuilt, error)
+
     @property
     def ok(self) -> bool:
         return self.rebuilt is not None
@@ -68,18 +73,17 @@ def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
     from checkpoint.errors import CheckpointError
     from checkpoint.rebuild import rebuild_store
 
-    started = time.monotonic()
-    done = {"url": ckpt.url, "store": entry.store, "chain_before": entry.chain_length}
+    started, task = time.monotonic(), (ckpt, entry)
     _maybe_die(entry.store)
     try:
         rebuilt = rebuild_store(ckpt, entry)
     except CheckpointError as exc:
-        return StoreOutcome(**done, task_seconds=time.monotonic() - started, error=str(exc))
+        return StoreOutcome.of(task, time.monotonic() - started, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - a RocksDB or I/O failure fails this store, never the job
         where = traceback.extract_tb(exc.__traceback__)[-1]
         error = f"{type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
-        return StoreOutcome(**done, task_seconds=time.monotonic() - started, error=error)
-    return StoreOutcome(**done, task_seconds=time.monotonic() - started, rebuilt=rebuilt)
+        return StoreOutcome.of(task, time.monotonic() - started, error=error)
+    return StoreOutcome.of(task, time.monotonic() - started, rebuilt=rebuilt)
 
 
 def _maybe_die(store: StoreId) -> None:
@@ -120,20 +124,14 @@ def run_compaction_tasks(
 
     def one(task: Task) -> StoreOutcome:
         ckpt, entry = task
-        failed = {
-            "url": ckpt.url,
-            "store": entry.store,
-            "chain_before": entry.chain_length,
-            "task_seconds": 0.0,
-        }
         try:
             if stop:
-                return StoreOutcome(**failed, error=f"not started: {stop[0]}")
+                return StoreOutcome.of(task, 0.0, error=f"not started: {stop[0]}")
             if check is not None:
                 check(ckpt)
         except Exception as exc:  # noqa: BLE001 - LeaseLost: nothing more may be published
             stop.append(str(exc))
-            return StoreOutcome(**failed, error=f"not started: {exc}")
+            return StoreOutcome.of(task, 0.0, error=f"not started: {exc}")
         s = entry.store
         sc.setJobDescription(f"compact {ckpt.url} op {s.operator} part {s.partition} {s.store}")
         sc.setLocalProperty(_KILL_PROPERTY, doomed)
@@ -142,8 +140,7 @@ def run_compaction_tasks(
             return sc.parallelize([task], 1).map(lambda t: _rebuild_one(*t)).collect()[0]
         except Exception as exc:  # noqa: BLE001 - the task itself died: this store's job failed alone
             why = _first_line(exc)
-            return StoreOutcome(**{**failed, "task_seconds": time.monotonic() - started},
-                                error=f"the Spark task died: {why}")  # fmt: skip
+            return StoreOutcome.of(task, time.monotonic() - started, error=f"the Spark task died: {why}")
 
     workers = max(1, min(len(tasks), sc.defaultParallelism))
     outcomes = []

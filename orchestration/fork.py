@@ -11,7 +11,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from assets.partitions import checkpoint_partitions
+from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.fork import fork, refuse_overlap
@@ -55,7 +55,7 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {dest.url}: {exc}") from exc
     if dest_key:
-        context.instance.add_dynamic_partitions(checkpoint_partitions.name, [dest_key])
+        context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])
     summary = (
         f"{'Already complete: ' if result.already_complete else ''}{result.files} files, "
         f"{human_bytes(result.bytes)}: what recovery at batch {result.batch} reads."

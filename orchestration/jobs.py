@@ -64,5 +64,5 @@ def validate_checkpoints_job():
     validate_each()
 
 
-ALL_JOBS = [audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job,
-            validate_checkpoints_job]  # fmt: skip
+ALL_JOBS = (audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job,
+            validate_checkpoints_job)  # fmt: skip

@@ -2,15 +2,17 @@
 per configured root (cleanup deletes only under roots with `apply_cleanup`)."""
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+from collections.abc import Sequence
+
 import dagster as dg
 
 from assets.cleanup import APPLY_TAG
-from assets.partitions import checkpoint_partitions, parse_partition_key
+from assets.partitions import CHECKPOINTS, parse_partition_key
 from assets.resources import CheckpointRoot
 from orchestration.jobs import maintenance_job
 
 
-def maintenance_requests(root: CheckpointRoot, keys: list[str], tick: str) -> list[dg.RunRequest]:
+def maintenance_requests(root: CheckpointRoot, keys: Sequence[str], tick: str) -> list[dg.RunRequest]:
     return [
         dg.RunRequest(
             run_key=f"maintenance:{key}:{tick}",
@@ -26,7 +28,7 @@ def maintenance_schedule(root: CheckpointRoot) -> dg.ScheduleDefinition:
     """Every checkpoint under one root, on that root's cron; run keys make a re-run tick a no-op."""
 
     def evaluate(context: dg.ScheduleEvaluationContext):
-        keys = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
+        keys = context.instance.get_dynamic_partitions(CHECKPOINTS)
         requests = maintenance_requests(root, keys, context.scheduled_execution_time.isoformat())
         if not requests:
             yield dg.SkipReason(f"no checkpoints discovered under root {root.name!r} yet")

@@ -3,7 +3,7 @@
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import dagster as dg
 
-from assets.partitions import checkpoint_partitions
+from assets.partitions import CHECKPOINTS
 from orchestration.jobs import audit_job, fleet_job
 
 AUDIT_CRON = "0 */6 * * *"
@@ -13,7 +13,7 @@ AUDIT_CRON = "0 */6 * * *"
 def checkpoint_audit_schedule(context: dg.ScheduleEvaluationContext):
     """Every known checkpoint, four times a day; run keys make a re-evaluated tick a no-op."""
     tick = context.scheduled_execution_time.isoformat()
-    keys = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
+    keys = context.instance.get_dynamic_partitions(CHECKPOINTS)
     if not keys:
         return dg.SkipReason("no checkpoints discovered yet (the discovery sensor adds them)")
     return [dg.RunRequest(run_key=f"audit:{key}:{tick}", partition_key=key) for key in keys]

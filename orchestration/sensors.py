@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 from dagster import DagsterRunStatus
 
-from assets.partitions import checkpoint_partitions, parse_partition_key
+from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.compaction import CompactionRefused
 from checkpoint.errors import CheckpointError
@@ -39,7 +39,7 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
     Requests are computed against the instance's partitions, so a repeated tick requests nothing;
     the cursor is a digest of the discovered set, which shows in the UI when discovery changed.
     """
-    existing = set(context.instance.get_dynamic_partitions(checkpoint_partitions.name))
+    existing = set(context.instance.get_dynamic_partitions(CHECKPOINTS))
     configured = {root.name for root in roots.roots}
     found: set[str] = set()
     listed: set[str] = set()
@@ -55,7 +55,7 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
     cursor = hashlib.sha256("\n".join(sorted(found)).encode()).hexdigest()[:16]
     if not added and not vanished:
         return dg.SkipReason(f"{len(found)} checkpoints under {len(listed)} root(s); none new or vanished")
-    requests = []
+    requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     if added:
         requests.append(checkpoint_partitions.build_add_request(sorted(added)))
     if vanished:
@@ -117,7 +117,7 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     first; validation in one batched run, at most once per period per checkpoint or at once on an
     error. Never more runs than the tick's cap, nor than a job's queue has room for; what waits is
     kept in the cursor and named in the skip reason."""
-    keys = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
+    keys = context.instance.get_dynamic_partitions(CHECKPOINTS)
     before = SensorState.from_json(context.cursor)
     with ThreadPoolExecutor(max(1, min(COMMIT_SENSOR_WORKERS, len(keys) or 1))) as pool:
         looks = dict(zip(keys, pool.map(lambda k: _look(roots, k, before.seen.get(k)), keys), strict=True))

@@ -11,6 +11,7 @@ the run fails at the end, naming every checkpoint with error findings.
 import dagster as dg
 from pydantic import Field
 
+from assets import markdown
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.validate import Severity, ValidationOptions, validate
@@ -24,25 +25,24 @@ class ValidateConfig(dg.Config):
 def validate_each(context: dg.OpExecutionContext, config: ValidateConfig, roots: CheckpointRootsResource):
     """Head-first validation of each checkpoint named in the config."""
     options = ValidationOptions(long_chain_threshold=roots.policy().long_chain)
-    rows, failed = (
-        ["| checkpoint | batch | errors | warnings | longest chain |", "|---|---:|---|---|---:|"],
-        [],
-    )
+    rows: list[tuple] = []
+    failed: list[str] = []
     for key in config.partitions:
         try:
             ckpt = roots.load(key)
             found = validate(ckpt, options)
         except CheckpointError as exc:
             failed.append(f"{key}: {exc}")
-            rows.append(f"| {key} | - | unreadable | - | - |")
+            rows.append((key, "-", "unreadable", "-", "-"))
             continue
         errors = sorted({f.code for f in found.findings if f.severity == Severity.ERROR})
         warnings = sorted({f.code for f in found.findings if f.severity == Severity.WARNING})
         chain = max((e.chain_length for e in found.lineage), default=0)
         if errors:
             failed.append(f"{key}: {', '.join(errors)}")
-        rows.append(f"| {key} | {ckpt.latest_committed_batch} | {','.join(errors) or '-'} "
-                    f"| {','.join(warnings) or '-'} | {chain} |")  # fmt: skip
+        rows.append(
+            (key, ckpt.latest_committed_batch, ",".join(errors) or "-", ",".join(warnings) or "-", chain)
+        )
         context.log_event(
             dg.AssetObservation(
                 asset_key="checkpoint_lineage_report",
@@ -51,7 +51,8 @@ def validate_each(context: dg.OpExecutionContext, config: ValidateConfig, roots:
                           "max_chain_length": chain, "batch": ckpt.latest_committed_batch or -1},
             )
         )  # fmt: skip
+    table = markdown.table(("checkpoint", "batch", "errors", "warnings", "longest chain"), rows)
     context.add_output_metadata({"checkpoints": len(config.partitions), "with_errors": len(failed),
-                                 "findings": dg.MetadataValue.md("\n".join(rows))})  # fmt: skip
+                                 "findings": dg.MetadataValue.md(table)})  # fmt: skip
     if failed:
         raise dg.Failure(description=f"{len(failed)} checkpoint(s) with errors: " + "; ".join(failed[:10]))

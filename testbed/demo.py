@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module=r"dagster\..*")
     import dagster as dg
 
-    from assets.partitions import checkpoint_partitions
+    from assets.partitions import CHECKPOINTS
     from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
     from orchestration.definitions import build_definitions
 
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     defs = build_definitions([root], spark=SparkResource(master="local[2]"))
     with dg.DagsterInstance.get() as instance:
         keys = sorted(CheckpointRootsResource(roots=[root]).discover("demo"))  # what discovery adds
-        instance.add_dynamic_partitions(checkpoint_partitions.name, keys)
+        instance.add_dynamic_partitions(CHECKPOINTS, keys)
         print(f"demo: maintenance of {len(keys)} checkpoints through Dagster ...", flush=True)
         report = []
         results = {}

@@ -16,7 +16,7 @@ from assets.checkpoints import (
     checkpoint_inventory,
     checkpoint_lineage_report,
 )
-from assets.partitions import checkpoint_partitions, parse_partition_key, partition_key
+from assets.partitions import CHECKPOINTS, parse_partition_key, partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.head import load_head
 from orchestration.definitions import build_definitions
@@ -153,7 +153,7 @@ def test_an_error_finding_blocks_the_lineage_report(instance, copy_of, tmp_path)
 def test_the_audit_job_runs_from_the_definitions(instance, corpus_root) -> None:
     defs = build_definitions([CheckpointRoot(name="corpus", url=str(corpus_root))], long_chain_threshold=40)
     key = partition_key("corpus", "long_chain/checkpoint")
-    instance.add_dynamic_partitions(checkpoint_partitions.name, [key])
+    instance.add_dynamic_partitions(CHECKPOINTS, [key])
     result = defs.resolve_job_def("checkpoint_audit").execute_in_process(partition_key=key, instance=instance)
     assert result.success
     assert all(e.passed for e in result.get_asset_check_evaluations())  # no warning at a threshold of 40

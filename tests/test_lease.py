@@ -268,7 +268,7 @@ def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_
     with its default audit folder, is refused and deletes nothing."""
     import dagster as dg
 
-    from assets.partitions import checkpoint_partitions
+    from assets.partitions import CHECKPOINTS
     from assets.resources import CheckpointRoot, CheckpointRootsResource
 
     path = copy_of("two_actions")
@@ -287,7 +287,7 @@ def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_
         hold_and_try_the_cli()
 
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(checkpoint_partitions.name, ["t:two_actions"])
+        instance.add_dynamic_partitions(CHECKPOINTS, ["t:two_actions"])
         assert lease_job.execute_in_process(instance=instance, resources={"roots": roots}).success
     assert seen["cli"].returncode == 2 and "checkpoint_orphan_cleanup" in seen["cli"].stderr
     assert _files(path) == before

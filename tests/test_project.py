@@ -91,6 +91,17 @@ def test_core_imports_neither_dagster_nor_spark() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_make_test_type_checks_the_shipped_packages(tmp_path) -> None:
+    dry = subprocess.run(["make", "-n", "test"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert ".venv/bin/mypy" in dry and dry.index("mypy") < dry.index("pytest")
+    # The checker runs with the project's configuration and fails on a type error.
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(n: int) -> str:\n    return n\n")
+    mypy = [str(Path(sys.executable).parent / "mypy"), "--config-file", str(ROOT / "pyproject.toml")]
+    out = subprocess.run([*mypy, str(bad)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1 and "Incompatible return value type" in out.stdout
+
+
 def test_dagster_definitions_validate() -> None:
     dagster = Path(sys.executable).parent / "dagster"
     env = {**os.environ, "DAGSTER_HOME": ""}
