@@ -232,8 +232,8 @@ def attention_markdown(rows: list[FleetRow], policy: Policy = POLICY, limit: int
     items = needs_attention(rows, policy, limit)
     if not items:
         return f"All {len(rows)} checkpoints are healthy: nothing needs attention."
-    rows = [(i, f"`{a.row.key}`", a.reason, a.action) for i, a in enumerate(items, 1)]
-    return markdown.table(("#", "checkpoint", "why", "what fixes it"), rows)
+    cells = [(i, f"`{a.row.key}`", a.reason, a.action) for i, a in enumerate(items, 1)]
+    return markdown.table(("#", "checkpoint", "why", "what fixes it"), cells)
 
 
 def chart_svg(rows: list[FleetRow], policy: Policy = POLICY, width: int = 900) -> str:
