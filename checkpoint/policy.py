@@ -41,6 +41,8 @@ class Policy:
     # batch shows an error); per tick it requests at most so many runs, and never more than a
     # job's queue has room for; one validation run covers at most so many checkpoints.
     validation_period_seconds: float = 15 * 60
+    sensor_interval_seconds: float = 60  # between commit-sensor ticks
+    discovery_interval_seconds: float = 300  # between discovery-sensor ticks
     sensor_max_runs_per_tick: int = 10
     sensor_max_queued_per_job: int = 8
     validation_run_max_checkpoints: int = 500

@@ -18,7 +18,7 @@ from orchestration.due import Caps, Look, SensorState, plan_tick
 from orchestration.jobs import audit_job, compaction_job, validate_checkpoints_job
 
 # How often the daemon looks for new commits; tests and busy fleets set it through the environment.
-COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", "60"))
+COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", POLICY.sensor_interval_seconds))
 # Checkpoints looked at side by side in one tick: an idle look is one LIST round trip on S3, so
 # 1,000 checkpoints take about 1000 / 32 round trips.
 COMMIT_SENSOR_WORKERS = int(os.environ.get("CKPT_COMMIT_SENSOR_WORKERS", POLICY.sensor_workers))
@@ -31,7 +31,11 @@ def _root_of(key: str) -> str | None:
         return None  # not one of ours (added by hand): never removed
 
 
-@dg.sensor(job=audit_job, minimum_interval_seconds=300, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    job=audit_job,
+    minimum_interval_seconds=int(POLICY.discovery_interval_seconds),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
 def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: CheckpointRootsResource):
     """Adds new checkpoints (and audits them), removes vanished ones.
 

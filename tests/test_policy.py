@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
+from pathlib import Path
 
+import humanfriendly
 import pytest
 
-from assets.resources import CheckpointRoot, CheckpointRootsResource
+from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from checkpoint.compaction import plan_compaction
 from checkpoint.gc_plan import plan_gc
 from checkpoint.head import load_head
 from checkpoint.orphans import GcOptions
-from checkpoint.policy import POLICY, duration_text, parse_duration
+from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from checkpoint.validate import ValidationOptions, validate
 from cli.main import build_parser
 
@@ -40,6 +43,29 @@ def test_every_entry_point_takes_its_defaults_from_the_policy() -> None:
     assert roots.long_chain_threshold == POLICY.long_chain
     assert parse_duration(roots.grace) == POLICY.grace_seconds
     assert parse_duration(roots.quiet_period) == POLICY.quiet_seconds
+    assert parse_duration(roots.lease_wait) == POLICY.lease_wait_seconds
+    assert roots.lease_retries == POLICY.lease_retries
+    assert gc.batch_size == POLICY.delete_batch_size
+    assert cli.parse_args(["compact", "x"]).master == POLICY.spark_master == SparkResource().master
+    assert cli.parse_args(["fork", "x", "y"]).workers == POLICY.fork_workers
+    assert cli.parse_args(["gc", "x"]).lease_ttl == POLICY.lease_ttl_seconds
+
+
+def _shown(name: str, value) -> str:
+    if name.endswith("_seconds"):
+        return duration_text(value)
+    if name.endswith("_bytes"):
+        return humanfriendly.format_size(value, binary=True)
+    return str(value)
+
+
+def test_the_readme_lists_every_default_of_the_policy() -> None:
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    table = text.split("<!-- policy table: tests/test_policy.py -->", 1)[1].split(
+        "<!-- end of policy table", 1
+    )[0]
+    listed = dict(re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", table, re.MULTILINE))
+    assert listed == {f.name: _shown(f.name, getattr(POLICY, f.name)) for f in dataclasses.fields(Policy)}
 
 
 @pytest.mark.parametrize("seconds", [90, 15 * 60, 3600, 6 * 3600, 2 * 86400, 1.5])
