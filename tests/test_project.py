@@ -169,3 +169,33 @@ def test_rocksdict_is_pinned_to_rocksdb_9_8_4() -> None:
     assert version("rocksdict") == "0.3.29"
     jars = Path(__import__("pyspark").__file__).parent / "jars"
     assert [j.name for j in jars.glob("rocksdbjni-*.jar")] == ["rocksdbjni-9.8.4.jar"]
+
+
+def test_the_names_users_instances_hold_are_unchanged() -> None:
+    """Runs, schedules, sensors, backfills and run keys in users' Dagster instances refer to these
+    names (taken from the definitions before the packages were reordered)."""
+    from assets.resources import CheckpointRoot
+    from orchestration.definitions import build_definitions
+
+    defs = build_definitions([CheckpointRoot(name="prod", url="/x"), CheckpointRoot(name="team-b", url="/y")])
+    repo = defs.get_repository_def()
+    assert sorted(k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()) == [
+        "checkpoint_compaction", "checkpoint_fleet_report", "checkpoint_inventory",
+        "checkpoint_lineage_report", "checkpoint_orphan_cleanup", "checkpoint_orphan_plan",
+    ]  # fmt: skip
+    assert sorted(c.name for c in repo.asset_graph.asset_check_keys) == [
+        "commit_log_consistency", "fleet_lineage_headroom", "fleet_no_errors", "lineage_completeness",
+        "plan_matches_commit_log", "snapshot_integrity",
+    ]  # fmt: skip
+    assert sorted(j.name for j in repo.get_all_jobs() if not j.name.startswith("__")) == [
+        "checkpoint_audit", "checkpoint_cleanup", "checkpoint_fleet", "checkpoint_maintenance",
+        "compact_checkpoints", "fork_checkpoint", "validate_checkpoints",
+    ]  # fmt: skip
+    assert sorted(s.name for s in repo.schedule_defs) == [
+        "checkpoint_audit_schedule", "checkpoint_fleet_schedule", "maintenance_prod", "maintenance_team_b",
+    ]  # fmt: skip
+    assert sorted(s.name for s in repo.sensor_defs) == [
+        "checkpoint_commit_sensor",
+        "checkpoint_discovery_sensor",
+    ]
+    assert sorted(defs.resources or {}) == ["roots", "spark"]
