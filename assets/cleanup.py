@@ -23,7 +23,8 @@ from checkpoint.report import human_bytes
 GROUP = "checkpoint_cleanup"
 PLAN_CHECK = "plan_matches_commit_log"
 APPLY_TAG = "ckpt/apply"
-REPLANNED = "no longer an orphan when planned again under the lease"
+REPLANNED = "superseded: the query moved on since this plan; planned again under the lease"
+MANIFEST = "manifest"  # the plan asset's metadata entry that names its manifest
 
 
 def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
@@ -34,9 +35,10 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
 
 
 def _plan(roots: CheckpointRootsResource, key: str) -> Plan:
-    ckpt = roots.load_listed(key)  # strict: fail closed
+    """Plans the checkpoint's cleanup (a partition listed at a time) into its audit trail."""
     return plan_gc(
-        ckpt,
+        roots.checkpoint_storage(key),
+        roots.audit_trail(key),
         grace_seconds=parse_duration(roots.grace),
         retain_batches=roots.retain_batches,
         quiet_seconds=parse_duration(roots.quiet_period),
@@ -59,14 +61,17 @@ def _plan(roots: CheckpointRootsResource, key: str) -> Plan:
     ],
 )
 def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResource):
-    """Files no batch will ever read again, with the reason for each, written to the audit trail."""
+    """Files no batch will ever read again, with the reason for each: a manifest in the audit
+    trail, which the cleanup reads back (its path is in this materialization's metadata; nothing
+    of the plan goes through an IO manager)."""
     try:
         plan = _plan(roots, context.partition_key)
     except CheckpointError as exc:
         raise dg.Failure(description=f"no plan for {context.partition_key}: {exc}") from exc
-    manifest = roots.audit_trail(context.partition_key).write_plan(plan)
-    yield dg.Output(
-        plan,
+    storage = roots.checkpoint_storage(context.partition_key)
+    verdict = check_plan(plan, storage)
+    pruned = roots.audit_trail(context.partition_key).prune(storage.url, plan.planned_at)
+    return dg.MaterializeResult(
         metadata={
             "files": plan.files,
             "bytes": plan.bytes,
@@ -74,18 +79,20 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
             "against_batch": plan.against_batch,
             "live_query": plan.live,
             "retained_files": plan.retained_files,
-            "manifest": dg.MetadataValue.path(manifest),
-            "by_reason": dg.MetadataValue.md(_totals_markdown(plan.totals("reason"), "reason")),
-            "by_store": dg.MetadataValue.md(_totals_markdown(plan.totals("store"), "store")),
+            MANIFEST: dg.MetadataValue.path(plan.manifest),
+            "by_reason": dg.MetadataValue.md(_totals_markdown(plan.by_reason, "reason")),
+            "by_store": dg.MetadataValue.md(_totals_markdown(plan.by_store, "store")),
             "not_yet": ", ".join(f"{n} {why}" for why, n in plan.kept.items()) or "none",
+            "audit_plans_removed": len(pruned),
         },
-    )
-    verdict = check_plan(plan, roots.checkpoint_storage(context.partition_key))
-    yield dg.AssetCheckResult(
-        check_name=PLAN_CHECK,
-        passed=verdict.ok,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"verdict": verdict.message, "newest_commit": verdict.newest_commit},
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=PLAN_CHECK,
+                passed=verdict.ok,
+                severity=dg.AssetCheckSeverity.ERROR,
+                metadata={"verdict": verdict.message, "newest_commit": verdict.newest_commit},
+            )
+        ],
     )
 
 
@@ -93,15 +100,25 @@ class CleanupConfig(dg.Config):
     apply: bool = Field(default=False, description="Delete the planned files; false: a dry run")
 
 
-@dg.asset(partitions_def=checkpoint_partitions, group_name=GROUP)
+def _latest_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResource) -> Plan:
+    """The plan this partition's plan asset last wrote: its header, read from the manifest."""
+    found = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=checkpoint_orphan_plan.key, asset_partitions=[context.partition_key]),
+        limit=1,
+    ).records
+    entry = found[0].asset_materialization if found else None
+    manifest = entry.metadata.get(MANIFEST) if entry else None
+    if manifest is None:
+        raise dg.Failure(description=f"{context.partition_key}: no cleanup plan yet (materialize the plan)")
+    return roots.audit_trail(context.partition_key).read_plan(str(manifest.value))
+
+
+@dg.asset(partitions_def=checkpoint_partitions, group_name=GROUP, deps=[checkpoint_orphan_plan])
 def checkpoint_orphan_cleanup(
-    context: dg.AssetExecutionContext,
-    config: CleanupConfig,
-    roots: CheckpointRootsResource,
-    checkpoint_orphan_plan: Plan,
+    context: dg.AssetExecutionContext, config: CleanupConfig, roots: CheckpointRootsResource
 ):
     """Deletes the plan's files when asked; every outcome goes to the audit trail."""
-    plan = checkpoint_orphan_plan
+    plan = _latest_plan(context, roots)
     apply = config.apply or context.run.tags.get(APPLY_TAG, "").lower() == "true"
     if not apply:
         return dg.MaterializeResult(
@@ -113,19 +130,21 @@ def checkpoint_orphan_cleanup(
             }
         )
     audit = roots.audit_trail(context.partition_key)
+    storage = roots.checkpoint_storage(context.partition_key)
+    replanned = None
     with roots.take_lease(context, context.partition_key, "checkpoint_orphan_cleanup") as lease:
         try:
-            # The plan step ran before this lease was taken: plan again under it, and delete only
-            # what both plans name (safety.md: a plan is made under the lease).
-            plan, dropped = plan.confirmed_by(_plan(roots, context.partition_key))
-            replanned = [Outcome(c.path, c.bytes, c.reason, "skipped", REPLANNED) for c in dropped]
-            if replanned:
-                context.log.info(f"{len(replanned)} planned files are no longer orphans when planned again")
-                audit.record(plan, replanned)
-            result = apply_plan(plan, roots.checkpoint_storage(context.partition_key), audit, lease=lease)
+            # The plan step ran before this lease was taken. When the query ran since (a new
+            # commit or offset), its rules may have changed (a live query keeps more): plan again
+            # under the lease, a second listing that only then is paid (safety.md: re-plan).
+            verdict = check_plan(plan, storage)
+            if verdict.ok and verdict.moved:
+                context.log.info(f"{verdict.message}: planning again under the lease")
+                replanned, plan = plan, _plan(roots, context.partition_key)
+                audit.record(replanned, [Outcome("-", 0, "-", "skipped", f"{REPLANNED}: {plan.manifest}")])
+            result = apply_plan(plan, storage, audit, lease=lease)
         except CheckpointError as exc:
             raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
-    result.skipped.extend(replanned)
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed[:25])
     if result.failed:
         context.log.error(f"{len(result.failed)} deletions failed; see {audit.outcomes_url(plan)}")
@@ -136,6 +155,8 @@ def checkpoint_orphan_cleanup(
             "deleted_bytes": sum(o.bytes for o in result.deleted),
             "skipped_files": len(result.skipped),
             "failed_files": len(result.failed),
+            "replanned": replanned is not None,
+            "plan": dg.MetadataValue.path(plan.manifest),
             "reclaimed_by_reason": dg.MetadataValue.md(
                 _totals_markdown(result.reclaimed_by_reason(), "reason")
             ),

@@ -6,6 +6,7 @@ cleanup plan of each checkpoint found, and when compaction and cleanup last ran 
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -48,6 +49,15 @@ def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _reclaimable(row: FleetRow) -> str:
+    if row.reclaimable_bytes is None:
+        return "unknown"
+    if row.reclaimable_planned_at is None:
+        return human_bytes(row.reclaimable_bytes)
+    age = _age(time.time() - row.reclaimable_planned_at)
+    return f"{human_bytes(row.reclaimable_bytes)} (planned {age} ago)"
+
+
 def _age(seconds: float | None) -> str:
     return "never" if seconds is None else humanfriendly.format_timespan(seconds, max_units=2)
 
@@ -83,6 +93,7 @@ class _History:
             reclaimable = max(0, reclaimable - deleted)
         return {
             "reclaimable_bytes": reclaimable,
+            "reclaimable_planned_at": plan.timestamp if plan is not None else None,
             "last_compaction": self._describe(
                 compaction, ("compact_checkpoints", "checkpoint_maintenance"), key,
                 lambda m: f"{_int_of(m, 'stores_compacted')} stores compacted",
@@ -144,7 +155,7 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
                 "max_chain": r.max_chain_length,
                 "chain_store": r.max_chain_store or "-",
                 "header_of_cap": round(r.max_lineage_header_fraction, 3),
-                "reclaimable": "unknown" if r.reclaimable_bytes is None else human_bytes(r.reclaimable_bytes),
+                "reclaimable": _reclaimable(r),
                 "last_compaction": r.last_compaction or "never",
                 "last_cleanup": r.last_cleanup or "never",
             }

@@ -22,7 +22,6 @@ from checkpoint.discovery import find_checkpoints
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import apply_plan
 from checkpoint.gc_plan import plan_gc
-from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from checkpoint.validate import ValidationOptions, validate
 from testbed.corpus import checkpoints, ensure_corpus
@@ -76,10 +75,11 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     proxy.reset()
     now = time.time() + 7 * 3600
     plans = []
+    audit = AuditTrail(str(work / "audit"))
     for f in found:
         try:
-            c = load_checkpoint(root.child(f.rel), listing="auto")
-            plans.append((c, plan_gc(c, now=now)))
+            storage = root.child(f.rel)
+            plans.append((storage, plan_gc(storage, audit, now=now)))
         except CheckpointError:  # the corpus's damaged and V1 checkpoints are refused, by design
             continue
     rows.append(
@@ -88,12 +88,11 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
         )
     )
 
-    candidates = sum(len(p.candidates) for _, p in plans)
+    candidates = sum(p.files for _, p in plans)
     proxy.reset()
-    audit = AuditTrail(str(work / "audit"))
-    for c, p in plans:
-        apply_plan(p, c.storage, audit)
-    deletes = sum(math.ceil(len(p.candidates) / 1000) for _, p in plans)
+    for storage, p in plans:
+        apply_plan(p, storage, audit)
+    deletes = sum(math.ceil(p.files / 1000) for _, p in plans)
     rows.append(
         _row("cleanup apply", proxy.counts(), max(candidates, 1), deletes + _distinct(proxy),
              f"{candidates} deletions in {len(plans)} checkpoints; the commit log re-read")

@@ -6,14 +6,20 @@ records, not how they are made.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
-from .gc_plan import GcError, Plan
-from .storage import Storage, normalize_url
+from .gc_plan import GcError, Plan, PlannedFile
+from .policy import POLICY
+from .storage import FileInfo, Storage, normalize_url
 
 AUDIT_FOLDER = "_ckpt_audit"  # beside the checkpoints, never inside one
 
@@ -59,14 +65,45 @@ class AuditTrail:
     def outcomes_url(self, plan: Plan) -> str:
         return f"{self.url}/{self._outcomes_rel(plan)}"
 
-    def write_plan(self, plan: Plan) -> str:
-        self.storage.write(self._plan_rel(plan), plan.to_jsonl().encode())
-        return self.plan_url(plan)
+    def write_manifest(self, plan: Plan, lines_path: str) -> Plan:
+        """Writes a plan's manifest (its header, then the candidate lines of a local file, streamed:
+        a multipart upload on S3) and returns the plan with its URL."""
+        rel = self._plan_rel(plan)
+        with tempfile.TemporaryDirectory(prefix="ckpt-manifest-") as tmp:
+            whole = os.path.join(tmp, "plan.jsonl")
+            with open(whole, "w") as out, open(lines_path) as lines:
+                out.write(plan.header() + "\n")
+                shutil.copyfileobj(lines, out)
+            self.storage.put_file(whole, rel)
+        return dataclasses.replace(plan, manifest=f"{self.url}/{rel}")
 
-    def read_plan(self, url: str) -> Plan:
+    def _rel_of(self, url: str) -> str:
         if not url.startswith(self.url + "/"):
             raise GcError(f"not a plan of this audit trail ({self.url})", url)
-        return Plan.from_jsonl(self.storage.read_bytes(url[len(self.url) + 1 :]).decode(), url)
+        return url[len(self.url) + 1 :]
+
+    def read_plan(self, url: str) -> Plan:
+        """A plan's header: its first line, one small read whatever the manifest holds."""
+        with self.storage.open(self._rel_of(url), block_size=64 << 10) as f:
+            return Plan.parse(f.readline().decode(), url)
+
+    def candidates(self, plan: Plan, chunk: int = POLICY.delete_batch_size) -> Iterator[list[PlannedFile]]:
+        """The plan's candidates in manifest order, `chunk` at a time, streamed from the manifest."""
+        batch: list[PlannedFile] = []
+        with self.storage.open(self._rel_of(plan.manifest), block_size=1 << 20) as f:
+            f.readline()  # the header
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    batch.append(PlannedFile.parse(json.loads(line)))
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise GcError(f"unreadable plan manifest: {exc}", plan.manifest) from exc
+                if len(batch) == chunk:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
 
     def record(self, plan: Plan, outcomes: Sequence[Recordable]) -> None:
         """Appends outcomes as they happen (Storage.append: fsynced locally; on object stores,
@@ -95,3 +132,54 @@ class AuditTrail:
         if not self.storage.is_local:
             lines = "".join(json.dumps(o) + "\n" for o in self.outcomes(plan))
             self.storage.write(self._outcomes_rel(plan), lines.encode())
+
+    def _plans(self, checkpoint_url: str) -> dict[str, list[FileInfo]]:
+        """Plan id -> its files (manifest, outcomes, outcome parts), from one listing of the
+        checkpoint's own folder: never the whole trail."""
+        folder = folder_name(checkpoint_url)
+        out: dict[str, list[FileInfo]] = defaultdict(list)
+        for f in self.storage.list_dir(folder).files:
+            plan_id, _, rest = f.rel.rsplit("/", 1)[1].partition(".")
+            if rest == "plan.jsonl" or rest.startswith("outcomes.jsonl"):
+                out[plan_id].append(f)
+        return out
+
+    def latest_plan(self, checkpoint_url: str) -> Plan | None:
+        """The newest plan of a checkpoint (plan ids sort by the time they were made), its header
+        only: what `ckpt fleet` shows as reclaimable without planning again."""
+        with_manifest = [p for p, files in self._plans(checkpoint_url).items()
+                         if any(f.rel.endswith(".plan.jsonl") for f in files)]  # fmt: skip
+        if not with_manifest:
+            return None
+        return self.read_plan(f"{self.url}/{folder_name(checkpoint_url)}/{max(with_manifest)}.plan.jsonl")
+
+    def prune(
+        self,
+        checkpoint_url: str,
+        now: float,
+        keep_seconds: float = POLICY.audit_retention_seconds,
+        keep_newest: int = POLICY.audit_keep_plans,
+    ) -> list[str]:
+        """Removes a checkpoint's plans (with their outcomes) last written more than `keep_seconds`
+        ago, beyond its newest `keep_newest`, and records the removal (`pruned.jsonl` in its
+        folder) before it deletes. Returns the plan ids removed. A file without an mtime is kept."""
+        plans = self._plans(checkpoint_url)
+        older = sorted(plans)[: max(0, len(plans) - keep_newest)]
+        gone = [
+            p for p in older if all(f.mtime is not None and now - f.mtime > keep_seconds for f in plans[p])
+        ]
+        if not gone:
+            return []
+        rels = [f.rel for p in gone for f in plans[p]]
+        record = {"at": now, "removed_plans": gone, "files": len(rels), "kept_newest": keep_newest,
+                  "older_than_seconds": keep_seconds}  # fmt: skip
+        self.storage.append(
+            f"{folder_name(checkpoint_url)}/pruned.jsonl", (json.dumps(record) + "\n").encode()
+        )
+        failed: dict[str, str] = {}
+        for start in range(0, len(rels), POLICY.delete_batch_size):
+            failed.update(self.storage.delete_batch(rels[start : start + POLICY.delete_batch_size]))
+        if failed:
+            raise GcError(f"{len(failed)} audit files could not be removed: {next(iter(failed.values()))}",
+                          f"{self.url}/{folder_name(checkpoint_url)}")  # fmt: skip
+        return gone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import crc32c as _crc32c
@@ -40,6 +41,27 @@ def crc32c_signed(data: bytes) -> int:
 def sidecar_agrees(sidecar: Sidecar, size: int, crc: int) -> bool:
     """Whether a file of `size` bytes whose signed CRC32C is `crc` is what the sidecar recorded."""
     return (sidecar.main_file_size, sidecar.value) == (size, crc)
+
+
+class Checksumming:
+    """A reader that passes bytes through and keeps their CRC32C and count: a file checked against
+    its sidecar while something else reads it, one chunk in memory."""
+
+    def __init__(self, read: Callable[[int], bytes]) -> None:
+        self._read, self.crc, self.size = read, 0, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._read(n)
+        self.crc, self.size = _crc32c.crc32c(data, self.crc), self.size + len(data)
+        return data
+
+    def drain(self, chunk: int) -> None:
+        """Reads the rest, so that the CRC covers the whole file."""
+        while self.read(chunk):
+            pass
+
+    def agrees(self, sidecar: Sidecar) -> bool:
+        return sidecar_agrees(sidecar, self.size, signed(self.crc))
 
 
 def sidecar_matches(sidecar: Sidecar, data: bytes) -> bool:

@@ -34,6 +34,7 @@ class FleetRow:
     max_chain_store: str | None  # operator/partition/store
     max_lineage_header_fraction: float
     reclaimable_bytes: int | None = None  # None: no cleanup plan known
+    reclaimable_planned_at: float | None = None  # when the plan that found them was made
     last_compaction: str | None = None
     last_cleanup: str | None = None
     problem: str | None = None  # why the checkpoint could not be read
@@ -51,6 +52,7 @@ class FleetRow:
             "max_chain_store": self.max_chain_store,
             "max_lineage_header_fraction": round(self.max_lineage_header_fraction, 4),
             "reclaimable_bytes": self.reclaimable_bytes,
+            "reclaimable_planned_at": self.reclaimable_planned_at,
             "last_compaction": self.last_compaction,
             "last_cleanup": self.last_cleanup,
             "problem": self.problem,

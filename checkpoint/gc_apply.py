@@ -1,8 +1,11 @@
 """Check and apply a cleanup plan, recording every outcome in the audit trail.
 
 Check: the commit log the plan was made against must still be there, unchanged (it may only have
-grown: new batches write new versions, which a plan never names). Apply: re-check, re-stat each
-candidate just before deleting it (same size, same mtime), delete in bulk (at most 1000 keys per
+grown: new batches write new versions, which a plan never names); whether the query moved on since
+(a new commit or offset) is reported, for a caller that re-plans then. Apply: re-check, then read
+the manifest a delete batch at a time; right before each batch is sent, re-stat its candidates
+(same size, same mtime: one HEAD each, or one listing of a partition when that is fewer
+requests), so no candidate is older than one batch's time; delete in bulk (at most 1000 keys per
 request), retry throttling with back-off, and append each outcome to the audit log as it happens,
 so a crash leaves a record of what was done and a rerun finishes the rest.
 """
@@ -13,6 +16,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,6 +37,7 @@ class CheckResult:
     ok: bool
     message: str
     newest_commit: int | None
+    moved: bool = False  # a commit or offset newer than the plan's: the query ran since
 
 
 def check_plan(plan: Plan, storage: Storage) -> CheckResult:
@@ -52,13 +57,15 @@ def check_plan(plan: Plan, storage: Storage) -> CheckResult:
         return CheckResult(False, f"commits {changed} changed since the plan: re-plan", newest)
     if plan.against_batch not in current:
         return CheckResult(False, f"commits/{plan.against_batch} vanished since the plan: re-plan", newest)
-    moved = (
-        ""
-        if newest == plan.against_batch
-        else f"; the log moved on to batch {newest}, which adds no candidate"
+    offsets = [int(f.rel.split("/")[1]) for f in storage.list_dir("offsets").files
+               if classify(f.rel).kind == FileKind.OFFSET]  # fmt: skip
+    planned = max(offsets, default=None)
+    moved = newest != plan.against_batch or (planned or -1) > (plan.latest_planned_batch or -1)
+    note = (
+        f"; the query moved on (commit {newest}, offset {planned}), which adds no candidate" if moved else ""
     )
     return CheckResult(
-        True, f"commit log consistent with the plan (batch {plan.against_batch}){moved}", newest
+        True, f"commit log consistent with the plan (batch {plan.against_batch}){note}", newest, moved
     )
 
 
@@ -118,17 +125,13 @@ def apply_plan(
     result = ApplyResult(plan.plan_id, check)
     if not check.ok:
         raise GcError(f"plan {plan.plan_id} refused: {check.message}", plan.checkpoint)
-    # One listing re-stats every candidate: on S3 that is a request per 1000 keys, not a HEAD each.
-    # A listing that fails part-way raises here, before anything is deleted.
-    current = {f.rel: f for f in storage.list_files()}
     kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
     deleted_count = 0
-    batch_size = max(1, min(batch_size, DELETE_MAX_KEYS))
-    for start in range(0, len(plan.candidates), batch_size):
-        batch = plan.candidates[start : start + batch_size]
-        outcomes, ready = _restat(current, batch)
-        if ready and lease is not None:
+    for batch in audit.candidates(plan, max(1, min(batch_size, DELETE_MAX_KEYS))):
+        if lease is not None:
             lease.check()
+        # A listing or a stat that fails raises here, before anything of this batch is deleted.
+        outcomes, ready = _restat(_current(storage, batch, plan.partition_files), batch)
         if ready:
             outcomes += _delete(storage, ready, attempts, sleep)
         deleted_count += sum(o.outcome == "deleted" for o in outcomes)
@@ -141,8 +144,36 @@ def apply_plan(
     return result
 
 
+def _folder(rel: str) -> str:
+    return "/".join(rel.split("/")[:3])  # state/<op>/<part>
+
+
+def _current(
+    storage: Storage, batch: list[PlannedFile], partition_files: dict[str, int]
+) -> dict[str, FileInfo]:
+    """What each candidate of the batch is now: per partition, one listing when it costs fewer
+    requests than a stat (a HEAD on S3) per candidate, else the stats, side by side."""
+    by_folder: dict[str, list[str]] = {}
+    for c in batch:
+        by_folder.setdefault(_folder(c.path), []).append(c.path)
+    now: dict[str, FileInfo] = {}
+    stats: list[str] = []
+    for folder, rels in by_folder.items():
+        pages = -(-partition_files.get(folder, 0) // DELETE_MAX_KEYS)  # a listing page holds 1000 keys
+        if 0 < pages <= len(rels):
+            wanted = set(rels)
+            now.update((f.rel, f) for f in storage.list_files(folder) if f.rel in wanted)
+        else:
+            stats += rels
+    with ThreadPoolExecutor(max(1, min(POLICY.store_workers, len(stats) or 1))) as pool:
+        for rel, info in zip(stats, pool.map(storage.stat, stats), strict=True):
+            if info is not None:
+                now[rel] = info
+    return now
+
+
 def _restat(
-    current: dict[str, FileInfo], batch: tuple[PlannedFile, ...]
+    current: dict[str, FileInfo], batch: list[PlannedFile]
 ) -> tuple[list[Outcome], list[PlannedFile]]:
     outcomes, ready = [], []
     for c in batch:

@@ -1,34 +1,131 @@
-"""Planning an orphan cleanup: read what the retained set depends on, fail closed, write a manifest.
+"""Planning an orphan cleanup, one state partition at a time, into a manifest in the audit trail.
 
-A plan is built only from a checkpoint that was read completely (safety.md, "Fail closed"): a strict
-load (every commit and offset file parsed), every lineage header the window needs, every zip's
-metadata. The plan records the commit log it was planned against, so `gc_apply` can refuse it when
-the log changed underneath.
+Memory is one partition's listing plus the retained set's inputs, whatever the checkpoint holds:
+
+1. The logs (everything outside `state/<op>/<part>/`: commits, offsets, metadata, schema files)
+   are listed and read strictly, and checked (the commit-log findings of `validate`). They name,
+   for every retained batch, each store's committed id.
+2. Each partition folder is listed on its own (several at once on object stores) and decided alone
+   by `orphans.find_orphans`, with the inputs of that partition only: the committed ids of its
+   stores, the lineage headers of its committed changelogs, the SSTs its zips list. The rules need
+   nothing from another partition but one figure, the oldest SST a retained zip lists (a live
+   query's SSTs go only when older): the SSTs it decides are held back in a spill file until every
+   partition has given its oldest, then decided.
+3. Candidates are written as they are found to a local spill file, and the manifest (a header with
+   the totals, then a line per candidate, zips before the SSTs they list, sidecars after their main
+   file) is uploaded from it to the audit trail.
+
+Fail closed (safety.md): a log that cannot be parsed, an unknown version, a commit-log error
+finding, a lineage header or retained zip that cannot be read, a listing that fails part-way: each
+stops the plan with a GcError, and no manifest is written.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import logging
+import os
+import tempfile
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import CheckpointError
-from .layout import FileKind
+from .layout import FileKind, classify
 from .lineage import store_ids
-from .model import SCOPE_LISTING, Checkpoint
-from .orphans import GcOptions, RetentionInputs, UnsafeToPlan, find_orphans
+from .model import Checkpoint, CheckpointFile, StoreId, build_checkpoint, state_partition_folders
+from .orphans import GcOptions, Kept, OrphanScan, RetentionInputs, UnsafeToPlan, find_orphans
 from .policy import POLICY
+from .progress import Progress, report
+from .storage import FileInfo, Storage
 from .validate import Category, Severity, validate
 
-PLAN_FORMAT = 1
+if TYPE_CHECKING:
+    from .audit import AuditTrail
+
+log = logging.getLogger(__name__)
+
+PLAN_FORMAT = 2  # 1: every candidate held in the Plan; 2: the header names the totals, lines stream
 
 
 class GcError(CheckpointError):
     """Cleanup refused: the message says why; nothing was deleted."""
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    path: str  # relative to the checkpoint
+    bytes: int
+    mtime: float
+    reason: str
+    store: str | None
+
+    def line(self) -> str:
+        # By hand, not asdict: a manifest line is written per candidate, millions of them.
+        return json.dumps({"bytes": self.bytes, "mtime": self.mtime, "path": self.path, "reason": self.reason,
+                           "store": self.store, "type": "candidate"})  # fmt: skip
+
+    @staticmethod
+    def parse(row: dict[str, Any]) -> PlannedFile:
+        return PlannedFile(**{k: row[k] for k in PlannedFile.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan's header: what it was made against and its totals. The candidates themselves are
+    in the manifest (`manifest`), read back in chunks (`AuditTrail.candidates`)."""
+
+    plan_id: str
+    checkpoint: str
+    planned_at: float
+    against_batch: int
+    latest_planned_batch: int | None
+    live: bool
+    grace_seconds: float
+    retain_batches: int | None
+    commit_digests: dict[int, str]
+    files: int
+    bytes: int
+    by_reason: dict[str, dict[str, int]]
+    by_store: dict[str, dict[str, int]]
+    retained_files: int
+    kept: dict[str, int] = field(default_factory=dict)
+    # files per partition folder when planned: the apply re-stats a batch's candidates with one
+    # listing of their partition when that costs fewer requests than a stat each
+    partition_files: dict[str, int] = field(default_factory=dict)
+    manifest: str = ""  # its URL in the audit trail
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "bytes": self.bytes,
+            "by_reason": self.by_reason,
+            "by_store": self.by_store,
+            "against_batch": self.against_batch,
+            "live": self.live,
+            "retained_files": self.retained_files,
+            "kept": self.kept,
+        }
+
+    def header(self) -> str:
+        head = {k: v for k, v in asdict(self).items() if k != "manifest"}
+        return json.dumps({**head, "type": "plan", "format": PLAN_FORMAT}, sort_keys=True)
+
+    @staticmethod
+    def parse(line: str, manifest: str) -> Plan:
+        try:
+            head = json.loads(line)
+            if head.get("type") != "plan" or head.get("format") != PLAN_FORMAT:
+                raise GcError(f"not a plan manifest of format {PLAN_FORMAT}", manifest)
+            fields = {k: head[k] for k in Plan.__dataclass_fields__ if k != "manifest"}
+            fields["commit_digests"] = {int(k): v for k, v in fields["commit_digests"].items()}
+            return Plan(**fields, manifest=manifest)
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+            raise GcError(f"unreadable plan manifest: {exc}", manifest) from exc
 
 
 def totals_by(items, key: str) -> dict[str, dict[str, int]]:
@@ -41,209 +138,187 @@ def totals_by(items, key: str) -> dict[str, dict[str, int]]:
     return dict(sorted(out.items()))
 
 
-@dataclass(frozen=True)
-class PlannedFile:
-    path: str  # relative to the checkpoint
-    bytes: int
-    mtime: float
-    reason: str
-    store: str | None
-
-
-@dataclass(frozen=True)
-class Plan:
-    plan_id: str
-    checkpoint: str
-    planned_at: float
-    against_batch: int
-    latest_planned_batch: int | None
-    live: bool
-    grace_seconds: float
-    retain_batches: int | None
-    commit_digests: dict[int, str]
-    candidates: tuple[PlannedFile, ...]
-    retained_files: int
-    kept: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def files(self) -> int:
-        return len(self.candidates)
-
-    def confirmed_by(self, fresh: Plan) -> tuple[Plan, tuple[PlannedFile, ...]]:
-        """(this plan cut to the candidates that a fresh plan also names, the ones it drops).
-
-        A plan made before an action took the checkpoint's lease is re-made under it: whatever
-        happened in between (another action's new snapshot, a new commit) can only take files
-        out of the plan, never put any in.
-        """
-        again = {c.path for c in fresh.candidates}
-        kept = tuple(c for c in self.candidates if c.path in again)
-        dropped = tuple(c for c in self.candidates if c.path not in again)
-        return dataclasses.replace(self, candidates=kept), dropped
-
-    @property
-    def bytes(self) -> int:
-        return sum(c.bytes for c in self.candidates)
-
-    def totals(self, key: str) -> dict[str, dict[str, int]]:
-        return totals_by(self.candidates, key)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "candidates": [{"path": c.path, "bytes": c.bytes, "reason": c.reason} for c in self.candidates],
-            "files": self.files,
-            "bytes": self.bytes,
-            "by_reason": self.totals("reason"),
-            "by_store": self.totals("store"),
-            "against_batch": self.against_batch,
-            "live": self.live,
-            "retained_files": self.retained_files,
-            "kept": self.kept,
-        }
-
-    # The manifest: one header line, then one line per candidate (JSON lines, appendable, greppable).
-
-    def to_jsonl(self) -> str:
-        head = {k: v for k, v in asdict(self).items() if k != "candidates"}
-        head.update(type="plan", format=PLAN_FORMAT, files=self.files, bytes=self.bytes,
-                    by_reason=self.totals("reason"), by_store=self.totals("store"))  # fmt: skip
-        lines = [json.dumps(head, sort_keys=True)]
-        lines += [json.dumps({"type": "candidate", **asdict(c)}, sort_keys=True) for c in self.candidates]
-        return "\n".join(lines) + "\n"
-
-    @staticmethod
-    def from_jsonl(text: str, path: str = "plan") -> Plan:
-        try:
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-            head = rows[0]
-            if head.get("type") != "plan" or head.get("format") != PLAN_FORMAT:
-                raise GcError(f"not a plan manifest of format {PLAN_FORMAT}", path)
-            fields = {k: head[k] for k in Plan.__dataclass_fields__ if k != "candidates"}
-            fields["commit_digests"] = {int(k): v for k, v in fields["commit_digests"].items()}
-            candidates = tuple(
-                PlannedFile(**{k: r[k] for k in PlannedFile.__dataclass_fields__}) for r in rows[1:]
-            )
-            return Plan(candidates=candidates, **fields)
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
-            raise GcError(f"unreadable plan manifest: {exc}", path) from exc
-
-
 def commit_digests(ckpt: Checkpoint) -> dict[int, str]:
     """Digests of the very commit files the plan was computed from (no second read, no race)."""
     return {b.id: b.commit.digest for b in ckpt.batches.values() if b.commit is not None}
 
 
-def _inputs(ckpt: Checkpoint, window: list[int]) -> RetentionInputs:
-    committed: dict[int, dict] = {}
-    lineages = {}
-    for batch in window:
-        stores = {}
-        for sid in store_ids(ckpt, batch):
-            uid = ckpt.committed_unique_id(batch, sid)
-            if uid is None:
-                raise GcError(
-                    f"batch {batch} names no committed id for {sid}", ckpt.storage.full(f"commits/{batch}")
-                )
-            stores[sid] = uid
-            store = ckpt.stores.get(sid)
-            if store is None or store.file(FileKind.ZIP, batch + 1, uid) is not None:
-                continue
-            changelog = store.file(FileKind.CHANGELOG, batch + 1, uid)
-            if changelog is not None and changelog.rel not in lineages:
-                header = ckpt.read_changelog_header(changelog)  # raises: fail closed
-                if header.lineage is None:
-                    raise GcError("a V2 changelog without lineage", ckpt.storage.full(changelog.rel))
-                lineages[changelog.rel] = header.lineage
-        committed[batch] = stores
-    zip_ssts: dict[str, tuple[str, ...] | None] = {}
-    for f in ckpt.files:
-        if f.kind == FileKind.ZIP:
-            try:
-                zip_ssts[f.rel] = tuple(s.dfs_name for s in ckpt.read_snapshot(f).metadata.sst_files)
-            except CheckpointError:
-                zip_ssts[f.rel] = None  # fatal only if retained: find_orphans checks
-    return RetentionInputs(ckpt.files, window[-1], committed, lineages, zip_ssts)
+Lister = Callable[[Storage, str], list[FileInfo]]
 
 
-def _guard_paths(ckpt: Checkpoint, rels: list[str]) -> None:
-    """Inside `state/`, no `..`, and (on local disks) no symlink leading out of the checkpoint."""
-    for rel in rels:
-        parts = rel.split("/")
-        if parts[0] != "state" or ".." in parts or "" in parts:
-            raise GcError(f"refusing a path outside the checkpoint's state/ folder: {rel}", ckpt.url)
-    for rel, real in ckpt.storage.outside(rels, "state").items():
-        raise GcError(f"{rel} resolves to {real}, outside the state/ folder (a symlink?): nothing planned",
-                      ckpt.url)  # fmt: skip
+def _list(storage: Storage, folder: str) -> list[FileInfo]:
+    return storage.list_files(folder)
 
 
 def plan_gc(
-    ckpt: Checkpoint,
+    storage: Storage,
+    audit: AuditTrail,
     grace_seconds: float = POLICY.grace_seconds,
     retain_batches: int | None = None,
     quiet_seconds: float = POLICY.quiet_seconds,
     now: float | None = None,
     allow_short_grace: bool = False,
+    workers: int | None = None,
+    lister: Lister = _list,
 ) -> Plan:
-    """The orphans of a checkpoint loaded with `strict=True`; raises GcError when planning is unsafe."""
+    """Plans the cleanup of the checkpoint at `storage` and writes its manifest to `audit`;
+    raises GcError when planning is unsafe. `lister` lists one partition folder (tests give one
+    that drops mtimes, as some backends do)."""
     now = time.time() if now is None else now
     if grace_seconds < POLICY.min_grace_seconds and not allow_short_grace:
         raise GcError(
             f"a grace period of {grace_seconds:.0f} s is below {POLICY.min_grace_seconds / 60:g} minutes: "
             "files of a batch still being written could be deleted. Override only if nothing writes to "
             "this checkpoint",
-            ckpt.url,
+            storage.url,
         )
     if retain_batches is not None and retain_batches < 1:
-        raise GcError("--retain-batches must be at least 1", ckpt.url)
-    if ckpt.scope != SCOPE_LISTING:
-        # Fail closed: a head-first model lacks every file it was not asked for, which would read
-        # as "nothing retained there".
-        raise GcError("a cleanup plan needs a checkpoint loaded from a full listing", ckpt.url)
-    if ckpt.format_version != 2:
-        raise GcError("format V1 checkpoint: Spark cleans these itself; gc handles format V2 only", ckpt.url)
-    if ckpt.problems:
-        raise GcError(f"unreadable files: {', '.join(p.rel for p in ckpt.problems)}", ckpt.url)
-    errors = [f for f in validate(ckpt, categories=frozenset({Category.COMMIT_LOG})).findings
+        raise GcError("--retain-batches must be at least 1", storage.url)
+    folders = state_partition_folders(storage)
+    inside = tuple(f + "/" for f in folders)
+    outside = [f for f in storage.list_outside(folders) if not f.rel.startswith(inside)]
+    base = build_checkpoint(storage, tuple(CheckpointFile(i, classify(i.rel)) for i in outside), strict=True)
+    window = _window(base, retain_batches)
+    committed = _committed_by_partition(base, window, folders)
+    live = base.is_live(now, quiet_seconds)
+    options = GcOptions(grace_seconds=grace_seconds, live=live, defer_live_ssts=True)
+    if workers is None:
+        workers = 1 if storage.is_local else POLICY.list_workers  # locally threads only contend
+    plan_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory(prefix="ckpt-plan-") as tmp, _Spill(tmp) as spill:
+        for folder, listing in _listed(storage, folders, workers, lister):
+            scan = _scan(base, window, committed.get(folder, {}), listing, options, now)
+            spill.partition(folder, listing, scan)
+        spill.finish()
+        plan = Plan(
+            plan_id=plan_id,
+            checkpoint=storage.url,
+            planned_at=now,
+            against_batch=window[-1],
+            latest_planned_batch=base.latest_planned_batch,
+            live=live,
+            grace_seconds=grace_seconds,
+            retain_batches=retain_batches,
+            commit_digests=commit_digests(base),
+            files=spill.files,
+            bytes=spill.bytes,
+            by_reason=dict(sorted(spill.by_reason.items())),
+            by_store=dict(sorted(spill.by_store.items())),
+            retained_files=spill.retained,
+            kept=dict(sorted(spill.kept.items())),
+            partition_files=spill.partition_files,
+        )
+        return audit.write_manifest(plan, spill.lines_path)
+
+
+def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:
+    """The retained batches, once the logs proved sound."""
+    if base.format_version != 2:
+        raise GcError("format V1 checkpoint: Spark cleans these itself; gc handles format V2 only", base.url)
+    errors = [f for f in validate(base, categories=frozenset({Category.COMMIT_LOG})).findings
               if f.severity == Severity.ERROR]  # fmt: skip
     if errors:
         raise GcError(
-            "the commit log is inconsistent: " + "; ".join(f"{f.code} {f.message}" for f in errors), ckpt.url
+            "the commit log is inconsistent: " + "; ".join(f"{f.code} {f.message}" for f in errors), base.url
         )
-    committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
+    committed = sorted(b.id for b in base.batches.values() if b.committed)
     if not committed:
-        raise GcError("no committed batch: nothing can be told apart from a batch in flight", ckpt.url)
-    window = committed[-retain_batches:] if retain_batches else committed
-    live = ckpt.is_live(now, quiet_seconds)
+        raise GcError("no committed batch: nothing can be told apart from a batch in flight", base.url)
+    return committed[-retain_batches:] if retain_batches else committed
+
+
+def _committed_by_partition(
+    base: Checkpoint, window: list[int], folders: list[str]
+) -> dict[str, dict[int, dict[StoreId, str]]]:
+    """Partition folder -> batch -> store -> committed id, over the window: the one input of the
+    retained set that spans partitions, as large as retained batches x stores. A store the latest
+    batch committed must have its partition folder: a missing one stops the plan (fail closed)."""
+    out: dict[str, dict[int, dict[StoreId, str]]] = defaultdict(lambda: defaultdict(dict))
+    for batch in window:
+        for sid in store_ids(base, batch):
+            uid = base.committed_unique_id(batch, sid)
+            if uid is None:
+                raise GcError(
+                    f"batch {batch} names no committed id for {sid}", base.storage.full(f"commits/{batch}")
+                )
+            out[f"state/{sid.operator}/{sid.partition}"][batch][sid] = uid
+    missing = sorted(set(out) - set(folders), key=lambda f: [int(p) for p in f.split("/")[1:]])
+    latest = [f for f in missing if window[-1] in out[f]]
+    if latest:
+        raise GcError(f"unsafe to plan: {latest[0]} holds stores that batch {window[-1]} committed, and is "
+                      "missing", base.url)  # fmt: skip
+    return out
+
+
+def _listed(
+    storage: Storage, folders: list[str], workers: int, lister: Lister
+) -> Iterator[tuple[str, tuple[CheckpointFile, ...]]]:
+    """Each partition's classified listing, in folder order; at most `workers` listings in flight
+    (and in memory) at once. A listing that fails fails the plan."""
+
+    def one(folder: str) -> tuple[CheckpointFile, ...]:
+        return tuple(CheckpointFile(i, classify(i.rel)) for i in lister(storage, folder))
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        ahead = deque(pool.submit(one, f) for f in folders[:workers])
+        for i, folder in enumerate(folders):
+            listing = ahead.popleft().result()
+            if i + workers < len(folders):
+                ahead.append(pool.submit(one, folders[i + workers]))
+            yield folder, listing
+
+
+def _scan(
+    base: Checkpoint,
+    window: list[int],
+    committed: dict[int, dict[StoreId, str]],
+    files: tuple[CheckpointFile, ...],
+    options: GcOptions,
+    now: float,
+) -> OrphanScan:
+    """One partition decided alone: its stores' committed ids, lineages and zip listings."""
+    by_key = {(f.what.store, f.kind, f.what.version, f.what.unique_id): f for f in files}
+    lineages = {}
+    for batch, stores in committed.items():
+        for sid, uid in stores.items():
+            if (sid.store, FileKind.ZIP, batch + 1, uid) in by_key:
+                continue
+            changelog = by_key.get((sid.store, FileKind.CHANGELOG, batch + 1, uid))
+            if changelog is not None and changelog.rel not in lineages:
+                header = base.read_changelog_header(changelog)  # raises: fail closed
+                if header.lineage is None:
+                    raise GcError("a V2 changelog without lineage", base.storage.full(changelog.rel))
+                lineages[changelog.rel] = header.lineage
+    zip_ssts: dict[str, tuple[str, ...] | None] = {}
+    for f in files:
+        if f.kind == FileKind.ZIP:
+            try:
+                zip_ssts[f.rel] = tuple(s.dfs_name for s in base.read_snapshot(f).metadata.sst_files)
+            except CheckpointError:
+                zip_ssts[f.rel] = None  # fatal only if retained: find_orphans checks
     try:
-        scan = find_orphans(_inputs(ckpt, window), GcOptions(grace_seconds=grace_seconds, live=live), now)
+        scan = find_orphans(
+            RetentionInputs(files, window[-1], dict(committed), lineages, zip_ssts), options, now
+        )
     except UnsafeToPlan as exc:
-        raise GcError(f"unsafe to plan: {exc}", ckpt.url) from exc
-    _guard_paths(ckpt, [c.rel for c in scan.candidates])
-    kept: dict[str, int] = defaultdict(int)
-    for why in scan.kept.values():
-        kept[why.value] += 1
-    return Plan(
-        plan_id=f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{uuid.uuid4().hex[:8]}",
-        checkpoint=ckpt.url,
-        planned_at=now,
-        against_batch=committed[-1],
-        latest_planned_batch=ckpt.latest_planned_batch,
-        live=live,
-        grace_seconds=grace_seconds,
-        retain_batches=retain_batches,
-        commit_digests=commit_digests(ckpt),
-        candidates=tuple(
-            PlannedFile(
-                c.rel, c.file.info.size, c.file.info.mtime or 0.0, c.reason.value, _store_label(c.file)
-            )
-            for c in sorted(scan.candidates, key=lambda c: _delete_order(c.file.kind, c.rel))
-        ),
-        retained_files=len(scan.retained),
-        kept=dict(sorted(kept.items())),
-    )
+        raise GcError(f"unsafe to plan: {exc}", base.url) from exc
+    _guard_paths(base, [c.file for c in scan.candidates])
+    return scan
 
 
-# Zips before the SSTs they list (never a zip pointing at missing data), sidecars last.
+def _guard_paths(ckpt: Checkpoint, candidates: list[CheckpointFile]) -> None:
+    """Inside `state/`, no `..`, and (on local disks) no symlink leading out of the checkpoint."""
+    for f in candidates:
+        parts = f.rel.split("/")
+        if parts[0] != "state" or ".." in parts or "" in parts:
+            raise GcError(f"refusing a path outside the checkpoint's state/ folder: {f.rel}", ckpt.url)
+    for rel, real in ckpt.storage.outside((f.info for f in candidates), "state").items():
+        raise GcError(f"{rel} resolves to {real}, outside the state/ folder (a symlink?): nothing planned",
+                      ckpt.url)  # fmt: skip
+
+
+# Zips before the SSTs they list (never a zip pointing at missing data), sidecars last: a zip and
+# the SSTs it lists share a partition, so the order within each partition's block is enough.
 _ORDER = {
     FileKind.ZIP: 0,
     FileKind.CHANGELOG: 1,
@@ -251,12 +326,80 @@ _ORDER = {
     FileKind.SPARK_CRC: 3,
     FileKind.HADOOP_CRC: 4,
 }
+_PROGRESS_EVERY = 50_000  # files seen between progress lines
 
 
-def _delete_order(kind: FileKind, rel: str) -> tuple[int, str]:
-    return _ORDER.get(kind, 5), rel
+class _Spill:
+    """Candidates as manifest lines in a local file, totals in memory. On a live query, the SSTs
+    whose fate waits for the oldest retained SST of every partition (and their sidecars) go to a
+    second file, decided in `finish`."""
+
+    def __init__(self, tmp: str) -> None:
+        self.lines_path = os.path.join(tmp, "candidates.jsonl")
+        self._lines = open(self.lines_path, "w")  # closed in finish, or on the way out
+        self._held_path = os.path.join(tmp, "held.jsonl")
+        self._held = open(self._held_path, "w")  # closed in finish, or on the way out
+        self.files = self.bytes = self.retained = self.seen = 0
+        self.by_reason: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
+        self.by_store: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
+        self.kept: Counter[str] = Counter()
+        self.floor: float | None = None  # the oldest SST any retained zip lists
+        self.partition_files: dict[str, int] = {}
+
+    def __enter__(self) -> _Spill:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lines.close()
+        self._held.close()
+
+    def partition(self, folder: str, files: tuple[CheckpointFile, ...], scan: OrphanScan) -> None:
+        self.retained += len(scan.retained)
+        self.partition_files[folder] = len(files)
+        self.kept.update(why.value for why in scan.kept.values())
+        oldest = scan.oldest_retained_sst
+        if oldest is not None:
+            self.floor = oldest if self.floor is None else min(self.floor, oldest)
+        for c in sorted(scan.candidates, key=lambda c: (_ORDER.get(c.file.kind, 5), c.rel)):
+            planned = PlannedFile(
+                c.rel, c.file.info.size, c.file.info.mtime or 0.0, c.reason.value, _store_label(c.file)
+            )
+            held = scan.held_for_floor.get(c.rel)
+            if held is None:
+                self._add(planned)
+            else:  # the SST's mtime decides, for the SST and each sidecar that follows it
+                self._held.write(json.dumps({"sst_mtime": held, **asdict(planned)}) + "\n")
+        before, self.seen = self.seen, self.seen + len(files)
+        if self.seen // _PROGRESS_EVERY > before // _PROGRESS_EVERY:
+            seen = Progress("files planned", self.seen, None)
+            report(log, seen, "%s: %d files seen, %d candidates (%d bytes)", folder, self.seen, self.files,
+                   self.bytes)  # fmt: skip
+
+    def _add(self, planned: PlannedFile) -> None:
+        self._lines.write(planned.line() + "\n")
+        self.files += 1
+        self.bytes += planned.bytes
+        for totals, key in ((self.by_reason, planned.reason), (self.by_store, planned.store or "-")):
+            totals[key]["files"] += 1
+            totals[key]["bytes"] += planned.bytes
+
+    def finish(self) -> None:
+        """Decides the held SSTs against the oldest retained SST of the whole checkpoint (none:
+        every such SST stays), as safety.md asks of a live query."""
+        self._held.close()
+        with open(self._held_path) as held:
+            for line in held:
+                row = json.loads(line)
+                planned = PlannedFile.parse(row)
+                if self.floor is not None and row["sst_mtime"] < self.floor:
+                    self._add(planned)
+                elif classify(planned.path).kind == FileKind.SST:
+                    self.kept[Kept.LIVE_RECENT_SST.value] += 1
+                else:
+                    self.kept[Kept.MAIN_KEPT.value] += 1
+        self._lines.close()  # flushed: the manifest is assembled from it
 
 
-def _store_label(f) -> str | None:
+def _store_label(f: CheckpointFile) -> str | None:
     w = f.what
     return None if w.operator is None else f"{w.operator}/{w.partition}/{w.store}"

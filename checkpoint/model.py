@@ -16,7 +16,7 @@ import builtins  # the class below has a `bytes` property: its methods name the 
 import dataclasses
 import io
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -249,14 +249,19 @@ class Checkpoint:
         header, runs = self.read_changelog_runs(f, self.storage.read_bytes(f.rel) if data is None else data)
         return header, change_records(runs)
 
+    def read_changelog_stream(
+        self, f: CheckpointFile, read: Callable[[int], builtins.bytes]
+    ) -> tuple[ChangelogHeader, list[RecordRun]]:
+        """The records in runs, decoded from `read` as it is pulled (block checksums checked)."""
+        return read_changelog_runs(
+            read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
+        )
+
     def read_changelog_runs(
         self, f: CheckpointFile, data: builtins.bytes
     ) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""
-        reader = io.BytesIO(data)
-        return read_changelog_runs(
-            reader.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
-        )
+        return self.read_changelog_stream(f, io.BytesIO(data).read)
 
     def read_snapshot(self, f: CheckpointFile) -> Snapshot:
         if (known := self._prefetched(f.rel)) is not None:

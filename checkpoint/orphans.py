@@ -72,6 +72,10 @@ class RetentionInputs:
 class GcOptions:
     grace_seconds: float = POLICY.grace_seconds
     live: bool = False
+    # A live query's unreferenced SSTs go only when older than the oldest SST a retained zip lists,
+    # over the whole checkpoint. A planner that sees one partition at a time holds them back
+    # (`OrphanScan.held_for_floor`) and decides them once every partition has been seen.
+    defer_live_ssts: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,11 @@ class OrphanScan:
     retained: frozenset[str]
     candidates: tuple[Candidate, ...]
     kept: dict[str, Kept] = field(default_factory=dict)
+    oldest_retained_sst: float | None = None
+    # With `defer_live_ssts`: candidate rel -> the mtime of the SST whose fate it shares (the SST
+    # itself, or the SST a sidecar belongs to); a candidate only if older than the oldest retained
+    # SST of the whole checkpoint.
+    held_for_floor: dict[str, float] = field(default_factory=dict)
 
 
 def _store_of(f: CheckpointFile) -> StoreId | None:
@@ -187,6 +196,7 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
     newest_version = inputs.latest_committed + 1
     kept: dict[str, Kept] = {}
     chosen: dict[str, Candidate] = {}
+    held: dict[str, float] = {}
 
     def eligible(f: CheckpointFile) -> bool:
         # A file without an mtime is left alone: nothing tells an upload in progress from an old file.
@@ -230,6 +240,11 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
             kept[f.rel] = Kept.LISTED_BY_KEPT_ZIP
             continue
         # SPARK-55892: a running executor may reuse an SST it uploaded before the zip that lists it.
+        if options.live and options.defer_live_ssts:
+            if eligible(f):
+                chosen[f.rel] = Candidate(f, Reason.UNREFERENCED_SST)
+                held[f.rel] = f.info.mtime or 0.0
+            continue
         if options.live and (oldest_retained_sst is None or (f.info.mtime or 0) >= oldest_retained_sst):
             kept[f.rel] = Kept.LIVE_RECENT_SST
             continue
@@ -263,12 +278,14 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
             elif main in chosen:
                 if eligible(f):
                     chosen[f.rel] = Candidate(f, chosen[main].reason)
+                    if main in held:
+                        held[f.rel] = held[main]
             elif main not in index.by_rel:
                 if eligible(f):
                     chosen[f.rel] = Candidate(f, Reason.STALE_SIDECAR)
             else:
                 kept.setdefault(f.rel, Kept.MAIN_KEPT)
-    return OrphanScan(frozenset(retained), tuple(chosen.values()), kept)
+    return OrphanScan(frozenset(retained), tuple(chosen.values()), kept, oldest_retained_sst, held)
 
 
 # A .crc is a candidate only beside one of these: never beside temp files or unknown files.

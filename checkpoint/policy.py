@@ -63,6 +63,10 @@ class Policy:
     # The fleet report warns from this fraction of the lineage header cap (validation errs from
     # header_cap_ratio).
     fleet_header_warn_ratio: float = 0.6
+    # The audit trail keeps each checkpoint's newest plans (with their outcomes) whatever their
+    # age, and older ones for this long; the cleanup run removes the rest and records it.
+    audit_retention_seconds: float = 30 * 86400
+    audit_keep_plans: int = 10
     # Where rebuild jobs run when nothing else is said (CLI --master, Dagster CKPT_SPARK_MASTER).
     spark_master: str = "local[*]"
 

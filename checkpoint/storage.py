@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fsspec.core import split_protocol, url_to_fs
@@ -47,6 +47,8 @@ class FileInfo:
     rel: str
     size: int
     mtime: float | None
+    # Whether it is a symlink, when the listing says (local disks); None: not known
+    link: bool | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -275,7 +277,9 @@ class Storage:
             if not name.startswith(prefix) or (under and not name.startswith(top + "/")):
                 # A lone file given as the root lists as itself: that is not a checkpoint folder.
                 continue
-            files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), mtime_of(entry)))
+            link = entry.get("islink")
+            files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), mtime_of(entry),
+                                  None if link is None else bool(link)))  # fmt: skip
         if not files and not under and not self._is_dir():
             raise NotACheckpointError("no such directory", self.url)
         files.sort(key=lambda f: f.rel)
@@ -316,12 +320,12 @@ class Storage:
         with ThreadPoolExecutor(max(1, min(workers, len(folders)))) as pool:
             parts = list(pool.map(one, folders))
         inside = tuple(f + "/" for f in folders)
-        rest = [f for f in self._list_outside(folders) if not f.rel.startswith(inside)]
+        rest = [f for f in self.list_outside(folders) if not f.rel.startswith(inside)]
         files = rest + [f for part in parts for f in part]
         files.sort(key=lambda f: f.rel)
         return files
 
-    def _list_outside(self, folders: list[str]) -> list[FileInfo]:
+    def list_outside(self, folders: list[str]) -> list[FileInfo]:
         """The files of the root outside `folders`: a walk of shallow listings that skips them."""
         skip, out, todo = set(folders), list[FileInfo](), [""]
         while todo:
@@ -694,26 +698,31 @@ class Storage:
                 errors[rel] = "still present after the delete"
         return errors
 
-    def outside(self, rels: Iterable[str], folder: str) -> dict[str, str]:
-        """{rel: where it really is} for each path that does not resolve inside `folder` of this root.
+    def outside(self, files: Iterable[FileInfo], folder: str) -> dict[str, str]:
+        """{rel: where it really is} for each file that does not resolve inside `folder` of this root.
 
         Object stores have no links, so a clean relative path is where it says. On local disks each
-        path is resolved (symlinks in any component, the file's own included).
+        path is resolved (symlinks in any component, the file's own included); a file the listing
+        did not call a link is not asked again.
         """
         if not self.is_local:
             return {}
         top = os.path.realpath(self.full(folder))
         resolved: dict[str, str] = {}
         out = {}
-        for rel in rels:
-            full = self.full(rel)
+        for f in files:
+            full = self.full(f.rel)
             parent = os.path.dirname(full)
             if parent not in resolved:
                 resolved[parent] = os.path.realpath(parent)
-            name = os.path.basename(full)
-            real = os.path.realpath(full) if os.path.islink(full) else os.path.join(resolved[parent], name)
+            maybe_link = f.link is not False and os.path.islink(full)
+            real = (
+                os.path.realpath(full)
+                if maybe_link
+                else os.path.join(resolved[parent], os.path.basename(full))
+            )
             if not real.startswith(top + os.sep):
-                out[rel] = real
+                out[f.rel] = real
         return out
 
     @property

@@ -14,6 +14,7 @@ from enum import Enum
 from itertools import pairwise
 
 from .changelog import LINEAGE_HEADER_CAP
+from .crc import Checksumming, parse_sidecar
 from .errors import CheckpointError, UnknownFormatVersionError
 from .layout import FORK_COMPLETE, FORK_STARTED, FileKind
 from .lineage import StoreLineage, checkpoint_lineage
@@ -399,16 +400,22 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
                 continue
             seen.add(f.rel)
             path = ckpt.storage.full(f.rel)
-            data = ckpt.storage.read_bytes(f.rel)  # once, for both the decode and the checksum
-            if f.kind == FileKind.CHANGELOG:
-                try:
-                    ckpt.read_changelog(f, data)
-                except CheckpointError as exc:
-                    yield _finding("CHANGELOG_CORRUPT", path, str(exc))
+            # One pass over the file, a chunk at a time: the decoder pulls the bytes and the CRC32C
+            # is taken on the way (the decoded records of one changelog are what memory holds).
+            with ckpt.storage.open(f.rel, block_size=POLICY.copy_chunk_bytes, size=f.info.size) as fh:
+                tee = Checksumming(fh.read)
+                if f.kind == FileKind.CHANGELOG:
+                    try:
+                        ckpt.read_changelog_stream(f, tee.read)
+                    except CheckpointError as exc:
+                        yield _finding("CHANGELOG_CORRUPT", path, str(exc))
+                tee.drain(POLICY.copy_chunk_bytes)
             crc = sidecars.get(f.rel)
             if crc is not None:
                 try:
-                    matches = ckpt.sidecar_matches(crc, data)
+                    matches = tee.agrees(
+                        parse_sidecar(ckpt.storage.read_bytes(crc.rel), ckpt.storage.full(crc.rel))
+                    )
                 except CheckpointError as exc:
                     yield _finding("CRC_MISMATCH", ckpt.storage.full(crc.rel), str(exc))
                     continue

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from checkpoint.audit import AuditTrail
 from checkpoint.discovery import scan
 from checkpoint.errors import CheckpointError
 from checkpoint.fleet import fleet_row, needs_attention, ranked, unreadable_row
 from checkpoint.gc_plan import GcError, plan_gc
-from checkpoint.model import load_checkpoint
+from checkpoint.storage import Storage
 
 from . import render
 from .common import EXIT_FINDINGS, Result
@@ -22,8 +23,8 @@ def fleet(args: argparse.Namespace) -> Result:
         for f in found:
             known: dict[str, Any] = {}
             try:
-                if not args.no_cleanup_plan:  # what a dry-run cleanup with the default grace finds
-                    known["reclaimable_bytes"] = _reclaimable(f.url)
+                if not args.no_cleanup_plan:
+                    known = _reclaimable(f.url, fresh=args.plan)
                 rows.append(fleet_row(f.url, f.load(storage, strict=False), **known))
             except CheckpointError as exc:  # one unreadable checkpoint is a row, never the end
                 rows.append(unreadable_row(f.url, f.url, str(exc), **known))
@@ -35,18 +36,29 @@ def fleet(args: argparse.Namespace) -> Result:
     )
 
 
-def _reclaimable(url: str) -> int | None:
-    """The bytes a dry-run cleanup plan with the default grace would delete: it lists every file,
-    which only cleanup planning needs; None when cleanup refuses to plan this checkpoint."""
+def _reclaimable(url: str, fresh: bool) -> dict[str, Any]:
+    """The bytes the newest cleanup plan in the checkpoint's audit trail found, and when it was
+    made: one listing of its folder and one small read. With `fresh`, a dry-run plan with the
+    default grace is made first (it lists every file, and is kept in the audit trail like any
+    plan). None when there is no plan, or cleanup refuses to plan this checkpoint."""
+    storage = Storage(url)
+    audit = AuditTrail(AuditTrail.default_for(storage.url))
     try:
-        return plan_gc(load_checkpoint(url, listing="auto")).bytes
+        plan = plan_gc(storage, audit) if fresh else audit.latest_plan(storage.url)
     except GcError:
-        return None
+        plan = None
+    if plan is None:
+        return {}
+    return {"reclaimable_bytes": plan.bytes, "reclaimable_planned_at": plan.planned_at}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fleet", help="one row per checkpoint under the roots, most urgent first")
     p.add_argument("roots", nargs="+", help="folders or fsspec URLs holding checkpoints at any depth")
+    p.add_argument("--plan", action="store_true",
+                   help="make a fresh dry-run cleanup plan of each checkpoint (each lists all of its "
+                   "checkpoint); default: the reclaimable bytes of the newest plan in its audit "
+                   "trail, with its age")  # fmt: skip
     p.add_argument("--no-cleanup-plan", action="store_true",
-                   help="skip the dry-run cleanup plans (each lists all of its checkpoint)")  # fmt: skip
+                   help="show no reclaimable bytes at all")  # fmt: skip
     p.set_defaults(run=fleet)

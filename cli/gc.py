@@ -8,7 +8,6 @@ from contextlib import nullcontext
 from checkpoint.audit import AuditTrail
 from checkpoint.gc_apply import apply_plan
 from checkpoint.gc_plan import plan_gc
-from checkpoint.model import load_checkpoint
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.storage import Storage
 
@@ -21,18 +20,23 @@ def gc(args: argparse.Namespace) -> Result:
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
     with leased(args, storage, "gc --apply") if args.apply else nullcontext() as lease:
         # strict: a plan is built only from a completely read checkpoint
-        ckpt = load_checkpoint(storage, listing="auto")
         plan = plan_gc(
-            ckpt,
+            storage,
+            audit,
             grace_seconds=args.grace,
             retain_batches=args.retain_batches,
             quiet_seconds=args.quiet_period,
             allow_short_grace=args.unsafe_short_grace,
         )
-        doc = {"plan": plan.summary(), "plan_file": audit.write_plan(plan), "applied": False,
+        summary = plan.summary()
+        if args.json:  # the document lists every candidate; the text shows the totals only
+            summary["candidates"] = [{"path": c.path, "bytes": c.bytes, "reason": c.reason}
+                                     for chunk in audit.candidates(plan) for c in chunk]  # fmt: skip
+        doc = {"plan": summary, "plan_file": plan.manifest, "applied": False,
                "deleted": [], "failed": [], "skipped": []}  # fmt: skip
+        audit.prune(storage.url, plan.planned_at)
         if args.apply:
-            result = apply_plan(plan, ckpt.storage, audit, batch_size=args.batch_size, lease=lease)
+            result = apply_plan(plan, storage, audit, batch_size=args.batch_size, lease=lease)
             doc.update(
                 applied=True,
                 check=result.check.message,

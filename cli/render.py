@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
+import humanfriendly
 from tabulate import tabulate
 
 from checkpoint.report import human_bytes
@@ -74,6 +76,14 @@ def scan_text(doc: Doc) -> str:
     return _table(rows, ("checkpoint", "format", "committed", "health", "errors", "warnings", "max chain"))
 
 
+def _reclaimable(size: int | None, planned_at: float | None) -> str:
+    if size is None:
+        return "-"
+    if planned_at is None:
+        return human_bytes(size)
+    return f"{human_bytes(size)} ({humanfriendly.format_timespan(time.time() - planned_at, max_units=1)} ago)"
+
+
 def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
     """`attention`: (url, reason, action) of the checkpoints that need it, most urgent first."""
     rows = doc["checkpoints"]
@@ -82,7 +92,7 @@ def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
     table = [
         (r["url"], r["latest_committed_batch"], r["live"], ",".join(r["errors"]) or "-",
          ",".join(r["warnings"]) or "-", r["max_chain_length"], f"{r['max_lineage_header_fraction']:.0%}",
-         "-" if r["reclaimable_bytes"] is None else human_bytes(r["reclaimable_bytes"]))
+         _reclaimable(r["reclaimable_bytes"], r["reclaimable_planned_at"]))
         for r in rows
     ]  # fmt: skip
     header = ("checkpoint", "batch", "live", "errors", "warnings", "chain", "header", "reclaimable")

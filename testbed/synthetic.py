@@ -18,6 +18,7 @@ import os
 import time
 import uuid
 import zipfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from testbed.lz4java import frame, java_utf
@@ -56,22 +57,33 @@ def _zip(ssts: list[tuple[str, int]]) -> bytes:
     return buf.getvalue()
 
 
-def files(
-    partitions: int, versions: int, window: int = WINDOW, snapshot_every: int = SNAPSHOT_EVERY
-) -> dict[str, bytes]:
-    """Relative path -> content of one checkpoint with `versions` versions of state per store."""
-    out: dict[str, bytes] = {"metadata": b'{"id":"synthetic"}'}
+def iter_files(
+    partitions: int,
+    versions: int,
+    window: int = WINDOW,
+    snapshot_every: int = SNAPSHOT_EVERY,
+    committed_partitions: int | None = None,
+) -> Iterator[tuple[str, bytes]]:
+    """(relative path, content) of each file of one checkpoint with `versions` versions of state
+    per store, one at a time: a checkpoint of 10M files is written without holding it.
+    `committed_partitions` (default: all) is how many partitions the commit log names; the folders
+    of the others hold history only, as after a repartition to fewer partitions."""
+    committed = partitions if committed_partitions is None else committed_partitions
+    yield "metadata", b'{"id":"synthetic"}'
     first = versions - window
     offset = b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{"logOffset":0}'
     for batch in range(first, versions):
-        ids = [[uid(p, batch + 1)] for p in range(partitions)]
-        out[f"offsets/{batch}"] = offset
-        out[f"commits/{batch}"] = ("v2\n" + json.dumps({"nextBatchWatermarkMs": 0,
-                                  "stateUniqueIds": {"0": ids}})).encode()  # fmt: skip
-    out["state/0/_metadata/metadata"] = (
-        'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"stateStoreSave"},'
-        f'"stateStoreInfo":[{{"storeName":"default","numColsPrefixKey":0,"numPartitions":{partitions}}}]}}'
-    ).encode()
+        ids = [[uid(p, batch + 1)] for p in range(committed)]
+        yield f"offsets/{batch}", offset
+        yield f"commits/{batch}", ("v2\n" + json.dumps({"nextBatchWatermarkMs": 0,
+                                   "stateUniqueIds": {"0": ids}})).encode()  # fmt: skip
+    yield (
+        "state/0/_metadata/metadata",
+        (
+            'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"stateStoreSave"},'
+            f'"stateStoreInfo":[{{"storeName":"default","numColsPrefixKey":0,"numPartitions":{committed}}}]}}'
+        ).encode(),
+    )
     empty = b""
     for p in range(partitions):
         d = f"state/0/{p}"
@@ -80,39 +92,51 @@ def files(
             u = uid(p, v)
             lineage = [(x, uid(p, x)) for x in range(max(1, last_zip), v)]
             # Only the changelogs the window's lineages read need real bytes.
-            out[f"{d}/{v}_{u}.changelog"] = _changelog(lineage) if v > first else empty
-            out[f"{d}/{v}_{u}.changelog.crc"] = _sidecar(out[f"{d}/{v}_{u}.changelog"])
+            changelog = _changelog(lineage) if v > first else empty
+            yield f"{d}/{v}_{u}.changelog", changelog
+            yield f"{d}/{v}_{u}.changelog.crc", _sidecar(changelog)
             for name in (f".{v}_{u}.changelog.crc", f".{v}_{u}.changelog.crc.crc"):
-                out[f"{d}/{name}"] = empty
+                yield f"{d}/{name}", empty
             if v % 2 == 0:  # a lost attempt every other version
                 a = uid(p, v, 1)
                 for name in (f"{v}_{a}.changelog", f"{v}_{a}.changelog.crc", f".{v}_{a}.changelog.crc",
                              f".{v}_{a}.changelog.crc.crc"):  # fmt: skip
-                    out[f"{d}/{name}"] = empty
+                    yield f"{d}/{name}", empty
             if v % snapshot_every == 0:
                 ssts = [(f"{v:06d}-{uid(p, v, 9)}.sst", 1), (f"{v + 1:06d}-{uid(p, v, 8)}.sst", 1)]
                 if last_zip:  # shares the previous snapshot's first SST, as RocksDB does
                     ssts.append((f"{last_zip:06d}-{uid(p, last_zip, 9)}.sst", 1))
-                out[f"{d}/{v}_{u}.zip"] = _zip(ssts)
-                out[f"{d}/{v}_{u}.zip.crc"] = _sidecar(out[f"{d}/{v}_{u}.zip"])
+                snapshot = _zip(ssts)
+                yield f"{d}/{v}_{u}.zip", snapshot
+                yield f"{d}/{v}_{u}.zip.crc", _sidecar(snapshot)
                 for name, _ in ssts[:2]:
-                    out[f"{d}/SSTs/{name}"] = b"x"
-                    out[f"{d}/SSTs/.{name}.crc"] = empty
+                    yield f"{d}/SSTs/{name}", b"x"
+                    yield f"{d}/SSTs/.{name}.crc", empty
                 last_zip = v
-    return out
 
 
-def write_local(root: Path, content: dict[str, bytes], mtime: float = OLD) -> int:
+def files(partitions: int, versions: int, **shape: int) -> dict[str, bytes]:
+    """Relative path -> content of one checkpoint (see iter_files), held whole: small ones only."""
+    return dict(iter_files(partitions, versions, **shape))
+
+
+def write_local(
+    root: Path, content: dict[str, bytes] | Iterable[tuple[str, bytes]], mtime: float = OLD
+) -> int:
     """Writes the files under `root`, dated `mtime`; returns how many."""
-    for rel in {str(Path(r).parent) for r in content}:
-        (root / rel).mkdir(parents=True, exist_ok=True)
-    for rel, data in content.items():
+    made: set[Path] = set()
+    n = 0
+    for rel, data in content.items() if isinstance(content, dict) else content:
         path = root / rel
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
         path.write_bytes(data)
         os.utime(path, (mtime, mtime))
-    return len(content)
+        n += 1
+    return n
 
 
 def build(root: Path, partitions: int, versions: int, **shape: int) -> int:
     """Writes one synthetic checkpoint to local disk; returns its file count."""
-    return write_local(root, files(partitions, versions, **shape))
+    return write_local(root, iter_files(partitions, versions, **shape))

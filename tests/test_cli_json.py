@@ -58,7 +58,7 @@ def _commands(place, tmp_path) -> dict[str, list[str]]:
         "lineage": ["lineage", str(chain)],
         "validate": ["validate", str(chain)],
         "scan": ["scan", str(tmp_path / "root")],
-        "fleet": ["fleet", str(tmp_path / "root")],
+        "fleet": ["fleet", str(tmp_path / "root"), "--plan"],
         "gc": ["gc", str(killed), "--grace", "0s", "--unsafe-short-grace", "--quiet-period", "0s"],
         "gc_apply": [
             "gc",

@@ -14,13 +14,13 @@ import pytest
 
 from checkpoint import rebuild
 from checkpoint.compaction import plan_compaction
-from checkpoint.gc_plan import plan_gc
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from checkpoint.rebuild import RebuildError, merge_delimiter, rebuild_store
 from jobs.compact import run_compaction
 from testbed.corpus import scenario_named
 from tests.support.copying import copy_checkpoint
+from tests.support.planning import candidates_of, plan_of
 from tests.support.state import READERS, read_state, restart_like_untouched
 
 pytestmark = pytest.mark.slow
@@ -136,9 +136,9 @@ def test_kill_9_between_ssts_and_zip(spark, corpus, copy_of) -> None:
     assert read_state(spark, path, batch, "long_chain") == read_state(
         spark, corpus["long_chain"], batch, "long_chain"
     )
-    plan = plan_gc(load_checkpoint(str(path)), now=time.time() + 7 * 3600, quiet_seconds=0)
-    assert {c.path for c in plan.candidates} == leftovers
-    assert {c.reason for c in plan.candidates} == {"unreferenced_sst"}
+    planned = candidates_of(plan_of(path, now=time.time() + 7 * 3600, quiet_seconds=0))
+    assert {c.path for c in planned} == leftovers
+    assert {c.reason for c in planned} == {"unreferenced_sst"}
 
 
 def test_refusals(copy_of) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+import assets.cleanup as cleanup_module
 from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
 from assets.cleanup import (
     APPLY_TAG,
@@ -91,7 +93,7 @@ def test_apply_when_asked(instance, aged_root, how) -> None:
         and cleanup["failed_files"] == 0
     )
     assert cleanup["deleted_bytes"] == plan["bytes"]
-    assert "| superseded |" in cleanup["reclaimed_by_reason"]
+    assert re.search(r"\| superseded +\|", cleanup["reclaimed_by_reason"])
     assert Path(cleanup["outcomes"]).exists()
     # A second run plans nothing and deletes nothing.
     again = dg.materialize(
@@ -287,30 +289,28 @@ def test_two_deployments_never_clean_one_checkpoint_at_once(aged_root, monkeypat
     assert _metadata(results["first"], "checkpoint_orphan_cleanup")["deleted_files"] > 0
 
 
-def test_the_apply_step_plans_again_under_the_lease(instance, aged_root, monkeypatch) -> None:
+def test_the_apply_step_plans_again_under_the_lease_when_the_query_moved(instance, aged_root) -> None:
     """The query starts again between the plan step and the apply step (a new batch is planned):
-    planned again under the lease, the recent versions are no longer deletable, and stay."""
-    import assets.cleanup as cleanup
-
+    the apply step sees it, plans again under the lease (a second listing, only then), and the
+    recent versions, no longer deletable for a live query, stay."""
     roots, key = _setup(instance, aged_root)
     ckpt = aged_root / "orders"
-    real_plan, calls = cleanup._plan, []
-
-    def plan_then_query_restarts(*args):
-        calls.append(1)
-        if len(calls) == 2:  # the apply step's plan: a new offset file makes the query live
-            latest = max(int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
-            shutil.copy(ckpt / "offsets" / str(latest), ckpt / "offsets" / str(latest + 1))
-        return real_plan(*args)
-
-    monkeypatch.setattr(cleanup, "_plan", plan_then_query_restarts)
-    result = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
-                            tags={APPLY_TAG: "true"})  # fmt: skip
-    assert result.success and len(calls) == 2
-    planned = _metadata(result, "checkpoint_orphan_plan")
+    planned = dg.materialize([checkpoint_orphan_plan], partition_key=key, instance=instance,
+                             resources={"roots": roots})  # fmt: skip
+    first = _metadata(planned, "checkpoint_orphan_plan")
+    latest = max(int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
+    shutil.copy(ckpt / "offsets" / str(latest), ckpt / "offsets" / str(latest + 1))  # the query is live
+    result = dg.materialize([checkpoint_orphan_cleanup], partition_key=key, instance=instance,
+                            resources={"roots": roots}, tags={APPLY_TAG: "true"})  # fmt: skip
     applied = _metadata(result, "checkpoint_orphan_cleanup")
-    assert 0 < applied["deleted_files"] < planned["files"]
-    assert applied["skipped_files"] == planned["files"] - applied["deleted_files"]
-    outcomes = roots.audit_trail(key).outcomes(result.output_for_node("checkpoint_orphan_plan"))
-    replanned = [o for o in outcomes if o["why"] == cleanup.REPLANNED]
-    assert replanned and all((ckpt / o["path"]).exists() for o in replanned)
+    assert result.success and applied["replanned"] is True and applied["plan"] != first["manifest"]
+    assert 0 < applied["deleted_files"] < first["files"]
+    audit = roots.audit_trail(key)
+    again = audit.read_plan(applied["plan"])
+    assert again.live and not audit.read_plan(first["manifest"]).live
+    superseded = audit.outcomes(audit.read_plan(first["manifest"]))
+    assert [o["why"] for o in superseded] == [f"{cleanup_module.REPLANNED}: {applied['plan']}"]
+    deleted = {o["path"] for o in audit.outcomes(again) if o["outcome"] == "deleted"}
+    first_plan = audit.read_plan(first["manifest"])
+    kept = [c for chunk in audit.candidates(first_plan) for c in chunk if c.path not in deleted]
+    assert kept and all((ckpt / c.path).exists() for c in kept)

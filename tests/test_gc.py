@@ -15,11 +15,13 @@ import pytest
 
 from checkpoint.audit import AuditTrail
 from checkpoint.gc_apply import apply_plan, check_plan
-from checkpoint.gc_plan import GcError, Plan, plan_gc
+from checkpoint.gc_plan import GcError, Plan
 from checkpoint.layout import FileKind
 from checkpoint.model import load_checkpoint
+from checkpoint.storage import Storage
 from testbed.corpus import scenario_named
 from tests.support.copying import copy_checkpoint
+from tests.support.planning import candidates_of, plan_of
 from tests.support.state import read_state, restart_like_untouched
 
 # The test clock: seven hours from now, so every corpus file is past the default 6 h grace.
@@ -31,7 +33,7 @@ V2 = [
 
 
 def plan_later(path: Path, **kwargs) -> Plan:
-    return plan_gc(load_checkpoint(str(path)), now=time.time() + LATER, **kwargs)
+    return plan_of(path, now=time.time() + LATER, **kwargs)
 
 
 def outside_state(path: Path) -> dict[str, tuple[int, float]]:
@@ -51,24 +53,23 @@ def test_every_v2_scenario_plans_and_v1_is_refused(corpus) -> None:
     for name in V2:
         plan = plan_later(corpus[name])
         assert plan.live == (name == "killed_before_restart"), name
-        assert all(c.path.startswith("state/") for c in plan.candidates)
+        assert all(c.path.startswith("state/") for c in candidates_of(plan))
     with pytest.raises(GcError, match="format V1"):
         plan_later(corpus["format_v1"])
 
 
 def test_reasons_on_real_attempts(corpus) -> None:
-    assert plan_later(corpus["two_actions"]).totals("reason").keys() == {"superseded", "unreferenced_sst"}
-    assert plan_later(corpus["task_retry"]).totals("reason").keys() == {"uncommitted_attempt"}
-    assert plan_later(corpus["killed_after_restart"]).totals("reason").keys() == {"uncommitted_attempt"}
+    assert plan_later(corpus["two_actions"]).by_reason.keys() == {"superseded", "unreferenced_sst"}
+    assert plan_later(corpus["task_retry"]).by_reason.keys() == {"uncommitted_attempt"}
+    assert plan_later(corpus["killed_after_restart"]).by_reason.keys() == {"uncommitted_attempt"}
     # Below the window: versions whose batches Spark already purged from the commit log.
-    assert set(plan_later(corpus["retention"]).totals("reason")) == {"below_retention_window"}
+    assert set(plan_later(corpus["retention"]).by_reason) == {"below_retention_window"}
 
 
 def test_grace_below_15_minutes_is_refused(corpus) -> None:
-    ckpt = load_checkpoint(str(corpus["two_actions"]))
     with pytest.raises(GcError, match="below 15 minutes"):
-        plan_gc(ckpt, grace_seconds=600)
-    assert plan_gc(ckpt, grace_seconds=600, allow_short_grace=True, now=time.time() + LATER).files > 0
+        plan_of(corpus["two_actions"], grace_seconds=600)
+    assert plan_later(corpus["two_actions"], grace_seconds=600, allow_short_grace=True).files > 0
 
 
 def test_young_files_stay(corpus) -> None:
@@ -76,27 +77,25 @@ def test_young_files_stay(corpus) -> None:
     # The manual clock stands at the moment the query wrote its last file, however old the cached
     # corpus is by now: every file is younger than the 6 h grace.
     written = max(f.info.mtime for f in ckpt.files if f.info.mtime is not None)
-    assert plan_gc(ckpt, now=written).files == 0
-    assert plan_gc(ckpt, now=written).kept["younger_than_grace"] > 0
+    assert plan_of(corpus["two_actions"], now=written).files == 0
+    assert plan_of(corpus["two_actions"], now=written).kept["younger_than_grace"] > 0
 
 
 def test_files_without_mtime_stay(corpus) -> None:
     """A backend that gives no mtime for some files: those are never candidates, whatever the
     clock, and neither are the sidecars that belong to them."""
     from checkpoint.layout import FileKind, classify
-    from checkpoint.model import CheckpointFile, build_checkpoint
     from checkpoint.storage import FileInfo
 
-    ckpt = load_checkpoint(str(corpus["two_actions"]))
-    candidates = {c.path for c in plan_later(corpus["two_actions"]).candidates}
+    candidates = {c.path for c in candidates_of(plan_later(corpus["two_actions"]))}
     mains = sorted(p for p in candidates if classify(p).kind in (FileKind.CHANGELOG, FileKind.ZIP))
     undated = set(mains[::2])  # every other orphaned changelog or zip loses its mtime
-    files = tuple(
-        CheckpointFile(FileInfo(f.rel, f.info.size, None), f.what) if f.rel in undated else f
-        for f in ckpt.files
-    )
-    plan = plan_gc(build_checkpoint(ckpt.storage, files), now=time.time() + LATER)
-    remaining = {c.path for c in plan.candidates}
+
+    def lister(storage, folder: str) -> list[FileInfo]:
+        return [FileInfo(f.rel, f.size, None) if f.rel in undated else f for f in storage.list_files(folder)]
+
+    plan = plan_later(corpus["two_actions"], lister=lister)
+    remaining = {c.path for c in candidates_of(plan)}
     sidecars = {p for p in candidates if classify(p).main in undated}
     assert undated and sidecars and plan.kept["no_mtime"] == len(undated)
     assert not remaining & (undated | sidecars) and remaining < candidates
@@ -116,8 +115,11 @@ def test_apply_keeps_state_and_the_query_restarts_like_an_untouched_copy(
     before = {b: read_state(spark, cleaned, b, scenario.name) for b in window}
     outside = outside_state(cleaned)
 
-    plan = plan_later(cleaned, retain_batches=2)  # only the last two batches: as aggressive as allowed
-    result = apply_plan(plan, ckpt.storage, AuditTrail(str(tmp_path / "audit")))
+    audit = AuditTrail(str(tmp_path / "audit"))
+    plan = plan_later(
+        cleaned, audit=audit, retain_batches=2
+    )  # the last two batches: as aggressive as allowed
+    result = apply_plan(plan, ckpt.storage, audit)
     assert not result.failed and len(result.deleted) == plan.files
 
     assert {b: read_state(spark, cleaned, b, scenario.name) for b in window} == before
@@ -133,8 +135,8 @@ def test_apply_keeps_state_and_the_query_restarts_like_an_untouched_copy(
 @pytest.mark.parametrize("name", ["killed_after_restart", "task_retry", "two_actions"])
 def test_every_uncommitted_attempt_is_gone(copy_of, tmp_path, name) -> None:
     path = copy_of(name)
-    plan = plan_later(path)
-    apply_plan(plan, load_checkpoint(str(path)).storage, AuditTrail(str(tmp_path / "audit")))
+    audit = AuditTrail(str(tmp_path / "audit"))
+    apply_plan(plan_later(path, audit=audit), Storage(str(path)), audit)
     ckpt = load_checkpoint(str(path))
     newest = ckpt.latest_committed_batch + 1
     for sid, store in ckpt.stores.items():
@@ -148,9 +150,9 @@ def test_every_uncommitted_attempt_is_gone(copy_of, tmp_path, name) -> None:
 
 def test_second_apply_of_the_same_plan_deletes_nothing(copy_of, tmp_path) -> None:
     path = copy_of("two_actions")
-    plan = plan_later(path)
     audit = AuditTrail(str(tmp_path / "audit"))
-    storage = load_checkpoint(str(path)).storage
+    plan = plan_later(path, audit=audit)
+    storage = Storage(str(path))
     first = apply_plan(plan, storage, audit)
     second = apply_plan(plan, storage, audit)
     assert len(first.deleted) == plan.files > 0
@@ -158,40 +160,43 @@ def test_second_apply_of_the_same_plan_deletes_nothing(copy_of, tmp_path) -> Non
     assert {o.why for o in second.skipped} == {"already gone"}
     lines = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
     assert len(lines) == 2 * plan.files
-    assert Plan.from_jsonl(Path(audit.write_plan(plan)).read_text()) == plan
+    assert audit.read_plan(plan.manifest) == plan
 
 
 def test_a_changed_file_is_skipped_not_deleted(copy_of, tmp_path) -> None:
     path = copy_of("two_actions")
-    plan = plan_later(path)
-    victim = path / plan.candidates[0].path
+    audit = AuditTrail(str(tmp_path / "audit"))
+    plan = plan_later(path, audit=audit)
+    victim = path / candidates_of(plan)[0].path
     os.utime(victim, (time.time(), time.time()))
-    result = apply_plan(plan, load_checkpoint(str(path)).storage, AuditTrail(str(tmp_path / "audit")))
+    result = apply_plan(plan, Storage(str(path)), audit)
     assert victim.exists()
     assert [o.why for o in result.skipped] == ["changed since the plan"]
 
 
 def test_check_refuses_a_plan_whose_commit_log_changed(copy_of, tmp_path) -> None:
     path = copy_of("two_actions")
-    plan = plan_later(path)
-    storage = load_checkpoint(str(path)).storage
+    audit = AuditTrail(str(tmp_path / "audit"))
+    plan = plan_later(path, audit=audit)
+    storage = Storage(str(path))
     assert check_plan(plan, storage).ok
     commit = path / "commits" / "2"
     commit.write_text(commit.read_text().replace("v2", "v2 ", 1))
     verdict = check_plan(plan, storage)
     assert not verdict.ok and "commits [2] changed" in verdict.message
     with pytest.raises(GcError, match="refused"):
-        apply_plan(plan, storage, AuditTrail(str(tmp_path / "audit")))
-    assert all((path / c.path).exists() for c in plan.candidates)
+        apply_plan(plan, storage, audit)
+    assert all((path / c.path).exists() for c in candidates_of(plan))
 
 
 def test_check_accepts_a_commit_log_that_moved_on(copy_of) -> None:
     path = copy_of("two_actions")
     plan = plan_later(path)
+    assert not check_plan(plan, Storage(str(path))).moved
     shutil.copy(path / "commits" / "4", path / "commits" / "5")
     shutil.copy(path / "offsets" / "4", path / "offsets" / "5")
-    verdict = check_plan(plan, load_checkpoint(str(path)).storage)
-    assert verdict.ok and verdict.newest_commit == 5
+    verdict = check_plan(plan, Storage(str(path)))
+    assert verdict.ok and verdict.newest_commit == 5 and verdict.moved
 
 
 def ckpt_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -258,7 +263,7 @@ def test_a_symlink_leading_outside_the_checkpoint(copy_of, tmp_path) -> None:
     path = copy_of("two_actions")
     outside = tmp_path / "precious"
     outside.mkdir()
-    orphan = next(c for c in plan_later(path).candidates if c.path.endswith(".changelog"))
+    orphan = next(c for c in candidates_of(plan_later(path)) if c.path.endswith(".changelog"))
     target = outside / "data.changelog"
     shutil.move(path / orphan.path, target)
     (path / orphan.path).symlink_to(target)
@@ -274,7 +279,7 @@ def test_a_listing_that_fails_part_way(copy_of, monkeypatch) -> None:
 
     path = copy_of("two_actions")
 
-    def broken(self):
+    def broken(self, under=""):
         raise StorageError("listing failed: connection reset after 1000 keys", self.url)
 
     monkeypatch.setattr(Storage, "list_files", broken)
@@ -309,7 +314,7 @@ def test_crcs_of_files_being_written_are_never_candidates(copy_of) -> None:
     for name in (f".{temp}.crc", ".orphan-notes.txt.crc"):
         os.utime(folder / name, (old, old))
     plan = plan_later(path)
-    assert not any(c.path.endswith(".tmp.crc") or "orphan-notes" in c.path for c in plan.candidates)
+    assert not any(c.path.endswith(".tmp.crc") or "orphan-notes" in c.path for c in candidates_of(plan))
     assert plan.kept["sidecar_of_a_file_not_ours"] >= 2
 
 
@@ -320,6 +325,35 @@ def test_a_temp_file_left_by_a_crashed_compaction_is_cleaned(copy_of) -> None:
     old = time.time() - 10 * 3600
     os.utime(temp, (old, old))
     plan = plan_later(path, quiet_seconds=0)
-    assert [(c.path, c.reason) for c in plan.candidates] == [
+    assert [(c.path, c.reason) for c in candidates_of(plan)] == [
         (temp.relative_to(path).as_posix(), "abandoned_temp")
     ]
+
+
+def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of, tmp_path) -> None:
+    """Scenarios on a manual clock: 13 plans a minute apart; the newest 10 stay whatever their age,
+    older ones go once 30 days old, and the removal is recorded before anything is deleted."""
+    from checkpoint.audit import folder_name
+
+    path = copy_of("two_actions")
+    audit = AuditTrail(str(tmp_path / "audit"))
+    start = time.time() + LATER
+    plans = [plan_of(path, audit=audit, now=start + 60 * i) for i in range(13)]
+    apply_plan(plans[0], Storage(str(path)), audit)  # the oldest has outcomes too: they go with it
+    folder = tmp_path / "audit" / folder_name(str(path))
+    assert audit.latest_plan(str(path)) == plans[-1]
+
+    def age(plan, days: float) -> None:
+        for f in folder.glob(f"{plan.plan_id}.*"):
+            os.utime(f, (time.time() - days * 86400,) * 2)
+
+    for plan in plans[:12]:
+        age(plan, 40)
+    age(plans[1], 20)  # beyond the newest ten but younger than a month: stays
+    assert audit.prune(str(path), time.time()) == [plans[0].plan_id, plans[2].plan_id]
+    left = sorted({f.name.split(".", 1)[0] for f in folder.glob("*.jsonl") if f.name != "pruned.jsonl"})
+    assert left == sorted(p.plan_id for p in plans if p not in (plans[0], plans[2]))
+    record = json.loads((folder / "pruned.jsonl").read_text().splitlines()[-1])
+    assert record["removed_plans"] == [plans[0].plan_id, plans[2].plan_id] and record["files"] == 3
+    assert audit.prune(str(path), time.time()) == []  # nothing more is due
+    assert audit.latest_plan(str(path)) == plans[-1]

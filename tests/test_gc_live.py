@@ -54,7 +54,7 @@ def test_live_query_survives_repeated_cleanup(spark, tmp_path) -> None:
             ckpt = load_checkpoint(str(live_ckpt)) if (live_ckpt / "commits").exists() else None
             if ckpt is not None and ckpt.latest_committed_batch is not None:
                 # The test sets the clock: no grace at all, so only the live-query rules protect the query.
-                plan = plan_gc(ckpt, grace_seconds=0, allow_short_grace=True)
+                plan = plan_gc(ckpt.storage, audit, grace_seconds=0, allow_short_grace=True)
                 assert plan.live
                 deleted += len(apply_plan(plan, ckpt.storage, audit).deleted)
                 runs += 1

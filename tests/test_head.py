@@ -14,7 +14,6 @@ import pytest
 from checkpoint.compaction import plan_compaction
 from checkpoint.discovery import find_checkpoints
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_plan import GcError, plan_gc
 from checkpoint.head import latest_commit, load_head
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import SCOPE_RECOVERY, load_checkpoint
@@ -71,11 +70,6 @@ def test_a_batch_that_was_not_read_is_refused_not_reported_as_missing(corpus) ->
     assert [e.as_dict() for e in checkpoint_lineage(at, older)] == [
         e.as_dict() for e in checkpoint_lineage(load_checkpoint(str(corpus["snapshots"])), older)
     ]
-
-
-def test_cleanup_refuses_a_head_first_model(corpus) -> None:
-    with pytest.raises(GcError, match="full listing"):
-        plan_gc(load_head(str(corpus["snapshots"])))
 
 
 def test_latest_commit_is_one_listing_of_the_commit_log(corpus) -> None:

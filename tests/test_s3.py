@@ -22,11 +22,11 @@ import s3fs
 from checkpoint.audit import AuditTrail
 from checkpoint.errors import StorageError
 from checkpoint.gc_apply import apply_plan
-from checkpoint.gc_plan import plan_gc
 from checkpoint.head import load_head
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from tests.support.copying import copy_checkpoint
+from tests.support.planning import candidates_of, plan_of
 
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 LATER = 7 * 3600  # planning "seven hours from now": the just-uploaded objects are past the grace period
@@ -190,43 +190,51 @@ def test_cleanup_on_s3_deletes_what_the_local_plan_names(
     _, proxy, _ = s3
     url = s3_copy_of("two_actions")
     options = _via_proxy(s3)
-    remote = plan_gc(load_checkpoint(url, options), now=time.time() + LATER)
+    audit = AuditTrail(str(tmp_path / "audit"))
+    remote = plan_of(Storage(url, options), audit, now=time.time() + LATER)
+    planned = candidates_of(remote)
     local_copy = tmp_path / "local"
     copy_checkpoint(corpus["two_actions"], local_copy)
-    local = plan_gc(load_checkpoint(str(local_copy)), now=time.time() + LATER)
-    assert {c.path for c in remote.candidates} == {c.path for c in local.candidates} != set()
-    audit = AuditTrail(str(tmp_path / "audit"))
+    local = plan_of(local_copy, now=time.time() + LATER)
+    assert {c.path for c in planned} == {c.path for c in candidates_of(local)} != set()
     proxy.reset()
     result = apply_plan(remote, Storage(url, options), audit, batch_size=50)
-    assert {o.path for o in result.deleted} == {c.path for c in remote.candidates}
+    assert {o.path for o in result.deleted} == {c.path for c in planned}
     assert not result.failed
     counts = proxy.counts()
-    assert counts["DeleteObjects"] == math.ceil(len(remote.candidates) / 50)
-    assert counts["HeadObject"] == 0 and counts["ListObjectsV2"] == 2  # the check's commits, the re-stat
+    assert counts["DeleteObjects"] == math.ceil(len(planned) / 50)
+    # The check lists commits/ and offsets/; each delete batch re-stats its candidates with one
+    # listing of each partition it touches (a few hundred files each: cheaper than a HEAD apiece).
+    touched = sum(
+        len({"/".join(c.path.split("/")[:3]) for c in planned[i : i + 50]})
+        for i in range(0, len(planned), 50)
+    )
+    assert counts["HeadObject"] == 0 and counts["ListObjectsV2"] == 2 + touched
     left = {p.split("/two_actions/", 1)[1] for p in _direct(s3).find(url[len("s3://") :])}
-    assert not left & {c.path for c in remote.candidates}
-    again = plan_gc(load_checkpoint(url, options), now=time.time() + LATER)
-    assert again.candidates == ()
+    assert not left & {c.path for c in planned}
+    again = plan_of(Storage(url, options), now=time.time() + LATER)
+    assert again.files == 0
     _restarts_like_untouched(s3, spark, corpus, corpus_root, url, tmp_path)
 
 
-def _plan(url: str, options: dict):
-    plan = plan_gc(load_checkpoint(url, options), now=time.time() + LATER)
-    assert len(plan.candidates) >= 4
-    return plan
+def _plan(url: str, options: dict, audit: AuditTrail):
+    plan = plan_of(Storage(url, options), audit, now=time.time() + LATER)
+    assert plan.files >= 4
+    return plan, candidates_of(plan, audit)
 
 
 def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path) -> None:
     _, proxy, bucket = s3
     url, options = s3_copy_of("two_actions"), _via_proxy(s3)
-    plan = _plan(url, options)
+    audit = AuditTrail(str(tmp_path))
+    plan, planned = _plan(url, options, audit)
     prefix = url[len(f"s3://{bucket}/") :]
-    flaky = {f"{prefix}/{c.path}" for c in plan.candidates[:3]}
+    flaky = {f"{prefix}/{c.path}" for c in planned[:3]}
     proxy.reset()
     proxy.faults.fail_delete_keys, proxy.faults.fail_delete_times = flaky, 1
     sleeps: list[float] = []
-    result = apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=sleeps.append)
-    assert len(result.deleted) == len(plan.candidates) and not result.failed
+    result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
+    assert len(result.deleted) == plan.files and not result.failed
     assert proxy.counts()["DeleteObjects"] == 2 and len(sleeps) == 1
     assert not any(_direct(s3).exists(f"{bucket}/{k}") for k in flaky)
 
@@ -234,18 +242,18 @@ def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path
 def test_keys_that_keep_failing_are_reported_and_never_called_deleted(s3, s3_copy_of, tmp_path) -> None:
     _, proxy, bucket = s3
     url, options = s3_copy_of("two_actions"), _via_proxy(s3)
-    plan = _plan(url, options)
+    audit = AuditTrail(str(tmp_path))
+    plan, planned = _plan(url, options, audit)
     prefix = url[len(f"s3://{bucket}/") :]
-    stuck = {c.path for c in plan.candidates[:3]}
+    stuck = {c.path for c in planned[:3]}
     proxy.reset()
     proxy.faults.fail_delete_keys = {f"{prefix}/{p}" for p in stuck}
     proxy.faults.fail_delete_times = 100
-    audit = AuditTrail(str(tmp_path))
     result = apply_plan(plan, Storage(url, options), audit, attempts=3, sleep=lambda s: None)
     assert {o.path for o in result.failed} == stuck
     assert all(o.why.startswith("InternalError") for o in result.failed)
     assert not stuck & {o.path for o in result.deleted}
-    assert len(result.deleted) == len(plan.candidates) - 3
+    assert len(result.deleted) == plan.files - 3
     assert all(_direct(s3).exists(f"{bucket}/{prefix}/{p}") for p in stuck)
     recorded = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
     assert {r["path"] for r in recorded if r["outcome"] == "failed"} == stuck
@@ -264,55 +272,56 @@ def test_throttling_is_retried_once_by_one_policy(s3, s3_copy_of, tmp_path) -> N
     by s3fs or by us on top (which once made 12 throttles cost 13 requests and up to 36 tries)."""
     _, proxy, bucket = s3
     url, options = s3_copy_of("two_actions"), _with_attempts(s3, 3)
-    plan = _plan(url, options)
+    audit = AuditTrail(str(tmp_path))
+    plan, planned = _plan(url, options, audit)
     proxy.reset()
     proxy.faults.slowdown = {"DeleteObjects": 2, "ListObjectsV2": 2}
     sleeps: list[float] = []
-    result = apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=sleeps.append)
-    assert len(result.deleted) == len(plan.candidates) and not result.failed
+    result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
+    assert len(result.deleted) == plan.files and not result.failed
     assert proxy.counts()["DeleteObjects"] == 3 and sleeps == []  # 2 throttles, 1 success; no re-drive
 
     url = s3_copy_of("two_actions")
-    plan = _plan(url, options)
+    plan, planned = _plan(url, options, audit)
     proxy.reset()
     proxy.faults.slowdown = {"DeleteObjects": 5}  # more than the 3 attempts allow
-    result = apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=sleeps.append)
+    result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
     assert proxy.counts()["DeleteObjects"] == 3 and not result.deleted
-    assert len(result.failed) == len(plan.candidates) and all("SlowDown" in o.why for o in result.failed)
-    assert all(_direct(s3).exists(f"{url[len('s3://') :]}/{c.path}") for c in plan.candidates)
+    assert len(result.failed) == plan.files and all("SlowDown" in o.why for o in result.failed)
+    assert all(_direct(s3).exists(f"{url[len('s3://') :]}/{c.path}") for c in planned)
 
 
 def test_the_audit_trail_on_s3_names_objects_that_exist(s3, s3_copy_of) -> None:
     server, proxy, bucket = s3
     url, options = s3_copy_of("two_actions"), _via_proxy(s3)
-    plan = _plan(url, options)
-    audit = AuditTrail(f"s3://{bucket}/audit-{plan.plan_id}", options)
-    plan_url = audit.write_plan(plan)
+    audit = AuditTrail(f"s3://{bucket}/audit-{url.rsplit('/', 2)[-2]}", options)
+    plan, planned = _plan(url, options, audit)
     first = apply_plan(plan, Storage(url, options), audit)
     again = apply_plan(plan, Storage(url, options), audit)  # idempotent: everything already gone
-    assert len(first.deleted) == len(plan.candidates) and not again.deleted
+    assert len(first.deleted) == plan.files and not again.deleted
     direct = _direct(s3)
-    assert audit.read_plan(plan_url).plan_id == plan.plan_id
-    assert direct.exists(plan_url[len("s3://") :])
+    assert audit.read_plan(plan.manifest) == plan
+    assert direct.exists(plan.manifest[len("s3://") :])
     recorded = [
         json.loads(line) for line in direct.cat(audit.outcomes_url(plan)[len("s3://") :]).splitlines()
     ]
-    assert [r["outcome"] for r in recorded] == ["deleted"] * len(plan.candidates) + ["skipped"] * len(
-        plan.candidates
-    )
+    assert [r["outcome"] for r in recorded] == ["deleted"] * plan.files + ["skipped"] * plan.files
     assert recorded == audit.outcomes(plan)
 
 
 def test_a_listing_cut_part_way_fails_instead_of_shrinking(s3, s3_copy_of, tmp_path) -> None:
     _, proxy, bucket = s3
     url, options = s3_copy_of("two_actions"), _via_proxy(s3)
-    plan = _plan(url, options)
+    audit = AuditTrail(str(tmp_path))
+    plan, _ = _plan(url, options, audit)
     proxy.reset()
     proxy.faults.cut_listing_after = 5
     with pytest.raises(StorageError, match="listing failed"):
-        load_checkpoint(url, options)  # a plan can't be built from a partial listing
+        load_checkpoint(url, options)
     with pytest.raises(StorageError, match="listing failed"):
-        apply_plan(plan, Storage(url, options), AuditTrail(str(tmp_path)), sleep=lambda s: None)
+        plan_of(Storage(url, options), audit)  # a plan can't be built from a partial listing
+    with pytest.raises(StorageError, match="listing failed"):
+        apply_plan(plan, Storage(url, options), audit, sleep=lambda s: None)
     assert proxy.counts()["DeleteObjects"] == 0
     out = _cli(proxy, "gc", url, "--json")
     assert out.returncode == 2 and "listing failed" in out.stderr and "Traceback" not in out.stderr

@@ -192,3 +192,26 @@ def test_an_unknown_changelog_version_is_a_lineage_finding(copy_of) -> None:
     (finding,) = [f for f in v.findings if f.code == "UNKNOWN_FORMAT_VERSION"]
     assert finding.category == Category.LINEAGE and finding.path == str(target) and "'v7'" in finding.message
     assert validate(load_checkpoint(str(path), strict=False), categories=frozenset({Category.COMMIT_LOG})).ok
+
+
+def test_deep_validation_streams_each_file(copy_of, monkeypatch) -> None:
+    """Chain files are read a chunk at a time, the CRC32C taken on the way, never whole: a corrupt
+    changelog and a stale sidecar are still found."""
+    from checkpoint.storage import Storage
+
+    path = copy_of("long_chain")
+    _corrupt(_chain_changelog(path, 3))  # a block checksum fails
+    sidecar = Path(f"{_chain_changelog(path, 5)}.crc")
+    sidecar.write_text(sidecar.read_text().replace('"value":', '"value":1', 1))  # another CRC
+    whole: list[str] = []
+    real = Storage.read_bytes
+
+    def read_bytes(self, rel, start=None, end=None):
+        if start is None and end is None and rel.endswith((".changelog", ".zip")):
+            whole.append(rel)
+        return real(self, rel, start, end)
+
+    monkeypatch.setattr(Storage, "read_bytes", read_bytes)
+    found = codes(path, deep=True)
+    assert found["CHANGELOG_CORRUPT"] == 1 and found["CRC_MISMATCH"] == 1
+    assert whole == []

@@ -1,0 +1,23 @@
+"""Cleanup plans in tests: planned into an audit trail (a temporary one unless given), and their
+candidates read back from the manifest, as the apply reads them."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from checkpoint.audit import AuditTrail
+from checkpoint.gc_plan import Plan, PlannedFile, plan_gc
+from checkpoint.storage import Storage
+
+
+def plan_of(where: Path | str | Storage, audit: AuditTrail | None = None, **kwargs: Any) -> Plan:
+    storage = where if isinstance(where, Storage) else Storage(str(where))
+    return plan_gc(storage, audit or AuditTrail(tempfile.mkdtemp(prefix="ckpt-audit-")), **kwargs)
+
+
+def candidates_of(plan: Plan, audit: AuditTrail | None = None) -> list[PlannedFile]:
+    """Every candidate, in manifest order; `audit` for a trail that needs storage options."""
+    trail = plan.manifest.rsplit("/", 2)[0]  # <trail>/<checkpoint's folder>/<plan id>.plan.jsonl
+    return [c for chunk in (audit or AuditTrail(trail)).candidates(plan) for c in chunk]

@@ -1,0 +1,72 @@
+"""Cleanup planning needs memory for one state partition and the retained set, not for the
+checkpoint: the peak traced allocation of a plan stays put when the history grows tenfold."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from pathlib import Path
+
+from checkpoint.audit import AuditTrail
+from checkpoint.gc_plan import Plan, plan_gc
+from checkpoint.storage import Storage
+from testbed import synthetic
+
+PARTITIONS, VERSIONS, WINDOW = 8, 120, 20
+
+
+def _traced(path: Path, audit: AuditTrail) -> tuple[Plan, int]:
+    tracemalloc.start()
+    try:
+        plan = plan_gc(Storage(str(path)), audit, now=time.time())
+        return plan, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_ten_times_the_history_costs_no_more_memory(tmp_path) -> None:
+    small, big = tmp_path / "small", tmp_path / "big"
+    n_small = synthetic.build(small, PARTITIONS, VERSIONS, window=WINDOW)
+    # The same retained set, ten times the files: nine partition folders of history for each one
+    # the commit log names (what a repartition to fewer partitions leaves behind).
+    n_big = synthetic.build(big, 10 * PARTITIONS, VERSIONS, window=WINDOW, committed_partitions=PARTITIONS)
+    assert n_big >= 9.5 * n_small
+    audit = AuditTrail(str(tmp_path / "audit"))
+    _traced(small, audit)  # warm: imports and first-use caches are not the plan's memory
+    plan_small, peak_small = _traced(small, audit)
+    plan_big, peak_big = _traced(big, audit)
+    assert plan_big.retained_files == plan_small.retained_files
+    assert plan_big.files > 9 * plan_small.files  # the history is planned, not skipped
+    assert peak_big <= 1.3 * peak_small, (peak_small, peak_big)
+
+
+def test_a_live_querys_ssts_wait_for_the_oldest_retained_sst_of_every_partition(tmp_path) -> None:
+    """The one rule that spans partitions: on a live query an unreferenced SST goes only when older
+    than the oldest SST that any retained zip lists. Partition 1's orphans are older than its own
+    retained SSTs but not than partition 0's: they stay, with their sidecars."""
+    import os
+    import shutil
+
+    from tests.support.planning import candidates_of, plan_of
+
+    path = tmp_path / "ckpt"
+    synthetic.build(path, 2, 60, window=10)
+    stopped = candidates_of(plan_of(path))
+    orphans = {c.path for c in stopped if c.reason == "unreferenced_sst" and c.path.endswith(".sst")}
+    ssts = {p.relative_to(path).as_posix() for p in path.rglob("*.sst")}
+    latest = max(int(p.name) for p in (path / "offsets").iterdir())
+    shutil.copy(path / "offsets" / str(latest), path / "offsets" / str(latest + 1))  # a batch in flight
+    now = time.time()
+    for rel in ssts:  # partition 0's retained SSTs are the oldest of all; each orphan an hour older
+        t = now - (10 if rel.split("/")[2] == "0" else 8) * 3600 - (3600 if rel in orphans else 0)
+        os.utime(path / rel, (t, t))
+    live = plan_of(path, now=now)
+    assert live.live
+    planned = {c.path for c in candidates_of(live)}
+    in_zero = {r for r in orphans if r.split("/")[2] == "0"}
+    assert in_zero and orphans - in_zero
+    assert {p for p in planned if p.endswith(".sst")} == in_zero
+    assert {p for p in planned if p.endswith(".sst.crc")} == {
+        f"{r.rsplit('/', 1)[0]}/.{r.rsplit('/', 1)[1]}.crc" for r in in_zero
+    }
+    assert live.kept["live_query_sst_newer_than_retained"] >= len(orphans - in_zero)
