@@ -41,7 +41,7 @@ class CheckpointRoot(dg.Config):
         default=False, description="Scheduled cleanup deletes orphans here; otherwise it only plans"
     )
     maintenance_cron: str = Field(
-        default="30 3 * * *", description="When the scheduled maintenance pass runs for this root"
+        default=POLICY.maintenance_cron, description="When the scheduled maintenance pass runs for this root"
     )
 
 

@@ -10,6 +10,7 @@ are the storage calls each side makes; on S3 a listing costs one request per 100
 S3-equivalent figures add.
 
     python -m bench.gc_plan [--partitions 300] [--versions 500] [--dir DIR]
+    python -m bench.gc_plan --s3 --partitions 30     # ~100k objects on SeaweedFS, requests counted
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from checkpoint.audit import AuditTrail
 from checkpoint.gc_plan import plan_gc
 from checkpoint.storage import Storage
-from testbed.synthetic import build
+from testbed.synthetic import build, iter_files
 
 
 def main() -> None:
@@ -34,24 +35,62 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=300)
     parser.add_argument("--versions", type=int, default=500)
     parser.add_argument("--dir", type=Path, help="where to build it (default: a temporary folder)")
+    parser.add_argument(
+        "--s3", action="store_true", help="on SeaweedFS on loopback, through the counting proxy"
+    )
     parser.add_argument("--side", choices=["baseline", "planner"], help=argparse.SUPPRESS)
-    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
+    parser.add_argument("--later", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:  # a child: one side, its figures as JSON on stdout
-        run = _baseline if args.side == "baseline" else _planner
-        print(json.dumps(run(args.root)))
+        storage = Storage(args.root, json.loads(args.options))
+        print(json.dumps(_baseline(storage) if args.side == "baseline" else _planner(storage, args.later)))
         return
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        if args.s3:
+            _on_s3(args, Path(tmp))
+            return
         root = Path(tmp) / "ckpt"
         t = time.perf_counter()
         n = build(root, args.partitions, args.versions)
         print(f"synthetic checkpoint: {n:,} files ({time.perf_counter() - t:.0f} s to build)", flush=True)
-        base, ours = (_child(side, root) for side in ("baseline", "planner"))
+        base, ours = (_child(side, str(root)) for side in ("baseline", "planner"))
     report(n, base, ours)
 
 
-def _child(side: str, root: Path) -> dict:
-    cmd = [sys.executable, "-m", "bench.gc_plan", "--side", side, "--root", str(root)]
+def _on_s3(args, work: Path) -> None:
+    from testbed.s3server import s3_services
+
+    with s3_services(work / "seaweedfs", "bench") as (server, proxy):
+        fs = server.filesystem()
+        t = time.perf_counter()
+        n, batch = 0, {}
+        for rel, data in iter_files(args.partitions, args.versions):
+            batch[f"bench/ckpt/{rel}"] = data
+            if len(batch) == 1000:
+                fs.pipe(batch)
+                n, batch = n + len(batch), {}
+        fs.pipe(batch)
+        n += len(batch)
+        print(f"synthetic checkpoint: {n:,} objects on SeaweedFS ({time.perf_counter() - t:.0f} s to upload)",
+              flush=True)  # fmt: skip
+        options = json.dumps(server.storage_options(proxy.endpoint))
+        sides = []
+        for side in ("baseline", "planner"):
+            proxy.reset()
+            # S3 dates each object by its upload: the plan is made as of 7 hours later, past the grace.
+            figures = _child(side, "s3://bench/ckpt", options, later=7 * 3600)
+            figures["s3_requests"] = sum(proxy.counts().values())  # what the store saw, not an estimate
+            figures["by_operation"] = dict(proxy.counts())
+            sides.append(figures)
+    report(n, *sides)
+    print(f"requests by operation: baseline {sides[0]['by_operation']}; planner {sides[1]['by_operation']}")
+
+
+def _child(side: str, root: str, options: str = "{}", later: float = 0.0) -> dict:
+    cmd = [sys.executable, "-m", "bench.gc_plan", "--side", side, "--root", root, "--options", options,
+           "--later", str(later)]  # fmt: skip
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -60,19 +99,17 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def _baseline(root: Path) -> dict:
-    storage = Storage(str(root))
+def _baseline(storage: Storage) -> dict:
     t = time.perf_counter()
     listed = storage.list_files()
     return {"seconds": time.perf_counter() - t, "files": len(listed), "calls": dict(storage.calls.snapshot()),
             "s3_requests": -(-len(listed) // 1000), "peak_rss_mb": _peak_rss_mb()}  # fmt: skip
 
 
-def _planner(root: Path) -> dict:
-    storage = Storage(str(root))
+def _planner(storage: Storage, later: float) -> dict:
     with tempfile.TemporaryDirectory() as audit_dir:
         t = time.perf_counter()
-        plan = plan_gc(storage, AuditTrail(audit_dir))
+        plan = plan_gc(storage, AuditTrail(audit_dir), now=time.time() + later)
         seconds = time.perf_counter() - t
     calls = storage.calls.snapshot()
     # On S3: each partition's listing in pages of 1000 keys, each shallow listing one request, and

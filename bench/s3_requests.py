@@ -95,7 +95,7 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     deletes = sum(math.ceil(p.files / 1000) for _, p in plans)
     rows.append(
         _row("cleanup apply", proxy.counts(), max(candidates, 1), deletes + _distinct(proxy),
-             f"{candidates} deletions in {len(plans)} checkpoints; the commit log re-read")
+             f"{candidates} deletions in {len(plans)} checkpoints; the logs re-read, each batch stat again")
     )  # fmt: skip
 
     proxy.reset()

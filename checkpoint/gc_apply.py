@@ -110,7 +110,7 @@ def apply_plan(
     storage: Storage,
     audit: AuditTrail,
     batch_size: int = POLICY.delete_batch_size,
-    attempts: int = 6,
+    attempts: int = POLICY.delete_attempts,
     sleep: Callable[[float], None] = time.sleep,
     lease: Lease | None = None,
 ) -> ApplyResult:

@@ -67,6 +67,13 @@ class Policy:
     # age, and older ones for this long; the cleanup run removes the rest and records it.
     audit_retention_seconds: float = 30 * 86400
     audit_keep_plans: int = 10
+    # Requests botocore sends for one S3 call at most (the first included, adaptive back-off);
+    # rounds a DeleteObjects' retryable per-key failures are sent again.
+    s3_max_attempts: int = 10
+    delete_attempts: int = 6
+    # When the read-only audit and the fleet report run, and a root's maintenance pass by default.
+    audit_cron: str = "0 */6 * * *"
+    maintenance_cron: str = "30 3 * * *"
     # Where rebuild jobs run when nothing else is said (CLI --master, Dagster CKPT_SPARK_MASTER).
     spark_master: str = "local[*]"
 

@@ -35,7 +35,6 @@ from .progress import Progress, report
 log = logging.getLogger(__name__)
 _VANISHED = "file vanished while reading"  # a file a listing or a log named is gone
 DELETE_MAX_KEYS = 1000  # S3 DeleteObjects' limit per request
-S3_MAX_ATTEMPTS = 10  # requests botocore sends for one call at most, the first included
 _PROGRESS_EVERY = 50_000  # files between progress lines of a long listing
 _COPY_OBJECT_MAX = 5 << 30  # S3 copies larger objects only in parts
 
@@ -163,7 +162,7 @@ def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[s
     # none of their own around a request, so a throttled request is never retried n x m times.
     config = dict(options.get("config_kwargs") or {})
     # botocore's `max_attempts` counts retries; `total_max_attempts` counts requests.
-    config.setdefault("retries", {"mode": "adaptive", "total_max_attempts": S3_MAX_ATTEMPTS})
+    config.setdefault("retries", {"mode": "adaptive", "total_max_attempts": POLICY.s3_max_attempts})
     options["config_kwargs"] = config
     client_kwargs = dict(options.get("client_kwargs") or {})
     for env, name in (("AWS_ENDPOINT_URL", "endpoint_url"), ("AWS_REGION", "region_name")):

@@ -4,9 +4,10 @@
 import dagster as dg
 
 from assets.partitions import CHECKPOINTS
+from checkpoint.policy import POLICY
 from orchestration.jobs import audit_job, fleet_job
 
-AUDIT_CRON = "0 */6 * * *"
+AUDIT_CRON = POLICY.audit_cron
 
 
 @dg.schedule(job=audit_job, cron_schedule=AUDIT_CRON, default_status=dg.DefaultScheduleStatus.STOPPED)
