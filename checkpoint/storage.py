@@ -697,6 +697,19 @@ class Storage:
                 errors[rel] = "still present after the delete"
         return errors
 
+    def remove_empty_folders(self, rels: Iterable[str]) -> None:
+        """Removes each folder that holds nothing, deepest first, and its emptied parents up to the
+        root. Object stores have no folders: nothing to do."""
+        if not self.is_local:
+            return
+        for rel in sorted(set(rels), key=lambda r: -r.count("/")):
+            while rel:
+                try:
+                    os.rmdir(self.full(rel))
+                except OSError:  # not empty, or gone: either way it is not ours to remove
+                    break
+                rel = rel.rpartition("/")[0]
+
     def outside(self, files: Iterable[FileInfo], folder: str) -> dict[str, str]:
         """{rel: where it really is} for each file that does not resolve inside `folder` of this root.
 

@@ -1,8 +1,9 @@
 """`ckpt`: the maintenance operations for people outside Dagster.
 
 Exit codes: 0 success; 1 `validate`/`scan` found error findings, `gc --apply`/`compact` failed on
-some file or store, or a fork stopped part-way (run it again to finish); 2 the checkpoint cannot be
-read, the cleanup, compaction or fork was refused, or another action holds the checkpoint's
+some file or store, a fork stopped part-way (run it again to finish), a repartition failed and was
+undone, or a state profile's self-check failed; 2 the checkpoint cannot be read, the cleanup,
+compaction, fork or repartition was refused, or another action holds the checkpoint's
 maintenance lease (a one-line error on stderr naming it, no traceback).
 
 """
@@ -15,11 +16,11 @@ import sys
 
 from checkpoint.errors import CheckpointError
 
-from . import compact, fleet, fork, gc, read
+from . import compact, fleet, fork, gc, read, repartition
 from .common import EXIT_UNREADABLE, Result
 from .progress import shown
 
-FAMILIES = (read, fleet, gc, compact, fork)
+FAMILIES = (read, fleet, gc, compact, fork, repartition)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -155,3 +155,52 @@ def fork_text(doc: Doc) -> str:
            f"{doc['server_side_files']} copied server-side, {doc['resumed_files']} kept from an interrupted "
            f"run, in {doc['seconds']} s and {doc['requests']} requests")  # fmt: skip
     return "\n".join([done, how, f"query id: {doc['query_id']}"])
+
+
+def profile_text(doc: Doc) -> str:
+    lines = [f"{doc['checkpoint']}: batch {doc['batch']}, {doc['partitions']} state partitions"]
+    for op in doc["operators"]:
+        spread = op["skew"]
+        lines.append(f"operator {op['operator']} ({op['name']}): skew (max/mean) bytes {spread['bytes']}, "
+                     f"keys {spread['keys']}; largest partitions {op['largest']}")  # fmt: skip
+        rows = [
+            (p["partition"], human_bytes(p["bytes"]), p["keys"], _batch(p["keys_as_of"]))
+            for p in op["partitions"]
+        ]
+        lines.append(_table(rows, ("partition", "bytes", "keys", "keys as of version")))
+    for pred in doc.get("predicted", []):
+        ok = pred["self_check"]["ok"]
+        check = (
+            "ok" if ok else f"FAILED on partitions {pred['self_check']['partitions_off']}: do not repartition"
+        )
+        lines.append(
+            f"operator {pred['operator']} store {pred['store']}: {pred['rows']} rows; self-check {check}"
+        )
+        counts: list[tuple] = [("now", "", " ".join(map(str, pred["now"])))]
+        counts += [(n, c["skew"], " ".join(map(str, c["rows"]))) for n, c in pred["candidates"].items()]
+        lines.append(_table(counts, ("partitions", "skew", "rows per partition")))
+    return "\n".join(lines)
+
+
+def repartition_text(doc: Doc) -> str:
+    where = doc["checkpoint"]
+    if doc["outcome"] == "undone":
+        return f"{where}: repartition {doc['repartition_id']} undone ({doc['deleted']} files deleted)"
+    lines = [
+        f"{where}: {doc['from_partitions']} -> {doc['to_partitions']} state partitions, batch {doc['batch']} "
+        f"(repartition {doc['repartition_id']})",
+        f"backup fork: {doc['backup']}",
+    ]
+    rows = [
+        (
+            s["operator"],
+            s["store"],
+            s["rows"],
+            "same" if s["digest_before"] == s["digest_after"] else "differ",
+            "-" if s["misplaced"] is None else s["misplaced"],
+        )
+        for s in doc["stores"]
+    ]
+    lines.append(_table(rows, ("operator", "store", "rows", "digest", "misplaced")))
+    lines.append("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in doc["seconds"].items()))
+    return "\n".join(lines)

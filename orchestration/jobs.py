@@ -9,6 +9,7 @@ from assets.cleanup import APPLY_TAG
 from assets.cleanup import GROUP as CLEANUP_GROUP
 from assets.compaction import GROUP as COMPACTION_GROUP
 from orchestration.fork import fork_op
+from orchestration.repartition import repartition_op
 from orchestration.validation import validate_each
 
 audit_job = dg.define_asset_job(
@@ -64,5 +65,16 @@ def validate_checkpoints_job():
     validate_each()
 
 
+@dg.job(
+    name="repartition_checkpoint",
+    description="Change a stopped query's state partition count with Spark's repartitioner: preflight, "
+    "backup fork, rewrite, verification, undo on failure (launch from the Launchpad; `undo` takes the newest "
+    "repartition back)",
+    tags={"ckpt/kind": "repartition"},
+)
+def repartition_job():
+    repartition_op()
+
+
 ALL_JOBS = (audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job,
-            validate_checkpoints_job)  # fmt: skip
+            validate_checkpoints_job, repartition_job)  # fmt: skip

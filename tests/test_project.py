@@ -173,7 +173,8 @@ def test_rocksdict_is_pinned_to_rocksdb_9_8_4() -> None:
 
 def test_the_names_users_instances_hold_are_unchanged() -> None:
     """Runs, schedules, sensors, backfills and run keys in users' Dagster instances refer to these
-    names (taken from the definitions before the packages were reordered)."""
+    names (taken from the definitions before the packages were reordered; issue 24 added the state
+    profile asset and the repartition job)."""
     from assets.resources import CheckpointRoot
     from orchestration.definitions import build_definitions
 
@@ -182,6 +183,7 @@ def test_the_names_users_instances_hold_are_unchanged() -> None:
     assert sorted(k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()) == [
         "checkpoint_compaction", "checkpoint_fleet_report", "checkpoint_inventory",
         "checkpoint_lineage_report", "checkpoint_orphan_cleanup", "checkpoint_orphan_plan",
+        "checkpoint_state_profile",
     ]  # fmt: skip
     assert sorted(c.name for c in repo.asset_graph.asset_check_keys) == [
         "commit_log_consistency", "fleet_lineage_headroom", "fleet_no_errors", "lineage_completeness",
@@ -189,7 +191,7 @@ def test_the_names_users_instances_hold_are_unchanged() -> None:
     ]  # fmt: skip
     assert sorted(j.name for j in repo.get_all_jobs() if not j.name.startswith("__")) == [
         "checkpoint_audit", "checkpoint_cleanup", "checkpoint_fleet", "checkpoint_maintenance",
-        "compact_checkpoints", "fork_checkpoint", "validate_checkpoints",
+        "compact_checkpoints", "fork_checkpoint", "repartition_checkpoint", "validate_checkpoints",
     ]  # fmt: skip
     assert sorted(s.name for s in repo.schedule_defs) == [
         "checkpoint_audit_schedule", "checkpoint_fleet_schedule", "maintenance_prod", "maintenance_team_b",

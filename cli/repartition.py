@@ -1,0 +1,86 @@
+"""`ckpt state-profile` and `ckpt repartition`: choose a query's state partition count, then change
+it with Spark's repartitioner, guarded, proven and reversible."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from checkpoint.audit import AuditTrail
+from checkpoint.head import load_head
+from checkpoint.policy import POLICY, duration_text
+from checkpoint.repartition import RepartitionFailed, head_profile
+from checkpoint.storage import Storage
+
+from . import render
+from .common import EXIT_FINDINGS, WHERE, Result, duration, leased, takes_the_lease
+
+
+def state_profile(args: argparse.Namespace) -> Result:
+    storage = Storage(args.path)
+    doc = head_profile(load_head(storage, recent=1))
+    if args.candidates:
+        from jobs.repartition import predict  # Spark starts only when counts are to be predicted
+        from jobs.spark_session import session_for
+
+        doc["predicted"] = predict(session_for(args.master), load_head(storage, recent=1), args.candidates)
+    refused = any(not p["self_check"]["ok"] for p in doc.get("predicted", []))
+    return Result(doc, render.profile_text, EXIT_FINDINGS if refused else 0)
+
+
+def repartition_command(args: argparse.Namespace) -> Result | int:
+    from jobs.repartition import repartition, undo_repartition
+    from jobs.spark_session import session_for
+
+    storage = Storage(args.path)
+    audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+    with leased(args, storage, "repartition") as lease:
+        if args.undo:
+            return Result(undo_repartition(storage, audit, lease.check), render.repartition_text)
+        if args.partitions is None:
+            print("ckpt: error: --partitions N is required (or --undo)", file=sys.stderr)
+            return 2
+        try:
+            session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
+            result = repartition(
+                session, storage, audit, args.partitions, lease.check, quiet_seconds=args.quiet
+            )
+        except RepartitionFailed as exc:
+            print(f"ckpt: repartition failed: {exc}", file=sys.stderr)
+            return EXIT_FINDINGS
+    return Result(result.as_dict(), render.repartition_text)
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = sorted({int(c) for c in text.split(",") if c.strip()})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"a comma-separated list of partition counts: {exc}") from exc
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError("partition counts must be at least 1")
+    return counts
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("state-profile", help="keys and bytes per state partition, skew, and (with "
+                       "--candidates) the keys each partition would hold under other counts")  # fmt: skip
+    p.add_argument("path", help=WHERE)
+    p.add_argument("--candidates", type=_counts, metavar="N,N,...",
+                   help="partition counts to predict with Spark's own hash (starts Spark)")  # fmt: skip
+    p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
+    p.set_defaults(run=state_profile)
+
+    p = sub.add_parser("repartition", help="change a stopped query's state partition count with Spark's "
+                       "repartitioner: preflight, backup, rewrite, proof, undo on failure")  # fmt: skip
+    p.add_argument("path", help=WHERE)
+    p.add_argument("--partitions", type=int, metavar="N", help="the new state partition count")
+    p.add_argument("--undo", action="store_true",
+                   help="take back the newest repartition while its batch is still the latest")  # fmt: skip
+    p.add_argument("--quiet", type=duration, default=POLICY.quiet_seconds, metavar="DURATION",
+                   help="refuse when a commit or offset is younger than this: the query may be running "
+                   f"(default {duration_text(POLICY.quiet_seconds)})")  # fmt: skip
+    p.add_argument("--audit", metavar="URL", help="where the records and the backup fork go (default: "
+                   "_ckpt_audit beside the checkpoint)")  # fmt: skip
+    p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
+    takes_the_lease(p)
+    p.set_defaults(run=repartition_command)

@@ -1,0 +1,385 @@
+"""Repartitioning a stopped query's state with Spark's own repartitioner, made safe: preflight, a
+backup, the rewrite, proof that every store holds the same rows where Spark's hash puts them, and
+the way back. The rules are in `checkpoint/repartition.py`; Spark does the rewrite, reads the
+state (its state data source) and hashes the keys (its `hash`, the Murmur3 of HashPartitioning):
+nothing of either is re-implemented here.
+
+A repartition's records live in the audit trail, `<audit>/<checkpoint>/repartitions/<id>.*`:
+`started.json` (preflight, backup, the digests before), `before.jsonl` (the files before) and
+`finished.json` (the outcome). A started record with no finished one is an unfinished repartition:
+the next run finishes it (Spark resumes its own batch) or takes it back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from checkpoint.audit import AuditTrail, folder_name
+from checkpoint.errors import CheckpointError
+from checkpoint.fork import fork
+from checkpoint.head import load_head
+from checkpoint.policy import POLICY
+from checkpoint.progress import Progress, report
+from checkpoint.repartition import (
+    Before,
+    Preflight,
+    RepartitionFailed,
+    RepartitionRefused,
+    StateReader,
+    is_repartition_batch,
+    partition_count,
+    preflight,
+    refuse_if_live,
+    skew,
+    state_readers,
+    undo,
+)
+from checkpoint.storage import Storage
+from checkpoint.validate import Severity, validate
+
+log = logging.getLogger(__name__)
+_STEPS = 5  # preflight, backup, digests, rewrite, verification
+
+
+@dataclass(frozen=True)
+class RepartitionResult:
+    checkpoint: str
+    repartition_id: str
+    outcome: str  # "repartitioned" | "undone"
+    from_partitions: int
+    to_partitions: int
+    batch: int
+    backup: str | None
+    stores: list[dict[str, Any]]  # per store: rows, digest before and after, misplaced rows
+    seconds: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------------------
+# Spark: the state data source and Spark's hash
+
+
+def _state(spark, url: str, batch: int, reader: StateReader):
+    load = spark.read.format("statestore").option("batchId", batch)
+    for key, value in reader.options.items():
+        load = load.option(key, value)
+    return load.load(url)
+
+
+def _key_hash(df, reader: StateReader):
+    """Spark's partitioning hash of the key: Murmur3 over the key fields in order (a struct hashes
+    field by field, so this is HashPartitioning's hash of the operator's key expressions)."""
+    from pyspark.sql import functions as F
+
+    fields = [f.name for f in df.schema["key"].dataType.fields if f.name not in reader.not_hashed]
+    return F.hash(*[F.col("key")[name] for name in fields])
+
+
+def digest_state(spark, url: str, batch: int, readers: list[StateReader]) -> list[dict[str, Any]]:
+    """Per store: how many rows, and a digest of their multiset (two 64-bit row hashes summed,
+    so order and placement do not count, every row does)."""
+    from pyspark.sql import functions as F
+
+    out = []
+    for reader in readers:
+        df = _state(spark, url, batch, reader)
+        cols = [c for c in df.columns if c != "partition_id"]
+        row = df.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.coalesce(F.sum(F.xxhash64(*cols).cast("decimal(38,0)")), F.lit(0)).alias("a"),
+            F.coalesce(F.sum(F.hash(*cols).cast("decimal(38,0)")), F.lit(0)).alias("b"),
+        ).first()
+        out.append({"operator": reader.operator, "store": reader.label, "rows": int(row["rows"]),
+                    "digest": f"{row['a']}:{row['b']}"})  # fmt: skip
+    return out
+
+
+def misplaced_rows(spark, url: str, batch: int, reader: StateReader, partitions: int) -> int:
+    """Rows not in the partition Spark's hash gives their key under `partitions`."""
+    from pyspark.sql import functions as F
+
+    df = _state(spark, url, batch, reader)
+    return df.filter(F.col("partition_id") != F.pmod(_key_hash(df, reader), F.lit(partitions))).count()
+
+
+def keys_per_partition(
+    spark, url: str, batch: int, reader: StateReader, counts: list[int]
+) -> dict[int, dict[int, int]]:
+    """For each partition count, the rows each partition would hold: one pass over the state,
+    each row's hash taken once and placed under every count."""
+    from pyspark.sql import functions as F
+
+    df = _state(spark, url, batch, reader)
+    placed = df.select(_key_hash(df, reader).alias("h")).select(
+        "h", F.explode(F.array(*[F.lit(n) for n in counts])).alias("n")
+    )
+    rows = placed.groupBy("n", F.pmod(F.col("h"), F.col("n")).alias("p")).count().collect()
+    out: dict[int, dict[int, int]] = {n: dict.fromkeys(range(n), 0) for n in counts}
+    for r in rows:
+        out[int(r["n"])][int(r["p"])] = int(r["count"])
+    return out
+
+
+def rows_by_partition(spark, url: str, batch: int, reader: StateReader) -> dict[int, int]:
+    """Rows per partition as the state sits now (the state data source's `partition_id`)."""
+    rows = _state(spark, url, batch, reader).groupBy("partition_id").count().collect()
+    return {int(r["partition_id"]): int(r["count"]) for r in rows}
+
+
+# ------------------------------------------------------------------------------------------------
+# The records in the audit trail
+
+
+class Records:
+    def __init__(self, audit: AuditTrail, checkpoint_url: str):
+        self.audit = audit
+        self.folder = f"{folder_name(checkpoint_url)}/repartitions"
+
+    def rel(self, rid: str, what: str) -> str:
+        return f"{self.folder}/{rid}.{what}"
+
+    def url(self, rid: str, what: str) -> str:
+        return f"{self.audit.url}/{self.rel(rid, what)}"
+
+    def write(self, rid: str, what: str, doc: dict[str, Any]) -> None:
+        self.audit.storage.write(
+            self.rel(rid, what), json.dumps({"at": time.time(), **doc}, indent=1).encode()
+        )
+
+    def write_before(self, rid: str, before: Before) -> None:
+        self.audit.storage.write(self.rel(rid, "before.jsonl"), before.data())
+
+    def before(self, rid: str) -> Before:
+        return Before.parse(
+            self.audit.storage.read_bytes(self.rel(rid, "before.jsonl")), self.url(rid, "before")
+        )
+
+    def read(self, rid: str, what: str) -> dict[str, Any] | None:
+        data = self.audit.storage.read_if_exists(self.rel(rid, what))
+        return None if data is None else json.loads(data)
+
+    def latest(self) -> dict[str, Any] | None:
+        """The newest started repartition, with its finished record if any (`finished`)."""
+        names = [f.rel.rsplit("/", 1)[1] for f in self.audit.storage.list_dir(self.folder).files]
+        started = sorted(n[: -len(".started.json")] for n in names if n.endswith(".started.json"))
+        if not started:
+            return None
+        rid = started[-1]
+        doc = self.read(rid, "started.json")
+        if doc is None:
+            raise CheckpointError("a repartition record vanished while read", self.url(rid, "started.json"))
+        return {**doc, "finished": self.read(rid, "finished.json"), "undone": self.read(rid, "undone.json")}
+
+
+# ------------------------------------------------------------------------------------------------
+# The guarded flow
+
+
+def repartition(
+    session: Callable[[], Any],
+    storage: Storage,
+    audit: AuditTrail,
+    partitions: int,
+    check: Callable[[], None] = lambda: None,
+    now: float | None = None,
+    quiet_seconds: float = POLICY.quiet_seconds,
+    after_rewrite: Callable[[], None] | None = None,
+) -> RepartitionResult:
+    """Repartitions the stopped query at `storage` to `partitions` under the caller's lease
+    (`check` raises once it is lost); `session` makes the SparkSession, once preflight passed.
+
+    Refusals raise RepartitionRefused before anything is written; a failed rewrite or
+    verification is undone and raises RepartitionFailed. `after_rewrite` runs between Spark's
+    rewrite and the verification (tests damage a file there)."""
+    now = time.time() if now is None else now
+    records = Records(audit, storage.url)
+    seconds: dict[str, float] = {}
+    t = time.monotonic()
+    ckpt = load_head(storage, recent=2)
+    last = records.latest()
+    unfinished = last if last is not None and last["finished"] is None else None
+    if unfinished is not None and unfinished["to_partitions"] != partitions:
+        raise RepartitionRefused(
+            f"repartition {unfinished['repartition_id']} to {unfinished['to_partitions']} partitions did not "
+            f"finish: run it again with --partitions {unfinished['to_partitions']}, or --undo",
+            storage.url,
+        )
+    if unfinished is not None and ckpt.latest_committed_batch == unfinished["batch"]:
+        # Killed after Spark committed and before the proof: prove it now.
+        refuse_if_live(ckpt, now, quiet_seconds, own_batch=unfinished["batch"])
+        pre = Preflight(**unfinished["preflight"])
+    else:
+        pre = preflight(ckpt, partitions, now, quiet_seconds)
+    report(log, Progress("repartition steps", 1, _STEPS), "%s: %d -> %d partitions, batch %d", storage.url,
+           pre.from_partitions, pre.to_partitions, pre.batch)  # fmt: skip
+    readers = state_readers(ckpt)
+    spark = session()
+    if unfinished is not None:
+        rid, before_digests, backup = (
+            unfinished["repartition_id"],
+            unfinished["digests"],
+            unfinished["backup"],
+        )
+        before = records.before(rid)
+        log.info("%s: finishing repartition %s", storage.url, rid)
+    else:
+        rid = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{pre.latest_batch}"
+        before = Before.take(storage)
+        records.write_before(rid, before)
+        backup_storage = audit.storage.child(records.rel(rid, "backup"))
+        backup = backup_storage.url
+        fork(storage, backup_storage, pre.latest_batch, check=check)
+        report(log, Progress("repartition steps", 2, _STEPS), "%s: backup fork at batch %d in %s",
+               storage.url, pre.latest_batch, backup)  # fmt: skip
+        before_digests = digest_state(spark, storage.spark_url, pre.latest_batch, readers)
+        records.write(rid, "started.json", {"repartition_id": rid, "checkpoint": storage.url,
+                                            "preflight": pre.as_dict(), "batch": pre.batch,
+                                            "to_partitions": partitions, "backup": backup,
+                                            "digests": before_digests})  # fmt: skip
+    seconds["preflight_backup_digest"] = time.monotonic() - t
+    report(log, Progress("repartition steps", 3, _STEPS), "%s: %d stores digested", storage.url, len(readers))
+
+    def fail(reason: str, cause: BaseException | None = None) -> RepartitionFailed:
+        undone = undo(storage, before)
+        records.write(rid, "finished.json", {"outcome": "undone", "reason": reason, "deleted": len(undone)})
+        log.error("%s: repartition undone (%d files deleted): %s", storage.url, len(undone), reason)
+        return RepartitionFailed(f"{reason}; the checkpoint is as it was before", storage.url)
+
+    try:
+        check()
+        t = time.monotonic()
+        if load_head(storage, recent=1).latest_committed_batch != pre.batch:
+            spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
+        seconds["rewrite"] = time.monotonic() - t
+        report(log, Progress("repartition steps", 4, _STEPS), "%s: Spark rewrote the state in %.1f s",
+               storage.url, seconds["rewrite"])  # fmt: skip
+        if after_rewrite is not None:
+            after_rewrite()
+        check()
+        t = time.monotonic()
+        stores = _verify(spark, storage, pre, readers, before_digests)
+        seconds["verify"] = time.monotonic() - t
+    except _Mismatch as exc:
+        raise fail(str(exc)) from exc
+    except CheckpointError as exc:
+        if "lease" in type(exc).__name__.lower():  # the lease is lost: another holder may act now
+            raise
+        raise fail(f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # Spark's failure (a Py4J or analysis error): put the checkpoint back
+        raise fail(f"Spark's rewrite failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
+    result = RepartitionResult(storage.url, rid, "repartitioned", pre.from_partitions, pre.to_partitions,
+                               pre.batch, backup, stores, seconds)  # fmt: skip
+    records.write(rid, "finished.json", {"outcome": "repartitioned", **result.as_dict()})
+    report(log, Progress("repartition steps", 5, _STEPS), "%s: verified %d stores", storage.url, len(stores))
+    return result
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _verify(
+    spark, storage: Storage, pre: Preflight, readers: list[StateReader], before: list[dict]
+) -> list[dict]:
+    after_ckpt = load_head(storage, recent=1)
+    if after_ckpt.latest_committed_batch != pre.batch or not is_repartition_batch(after_ckpt, pre.batch):
+        raise _Mismatch(f"Spark did not commit repartition batch {pre.batch}")
+    if partition_count(after_ckpt, pre.batch) != pre.to_partitions:
+        raise _Mismatch(f"batch {pre.batch} does not have {pre.to_partitions} partitions")
+    errors = [f for f in validate(after_ckpt).findings if f.severity == Severity.ERROR]
+    if errors:
+        raise _Mismatch(
+            "validation after the rewrite: " + "; ".join(f"{f.code} {f.message}" for f in errors[:3])
+        )
+    after = digest_state(spark, storage.spark_url, pre.batch, readers)
+    stores = []
+    for reader, b, a in zip(readers, before, after, strict=True):
+        if (b["rows"], b["digest"]) != (a["rows"], a["digest"]):
+            raise _Mismatch(f"operator {reader.operator} store {reader.label}: {b['rows']} rows before, "
+                            f"{a['rows']} after, digests {b['digest']} and {a['digest']}")  # fmt: skip
+        misplaced = (
+            misplaced_rows(spark, storage.spark_url, pre.batch, reader, pre.to_partitions)
+            if reader.placed
+            else None
+        )
+        if misplaced:
+            raise _Mismatch(f"operator {reader.operator} store {reader.label}: {misplaced} rows outside the "
+                            f"partition Spark's hash gives them under {pre.to_partitions}")  # fmt: skip
+        stores.append(
+            {
+                "operator": reader.operator,
+                "store": reader.label,
+                "rows": a["rows"],
+                "misplaced": misplaced,
+                "digest_before": b["digest"],
+                "digest_after": a["digest"],
+            }
+        )
+    return stores
+
+
+def undo_repartition(
+    storage: Storage, audit: AuditTrail, check: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """`--undo`: takes back the newest repartition while its batch is still the checkpoint's latest."""
+    records = Records(audit, storage.url)
+    last = records.latest()
+    if last is None:
+        raise RepartitionRefused("no repartition of this checkpoint in the audit trail", storage.url)
+    if last["undone"] is not None or (last["finished"] or {}).get("outcome") == "undone":
+        raise RepartitionRefused(f"repartition {last['repartition_id']} was already undone", storage.url)
+    ckpt = load_head(storage, recent=1)
+    latest = max(b for b in (ckpt.latest_planned_batch, ckpt.latest_committed_batch) if b is not None)
+    if latest > last["batch"]:
+        raise RepartitionRefused(
+            f"the query ran batch {latest} after repartition batch {last['batch']}: undoing it now would "
+            f"lose that progress (the backup fork at batch {last['preflight']['latest_batch']} is "
+            f"{last['backup']})",
+            storage.url,
+        )
+    check()
+    deleted = undo(storage, records.before(last["repartition_id"]))
+    doc = {"outcome": "undone", "reason": "undone on request", "deleted": len(deleted)}
+    records.write(last["repartition_id"], "undone.json", doc)
+    return {"checkpoint": storage.url, "repartition_id": last["repartition_id"], **doc}
+
+
+def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:
+    """Per operator (its first store whose placement Spark's hash decides): the rows each partition
+    would hold under each candidate count, and a self-check: under the current count every row must
+    predict the partition it sits in, or the keys are not hashed as assumed (a checkpoint from
+    before Spark 3.3 may not be) and repartitioning it is unsafe."""
+    batch = ckpt.latest_committed_batch
+    current = partition_count(ckpt, batch)
+    out = []
+    seen: set[int] = set()
+    for reader in state_readers(ckpt):
+        if reader.operator in seen or not reader.placed:
+            continue
+        seen.add(reader.operator)
+        t = time.monotonic()
+        counts = keys_per_partition(
+            spark, ckpt.storage.spark_url, batch, reader, sorted({current, *candidates})
+        )
+        actual = dict.fromkeys(range(current), 0) | rows_by_partition(
+            spark, ckpt.storage.spark_url, batch, reader
+        )
+        mismatched = [p for p in actual if actual[p] != counts[current].get(p, 0)]
+        out.append({
+            "operator": reader.operator,
+            "store": reader.label,
+            "rows": sum(actual.values()),
+            "now": [actual[p] for p in sorted(actual)],
+            "candidates": {str(n): {"rows": [counts[n][p] for p in range(n)],
+                                    "skew": skew([counts[n][p] for p in range(n)])} for n in candidates},
+            "self_check": {"ok": not mismatched, "partitions_off": mismatched},
+            "seconds": round(time.monotonic() - t, 3),
+        })  # fmt: skip
+    return out

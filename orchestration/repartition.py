@@ -1,0 +1,74 @@
+"""The `repartition_checkpoint` job: a stopped query's state partition count changed from the
+Launchpad, with the same guards, proof and undo as `ckpt repartition` (`jobs/repartition.py`).
+
+The op only translates: configuration in, the guarded flow under the checkpoint's lease, the figures
+out as metadata. A refusal or a failed (and undone) repartition fails the run with the reason.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import dagster as dg
+from pydantic import Field
+
+from assets import markdown
+from assets.resources import CheckpointRootsResource, SparkResource
+from checkpoint.errors import CheckpointError
+from checkpoint.policy import POLICY
+
+
+class RepartitionConfig(dg.Config):
+    partition: str = Field(description="The checkpoint: its partition key, e.g. prod:team-a/orders")
+    partitions: int | None = Field(default=None, description="The new state partition count")
+    undo: bool = Field(
+        default=False, description="Take back the newest repartition while its batch is the latest"
+    )
+    quiet_seconds: float = Field(
+        default=POLICY.quiet_seconds,
+        description="Refuse when a commit or offset is younger than this: the query may be running",
+    )
+
+
+@dg.op(name="repartition", tags={"kind": "spark"})
+def repartition_op(
+    context: dg.OpExecutionContext,
+    config: RepartitionConfig,
+    roots: CheckpointRootsResource,
+    spark: SparkResource,
+):
+    """Preflight, backup fork, Spark's rewrite, verification (digests, placement, validation); undo on
+    failure."""
+    from jobs.repartition import repartition, undo_repartition  # Spark only when this op runs
+
+    storage = roots.checkpoint_storage(config.partition)
+    audit = roots.audit_trail(config.partition)
+    try:
+        with roots.take_lease(context, config.partition, "repartition_checkpoint") as lease:
+            if config.undo:
+                doc = undo_repartition(storage, audit, lease.check)
+                return dg.Output(doc, metadata={"outcome": "undone", "deleted": doc["deleted"]})
+            if config.partitions is None:
+                raise dg.Failure(description="set `partitions` (the new count) or `undo`")
+            result = repartition(
+                spark.session,
+                storage,
+                audit,
+                config.partitions,
+                lease.check,
+                quiet_seconds=config.quiet_seconds,
+            )
+    except CheckpointError as exc:
+        raise dg.Failure(description=f"{config.partition}: {exc}") from exc
+    rows = [(s["operator"], s["store"], s["rows"], s["digest_after"], s["misplaced"]) for s in result.stores]
+    return dg.Output(
+        result.as_dict(),
+        metadata={
+            "checkpoint": storage.url,
+            "from_partitions": result.from_partitions,
+            "to_partitions": result.to_partitions,
+            "batch": result.batch,
+            "backup": result.backup or "-",
+            "seconds": dg.MetadataValue.json(result.seconds),
+            "stores": dg.MetadataValue.md(
+                markdown.table(("operator", "store", "rows", "digest", "misplaced"), rows)
+            ),
+        },
+    )

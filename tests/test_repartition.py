@@ -1,0 +1,268 @@
+"""`ckpt repartition` and `ckpt state-profile`: Spark's repartitioner, guarded, proven, reversible.
+
+Proof by the real queries: a repartitioned copy of a corpus checkpoint and an untouched copy are
+restarted with the same further input; both must emit the same rows and end with the same state
+(Spark's state data source, every store, compared without the partition each row sits in).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.audit import AuditTrail
+from checkpoint.head import load_head
+from checkpoint.lease import lease_for
+from checkpoint.model import load_checkpoint
+from checkpoint.repartition import RepartitionFailed, state_readers
+from checkpoint.storage import Storage
+from jobs.repartition import repartition
+from testbed.corpus import scenario_named
+from tests.support.copying import copy_checkpoint
+from tests.test_cli import CKPT, ckpt
+
+# Every corpus checkpoint whose operators Spark's repartitioner supports, one per operator kind.
+OPERATORS = {
+    "snapshots": "aggregation",
+    "watermark": "windowed aggregation",
+    "dedup_agg": "dropDuplicates, then aggregation",
+    "join": "stream-stream join, state format 2",
+    "join_cf": "stream-stream join, state format 3 (column families)",
+    "list_state": "transformWithStateInPandas, ListState",
+}
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+
+
+def state_rows(spark, path: Path) -> list[str]:
+    """Every store's rows at the latest committed batch, without the partition they sit in."""
+    ckpt = load_head(str(path))
+    rows: list[str] = []
+    for reader in state_readers(ckpt):
+        load = spark.read.format("statestore").option("batchId", ckpt.latest_committed_batch)
+        for key, value in reader.options.items():
+            load = load.option(key, value)
+        df = load.load(str(path))
+        rows += [f"{reader.label}:{r!r}" for r in df.drop("partition_id").collect()]
+    return sorted(rows)
+
+
+def _collecting(out: Path):
+    def sink(df, batch_id: int) -> None:
+        with out.open("a") as f:
+            f.writelines(f"{r!r}\n" for r in df.collect())
+
+    return sink
+
+
+def restart(spark, scenario, scenario_dir: Path, checkpoint: Path, extra: Path, output: Path) -> None:
+    """The real query again, with one more input file (the same for every copy), its output kept."""
+    for sub, rows_for in scenario.inputs.items():
+        from testbed.corpus import write_inputs
+
+        write_inputs(extra / sub if sub else extra, 1, rows_for, start=scenario.batches)
+    scenario.run(spark, scenario_dir, checkpoint, max_files=100_000, sink=_collecting(output), extra=extra)
+
+
+def assert_restarts_like_untouched(
+    spark, name: str, scenario_dir: Path, changed: Path, untouched: Path, tmp: Path
+):
+    scenario = scenario_named(name)
+    extra = tmp / "more-input"
+    outputs = {}
+    for label, path in (("changed", changed), ("untouched", untouched)):
+        outputs[label] = tmp / f"{label}.out"
+        restart(spark, scenario, scenario_dir, path, extra, outputs[label])
+    assert sorted(outputs["changed"].read_text().splitlines()) == sorted(
+        outputs["untouched"].read_text().splitlines()
+    )
+    assert state_rows(spark, changed) == state_rows(spark, untouched)
+
+
+def _run(spark, path: Path, partitions: int, **kwargs):
+    storage = Storage(str(path))
+    audit = AuditTrail(AuditTrail.default_for(storage.url))
+    return repartition(lambda: spark, storage, audit, partitions, **kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+def test_each_operator_repartitioned_4_to_8_restarts_like_an_untouched_copy(
+    spark, corpus, corpus_root, tmp_path, name
+) -> None:
+    changed, untouched = tmp_path / "changed", tmp_path / "untouched"
+    copy_checkpoint(corpus[name], changed)
+    copy_checkpoint(corpus[name], untouched)
+    before = load_checkpoint(str(changed)).latest_committed_batch
+
+    result = _run(spark, changed, 8)
+
+    assert (result.from_partitions, result.to_partitions, result.batch) == (4, 8, before + 1)
+    assert result.stores and all(s["digest_before"] == s["digest_after"] for s in result.stores)
+    assert all(s["misplaced"] in (0, None) for s in result.stores)
+    assert sorted(p.name for p in (changed / "state/0").iterdir() if p.name.isdigit()) == [
+        str(i) for i in range(8)
+    ]
+    assert ckpt("validate", str(changed)).returncode == 0
+    assert_restarts_like_untouched(spark, name, corpus_root / name, changed, untouched, tmp_path)
+
+
+def test_an_aggregation_repartitioned_4_to_3_restarts_like_an_untouched_copy(
+    spark, corpus, corpus_root, tmp_path
+) -> None:
+    changed, untouched = tmp_path / "changed", tmp_path / "untouched"
+    copy_checkpoint(corpus["snapshots"], changed)
+    copy_checkpoint(corpus["snapshots"], untouched)
+    result = _run(spark, changed, 3)
+    assert (result.from_partitions, result.to_partitions) == (4, 3)
+    assert ckpt("validate", str(changed)).returncode == 0  # folder 3 stays until cleanup: not an error
+    assert_restarts_like_untouched(
+        spark, "snapshots", corpus_root / "snapshots", changed, untouched, tmp_path
+    )
+
+
+def test_a_verification_failure_is_undone_byte_for_byte_and_the_query_restarts(
+    spark, corpus, corpus_root, tmp_path
+) -> None:
+    changed, untouched = tmp_path / "changed", tmp_path / "untouched"
+    copy_checkpoint(corpus["snapshots"], changed)
+    copy_checkpoint(corpus["snapshots"], untouched)
+    before = tree_digest(changed)
+    batch = load_checkpoint(str(changed)).latest_committed_batch
+
+    def damage() -> None:  # one zip Spark just wrote, in a partition folder it created
+        zips = sorted((changed / "state/0/6").glob(f"{batch + 2}_*.zip"))
+        assert zips, "Spark wrote no zip to damage"
+        zips[0].write_bytes(zips[0].read_bytes()[:100])
+
+    with pytest.raises(RepartitionFailed, match="the checkpoint is as it was before"):
+        _run(spark, changed, 8, after_rewrite=damage)
+    assert tree_digest(changed) == before
+    assert not (changed / "state/0/6").exists()
+    record = AuditTrail.default_for(str(changed))
+    finished = list(Path(record).rglob("*.finished.json"))
+    assert len(finished) == 1 and json.loads(finished[0].read_text())["outcome"] == "undone"
+    assert_restarts_like_untouched(
+        spark, "snapshots", corpus_root / "snapshots", changed, untouched, tmp_path
+    )
+
+
+def test_undo_on_request_puts_the_checkpoint_back_and_refuses_once_the_query_ran(
+    spark, corpus, corpus_root, tmp_path
+) -> None:
+    path = tmp_path / "ckpt"
+    copy_checkpoint(corpus["dedup_agg"], path)
+    before = tree_digest(path)
+    _run(spark, path, 8)
+    out = ckpt("repartition", str(path), "--undo", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["outcome"] == "undone"
+    assert tree_digest(path) == before
+    again = ckpt("repartition", str(path), "--undo")
+    assert again.returncode == 2 and "already undone" in again.stderr
+
+    _run(spark, path, 8)
+    scenario_named("dedup_agg").restart(spark, corpus_root / "dedup_agg", path, tmp_path / "more")
+    refused = ckpt("repartition", str(path), "--undo")
+    assert refused.returncode == 2 and "after repartition batch" in refused.stderr
+
+
+def _refusal(args: list[str], path: Path, message: str) -> None:
+    before = tree_digest(path)
+    out = ckpt("repartition", str(path), *args)
+    assert out.returncode == 2, (args, out.stdout, out.stderr)
+    assert message in out.stderr and out.stderr.count("\n") == 1 and not out.stdout, out.stderr
+    assert tree_digest(path) == before
+
+
+def test_refusals_exit_2_with_one_line_and_change_no_byte(corpus, tmp_path) -> None:
+    path = tmp_path / "ckpt"
+    copy_checkpoint(corpus["snapshots"], path)
+    _refusal(["--partitions", "4"], path, "the query already has 4 state partitions")
+    commit = path / "commits" / str(load_checkpoint(str(path)).latest_committed_batch)
+    os.utime(commit)  # a commit written just now: the query may be running
+    _refusal(["--partitions", "8"], path, "the query may be running")
+    os.utime(commit, (time.time() - 7200, time.time() - 7200))
+    with lease_for(Storage(str(path)), owner="another action").acquire():
+        _refusal(["--partitions", "8"], path, "another action")
+    metadata = path / "state/0/_metadata/metadata"
+    metadata.write_text(metadata.read_text().replace("stateStoreSave", "StatefulStreamlineAggregate"))
+    (metadata.parent / ".metadata.crc").unlink(missing_ok=True)
+    _refusal(["--partitions", "8"], path, "does not support operator 0 (StatefulStreamlineAggregate)")
+
+
+def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corpus_root, tmp_path) -> None:
+    changed, untouched = tmp_path / "changed", tmp_path / "untouched"
+    copy_checkpoint(corpus["snapshots"], changed)
+    copy_checkpoint(corpus["snapshots"], untouched)
+    audit = Path(AuditTrail.default_for(str(changed)))
+    child = subprocess.Popen(
+        [CKPT, "repartition", str(changed), "--partitions", "8", "--lease-ttl", "2s"],
+        start_new_session=True,  # the driver's JVM is in this group: kill both at once
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not list(audit.rglob("*.started.json")):
+        assert child.poll() is None and time.monotonic() < deadline, (
+            "the repartition ended before it was killed"
+        )
+        time.sleep(0.05)
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    time.sleep(2.5)  # the killed holder's lease expires
+    other = ckpt("repartition", str(changed), "--partitions", "5")
+    assert other.returncode == 2 and "--partitions 8" in other.stderr, other.stderr
+    out = ckpt("repartition", str(changed), "--partitions", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["outcome"] == "repartitioned" and all(
+        s["digest_before"] == s["digest_after"] for s in doc["stores"]
+    )
+    assert_restarts_like_untouched(
+        spark, "snapshots", corpus_root / "snapshots", changed, untouched, tmp_path
+    )
+
+
+def test_the_profile_predicts_the_partition_of_every_key(spark, corpus, tmp_path) -> None:
+    path = tmp_path / "ckpt"
+    copy_checkpoint(corpus["join"], path)
+    out = ckpt("state-profile", str(path), "--candidates", "3,8", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    head = doc["operators"][0]
+    assert [p["partition"] for p in head["partitions"]] == [0, 1, 2, 3] and all(
+        p["bytes"] > 0 for p in head["partitions"]
+    )
+    predicted = doc["predicted"][0]
+    assert predicted["self_check"]["ok"] and sum(predicted["now"]) == predicted["rows"]
+    _run(spark, path, 8)
+    ckpt_after = load_head(str(path))
+    reader = next(r for r in state_readers(ckpt_after) if r.label == predicted["store"])
+    from jobs.repartition import rows_by_partition
+
+    actual = rows_by_partition(spark, str(path), ckpt_after.latest_committed_batch, reader)
+    assert [actual.get(p, 0) for p in range(8)] == predicted["candidates"]["8"]["rows"]
+
+
+def test_refused_before_spark_starts(corpus, tmp_path) -> None:
+    """A refusal costs no Spark session: preflight runs first."""
+    path = tmp_path / "ckpt"
+    copy_checkpoint(corpus["format_v1"], path)
+    out = subprocess.run(
+        [CKPT, "repartition", str(path), "--partitions", "8"], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and "format V2 only" in out.stderr
+    assert "log4j" not in out.stderr and "Spark" not in out.stderr
