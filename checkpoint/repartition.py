@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import CheckpointError
@@ -172,50 +172,25 @@ def refuse_if_live(ckpt: Checkpoint, now: float, quiet_seconds: float, own_batch
 
 @dataclass(frozen=True)
 class StateReader:
-    """One store (or state variable) as the state data source reads it, and which key fields
-    Spark hashes to place its rows: all but `not_hashed`; `placed` False when that is not known."""
+    """One store as Spark's repartitioner reads it: the state data source with its internal
+    `_readAllColumnFamilies`, which gives every column family's raw key and value bytes (TTL
+    indexes and timers included) and, as `partition_key`, the key Spark's own extractor takes from
+    each row to place it (a join's key without its index, a session without its start)."""
 
     operator: int
-    label: str
-    options: dict[str, str] = field(default_factory=dict)
-    not_hashed: tuple[str, ...] = ()
-    placed: bool = True
+    store: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-_JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
-                "right-keyWithIndexToValue")  # fmt: skip
+    @property
+    def options(self) -> dict[str, str]:
+        return {"operatorId": str(self.operator), "storeName": self.store, "_readAllColumnFamilies": "true"}
 
 
 def state_readers(ckpt: Checkpoint) -> list[StateReader]:
-    """Every store of every operator, from the operator metadata the head-first load read.
-
-    A join reads its four logical stores by name (column families too, state format 3), whose
-    `keyWithIndexToValue` keys carry the value's index after the join key; transformWithState reads
-    each state variable. A session window's key carries the session, which Spark's extractor drops
-    by position: its rows are compared, their placement is not checked.
-    """
-    out = []
-    for op, meta in sorted(ckpt.operators.items()):
-        base = {"operatorId": str(op)}
-        name = meta.name or ""
-        if name == "symmetricHashJoin":
-            for name in _JOIN_STORES:
-                dropped = ("index",) if name.endswith("keyWithIndexToValue") else ()
-                out.append(StateReader(op, name, {**base, "storeName": name}, dropped))
-        elif name.startswith("transformWithState"):
-            properties = (meta.metadata.properties if meta.metadata else None) or {}
-            for var in properties.get("stateVariables") or []:
-                out.append(
-                    StateReader(op, str(var["stateName"]), {**base, "stateVarName": str(var["stateName"])})
-                )
-        else:
-            placed = name != "sessionWindowStateStoreSaveExec"
-            for store in meta.store_names:
-                out.append(StateReader(op, store, {**base, "storeName": store}, placed=placed))
-    return out
+    """Every store of every operator, from the operator metadata the head-first load read (a
+    join of state format 2 has four stores; column families are read within their store)."""
+    return [
+        StateReader(op, store) for op, meta in sorted(ckpt.operators.items()) for store in meta.store_names
+    ]
 
 
 # ------------------------------------------------------------------------------------------------

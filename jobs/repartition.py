@@ -67,70 +67,71 @@ class RepartitionResult:
 
 
 def _state(spark, url: str, batch: int, reader: StateReader):
+    """The store's rows at `batch`, read one Spark partition per state partition, in order: a
+    row's `spark_partition_id()` is the state partition it sits in."""
     load = spark.read.format("statestore").option("batchId", batch)
     for key, value in reader.options.items():
         load = load.option(key, value)
     return load.load(url)
 
 
-def _key_hash(df, reader: StateReader):
-    """Spark's partitioning hash of the key: Murmur3 over the key fields in order (a struct hashes
-    field by field, so this is HashPartitioning's hash of the operator's key expressions)."""
+def _placed(partitions):
+    """The partition Spark's HashPartitioning gives a row: Murmur3 (`hash`, seed 42) of the key
+    its extractor took, modulo the count."""
     from pyspark.sql import functions as F
 
-    fields = [f.name for f in df.schema["key"].dataType.fields if f.name not in reader.not_hashed]
-    return F.hash(*[F.col("key")[name] for name in fields])
+    return F.pmod(F.hash(F.col("partition_key")), partitions)
 
 
-def digest_state(spark, url: str, batch: int, readers: list[StateReader]) -> list[dict[str, Any]]:
-    """Per store: how many rows, and a digest of their multiset (two 64-bit row hashes summed,
-    so order and placement do not count, every row does)."""
+def digest_state(
+    spark, url: str, batch: int, readers: list[StateReader], partitions: int
+) -> list[dict[str, Any]]:
+    """Per store, in one pass: how many rows (over every column family); a digest of their
+    multiset, two 64-bit hashes of (column family, key bytes, value bytes) summed, so neither order
+    nor placement counts and every byte does; and how many rows sit outside the partition Spark's
+    hash gives them under `partitions`."""
     from pyspark.sql import functions as F
 
     out = []
     for reader in readers:
-        df = _state(spark, url, batch, reader)
-        cols = [c for c in df.columns if c != "partition_id"]
-        row = df.agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.coalesce(F.sum(F.xxhash64(*cols).cast("decimal(38,0)")), F.lit(0)).alias("a"),
-            F.coalesce(F.sum(F.hash(*cols).cast("decimal(38,0)")), F.lit(0)).alias("b"),
-        ).first()
-        out.append({"operator": reader.operator, "store": reader.label, "rows": int(row["rows"]),
-                    "digest": f"{row['a']}:{row['b']}"})  # fmt: skip
+        row_cols = [F.col("column_family_name"), F.col("key_bytes"), F.col("value_bytes")]
+        row = (
+            _state(spark, url, batch, reader)
+            .withColumn(
+                "sits_in", F.spark_partition_id()
+            )  # projected first: an aggregate takes no such input
+            .agg(
+                F.count(F.lit(1)).alias("rows"),
+                F.coalesce(F.sum(F.xxhash64(*row_cols).cast("decimal(38,0)")), F.lit(0)).alias("a"),
+                F.coalesce(F.sum(F.hash(*row_cols).cast("decimal(38,0)")), F.lit(0)).alias("b"),
+                F.count(F.when(F.col("sits_in") != _placed(F.lit(partitions)), 1)).alias("misplaced"),
+            )
+            .first()
+        )
+        out.append({"operator": reader.operator, "store": reader.store, "rows": int(row["rows"]),
+                    "digest": f"{row['a']}:{row['b']}", "misplaced": int(row["misplaced"])})  # fmt: skip
     return out
 
 
-def misplaced_rows(spark, url: str, batch: int, reader: StateReader, partitions: int) -> int:
-    """Rows not in the partition Spark's hash gives their key under `partitions`."""
-    from pyspark.sql import functions as F
-
-    df = _state(spark, url, batch, reader)
-    return df.filter(F.col("partition_id") != F.pmod(_key_hash(df, reader), F.lit(partitions))).count()
-
-
-def keys_per_partition(
+def rows_per_partition(
     spark, url: str, batch: int, reader: StateReader, counts: list[int]
 ) -> dict[int, dict[int, int]]:
-    """For each partition count, the rows each partition would hold: one pass over the state,
-    each row's hash taken once and placed under every count."""
+    """For each partition count, the rows each partition would hold; under 0, where they sit now.
+    One pass over the state: each row hashed once and placed under every count."""
     from pyspark.sql import functions as F
 
-    df = _state(spark, url, batch, reader)
-    placed = df.select(_key_hash(df, reader).alias("h")).select(
-        "h", F.explode(F.array(*[F.lit(n) for n in counts])).alias("n")
+    placed = _state(spark, url, batch, reader).select(
+        F.hash(F.col("partition_key")).alias("h"),
+        F.spark_partition_id().alias("now"),
+        F.explode(F.array(*[F.lit(n) for n in [0, *counts]])).alias("n"),
     )
-    rows = placed.groupBy("n", F.pmod(F.col("h"), F.col("n")).alias("p")).count().collect()
+    where = F.when(F.col("n") == 0, F.col("now")).otherwise(F.pmod(F.col("h"), F.col("n")))
+    rows = placed.groupBy("n", where.alias("p")).count().collect()
     out: dict[int, dict[int, int]] = {n: dict.fromkeys(range(n), 0) for n in counts}
+    out[0] = {}
     for r in rows:
         out[int(r["n"])][int(r["p"])] = int(r["count"])
     return out
-
-
-def rows_by_partition(spark, url: str, batch: int, reader: StateReader) -> dict[int, int]:
-    """Rows per partition as the state sits now (the state data source's `partition_id`)."""
-    rows = _state(spark, url, batch, reader).groupBy("partition_id").count().collect()
-    return {int(r["partition_id"]): int(r["count"]) for r in rows}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -238,7 +239,17 @@ def repartition(
         fork(storage, backup_storage, pre.latest_batch, check=check)
         report(log, Progress("repartition steps", 2, _STEPS), "%s: backup fork at batch %d in %s",
                storage.url, pre.latest_batch, backup)  # fmt: skip
-        before_digests = digest_state(spark, storage.spark_url, pre.latest_batch, readers)
+        before_digests = digest_state(
+            spark, storage.spark_url, pre.latest_batch, readers, pre.from_partitions
+        )
+        off = next((d for d in before_digests if d["misplaced"]), None)
+        if off is not None:  # nothing of the checkpoint is written yet; the backup stays in the audit trail
+            raise RepartitionRefused(
+                f"operator {off['operator']} store {off['store']}: {off['misplaced']} rows sit outside the "
+                "partition Spark's hash gives their key: this state is not partitioned as Spark's "
+                "repartitioner assumes (a checkpoint from before Spark 3.3?)",
+                storage.url,
+            )
         records.write(rid, "started.json", {"repartition_id": rid, "checkpoint": storage.url,
                                             "preflight": pre.as_dict(), "batch": pre.batch,
                                             "to_partitions": partitions, "backup": backup,
@@ -298,30 +309,18 @@ def _verify(
         raise _Mismatch(
             "validation after the rewrite: " + "; ".join(f"{f.code} {f.message}" for f in errors[:3])
         )
-    after = digest_state(spark, storage.spark_url, pre.batch, readers)
+    after = digest_state(spark, storage.spark_url, pre.batch, readers, pre.to_partitions)
     stores = []
-    for reader, b, a in zip(readers, before, after, strict=True):
+    for b, a in zip(before, after, strict=True):
+        where = f"operator {a['operator']} store {a['store']}"
         if (b["rows"], b["digest"]) != (a["rows"], a["digest"]):
-            raise _Mismatch(f"operator {reader.operator} store {reader.label}: {b['rows']} rows before, "
-                            f"{a['rows']} after, digests {b['digest']} and {a['digest']}")  # fmt: skip
-        misplaced = (
-            misplaced_rows(spark, storage.spark_url, pre.batch, reader, pre.to_partitions)
-            if reader.placed
-            else None
-        )
-        if misplaced:
-            raise _Mismatch(f"operator {reader.operator} store {reader.label}: {misplaced} rows outside the "
-                            f"partition Spark's hash gives them under {pre.to_partitions}")  # fmt: skip
-        stores.append(
-            {
-                "operator": reader.operator,
-                "store": reader.label,
-                "rows": a["rows"],
-                "misplaced": misplaced,
-                "digest_before": b["digest"],
-                "digest_after": a["digest"],
-            }
-        )
+            raise _Mismatch(f"{where}: {b['rows']} rows before, {a['rows']} after, digests {b['digest']} and "
+                            f"{a['digest']}")  # fmt: skip
+        if a["misplaced"]:
+            raise _Mismatch(f"{where}: {a['misplaced']} rows outside the partition Spark's hash gives them "
+                            f"under {pre.to_partitions}")  # fmt: skip
+        stores.append({"operator": a["operator"], "store": a["store"], "rows": a["rows"], "misplaced": 0,
+                       "digest_before": b["digest"], "digest_after": a["digest"]})  # fmt: skip
     return stores
 
 
@@ -352,34 +351,28 @@ def undo_repartition(
 
 
 def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:
-    """Per operator (its first store whose placement Spark's hash decides): the rows each partition
-    would hold under each candidate count, and a self-check: under the current count every row must
-    predict the partition it sits in, or the keys are not hashed as assumed (a checkpoint from
-    before Spark 3.3 may not be) and repartitioning it is unsafe."""
+    """Per store: the rows (every column family) each partition would hold under each candidate
+    count, and a self-check: under the current count every row must be placed where it sits, or
+    the keys are not hashed as Spark's repartitioner assumes (a checkpoint from before Spark 3.3
+    may not be) and repartitioning it is unsafe."""
     batch = ckpt.latest_committed_batch
     current = partition_count(ckpt, batch)
     out = []
-    seen: set[int] = set()
     for reader in state_readers(ckpt):
-        if reader.operator in seen or not reader.placed:
-            continue
-        seen.add(reader.operator)
         t = time.monotonic()
-        counts = keys_per_partition(
+        counts = rows_per_partition(
             spark, ckpt.storage.spark_url, batch, reader, sorted({current, *candidates})
         )
-        actual = dict.fromkeys(range(current), 0) | rows_by_partition(
-            spark, ckpt.storage.spark_url, batch, reader
-        )
-        mismatched = [p for p in actual if actual[p] != counts[current].get(p, 0)]
+        now = [counts[0].get(p, 0) for p in range(current)]
+        off = [p for p in range(current) if counts[current][p] != now[p]]
         out.append({
             "operator": reader.operator,
-            "store": reader.label,
-            "rows": sum(actual.values()),
-            "now": [actual[p] for p in sorted(actual)],
+            "store": reader.store,
+            "rows": sum(now),
+            "now": now,
             "candidates": {str(n): {"rows": [counts[n][p] for p in range(n)],
                                     "skew": skew([counts[n][p] for p in range(n)])} for n in candidates},
-            "self_check": {"ok": not mismatched, "partitions_off": mismatched},
+            "self_check": {"ok": not off, "partitions_off": off},
             "seconds": round(time.monotonic() - t, 3),
         })  # fmt: skip
     return out

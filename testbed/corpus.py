@@ -518,7 +518,13 @@ def ensure_big_base(
     return cache
 
 
-def generate(out: Path, names: list[str] | None = None, log=print) -> dict:
+def generate(
+    out: Path,
+    names: list[str] | None = None,
+    log=print,
+    scenarios: tuple[Scenario, ...] | None = None,
+    version: int = GENERATOR_VERSION,
+) -> dict:
     """Run the scenarios into `out` (which must not exist) and write its manifest last."""
     from jobs.spark_session import local_session
 
@@ -526,12 +532,12 @@ def generate(out: Path, names: list[str] | None = None, log=print) -> dict:
     # local[2,4]: two threads, and a failed task is retried up to 4 times (the task_retry scenario).
     spark = local_session(master="local[2,4]", app_name="ckpt-corpus")
     manifest: dict = {
-        "generator_version": GENERATOR_VERSION,
+        "generator_version": version,
         "spark_version": spark.version,
         "scenarios": {},
     }
     try:
-        for scenario in SCENARIOS:
+        for scenario in SCENARIOS if scenarios is None else scenarios:
             if names and scenario.name not in names:
                 continue
             started = time.monotonic()

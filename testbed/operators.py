@@ -1,0 +1,201 @@
+"""A second corpus: one real checkpoint for each stateful operator the main corpus lacks, the ones
+Spark's repartitioner supports besides aggregation, dedup, joins and a ListState.
+
+Kept apart from the main corpus (its own version and cache) so that adding an operator here does
+not regenerate every other checkpoint. Inputs are the main corpus's (`_keyed_rows`); every query is
+deterministic under a restart: event-time timers and a watermark, TTLs far longer than a test.
+
+    python -m testbed.operators OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from testbed.corpus import (
+    FREQUENT_SNAPSHOTS,
+    MANIFEST,
+    SCENARIOS,
+    Scenario,
+    _StatefulProcessor,
+    _stream,
+    generate,
+)
+
+OPERATORS_VERSION = 2
+_HOUR_MS = 3_600_000  # a TTL no test outlives: nothing expires between two copies' restarts
+
+
+def _events(spark, paths: dict[str, str], max_files: int):
+    from pyspark.sql import functions as F
+
+    return (
+        _stream(spark, paths[""], max_files)
+        .withColumn("ts", F.timestamp_seconds("id"))
+        .withWatermark("ts", "5 seconds")
+    )
+
+
+def session_window_count(spark, paths: dict[str, str], max_files: int = 1):
+    from pyspark.sql import functions as F
+
+    return (
+        _events(spark, paths, max_files)
+        .groupBy(F.session_window("ts", "5 seconds"), "k")
+        .agg(F.count("*").alias("n"))
+    )
+
+
+def _running_total(key, pdfs, state):
+    """applyInPandasWithState: a running count and sum of `v` per key."""
+    import pandas as pd
+
+    n, total = state.get if state.exists else (0, 0)
+    for pdf in pdfs:
+        n, total = n + len(pdf), total + int(pdf["v"].sum())
+    state.update((n, total))
+    yield pd.DataFrame({"k": [key[0]], "n": [n], "total": [total]})
+
+
+def pandas_with_state(spark, paths: dict[str, str], max_files: int = 1):
+    return (
+        _stream(spark, paths[""], max_files)
+        .groupBy("k")
+        .applyInPandasWithState(
+            _running_total,
+            outputStructType="k string, n long, total long",
+            stateStructType="n long, total long",
+            outputMode="Update",
+            timeoutConf="NoTimeout",
+        )
+    )
+
+
+class EveryState(_StatefulProcessor):
+    """transformWithStateInPandas with a ValueState, a ListState and a MapState, each with a TTL (so
+    each has its TTL column family too): processing time, which TTLs need."""
+
+    def init(self, handle) -> None:
+        self.count = handle.getValueState("count", "n long", ttlDurationMs=_HOUR_MS)
+        self.items = handle.getListState("items", "v long", ttlDurationMs=_HOUR_MS)
+        self.last = handle.getMapState("last", "v long", "id long", ttlDurationMs=_HOUR_MS)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator:
+        import pandas as pd
+
+        n = self.count.get()[0] if self.count.exists() else 0
+        for pdf in rows:
+            for v, i in zip(pdf["v"], pdf["id"], strict=True):
+                n += 1
+                self.items.appendValue((int(v),))
+                self.last.updateValue((int(v),), (int(i),))
+        self.count.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    def close(self) -> None:
+        pass
+
+
+class Timers(_StatefulProcessor):
+    """transformWithStateInPandas with event-time timers (deterministic under a restart, unlike
+    processing-time ones): a key's timer fires 30 s of event time after its last event."""
+
+    def init(self, handle) -> None:
+        self.handle = handle
+        self.seen = handle.getValueState("seen", "n long")
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator:
+        import pandas as pd
+
+        n = self.seen.get()[0] if self.seen.exists() else 0
+        for pdf in rows:
+            n += len(pdf)
+            self.handle.registerTimer(int(pdf["id"].max()) * 1000 + 30_000)
+        self.seen.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator:
+        import pandas as pd
+
+        yield pd.DataFrame({"k": [key[0]], "n": [-expiredTimerInfo.getExpiryTimeInMs()]})
+
+    def close(self) -> None:
+        pass
+
+
+def every_state(spark, paths: dict[str, str], max_files: int = 1):
+    return (
+        _stream(spark, paths[""], max_files)
+        .groupBy("k")
+        .transformWithStateInPandas(EveryState(), "k string, n long", "Update", "ProcessingTime")
+    )
+
+
+def timers(spark, paths: dict[str, str], max_files: int = 1):
+    return (
+        _events(spark, paths, max_files)
+        .groupBy("k")
+        .transformWithStateInPandas(Timers(), "k string, n long", "Update", "EventTime")
+    )
+
+
+OPERATOR_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("session_window", "session windows with a watermark: sessions merged and evicted",
+             session_window_count, 6, FREQUENT_SNAPSHOTS, output_mode="append"),
+    Scenario("pandas_state", "applyInPandasWithState: a running total per key",
+             pandas_with_state, 6, FREQUENT_SNAPSHOTS),
+    # A processing-time TTL asks for a no-data batch after every batch: availableNow would never end.
+    Scenario("every_state", "transformWithStateInPandas: value, list and map state, each with a TTL",
+             every_state, 6, {**FREQUENT_SNAPSHOTS, "spark.sql.streaming.noDataMicroBatches.enabled": "false"}),
+    Scenario("timers", "transformWithStateInPandas: event-time timers", timers, 6, FREQUENT_SNAPSHOTS),
+)  # fmt: skip
+
+
+def scenario_named(name: str) -> Scenario:
+    for scenario in SCENARIOS + OPERATOR_SCENARIOS:
+        if scenario.name == name:
+            return scenario
+    raise KeyError(name)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("CKPT_CORPUS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ckpt-maint", "corpus"
+    )
+    return Path(base).parent / f"operators-v{OPERATORS_VERSION}"
+
+
+def ensure_operator_corpus(cache: Path | None = None, log=print) -> Path:
+    """The cached operator corpus, generated in a child process first when it is missing (as
+    `corpus.ensure_corpus`: its own SparkContext, generated in place, the manifest written last)."""
+    cache = cache or default_cache_dir()
+    if (cache / MANIFEST).exists():
+        return cache
+    if cache.exists():
+        shutil.rmtree(cache)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    log(f"corpus: generating the operator checkpoints into {cache}")
+    result = subprocess.run([sys.executable, "-m", "testbed.operators", str(cache)], check=False)
+    if result.returncode != 0 or not (cache / MANIFEST).exists():
+        raise RuntimeError(f"operator corpus generation failed (exit {result.returncode}); output in {cache}")
+    log(f"corpus: operator checkpoints generated in {time.monotonic() - started:.0f} s")
+    return cache
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args(argv)
+    generate(args.out, scenarios=OPERATOR_SCENARIOS, version=OPERATORS_VERSION)
+
+
+if __name__ == "__main__":
+    main()
