@@ -30,7 +30,11 @@ from testbed.corpus import (
 )
 
 OPERATORS_VERSION = 2
-_HOUR_MS = 3_600_000  # a TTL no test outlives: nothing expires between two copies' restarts
+_HOUR_MS = 3_600_000
+# A processing-time TTL asks for a no-data batch after every batch: availableNow would never end.
+NO_EMPTY_BATCHES = {
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false"
+}  # a TTL no test outlives: nothing expires between two copies' restarts
 
 
 def _events(spark, paths: dict[str, str], max_files: int):
@@ -151,9 +155,8 @@ OPERATOR_SCENARIOS: tuple[Scenario, ...] = (
              session_window_count, 6, FREQUENT_SNAPSHOTS, output_mode="append"),
     Scenario("pandas_state", "applyInPandasWithState: a running total per key",
              pandas_with_state, 6, FREQUENT_SNAPSHOTS),
-    # A processing-time TTL asks for a no-data batch after every batch: availableNow would never end.
     Scenario("every_state", "transformWithStateInPandas: value, list and map state, each with a TTL",
-             every_state, 6, {**FREQUENT_SNAPSHOTS, "spark.sql.streaming.noDataMicroBatches.enabled": "false"}),
+             every_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES}),
     Scenario("timers", "transformWithStateInPandas: event-time timers", timers, 6, FREQUENT_SNAPSHOTS),
 )  # fmt: skip
 

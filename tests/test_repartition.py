@@ -25,8 +25,8 @@ from checkpoint.repartition import RepartitionFailed, state_readers
 from checkpoint.storage import Storage
 from jobs.repartition import repartition, rows_per_partition
 from testbed.operators import ensure_operator_corpus, scenario_named
+from testbed.restart import differences, restart
 from tests.support.copying import copy_checkpoint
-from tests.support.state import READERS
 from tests.test_cli import CKPT, ckpt
 
 # A real checkpoint for every operator Spark's repartitioner supports: the main corpus's, then the
@@ -42,12 +42,6 @@ OPERATORS = {
     "pandas_state": "applyInPandasWithState",
     "every_state": "transformWithStateInPandas, value, list and map state with TTLs",
     "timers": "transformWithStateInPandas, event-time timers",
-}
-# How the state data source reads each store as a user sees it (default: one reader, no options).
-USER_READERS: dict[str, list[dict[str, str]]] = {
-    **READERS,
-    "every_state": [{"stateVarName": v} for v in ("count", "items", "last")],
-    "timers": [{"stateVarName": "seen"}, {"readRegisteredTimers": "true"}],
 }
 
 
@@ -75,60 +69,13 @@ def tree_digest(path: Path) -> dict[str, str]:
     }
 
 
-def _plain(value):
-    """A row as nested plain values, without what differs between two equal states: the partition
-    a row sits in, and TTL expirations (processing time plus the TTL)."""
-    if hasattr(value, "asDict"):
-        value = value.asDict()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if k not in ("partition_id", "ttlExpirationMs")}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
-
-
-def state_rows(spark, path: Path, name: str) -> list[str]:
-    """Every store's rows at the latest committed batch, as a user reads them."""
-    batch = load_checkpoint(str(path)).latest_committed_batch
-    rows: list[str] = []
-    for options in USER_READERS.get(name, [{}]):
-        load = spark.read.format("statestore").option("batchId", batch)
-        for key, value in options.items():
-            load = load.option(key, value)
-        rows += [f"{options}:{_plain(r)!r}" for r in load.load(str(path)).collect()]
-    assert rows, f"{path}: no state rows to compare"
-    return sorted(rows)
-
-
-def _collecting(out: Path):
-    def sink(df, batch_id: int) -> None:
-        with out.open("a") as f:
-            f.writelines(f"{r!r}\n" for r in df.collect())
-
-    return sink
-
-
-def restart(spark, scenario, scenario_dir: Path, checkpoint: Path, extra: Path, output: Path) -> None:
-    """The real query again, with one more input file (the same for every copy), its output kept."""
-    for sub, rows_for in scenario.inputs.items():
-        from testbed.corpus import write_inputs
-
-        write_inputs(extra / sub if sub else extra, 1, rows_for, start=scenario.batches)
-    scenario.run(spark, scenario_dir, checkpoint, max_files=100_000, sink=_collecting(output), extra=extra)
-
-
 def assert_restarts_like_untouched(
     spark, name: str, scenario_dir: Path, changed: Path, untouched: Path, tmp: Path
-):
-    scenario = scenario_named(name)
+) -> None:
     extra = tmp / "more-input"
-    outputs = {}
-    for label, path in (("changed", changed), ("untouched", untouched)):
-        outputs[label] = tmp / f"{label}.out"
-        restart(spark, scenario, scenario_dir, path, extra, outputs[label])
-    emitted = sorted(outputs["changed"].read_text().splitlines())
-    assert emitted and emitted == sorted(outputs["untouched"].read_text().splitlines())
-    assert state_rows(spark, changed, name) == state_rows(spark, untouched, name)
+    after = {label: restart(spark, name, scenario_dir, path, extra) for label, path in
+             (("changed", changed), ("untouched", untouched))}  # fmt: skip
+    assert not differences(after["changed"], after["untouched"])
 
 
 def _run(spark, path: Path, partitions: int, **kwargs):

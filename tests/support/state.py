@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.restart import USER_READERS
+
 # The reader options that cover every store of a corpus scenario.
-READERS: dict[str, list[dict[str, str]]] = {
-    "dedup_agg": [{"operatorId": "0"}, {"operatorId": "1"}],
-    "join": [{"joinSide": "left"}, {"joinSide": "right"}],
-    "join_cf": [{"joinSide": "left"}, {"joinSide": "right"}],
-    "list_state": [{"stateVarName": "items"}],
-}
+READERS = USER_READERS
 
 
 class StateUnreadable(AssertionError):
