@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.audit import AuditTrail
+from checkpoint.gc_apply import apply_plan
 from checkpoint.head import load_head
 from checkpoint.lease import lease_for
 from checkpoint.model import load_checkpoint
@@ -27,6 +28,7 @@ from jobs.repartition import repartition, rows_per_partition
 from testbed.operators import ensure_operator_corpus, scenario_named
 from testbed.restart import differences, restart
 from tests.support.copying import copy_checkpoint
+from tests.support.planning import candidates_of, plan_of
 from tests.test_cli import CKPT, ckpt
 
 # A real checkpoint for every operator Spark's repartitioner supports: the main corpus's, then the
@@ -108,7 +110,7 @@ def test_each_operator_repartitioned_4_to_8_restarts_like_an_untouched_copy(
     assert_restarts_like_untouched(spark, name, scenario_dir, changed, untouched, tmp_path)
 
 
-def test_an_aggregation_repartitioned_4_to_3_restarts_like_an_untouched_copy(
+def test_after_4_to_3_the_product_handles_the_batch_and_cleanup_takes_the_stale_folder(
     spark, corpus, corpus_root, tmp_path
 ) -> None:
     changed, untouched = tmp_path / "changed", tmp_path / "untouched"
@@ -116,7 +118,25 @@ def test_an_aggregation_repartitioned_4_to_3_restarts_like_an_untouched_copy(
     copy_checkpoint(corpus["snapshots"], untouched)
     result = _run(spark, changed, 3)
     assert (result.from_partitions, result.to_partitions) == (4, 3)
-    assert ckpt("validate", str(changed)).returncode == 0  # folder 3 stays until cleanup: not an error
+
+    # A batch that reads no new input, and a folder that no new batch names: nothing is an error.
+    assert ckpt("validate", str(changed)).returncode == 0
+    lineage = json.loads(ckpt("lineage", str(changed), "--json").stdout)
+    assert sorted(e["partition"] for e in lineage["stores"]) == [0, 1, 2]
+    assert ckpt("fleet", str(tmp_path), "--json").returncode == 0
+    forked = tmp_path / "forked"
+    assert ckpt("fork", str(changed), str(forked)).returncode == 0
+    assert not (forked / "state/0/3").exists() and ckpt("validate", str(forked)).returncode == 0
+    assert ckpt("compact", str(changed), "--min-chain", "1").returncode == 0
+
+    # Cleanup: once no retained batch reads partition 3, every file of its folder goes.
+    audit = AuditTrail(str(tmp_path / "audit"))
+    plan = plan_of(changed, audit=audit, retain_batches=1, now=time.time() + 7 * 3600)
+    stale = {str(p.relative_to(changed)) for p in (changed / "state/0/3").rglob("*") if p.is_file()}
+    assert stale and stale <= {c.path for c in candidates_of(plan, audit)}
+    applied = apply_plan(plan, Storage(str(changed)), audit)
+    assert not applied.failed and not [p for p in (changed / "state/0/3").rglob("*") if p.is_file()]
+    assert ckpt("validate", str(changed)).returncode == 0
     assert_restarts_like_untouched(
         spark, "snapshots", corpus_root / "snapshots", changed, untouched, tmp_path
     )
@@ -260,3 +280,57 @@ def test_refused_before_spark_starts(corpus, tmp_path) -> None:
     )
     assert out.returncode == 2 and "format V2 only" in out.stderr
     assert "log4j" not in out.stderr and "Spark" not in out.stderr
+
+
+def test_dagster_repartitions_undoes_and_profiles_a_partition(spark, corpus, tmp_path) -> None:
+    import dagster as dg
+
+    from assets.partitions import CHECKPOINTS, partition_key
+    from assets.profile import checkpoint_state_profile
+    from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
+    from orchestration.definitions import build_definitions
+
+    root = tmp_path / "root"
+    copy_checkpoint(corpus["join"], root / "orders")
+    before = tree_digest(root / "orders")
+    key = partition_key("prod", "orders")
+    job = build_definitions([CheckpointRoot(name="prod", url=str(root))]).resolve_job_def(
+        "repartition_checkpoint"
+    )
+
+    def launch(**config) -> dg.ExecuteInProcessResult:
+        run_config = {"ops": {"repartition": {"config": {"partition": key, "quiet_seconds": 0, **config}}}}
+        return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
+
+    def failure(result: dg.ExecuteInProcessResult) -> str:
+        return str(
+            next(
+                e for e in result.all_events if e.event_type_value == "STEP_FAILURE"
+            ).event_specific_data.error
+        )
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(CHECKPOINTS, [key])
+        profiled = dg.materialize(
+            [checkpoint_state_profile],
+            partition_key=key,
+            instance=instance,
+            resources={"roots": CheckpointRootsResource(roots=[CheckpointRoot(name="prod", url=str(root))]),
+                       "spark": SparkResource(master="local[2]")},
+            run_config={"ops": {"checkpoint_state_profile": {"config": {"candidates": [3, 8]}}}},
+        )  # fmt: skip
+        meta = profiled.asset_materializations_for_node("checkpoint_state_profile")[0].metadata
+        assert meta["partitions"].value == 4 and meta["operator_0_self_check"].value is True
+        assert "**8 partitions**" in meta["operator_0_predicted"].value and "█" in meta["operator_0"].value
+
+        done = launch(partitions=8)
+        assert done.success
+        output = done.output_for_node("repartition")
+        assert (output["from_partitions"], output["to_partitions"], output["outcome"]) == (
+            4,
+            8,
+            "repartitioned",
+        )
+        assert "already has 8" in failure(launch(partitions=8))
+        assert launch(undo=True).success
+        assert tree_digest(root / "orders") == before
