@@ -5,9 +5,10 @@ Memory is one partition's listing plus the retained set's inputs, whatever the c
 1. The logs (everything outside `state/<op>/<part>/`: commits, offsets, metadata, schema files)
    are listed and read strictly, and checked (the commit-log findings of `validate`). They name,
    for every retained batch, each store's committed id.
-2. Each partition folder is listed on its own (several at once on object stores) and decided alone
-   by `orphans.find_orphans`, with the inputs of that partition only: the committed ids of its
-   stores, the lineage headers of its committed changelogs, the SSTs its zips list. The rules need
+2. Each partition folder is listed, read and decided on its own (several at once on object stores,
+   so their requests overlap) by `orphans.find_orphans`, with the inputs of that partition only:
+   the committed ids of its stores, the lineage headers of its committed changelogs, the SSTs its
+   zips list (read only for the zips that stay: a zip that goes costs no request). The rules need
    nothing from another partition but one figure, the oldest SST a retained zip lists (a live
    query's SSTs go only when older): the SSTs it decides are held back in a spill file until every
    partition has given its oldest, then decided.
@@ -29,10 +30,10 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import CheckpointError
 from .layout import FileKind, classify
@@ -144,6 +145,7 @@ def commit_digests(ckpt: Checkpoint) -> dict[int, str]:
 
 
 Lister = Callable[[Storage, str], list[FileInfo]]
+_T = TypeVar("_T")
 
 
 def _list(storage: Storage, folder: str) -> list[FileInfo]:
@@ -183,12 +185,17 @@ def plan_gc(
     live = base.is_live(now, quiet_seconds)
     options = GcOptions(grace_seconds=grace_seconds, live=live, defer_live_ssts=True)
     if workers is None:
-        workers = 1 if storage.is_local else POLICY.list_workers  # locally threads only contend
+        # Locally threads only contend, and a partition read ahead is one more partition in memory.
+        workers = 0 if storage.is_local else POLICY.list_workers
     plan_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="ckpt-plan-") as tmp, _Spill(tmp) as spill:
-        for folder, listing in _listed(storage, folders, workers, lister):
-            scan = _scan(base, window, committed.get(folder, {}), listing, options, now)
-            spill.partition(folder, listing, scan)
+
+        def scan(folder: str) -> tuple[tuple[CheckpointFile, ...], OrphanScan]:
+            listing = tuple(CheckpointFile(i, classify(i.rel)) for i in lister(storage, folder))
+            return listing, _scan(base, window, committed.get(folder, {}), listing, options, now)
+
+        for folder, (listing, found) in _in_order(folders, scan, workers):
+            spill.partition(folder, listing, found)
         spill.finish()
         plan = Plan(
             plan_id=plan_id,
@@ -250,22 +257,20 @@ def _committed_by_partition(
     return out
 
 
-def _listed(
-    storage: Storage, folders: list[str], workers: int, lister: Lister
-) -> Iterator[tuple[str, tuple[CheckpointFile, ...]]]:
-    """Each partition's classified listing, in folder order; at most `workers` listings in flight
-    (and in memory) at once. A listing that fails fails the plan."""
-
-    def one(folder: str) -> tuple[CheckpointFile, ...]:
-        return tuple(CheckpointFile(i, classify(i.rel)) for i in lister(storage, folder))
-
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        ahead = deque(pool.submit(one, f) for f in folders[:workers])
+def _in_order(folders: list[str], work: Callable[[str], _T], workers: int) -> Iterator[tuple[str, _T]]:
+    """`work` on each partition folder (its listing, its reads, its decision), in folder order; at
+    most `workers` in flight (and in memory) at once, so an object store's requests overlap; 0: one
+    at a time, in this thread. A failure fails the plan."""
+    if workers < 1:
+        yield from ((folder, work(folder)) for folder in folders)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        ahead = deque(pool.submit(work, f) for f in folders[:workers])
         for i, folder in enumerate(folders):
-            listing = ahead.popleft().result()
+            done = ahead.popleft().result()
             if i + workers < len(folders):
-                ahead.append(pool.submit(one, folders[i + workers]))
-            yield folder, listing
+                ahead.append(pool.submit(work, folders[i + workers]))
+            yield folder, done
 
 
 def _scan(
@@ -289,13 +294,7 @@ def _scan(
                 if header.lineage is None:
                     raise GcError("a V2 changelog without lineage", base.storage.full(changelog.rel))
                 lineages[changelog.rel] = header.lineage
-    zip_ssts: dict[str, tuple[str, ...] | None] = {}
-    for f in files:
-        if f.kind == FileKind.ZIP:
-            try:
-                zip_ssts[f.rel] = tuple(s.dfs_name for s in base.read_snapshot(f).metadata.sst_files)
-            except CheckpointError:
-                zip_ssts[f.rel] = None  # fatal only if retained: find_orphans checks
+    zip_ssts = _ZipListings(base, {f.rel: f for f in files if f.kind == FileKind.ZIP})
     try:
         scan = find_orphans(
             RetentionInputs(files, window[-1], dict(committed), lineages, zip_ssts), options, now
@@ -304,6 +303,33 @@ def _scan(
         raise GcError(f"unsafe to plan: {exc}", base.url) from exc
     _guard_paths(base, [c.file for c in scan.candidates])
     return scan
+
+
+class _ZipListings(Mapping[str, "tuple[str, ...] | None"]):
+    """The SSTs each zip of a partition lists, read when first asked for: find_orphans asks only of
+    the zips that stay, so the zips that go cost no request. An unreadable zip is None (fatal only
+    if retained: find_orphans checks)."""
+
+    def __init__(self, base: Checkpoint, zips: dict[str, CheckpointFile]) -> None:
+        self._base, self._zips = base, zips
+        self._read: dict[str, tuple[str, ...] | None] = {}
+
+    def __getitem__(self, rel: str) -> tuple[str, ...] | None:
+        if rel not in self._read:
+            zip_file = self._zips[rel]  # KeyError: not a zip of this partition
+            try:
+                self._read[rel] = tuple(
+                    s.dfs_name for s in self._base.read_snapshot(zip_file).metadata.sst_files
+                )
+            except CheckpointError:
+                self._read[rel] = None
+        return self._read[rel]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._zips)
+
+    def __len__(self) -> int:
+        return len(self._zips)
 
 
 def _guard_paths(ckpt: Checkpoint, candidates: list[CheckpointFile]) -> None:

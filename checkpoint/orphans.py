@@ -9,6 +9,7 @@ read, is `gc_plan`'s job.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -63,9 +64,10 @@ class RetentionInputs:
     committed: dict[int, dict[StoreId, str]]
     # rel of a committed changelog -> its lineage (the header), for the changelogs the window needs
     lineages: dict[str, tuple[LineageEntry, ...]]
-    # rel of a zip -> the DFS names of the SSTs it lists, for every zip of the checkpoint; None for an
-    # orphan zip that could not be read, which then protects every SST of its store
-    zip_ssts: dict[str, tuple[str, ...] | None]
+    # rel of a zip -> the DFS names of the SSTs it lists; None for a zip that could not be read, which
+    # then protects every SST of its store if it stays. Only zips that stay (retained, or orphans kept)
+    # are looked up: a planner may read each on demand, and spare the reads of the zips that go.
+    zip_ssts: Mapping[str, tuple[str, ...] | None]
 
 
 @dataclass(frozen=True)
@@ -229,7 +231,9 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
         for name in inputs.zip_ssts.get(f.rel) or ()
     }
     unknown_listing = {
-        _store_of(f) for f in inputs.files if f.kind == FileKind.ZIP and inputs.zip_ssts.get(f.rel) is None
+        _store_of(f)
+        for f in inputs.files
+        if f.kind == FileKind.ZIP and f.rel not in chosen and inputs.zip_ssts.get(f.rel) is None
     }
     retained_sst_times = [f.info.mtime for f in inputs.files if f.kind == FileKind.SST and f.rel in retained]
     oldest_retained_sst = min((t for t in retained_sst_times if t is not None), default=None)

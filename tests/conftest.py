@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from checkpoint.model import Checkpoint, load_checkpoint
+from testbed.copying import copy_checkpoint
 from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
-from tests.support.copying import copy_checkpoint
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint
 
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 

@@ -1,5 +1,6 @@
 """The `--json` documents of every command keep their shape: the keys, and the kind of each value,
-are compared with snapshots taken before the CLI was split into modules. Scripts parse these
+are compared with snapshots taken before the CLI was split into modules (and, for the commands
+added since, when they were added). Scripts parse these
 documents; a key renamed, dropped or turned from a number into a string breaks them.
 
 Set CKPT_UPDATE_SNAPSHOTS=1 to rewrite the snapshots after a change to a shape that is meant.
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from tests.support.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint
 
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "cli_json"
 
@@ -51,8 +52,13 @@ def place(corpus, tmp_path):
     return copy
 
 
-def _commands(place, tmp_path) -> dict[str, list[str]]:
+def _commands(place, corpus, tmp_path) -> dict[str, list[str]]:
     chain, killed = place("long_chain"), place("killed_after_restart")
+
+    def apart(name: str, again: bool = False) -> Path:  # outside the root that `scan` and `fleet` see
+        where = tmp_path / "apart" / name
+        return where if again else copy_checkpoint(corpus[name], where)
+
     return {
         "inspect": ["inspect", str(killed)],
         "lineage": ["lineage", str(chain)],
@@ -72,14 +78,17 @@ def _commands(place, tmp_path) -> dict[str, list[str]]:
         ],  # fmt: skip
         "fork": ["fork", str(killed), str(tmp_path / "fork")],
         "compact": ["compact", str(chain)],
+        "state_profile": ["state-profile", str(apart("join")), "--candidates", "3,8"],
+        "repartition": ["repartition", str(apart("snapshots")), "--partitions", "8", "--quiet", "0s"],
+        "repartition_undo": ["repartition", str(apart("snapshots", again=True)), "--undo"],
     }
 
 
-def test_every_command_keeps_its_json_shape(spark, place, tmp_path, capsys) -> None:
+def test_every_command_keeps_its_json_shape(spark, place, corpus, tmp_path, capsys) -> None:
     update = os.environ.get("CKPT_UPDATE_SNAPSHOTS") == "1"
     SNAPSHOTS.mkdir(parents=True, exist_ok=True)
     seen = {}
-    for name, argv in _commands(place, tmp_path).items():
+    for name, argv in _commands(place, corpus, tmp_path).items():
         code, doc = _run(capsys, *argv)
         seen[name] = (code, shape(doc))
         path = SNAPSHOTS / f"{name}.json"

@@ -18,8 +18,8 @@ from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
 from checkpoint.rebuild import RebuildError, merge_delimiter, rebuild_store
 from jobs.compact import run_compaction
+from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
-from tests.support.copying import copy_checkpoint
 from tests.support.planning import candidates_of, plan_of
 from tests.support.state import READERS, read_state, restart_like_untouched
 

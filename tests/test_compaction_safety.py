@@ -20,7 +20,7 @@ from checkpoint.crc import crc32c_signed
 from checkpoint.head import load_head
 from checkpoint.lineage import checkpoint_lineage
 from jobs.compact import run_compaction
-from tests.support.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint
 
 pytestmark = pytest.mark.slow
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"

@@ -21,7 +21,7 @@ from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.head import load_head
 from orchestration.definitions import build_definitions
 from orchestration.sensors import checkpoint_discovery_sensor
-from tests.support.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint
 
 AUDIT = [checkpoint_inventory, checkpoint_lineage_report]
 

@@ -22,8 +22,8 @@ from assets.partitions import partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.lease import lease_for
 from orchestration.definitions import build_definitions
+from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
-from tests.support.copying import copy_checkpoint
 
 CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
 

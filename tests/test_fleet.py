@@ -19,9 +19,9 @@ from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.changelog import LINEAGE_HEADER_CAP
 from checkpoint.fleet import headroom
 from checkpoint.validate import Severity
+from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
 from tests.support import damage
-from tests.support.copying import copy_checkpoint
 
 CKPT = str(Path(sys.executable).parent / "ckpt")
 NEAR, OVER = 45_000, 56_000  # lineage header bytes: 69 % and 85 % of the cap

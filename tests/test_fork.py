@@ -22,9 +22,9 @@ from checkpoint.fork import ForkIncomplete, ForkRefused, fork, rewrite_schema_pa
 from checkpoint.layout import FORK_COMPLETE, FORK_STARTED
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
+from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
 from testbed.recovery import recovery_files
-from tests.support.copying import copy_checkpoint
 from tests.support.state import read_state, restart_like_untouched
 from tests.test_cli import CKPT, ckpt
 

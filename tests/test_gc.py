@@ -19,8 +19,8 @@ from checkpoint.gc_plan import GcError, Plan
 from checkpoint.layout import FileKind
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
+from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
-from tests.support.copying import copy_checkpoint
 from tests.support.planning import candidates_of, plan_of
 from tests.support.state import read_state, restart_like_untouched
 

@@ -20,7 +20,7 @@ from checkpoint.model import SCOPE_RECOVERY, load_checkpoint
 from checkpoint.storage import Storage
 from checkpoint.validate import ValidationOptions, validate
 from testbed import synthetic
-from tests.support.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint
 
 # Same versions modulo the snapshot interval: the same replay chains (5 changelogs) at the latest
 # batch, 60 against 300 versions of history per store.

@@ -21,9 +21,9 @@ import pytest
 
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
+from testbed.copying import copy_checkpoint
 from testbed.corpus import NO_SNAPSHOTS, _Confs, _keyed_rows, aggregation, write_inputs
 from testbed.demo import date_back
-from tests.support.copying import copy_checkpoint
 from tests.support.dagster_dev import PROJECT, dagster_dev
 from tests.support.state import control_state, latest_state
 

@@ -25,9 +25,9 @@ from checkpoint.model import load_checkpoint
 from checkpoint.repartition import RepartitionFailed, state_readers
 from checkpoint.storage import Storage
 from jobs.repartition import repartition, rows_per_partition
+from testbed.copying import copy_checkpoint
 from testbed.operators import ensure_operator_corpus, scenario_named
 from testbed.restart import differences, restart
-from tests.support.copying import copy_checkpoint
 from tests.support.planning import candidates_of, plan_of
 from tests.test_cli import CKPT, ckpt
 

@@ -25,7 +25,7 @@ from checkpoint.gc_apply import apply_plan
 from checkpoint.head import load_head
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
-from tests.support.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint
 from tests.support.planning import candidates_of, plan_of
 
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"

@@ -1,4 +1,4 @@
-"""Copies of corpus checkpoints that name themselves.
+"""Copies of corpus checkpoints that name themselves (tests and benches).
 
 Operator metadata v2 (transformWithState, joins with state format 3) names its schema files by
 absolute path, so a plain copy still reads the original's and validation rightly calls it moved
