@@ -262,8 +262,10 @@ def added_since(storage: Storage, before: Before) -> list[str]:
 
 
 def undo(storage: Storage, before: Before) -> list[str]:
-    """Deletes what the repartition added, state files first and the batch's commit and offsets
-    last (a checkpoint never names state that is gone); returns what was deleted."""
+    """Deletes what the repartition added: state files, then the commit, then the offsets; returns
+    what was deleted. Killed part-way, the checkpoint still names the batch, so a restarted query
+    fails on the missing state instead of running half a repartition, and the next undo, which
+    compares with `before` again, finishes the job."""
     added = added_since(storage, before)
     state = sorted(r for r in added if r.startswith("state/"))
     logs = sorted(

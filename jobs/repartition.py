@@ -23,6 +23,7 @@ from checkpoint.audit import AuditTrail, folder_name
 from checkpoint.errors import CheckpointError
 from checkpoint.fork import fork
 from checkpoint.head import load_head
+from checkpoint.lease import LeaseLost
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.repartition import (
@@ -239,9 +240,12 @@ def repartition(
         fork(storage, backup_storage, pre.latest_batch, check=check)
         report(log, Progress("repartition steps", 2, _STEPS), "%s: backup fork at batch %d in %s",
                storage.url, pre.latest_batch, backup)  # fmt: skip
-        before_digests = digest_state(
-            spark, storage.spark_url, pre.latest_batch, readers, pre.from_partitions
-        )
+        try:
+            before_digests = digest_state(
+                spark, storage.spark_url, pre.latest_batch, readers, pre.from_partitions
+            )
+        except Exception as exc:  # Spark fails with Py4J and analysis errors, not CheckpointErrors
+            raise RepartitionRefused(f"Spark cannot read the state: {_first_line(exc)}", storage.url) from exc
         off = next((d for d in before_digests if d["misplaced"]), None)
         if off is not None:  # nothing of the checkpoint is written yet; the backup stays in the audit trail
             raise RepartitionRefused(
@@ -257,7 +261,7 @@ def repartition(
     seconds["preflight_backup_digest"] = time.monotonic() - t
     report(log, Progress("repartition steps", 3, _STEPS), "%s: %d stores digested", storage.url, len(readers))
 
-    def fail(reason: str, cause: BaseException | None = None) -> RepartitionFailed:
+    def fail(reason: str) -> RepartitionFailed:
         undone = undo(storage, before)
         records.write(rid, "finished.json", {"outcome": "undone", "reason": reason, "deleted": len(undone)})
         log.error("%s: repartition undone (%d files deleted): %s", storage.url, len(undone), reason)
@@ -279,12 +283,12 @@ def repartition(
         seconds["verify"] = time.monotonic() - t
     except _Mismatch as exc:
         raise fail(str(exc)) from exc
+    except LeaseLost:  # another holder may act now: this run touches nothing more
+        raise
     except CheckpointError as exc:
-        if "lease" in type(exc).__name__.lower():  # the lease is lost: another holder may act now
-            raise
         raise fail(f"{type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # Spark's failure (a Py4J or analysis error): put the checkpoint back
-        raise fail(f"Spark's rewrite failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
+        raise fail(f"Spark's rewrite failed: {_first_line(exc)}") from exc
     result = RepartitionResult(storage.url, rid, "repartitioned", pre.from_partitions, pre.to_partitions,
                                pre.batch, backup, stores, seconds)  # fmt: skip
     records.write(rid, "finished.json", {"outcome": "repartitioned", **result.as_dict()})
@@ -294,6 +298,11 @@ def repartition(
 
 class _Mismatch(Exception):
     pass
+
+
+def _first_line(exc: BaseException) -> str:
+    """A Spark error's class and first line: its JVM stack trace is for the log, not the message."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
 def _verify(

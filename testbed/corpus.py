@@ -589,6 +589,14 @@ def ensure_corpus(cache: Path | None = None, log=print) -> Path:
     if cache is None:
         cache = default_cache_dir()
         _prune_older_generations(cache)
+    return ensure_generated(
+        cache, ["-m", "testbed.corpus"], f"the corpus (generator v{GENERATOR_VERSION})", log
+    )
+
+
+def ensure_generated(cache: Path, command: list[str], what: str, log=print) -> Path:
+    """`cache`, generated first by `python <command> <cache>` in a child process when it has no
+    manifest (an incomplete one is removed first); the child writes the manifest last."""
     if (cache / MANIFEST).exists():
         return cache
     if cache.exists():
@@ -596,11 +604,11 @@ def ensure_corpus(cache: Path | None = None, log=print) -> Path:
         shutil.rmtree(cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    log(f"corpus: generating into {cache} (generator v{GENERATOR_VERSION}); this runs real queries")
-    result = subprocess.run([sys.executable, "-m", "testbed.corpus", str(cache)], check=False)
+    log(f"corpus: generating {what} into {cache}; this runs real queries")
+    result = subprocess.run([sys.executable, *command, str(cache)], check=False)
     if result.returncode != 0 or not (cache / MANIFEST).exists():
-        raise RuntimeError(f"corpus generation failed (exit {result.returncode}); partial output in {cache}")
-    log(f"corpus: generated in {time.monotonic() - started:.0f} s")
+        raise RuntimeError(f"generating {what} failed (exit {result.returncode}); partial output in {cache}")
+    log(f"corpus: {what} generated in {time.monotonic() - started:.0f} s")
     return cache
 
 

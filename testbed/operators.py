@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from testbed.corpus import (
     FREQUENT_SNAPSHOTS,
-    MANIFEST,
     SCENARIOS,
     Scenario,
     _StatefulProcessor,
     _stream,
+    ensure_generated,
     generate,
 )
 
@@ -178,19 +174,9 @@ def default_cache_dir() -> Path:
 def ensure_operator_corpus(cache: Path | None = None, log=print) -> Path:
     """The cached operator corpus, generated in a child process first when it is missing (as
     `corpus.ensure_corpus`: its own SparkContext, generated in place, the manifest written last)."""
-    cache = cache or default_cache_dir()
-    if (cache / MANIFEST).exists():
-        return cache
-    if cache.exists():
-        shutil.rmtree(cache)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    log(f"corpus: generating the operator checkpoints into {cache}")
-    result = subprocess.run([sys.executable, "-m", "testbed.operators", str(cache)], check=False)
-    if result.returncode != 0 or not (cache / MANIFEST).exists():
-        raise RuntimeError(f"operator corpus generation failed (exit {result.returncode}); output in {cache}")
-    log(f"corpus: operator checkpoints generated in {time.monotonic() - started:.0f} s")
-    return cache
+    return ensure_generated(
+        cache or default_cache_dir(), ["-m", "testbed.operators"], "the operator corpus", log
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

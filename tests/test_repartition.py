@@ -80,6 +80,11 @@ def assert_restarts_like_untouched(
     assert not differences(after["changed"], after["untouched"])
 
 
+def _pair(original: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Two copies of a checkpoint: one to change, one untouched to restart beside it."""
+    return copy_checkpoint(original, tmp_path / "changed"), copy_checkpoint(original, tmp_path / "untouched")
+
+
 def _run(spark, path: Path, partitions: int, **kwargs):
     storage = Storage(str(path))
     audit = AuditTrail(AuditTrail.default_for(storage.url))
@@ -93,9 +98,7 @@ def test_each_operator_repartitioned_4_to_8_restarts_like_an_untouched_copy(
     spark, real, tmp_path, name
 ) -> None:
     scenario_dir, original = real(name)
-    changed, untouched = tmp_path / "changed", tmp_path / "untouched"
-    copy_checkpoint(original, changed)
-    copy_checkpoint(original, untouched)
+    changed, untouched = _pair(original, tmp_path)
     before = load_checkpoint(str(changed)).latest_committed_batch
 
     result = _run(spark, changed, 8)
@@ -113,9 +116,7 @@ def test_each_operator_repartitioned_4_to_8_restarts_like_an_untouched_copy(
 def test_after_4_to_3_the_product_handles_the_batch_and_cleanup_takes_the_stale_folder(
     spark, corpus, corpus_root, tmp_path
 ) -> None:
-    changed, untouched = tmp_path / "changed", tmp_path / "untouched"
-    copy_checkpoint(corpus["snapshots"], changed)
-    copy_checkpoint(corpus["snapshots"], untouched)
+    changed, untouched = _pair(corpus["snapshots"], tmp_path)
     result = _run(spark, changed, 3)
     assert (result.from_partitions, result.to_partitions) == (4, 3)
 
@@ -145,9 +146,7 @@ def test_after_4_to_3_the_product_handles_the_batch_and_cleanup_takes_the_stale_
 def test_a_verification_failure_is_undone_byte_for_byte_and_the_query_restarts(
     spark, corpus, corpus_root, tmp_path
 ) -> None:
-    changed, untouched = tmp_path / "changed", tmp_path / "untouched"
-    copy_checkpoint(corpus["snapshots"], changed)
-    copy_checkpoint(corpus["snapshots"], untouched)
+    changed, untouched = _pair(corpus["snapshots"], tmp_path)
     before = tree_digest(changed)
     batch = load_checkpoint(str(changed)).latest_committed_batch
 
@@ -216,9 +215,7 @@ def test_refusals_exit_2_with_one_line_and_change_no_byte(corpus, tmp_path) -> N
 
 
 def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corpus_root, tmp_path) -> None:
-    changed, untouched = tmp_path / "changed", tmp_path / "untouched"
-    copy_checkpoint(corpus["snapshots"], changed)
-    copy_checkpoint(corpus["snapshots"], untouched)
+    changed, untouched = _pair(corpus["snapshots"], tmp_path)
     audit = Path(AuditTrail.default_for(str(changed)))
     child = subprocess.Popen(
         [CKPT, "repartition", str(changed), "--partitions", "8", "--quiet", "0s", "--lease-ttl", "2s"],
