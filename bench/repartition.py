@@ -135,11 +135,11 @@ def bench(work: Path, keys: int, to: int) -> None:
 def check(work: Path, to: int) -> int:
     """Every operator of both corpora taken 4 -> `to`, restarted against an untouched copy."""
     main_corpus, operator_corpus = ensure_corpus(), ensure_operator_corpus()
-    extra = {s.name for s in OPERATOR_SCENARIOS}
+    operator_names = {s.name for s in OPERATOR_SCENARIOS}
     spark = _session()
     failed = 0
     for name in OPERATORS:
-        root = operator_corpus if name in extra else main_corpus
+        root = operator_corpus if name in operator_names else main_corpus
         changed, untouched = (
             copy_checkpoint(root / name / "checkpoint", work / name / "changed"),
             copy_checkpoint(root / name / "checkpoint", work / name / "untouched"),
