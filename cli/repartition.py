@@ -17,13 +17,13 @@ from .common import EXIT_FINDINGS, WHERE, Result, duration, leased, takes_the_le
 
 
 def state_profile(args: argparse.Namespace) -> Result:
-    storage = Storage(args.path)
-    doc = head_profile(load_head(storage, recent=1))
+    ckpt = load_head(Storage(args.path), recent=1)
+    doc = head_profile(ckpt)
     if args.candidates:
         from jobs.repartition import predict  # Spark starts only when counts are to be predicted
         from jobs.spark_session import session_for
 
-        doc["predicted"] = predict(session_for(args.master), load_head(storage, recent=1), args.candidates)
+        doc["predicted"] = predict(session_for(args.master), ckpt, args.candidates)
     refused = any(not p["self_check"]["ok"] for p in doc.get("predicted", []))
     return Result(doc, render.profile_text, EXIT_FINDINGS if refused else 0)
 

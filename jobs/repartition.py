@@ -270,7 +270,7 @@ def repartition(
     try:
         check()
         t = time.monotonic()
-        if load_head(storage, recent=1).latest_committed_batch != pre.batch:
+        if ckpt.latest_committed_batch != pre.batch:  # a killed run's batch Spark committed: proven below
             spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
         seconds["rewrite"] = time.monotonic() - t
         report(log, Progress("repartition steps", 4, _STEPS), "%s: Spark rewrote the state in %.1f s",
