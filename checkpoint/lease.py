@@ -10,8 +10,13 @@ One holder, ever:
 - each generation is created with write-if-absent (exclusive create on local disks, a conditional
   PUT `If-None-Match: *` on S3), so of two actions that race for a generation exactly one wins;
 - generation numbers never repeat: giving the lease back writes the next generation as a
-  "released" marker instead of emptying the folder, and only generations older than the newest are
-  ever deleted, so a folder never starts counting again from 1;
+  "released" marker instead of emptying the folder, and only generations older than the newest two
+  are ever deleted, so a folder never starts counting again from 1;
+- a generation won is held only once a listing after the write shows it as the newest. A local
+  directory listed while others create and delete in it may miss entries (readdir promises only
+  those that exist throughout), so an acquirer can see an empty or stale folder and win a number
+  that was used and deleted long ago; the listing after the write names the newer generation, and
+  the stale one is withdrawn;
 - a holder acts only while its own token is in the newest generation and its own expiry (the last
   renewal that succeeded, less a margin) has not passed: `check()` raises LeaseLost otherwise, and
   actions call it before each change. Renewal rewrites the holder's own generation only (on S3 a
@@ -172,6 +177,9 @@ class Lease:
                 )
             except FileExistsError:
                 continue  # another action took this generation first: look again
+            if not self._newest_is(generation):
+                self._withdraw(generation)
+                continue  # the listing before the write was stale: look again
             self.generation, self._expires, self._lost = generation, now + self.ttl, None
             self.took_over = found[1] if found and not found[1].released else None
             if self.took_over is not None:
@@ -184,8 +192,19 @@ class Lease:
                  "host": socket.gethostname(), "expired_holder": asdict(expired)}  # fmt: skip
         self.storage.append(f"{self.folder}-takeovers.jsonl", (json.dumps(entry) + "\n").encode())
 
+    def _newest_is(self, generation: int) -> bool:
+        found = self._newest()
+        return found is not None and found[0] == generation
+
+    def _withdraw(self, generation: int) -> None:
+        """Deletes a generation this action just won below the newest: nobody reads it as the
+        lease, and leaving it would only wait for the next holder's `_forget_older`."""
+        self.storage.delete_batch([self._rel(generation)])
+
     def _forget_older(self, generation: int) -> None:
-        older = [self._rel(g) for g in self._generations() if g < generation]
+        # The one below stays too: a listing that misses the newest (created while it ran) still
+        # finds its predecessor, so the count does not restart from a folder that looks empty.
+        older = [self._rel(g) for g in self._generations() if g < generation - 1]
         if older:
             self.storage.delete_batch(older)  # expired or released generations; failures are harmless
 

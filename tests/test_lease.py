@@ -94,6 +94,25 @@ def test_the_aba_sequence_leaves_one_holder(tmp_path) -> None:
     assert d.current()[1].expires == clock.now + 60
 
 
+def test_a_listing_that_misses_the_newest_generations_wins_nothing(tmp_path) -> None:
+    """A local folder listed while other acquirers create and delete in it can list as empty (a
+    readdir returns only entries that exist throughout). B saw none, won generation 1 again (long
+    deleted) and returned holding a lease that C held: caught by the 8-process hammer."""
+    clock = Clock()
+    _lease(tmp_path, "A", clock).acquire().release()
+    c = _lease(tmp_path, "C", clock).acquire()
+    b = _lease(tmp_path, "B", clock)
+    real, listings = b._generations, iter([[]])
+    b._generations = lambda: next(listings, None) or real()  # the first listing misses everything
+    with pytest.raises(LeaseHeld, match="C on"):
+        b.acquire()
+    assert b.generation is None and b.current()[1].owner == "C"
+    assert sorted(p.name for p in (tmp_path / "ckpt-0001" / "lease").iterdir()) == [
+        f"{g:012d}.json" for g in (c.generation - 1, c.generation)
+    ]  # B's stale generation 1 withdrawn; the released marker below C's kept
+    c.check()
+
+
 def test_a_stale_token_in_the_newest_generation_is_not_the_holders(tmp_path) -> None:
     clock = Clock()
     a = _lease(tmp_path, "A", clock).acquire()
