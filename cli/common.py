@@ -40,6 +40,13 @@ def leased(args: argparse.Namespace, storage: Storage, what: str) -> Lease:
     return lease_for(storage, owner=f"ckpt {what}", ttl=args.lease_ttl).acquire(wait=args.wait)
 
 
+def quiet_period_option(p: argparse.ArgumentParser) -> None:
+    """`--quiet-period`: one name and one meaning for every command that refuses a live query."""
+    p.add_argument("--quiet-period", type=duration, default=POLICY.quiet_seconds, metavar="DURATION",
+                   help="a commit or offset newer than this marks the query live, and the command refuses it "
+                   f"(default {duration_text(POLICY.quiet_seconds)})")  # fmt: skip
+
+
 def takes_the_lease(p: argparse.ArgumentParser, writes_no_plan: bool = False) -> None:
     """The options of a command that changes a checkpoint under its maintenance lease."""
     if writes_no_plan:

@@ -12,7 +12,7 @@ from checkpoint.policy import POLICY, duration_text
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, duration, leased, takes_the_lease
+from .common import EXIT_FINDINGS, WHERE, Result, duration, leased, quiet_period_option, takes_the_lease
 
 
 def gc(args: argparse.Namespace) -> Result:
@@ -57,9 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    f"below {duration_text(POLICY.min_grace_seconds)} is refused)")  # fmt: skip
     p.add_argument("--retain-batches", type=int, metavar="N",
                    help="keep the last N committed batches (default: all in the commit log)")  # fmt: skip
-    p.add_argument("--quiet-period", type=duration, default=POLICY.quiet_seconds, metavar="DURATION",
-                   help="a commit or offset newer than this marks the query live "
-                   f"(default {duration_text(POLICY.quiet_seconds)})")  # fmt: skip
+    quiet_period_option(p)
     p.add_argument("--audit", metavar="URL", help="where plans and outcomes are kept (default: "
                    "_ckpt_audit beside the checkpoint)")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=POLICY.delete_batch_size, metavar="N",

@@ -8,12 +8,12 @@ import sys
 
 from checkpoint.audit import AuditTrail
 from checkpoint.head import load_head
-from checkpoint.policy import POLICY, duration_text
+from checkpoint.policy import POLICY
 from checkpoint.repartition import RepartitionFailed, head_profile
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, duration, leased, takes_the_lease
+from .common import EXIT_FINDINGS, WHERE, Result, leased, quiet_period_option, takes_the_lease
 
 
 def state_profile(args: argparse.Namespace) -> Result:
@@ -43,7 +43,7 @@ def repartition_command(args: argparse.Namespace) -> Result | int:
         try:
             session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
             result = repartition(
-                session, storage, audit, args.partitions, lease.check, quiet_seconds=args.quiet
+                session, storage, audit, args.partitions, lease.check, quiet_seconds=args.quiet_period
             )
         except RepartitionFailed as exc:
             print(f"ckpt: repartition failed: {exc}", file=sys.stderr)
@@ -76,9 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partitions", type=int, metavar="N", help="the new state partition count")
     p.add_argument("--undo", action="store_true",
                    help="take back the newest repartition while its batch is still the latest")  # fmt: skip
-    p.add_argument("--quiet", type=duration, default=POLICY.quiet_seconds, metavar="DURATION",
-                   help="refuse when a commit or offset is younger than this: the query may be running "
-                   f"(default {duration_text(POLICY.quiet_seconds)})")  # fmt: skip
+    quiet_period_option(p)
     p.add_argument("--audit", metavar="URL", help="where the records and the backup fork go (default: "
                    "_ckpt_audit beside the checkpoint)")  # fmt: skip
     p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")

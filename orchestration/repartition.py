@@ -12,7 +12,7 @@ from pydantic import Field
 from assets import markdown
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
-from checkpoint.policy import POLICY
+from checkpoint.policy import parse_duration
 
 
 class RepartitionConfig(dg.Config):
@@ -21,9 +21,10 @@ class RepartitionConfig(dg.Config):
     undo: bool = Field(
         default=False, description="Take back the newest repartition while its batch is the latest"
     )
-    quiet_seconds: float = Field(
-        default=POLICY.quiet_seconds,
-        description="Refuse when a commit or offset is younger than this: the query may be running",
+    quiet_period: str | None = Field(
+        default=None,
+        description="Refuse when a commit or offset is younger than this (the query may be running); "
+        "default: the roots resource's quiet_period",
     )
 
 
@@ -53,7 +54,7 @@ def repartition_op(
                 audit,
                 config.partitions,
                 lease.check,
-                quiet_seconds=config.quiet_seconds,
+                quiet_seconds=parse_duration(config.quiet_period or roots.quiet_period),
             )
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.partition}: {exc}") from exc

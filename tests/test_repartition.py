@@ -218,7 +218,7 @@ def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corp
     changed, untouched = _pair(corpus["snapshots"], tmp_path)
     audit = Path(AuditTrail.default_for(str(changed)))
     child = subprocess.Popen(
-        [CKPT, "repartition", str(changed), "--partitions", "8", "--quiet", "0s", "--lease-ttl", "2s"],
+        [CKPT, "repartition", str(changed), "--partitions", "8", "--quiet-period", "0s", "--lease-ttl", "2s"],
         start_new_session=True,  # the driver's JVM is in this group: kill both at once
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -232,9 +232,9 @@ def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corp
     os.killpg(child.pid, signal.SIGKILL)
     child.wait()
     time.sleep(2.5)  # the killed holder's lease expires
-    other = ckpt("repartition", str(changed), "--partitions", "5", "--quiet", "0s")
+    other = ckpt("repartition", str(changed), "--partitions", "5", "--quiet-period", "0s")
     assert other.returncode == 2 and "--partitions 8" in other.stderr, other.stderr
-    out = ckpt("repartition", str(changed), "--partitions", "8", "--quiet", "0s", "--json")
+    out = ckpt("repartition", str(changed), "--partitions", "8", "--quiet-period", "0s", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["outcome"] == "repartitioned" and all(
@@ -296,7 +296,7 @@ def test_dagster_repartitions_undoes_and_profiles_a_partition(spark, corpus, tmp
     )
 
     def launch(**config) -> dg.ExecuteInProcessResult:
-        run_config = {"ops": {"repartition": {"config": {"partition": key, "quiet_seconds": 0, **config}}}}
+        run_config = {"ops": {"repartition": {"config": {"partition": key, "quiet_period": "0s", **config}}}}
         return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
 
     def failure(result: dg.ExecuteInProcessResult) -> str:
