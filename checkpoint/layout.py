@@ -7,6 +7,7 @@ UNKNOWN, and unknown files are never ours to change.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -51,7 +52,7 @@ FORK_COMPLETE = "_ckpt_fork.complete.json"
 _RESERVED = {"SSTs", "logs", "_metadata"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Classified:
     """What a relative path is. State fields are set for files under `state/<op>/<part>/`.
 
@@ -66,7 +67,18 @@ class Classified:
     store: str | None = None
     version: int | None = None
     unique_id: str | None = None
-    main: str | None = None
+
+    @property
+    def main(self) -> str | None:
+        """The file a checksum sidecar belongs to. Derived, not stored: half of a state folder's
+        files are sidecars, and cleanup holds a partition's classified listing in memory."""
+        if self.kind == FileKind.SPARK_CRC:
+            return self.rel[: -len(".crc")]
+        if self.kind == FileKind.HADOOP_CRC:
+            folder, _, name = self.rel.rpartition("/")
+            main = name[1 : -len(".crc")]
+            return f"{folder}/{main}" if folder else main
+        return None
 
     @property
     def batch_id(self) -> int:
@@ -89,17 +101,17 @@ def parse_state_file(name: str) -> tuple[int, str | None, FileKind] | None:
     if not m:
         return None
     kind = FileKind.ZIP if m.group(3) == "zip" else FileKind.CHANGELOG
-    return int(m.group(1)), m.group(2), kind
+    # Interned: a version's changelog, zip and their sidecars name one id, held once.
+    uid = m.group(2)
+    return int(m.group(1)), None if uid is None else sys.intern(uid), kind
 
 
 def classify(rel: str) -> Classified:
     parts = rel.split("/")
     name = parts[-1]
-    folder = "/".join(parts[:-1])
     if name.startswith(".") and name.endswith(".crc") and len(name) > len(".crc") + 1:
         # Hadoop's local checksum file system hides `.<name>.crc` beside every file it writes.
-        main = name[1 : -len(".crc")]
-        return Classified(rel, FileKind.HADOOP_CRC, main=f"{folder}/{main}" if folder else main)
+        return Classified(rel, FileKind.HADOOP_CRC)
     if rel == "metadata":
         return Classified(rel, FileKind.QUERY_METADATA)
     if rel in (FORK_STARTED, FORK_COMPLETE):
@@ -132,7 +144,7 @@ def _classify_state(rel: str, parts: list[str]) -> Classified:
     inner = rest[1:]  # [store/]name, [store/]SSTs/name, [store/]_metadata/schema
     store = "default"
     if len(inner) >= 2 and inner[0] not in _RESERVED:
-        store, inner = inner[0], inner[1:]
+        store, inner = sys.intern(inner[0]), inner[1:]
     where: dict[str, Any] = {"operator": op, "partition": part, "store": store}
     if inner == ["_metadata", "schema"]:
         # Schema file v1..v3, written once per store under partition 0 (not listed in the shared docs).
@@ -153,7 +165,5 @@ def _classify_state(rel: str, parts: list[str]) -> Classified:
         main = parse_state_file(name[: -len(".crc")])
         if main:
             version, uid, _ = main
-            return Classified(
-                rel, FileKind.SPARK_CRC, version=version, unique_id=uid, main=rel[: -len(".crc")], **where
-            )
+            return Classified(rel, FileKind.SPARK_CRC, version=version, unique_id=uid, **where)
     return Classified(rel, FileKind.UNKNOWN)

@@ -54,7 +54,7 @@ _HEADER_READ = 128 * 1024
 _WHOLE_ZIP_READ = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CheckpointFile:
     info: FileInfo
     what: Classified

@@ -39,7 +39,7 @@ _PROGRESS_EVERY = 50_000  # files between progress lines of a long listing
 _COPY_OBJECT_MAX = 5 << 30  # S3 copies larger objects only in parts
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileInfo:
     """One file of a listing. `mtime` is seconds since the epoch, or None when the backend has none."""
 
@@ -112,6 +112,58 @@ def _link_into_place(target: str, temp_prefix: str, fill: Callable[[str], Any]) 
         if os.path.lexists(temp):
             os.unlink(temp)
     return got
+
+
+def _found_files(entries: dict[str, dict[str, Any]], prefix: str, top: str, under: str) -> list[FileInfo]:
+    """FileInfos of an fsspec `find`, cut to the root."""
+    files = []
+    for name, entry in entries.items():
+        name = name.rstrip("/")
+        if not name.startswith(prefix) or (under and not name.startswith(top + "/")):
+            # A lone file given as the root lists as itself: that is not a checkpoint folder.
+            continue
+        link = entry.get("islink")
+        files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), mtime_of(entry),
+                              None if link is None else bool(link)))  # fmt: skip
+    return files
+
+
+def _walk_local(top: str, cut: int) -> list[FileInfo]:
+    """Every file under a local folder, as fsspec's `find(withdirs=False, detail=True)` lists it
+    (a symlink is a file, never followed, sized as its target; entries that vanish meanwhile are
+    skipped), built straight from `os.scandir`: fsspec's dict per file is four times a FileInfo,
+    and cleanup lists 10^4 to 10^5 files per state partition. Paths are cut `cut` characters in.
+    A file given as the folder lists as nothing."""
+    files: list[FileInfo] = []
+    folders = [top]
+    while folders:
+        folder = folders.pop()
+        try:
+            entries = os.scandir(folder)
+        except NotADirectoryError:
+            continue
+        except FileNotFoundError:
+            if folder == top:
+                raise
+            continue  # removed since its parent was listed
+        with entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    link = entry.is_symlink()
+                    size = st.st_size
+                    if link:
+                        try:
+                            size = os.stat(entry.path).st_size
+                        except OSError:
+                            size = 0
+                except FileNotFoundError:
+                    continue
+                files.append(FileInfo(entry.path[cut:], size, st.st_mtime, link))
+    return files
 
 
 def normalize_url(url: str) -> str:
@@ -262,23 +314,19 @@ class Storage:
         self.calls.add("list")
         if not under:
             log.info("%s: listing every file", self.url)
+        prefix = self.root + "/"
         with _failing("listing", top):
             try:
-                entries = self.fs.find(top, withdirs=False, detail=True)
+                if self.is_local:
+                    files = _walk_local(top, len(prefix))
+                else:
+                    entries = self.fs.find(top, withdirs=False, detail=True)
             except FileNotFoundError as exc:
                 if under:
                     return []
                 raise NotACheckpointError("no such file or directory", self.url) from exc
-        prefix = self.root + "/"
-        files = []
-        for name, entry in entries.items():
-            name = name.rstrip("/")
-            if not name.startswith(prefix) or (under and not name.startswith(top + "/")):
-                # A lone file given as the root lists as itself: that is not a checkpoint folder.
-                continue
-            link = entry.get("islink")
-            files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), mtime_of(entry),
-                                  None if link is None else bool(link)))  # fmt: skip
+        if not self.is_local:
+            files = _found_files(entries, prefix, top, under)
         if not files and not under and not self._is_dir():
             raise NotACheckpointError("no such directory", self.url)
         files.sort(key=lambda f: f.rel)

@@ -159,3 +159,36 @@ def test_snapshot_validation_opens_zips_not_ssts(in_memory) -> None:
     }
     # One ranged header read per store, one whole read per small zip: never an SST.
     assert zips and counting.calls == Counter({"open": 4, "cat_file": len(zips | named)})
+
+
+def test_a_local_listing_is_what_fsspec_finds(tmp_path, corpus) -> None:
+    """Local listings are built from os.scandir (a quarter of fsspec's memory per file); they must
+    list what fsspec's find lists: symlinks to files, to folders and to nothing as files, sized as
+    their targets (a dangling one as 0), never followed; nested folders; nothing for a lone file."""
+    import os
+    import shutil
+
+    from checkpoint.storage import _found_files
+
+    root = tmp_path / "ckpt"
+    shutil.copytree(corpus["snapshots"], root)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "big.zip").write_bytes(b"x" * 1234)
+    os.symlink(tmp_path / "elsewhere" / "big.zip", root / "state" / "0" / "0" / "9_link.zip")
+    os.symlink(tmp_path / "elsewhere", root / "state" / "0" / "linked-folder")
+    os.symlink(tmp_path / "nowhere", root / "commits" / "99")
+    storage = Storage(str(root))
+    fs, prefix = fsspec.filesystem("file"), storage.root + "/"
+    for under in ("", "state/0", "commits", "commits/0", "no-such-folder"):
+        top = storage.full(under)
+        try:
+            found = _found_files(fs.find(top, withdirs=False, detail=True), prefix, top, under)
+        except FileNotFoundError:
+            found = []
+        expected = sorted(found, key=lambda f: f.rel)
+        assert [(f.rel, f.size, f.mtime, f.link) for f in storage.list_files(under)] == [
+            (f.rel, f.size, f.mtime, f.link) for f in expected
+        ], under
+    links = {f.rel: f.size for f in storage.list_files() if f.link}
+    assert set(links) == {"state/0/0/9_link.zip", "state/0/linked-folder", "commits/99"}
+    assert (links["state/0/0/9_link.zip"], links["commits/99"]) == (1234, 0)
