@@ -137,6 +137,8 @@ class ForkResult:
     seconds: float
     requests: int  # storage requests to SRC and DEST together
     already_complete: bool = False
+    # Given a second name instead of copied (`link`): local state and log files, immutable once written
+    linked_files: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -416,6 +418,7 @@ def apply_fork(
     workers: int = POLICY.fork_workers,
     check: Callable[[], None] = lambda: None,
     since: tuple[float, int] | None = None,
+    link: bool = False,
 ) -> ForkResult:
     """Writes the plan to DEST in its steps, resuming an interrupted run, then checks every file and
     writes the completion marker. `check` runs before each step (the leases' `check`); `since` is
@@ -424,6 +427,7 @@ def apply_fork(
     started, before = since or (time.monotonic(), src.calls.total() + dest.calls.total())
     copied: list[ForkItem] = []
     server_side: list[str] = []
+    linked: list[str] = []
     crcs: dict[str, int] = {}
     lock = threading.Lock()
     present = {rel: f for rel, f in state.files.items() if not _temp(rel)}
@@ -444,9 +448,14 @@ def apply_fork(
 
         def write(item: ForkItem) -> None:
             crc: int | None
+            linked_here = False
             if item.data is not None:
                 dest.write_if_absent(item.rel, item.data, MAINT_TEMP_PREFIX)
                 crc = crc32c_signed(item.data)
+            elif link and src.link_to(item.rel, dest, item.rel):
+                # The source's own bytes under a second name: there is no copy to check against the
+                # sidecar (a damaged source fails the caller's own read of it, as Spark's would).
+                crc, linked_here = item.crc, True
             else:
                 got = src.copy_to(item.rel, dest, item.rel, item.size, MAINT_TEMP_PREFIX)
                 crc = None if got is None else signed(got)
@@ -454,9 +463,11 @@ def apply_fork(
                     _corrupt(dest, item)  # stops the fork in its first step, before any log is written
             with lock:
                 copied.append(item)
-                if crc is None:
+                if linked_here:
+                    linked.append(item.rel)
+                if crc is None and not linked_here:
                     server_side.append(item.rel)
-                else:
+                elif crc is not None:
                     crcs[item.rel] = crc
                 if len(copied) % _PROGRESS_EVERY == 0:
                     report(
@@ -490,7 +501,7 @@ def apply_fork(
             files=plan.files, bytes=plan.bytes, copied_files=len(copied),
             copied_bytes=sum(i.size for i in copied), resumed_files=plan.files - len(todo),
             server_side_files=len(server_side), seconds=round(time.monotonic() - started, 3),
-            requests=src.calls.total() + dest.calls.total() - before,
+            requests=src.calls.total() + dest.calls.total() - before, linked_files=len(linked),
         )  # fmt: skip
         dest.write_if_absent(
             FORK_COMPLETE, _record(**result.as_dict(), finished=time.time()), MAINT_TEMP_PREFIX
@@ -574,9 +585,12 @@ def fork(
     new_query_id: bool = False,
     workers: int = POLICY.fork_workers,
     check: Callable[[], None] = lambda: None,
+    link: bool = False,
 ) -> ForkResult:
     """Forks SRC at `batch` (default: the latest committed) into DEST; see the module docstring.
-    The caller holds SRC's and DEST's maintenance leases and passes their `check`."""
+    The caller holds SRC's and DEST's maintenance leases and passes their `check`. With `link`,
+    files both sides hold on one local file system are hard-linked, not copied (a backup beside
+    the checkpoint: Spark never rewrites a state or log file in place); the rest is copied."""
     since = (time.monotonic(), src.calls.total() + dest.calls.total())
     refuse_overlap(src, dest)
     state = inspect_dest(dest)
@@ -585,7 +599,7 @@ def fork(
         log.info(
             "%s: already a complete fork of %s at batch %s", dest.url, src.url, state.complete.get("batch")
         )
-        done = ForkResult(**{k: state.complete[k] for k in _RESULT_FIELDS})
+        done = ForkResult(**{k: state.complete[k] for k in _RESULT_FIELDS if k in state.complete})
         return dataclasses.replace(
             done, already_complete=True, copied_files=0, copied_bytes=0, seconds=0.0, requests=0
         )
@@ -597,7 +611,7 @@ def fork(
     if new_query_id:
         query_id = state.started["query_id"] if state.started is not None else str(uuid.uuid4())
     plan = plan_fork(source, dest, query_id)
-    return apply_fork(plan, src, dest, state, workers, check, since)
+    return apply_fork(plan, src, dest, state, workers, check, since, link)
 
 
 _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ForkResult) if f.name != "already_complete")

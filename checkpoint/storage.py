@@ -12,6 +12,7 @@ tests and benchmarks can compare what two checkpoints cost on any backend.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import logging
 import os
 import re
@@ -644,6 +645,28 @@ class Storage:
             _, crc = self.download(rel, local, size)
             dest.put_file(local, dest_rel)
         return crc
+
+    def link_to(self, rel: str, dest: Storage, dest_rel: str) -> bool:
+        """Gives a local file a second name in a local `dest` (a hard link: no byte copied); False
+        when the two cannot share it (another file system, a store without hard links, an object
+        store), and the caller copies. Only for files nothing rewrites in place, as Spark's state
+        and log files: a link is the same bytes, so a change to one would be a change to both."""
+        if not (self.is_local and dest.is_local):
+            return False
+        target = dest.full(dest_rel)
+        dest.calls.add("write")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.link(self.full(rel), target)
+        except FileExistsError:
+            raise
+        except FileNotFoundError as exc:
+            raise StorageError(_VANISHED, self.full(rel)) from exc
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+                return False
+            raise _write_error(exc, target) from exc
+        return True
 
     def _copy_s3(self, rel: str, target: str, size: int) -> None:
         self.calls.add("copy")

@@ -103,6 +103,44 @@ def test_a_fork_holds_exactly_what_recovery_reads(corpus, tmp_path, name) -> Non
         assert load_checkpoint(str(dest)).latest_committed_batch == batch
 
 
+def test_a_linked_fork_shares_the_state_files_and_outlives_its_source(spark, corpus, tmp_path) -> None:
+    """`link=True` (the repartition backup beside the checkpoint): state and log files get a second
+    name, the rewritten metadata is written; the fork reads alone once its source is gone."""
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    copy_checkpoint(corpus["snapshots"], src)
+    batch = load_checkpoint(str(src)).latest_committed_batch
+    expected = read_state(spark, src, batch, "snapshots")
+    result = fork(Storage(str(src)), Storage(str(dest)), link=True)
+    state = [rel for rel in recovery_files(src, batch) if rel.endswith((".zip", ".changelog", ".sst"))]
+    assert state and all((dest / r).stat().st_ino == (src / r).stat().st_ino for r in state)
+    assert result.linked_files >= len(state) and result.copied_files == result.files
+    for meta in dest.glob("state/*/_metadata/v2/*"):  # rewritten to name the fork: its own inode
+        assert meta.stat().st_nlink == 1 and str(src) not in meta.read_text()
+    shutil.rmtree(src)
+    assert ckpt("validate", str(dest)).returncode == 0
+    assert read_state(spark, dest, batch, "snapshots") == expected
+
+
+def test_a_link_the_file_system_refuses_is_a_copy(corpus, tmp_path, monkeypatch) -> None:
+    import errno
+
+    src, dest = corpus["snapshots"], tmp_path / "dest"
+    real_link = os.link
+    refused: list[str] = []
+
+    def refuse_between_roots(a: str, b: str) -> None:
+        if str(dest) in b and str(src) in a:
+            refused.append(b)
+            raise OSError(errno.EXDEV, "Invalid cross-device link", b)
+        real_link(a, b)  # write_if_absent's own temp-file link
+
+    monkeypatch.setattr(os, "link", refuse_between_roots)
+    result = fork(Storage(str(src)), Storage(str(dest)), link=True)
+    assert refused and result.linked_files == 0 and result.copied_files == result.files
+    assert all((dest / rel).stat().st_nlink == 1 for rel in files_of(dest))
+    assert files_of(dest) == recovery_files(src, result.batch).keys() | MARKERS
+
+
 def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tmp_path) -> None:
     busy = tmp_path / "busy"
     busy.mkdir()

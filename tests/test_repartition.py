@@ -162,6 +162,9 @@ def test_a_verification_failure_is_undone_byte_for_byte_and_the_query_restarts(
     record = AuditTrail.default_for(str(changed))
     finished = list(Path(record).rglob("*.finished.json"))
     assert len(finished) == 1 and json.loads(finished[0].read_text())["outcome"] == "undone"
+    started = json.loads(next(Path(record).rglob("*.started.json")).read_text())
+    assert started["backup_linked_files"] > 0  # beside the checkpoint: hard links, no copy
+    assert ckpt("validate", started["backup"]).returncode == 0
     assert_restarts_like_untouched(
         spark, "snapshots", corpus_root / "snapshots", changed, untouched, tmp_path
     )
