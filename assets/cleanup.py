@@ -142,7 +142,8 @@ def checkpoint_orphan_cleanup(
                 context.log.info(f"{verdict.message}: planning again under the lease")
                 replanned, plan = plan, _plan(roots, context.partition_key)
                 audit.record(replanned, [Outcome("-", 0, "-", "skipped", f"{REPLANNED}: {plan.manifest}")])
-            result = apply_plan(plan, storage, audit, lease=lease)
+            # A new plan is checked by the apply; the one checked above is not read again.
+            result = apply_plan(plan, storage, audit, lease=lease, checked=None if replanned else verdict)
         except CheckpointError as exc:
             raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed[:25])

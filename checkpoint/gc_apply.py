@@ -113,15 +113,17 @@ def apply_plan(
     attempts: int = POLICY.delete_attempts,
     sleep: Callable[[float], None] = time.sleep,
     lease: Lease | None = None,
+    checked: CheckResult | None = None,
 ) -> ApplyResult:
     """Deletes the plan's candidates that are unchanged since planning. Idempotent.
 
     Retries: a request is retried by the storage's client alone (botocore's adaptive mode on S3).
     What this adds is the re-drive of keys that a DeleteObjects answered with a retryable per-key
     error: `attempts` rounds, `sleep` between them. With a `lease`, it is checked before each
-    batch of deletions: an apply whose lease was taken over stops there.
+    batch of deletions: an apply whose lease was taken over stops there. `checked`: the caller's
+    own `check_plan` of this plan, made under the same lease just before (not read again).
     """
-    check = check_plan(plan, storage)
+    check = checked if checked is not None else check_plan(plan, storage)
     result = ApplyResult(plan.plan_id, check)
     if not check.ok:
         raise GcError(f"plan {plan.plan_id} refused: {check.message}", plan.checkpoint)

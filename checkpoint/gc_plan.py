@@ -129,14 +129,28 @@ class Plan:
             raise GcError(f"unreadable plan manifest: {exc}", manifest) from exc
 
 
+class Totals:
+    """Files and bytes per key (a reason, a store), one file at a time: a plan streams its
+    candidates, so it keeps these and never the list."""
+
+    def __init__(self) -> None:
+        self._by: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
+
+    def add(self, key: str | None, size: int) -> None:
+        entry = self._by[key or "-"]
+        entry["files"] += 1
+        entry["bytes"] += size
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return dict(sorted(self._by.items()))
+
+
 def totals_by(items, key: str) -> dict[str, dict[str, int]]:
     """Files and bytes per value of `key` (reason, store) of planned or processed files."""
-    out: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
+    totals = Totals()
     for item in items:
-        entry = out[getattr(item, key) or "-"]
-        entry["files"] += 1
-        entry["bytes"] += item.bytes
-    return dict(sorted(out.items()))
+        totals.add(getattr(item, key), item.bytes)
+    return totals.as_dict()
 
 
 def commit_digests(ckpt: Checkpoint) -> dict[int, str]:
@@ -212,8 +226,8 @@ def plan_gc(
             commit_digests=commit_digests(base),
             files=spill.files,
             bytes=spill.bytes,
-            by_reason=dict(sorted(spill.by_reason.items())),
-            by_store=dict(sorted(spill.by_store.items())),
+            by_reason=spill.by_reason.as_dict(),
+            by_store=spill.by_store.as_dict(),
             retained_files=spill.retained,
             kept=dict(sorted(spill.kept.items())),
             partition_files=spill.partition_files,
@@ -369,8 +383,7 @@ class _Spill:
         self._held_path = os.path.join(tmp, "held.jsonl")
         self._held = open(self._held_path, "w")  # closed in finish, or on the way out
         self.files = self.bytes = self.retained = self.seen = 0
-        self.by_reason: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
-        self.by_store: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
+        self.by_reason, self.by_store = Totals(), Totals()
         self.kept: Counter[str] = Counter()
         self.floor: float | None = None  # the oldest SST any retained zip lists
         self.partition_files: dict[str, int] = {}
@@ -408,9 +421,8 @@ class _Spill:
         self._lines.write(planned.line() + "\n")
         self.files += 1
         self.bytes += planned.bytes
-        for totals, key in ((self.by_reason, planned.reason), (self.by_store, planned.store or "-")):
-            totals[key]["files"] += 1
-            totals[key]["bytes"] += planned.bytes
+        self.by_reason.add(planned.reason, planned.bytes)
+        self.by_store.add(planned.store, planned.bytes)
 
     def finish(self) -> None:
         """Decides the held SSTs against the oldest retained SST of the whole checkpoint (none:

@@ -812,6 +812,22 @@ class Storage:
     def is_local(self) -> bool:
         return is_local(self.fs)
 
+    def s3_connection(self) -> dict[str, str | None]:
+        """Where and as whom this S3 root is reached (endpoint, region, and the credentials only
+        when they were given as options; None leaves them to the standard chain), so that an engine
+        with its own client (Spark's s3a) reaches the same objects as this code does."""
+        if self.protocol != "s3":
+            raise ValueError(f"not an S3 root: {self.url}")
+        kwargs = getattr(self.fs, "client_kwargs", None) or {}
+        return {
+            "bucket": self.root.partition("/")[0],
+            "endpoint": kwargs.get("endpoint_url") or getattr(self.fs, "endpoint_url", None),
+            "region": kwargs.get("region_name"),
+            "key": getattr(self.fs, "key", None),
+            "secret": getattr(self.fs, "secret", None),
+            "token": getattr(self.fs, "token", None),
+        }
+
     @property
     def spark_url(self) -> str:
         """The root as Spark qualifies it in the paths it records (operator metadata v2): `file:/...`

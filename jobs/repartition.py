@@ -43,6 +43,8 @@ from checkpoint.repartition import (
 from checkpoint.storage import Storage
 from checkpoint.validate import Severity, validate
 
+from .spark_session import reach
+
 log = logging.getLogger(__name__)
 _STEPS = 5  # preflight, backup, digests, rewrite, verification
 
@@ -223,6 +225,7 @@ def repartition(
            pre.from_partitions, pre.to_partitions, pre.batch)  # fmt: skip
     readers = state_readers(ckpt)
     spark = session()
+    reach(spark, storage)
     seconds["preflight"] = time.monotonic() - t
     if unfinished is not None:
         rid, before_digests, backup = (
@@ -374,6 +377,7 @@ def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:
     may not be) and repartitioning it is unsafe."""
     batch = ckpt.latest_committed_batch
     current = partition_count(ckpt, batch)
+    reach(spark, ckpt.storage)
     out = []
     for reader in state_readers(ckpt):
         t = time.monotonic()

@@ -11,6 +11,7 @@ import os
 import sys
 
 from checkpoint.policy import POLICY
+from checkpoint.storage import Storage
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -59,6 +60,34 @@ def local_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def reach(spark, storage: Storage) -> None:
+    """Lets the session's s3a reach an S3 root as this project's own client does: the endpoint,
+    region and any credentials given as options, set for that bucket only (Hadoop's per-bucket
+    `fs.s3a.bucket.<name>.*`), so one session serves buckets of several stores. Nothing for other
+    roots. Spark still needs the hadoop-aws connector on its classpath (`spark.jars`)."""
+    if storage.protocol != "s3":
+        return
+    c = storage.s3_connection()
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    prefix = f"fs.s3a.bucket.{c['bucket']}."
+    endpoint = c["endpoint"]
+    if endpoint:
+        hadoop.set(prefix + "endpoint", endpoint)
+        hadoop.set(prefix + "connection.ssl.enabled", str(endpoint.startswith("https:")).lower())
+        # Stores other than AWS (MinIO, SeaweedFS, Ceph) serve buckets as paths, not host names.
+        hadoop.set(prefix + "path.style.access", str("amazonaws.com" not in endpoint).lower())
+    if c["region"]:
+        hadoop.set(prefix + "endpoint.region", c["region"])
+    if c["key"] and c["secret"]:
+        hadoop.set(prefix + "access.key", c["key"])
+        hadoop.set(prefix + "secret.key", c["secret"])
+        provider = "SimpleAWSCredentialsProvider"
+        if c["token"]:
+            hadoop.set(prefix + "session.token", c["token"])
+            provider = "TemporaryAWSCredentialsProvider"
+        hadoop.set(prefix + "aws.credentials.provider", f"org.apache.hadoop.fs.s3a.{provider}")
 
 
 def session_for(

@@ -41,19 +41,21 @@ def latest_batch(checkpoint: Path) -> int:
     return max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
 
 
-def state_rows(spark, checkpoint: Path, name: str) -> list[str]:
-    """Every store's rows at the latest committed batch, as a user reads them, sorted."""
-    batch = latest_batch(checkpoint)
+def state_rows(spark, checkpoint: Path | str, name: str) -> list[str]:
+    """Every store's rows at the latest committed batch, as a user reads them, sorted. A URL (an
+    object store's checkpoint) is read at the batch Spark's reader takes by default, its latest."""
     rows: list[str] = []
     for options in USER_READERS.get(name, [{}]):
-        load = spark.read.format("statestore").option("batchId", batch)
+        load = spark.read.format("statestore")
+        if isinstance(checkpoint, Path):
+            load = load.option("batchId", latest_batch(checkpoint))
         for key, value in options.items():
             load = load.option(key, value)
         rows += [f"{options}:{plain(r)!r}" for r in load.load(str(checkpoint)).collect()]
     return sorted(rows)
 
 
-def restart(spark, name: str, scenario_dir: Path, checkpoint: Path, extra: Path) -> dict[str, Any]:
+def restart(spark, name: str, scenario_dir: Path, checkpoint: Path | str, extra: Path) -> dict[str, Any]:
     """The real query again with one more input file (the same for every copy given the same
     `extra`); what it emitted and the state it ended with."""
     from testbed.corpus import write_inputs

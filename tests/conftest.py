@@ -37,8 +37,10 @@ def loaded(corpus: dict[str, Path]) -> dict[str, Checkpoint]:
 @pytest.fixture(scope="session")
 def spark():
     from jobs.spark_session import local_session
+    from testbed.s3a import session_conf
 
-    session = local_session(master="local[2]", app_name="ckpt-tests")
+    # With Hadoop's s3a connector: Spark reads and writes the S3 tests' checkpoints itself.
+    session = local_session(master="local[2]", app_name="ckpt-tests", extra_conf=session_conf())
     yield session
     session.stop()
 

@@ -586,3 +586,41 @@ def test_a_fork_reads_what_recovery_reads_not_the_history(s3, s3_histories) -> N
         counts[name] = proxy.counts()
     assert counts["small"] == counts["big"] and counts["small"]["CopyObject"] > 0, counts
     assert results["small"].files == results["big"].files
+
+
+def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_control(
+    s3, spark, corpus, corpus_root, tmp_path
+) -> None:
+    """Spark's repartitioner and the restarted query reach the bucket through s3a (the session's
+    per-bucket settings from the storage's own options); the listing before, the backup fork, the
+    records and the undo go through fsspec."""
+    from checkpoint.fork import fork
+    from jobs.repartition import repartition, undo_repartition
+    from testbed.restart import differences, restart
+
+    server, _, bucket = s3
+    options = server.storage_options()  # straight to the server: Spark's client is not counted
+    name = "snapshots"
+    untouched = tmp_path / "untouched"
+    copy_checkpoint(corpus[name], untouched)
+    storage = Storage(f"s3://{bucket}/repartition/{name}", options)
+    fork(Storage(str(corpus[name])), storage)  # as Spark would have written it there
+    audit = AuditTrail(f"s3://{bucket}/repartition-audit", options)
+
+    def tree() -> dict[str, int]:
+        return {f.rel: f.size for f in storage.list_files()}
+
+    before = tree()
+    first = repartition(lambda: spark, storage, audit, 8, quiet_seconds=0)
+    assert {f.rel.split("/")[2] for f in storage.list_files("state/0") if f.rel.endswith(".zip")} >= {
+        str(p) for p in range(8)
+    }
+    undone = undo_repartition(storage, audit)
+    assert undone["deleted"] > 0 and tree() == before
+    again = repartition(lambda: spark, storage, audit, 8, quiet_seconds=0)
+    for result in (first, again):
+        assert (result.from_partitions, result.to_partitions) == (4, 8)
+        assert all(s["digest_after"] == s["digest_before"] and s["rows"] > 0 for s in result.stores)
+    changed = restart(spark, name, corpus_root / name, storage.spark_url, tmp_path / "extra")
+    control = restart(spark, name, corpus_root / name, untouched, tmp_path / "extra")
+    assert not differences(changed, control)
