@@ -299,7 +299,16 @@ def _scan(
     now: float,
 ) -> OrphanScan:
     """One partition decided alone: its stores' committed ids, lineages and zip listings."""
-    by_key = {(f.what.store, f.kind, f.what.version, f.what.unique_id): f for f in files}
+    # Only the committed versions' zips and changelogs: an index of every file would be the
+    # partition's largest structure (a key tuple and an entry for each of 10^4-10^5 files).
+    wanted = {(sid.store, kind, batch + 1, uid) for batch, stores in committed.items()
+              for sid, uid in stores.items() for kind in (FileKind.ZIP, FileKind.CHANGELOG)}  # fmt: skip
+    by_key = {}
+    for f in files:
+        if f.kind in (FileKind.ZIP, FileKind.CHANGELOG):
+            key = (f.what.store, f.kind, f.what.version, f.what.unique_id)
+            if key in wanted:
+                by_key[key] = f
     lineages = {}
     for batch, stores in committed.items():
         for sid, uid in stores.items():

@@ -193,7 +193,11 @@ class Lease:
         self.storage.append(f"{self.folder}-takeovers.jsonl", (json.dumps(entry) + "\n").encode())
 
     def _newest_is(self, generation: int) -> bool:
-        found = self._newest()
+        try:
+            found = self._newest()
+        except CheckpointError:
+            self._withdraw(generation)  # not known to be held: not left to block others till expiry
+            raise
         return found is not None and found[0] == generation
 
     def _withdraw(self, generation: int) -> None:

@@ -8,6 +8,7 @@ read, is `gc_plan`'s job.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ class UnsafeToPlan(Exception):
     """A retained lineage cannot be established: planning must stop, nothing may be deleted."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     file: CheckpointFile
     reason: Reason
@@ -96,7 +97,13 @@ def _store_of(f: CheckpointFile) -> StoreId | None:
     w = f.what
     if w.operator is None or w.partition is None or w.store is None:
         return None
-    return StoreId(w.operator, w.partition, w.store)
+    return _store_id(w.operator, w.partition, w.store)
+
+
+@functools.lru_cache(maxsize=4096)
+def _store_id(operator: int, partition: int, store: str) -> StoreId:
+    # One object per store, not per file: a partition's index keys every file by its store.
+    return StoreId(operator, partition, store)
 
 
 class _Index:
