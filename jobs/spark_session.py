@@ -7,11 +7,14 @@ Spark records the SQL confs of a query in its first offset file and keeps them a
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
+
+log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -70,7 +73,12 @@ def reach(spark, storage: Storage) -> None:
     if storage.protocol != "s3":
         return
     c = storage.s3_connection()
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    try:
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    except Exception:  # a Spark Connect session has no driver JVM on this side to configure
+        log.warning("%s: cannot set s3a options on a remote session; the cluster must reach the bucket "
+                    "itself", storage.url)  # fmt: skip
+        return
     prefix = f"fs.s3a.bucket.{c['bucket']}."
     endpoint = c["endpoint"]
     if endpoint:

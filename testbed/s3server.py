@@ -65,7 +65,7 @@ class S3Server:
     def stop(self) -> None:
         self.process.terminate()
         try:
-            self.process.wait(timeout=20)
+            self.process.wait(timeout=5)  # a test server: nothing to lose by a kill
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
