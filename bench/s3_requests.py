@@ -24,6 +24,7 @@ from checkpoint.gc_apply import apply_plan
 from checkpoint.gc_plan import plan_gc
 from checkpoint.storage import Storage
 from checkpoint.validate import ValidationOptions, validate
+from testbed.copying import upload_checkpoint
 from testbed.corpus import checkpoints, ensure_corpus
 from testbed.s3proxy import S3Proxy
 from testbed.s3server import s3_services
@@ -47,7 +48,8 @@ def main() -> None:
         fs = server.filesystem()
         for i in range(args.copies):
             for name, path in corpus.items():
-                fs.put(str(path) + "/", f"bench/c{i}/{name}", recursive=True)
+                # Schema paths renamed as Spark would have written them there (else: MOVED_CHECKPOINT).
+                upload_checkpoint(fs, path, f"bench/c{i}/{name}")
         options = server.storage_options(proxy.endpoint)
         rows = _measure(Storage("s3://bench", options), proxy, Path(work))
     print("| operation | objects | requests | per 1000 objects | least per 1000 | what must be read |")

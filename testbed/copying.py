@@ -25,3 +25,13 @@ def copy_checkpoint(src: Path | str, dst: Path | str) -> Path:
         meta.write_bytes(rewrite_schema_paths(meta.read_bytes(), here, str(meta)))
         (meta.parent / f".{meta.name}.crc").unlink(missing_ok=True)
     return dst
+
+
+def upload_checkpoint(fs, src: Path, dest: str) -> str:
+    """Uploads a local checkpoint to `dest` (`bucket/key` on the s3fs `fs`) as Spark (s3a://) would
+    have written it there; returns its s3:// URL. Hadoop's .crc files mean nothing on S3."""
+    fs.put(str(src) + "/", dest, recursive=True)
+    for meta in src.glob("state/*/_metadata/v2/[!.]*"):
+        rel = meta.relative_to(src).as_posix()
+        fs.pipe(f"{dest}/{rel}", rewrite_schema_paths(meta.read_bytes(), f"s3a://{dest}", str(meta)))
+    return f"s3://{dest}"

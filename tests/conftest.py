@@ -91,16 +91,9 @@ def s3_copy_of(s3, corpus: dict[str, Path]):
     fs = server.filesystem()
 
     def upload(name: str, prefix: str | None = None) -> str:
-        from checkpoint.fork import rewrite_schema_paths
+        from testbed.copying import upload_checkpoint
 
-        dest = f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}"
-        fs.put(str(corpus[name]) + "/", dest, recursive=True)
-        # Operator metadata v2 names its schema files by absolute path: the copy names its own place,
-        # as Spark (s3a://) would have written it there. Hadoop's .crc files mean nothing on S3.
-        for meta in corpus[name].glob("state/*/_metadata/v2/[!.]*"):
-            rel = meta.relative_to(corpus[name]).as_posix()
-            fs.pipe(f"{dest}/{rel}", rewrite_schema_paths(meta.read_bytes(), f"s3a://{dest}", str(meta)))
-        return f"s3://{dest}"
+        return upload_checkpoint(fs, corpus[name], f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}")
 
     proxy.reset()  # faults armed by one test never leak into the next
     yield upload
