@@ -134,19 +134,15 @@ def _walk_local(top: str, cut: int) -> list[FileInfo]:
     (a symlink is a file, never followed, sized as its target; entries that vanish meanwhile are
     skipped), built straight from `os.scandir`: fsspec's dict per file is four times a FileInfo,
     and cleanup lists 10^4 to 10^5 files per state partition. Paths are cut `cut` characters in.
-    A file given as the folder lists as nothing."""
+    A missing folder, or a file given as the folder, lists as nothing, as with `find`."""
     files: list[FileInfo] = []
     folders = [top]
     while folders:
         folder = folders.pop()
         try:
             entries = os.scandir(folder)
-        except NotADirectoryError:
-            continue
-        except FileNotFoundError:
-            if folder == top:
-                raise
-            continue  # removed since its parent was listed
+        except (NotADirectoryError, FileNotFoundError):
+            continue  # or removed since its parent was listed
         with entries:
             for entry in entries:
                 try:
