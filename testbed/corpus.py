@@ -563,11 +563,18 @@ def checkpoints(root: Path) -> dict[str, Path]:
     return found
 
 
+def cache_home() -> Path:
+    """`~/.cache/ckpt-maint` (XDG_CACHE_HOME honoured): the corpora and the tests' jars."""
+    return Path(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))) / "ckpt-maint"
+
+
+def corpus_base() -> Path:
+    """Where the corpora's versions live; CKPT_CORPUS_CACHE moves it."""
+    return Path(os.environ.get("CKPT_CORPUS_CACHE") or cache_home() / "corpus")
+
+
 def default_cache_dir() -> Path:
-    base = os.environ.get("CKPT_CORPUS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ckpt-maint", "corpus"
-    )
-    return Path(base) / f"v{GENERATOR_VERSION}"
+    return corpus_base() / f"v{GENERATOR_VERSION}"
 
 
 def _prune_older_generations(cache: Path) -> None:

@@ -11,7 +11,6 @@ deterministic under a restart: event-time timers and a watermark, TTLs far longe
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from testbed.corpus import (
     Scenario,
     _StatefulProcessor,
     _stream,
+    corpus_base,
     ensure_generated,
     generate,
 )
@@ -165,10 +165,7 @@ def scenario_named(name: str) -> Scenario:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("CKPT_CORPUS_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ckpt-maint", "corpus"
-    )
-    return Path(base).parent / f"operators-v{OPERATORS_VERSION}"
+    return corpus_base().parent / f"operators-v{OPERATORS_VERSION}"
 
 
 def ensure_operator_corpus(cache: Path | None = None, log=print) -> Path:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import shutil
 import tarfile
 import urllib.request
 from pathlib import Path
+
+from testbed.corpus import cache_home
 
 _PACKAGE, _VERSION = "sagemaker-pyspark", "1.4.5"
 _JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
@@ -30,22 +32,16 @@ COMPAT_CONF = {
 }
 
 
-def _cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
-    return Path(base) / "ckpt-maint" / "jars" / f"{_PACKAGE}-{_VERSION}"
-
-
 def s3a_jars() -> list[Path]:
     """The connector's jars, fetched into the cache on first use."""
-    folder = _cache()
+    folder = cache_home() / "jars" / f"{_PACKAGE}-{_VERSION}"
     jars = [folder / name for name in _JARS]
     if all(j.exists() for j in jars):
         return jars
     with urllib.request.urlopen(f"https://pypi.org/pypi/{_PACKAGE}/json", timeout=60) as r:
         sdist = next(u for u in json.load(r)["releases"][_VERSION] if u["packagetype"] == "sdist")
     folder.mkdir(parents=True, exist_ok=True)
-    archive = folder / sdist["filename"]
-    partial = archive.with_suffix(".part")
+    partial = folder / f"{sdist['filename']}.part"
     digest = hashlib.sha256()
     with urllib.request.urlopen(sdist["url"], timeout=600) as r, open(partial, "wb") as out:
         while block := r.read(1 << 20):
@@ -61,12 +57,13 @@ def s3a_jars() -> list[Path]:
                 source = tar.extractfile(member)
                 assert source is not None
                 temp = folder / f"{name}.part"
-                temp.write_bytes(source.read())
+                with open(temp, "wb") as out:
+                    shutil.copyfileobj(source, out)  # the SDK bundle is 190 MB: never held whole
                 temp.rename(folder / name)
     partial.unlink()
     missing = [j.name for j in jars if not j.exists()]
     if missing:
-        raise RuntimeError(f"{sdist['filename']} holds none of {missing}")
+        raise RuntimeError(f"{sdist['filename']} does not hold {missing}")
     return jars
 
 
