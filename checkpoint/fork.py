@@ -465,9 +465,9 @@ def apply_fork(
                 copied.append(item)
                 if linked_here:
                     linked.append(item.rel)
-                if crc is None and not linked_here:
+                elif crc is None:
                     server_side.append(item.rel)
-                elif crc is not None:
+                if crc is not None:
                     crcs[item.rel] = crc
                 if len(copied) % _PROGRESS_EVERY == 0:
                     report(

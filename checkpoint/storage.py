@@ -317,13 +317,11 @@ class Storage:
                 if self.is_local:
                     files = _walk_local(top, len(prefix))
                 else:
-                    entries = self.fs.find(top, withdirs=False, detail=True)
+                    files = _found_files(self.fs.find(top, withdirs=False, detail=True), prefix, top, under)
             except FileNotFoundError as exc:
                 if under:
                     return []
                 raise NotACheckpointError("no such file or directory", self.url) from exc
-        if not self.is_local:
-            files = _found_files(entries, prefix, top, under)
         if not files and not under and not self._is_dir():
             raise NotACheckpointError("no such directory", self.url)
         files.sort(key=lambda f: f.rel)
