@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 from checkpoint.audit import AuditTrail
-from checkpoint.gc_plan import plan_gc
+from checkpoint.gc_plan import plan_gc, planning_workers
 from checkpoint.storage import Storage
 from testbed.synthetic import build, iter_files
 
@@ -95,31 +96,46 @@ def _child(side: str, root: str, options: str = "{}", later: float = 0.0) -> dic
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+def _peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024  # KiB on Linux
+
+
+def _cpu_seconds() -> float:
+    """User and system time of this process and its waited-for children (the planner's workers)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def _baseline(storage: Storage) -> dict:
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), _cpu_seconds()
     listed = storage.list_files()
     return {"seconds": time.perf_counter() - t, "files": len(listed), "calls": dict(storage.calls.snapshot()),
+            "cpu_seconds": _cpu_seconds() - cpu,
             "s3_requests": -(-len(listed) // 1000), "peak_rss_mb": _peak_rss_mb()}  # fmt: skip
 
 
 def _planner(storage: Storage, later: float) -> dict:
     with tempfile.TemporaryDirectory() as audit_dir:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), _cpu_seconds()
         plan = plan_gc(storage, AuditTrail(audit_dir), now=time.time() + later)
         seconds = time.perf_counter() - t
     calls = storage.calls.snapshot()
     # On S3: each partition's listing in pages of 1000 keys, each shallow listing one request, and
     # every read (logs, lineage headers, zips) one GET.
     pages = sum(-(-n // 1000) for n in plan.partition_files.values()) + calls["list_dir"]
+    # Locally the partitions are decided in worker processes: their peaks count too, each as if
+    # all of them peaked at once (the largest child's peak times their number, an upper bound).
+    workers = planning_workers(storage, len(plan.partition_files))
+    worker_mb = _peak_rss_mb(resource.RUSAGE_CHILDREN) if workers else 0.0
     return {
         "seconds": seconds,
+        "cpu_seconds": _cpu_seconds() - cpu,
+        "workers": workers,
         "calls": dict(calls),
         "s3_requests": pages + calls["open"] + calls["read"],
-        "peak_rss_mb": _peak_rss_mb(),
+        "own_peak_rss_mb": _peak_rss_mb(),
+        "worker_peak_rss_mb": worker_mb,
+        "peak_rss_mb": _peak_rss_mb() + workers * worker_mb,
         "candidates": plan.files,
         "retained": plan.retained_files,
         "reasons": {k: v["files"] for k, v in plan.by_reason.items()},
@@ -128,9 +144,12 @@ def _planner(storage: Storage, later: float) -> dict:
 
 def report(n: int, base: dict, ours: dict) -> None:
     print(f"plan: {ours['candidates']:,} candidates {ours['reasons']}, {ours['retained']:,} retained")
-    print(f"baseline, one recursive listing held in memory: {base['seconds']:.1f} s, peak RSS "
-          f"{base['peak_rss_mb']:.0f} MB; {base['s3_requests']:,} requests on S3")  # fmt: skip
-    print(f"planner, a partition at a time: {ours['seconds']:.1f} s, peak RSS {ours['peak_rss_mb']:.0f} MB; "
+    print(f"baseline, one recursive listing held in memory: {base['seconds']:.1f} s "
+          f"({base['cpu_seconds']:.1f} s of CPU), peak RSS {base['peak_rss_mb']:.0f} MB; "
+          f"{base['s3_requests']:,} requests on S3")  # fmt: skip
+    print(f"planner, a partition at a time: {ours['seconds']:.1f} s ({ours['cpu_seconds']:.1f} s of CPU, "
+          f"{ours['workers']} worker processes), peak RSS {ours['peak_rss_mb']:.0f} MB (itself "
+          f"{ours['own_peak_rss_mb']:.0f} MB, each worker at most {ours['worker_peak_rss_mb']:.0f} MB); "
           f"calls {ours['calls']}; {ours['s3_requests']:,} requests on S3")  # fmt: skip
     print(f"planner / baseline: time {ours['seconds'] / base['seconds']:.2f}, peak RSS "
           f"{ours['peak_rss_mb'] / base['peak_rss_mb']:.2f}; S3 requests per 1000 objects "

@@ -10,6 +10,18 @@ class CheckpointError(Exception):
         self.path = path
         super().__init__(f"{path}: {message}" if path else message)
 
+    def __reduce__(self):
+        # Across a process boundary (cleanup planning's worker processes) as the same class, text
+        # and fields, whatever arguments a subclass's __init__ takes.
+        return _restore, (type(self), str(self), self.__dict__)
+
+
+def _restore(cls: type[CheckpointError], text: str, fields: dict) -> CheckpointError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, text)
+    error.__dict__.update(fields)
+    return error
+
 
 class NotACheckpointError(CheckpointError):
     """The path does not exist, or holds nothing a streaming query wrote."""

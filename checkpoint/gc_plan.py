@@ -5,8 +5,9 @@ Memory is one partition's listing plus the retained set's inputs, whatever the c
 1. The logs (everything outside `state/<op>/<part>/`: commits, offsets, metadata, schema files)
    are listed and read strictly, and checked (the commit-log findings of `validate`). They name,
    for every retained batch, each store's committed id.
-2. Each partition folder is listed, read and decided on its own (several at once on object stores,
-   so their requests overlap) by `orphans.find_orphans`, with the inputs of that partition only:
+2. Each partition folder is listed, read and decided on its own by `orphans.find_orphans` (several
+   at once: in threads on object stores, so their requests overlap; in worker processes on local
+   disks, where deciding is Python work that one core bounds), with the inputs of that partition only:
    the committed ids of its stores, the lineage headers of its committed changelogs, the SSTs its
    zips list (read only for the zips that stay: a zip that goes costs no request). The rules need
    nothing from another partition but one figure, the oldest SST a retained zip lists (a live
@@ -23,17 +24,21 @@ stops the plan with a GcError, and no manifest is written.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import multiprocessing
 import os
+import shutil
 import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from json.encoder import encode_basestring_ascii as _quote
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .errors import CheckpointError
 from .layout import FileKind, classify
@@ -66,13 +71,19 @@ class PlannedFile:
     store: str | None
 
     def line(self) -> str:
-        # By hand, not asdict: a manifest line is written per candidate, millions of them.
-        return json.dumps({"bytes": self.bytes, "mtime": self.mtime, "path": self.path, "reason": self.reason,
-                           "store": self.store, "type": "candidate"})  # fmt: skip
+        return _line(self.path, self.bytes, self.mtime, self.reason, self.store)
 
     @staticmethod
     def parse(row: dict[str, Any]) -> PlannedFile:
         return PlannedFile(**{k: row[k] for k in PlannedFile.__dataclass_fields__})
+
+
+def _line(path: str, size: int, mtime: float, reason: str, store: str | None) -> str:
+    # By hand, not json.dumps of a dict (nor a PlannedFile first): a line is written per candidate,
+    # millions of them. The same text json.dumps gives (keys sorted, ASCII escapes).
+    quoted = "null" if store is None else _quote(store)
+    return (f'{{"bytes": {size}, "mtime": {mtime!r}, "path": {_quote(path)}, "reason": {_quote(reason)}, '
+            f'"store": {quoted}, "type": "candidate"}}')  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -134,12 +145,16 @@ class Totals:
     candidates, so it keeps these and never the list."""
 
     def __init__(self) -> None:
-        self._by: dict[str, dict[str, int]] = defaultdict(lambda: {"files": 0, "bytes": 0})
+        self._by: dict[str, dict[str, int]] = {}
 
-    def add(self, key: str | None, size: int) -> None:
-        entry = self._by[key or "-"]
-        entry["files"] += 1
+    def add(self, key: str | None, size: int, files: int = 1) -> None:
+        entry = self._by.setdefault(key or "-", {"files": 0, "bytes": 0})
+        entry["files"] += files
         entry["bytes"] += size
+
+    def merge(self, other: Totals) -> None:
+        for key, entry in other._by.items():
+            self.add(key, entry["bytes"], entry["files"])
 
     def as_dict(self) -> dict[str, dict[str, int]]:
         return dict(sorted(self._by.items()))
@@ -159,7 +174,6 @@ def commit_digests(ckpt: Checkpoint) -> dict[int, str]:
 
 
 Lister = Callable[[Storage, str], list[FileInfo]]
-_T = TypeVar("_T")
 
 
 def _list(storage: Storage, folder: str) -> list[FileInfo]:
@@ -199,20 +213,12 @@ def plan_gc(
     live = base.is_live(now, quiet_seconds)
     options = GcOptions(grace_seconds=grace_seconds, live=live, defer_live_ssts=True)
     if workers is None:
-        # Locally threads only contend, and a partition read ahead is one more partition in memory.
-        workers = 0 if storage.is_local else POLICY.list_workers
+        workers = planning_workers(storage, len(folders), lister)
     plan_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="ckpt-plan-") as tmp, _Spill(tmp) as spill:
-
-        def scan(folder: str) -> tuple[tuple[CheckpointFile, ...], OrphanScan]:
-            listing = tuple(CheckpointFile(i, classify(i.rel)) for i in lister(storage, folder))
-            return listing, _scan(base, window, committed.get(folder, {}), listing, options, now)
-
-        for folder, (listing, found) in _in_order(folders, scan, workers):
-            spill.partition(folder, listing, found)
-            # Else the loop's names keep this partition alive while the next one is listed: two
-            # partitions in memory at the peak instead of one.
-            del listing, found
+        context = _Context(base, window, dict(committed), options, now, lister, tmp)
+        for folder, decided in _in_order(context, folders, workers, spill):
+            spill.partition(folder, decided)
         spill.finish()
         plan = Plan(
             plan_id=plan_id,
@@ -271,23 +277,151 @@ def _committed_by_partition(
     if latest:
         raise GcError(f"unsafe to plan: {latest[0]} holds stores that batch {window[-1]} committed, and is "
                       "missing", base.url)  # fmt: skip
-    return out
+    return {folder: dict(batches) for folder, batches in out.items()}  # plain dicts: sent to workers
 
 
-def _in_order(folders: list[str], work: Callable[[str], _T], workers: int) -> Iterator[tuple[str, _T]]:
-    """`work` on each partition folder (its listing, its reads, its decision), in folder order; at
-    most `workers` in flight (and in memory) at once, so an object store's requests overlap; 0: one
-    at a time, in this thread. A failure fails the plan."""
+@dataclass(frozen=True)
+class _Context:
+    """What deciding any one partition needs: the same for all of them, sent once to each worker
+    process."""
+
+    base: Checkpoint
+    window: list[int]
+    committed: dict[str, dict[int, dict[StoreId, str]]]  # partition folder -> batch -> store -> id
+    options: GcOptions
+    now: float
+    lister: Lister
+    spill_dir: str  # the plan's local temp folder
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """One partition decided, as the spill takes it: a few figures, its candidates already written
+    as manifest lines (held ones apart), so a worker sends back neither the partition nor its lines."""
+
+    listed: int
+    retained: int
+    by_reason: Totals
+    by_store: Totals
+    kept: Counter[str]
+    oldest_retained_sst: float | None
+    # Decided in a pool: its lines and held lines, in files of its own for the spill to append in
+    # folder order; else they went straight to the spill.
+    apart: tuple[str, str] | None = None
+
+
+def _decide(context: _Context, folder: str, lines: TextIO, held: TextIO) -> _Decided:
+    listing = tuple(CheckpointFile(i, classify(i.rel)) for i in context.lister(context.base.storage, folder))
+    committed = context.committed.get(folder, {})
+    scan = _scan(context.base, context.window, committed, listing, context.options, context.now)
+    # (reason, store) -> [files, bytes]: summed here, a Totals call per key rather than per file
+    sums: dict[tuple[str, str | None], list[int]] = {}
+    for c in sorted(scan.candidates, key=lambda c: (_ORDER.get(c.file.kind, 5), c.rel)):
+        info, reason, store = c.file.info, c.reason.value, _store_label(c.file)
+        mtime = info.mtime or 0.0
+        sst_mtime = scan.held_for_floor.get(info.rel)
+        if sst_mtime is None:
+            lines.write(_line(info.rel, info.size, mtime, reason, store) + "\n")
+            entry = sums.setdefault((reason, store), [0, 0])
+            entry[0] += 1
+            entry[1] += info.size
+        else:  # the SST's mtime decides, for the SST and each sidecar that follows it
+            planned = PlannedFile(info.rel, info.size, mtime, reason, store)
+            held.write(json.dumps({"sst_mtime": sst_mtime, **asdict(planned)}) + "\n")
+    by_reason, by_store = Totals(), Totals()
+    for (reason, store), (files, size) in sums.items():
+        by_reason.add(reason, size, files)
+        by_store.add(store, size, files)
+    return _Decided(
+        listed=len(listing),
+        retained=len(scan.retained),
+        by_reason=by_reason,
+        by_store=by_store,
+        kept=Counter(why.value for why in scan.kept.values()),
+        oldest_retained_sst=scan.oldest_retained_sst,
+    )
+
+
+def _decide_apart(context: _Context, folder: str) -> _Decided:
+    """In a pool: the lines into files of the partition's own, so a partition's lines are on disk,
+    never held whole in a worker or passed back to the plan."""
+    stem = os.path.join(context.spill_dir, folder.replace("/", "_"))
+    apart = (f"{stem}.jsonl", f"{stem}.held.jsonl")
+    with open(apart[0], "w") as lines, open(apart[1], "w") as held:
+        decided = _decide(context, folder, lines, held)
+    return replace(decided, apart=apart)
+
+
+_worker_context: _Context | None = None  # in a worker process: set once, by its initializer
+
+
+def _start_worker(context: _Context) -> None:
+    global _worker_context
+    _worker_context = context
+
+
+def _decide_in_worker(folder: str) -> tuple[_Decided, Counter[str]]:
+    """One partition decided in a worker process, with the storage calls it made: the worker's
+    Storage is its own copy, and the plan's figures count every call."""
+    if _worker_context is None:
+        raise RuntimeError("a planning worker process was started without its context")
+    calls = _worker_context.base.storage.calls
+    before = calls.snapshot()
+    decided = _decide_apart(_worker_context, folder)
+    return decided, calls.snapshot() - before
+
+
+def _counted(storage: Storage, result: tuple[_Decided, Counter[str]]) -> _Decided:
+    decided, calls = result
+    for kind, n in calls.items():
+        storage.calls.add(kind, n)
+    return decided
+
+
+def planning_workers(storage: Storage, partitions: int, lister: Lister | None = None) -> int:
+    """Object stores: threads, so that partitions' requests overlap. Local disks: worker processes,
+    since deciding is Python work (a thread would only contend), once a checkpoint has enough
+    partitions to repay starting them; a lister given by a test stays in this process."""
+    if not storage.is_local:
+        return POLICY.list_workers
+    if lister not in (None, _list) or partitions < POLICY.plan_processes_from:
+        return 0
+    processes = min(POLICY.plan_processes, os.cpu_count() or 1)
+    return processes if processes > 1 else 0
+
+
+def _in_order(
+    context: _Context, folders: list[str], workers: int, spill: _Spill
+) -> Iterator[tuple[str, _Decided]]:
+    """Each partition folder decided (listed, read, decided), in folder order; at most `workers`
+    in flight, and so in memory, at once. 0: one at a time in this thread. More: worker processes
+    on local disks, threads on object stores. A failure fails the plan."""
     if workers < 1:
-        yield from ((folder, work(folder)) for folder in folders)
+        yield from ((folder, _decide(context, folder, spill.lines, spill.held)) for folder in folders)
         return
-    with ThreadPoolExecutor(workers) as pool:
+    pool: Executor
+    storage = context.base.storage
+    if storage.is_local:
+        pool = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+            initargs=(context,),
+        )  # fmt: skip
+        work: Callable[[str], Any] = _decide_in_worker
+        take: Callable[[Any], _Decided] = functools.partial(_counted, storage)
+    else:
+        pool = ThreadPoolExecutor(workers)
+        work, take = functools.partial(_decide_apart, context), lambda decided: decided
+    with pool:
         ahead = deque(pool.submit(work, f) for f in folders[:workers])
-        for i, folder in enumerate(folders):
-            done = ahead.popleft().result()
-            if i + workers < len(folders):
-                ahead.append(pool.submit(work, folders[i + workers]))
-            yield folder, done
+        try:
+            for i, folder in enumerate(folders):
+                done = take(ahead.popleft().result())
+                if i + workers < len(folders):
+                    ahead.append(pool.submit(work, folders[i + workers]))
+                yield folder, done
+        finally:
+            for waiting in ahead:
+                waiting.cancel()
 
 
 def _scan(
@@ -388,9 +522,9 @@ class _Spill:
 
     def __init__(self, tmp: str) -> None:
         self.lines_path = os.path.join(tmp, "candidates.jsonl")
-        self._lines = open(self.lines_path, "w")  # closed in finish, or on the way out
+        self.lines = open(self.lines_path, "w")  # closed in finish, or on the way out
         self._held_path = os.path.join(tmp, "held.jsonl")
-        self._held = open(self._held_path, "w")  # closed in finish, or on the way out
+        self.held = open(self._held_path, "w")  # closed in finish, or on the way out
         self.files = self.bytes = self.retained = self.seen = 0
         self.by_reason, self.by_store = Totals(), Totals()
         self.kept: Counter[str] = Counter()
@@ -401,33 +535,34 @@ class _Spill:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._lines.close()
-        self._held.close()
+        self.lines.close()
+        self.held.close()
 
-    def partition(self, folder: str, files: tuple[CheckpointFile, ...], scan: OrphanScan) -> None:
-        self.retained += len(scan.retained)
-        self.partition_files[folder] = len(files)
-        self.kept.update(why.value for why in scan.kept.values())
-        oldest = scan.oldest_retained_sst
+    def partition(self, folder: str, decided: _Decided) -> None:
+        self.retained += decided.retained
+        self.partition_files[folder] = decided.listed
+        self.kept.update(decided.kept)
+        oldest = decided.oldest_retained_sst
         if oldest is not None:
             self.floor = oldest if self.floor is None else min(self.floor, oldest)
-        for c in sorted(scan.candidates, key=lambda c: (_ORDER.get(c.file.kind, 5), c.rel)):
-            planned = PlannedFile(
-                c.rel, c.file.info.size, c.file.info.mtime or 0.0, c.reason.value, _store_label(c.file)
-            )
-            held = scan.held_for_floor.get(c.rel)
-            if held is None:
-                self._add(planned)
-            else:  # the SST's mtime decides, for the SST and each sidecar that follows it
-                self._held.write(json.dumps({"sst_mtime": held, **asdict(planned)}) + "\n")
-        before, self.seen = self.seen, self.seen + len(files)
+        if decided.apart is not None:
+            for path, out in zip(decided.apart, (self.lines, self.held), strict=True):
+                with open(path) as part:
+                    shutil.copyfileobj(part, out)
+                os.remove(path)
+        self.by_reason.merge(decided.by_reason)
+        self.by_store.merge(decided.by_store)
+        for entry in decided.by_reason.as_dict().values():
+            self.files += entry["files"]
+            self.bytes += entry["bytes"]
+        before, self.seen = self.seen, self.seen + decided.listed
         if self.seen // _PROGRESS_EVERY > before // _PROGRESS_EVERY:
             seen = Progress("files planned", self.seen, None)
             report(log, seen, "%s: %d files seen, %d candidates (%d bytes)", folder, self.seen, self.files,
                    self.bytes)  # fmt: skip
 
     def _add(self, planned: PlannedFile) -> None:
-        self._lines.write(planned.line() + "\n")
+        self.lines.write(planned.line() + "\n")
         self.files += 1
         self.bytes += planned.bytes
         self.by_reason.add(planned.reason, planned.bytes)
@@ -436,7 +571,7 @@ class _Spill:
     def finish(self) -> None:
         """Decides the held SSTs against the oldest retained SST of the whole checkpoint (none:
         every such SST stays), as safety.md asks of a live query."""
-        self._held.close()
+        self.held.close()
         with open(self._held_path) as held:
             for line in held:
                 row = json.loads(line)
@@ -447,7 +582,7 @@ class _Spill:
                     self.kept[Kept.LIVE_RECENT_SST.value] += 1
                 else:
                     self.kept[Kept.MAIN_KEPT.value] += 1
-        self._lines.close()  # flushed: the manifest is assembled from it
+        self.lines.close()  # flushed: the manifest is assembled from it
 
 
 def _store_label(f: CheckpointFile) -> str | None:

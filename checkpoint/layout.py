@@ -10,7 +10,6 @@ import re
 import sys
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 
 class FileKind(str, Enum):
@@ -145,25 +144,25 @@ def _classify_state(rel: str, parts: list[str]) -> Classified:
     store = "default"
     if len(inner) >= 2 and inner[0] not in _RESERVED:
         store, inner = sys.intern(inner[0]), inner[1:]
-    where: dict[str, Any] = {"operator": op, "partition": part, "store": store}
+    # Positional (batch, operator, partition, store, version, id), not a dict of keywords: cleanup
+    # classifies every file of a partition, 10^4-10^5 of them.
+    if len(inner) == 1:
+        parsed = parse_state_file(name)
+        if parsed:
+            version, uid, kind = parsed
+            return Classified(rel, kind, None, op, part, store, version, uid)
+        if name.endswith(".crc"):
+            main = parse_state_file(name[: -len(".crc")])
+            if main:
+                return Classified(rel, FileKind.SPARK_CRC, None, op, part, store, main[0], main[1])
+        if name.startswith(MAINT_TEMP_PREFIX) and name.endswith(".tmp"):
+            return Classified(rel, FileKind.MAINT_TEMP, None, op, part, store)
+        return Classified(rel, FileKind.UNKNOWN)
     if inner == ["_metadata", "schema"]:
         # Schema file v1..v3, written once per store under partition 0 (not listed in the shared docs).
-        return Classified(rel, FileKind.STATE_SCHEMA, **where)
+        return Classified(rel, FileKind.STATE_SCHEMA, None, op, part, store)
     if len(inner) == 2 and inner[0] == "SSTs" and SST_FILE.match(name):
-        return Classified(rel, FileKind.SST, **where)
+        return Classified(rel, FileKind.SST, None, op, part, store)
     if len(inner) == 2 and inner[0] == "logs" and WAL_FILE.match(name):
-        return Classified(rel, FileKind.WAL_LOG, **where)
-    if len(inner) != 1:
-        return Classified(rel, FileKind.UNKNOWN)
-    if name.startswith(MAINT_TEMP_PREFIX) and name.endswith(".tmp"):
-        return Classified(rel, FileKind.MAINT_TEMP, **where)
-    parsed = parse_state_file(name)
-    if parsed:
-        version, uid, kind = parsed
-        return Classified(rel, kind, version=version, unique_id=uid, **where)
-    if name.endswith(".crc"):
-        main = parse_state_file(name[: -len(".crc")])
-        if main:
-            version, uid, _ = main
-            return Classified(rel, FileKind.SPARK_CRC, version=version, unique_id=uid, **where)
+        return Classified(rel, FileKind.WAL_LOG, None, op, part, store)
     return Classified(rel, FileKind.UNKNOWN)

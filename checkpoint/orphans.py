@@ -112,7 +112,10 @@ class _Index:
         self.ssts: dict[StoreId, dict[str, CheckpointFile]] = defaultdict(dict)
         self.oldest_version: dict[StoreId, int] = {}
         self.by_rel = {f.rel: f for f in files}
+        # Each rule walks the files of its kinds only, in listing order.
+        self.of_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
         for f in files:
+            self.of_kind[f.kind].append(f)
             sid = _store_of(f)
             if sid is None:
                 continue
@@ -179,7 +182,7 @@ def retained_set(inputs: RetentionInputs, index: _Index | None = None) -> tuple[
                     gap(f"changelog {entry.version}_{entry.unique_id} of the replay chain", entry.version)
                     break
                 retained.add(link.rel)
-    for z in zips:
+    for z in sorted(zips):  # sorted: the same zip is named first in every process (string hashes differ)
         listed = inputs.zip_ssts.get(z)
         if listed is None:
             raise UnsafeToPlan(f"the metadata of retained zip {z} was not read")
@@ -218,8 +221,9 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
         return True
 
     # 1. changelogs and zips of (version, id) pairs that no retained batch reads
-    for f in inputs.files:
-        if f.kind not in (FileKind.CHANGELOG, FileKind.ZIP) or not f.what.unique_id or f.rel in retained:
+    zips, ssts = index.of_kind[FileKind.ZIP], index.of_kind[FileKind.SST]
+    for f in [f for f in inputs.files if f.kind in (FileKind.CHANGELOG, FileKind.ZIP)]:
+        if not f.what.unique_id or f.rel in retained:
             continue
         version = f.what.version
         if version is None or version > newest_version or not f.rel.startswith("state/"):
@@ -232,20 +236,15 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
 
     # 2. SSTs no staying zip lists (a kept orphan zip still protects its SSTs)
     listed_by_staying = {
-        (_store_of(f), name)
-        for f in inputs.files
-        if f.kind == FileKind.ZIP and f.rel not in chosen
-        for name in inputs.zip_ssts.get(f.rel) or ()
+        (_store_of(f), name) for f in zips if f.rel not in chosen for name in inputs.zip_ssts.get(f.rel) or ()
     }
     unknown_listing = {
-        _store_of(f)
-        for f in inputs.files
-        if f.kind == FileKind.ZIP and f.rel not in chosen and inputs.zip_ssts.get(f.rel) is None
+        _store_of(f) for f in zips if f.rel not in chosen and inputs.zip_ssts.get(f.rel) is None
     }
-    retained_sst_times = [f.info.mtime for f in inputs.files if f.kind == FileKind.SST and f.rel in retained]
+    retained_sst_times = [f.info.mtime for f in ssts if f.rel in retained]
     oldest_retained_sst = min((t for t in retained_sst_times if t is not None), default=None)
-    for f in inputs.files:
-        if f.kind != FileKind.SST or f.rel in retained or not f.rel.startswith("state/"):
+    for f in ssts:
+        if f.rel in retained or not f.rel.startswith("state/"):
             continue
         if (_store_of(f), f.rel.rsplit("/", 1)[1]) in listed_by_staying or _store_of(f) in unknown_listing:
             kept[f.rel] = Kept.LISTED_BY_KEPT_ZIP
@@ -263,14 +262,14 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
             chosen[f.rel] = Candidate(f, Reason.UNREFERENCED_SST)
 
     # 3. this tool's own temp files, left by a crash while publishing a snapshot
-    for f in inputs.files:
-        if f.kind == FileKind.MAINT_TEMP and f.rel.startswith("state/") and eligible(f):
+    for f in index.of_kind[FileKind.MAINT_TEMP]:
+        if f.rel.startswith("state/") and eligible(f):
             chosen[f.rel] = Candidate(f, Reason.ABANDONED_TEMP)
 
     # 4. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)
     for kind in (FileKind.SPARK_CRC, FileKind.HADOOP_CRC):
-        for f in inputs.files:
-            if f.kind != kind or f.rel in retained or not f.rel.startswith("state/"):
+        for f in index.of_kind[kind]:
+            if f.rel in retained or not f.rel.startswith("state/"):
                 continue
             main = f.what.main
             known = index.by_rel.get(main) if main else None

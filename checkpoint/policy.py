@@ -50,6 +50,11 @@ class Policy:
     # tree listed as several prefixes, stores resolved by a head-first load, checkpoints read by
     # the fleet report and by the commit sensor's tick.
     list_workers: int = 8
+    # Cleanup planning on a local disk: partitions decided in this many worker processes (deciding
+    # is Python work, bound by one core each), from this many partition folders up (fewer do not
+    # repay starting the processes).
+    plan_processes: int = 4
+    plan_processes_from: int = 16
     store_workers: int = 16
     fleet_workers: int = 16
     sensor_workers: int = 32

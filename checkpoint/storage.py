@@ -198,7 +198,8 @@ def is_local(fs) -> bool:
 
 
 def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
-    """Explicit options win; for s3:// the standard AWS_ENDPOINT_URL and AWS_REGION fill the gaps.
+    """Explicit options win; for s3:// the standard AWS_ENDPOINT_URL, AWS_REGION and
+    AWS_MAX_ATTEMPTS fill the gaps.
 
     Keys and secrets are left to botocore's own credential chain (AWS_ACCESS_KEY_ID, profiles,
     instance roles), so they never pass through, or get logged by, this code.
@@ -210,8 +211,15 @@ def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[s
     # limit once S3 throttles). s3fs's own retry loop is switched off in Storage, and callers add
     # none of their own around a request, so a throttled request is never retried n x m times.
     config = dict(options.get("config_kwargs") or {})
-    # botocore's `max_attempts` counts retries; `total_max_attempts` counts requests.
-    config.setdefault("retries", {"mode": "adaptive", "total_max_attempts": POLICY.s3_max_attempts})
+    # botocore's `max_attempts` counts retries; `total_max_attempts` counts requests, as the
+    # standard AWS_MAX_ATTEMPTS does, which sets it when no option does.
+    raw = os.environ.get("AWS_MAX_ATTEMPTS")
+    attempts = POLICY.s3_max_attempts
+    if raw:
+        if not raw.strip().isdigit() or int(raw) < 1:
+            raise StorageError(f"AWS_MAX_ATTEMPTS={raw!r}: not a number of requests (1 or more)", url)
+        attempts = int(raw)
+    config.setdefault("retries", {"mode": "adaptive", "total_max_attempts": attempts})
     options["config_kwargs"] = config
     client_kwargs = dict(options.get("client_kwargs") or {})
     for env, name in (("AWS_ENDPOINT_URL", "endpoint_url"), ("AWS_REGION", "region_name")):
@@ -784,21 +792,23 @@ class Storage:
         """
         if not self.is_local:
             return {}
-        top = os.path.realpath(self.full(folder))
-        resolved: dict[str, str] = {}
+        top = os.path.realpath(self.full(folder)) + os.sep
+        # A file the listing did not call a link is where its folder really is: one realpath per
+        # folder, not per file (cleanup guards 10^4-10^5 candidates per partition).
+        inside: dict[str, bool] = {}
         out = {}
         for f in files:
             full = self.full(f.rel)
-            parent = os.path.dirname(full)
-            if parent not in resolved:
-                resolved[parent] = os.path.realpath(parent)
-            maybe_link = f.link is not False and os.path.islink(full)
-            real = (
-                os.path.realpath(full)
-                if maybe_link
-                else os.path.join(resolved[parent], os.path.basename(full))
-            )
-            if not real.startswith(top + os.sep):
+            if f.link is False or (f.link is None and not os.path.islink(full)):
+                parent, _, name = full.rpartition("/")
+                if parent not in inside:
+                    inside[parent] = (os.path.realpath(parent) + os.sep).startswith(top)
+                if inside[parent]:
+                    continue
+                real = os.path.join(os.path.realpath(parent), name)
+            else:
+                real = os.path.realpath(full)
+            if not real.startswith(top):
                 out[f.rel] = real
         return out
 

@@ -43,7 +43,7 @@ from checkpoint.repartition import (
 from checkpoint.storage import Storage
 from checkpoint.validate import Severity, validate
 
-from .spark_session import reach
+from .spark_session import reach, scoped_confs
 
 log = logging.getLogger(__name__)
 _STEPS = 5  # preflight, backup, digests, rewrite, verification
@@ -67,6 +67,12 @@ class RepartitionResult:
 
 # ------------------------------------------------------------------------------------------------
 # Spark: the state data source and Spark's hash
+
+
+# With row tracking on, every put of a changelog replay reads its key first, to keep a row count
+# that these reads never use (they count rows themselves): off while they run, the state data
+# source's load costs half (2M keys: 11.1-12.4 s against 6.2-6.5 s, the same digests).
+_FAST_READ = {"spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false"}
 
 
 def _state(spark, url: str, batch: int, reader: StateReader):
@@ -96,23 +102,24 @@ def digest_state(
     from pyspark.sql import functions as F
 
     out = []
-    for reader in readers:
-        row_cols = [F.col("column_family_name"), F.col("key_bytes"), F.col("value_bytes")]
-        row = (
-            _state(spark, url, batch, reader)
-            .withColumn(
-                "sits_in", F.spark_partition_id()
-            )  # projected first: an aggregate takes no such input
-            .agg(
-                F.count(F.lit(1)).alias("rows"),
-                F.coalesce(F.sum(F.xxhash64(*row_cols).cast("decimal(38,0)")), F.lit(0)).alias("a"),
-                F.coalesce(F.sum(F.hash(*row_cols).cast("decimal(38,0)")), F.lit(0)).alias("b"),
-                F.count(F.when(F.col("sits_in") != _placed(F.lit(partitions)), 1)).alias("misplaced"),
+    with scoped_confs(spark, _FAST_READ):
+        for reader in readers:
+            row_cols = [F.col("column_family_name"), F.col("key_bytes"), F.col("value_bytes")]
+            row = (
+                _state(spark, url, batch, reader)
+                .withColumn(
+                    "sits_in", F.spark_partition_id()
+                )  # projected first: an aggregate takes no such input
+                .agg(
+                    F.count(F.lit(1)).alias("rows"),
+                    F.coalesce(F.sum(F.xxhash64(*row_cols).cast("decimal(38,0)")), F.lit(0)).alias("a"),
+                    F.coalesce(F.sum(F.hash(*row_cols).cast("decimal(38,0)")), F.lit(0)).alias("b"),
+                    F.count(F.when(F.col("sits_in") != _placed(F.lit(partitions)), 1)).alias("misplaced"),
+                )
+                .first()
             )
-            .first()
-        )
-        out.append({"operator": reader.operator, "store": reader.store, "rows": int(row["rows"]),
-                    "digest": f"{row['a']}:{row['b']}", "misplaced": int(row["misplaced"])})  # fmt: skip
+            out.append({"operator": reader.operator, "store": reader.store, "rows": int(row["rows"]),
+                        "digest": f"{row['a']}:{row['b']}", "misplaced": int(row["misplaced"])})  # fmt: skip
     return out
 
 
@@ -123,13 +130,14 @@ def rows_per_partition(
     One pass over the state: each row hashed once and placed under every count."""
     from pyspark.sql import functions as F
 
-    placed = _state(spark, url, batch, reader).select(
-        F.hash(F.col("partition_key")).alias("h"),
-        F.spark_partition_id().alias("now"),
-        F.explode(F.array(*[F.lit(n) for n in [0, *counts]])).alias("n"),
-    )
-    where = F.when(F.col("n") == 0, F.col("now")).otherwise(F.pmod(F.col("h"), F.col("n")))
-    rows = placed.groupBy("n", where.alias("p")).count().collect()
+    with scoped_confs(spark, _FAST_READ):  # from the load on: the reader takes its confs there
+        placed = _state(spark, url, batch, reader).select(
+            F.hash(F.col("partition_key")).alias("h"),
+            F.spark_partition_id().alias("now"),
+            F.explode(F.array(*[F.lit(n) for n in [0, *counts]])).alias("n"),
+        )
+        where = F.when(F.col("n") == 0, F.col("now")).otherwise(F.pmod(F.col("h"), F.col("n")))
+        rows = placed.groupBy("n", where.alias("p")).count().collect()
     out: dict[int, dict[int, int]] = {n: dict.fromkeys(range(n), 0) for n in counts}
     out[0] = {}
     for r in rows:

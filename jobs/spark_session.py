@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
@@ -26,6 +28,23 @@ STATEFUL_DEFAULTS: dict[str, str] = {
     "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
     "spark.sql.shuffle.partitions": "4",
 }
+
+
+@contextmanager
+def scoped_confs(spark, confs: dict[str, str]) -> Iterator[None]:
+    """SQL confs set for what runs inside (a query, one job's reads) and restored after, so that
+    neither a scenario nor one of our reads leaks into what the session runs next."""
+    saved = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 def local_session(

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.spark_session import scoped_confs
+
 # Bump whenever a scenario, its inputs or its Spark confs change: it keys the on-disk cache.
 GENERATOR_VERSION = 3
 
@@ -163,23 +165,7 @@ def _run(df, checkpoint: Path, output_mode: str = "update", foreach_batch=None) 
         raise RuntimeError(f"query on {checkpoint} failed: {query.exception()}")
 
 
-class _Confs:
-    """Sets SQL confs for one query and restores them, so scenarios do not leak into each other."""
-
-    def __init__(self, spark, confs: dict[str, str]):
-        self.spark, self.confs, self.saved = spark, confs, {}
-
-    def __enter__(self):
-        for k, v in self.confs.items():
-            self.saved[k] = self.spark.conf.get(k, None)
-            self.spark.conf.set(k, v)
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
-            if v is None:
-                self.spark.conf.unset(k)
-            else:
-                self.spark.conf.set(k, v)
+_Confs = scoped_confs  # the scenarios' confs, set for one query and restored
 
 
 NO_SNAPSHOTS = {"spark.sql.streaming.stateStore.minDeltasForSnapshot": "100000"}

@@ -18,7 +18,8 @@ PARTITIONS, VERSIONS, WINDOW = 8, 120, 20
 def _traced(path: Path, audit: AuditTrail) -> tuple[Plan, int]:
     tracemalloc.start()
     try:
-        plan = plan_gc(Storage(str(path)), audit, now=time.time())
+        # In this process: worker processes would hold the partitions where tracemalloc cannot see.
+        plan = plan_gc(Storage(str(path)), audit, now=time.time(), workers=0)
         return plan, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -60,9 +61,14 @@ def test_a_live_querys_ssts_wait_for_the_oldest_retained_sst_of_every_partition(
     for rel in ssts:  # partition 0's retained SSTs are the oldest of all; each orphan an hour older
         t = now - (10 if rel.split("/")[2] == "0" else 8) * 3600 - (3600 if rel in orphans else 0)
         os.utime(path / rel, (t, t))
-    live = plan_of(path, now=now)
+    live = plan_of(path, now=now, workers=0)
     assert live.live
     planned = {c.path for c in candidates_of(live)}
+    # Decided in worker processes, the held SSTs come back and are decided alike: the same manifest.
+    in_workers = plan_of(path, now=now, workers=2)
+    assert candidates_of(in_workers) == candidates_of(live)
+    assert in_workers.summary() == live.summary()
+    assert in_workers.partition_files == live.partition_files
     in_zero = {r for r in orphans if r.split("/")[2] == "0"}
     assert in_zero and orphans - in_zero
     assert {p for p in planned if p.endswith(".sst")} == in_zero
@@ -70,3 +76,25 @@ def test_a_live_querys_ssts_wait_for_the_oldest_retained_sst_of_every_partition(
         f"{r.rsplit('/', 1)[0]}/.{r.rsplit('/', 1)[1]}.crc" for r in in_zero
     }
     assert live.kept["live_query_sst_newer_than_retained"] >= len(orphans - in_zero)
+
+
+def test_a_partition_that_fails_in_a_worker_process_fails_the_plan_as_in_this_one(tmp_path) -> None:
+    """A retained zip that cannot be read stops the plan (fail closed), whether its partition was
+    decided here or in a worker process: the same error class and text, and no manifest."""
+    from checkpoint.gc_plan import GcError
+    from tests.support.planning import plan_of
+
+    path = tmp_path / "ckpt"
+    synthetic.build(path, 3, 40, window=10)
+    for zip_file in (path / "state" / "0" / "1").rglob("*.zip"):
+        zip_file.write_bytes(b"PK\x03\x04 cut short")
+    audit = AuditTrail(str(tmp_path / "audit"))
+    errors = []
+    for workers in (0, 2):
+        try:
+            plan_of(path, audit, now=time.time(), workers=workers)
+        except GcError as exc:
+            errors.append(str(exc))
+    assert len(errors) == 2 and errors[0] == errors[1], errors
+    assert "retained zip state/0/1/" in errors[0]
+    assert not list((tmp_path / "audit").rglob("*.jsonl"))

@@ -271,6 +271,23 @@ def test_the_profile_predicts_the_partition_of_every_key(spark, corpus, tmp_path
     )
 
 
+def test_the_fast_state_read_digests_what_the_default_read_does(spark, corpus, monkeypatch) -> None:
+    """The digests read with RocksDB's row tracking off (half the load time) equal those of
+    Spark's default read, and the session's confs are as they were afterwards."""
+    import jobs.repartition as jobs_repartition
+
+    track = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
+    ckpt_ = load_head(str(corpus["long_chain"]))  # a replay chain of 32 changelogs per store
+    args = (spark, Storage(str(corpus["long_chain"])).spark_url, ckpt_.latest_committed_batch,
+            state_readers(ckpt_), 4)  # fmt: skip
+    before = spark.conf.get(track, None)
+    fast = jobs_repartition.digest_state(*args)
+    assert spark.conf.get(track, None) == before
+    monkeypatch.setattr(jobs_repartition, "_FAST_READ", {track: "true"})
+    default = jobs_repartition.digest_state(*args)
+    assert fast == default and all(d["rows"] > 0 for d in fast)
+
+
 def test_refused_before_spark_starts(corpus, tmp_path) -> None:
     """A refusal costs no Spark session: preflight runs first."""
     path = tmp_path / "ckpt"

@@ -192,3 +192,43 @@ def test_a_local_listing_is_what_fsspec_finds(tmp_path, corpus) -> None:
     links = {f.rel: f.size for f in storage.list_files() if f.link}
     assert set(links) == {"state/0/0/9_link.zip", "state/0/linked-folder", "commits/99"}
     assert (links["state/0/0/9_link.zip"], links["commits/99"]) == (1234, 0)
+
+
+def test_a_file_is_outside_when_it_or_its_folder_leads_out(tmp_path) -> None:
+    """Cleanup's guard: a link leading out, or a plain file in a folder that really lies elsewhere
+    (its folder resolved once for all its files), is outside; the rest is where it says."""
+    from checkpoint.storage import FileInfo
+
+    root, elsewhere = tmp_path / "ckpt", tmp_path / "elsewhere"
+    (root / "state" / "a").mkdir(parents=True)
+    elsewhere.mkdir()
+    for name in ("x", "w"):
+        (root / "state" / "a" / name).write_text(name)
+    (elsewhere / "y").write_text("y")
+    (root / "state" / "b").symlink_to(elsewhere, target_is_directory=True)
+    (root / "state" / "a" / "z").symlink_to(elsewhere / "y")
+    (root / "state" / "a" / "v").symlink_to(root / "state" / "a" / "x")
+    files = [FileInfo("state/a/x", 1, 0.0, False), FileInfo("state/a/w", 1, 0.0, None),
+             FileInfo("state/b/y", 1, 0.0, False), FileInfo("state/a/z", 1, 0.0, None),
+             FileInfo("state/a/v", 1, 0.0, True)]  # fmt: skip
+    assert Storage(str(root)).outside(files, "state") == {
+        "state/b/y": str(elsewhere / "y"),
+        "state/a/z": str(elsewhere / "y"),
+    }
+
+
+def test_aws_max_attempts_sets_the_requests_per_call_unless_an_option_does(monkeypatch) -> None:
+    from checkpoint.storage import options_from_env
+
+    def attempts(options=None):
+        return options_from_env("s3://b/q", options)["config_kwargs"]["retries"]["total_max_attempts"]
+
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    assert attempts() == 10
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "3")
+    assert attempts() == 3
+    assert attempts({"config_kwargs": {"retries": {"total_max_attempts": 5}}}) == 5
+    for bad in ("x", "0", "-2"):
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", bad)
+        with pytest.raises(StorageError, match="AWS_MAX_ATTEMPTS"):
+            attempts()
