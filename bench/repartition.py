@@ -28,9 +28,9 @@ from checkpoint.head import load_head
 from checkpoint.repartition import head_profile, state_readers
 from checkpoint.storage import Storage
 from jobs.repartition import predict, repartition, rows_per_partition
-from jobs.spark_session import local_session
+from jobs.spark_session import local_session, scoped_confs
 from testbed.copying import copy_checkpoint
-from testbed.corpus import MANIFEST, _Confs, checkpoints, ensure_corpus
+from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
 from testbed.operators import OPERATOR_SCENARIOS, ensure_operator_corpus
 from testbed.restart import differences, restart
 
@@ -74,7 +74,7 @@ def build_aggregation(spark, out: Path, keys: int) -> Path:
         str(out / "input")
     )
     checkpoint = out / "checkpoint"
-    with _Confs(spark, {"spark.sql.shuffle.partitions": "4"}):
+    with scoped_confs(spark, {"spark.sql.shuffle.partitions": "4"}):
         stream = spark.readStream.schema("k string, v long, id long").parquet(str(out / "input"))
         query = (
             stream.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("total"))

@@ -165,9 +165,6 @@ def _run(df, checkpoint: Path, output_mode: str = "update", foreach_batch=None) 
         raise RuntimeError(f"query on {checkpoint} failed: {query.exception()}")
 
 
-_Confs = scoped_confs  # the scenarios' confs, set for one query and restored
-
-
 NO_SNAPSHOTS = {"spark.sql.streaming.stateStore.minDeltasForSnapshot": "100000"}
 FREQUENT_SNAPSHOTS = {"spark.sql.streaming.stateStore.minDeltasForSnapshot": "2"}
 
@@ -250,7 +247,7 @@ class Scenario:
         return paths
 
     def run(self, spark, out: Path, checkpoint: Path, max_files: int = 1, sink=None, extra=None) -> None:
-        with _Confs(spark, self.confs):
+        with scoped_confs(spark, self.confs):
             query = self.query(spark, self.paths(out, extra), max_files)
             _run(query, checkpoint, self.output_mode, sink or self.sink)
 
@@ -468,11 +465,11 @@ def generate_big_base(out: Path, keys: int, touch: int, chain: int, records: int
     one = {"spark.sql.shuffle.partitions": "1"}
     spark = local_session(master="local[2]", app_name="ckpt-big-base", extra_conf=one)
     try:
-        with _Confs(spark, {**one, "spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"}):
+        with scoped_confs(spark, {**one, "spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"}):
             _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
         base = _wait_for_snapshot(out / "checkpoint")
         write_inputs(inputs, chain, lambda b: big_base_chain_rows(b, touch, records), start=1)
-        with _Confs(spark, {**one, **NO_SNAPSHOTS}):
+        with scoped_confs(spark, {**one, **NO_SNAPSHOTS}):
             _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
     finally:
         spark.stop()

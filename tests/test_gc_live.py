@@ -11,9 +11,9 @@ from checkpoint.audit import AuditTrail
 from checkpoint.gc_apply import apply_plan
 from checkpoint.gc_plan import plan_gc
 from checkpoint.model import load_checkpoint
+from jobs.spark_session import scoped_confs
 from testbed.corpus import (
     FREQUENT_SNAPSHOTS,
-    _Confs,
     _keyed_rows,
     _two_actions_sink,
     aggregation,
@@ -28,7 +28,7 @@ FILES = 24
 def test_live_query_survives_repeated_cleanup(spark, tmp_path) -> None:
     inputs, live_ckpt, control_ckpt = tmp_path / "input", tmp_path / "live", tmp_path / "control"
     write_inputs(inputs, 2, _keyed_rows)
-    with _Confs(spark, FREQUENT_SNAPSHOTS):
+    with scoped_confs(spark, FREQUENT_SNAPSHOTS):
         query = (
             aggregation(spark, {"": str(inputs)})
             .writeStream.outputMode("update")

@@ -21,8 +21,9 @@ import pytest
 
 from checkpoint.lineage import checkpoint_lineage
 from checkpoint.model import load_checkpoint
+from jobs.spark_session import scoped_confs
 from testbed.copying import copy_checkpoint
-from testbed.corpus import NO_SNAPSHOTS, _Confs, _keyed_rows, aggregation, write_inputs
+from testbed.corpus import NO_SNAPSHOTS, _keyed_rows, aggregation, write_inputs
 from testbed.demo import date_back
 from tests.support.dagster_dev import PROJECT, dagster_dev
 from tests.support.state import control_state, latest_state
@@ -42,7 +43,7 @@ class LiveQuery:
         self.stop_feeding = threading.Event()
         self.files = 2
         write_inputs(inputs, self.files, _keyed_rows)
-        with _Confs(spark, NO_SNAPSHOTS):
+        with scoped_confs(spark, NO_SNAPSHOTS):
             self.query = (
                 aggregation(spark, {"": str(inputs)})
                 .writeStream.outputMode("update")

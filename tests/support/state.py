@@ -55,9 +55,10 @@ def restart_like_untouched(
 def control_state(spark, inputs: Path, checkpoint: Path, confs: dict[str, str]) -> list[str]:
     """The control: the same aggregation over all of `inputs` in one availableNow run, untouched by
     maintenance; its final state."""
-    from testbed.corpus import _Confs, aggregation
+    from jobs.spark_session import scoped_confs
+    from testbed.corpus import aggregation
 
-    with _Confs(spark, confs):
+    with scoped_confs(spark, confs):
         query = (
             aggregation(spark, {"": str(inputs)}, max_files=100_000)
             .writeStream.outputMode("update")
