@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -75,13 +76,16 @@ class RepartitionResult:
 _FAST_READ = {"spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false"}
 
 
-def _state(spark, url: str, batch: int, reader: StateReader):
+@contextmanager
+def _state(spark, url: str, batch: int, reader: StateReader) -> Iterator[Any]:
     """The store's rows at `batch`, read one Spark partition per state partition, in order: a
-    row's `spark_partition_id()` is the state partition it sits in."""
-    load = spark.read.format("statestore").option("batchId", batch)
-    for key, value in reader.options.items():
-        load = load.option(key, value)
-    return load.load(url)
+    row's `spark_partition_id()` is the state partition it sits in. Act on them inside: the
+    reader takes its confs at the load, and its tasks run at the action."""
+    with scoped_confs(spark, _FAST_READ):
+        load = spark.read.format("statestore").option("batchId", batch)
+        for key, value in reader.options.items():
+            load = load.option(key, value)
+        yield load.load(url)
 
 
 def _placed(partitions):
@@ -102,12 +106,11 @@ def digest_state(
     from pyspark.sql import functions as F
 
     out = []
-    with scoped_confs(spark, _FAST_READ):
-        for reader in readers:
-            row_cols = [F.col("column_family_name"), F.col("key_bytes"), F.col("value_bytes")]
+    for reader in readers:
+        row_cols = [F.col("column_family_name"), F.col("key_bytes"), F.col("value_bytes")]
+        with _state(spark, url, batch, reader) as state:
             row = (
-                _state(spark, url, batch, reader)
-                .withColumn(
+                state.withColumn(
                     "sits_in", F.spark_partition_id()
                 )  # projected first: an aggregate takes no such input
                 .agg(
@@ -118,8 +121,8 @@ def digest_state(
                 )
                 .first()
             )
-            out.append({"operator": reader.operator, "store": reader.store, "rows": int(row["rows"]),
-                        "digest": f"{row['a']}:{row['b']}", "misplaced": int(row["misplaced"])})  # fmt: skip
+        out.append({"operator": reader.operator, "store": reader.store, "rows": int(row["rows"]),
+                    "digest": f"{row['a']}:{row['b']}", "misplaced": int(row["misplaced"])})  # fmt: skip
     return out
 
 
@@ -130,8 +133,8 @@ def rows_per_partition(
     One pass over the state: each row hashed once and placed under every count."""
     from pyspark.sql import functions as F
 
-    with scoped_confs(spark, _FAST_READ):  # from the load on: the reader takes its confs there
-        placed = _state(spark, url, batch, reader).select(
+    with _state(spark, url, batch, reader) as state:
+        placed = state.select(
             F.hash(F.col("partition_key")).alias("h"),
             F.spark_partition_id().alias("now"),
             F.explode(F.array(*[F.lit(n) for n in [0, *counts]])).alias("n"),
