@@ -795,17 +795,17 @@ class Storage:
         top = os.path.realpath(self.full(folder)) + os.sep
         # A file the listing did not call a link is where its folder really is: one realpath per
         # folder, not per file (cleanup guards 10^4-10^5 candidates per partition).
-        inside: dict[str, bool] = {}
+        resolved: dict[str, str] = {}
         out = {}
         for f in files:
             full = self.full(f.rel)
             if f.link is False or (f.link is None and not os.path.islink(full)):
                 parent, _, name = full.rpartition("/")
-                if parent not in inside:
-                    inside[parent] = (os.path.realpath(parent) + os.sep).startswith(top)
-                if inside[parent]:
+                if parent not in resolved:
+                    resolved[parent] = os.path.realpath(parent) + os.sep
+                if resolved[parent].startswith(top):
                     continue
-                real = os.path.join(os.path.realpath(parent), name)
+                real = resolved[parent] + name
             else:
                 real = os.path.realpath(full)
             if not real.startswith(top):
