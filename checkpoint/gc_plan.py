@@ -525,11 +525,19 @@ class _Spill:
         self.lines = open(self.lines_path, "w")  # closed in finish, or on the way out
         self._held_path = os.path.join(tmp, "held.jsonl")
         self.held = open(self._held_path, "w")  # closed in finish, or on the way out
-        self.files = self.bytes = self.retained = self.seen = 0
+        self.retained = self.seen = 0
         self.by_reason, self.by_store = Totals(), Totals()
         self.kept: Counter[str] = Counter()
         self.floor: float | None = None  # the oldest SST any retained zip lists
         self.partition_files: dict[str, int] = {}
+
+    @property
+    def files(self) -> int:  # every candidate has one reason: the totals by reason are the whole
+        return sum(entry["files"] for entry in self.by_reason.as_dict().values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(entry["bytes"] for entry in self.by_reason.as_dict().values())
 
     def __enter__(self) -> _Spill:
         return self
@@ -552,9 +560,6 @@ class _Spill:
                 os.remove(path)
         self.by_reason.merge(decided.by_reason)
         self.by_store.merge(decided.by_store)
-        for entry in decided.by_reason.as_dict().values():
-            self.files += entry["files"]
-            self.bytes += entry["bytes"]
         before, self.seen = self.seen, self.seen + decided.listed
         if self.seen // _PROGRESS_EVERY > before // _PROGRESS_EVERY:
             seen = Progress("files planned", self.seen, None)
@@ -563,8 +568,6 @@ class _Spill:
 
     def _add(self, planned: PlannedFile) -> None:
         self.lines.write(planned.line() + "\n")
-        self.files += 1
-        self.bytes += planned.bytes
         self.by_reason.add(planned.reason, planned.bytes)
         self.by_store.add(planned.store, planned.bytes)
 
