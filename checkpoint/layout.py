@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
 from enum import Enum
+from typing import NamedTuple
 
 
 class FileKind(str, Enum):
@@ -51,11 +52,12 @@ FORK_COMPLETE = "_ckpt_fork.complete.json"
 _RESERVED = {"SSTs", "logs", "_metadata"}
 
 
-@dataclass(frozen=True, slots=True)
-class Classified:
+class Classified(NamedTuple):
     """What a relative path is. State fields are set for files under `state/<op>/<part>/`.
 
-    `main` is, for a `.crc` of either kind, the relative path of the file it checks.
+    `main` is, for a `.crc` of either kind, the relative path of the file it checks. A named tuple,
+    not a frozen dataclass: cleanup classifies every file of a partition (10^4-10^5 of them), and a
+    tuple is built in one step where a frozen dataclass sets each of its eight fields in turn.
     """
 
     rel: str
@@ -71,13 +73,8 @@ class Classified:
     def main(self) -> str | None:
         """The file a checksum sidecar belongs to. Derived, not stored: half of a state folder's
         files are sidecars, and cleanup holds a partition's classified listing in memory."""
-        if self.kind == FileKind.SPARK_CRC:
-            return self.rel[: -len(".crc")]
-        if self.kind == FileKind.HADOOP_CRC:
-            folder, _, name = self.rel.rpartition("/")
-            main = name[1 : -len(".crc")]
-            return f"{folder}/{main}" if folder else main
-        return None
+        main_of = SIDECAR_MAIN.get(self.kind)
+        return None if main_of is None else main_of(self.rel)
 
     @property
     def batch_id(self) -> int:
@@ -94,75 +91,104 @@ class Classified:
         return self.version
 
 
+def _spark_sidecar_main(rel: str) -> str:
+    return rel[: -len(".crc")]
+
+
+def _hadoop_sidecar_main(rel: str) -> str:
+    folder, _, name = rel.rpartition("/")
+    main = name[1 : -len(".crc")]
+    return f"{folder}/{main}" if folder else main
+
+
+# How a sidecar's path names its main file, by the sidecar's kind. Spark's first: a Hadoop `.crc`
+# may check a Spark `.crc` (`.x.crc.crc`), whose fate cleanup must know first.
+SIDECAR_MAIN: dict[FileKind, Callable[[str], str]] = {
+    FileKind.SPARK_CRC: _spark_sidecar_main,
+    FileKind.HADOOP_CRC: _hadoop_sidecar_main,
+}
+
+
 def parse_state_file(name: str) -> tuple[int, str | None, FileKind] | None:
     """(version, uuid or None for format V1, CHANGELOG or ZIP), or None when not a state file."""
     m = STATE_FILE.match(name)
     if not m:
         return None
-    kind = FileKind.ZIP if m.group(3) == "zip" else FileKind.CHANGELOG
+    version, uid, ext = m.groups()
+    return _state_fields(version, uid, ext)
+
+
+def _state_fields(version: str, uid: str | None, ext: str) -> tuple[int, str | None, FileKind]:
     # Interned: a version's changelog, zip and their sidecars name one id, held once.
-    uid = m.group(2)
-    return int(m.group(1)), None if uid is None else sys.intern(uid), kind
+    kind = FileKind.ZIP if ext == "zip" else FileKind.CHANGELOG
+    return int(version), None if uid is None else sys.intern(uid), kind
+
+
+# A state file or its Spark sidecar in one match: a partition folder is mostly these.
+_STATE_FILE_OR_CRC = re.compile(rf"^(\d+)(?:_({UUID}))?\.(zip|changelog)(\.crc)?$")
 
 
 def classify(rel: str) -> Classified:
-    parts = rel.split("/")
-    name = parts[-1]
+    name = rel[rel.rfind("/") + 1 :]
     if name.startswith(".") and name.endswith(".crc") and len(name) > len(".crc") + 1:
-        # Hadoop's local checksum file system hides `.<name>.crc` beside every file it writes.
+        # Hadoop's local checksum file system hides `.<name>.crc` beside every file it writes (on
+        # local disks, half the files): told by the name alone, before the path is split.
         return Classified(rel, FileKind.HADOOP_CRC)
+    parts = rel.split("/")
+    top = parts[0]
+    if top == "state":  # first: nearly every file of a checkpoint is a state file
+        if len(parts) >= 4 and parts[1].isdigit():
+            return _classify_state(rel, parts, name)
+        return Classified(rel, FileKind.UNKNOWN)
     if rel == "metadata":
         return Classified(rel, FileKind.QUERY_METADATA)
     if rel in (FORK_STARTED, FORK_COMPLETE):
         return Classified(rel, FileKind.FORK_MARKER)
-    if len(parts) == 2 and parts[0] in ("offsets", "commits") and BATCH_FILE.match(name):
-        kind = FileKind.OFFSET if parts[0] == "offsets" else FileKind.COMMIT
+    if len(parts) == 2 and top in ("offsets", "commits") and BATCH_FILE.match(name):
+        kind = FileKind.OFFSET if top == "offsets" else FileKind.COMMIT
         return Classified(rel, kind, batch=int(name))
-    if len(parts) == 3 and parts[0] == "sources" and parts[1].isdigit() and SOURCE_LOG_FILE.match(name):
+    if len(parts) == 3 and top == "sources" and parts[1].isdigit() and SOURCE_LOG_FILE.match(name):
         return Classified(rel, FileKind.SOURCE_LOG, batch=int(name.split(".")[0]))
-    if parts[0] == "state" and len(parts) >= 4 and parts[1].isdigit():
-        return _classify_state(rel, parts)
     return Classified(rel, FileKind.UNKNOWN)
 
 
-def _classify_state(rel: str, parts: list[str]) -> Classified:
+def _classify_state(rel: str, parts: list[str], name: str) -> Classified:
+    """`state/<op>/...` with at least two more parts. Decided by position, the common shapes first
+    (`<part>/<name>`, `<part>/SSTs/<name>`): cleanup classifies every file of a partition."""
     op = int(parts[1])
-    name = parts[-1]
-    rest = parts[2:]
-    if rest == ["_metadata", "metadata"]:
-        return Classified(rel, FileKind.OPERATOR_METADATA, operator=op)
-    if len(rest) == 3 and rest[:2] == ["_metadata", "v2"] and BATCH_FILE.match(name):
-        return Classified(rel, FileKind.OPERATOR_METADATA, operator=op, batch=int(name))
-    if len(rest) == 3 and rest[0] == "_stateSchema" and SCHEMA_FILE.match(name):
-        return Classified(
-            rel, FileKind.STATE_SCHEMA, operator=op, store=rest[1], batch=int(name.split("_")[0])
-        )
-    if not rest[0].isdigit():
+    depth = len(parts)
+    if not parts[2].isdigit():
+        if parts[2] == "_metadata":
+            if depth == 4 and name == "metadata":
+                return Classified(rel, FileKind.OPERATOR_METADATA, operator=op)
+            if depth == 5 and parts[3] == "v2" and BATCH_FILE.match(name):
+                return Classified(rel, FileKind.OPERATOR_METADATA, operator=op, batch=int(name))
+        elif parts[2] == "_stateSchema" and depth == 5 and SCHEMA_FILE.match(name):
+            return Classified(rel, FileKind.STATE_SCHEMA, operator=op, store=parts[3],
+                              batch=int(name.split("_")[0]))  # fmt: skip
         return Classified(rel, FileKind.UNKNOWN)
-    part = int(rest[0])
-    inner = rest[1:]  # [store/]name, [store/]SSTs/name, [store/]_metadata/schema
-    store = "default"
-    if len(inner) >= 2 and inner[0] not in _RESERVED:
-        store, inner = sys.intern(inner[0]), inner[1:]
-    # Positional (batch, operator, partition, store, version, id), not a dict of keywords: cleanup
-    # classifies every file of a partition, 10^4-10^5 of them.
-    if len(inner) == 1:
-        parsed = parse_state_file(name)
-        if parsed:
-            version, uid, kind = parsed
-            return Classified(rel, kind, None, op, part, store, version, uid)
-        if name.endswith(".crc"):
-            main = parse_state_file(name[: -len(".crc")])
-            if main:
-                return Classified(rel, FileKind.SPARK_CRC, None, op, part, store, main[0], main[1])
+    part = int(parts[2])
+    # After the partition: [store/]name, [store/]SSTs/name, [store/]logs/name, [store/]_metadata/schema
+    store, first = "default", 3
+    if depth >= 5 and parts[3] not in _RESERVED:
+        store, first = sys.intern(parts[3]), 4
+    # Positional (batch, operator, partition, store, version, id), not keywords: the common path.
+    inner = depth - first
+    if inner == 1:
+        m = _STATE_FILE_OR_CRC.match(name)
+        if m:
+            version, uid, ext, crc = m.groups()
+            v, u, kind = _state_fields(version, uid, ext)
+            return Classified(rel, FileKind.SPARK_CRC if crc else kind, None, op, part, store, v, u)
         if name.startswith(MAINT_TEMP_PREFIX) and name.endswith(".tmp"):
             return Classified(rel, FileKind.MAINT_TEMP, None, op, part, store)
-        return Classified(rel, FileKind.UNKNOWN)
-    if inner == ["_metadata", "schema"]:
-        # Schema file v1..v3, written once per store under partition 0 (not listed in the shared docs).
-        return Classified(rel, FileKind.STATE_SCHEMA, None, op, part, store)
-    if len(inner) == 2 and inner[0] == "SSTs" and SST_FILE.match(name):
-        return Classified(rel, FileKind.SST, None, op, part, store)
-    if len(inner) == 2 and inner[0] == "logs" and WAL_FILE.match(name):
-        return Classified(rel, FileKind.WAL_LOG, None, op, part, store)
+    elif inner == 2:
+        folder = parts[first]
+        if folder == "SSTs" and SST_FILE.match(name):
+            return Classified(rel, FileKind.SST, None, op, part, store)
+        if folder == "logs" and WAL_FILE.match(name):
+            return Classified(rel, FileKind.WAL_LOG, None, op, part, store)
+        if folder == "_metadata" and name == "schema":
+            # Schema file v1..v3, written once per store under partition 0 (not listed in the shared docs).
+            return Classified(rel, FileKind.STATE_SCHEMA, None, op, part, store)
     return Classified(rel, FileKind.UNKNOWN)

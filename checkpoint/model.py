@@ -217,9 +217,10 @@ class Checkpoint:
         times = [f.info.mtime for f in self.files if f.kind in (FileKind.COMMIT, FileKind.OFFSET)]
         return any(t is None or now - t < quiet_seconds for t in times)
 
-    @property
+    @cached_property
     def changelog_codec(self) -> str:
-        """The codec of the newest offset conf; Spark's default is lz4."""
+        """The codec of the newest offset conf; Spark's default is lz4. Kept once found: the model
+        is immutable, and a plan reads a changelog header per retained batch and partition."""
         for batch in sorted(self.batches.values(), key=lambda b: -b.id):
             if batch.offset is not None and CODEC_CONF in batch.offset.conf:
                 return batch.offset.conf[CODEC_CONF]

@@ -9,13 +9,15 @@ read, is `gc_plan`'s job.
 from __future__ import annotations
 
 import functools
+import operator
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from .changelog import LineageEntry
-from .layout import FileKind, classify
+from .layout import SIDECAR_MAIN, FileKind, classify
 from .model import CheckpointFile, StoreId
 from .policy import POLICY
 
@@ -47,14 +49,14 @@ class UnsafeToPlan(Exception):
     """A retained lineage cannot be established: planning must stop, nothing may be deleted."""
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(NamedTuple):
+    # A named tuple: a plan makes one per candidate, most of a partition's files.
     file: CheckpointFile
     reason: Reason
 
     @property
     def rel(self) -> str:
-        return self.file.rel
+        return self.file.info.rel
 
 
 @dataclass(frozen=True)
@@ -100,32 +102,46 @@ def _store_of(f: CheckpointFile) -> StoreId | None:
     return _store_id(w.operator, w.partition, w.store)
 
 
+_file_rel = operator.attrgetter("info.rel")
+
+
 @functools.lru_cache(maxsize=4096)
 def _store_id(operator: int, partition: int, store: str) -> StoreId:
     # One object per store, not per file: a partition's index keys every file by its store.
     return StoreId(operator, partition, store)
 
 
-class _Index:
+class FileIndex:
+    """A partition's (or any) classified listing, indexed once for the rules: by (store, kind,
+    version, id), SSTs by store and name, files by path and by kind. A planner that must look up
+    committed files before the rules run (to read their lineage) builds it and passes it on."""
+
     def __init__(self, files: tuple[CheckpointFile, ...]):
         self.by_key: dict[tuple[StoreId, FileKind, int, str | None], CheckpointFile] = {}
         self.ssts: dict[StoreId, dict[str, CheckpointFile]] = defaultdict(dict)
         self.oldest_version: dict[StoreId, int] = {}
-        self.by_rel = {f.rel: f for f in files}
         # Each rule walks the files of its kinds only, in listing order.
         self.of_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
+        # Built in C where it can be, then one pass: a partition holds 10^4-10^5 files.
+        self.by_rel: dict[str, CheckpointFile] = dict(zip(map(_file_rel, files), files, strict=True))
+        by_key, oldest, of_kind = self.by_key, self.oldest_version, self.of_kind
         for f in files:
-            self.of_kind[f.kind].append(f)
+            what = f.what
+            kind = what.kind
+            of_kind[kind].append(f)
+            if kind is not FileKind.CHANGELOG and kind is not FileKind.ZIP and kind is not FileKind.SST:
+                continue
             sid = _store_of(f)
             if sid is None:
                 continue
-            if f.kind in (FileKind.CHANGELOG, FileKind.ZIP):
-                version = f.what.version_id
-                self.by_key[(sid, f.kind, version, f.what.unique_id)] = f
-                old = self.oldest_version.get(sid)
-                self.oldest_version[sid] = version if old is None else min(old, version)
-            elif f.kind == FileKind.SST:
-                self.ssts[sid][f.rel.rsplit("/", 1)[1]] = f
+            if kind is FileKind.SST:
+                self.ssts[sid][f.info.rel.rsplit("/", 1)[1]] = f
+                continue
+            version = what.version_id
+            by_key[(sid, kind, version, what.unique_id)] = f
+            old = oldest.get(sid)
+            if old is None or version < old:
+                oldest[sid] = version
 
     def get(self, sid: StoreId, kind: FileKind, version: int, uid: str | None) -> CheckpointFile | None:
         return self.by_key.get((sid, kind, version, uid))
@@ -136,7 +152,7 @@ def _gap(sid: StoreId, batch: int, what: str, version: int, latest: bool, pruned
         raise UnsafeToPlan(f"{sid}: {what} (batch {batch}) is missing")
 
 
-def retained_set(inputs: RetentionInputs, index: _Index | None = None) -> tuple[set[str], set[str]]:
+def retained_set(inputs: RetentionInputs, index: FileIndex | None = None) -> tuple[set[str], set[str]]:
     """(every retained rel, the rels of the retained zips).
 
     For each batch of the window and each store: the committed files of version batch+1, and the
@@ -145,7 +161,7 @@ def retained_set(inputs: RetentionInputs, index: _Index | None = None) -> tuple[
     below the store's oldest surviving file, never the latest batch) makes that batch unloadable,
     not the plan unsafe; any other gap stops the plan.
     """
-    index = index or _Index(inputs.files)
+    index = index or FileIndex(inputs.files)
     retained: set[str] = set()
     zips: set[str] = set()
     for batch, stores in sorted(inputs.committed.items()):
@@ -197,42 +213,47 @@ def retained_set(inputs: RetentionInputs, index: _Index | None = None) -> tuple[
     return retained, zips
 
 
-def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> OrphanScan:
-    """The candidates for deletion, each with its reason; everything else stays.
+def find_orphans(
+    inputs: RetentionInputs, options: GcOptions, now: float, index: FileIndex | None = None
+) -> OrphanScan:
+    """The candidates for deletion, each with its reason; everything else stays. `index`, when
+    given, is the FileIndex of `inputs.files`.
 
     Only files under `state/` are ever candidates, and only kinds this release understands:
     changelogs and zips with an id (format V2), SSTs, and `.crc` files of either kind.
     """
-    index = _Index(inputs.files)
+    index = index or FileIndex(inputs.files)
     retained, _ = retained_set(inputs, index)
     newest_version = inputs.latest_committed + 1
+    live, grace = options.live, options.grace_seconds
     kept: dict[str, Kept] = {}
     chosen: dict[str, Candidate] = {}
     held: dict[str, float] = {}
 
-    def eligible(f: CheckpointFile) -> bool:
+    def eligible(rel: str, mtime: float | None) -> bool:
         # A file without an mtime is left alone: nothing tells an upload in progress from an old file.
-        if f.info.mtime is None:
-            kept[f.rel] = Kept.NO_MTIME
+        if mtime is None:
+            kept[rel] = Kept.NO_MTIME
             return False
-        if now - f.info.mtime < options.grace_seconds:
-            kept[f.rel] = Kept.YOUNG
+        if now - mtime < grace:
+            kept[rel] = Kept.YOUNG
             return False
         return True
 
     # 1. changelogs and zips of (version, id) pairs that no retained batch reads
     zips, ssts = index.of_kind[FileKind.ZIP], index.of_kind[FileKind.SST]
-    for f in [f for f in inputs.files if f.kind in (FileKind.CHANGELOG, FileKind.ZIP)]:
-        if not f.what.unique_id or f.rel in retained:
+    for f in zips + index.of_kind[FileKind.CHANGELOG]:
+        rel, what = f.info.rel, f.what
+        if not what.unique_id or rel in retained:
             continue
-        version = f.what.version
-        if version is None or version > newest_version or not f.rel.startswith("state/"):
+        version = what.version
+        if version is None or version > newest_version or not rel.startswith("state/"):
             continue  # a batch in flight
         reason = _version_reason(inputs, index, f)
-        if options.live and version > newest_version - 2:
-            kept[f.rel] = Kept.LIVE_RECENT_VERSION
-        elif eligible(f):
-            chosen[f.rel] = Candidate(f, reason)
+        if live and version > newest_version - 2:
+            kept[rel] = Kept.LIVE_RECENT_VERSION
+        elif eligible(rel, f.info.mtime):
+            chosen[rel] = Candidate(f, reason)
 
     # 2. SSTs no staying zip lists (a kept orphan zip still protects its SSTs)
     listed_by_staying = {
@@ -241,38 +262,43 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
     unknown_listing = {
         _store_of(f) for f in zips if f.rel not in chosen and inputs.zip_ssts.get(f.rel) is None
     }
-    retained_sst_times = [f.info.mtime for f in ssts if f.rel in retained]
+    retained_sst_times = [f.info.mtime for f in ssts if f.info.rel in retained]
     oldest_retained_sst = min((t for t in retained_sst_times if t is not None), default=None)
     for f in ssts:
-        if f.rel in retained or not f.rel.startswith("state/"):
+        rel = f.info.rel
+        if rel in retained or not rel.startswith("state/"):
             continue
-        if (_store_of(f), f.rel.rsplit("/", 1)[1]) in listed_by_staying or _store_of(f) in unknown_listing:
-            kept[f.rel] = Kept.LISTED_BY_KEPT_ZIP
+        sid = _store_of(f)
+        if (sid, rel.rsplit("/", 1)[1]) in listed_by_staying or sid in unknown_listing:
+            kept[rel] = Kept.LISTED_BY_KEPT_ZIP
             continue
+        mtime = f.info.mtime
         # SPARK-55892: a running executor may reuse an SST it uploaded before the zip that lists it.
-        if options.live and options.defer_live_ssts:
-            if eligible(f):
-                chosen[f.rel] = Candidate(f, Reason.UNREFERENCED_SST)
-                held[f.rel] = f.info.mtime or 0.0
+        if live and options.defer_live_ssts:
+            if eligible(rel, mtime):
+                chosen[rel] = Candidate(f, Reason.UNREFERENCED_SST)
+                held[rel] = mtime or 0.0
             continue
-        if options.live and (oldest_retained_sst is None or (f.info.mtime or 0) >= oldest_retained_sst):
-            kept[f.rel] = Kept.LIVE_RECENT_SST
+        if live and (oldest_retained_sst is None or (mtime or 0) >= oldest_retained_sst):
+            kept[rel] = Kept.LIVE_RECENT_SST
             continue
-        if eligible(f):
-            chosen[f.rel] = Candidate(f, Reason.UNREFERENCED_SST)
+        if eligible(rel, mtime):
+            chosen[rel] = Candidate(f, Reason.UNREFERENCED_SST)
 
     # 3. this tool's own temp files, left by a crash while publishing a snapshot
     for f in index.of_kind[FileKind.MAINT_TEMP]:
-        if f.rel.startswith("state/") and eligible(f):
-            chosen[f.rel] = Candidate(f, Reason.ABANDONED_TEMP)
+        if f.info.rel.startswith("state/") and eligible(f.info.rel, f.info.mtime):
+            chosen[f.info.rel] = Candidate(f, Reason.ABANDONED_TEMP)
 
     # 4. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)
-    for kind in (FileKind.SPARK_CRC, FileKind.HADOOP_CRC):
+    by_rel = index.by_rel
+    for kind, main_of in SIDECAR_MAIN.items():
         for f in index.of_kind[kind]:
-            if f.rel in retained or not f.rel.startswith("state/"):
+            rel = f.info.rel
+            if rel in retained or not rel.startswith("state/"):
                 continue
-            main = f.what.main
-            known = index.by_rel.get(main) if main else None
+            main = main_of(rel)
+            known = by_rel.get(main) if main else None
             owner = known.what if known else (classify(main) if main else None)
             if (
                 owner is None
@@ -280,21 +306,21 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
                 or (owner.kind in (FileKind.CHANGELOG, FileKind.ZIP) and not owner.unique_id)
             ):
                 # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
-                kept[f.rel] = Kept.NOT_OURS
+                kept[rel] = Kept.NOT_OURS
                 continue
             version = owner.version
-            if options.live and version is not None and version > newest_version - 2:
-                kept[f.rel] = Kept.LIVE_RECENT_VERSION
+            if live and version is not None and version > newest_version - 2:
+                kept[rel] = Kept.LIVE_RECENT_VERSION
             elif main in chosen:
-                if eligible(f):
-                    chosen[f.rel] = Candidate(f, chosen[main].reason)
+                if eligible(rel, f.info.mtime):
+                    chosen[rel] = Candidate(f, chosen[main].reason)
                     if main in held:
-                        held[f.rel] = held[main]
-            elif main not in index.by_rel:
-                if eligible(f):
-                    chosen[f.rel] = Candidate(f, Reason.STALE_SIDECAR)
+                        held[rel] = held[main]
+            elif known is None:
+                if eligible(rel, f.info.mtime):
+                    chosen[rel] = Candidate(f, Reason.STALE_SIDECAR)
             else:
-                kept.setdefault(f.rel, Kept.MAIN_KEPT)
+                kept.setdefault(rel, Kept.MAIN_KEPT)
     return OrphanScan(frozenset(retained), tuple(chosen.values()), kept, oldest_retained_sst, held)
 
 
@@ -302,7 +328,7 @@ def find_orphans(inputs: RetentionInputs, options: GcOptions, now: float) -> Orp
 _SIDECAR_OWNERS = (FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST, FileKind.SPARK_CRC)
 
 
-def _version_reason(inputs: RetentionInputs, index: _Index, f: CheckpointFile) -> Reason:
+def _version_reason(inputs: RetentionInputs, index: FileIndex, f: CheckpointFile) -> Reason:
     sid, version = _store_of(f), f.what.version
     if sid is None or version is None:  # not a state file: never a candidate of its own
         return Reason.BELOW_RETENTION

@@ -47,6 +47,17 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         ("state/x/0/1.zip", FileKind.UNKNOWN),
         ("README", FileKind.UNKNOWN),
         ("state/0/0/SSTs/notes.txt", FileKind.UNKNOWN),
+        # The positional classifier's other shapes: a store folder before SSTs/ and sidecars, too deep,
+        # a sidecar of a sidecar that is not hidden, metadata that is not a batch.
+        (f"state/0/0/left-keyToNumValues/SSTs/000008-{U}.sst", FileKind.SST),
+        (f"state/0/0/left-keyToNumValues/12_{U}.changelog.crc", FileKind.SPARK_CRC),
+        (f"state/0/0/left-keyToNumValues/logs/000004-{U}.log", FileKind.WAL_LOG),
+        (f"state/0/0/a/b/12_{U}.zip", FileKind.UNKNOWN),
+        (f"state/0/0/12_{U}.zip.crc.crc", FileKind.UNKNOWN),
+        ("state/0/_metadata/v2/x", FileKind.UNKNOWN),
+        ("state/0/_metadata/other", FileKind.UNKNOWN),
+        ("state/0/x/SSTs", FileKind.UNKNOWN),
+        (".crc", FileKind.UNKNOWN),
     ],
 )
 def test_classify(rel: str, kind: FileKind) -> None:
@@ -66,6 +77,10 @@ def test_state_file_fields_and_sidecar_owner() -> None:
     crc = classify(f"state/0/1/5_{U}.changelog.crc")
     assert crc.main == f"state/0/1/5_{U}.changelog" and crc.version == 5 and crc.unique_id == U
     assert classify(f"state/0/1/.5_{U}.zip.crc").main == f"state/0/1/5_{U}.zip"
+    assert classify(".metadata.crc").main == "metadata"  # a Hadoop crc at the root
+    assert classify(f"state/0/1/5_{U}.zip").main is None
+    sst = classify(f"state/3/4/right/SSTs/000008-{U}.sst")
+    assert (sst.operator, sst.partition, sst.store) == (3, 4, "right")
 
 
 @given(st.integers(min_value=0, max_value=10**12), st.uuids(version=4), st.sampled_from(["zip", "changelog"]))
