@@ -684,9 +684,22 @@ class Storage:
             else:
                 self.fs.copy(source, target)  # multipart copy, still server-side
 
-    def put_file(self, local_path: str, rel: str) -> None:
-        """Uploads a local file under a new name, streamed from disk in chunks (multipart on S3)."""
-        self._write_with(lambda target, path: self.fs.put_file(path, target), rel, local_path, "upload")
+    def put_file(self, local_path: str, rel: str, move: bool = False) -> None:
+        """Uploads a local file under a new name, streamed from disk in chunks (multipart on S3).
+        `move`: the local file is not needed afterwards, so on a local disk of the same file system
+        it is renamed into place instead of copied (a cleanup manifest can be gigabytes)."""
+
+        def put(target: str, path: str) -> None:
+            if move and self.is_local:
+                try:
+                    os.replace(path, target)
+                    return
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+            self.fs.put_file(path, target)
+
+        self._write_with(put, rel, local_path, "upload")
 
     def _write_with(self, put, rel: str, what, verb: str) -> None:
         self.calls.add("write")
@@ -798,18 +811,19 @@ class Storage:
         resolved: dict[str, str] = {}
         out = {}
         for f in files:
-            full = self.full(f.rel)
-            if f.link is False or (f.link is None and not os.path.islink(full)):
-                parent, _, name = full.rpartition("/")
-                if parent not in resolved:
-                    resolved[parent] = os.path.realpath(parent) + os.sep
-                if resolved[parent].startswith(top):
-                    continue
-                real = resolved[parent] + name
+            rel = f.rel
+            if f.link or (f.link is None and os.path.islink(self.full(rel))):
+                real = os.path.realpath(self.full(rel))
             else:
-                real = os.path.realpath(full)
+                parent, _, name = rel.rpartition("/")
+                where = resolved.get(parent)
+                if where is None:
+                    where = resolved[parent] = os.path.realpath(self.full(parent)) + os.sep
+                if where.startswith(top):
+                    continue
+                real = where + name
             if not real.startswith(top):
-                out[f.rel] = real
+                out[rel] = real
         return out
 
     @property
@@ -841,8 +855,17 @@ class Storage:
         return f"{'s3a' if self.protocol == 's3' else self.protocol}://{self.root}"
 
     def open(self, rel: str, block_size: int | None = None, size: int | None = None):
-        """A buffered reader; `size` (known from the listing) spares object stores a HEAD request."""
-        extra = {"size": size} if size is not None and not is_local(self.fs) else {}
+        """A buffered reader. On object stores `block_size` is how much each request reads ahead,
+        and `size` (known from the listing) spares a HEAD request."""
         self.calls.add("open")
-        with _failing("open", self.full(rel), vanished=_VANISHED):
-            return self.fs.open(self.full(rel), "rb", block_size=block_size, **extra)
+        full = self.full(rel)
+        with _failing("open", full, vanished=_VANISHED):
+            if self.is_local:
+                # Python's own buffered file, not fsspec's wrapper (a third of the cost of opening),
+                # with its default buffer: a local read costs a system call, not a request, and a
+                # buffer of `block_size` (128 KiB for a lineage header) is a fresh mapping of memory
+                # per open, four times the cost of the read. Cleanup opens a header per retained
+                # batch and partition.
+                return open(full, "rb")
+            extra = {"size": size} if size is not None else {}
+            return self.fs.open(full, "rb", block_size=block_size, **extra)

@@ -371,3 +371,29 @@ def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of,
     assert record["removed_plans"] == [plans[0].plan_id, plans[2].plan_id] and record["files"] == 3
     assert audit.prune(str(path), time.time()) == []  # nothing more is due
     assert audit.latest_plan(str(path)) == plans[-1]
+
+
+def test_the_manifest_is_the_same_bytes_however_its_parts_are_copied(copy_of, tmp_path, monkeypatch) -> None:
+    """Decided in worker processes, a plan's lines come in a file per partition, assembled into the
+    manifest by the kernel (sendfile) where it can: the same bytes as Python's copy, including after
+    a sendfile that fails part-way."""
+    path, now = copy_of("two_actions"), time.time() + LATER
+
+    def manifest(trail: str) -> list[bytes]:
+        plan = plan_of(path, AuditTrail(str(tmp_path / trail)), now=now, workers=2)
+        assert plan.files > 0
+        head, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
+        return [head.replace(plan.plan_id.encode(), b"<id>"), *lines]
+
+    by_kernel = manifest("kernel")
+    real_sendfile, calls = os.sendfile, []
+
+    def sendfile_that_breaks(out: int, src: int, offset: int, count: int) -> int:
+        calls.append(offset)
+        if offset > 0:
+            raise OSError(22, "Invalid argument")
+        return real_sendfile(out, src, offset, min(count, 100))
+
+    monkeypatch.setattr(os, "sendfile", sendfile_that_breaks)
+    assert manifest("python") == by_kernel
+    assert 0 in calls and any(offset == 100 for offset in calls)  # it broke after 100 bytes were sent
