@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .errors import CheckpointError, NotACheckpointError, StorageError
-from .layout import BATCH_FILE, FORK_COMPLETE, FORK_STARTED, classify
+from .layout import BATCH_FILE, FORK_COMPLETE, FORK_STARTED, classify, is_number
 from .lineage import store_ids
 from .model import (
     SCOPE_RECOVERY,
@@ -125,7 +125,7 @@ def _log_files(storage: Storage) -> list[FileInfo]:
             files += storage.list_dir(log_dir).files
     if "state" in top.folders:
         for op in storage.list_dir("state").folders:
-            if not op.rsplit("/", 1)[1].isdigit():
+            if not is_number(op.rsplit("/", 1)[1]):
                 continue
             meta = storage.list_dir(f"{op}/_metadata")
             files += meta.files

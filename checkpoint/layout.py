@@ -32,13 +32,15 @@ class FileKind(str, Enum):
 
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# Numbers in names are ASCII digits: `\d` and `str.isdigit` also take other scripts' digits (`٣`)
+# and superscripts (`²`, which int() refuses), which Spark never writes.
 # checkpoint-format.md §1: `<version>[_<uuid>].(zip|changelog)`; the version is batch id + 1.
-STATE_FILE = re.compile(rf"^(\d+)(?:_({UUID}))?\.(zip|changelog)$")
-SST_FILE = re.compile(rf"^\d+-{UUID}\.sst$")
-WAL_FILE = re.compile(rf"^\d+-{UUID}\.log$")
-BATCH_FILE = re.compile(r"^\d+$")
-SCHEMA_FILE = re.compile(rf"^\d+_{UUID}$")
-SOURCE_LOG_FILE = re.compile(r"^\d+(?:\.compact)?$")
+STATE_FILE = re.compile(rf"^([0-9]+)(?:_({UUID}))?\.(zip|changelog)$")
+SST_FILE = re.compile(rf"^[0-9]+-{UUID}\.sst$")
+WAL_FILE = re.compile(rf"^[0-9]+-{UUID}\.log$")
+BATCH_FILE = re.compile(r"^[0-9]+$")
+SCHEMA_FILE = re.compile(rf"^[0-9]+_{UUID}$")
+SOURCE_LOG_FILE = re.compile(r"^[0-9]+(?:\.compact)?$")
 
 # This tool's temp files while it publishes a snapshot: recognised, so a crash leaves a known orphan.
 MAINT_TEMP_PREFIX = ".ckpt-maint-"
@@ -109,6 +111,11 @@ SIDECAR_MAIN: dict[FileKind, Callable[[str], str]] = {
 }
 
 
+def is_number(part: str) -> bool:
+    """A path part Spark writes as a number (an operator, a partition): ASCII digits only."""
+    return part.isascii() and part.isdigit()
+
+
 def parse_state_file(name: str) -> tuple[int, str | None, FileKind] | None:
     """(version, uuid or None for format V1, CHANGELOG or ZIP), or None when not a state file."""
     m = STATE_FILE.match(name)
@@ -125,7 +132,7 @@ def _state_fields(version: str, uid: str | None, ext: str) -> tuple[int, str | N
 
 
 # A state file or its Spark sidecar in one match: a partition folder is mostly these.
-_STATE_FILE_OR_CRC = re.compile(rf"^(\d+)(?:_({UUID}))?\.(zip|changelog)(\.crc)?$")
+_STATE_FILE_OR_CRC = re.compile(rf"^([0-9]+)(?:_({UUID}))?\.(zip|changelog)(\.crc)?$")
 
 
 def classify(rel: str) -> Classified:
@@ -137,7 +144,7 @@ def classify(rel: str) -> Classified:
     parts = rel.split("/")
     top = parts[0]
     if top == "state":  # first: nearly every file of a checkpoint is a state file
-        if len(parts) >= 4 and parts[1].isdigit():
+        if len(parts) >= 4 and is_number(parts[1]):
             return _classify_state(rel, parts, name)
         return Classified(rel, FileKind.UNKNOWN)
     if rel == "metadata":
@@ -147,7 +154,7 @@ def classify(rel: str) -> Classified:
     if len(parts) == 2 and top in ("offsets", "commits") and BATCH_FILE.match(name):
         kind = FileKind.OFFSET if top == "offsets" else FileKind.COMMIT
         return Classified(rel, kind, batch=int(name))
-    if len(parts) == 3 and top == "sources" and parts[1].isdigit() and SOURCE_LOG_FILE.match(name):
+    if len(parts) == 3 and top == "sources" and is_number(parts[1]) and SOURCE_LOG_FILE.match(name):
         return Classified(rel, FileKind.SOURCE_LOG, batch=int(name.split(".")[0]))
     return Classified(rel, FileKind.UNKNOWN)
 
@@ -157,7 +164,7 @@ def _classify_state(rel: str, parts: list[str], name: str) -> Classified:
     (`<part>/<name>`, `<part>/SSTs/<name>`): cleanup classifies every file of a partition."""
     op = int(parts[1])
     depth = len(parts)
-    if not parts[2].isdigit():
+    if not is_number(parts[2]):
         if parts[2] == "_metadata":
             if depth == 4 and name == "metadata":
                 return Classified(rel, FileKind.OPERATOR_METADATA, operator=op)

@@ -31,7 +31,7 @@ from .changelog import (
 )
 from .crc import crc32c_signed, parse_sidecar, sidecar_agrees, sidecar_matches, signed
 from .errors import CheckpointError, CorruptFileError, NotACheckpointError
-from .layout import Classified, FileKind, classify
+from .layout import Classified, FileKind, classify, is_number
 from .logs import (
     CommitEntry,
     OffsetEntry,
@@ -346,8 +346,8 @@ def state_partition_folders(storage: Storage) -> list[str]:
     """`state/<op>/<part>` for every operator and partition: disjoint prefixes to list side by side."""
     out = []
     for op in storage.list_dir("state").folders:
-        if op.rsplit("/", 1)[1].isdigit():
-            out += [p for p in storage.list_dir(op).folders if p.rsplit("/", 1)[1].isdigit()]
+        if is_number(op.rsplit("/", 1)[1]):
+            out += [p for p in storage.list_dir(op).folders if is_number(p.rsplit("/", 1)[1])]
     return out
 
 

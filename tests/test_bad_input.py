@@ -15,7 +15,8 @@ from checkpoint.changelog import read_changelog, read_header
 from checkpoint.codec import Lz4BlockReader
 from checkpoint.errors import CorruptFileError, NotACheckpointError, UnknownFormatVersionError
 from checkpoint.layout import FileKind
-from checkpoint.model import load_checkpoint
+from checkpoint.model import load_checkpoint, state_partition_folders
+from checkpoint.storage import Storage
 from testbed.lz4java import frame, java_utf
 
 U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
@@ -176,3 +177,17 @@ def test_missing_path_and_a_file_instead_of_a_folder(tmp_path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotACheckpointError):
         load_checkpoint(str(tmp_path / "file"))
+
+
+@pytest.mark.parametrize("listing", ["flat", "per_partition"])
+def test_folders_named_with_digits_spark_never_writes_are_not_ours(copy_of, listing: str) -> None:
+    """A superscript digit once stopped a listing with a bare ValueError (str.isdigit() took it,
+    int() did not); another script's digit read as an operator. Both are unknown files now."""
+    path = copy_of("snapshots")
+    for odd in ("state/0/\u00b2", "state/\u0663/0", "state/\u00b2/0"):
+        (path / odd).mkdir(parents=True)
+        (path / odd / "1.zip").write_bytes(b"not ours")
+    assert all("\u00b2" not in f and "\u0663" not in f for f in state_partition_folders(Storage(str(path))))
+    odd_files = [f for f in load_checkpoint(str(path), listing=listing).files if not f.rel.isascii()]
+    assert len(odd_files) == 3  # listed either way (per partition: by the listing of the rest)
+    assert all(f.kind == FileKind.UNKNOWN for f in odd_files)

@@ -58,6 +58,13 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         ("state/0/_metadata/other", FileKind.UNKNOWN),
         ("state/0/x/SSTs", FileKind.UNKNOWN),
         (".crc", FileKind.UNKNOWN),
+        # Digits Spark never writes: a superscript (which int() refuses) or another script's digit.
+        ("state/\u00b2/0/1.zip", FileKind.UNKNOWN),
+        ("state/0/\u00b2/1.zip", FileKind.UNKNOWN),
+        ("state/\u0663/0/1.zip", FileKind.UNKNOWN),
+        (f"state/0/0/\u0661_{U}.zip", FileKind.UNKNOWN),
+        ("offsets/\u0663", FileKind.UNKNOWN),
+        ("sources/\u00b2/1", FileKind.UNKNOWN),
     ],
 )
 def test_classify(rel: str, kind: FileKind) -> None:
