@@ -84,15 +84,16 @@ class PlannedFile:
     store: str | None
 
     def line(self) -> str:
-        return _line(self.path, self.bytes, self.mtime, self.reason, self.store)
+        """Its manifest line, newline included."""
+        return _quoted_line(self.path, self.bytes, self.mtime, _quoted(self.reason), _quoted(self.store))
 
     @staticmethod
     def parse(row: dict[str, Any]) -> PlannedFile:
         return PlannedFile(**{k: row[k] for k in PlannedFile.__dataclass_fields__})
 
 
-def _line(path: str, size: int, mtime: float, reason: str, store: str | None) -> str:
-    return _quoted_line(path, size, mtime, _quote(reason), "null" if store is None else _quote(store))[:-1]
+def _quoted(text: str | None) -> str:
+    return "null" if text is None else _quote(text)
 
 
 def _quoted_line(path: str, size: int, mtime: float, reason: str, store: str) -> str:
@@ -377,7 +378,7 @@ class _Group:
 
     def __init__(self, reason: str, store: str | None) -> None:
         self.reason, self.store = reason, store
-        self.quoted_reason, self.quoted_store = _quote(reason), "null" if store is None else _quote(store)
+        self.quoted_reason, self.quoted_store = _quoted(reason), _quoted(store)
         self.files = self.bytes = 0
 
 
@@ -655,7 +656,7 @@ class _Spill:
         return [*self._parts, self._lines_path]
 
     def _add(self, planned: PlannedFile) -> None:
-        self.lines.write(planned.line() + "\n")
+        self.lines.write(planned.line())
         self.by_reason.add(planned.reason, planned.bytes)
         self.by_store.add(planned.store, planned.bytes)
 
