@@ -34,6 +34,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict, deque
@@ -85,7 +86,7 @@ class PlannedFile:
 
     def line(self) -> str:
         """Its manifest line, newline included."""
-        return _quoted_line(self.path, self.bytes, self.mtime, _quoted(self.reason), _quoted(self.store))
+        return _line(self.bytes, self.mtime, self.path, _line_tail(self.reason, self.store))
 
     @staticmethod
     def parse(row: dict[str, Any]) -> PlannedFile:
@@ -96,12 +97,15 @@ def _quoted(text: str | None) -> str:
     return "null" if text is None else _quote(text)
 
 
-def _quoted_line(path: str, size: int, mtime: float, reason: str, store: str) -> str:
-    # By hand, not json.dumps of a dict (nor a PlannedFile first): a line is written per candidate,
-    # millions of them. The same text json.dumps gives (keys sorted, ASCII escapes), with its
-    # newline; reason and store come quoted, as the caller holds them.
-    return (f'{{"bytes": {size}, "mtime": {mtime!r}, "path": {_quote(path)}, "reason": {reason}, '
-            f'"store": {store}, "type": "candidate"}}\n')  # fmt: skip
+# By hand, not json.dumps of a dict (nor a PlannedFile first): a line is written per candidate,
+# millions of them. The same text json.dumps gives (keys sorted, ASCII escapes), with its newline,
+# in two parts: what each file has, and the tail its reason and store give, the same for many.
+def _line(size: int, mtime: float, path: str, tail: str) -> str:
+    return f'{{"bytes": {size}, "mtime": {mtime!r}, "path": {_quote(path)}{tail}'
+
+
+def _line_tail(reason: str, store: str | None) -> str:
+    return f', "reason": {_quote(reason)}, "store": {_quoted(store)}, "type": "candidate"}}\n'
 
 
 @dataclass(frozen=True)
@@ -335,31 +339,33 @@ def _decide(context: _Context, folder: str, lines: TextIO, held: TextIO) -> _Dec
     committed = context.committed.get(folder, {})
     scan = _scan(context.base, context.window, committed, listing, context.options, context.now)
     # A partition's candidates fall into a few groups of one reason and one store: each group's
-    # texts are made and quoted once, and its totals summed here, not per line or per file.
+    # texts are made and quoted once, and its totals summed once, not per line or per file.
     groups: dict[tuple[Reason, int | None, int | None, str | None], _Group] = {}
     held_for_floor = scan.held_for_floor
-    for c in _manifest_order(scan.candidates):
-        info, what = c.file.info, c.file.what
-        key = (c.reason, what.operator, what.partition, what.store)
-        group = groups.get(key)
-        if group is None:
-            store = None if what.operator is None else f"{what.operator}/{what.partition}/{what.store}"
-            group = groups[key] = _Group(_REASON_TEXT[c.reason], store)
-        mtime = info.mtime or 0.0
-        sst_mtime = held_for_floor.get(info.rel) if held_for_floor else None
-        if sst_mtime is None:
-            lines.write(_quoted_line(info.rel, info.size, mtime, group.quoted_reason, group.quoted_store))
-            group.files += 1
-            group.bytes += info.size
-        else:  # the SST's mtime decides, for the SST and each sidecar that follows it
-            planned = PlannedFile(info.rel, info.size, mtime, group.reason, group.store)
-            held.write(json.dumps({"sst_mtime": sst_mtime, **asdict(planned)}) + "\n")
+    ordered = _manifest_order(scan.candidates)
+    for start in range(0, len(ordered), _LINES_PER_WRITE):
+        out = []
+        for f, reason in ordered[start : start + _LINES_PER_WRITE]:
+            info, what = f.info, f.what
+            key = (reason, what.operator, what.partition, what.store)
+            group = groups.get(key)
+            if group is None:
+                store = None if what.operator is None else f"{what.operator}/{what.partition}/{what.store}"
+                group = groups[key] = _Group(_REASON_TEXT[reason], store)
+            rel, size = info.rel, info.size
+            if held_for_floor and rel in held_for_floor:  # the SST's mtime decides, for it and its sidecars
+                planned = PlannedFile(rel, size, info.mtime or 0.0, group.reason, group.store)
+                held.write(json.dumps({"sst_mtime": held_for_floor[rel], **asdict(planned)}) + "\n")
+                continue
+            out.append(_line(size, info.mtime or 0.0, rel, group.tail))
+            group.sizes.append(size)
+        lines.write("".join(out))
     by_reason, by_store = Totals(), Totals()
     for group in groups.values():
-        if not group.files:  # only held back, for now
+        if not group.sizes:  # only held back, for now
             continue
-        by_reason.add(group.reason, group.bytes, group.files)
-        by_store.add(group.store, group.bytes, group.files)
+        by_reason.add(group.reason, sum(group.sizes), len(group.sizes))
+        by_store.add(group.store, sum(group.sizes), len(group.sizes))
     return _Decided(
         listed=len(listing),
         retained=len(scan.retained),
@@ -371,18 +377,18 @@ def _decide(context: _Context, folder: str, lines: TextIO, held: TextIO) -> _Dec
 
 
 class _Group:
-    """The candidates of one partition with one reason and one store: their texts, quoted as the
-    manifest writes them, and their totals."""
+    """The candidates of one partition with one reason and one store: the tail of their manifest
+    lines, and their sizes."""
 
-    __slots__ = ("reason", "store", "quoted_reason", "quoted_store", "files", "bytes")
+    __slots__ = ("reason", "store", "tail", "sizes")
 
     def __init__(self, reason: str, store: str | None) -> None:
         self.reason, self.store = reason, store
-        self.quoted_reason, self.quoted_store = _quoted(reason), _quoted(store)
-        self.files = self.bytes = 0
+        self.tail = _line_tail(reason, store)
+        self.sizes: list[int] = []
 
 
-def _manifest_order(candidates: tuple[Candidate, ...]) -> Iterator[Candidate]:
+def _manifest_order(candidates: tuple[Candidate, ...]) -> list[Candidate]:
     """Zips, changelogs, SSTs, then sidecars (`_ORDER`), each kind by path. Bucketed by kind, then
     each bucket sorted by path alone: the rules give each kind in listing order, already sorted,
     which a sort by path checks in one pass, where a (kind, path) key per candidate would cost a
@@ -390,9 +396,11 @@ def _manifest_order(candidates: tuple[Candidate, ...]) -> Iterator[Candidate]:
     buckets: list[list[Candidate]] = [[] for _ in range(len(_ORDER) + 1)]
     for c in candidates:
         buckets[_ORDER.get(c.file.what.kind, len(_ORDER))].append(c)
+    ordered: list[Candidate] = []
     for bucket in buckets:
         bucket.sort(key=_candidate_rel)
-        yield from bucket
+        ordered += bucket
+    return ordered
 
 
 _candidate_rel = operator.attrgetter("file.info.rel")
@@ -414,10 +422,14 @@ _QUEUED_PER_WORKER = 4
 _worker_context: _Context | None = None  # in a worker process: set once, by its initializer
 
 
-def _start_worker(context_file: str) -> None:
+def _start_worker(context: _Context | str) -> None:
+    """A worker's initializer: the context itself (forked) or the pickle file it was written to."""
     global _worker_context
-    with open(context_file, "rb") as f:
-        _worker_context = pickle.load(f)
+    if isinstance(context, str):
+        with open(context, "rb") as f:
+            _worker_context = pickle.load(f)
+    else:
+        _worker_context = context
     gc.freeze()  # the context lives as long as the worker: no collection need ever walk it again
 
 
@@ -458,6 +470,26 @@ def planning_workers(storage: Storage, partitions: int, lister: Lister | None = 
     return processes if processes > 1 else 0
 
 
+def _process_pool(context: _Context, workers: int) -> ProcessPoolExecutor:
+    """Worker processes that hold the context. Forked when this process runs no other thread: a
+    worker then starts in milliseconds with the context in its memory, where a spawned one
+    imports this package and reads the context first (0.5 s of two cores at 1M files). A fork
+    copies only the calling thread, so a lock another thread held (py4j's, Dagster's, a
+    progress bar's) would stay held in the child forever: with other threads, spawned."""
+    if threading.active_count() == 1:
+        # ProcessPoolExecutor forks every worker at the first submit, before its own threads start.
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=_start_worker, initargs=(context,))  # fmt: skip
+    # The context goes by a file, not as the initializer's argument: that would be written down
+    # the pipe that starts each worker (a megabyte at 300 partitions), which blocks until the
+    # child has imported this package, so workers would start one after another.
+    context_file = os.path.join(context.spill_dir, "context.pickle")
+    with open(context_file, "wb") as f:
+        pickle.dump(context, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_start_worker, initargs=(context_file,))  # fmt: skip
+
+
 def _in_order(
     context: _Context, folders: list[str], workers: int, spill: _Spill
 ) -> Iterator[tuple[str, _Decided]]:
@@ -476,16 +508,7 @@ def _in_order(
     pool: Executor
     storage = context.base.storage
     if storage.is_local:
-        # The context goes by a file, not as the initializer's argument: that would be written down
-        # the pipe that starts each worker (a megabyte at 300 partitions), which blocks until the
-        # child has imported this package, so workers would start one after another.
-        context_file = os.path.join(context.spill_dir, "context.pickle")
-        with open(context_file, "wb") as f:
-            pickle.dump(context, f, protocol=pickle.HIGHEST_PROTOCOL)
-        pool = ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-            initargs=(context_file,),
-        )  # fmt: skip
+        pool = _process_pool(context, workers)
         work: Callable[[str], Any] = _decide_in_worker
         take: Callable[[Any], _Decided] = functools.partial(_counted, storage)
     else:
@@ -565,17 +588,30 @@ class _ZipListings(Mapping[str, "tuple[str, ...] | None"]):
 
 
 def _guard_paths(ckpt: Checkpoint, candidates: list[CheckpointFile]) -> None:
-    """Inside `state/`, no `..`, and (on local disks) no symlink leading out of the checkpoint."""
-    clean: set[str] = set()  # folders checked: a partition's candidates share a few
+    """Inside `state/`, no `..`, and (on local disks) no symlink leading out of the checkpoint.
+
+    One pass over the candidates, which share a few folders: each folder's path is checked once,
+    and resolved once through one file of it that is no link (such a file is where its folder
+    really is); each file the listing calls a link, or could not tell, is resolved itself."""
+    checked: set[str] = set()
+    represented: set[str] = set()
+    resolve: list[FileInfo] = []
     for f in candidates:
-        folder, _, name = f.rel.rpartition("/")
-        if folder not in clean:
+        info = f.info
+        folder, _, name = info.rel.rpartition("/")
+        if folder not in checked:
             parts = folder.split("/")
-            if parts[0] == "state" and ".." not in parts and "" not in parts:
-                clean.add(folder)
-        if folder not in clean or name in ("", ".."):
-            raise GcError(f"refusing a path outside the checkpoint's state/ folder: {f.rel}", ckpt.url)
-    for rel, real in ckpt.storage.outside((f.info for f in candidates), "state").items():
+            if parts[0] != "state" or ".." in parts or "" in parts:
+                name = ""  # the path is refused as a whole
+            checked.add(folder)
+        if name in ("", ".."):
+            raise GcError(f"refusing a path outside the checkpoint's state/ folder: {info.rel}", ckpt.url)
+        if info.link is not False:
+            resolve.append(info)
+        elif folder not in represented:
+            represented.add(folder)
+            resolve.append(info)
+    for rel, real in ckpt.storage.outside(resolve, "state").items():
         raise GcError(f"{rel} resolves to {real}, outside the state/ folder (a symlink?): nothing planned",
                       ckpt.url)  # fmt: skip
 
@@ -590,6 +626,7 @@ _ORDER = {
     FileKind.HADOOP_CRC: 4,
 }
 _PROGRESS_EVERY = 50_000  # files seen between progress lines
+_LINES_PER_WRITE = 8192  # a partition's lines are written in chunks, never held whole
 
 
 class _Spill:

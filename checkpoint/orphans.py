@@ -125,16 +125,18 @@ class FileIndex:
         # Built in C where it can be, then one pass: a partition holds 10^4-10^5 files.
         self.by_rel: dict[str, CheckpointFile] = dict(zip(map(_file_rel, files), files, strict=True))
         by_key, oldest, of_kind = self.by_key, self.oldest_version, self.of_kind
+        # Locals: on Python 3.11 `FileKind.ZIP` is a Python-level lookup, here three per file.
+        changelog, zip_, sst = FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST
         for f in files:
             what = f.what
             kind = what.kind
             of_kind[kind].append(f)
-            if kind is not FileKind.CHANGELOG and kind is not FileKind.ZIP and kind is not FileKind.SST:
+            if kind is not changelog and kind is not zip_ and kind is not sst:
                 continue
             sid = _store_of(f)
             if sid is None:
                 continue
-            if kind is FileKind.SST:
+            if kind is sst:
                 self.ssts[sid][f.info.rel.rsplit("/", 1)[1]] = f
                 continue
             version = what.version_id
@@ -303,7 +305,7 @@ def find_orphans(
             if (
                 owner is None
                 or owner.kind not in _SIDECAR_OWNERS
-                or (owner.kind in (FileKind.CHANGELOG, FileKind.ZIP) and not owner.unique_id)
+                or (owner.kind in _VERSIONED and not owner.unique_id)
             ):
                 # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
                 kept[rel] = Kept.NOT_OURS
@@ -325,7 +327,8 @@ def find_orphans(
 
 
 # A .crc is a candidate only beside one of these: never beside temp files or unknown files.
-_SIDECAR_OWNERS = (FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST, FileKind.SPARK_CRC)
+_SIDECAR_OWNERS = frozenset({FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST, FileKind.SPARK_CRC})
+_VERSIONED = frozenset({FileKind.CHANGELOG, FileKind.ZIP})  # named by (version, id)
 
 
 def _version_reason(inputs: RetentionInputs, index: FileIndex, f: CheckpointFile) -> Reason:

@@ -287,6 +287,41 @@ def test_a_partition_folder_linked_from_outside_the_checkpoint(copy_of, tmp_path
     assert (elsewhere / orphan.path.rsplit("/", 1)[1]).exists()
 
 
+def test_the_guard_resolves_each_folder_through_a_file_that_is_no_link(copy_of, tmp_path) -> None:
+    """`state/<op>` is a link to a folder outside the checkpoint, and in each folder that holds
+    candidates the first one is a link back inside. The guard resolves each link itself and each
+    folder through a file of it that is no link, so the candidates are still refused. A plan never
+    gets this far (a linked operator folder is no folder to it: its stores are missing), so this
+    drives the guard, its last line of defence, with the real listing of each partition."""
+    from checkpoint.gc_plan import _guard_paths
+    from checkpoint.layout import classify
+    from checkpoint.model import CheckpointFile, build_checkpoint
+
+    path = copy_of("two_actions")
+    planned = candidates_of(plan_later(path))
+    firsts: dict[str, str] = {}  # folder -> its first candidate, in the order the guard sees them
+    for c in planned:
+        firsts.setdefault(c.path.rsplit("/", 1)[0], c.path)
+    assert len(firsts) > 1 and len(planned) > len(firsts)
+    op = planned[0].path.split("/")[1]
+    elsewhere = tmp_path / "precious"
+    shutil.move(path / "state" / op, elsewhere)
+    (path / "state" / op).symlink_to(elsewhere, target_is_directory=True)
+    inside = path / "state" / "inside"
+    inside.write_bytes(b"")
+    for rel in firsts.values():
+        (path / rel).unlink()
+        (path / rel).symlink_to(inside)
+    storage = Storage(str(path))
+    logs = tuple(CheckpointFile(i, classify(i.rel)) for i in storage.list_outside(["state"]))
+    base = build_checkpoint(storage, logs)
+    partitions = {c.path.rsplit("/", 1)[0].split("/")[2] for c in planned}
+    listed = {f.rel: f for part in partitions for f in storage.list_files(f"state/{op}/{part}")}
+    assert all(listed[rel].link for rel in firsts.values())
+    with pytest.raises(GcError, match=f"resolves to {elsewhere}/.*outside the state/ folder"):
+        _guard_paths(base, [CheckpointFile(listed[c.path], classify(c.path)) for c in planned])
+
+
 def test_a_listing_that_fails_part_way(copy_of, monkeypatch) -> None:
     from checkpoint.errors import StorageError
     from checkpoint.storage import Storage
@@ -371,6 +406,46 @@ def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of,
     assert record["removed_plans"] == [plans[0].plan_id, plans[2].plan_id] and record["files"] == 3
     assert audit.prune(str(path), time.time()) == []  # nothing more is due
     assert audit.latest_plan(str(path)) == plans[-1]
+
+
+_PLAN_IN_A_FRESH_PROCESS = """
+import json, sys, threading, time
+from checkpoint import gc_plan
+from checkpoint.audit import AuditTrail
+from checkpoint.storage import Storage
+
+started, pool = [], gc_plan.ProcessPoolExecutor
+def recording(*args, **kwargs):
+    started.append(kwargs["mp_context"].get_start_method())
+    return pool(*args, **kwargs)
+gc_plan.ProcessPoolExecutor = recording
+if sys.argv[4] == "with a thread":
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+plan = gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=float(sys.argv[3]), workers=2)
+print(json.dumps({"started": started, "manifest": plan.manifest, "plan_id": plan.plan_id}))
+"""
+
+
+def test_workers_are_forked_only_from_a_process_without_other_threads(copy_of, tmp_path) -> None:
+    """A forked worker starts at once, the context in its memory; but a fork copies only the
+    calling thread, so next to any other thread workers are spawned. Either way the manifest is
+    the same bytes as a plan made in one process."""
+    path, now = copy_of("two_actions"), time.time() + LATER
+
+    def manifest(plan_id: str, url: str) -> list[bytes]:
+        head, *lines = Path(url.removeprefix("file://")).read_bytes().splitlines()
+        return [head.replace(plan_id.encode(), b"<id>"), *lines]
+
+    here = plan_of(path, AuditTrail(str(tmp_path / "here")), now=now, workers=0)
+    assert here.files > 0
+    for threads, method in (("alone", "fork"), ("with a thread", "spawn")):
+        args = [str(path), str(tmp_path / method), str(now), threads]
+        run = subprocess.run([sys.executable, "-c", _PLAN_IN_A_FRESH_PROCESS, *args], capture_output=True,
+                             text=True, timeout=300, cwd=Path(__file__).parent.parent)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        out = json.loads(run.stdout)
+        assert out["started"] == [method]
+        assert manifest(out["plan_id"], out["manifest"]) == manifest(here.plan_id, here.manifest)
 
 
 def test_the_manifest_is_the_same_bytes_however_its_parts_are_copied(copy_of, tmp_path, monkeypatch) -> None:

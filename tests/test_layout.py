@@ -58,6 +58,16 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         ("state/0/_metadata/other", FileKind.UNKNOWN),
         ("state/0/x/SSTs", FileKind.UNKNOWN),
         (".crc", FileKind.UNKNOWN),
+        # Each folder's shape is decided once, apart from the names in it: a name right for one
+        # folder is nothing in another, and a root file is one without any slash.
+        ("/metadata", FileKind.UNKNOWN),
+        ("offsets/0/12", FileKind.UNKNOWN),
+        ("sources/0/1/9", FileKind.UNKNOWN),
+        (f"state/0/0/SSTs/12_{U}.zip", FileKind.UNKNOWN),
+        (f"state/0/0/logs/000008-{U}.sst", FileKind.UNKNOWN),
+        (f"state/0/0/SSTs/SSTs/000008-{U}.sst", FileKind.UNKNOWN),
+        (f"state/0/_stateSchema/default/x/0_{U}", FileKind.UNKNOWN),
+        ("state/0/0/_metadata/metadata", FileKind.UNKNOWN),
         # Digits Spark never writes: a superscript (which int() refuses) or another script's digit.
         ("state/\u00b2/0/1.zip", FileKind.UNKNOWN),
         ("state/0/\u00b2/1.zip", FileKind.UNKNOWN),
