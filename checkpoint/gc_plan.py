@@ -538,17 +538,21 @@ def _scan(
 ) -> OrphanScan:
     """One partition decided alone: its stores' committed ids, lineages and zip listings."""
     index = FileIndex(files)  # built once: for the lineage reads here, then for the rules
-    lineages = {}
+    to_read: dict[str, CheckpointFile] = {}  # the committed changelogs: their lineage headers
     for batch, stores in committed.items():
         for sid, uid in stores.items():
             if index.get(sid, FileKind.ZIP, batch + 1, uid) is not None:
                 continue
             changelog = index.get(sid, FileKind.CHANGELOG, batch + 1, uid)
-            if changelog is not None and changelog.rel not in lineages:
-                header = base.read_changelog_header(changelog)  # raises: fail closed
-                if header.lineage is None:
-                    raise GcError("a V2 changelog without lineage", base.storage.full(changelog.rel))
-                lineages[changelog.rel] = header.lineage
+            if changelog is not None:
+                to_read[changelog.rel] = changelog
+    base.storage.prefetch(to_read, _HEADER_PREFETCH)
+    lineages = {}
+    for rel, changelog in to_read.items():
+        header = base.read_changelog_header(changelog)  # raises: fail closed
+        if header.lineage is None:
+            raise GcError("a V2 changelog without lineage", base.storage.full(rel))
+        lineages[rel] = header.lineage
     zip_ssts = _ZipListings(base, {f.rel: f for f in index.of_kind[FileKind.ZIP]})
     try:
         scan = find_orphans(
@@ -626,6 +630,7 @@ _ORDER = {
     FileKind.HADOOP_CRC: 4,
 }
 _PROGRESS_EVERY = 50_000  # files seen between progress lines
+_HEADER_PREFETCH = 32 * 1024  # of each committed changelog: a lineage header starts in its first lz4 block
 _LINES_PER_WRITE = 8192  # a partition's lines are written in chunks, never held whole
 
 

@@ -232,3 +232,20 @@ def test_aws_max_attempts_sets_the_requests_per_call_unless_an_option_does(monke
         monkeypatch.setenv("AWS_MAX_ATTEMPTS", bad)
         with pytest.raises(StorageError, match="AWS_MAX_ATTEMPTS"):
             attempts()
+
+
+def test_prefetching_is_a_hint_that_neither_reads_nor_fails(tmp_path, in_memory) -> None:
+    """A plan prefetches the lineage headers it is about to read: the kernel reads them ahead, and
+    a file that is missing or no file is left to the read that follows, which reports it."""
+    root = tmp_path / "ckpt"
+    (root / "sub").mkdir(parents=True)
+    (root / "a").write_bytes(b"x" * 100)
+    storage = Storage(str(root))
+    storage.prefetch(["a", "missing", "sub", "sub/deeper/missing"], 32 * 1024)
+    assert storage.calls.total() == 0
+    assert storage.read_bytes("a") == b"x" * 100
+    with pytest.raises(StorageError, match="vanished"):
+        storage.read_bytes("missing")
+    remote = Storage(in_memory("snapshots"))
+    remote.prefetch(["commits/0"], 32 * 1024)  # object stores: nothing to hint
+    assert remote.calls.total() == 0
