@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from .gc_plan import GcError, Plan, PlannedFile
+from .layout import is_number
 from .policy import POLICY
 from .storage import FileInfo, Storage, normalize_url
 
@@ -138,7 +139,7 @@ class AuditTrail:
     def _parts(self, plan: Plan) -> list[str]:
         rel = self._outcomes_rel(plan)
         names = [f.rel for f in self.storage.list_dir(self._folder(plan)).files]
-        parts = [r for r in names if r.startswith(rel + ".") and r[len(rel) + 1 :].isdigit()]
+        parts = [r for r in names if r.startswith(rel + ".") and is_number(r[len(rel) + 1 :])]
         return sorted(parts, key=lambda r: int(r.rsplit(".", 1)[1]))
 
     def seal(self, plan: Plan) -> None:

@@ -41,7 +41,7 @@ from typing import NoReturn
 
 from .audit import AUDIT_FOLDER, folder_name
 from .errors import CheckpointError
-from .layout import MAINT_TEMP_PREFIX
+from .layout import MAINT_TEMP_PREFIX, is_number
 from .policy import POLICY
 from .storage import Storage
 
@@ -115,7 +115,7 @@ class Lease:
 
     def _generations(self) -> list[int]:
         names = (f.rel.rsplit("/", 1)[1] for f in self.storage.list_dir(self.folder).files)
-        return sorted(int(n[: -len(".json")]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+        return sorted(int(n[: -len(".json")]) for n in names if n.endswith(".json") and is_number(n[:-5]))
 
     def _rel(self, generation: int) -> str:
         return f"{self.folder}/{generation:012d}.json"

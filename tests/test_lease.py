@@ -67,6 +67,18 @@ def test_one_holder_at_a_time_and_an_expired_lease_is_taken_over(tmp_path) -> No
     assert after.generation == held_by_b + 2  # b's release wrote a marker generation between
 
 
+def test_a_stray_file_in_the_lease_folder_is_no_generation(tmp_path) -> None:
+    """Only `<ASCII digits>.json` counts: a superscript digit passes `str.isdigit` and then stops
+    `int()` with a bare ValueError."""
+    clock = Clock()
+    folder = tmp_path / "ckpt-0001" / "lease"
+    folder.mkdir(parents=True)
+    for stray in ("\u00b2.json", "\u0663.json", "notes.json"):
+        (folder / stray).write_text("{}")
+    lease = _lease(tmp_path, "ckpt gc --apply", clock).acquire()
+    assert lease.generation == 1 and lease.current()[1].owner == "ckpt gc --apply"
+
+
 def test_the_aba_sequence_leaves_one_holder(tmp_path) -> None:
     """A stalls; B takes over and gives back; D takes the free lease; A wakes up. Before, the folder
     emptied, D got generation 1 again, and A's check and renewal passed: two holders."""
