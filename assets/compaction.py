@@ -118,10 +118,7 @@ def checkpoint_compaction(
         "compacted": dg.MetadataValue.md(table if done else "Nothing to compact."),
         "skipped": dg.MetadataValue.md("\n".join(skips[:50]) or "none"),
         "failed": dg.MetadataValue.md(
-            "\n".join(
-                f"- {r.url} {r.store.operator}/{r.store.partition}/{r.store.store}: {r.error}" for r in failed
-            )
-            or "none"
+            "\n".join(f"- {r.url} {r.store.label}: {r.error}" for r in failed) or "none"
         ),
     }
     problems = unreadable + [f"{r.url} {r.store}: {r.error}" for r in failed]

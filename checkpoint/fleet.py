@@ -83,11 +83,7 @@ def fleet_row(
         errors=codes.get(Severity.ERROR, ()),
         warnings=codes.get(Severity.WARNING, ()),
         max_chain_length=longest.chain_length if longest else 0,
-        max_chain_store=(
-            f"{longest.store.operator}/{longest.store.partition}/{longest.store.store}"
-            if longest is not None and longest.chain_length
-            else None
-        ),
+        max_chain_store=longest.store.label if longest is not None and longest.chain_length else None,
         max_lineage_header_fraction=max(
             (e.lineage_header_bytes / LINEAGE_HEADER_CAP for e in validation.lineage), default=0.0
         ),

@@ -85,6 +85,11 @@ class StoreId:
     def __str__(self) -> str:
         return f"op {self.operator} / part {self.partition} / {self.store}"
 
+    @property
+    def label(self) -> str:
+        """`<operator>/<partition>/<store>`: how reports and plans name a store."""
+        return f"{self.operator}/{self.partition}/{self.store}"
+
 
 @dataclass(frozen=True)
 class Store:

@@ -91,7 +91,7 @@ def _maybe_die(store: StoreId) -> None:
 
     context = TaskContext.get()
     doomed = context.getLocalProperty(_KILL_PROPERTY) if context is not None else None
-    if doomed and doomed == f"{store.operator}/{store.partition}/{store.store}":
+    if doomed and doomed == store.label:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
