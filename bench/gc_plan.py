@@ -131,6 +131,7 @@ def _planner(storage: Storage, later: float) -> dict:
         "seconds": seconds,
         "cpu_seconds": _cpu_seconds() - cpu,
         "workers": workers,
+        "workers_are": "processes" if storage.is_local else "threads",
         "calls": dict(calls),
         "s3_requests": pages + calls["open"] + calls["read"],
         "own_peak_rss_mb": _peak_rss_mb(),
@@ -148,7 +149,7 @@ def report(n: int, base: dict, ours: dict) -> None:
           f"({base['cpu_seconds']:.1f} s of CPU), peak RSS {base['peak_rss_mb']:.0f} MB; "
           f"{base['s3_requests']:,} requests on S3")  # fmt: skip
     print(f"planner, a partition at a time: {ours['seconds']:.1f} s ({ours['cpu_seconds']:.1f} s of CPU, "
-          f"{ours['workers']} worker processes), peak RSS {ours['peak_rss_mb']:.0f} MB (itself "
+          f"{ours['workers']} worker {ours['workers_are']}), peak RSS {ours['peak_rss_mb']:.0f} MB (itself "
           f"{ours['own_peak_rss_mb']:.0f} MB, each worker at most {ours['worker_peak_rss_mb']:.0f} MB); "
           f"calls {ours['calls']}; {ours['s3_requests']:,} requests on S3")  # fmt: skip
     print(f"planner / baseline: time {ours['seconds'] / base['seconds']:.2f}, peak RSS "
