@@ -350,7 +350,8 @@ def _decide(context: _Context, folder: str, lines: TextIO, held: TextIO) -> _Dec
             key = (reason, what.operator, what.partition, what.store)
             group = groups.get(key)
             if group is None:
-                store = None if what.operator is None else f"{what.operator}/{what.partition}/{what.store}"
+                op, part, name = what.operator, what.partition, what.store  # all set, or none (a Hadoop crc)
+                store = None if op is None or part is None or name is None else StoreId(op, part, name).label
                 group = groups[key] = _Group(_REASON_TEXT[reason], store)
             rel, size = info.rel, info.size
             if held_for_floor and rel in held_for_floor:  # the SST's mtime decides, for it and its sidecars
@@ -546,7 +547,7 @@ def _scan(
             changelog = index.get(sid, FileKind.CHANGELOG, batch + 1, uid)
             if changelog is not None:
                 to_read[changelog.rel] = changelog
-    base.storage.prefetch(to_read, _HEADER_PREFETCH)
+    base.prefetch_changelog_headers(to_read.values())
     lineages = {}
     for rel, changelog in to_read.items():
         header = base.read_changelog_header(changelog)  # raises: fail closed
@@ -630,7 +631,6 @@ _ORDER = {
     FileKind.HADOOP_CRC: 4,
 }
 _PROGRESS_EVERY = 50_000  # files seen between progress lines
-_HEADER_PREFETCH = 32 * 1024  # of each committed changelog: a lineage header starts in its first lz4 block
 _LINES_PER_WRITE = 8192  # a partition's lines are written in chunks, never held whole
 
 

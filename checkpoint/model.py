@@ -51,6 +51,7 @@ SCOPE_RECOVERY = "recovery"  # the logs and what recovery reads at `resolved_bat
 CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
+_HEADER_PREFETCH = 32 * 1024  # the first lz4 block, where a lineage header starts (and most end)
 _WHOLE_ZIP_READ = 4 * 1024 * 1024
 
 
@@ -238,6 +239,12 @@ class Checkpoint:
         if isinstance(got, CheckpointError):
             raise got
         return got
+
+    def prefetch_changelog_headers(self, files: Iterable[CheckpointFile]) -> None:
+        """Has the storage read ahead where these changelogs' headers are, before they are read one
+        by one (`Storage.prefetch`: on a cold local page cache, a disk round trip each otherwise).
+        A header whose bytes this model already holds (`prefetched`) needs no read ahead."""
+        self.storage.prefetch((f.rel for f in files if f.rel not in self.prefetched), _HEADER_PREFETCH)
 
     def read_changelog_header(self, f: CheckpointFile) -> ChangelogHeader:
         """Version and lineage from the first block(s) only: one ranged read, even on object stores."""
