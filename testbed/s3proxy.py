@@ -98,6 +98,9 @@ class S3Proxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # A reply is written as headers, then body: with Nagle's algorithm on, the body waits for
+            # the client's delayed ACK of the headers (up to 40 ms on Linux), a stall S3 never adds.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass
