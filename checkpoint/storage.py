@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fsspec.core import split_protocol, url_to_fs
+from fsspec.spec import AbstractBufferedFile
 
 from .errors import NotACheckpointError, StorageError
 from .policy import POLICY
@@ -266,6 +267,9 @@ class Storage:
             raise StorageError(f"cannot open storage: {exc}", url) from exc
         self.root = root.rstrip("/")
         self.calls = Calls()
+        self._one_retry_policy()
+
+    def _one_retry_policy(self) -> None:
         if self.protocol == "s3":
             self.fs.retries = 1  # s3fs's loop would retry on top of botocore's: one attempt from it
 
@@ -291,12 +295,16 @@ class Storage:
         return sub
 
     def __getstate__(self) -> dict[str, Any]:
-        # Shipped to Spark tasks: the filesystem pickles by its arguments; the counter stays here.
+        # Shipped to Spark tasks and planning workers: the filesystem pickles by its arguments; the
+        # counter stays here.
         return {"fs": self.fs, "root": self.root, "url": self.url}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.calls = Calls()
+        # A filesystem unpickled in another process is built anew from its arguments, and the
+        # attribute set on it above is not one of them.
+        self._one_retry_policy()
 
     @property
     def protocol(self) -> str:
@@ -325,7 +333,11 @@ class Storage:
                 if self.is_local:
                     files = _walk_local(top, len(prefix))
                 else:
-                    files = _found_files(self.fs.find(top, withdirs=False, detail=True), prefix, top, under)
+                    try:
+                        found = self.fs.find(top, withdirs=False, detail=True)
+                    finally:
+                        self._forget_listings(top)
+                    files = _found_files(found, prefix, top, under)
             except FileNotFoundError as exc:
                 if under:
                     return []
@@ -334,6 +346,17 @@ class Storage:
             raise NotACheckpointError("no such directory", self.url)
         files.sort(key=lambda f: f.rel)
         return files
+
+    def _forget_listings(self, top: str) -> None:
+        """Drops what fsspec's listings cache holds of the tree under `top`. s3fs's `find` keeps
+        every entry it lists there, for each folder of the tree, and never lets go: a plan listing
+        partition after partition would hold the whole checkpoint by its end (a thousand objects
+        cost a megabyte). Nothing here reads that cache: a read is given its size (`open`)."""
+        cache = getattr(self.fs, "dircache", None)
+        if cache:
+            inside = top + "/"
+            for key in [k for k in cache if k == top or k.startswith(inside)]:
+                cache.pop(key, None)
 
     def list_tree(
         self, split: Callable[[Storage], list[str]], workers: int = POLICY.list_workers
@@ -886,5 +909,11 @@ class Storage:
                 # per open, four times the cost of the read. Cleanup opens a header per retained
                 # batch and partition.
                 return open(full, "rb")
-            extra = {"size": size} if size is not None else {}
-            return self.fs.open(full, "rb", block_size=block_size, **extra)
+            if size is None:
+                return self.fs.open(full, "rb", block_size=block_size)
+            f = self.fs.open(full, "rb", block_size=block_size, size=size)
+            if isinstance(f, AbstractBufferedFile):
+                # s3fs takes the size but still asks for the object's details at its first read: a
+                # HEAD before each GET, unless a cached listing names the file. The size is all.
+                f.details = {"name": full, "size": size, "type": "file"}
+            return f

@@ -102,6 +102,23 @@ def test_scan_lists_folders_and_reads_what_recovery_reads(s3, s3_copy_of, corpus
     header_reads = [r for r in gets if r.path.endswith(".changelog")]
     assert header_reads and all(r.ranged for r in header_reads)
     assert len(gets) == len({r.path for r in gets})  # no object read twice
+    heads = [r.path for r in proxy.requests if r.op == "HeadObject"]
+    assert len(heads) == len(set(heads))  # nor checked twice (a header read once cost a HEAD first)
+
+
+def test_a_listing_is_not_kept_and_a_listed_file_is_read_by_one_get(s3, s3_copy_of) -> None:
+    """s3fs keeps every entry a recursive listing sees in a cache that nothing here reads: a plan
+    listing partition after partition would hold the whole checkpoint by its end. A read of a file
+    whose size is known is one GET, with no HEAD first, cache or not."""
+    _, proxy, _ = s3
+    storage = Storage(s3_copy_of("long_chain"), _via_proxy(s3))
+    files = storage.list_files("state/0/0")
+    assert files and not [k for k in storage.fs.dircache if k.startswith(storage.root)]
+    changelog = next(f for f in files if f.rel.endswith(".changelog") and f.size > 0)
+    proxy.reset()
+    with storage.open(changelog.rel, block_size=128 * 1024, size=changelog.size) as fh:
+        assert fh.read(4)
+    assert proxy.counts() == {"GetObject": 1}
 
 
 def test_discovery_sends_no_request_inside_a_checkpoint(s3, s3_copy_of) -> None:

@@ -249,3 +249,18 @@ def test_prefetching_is_a_hint_that_neither_reads_nor_fails(tmp_path, in_memory)
     remote = Storage(in_memory("snapshots"))
     remote.prefetch(["commits/0"], 32 * 1024)  # object stores: nothing to hint
     assert remote.calls.total() == 0
+
+
+def test_a_storage_unpickled_elsewhere_keeps_one_retry_policy() -> None:
+    """A Storage goes to Spark tasks and to planning workers by pickle, where its S3 filesystem is
+    built anew from its arguments: botocore alone retries there too, s3fs's own loop stays off."""
+    import pickle
+
+    import s3fs
+
+    storage = Storage("s3://bucket/ckpt", {"key": "k", "secret": "s", "client_kwargs": {"region_name": "x"}})
+    assert storage.fs.retries == 1
+    data = pickle.dumps(storage)
+    s3fs.S3FileSystem.clear_instance_cache()  # as in another process: no instance to reuse
+    elsewhere = pickle.loads(data)
+    assert elsewhere.fs is not storage.fs and elsewhere.fs.retries == 1
