@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from checkpoint.audit import AuditTrail
-from checkpoint.gc_plan import plan_gc, planning_workers
+from checkpoint.gc_plan import partitions_at_once, plan_gc, planning_workers
 from checkpoint.storage import Storage
 from testbed.synthetic import build, iter_files
 
@@ -123,15 +123,15 @@ def _planner(storage: Storage, later: float) -> dict:
     # On S3: each partition's listing in pages of 1000 keys, each shallow listing one request, and
     # every read (logs, lineage headers, zips) one GET.
     pages = sum(-(-n // 1000) for n in plan.partition_files.values()) + calls["list_dir"]
-    # Locally the partitions are decided in worker processes: their peaks count too, each as if
-    # all of them peaked at once (the largest child's peak times their number, an upper bound).
+    # Partitions decided in worker processes: their peaks count too, each as if all of them
+    # peaked at once (the largest child's peak times their number, an upper bound).
     workers = planning_workers(storage, len(plan.partition_files))
     worker_mb = _peak_rss_mb(resource.RUSAGE_CHILDREN) if workers else 0.0
     return {
         "seconds": seconds,
         "cpu_seconds": _cpu_seconds() - cpu,
         "workers": workers,
-        "workers_are": "processes" if storage.is_local else "threads",
+        "at_once": partitions_at_once(storage, workers),
         "calls": dict(calls),
         "s3_requests": pages + calls["open"] + calls["read"],
         "own_peak_rss_mb": _peak_rss_mb(),
@@ -149,7 +149,8 @@ def report(n: int, base: dict, ours: dict) -> None:
           f"({base['cpu_seconds']:.1f} s of CPU), peak RSS {base['peak_rss_mb']:.0f} MB; "
           f"{base['s3_requests']:,} requests on S3")  # fmt: skip
     print(f"planner, a partition at a time: {ours['seconds']:.1f} s ({ours['cpu_seconds']:.1f} s of CPU, "
-          f"{ours['workers']} worker {ours['workers_are']}), peak RSS {ours['peak_rss_mb']:.0f} MB (itself "
+          f"{ours['workers']} worker processes, {ours['at_once']} partitions at once in each), "
+          f"peak RSS {ours['peak_rss_mb']:.0f} MB (itself "
           f"{ours['own_peak_rss_mb']:.0f} MB, each worker at most {ours['worker_peak_rss_mb']:.0f} MB); "
           f"calls {ours['calls']}; {ours['s3_requests']:,} requests on S3")  # fmt: skip
     print(f"planner / baseline: time {ours['seconds'] / base['seconds']:.2f}, peak RSS "

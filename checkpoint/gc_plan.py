@@ -39,7 +39,7 @@ import time
 import uuid
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from json.encoder import encode_basestring_ascii as _quote
 from typing import TYPE_CHECKING, Any, TextIO
@@ -434,9 +434,10 @@ def _start_worker(context: _Context | str) -> None:
     gc.freeze()  # the context lives as long as the worker: no collection need ever walk it again
 
 
-def _decide_in_worker(folder: str) -> tuple[_Decided, Counter[str]]:
-    """One partition decided in a worker process, with the storage calls it made: the worker's
-    Storage is its own copy, and the plan's figures count every call."""
+def _decide_in_worker(folders: tuple[str, ...]) -> tuple[list[_Decided], Counter[str]]:
+    """Partitions decided in a worker process (several at once, in threads, on object stores), with
+    the storage calls they made: the worker's Storage is its own copy, and the plan's figures
+    count every call."""
     if _worker_context is None:
         raise RuntimeError("a planning worker process was started without its context")
     calls = _worker_context.base.storage.calls
@@ -446,13 +447,18 @@ def _decide_in_worker(folder: str) -> tuple[_Decided, Counter[str]]:
     # and again (a tenth of a worker's time); they resume, and collect any cycle, once it is done.
     gc.disable()
     try:
-        decided = _decide_apart(_worker_context, folder)
+        decide = functools.partial(_decide_apart, _worker_context)
+        if len(folders) == 1:
+            decided = [decide(folders[0])]
+        else:
+            with ThreadPoolExecutor(len(folders)) as pool:
+                decided = list(pool.map(decide, folders))
     finally:
         gc.enable()
     return decided, calls.snapshot() - before
 
 
-def _counted(storage: Storage, result: tuple[_Decided, Counter[str]]) -> _Decided:
+def _counted(storage: Storage, result: tuple[list[_Decided], Counter[str]]) -> list[_Decided]:
     decided, calls = result
     for kind, n in calls.items():
         storage.calls.add(kind, n)
@@ -460,15 +466,23 @@ def _counted(storage: Storage, result: tuple[_Decided, Counter[str]]) -> _Decide
 
 
 def planning_workers(storage: Storage, partitions: int, lister: Lister | None = None) -> int:
-    """Object stores: threads, so that partitions' requests overlap. Local disks: worker processes,
-    since deciding is Python work (a thread would only contend), once a checkpoint has enough
-    partitions to repay starting them; a lister given by a test stays in this process."""
-    if not storage.is_local:
-        return POLICY.list_workers
+    """Worker processes to decide partitions in: deciding is Python work that one core bounds,
+    and so, on object stores, is what botocore spends per request (a listed object, a GET). Used
+    once a checkpoint has enough partitions to repay starting them; a lister given by a test
+    stays in this process."""
     if lister not in (None, _list) or partitions < POLICY.plan_processes_from:
         return 0
     processes = min(POLICY.plan_processes, os.cpu_count() or 1)
     return processes if processes > 1 else 0
+
+
+def partitions_at_once(storage: Storage, processes: int) -> int:
+    """Partitions each process (or this one, without workers) decides at once: one on local disks,
+    where a thread would only contend; on object stores enough, in threads, that `list_workers`
+    partitions' requests are in flight in all, since a request's wait is latency, not CPU."""
+    if storage.is_local:
+        return 1
+    return -(-POLICY.list_workers // max(processes, 1))
 
 
 def _process_pool(context: _Context, workers: int) -> ProcessPoolExecutor:
@@ -476,14 +490,17 @@ def _process_pool(context: _Context, workers: int) -> ProcessPoolExecutor:
     worker then starts in milliseconds with the context in its memory, where a spawned one
     imports this package and reads the context first (0.5 s of two cores at 1M files). A fork
     copies only the calling thread, so a lock another thread held (py4j's, Dagster's, a
-    progress bar's) would stay held in the child forever: with other threads, spawned."""
+    progress bar's, fsspec's event loop on object stores) would stay held in the child forever:
+    with other threads, spawned. A spawned worker's Storage is rebuilt from its URL and options,
+    with a client and event loop of its own."""
     if threading.active_count() == 1:
         # ProcessPoolExecutor forks every worker at the first submit, before its own threads start.
         return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
                                    initializer=_start_worker, initargs=(context,))  # fmt: skip
     # The context goes by a file, not as the initializer's argument: that would be written down
     # the pipe that starts each worker (a megabyte at 300 partitions), which blocks until the
-    # child has imported this package, so workers would start one after another.
+    # child has imported this package, so workers would start one after another. The file is in
+    # the plan's own temporary folder (private to this user), removed with it.
     context_file = os.path.join(context.spill_dir, "context.pickle")
     with open(context_file, "wb") as f:
         pickle.dump(context, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -494,39 +511,51 @@ def _process_pool(context: _Context, workers: int) -> ProcessPoolExecutor:
 def _in_order(
     context: _Context, folders: list[str], workers: int, spill: _Spill
 ) -> Iterator[tuple[str, _Decided]]:
-    """Each partition folder decided (listed, read, decided), yielded in folder order. 0: one at a
-    time in this thread. More: `workers` worker processes on local disks, threads on object
-    stores, so at most `workers` partitions in memory at once. A failure fails the plan.
+    """Each partition folder decided (listed, read, decided), yielded in folder order: in
+    `workers` worker processes (0: in this one), each deciding `partitions_at_once` at a time, so
+    that many partitions are in memory in each. One at a time in this process, each goes
+    straight to the spill. A failure fails the plan.
 
-    A few partitions per worker are queued ahead (`_QUEUED_PER_WORKER`): a worker done with its
-    partition takes the next one while an earlier partition is still being decided, instead of
-    idling until results are taken in order (1M files: 15.7 s with one queued per worker, 11.6 s
-    with four). What a decided partition leaves waiting is a few figures and its lines in files
-    of its own."""
-    if workers < 1:
+    A few units of work per worker are queued ahead (`_QUEUED_PER_WORKER`): a worker done with its
+    partitions takes the next while an earlier one is still being decided, instead of idling
+    until results are taken in order (1M files: 15.7 s with one queued per worker, 11.6 s with
+    four). What decided partitions leave waiting is a few figures and their lines in files of
+    their own."""
+    storage = context.base.storage
+    at_once = partitions_at_once(storage, workers)
+    if workers < 1 and at_once == 1:
         yield from ((folder, _decide(context, folder, spill.lines, spill.held)) for folder in folders)
         return
     pool: Executor
-    storage = context.base.storage
-    if storage.is_local:
-        pool = _process_pool(context, workers)
-        work: Callable[[str], Any] = _decide_in_worker
-        take: Callable[[Any], _Decided] = functools.partial(_counted, storage)
-    else:
-        pool = ThreadPoolExecutor(workers)
-        work, take = functools.partial(_decide_apart, context), lambda decided: decided
+    work: Callable[[tuple[str, ...]], Any]
+    take: Callable[[Any], list[_Decided]]
+    if workers < 1:  # threads of this process, a partition each
+        pool, width, per_unit = ThreadPoolExecutor(at_once), at_once, 1
+        work, take = functools.partial(_decide_each, context), _same
+    else:  # each unit of work is what one worker process decides at once
+        pool, width, per_unit = _process_pool(context, workers), workers, at_once
+        work, take = _decide_in_worker, functools.partial(_counted, storage)
+    units = [tuple(folders[i : i + per_unit]) for i in range(0, len(folders), per_unit)]
     with pool:
-        window = workers * _QUEUED_PER_WORKER
-        ahead = deque(pool.submit(work, f) for f in folders[:window])
+        window = width * _QUEUED_PER_WORKER
+        ahead: deque[Future[Any]] = deque(pool.submit(work, unit) for unit in units[:window])
         try:
-            for i, folder in enumerate(folders):
+            for i, unit in enumerate(units):
                 done = take(ahead.popleft().result())
-                if i + window < len(folders):
-                    ahead.append(pool.submit(work, folders[i + window]))
-                yield folder, done
+                if i + window < len(units):
+                    ahead.append(pool.submit(work, units[i + window]))
+                yield from zip(unit, done, strict=True)
         finally:
             for waiting in ahead:
                 waiting.cancel()
+
+
+def _decide_each(context: _Context, folders: tuple[str, ...]) -> list[_Decided]:
+    return [_decide_apart(context, folder) for folder in folders]
+
+
+def _same(decided: list[_Decided]) -> list[_Decided]:
+    return decided
 
 
 def _scan(
@@ -547,13 +576,11 @@ def _scan(
             changelog = index.get(sid, FileKind.CHANGELOG, batch + 1, uid)
             if changelog is not None:
                 to_read[changelog.rel] = changelog
-    base.prefetch_changelog_headers(to_read.values())
     lineages = {}
-    for rel, changelog in to_read.items():
-        header = base.read_changelog_header(changelog)  # raises: fail closed
+    for changelog, header in base.read_changelog_headers(list(to_read.values())):  # raises: fail closed
         if header.lineage is None:
-            raise GcError("a V2 changelog without lineage", base.storage.full(rel))
-        lineages[rel] = header.lineage
+            raise GcError("a V2 changelog without lineage", base.storage.full(changelog.rel))
+        lineages[changelog.rel] = header.lineage
     zip_ssts = _ZipListings(base, {f.rel: f for f in index.of_kind[FileKind.ZIP]})
     try:
         scan = find_orphans(

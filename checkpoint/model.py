@@ -16,7 +16,7 @@ import builtins  # the class below has a `bytes` property: its methods name the 
 import dataclasses
 import io
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -240,20 +240,32 @@ class Checkpoint:
             raise got
         return got
 
-    def prefetch_changelog_headers(self, files: Iterable[CheckpointFile]) -> None:
-        """Has the storage read ahead where these changelogs' headers are, before they are read one
-        by one (`Storage.prefetch`: on a cold local page cache, a disk round trip each otherwise).
-        A header whose bytes this model already holds (`prefetched`) needs no read ahead."""
-        self.storage.prefetch((f.rel for f in files if f.rel not in self.prefetched), _HEADER_PREFETCH)
-
     def read_changelog_header(self, f: CheckpointFile) -> ChangelogHeader:
         """Version and lineage from the first block(s) only: one ranged read, even on object stores."""
         if (known := self._prefetched(f.rel)) is not None:
             return known
         with self.storage.open(f.rel, block_size=_HEADER_READ, size=f.info.size) as fh:
-            return read_header(
-                fh.read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
-            )
+            return self._header(f, fh.read)
+
+    def read_changelog_headers(
+        self, files: Sequence[CheckpointFile]
+    ) -> Iterator[tuple[CheckpointFile, ChangelogHeader]]:
+        """Each changelog's header as `read_changelog_header` gives it, in the order given; raises
+        at the first that cannot be read. The first block of each is read with the others'
+        (`Storage.read_heads`: at once on object stores, after a read-ahead hint locally), and a
+        header that runs past it is read on from there."""
+        heads = self.storage.read_heads(
+            (f.info for f in files if f.rel not in self.prefetched), _HEADER_PREFETCH
+        )
+        for f in files:
+            known = self._prefetched(f.rel)
+            if known is None:
+                with _ReadOn(next(heads), self.storage, f.info) as rest:
+                    known = self._header(f, rest.read)
+            yield f, known
+
+    def _header(self, f: CheckpointFile, read: Callable[[int], builtins.bytes]) -> ChangelogHeader:
+        return read_header(read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None)
 
     def read_changelog(
         self, f: CheckpointFile, data: builtins.bytes | None = None
@@ -352,6 +364,35 @@ def load_checkpoint(
     infos = storage.list_files() if listing == "flat" else storage.list_tree(state_partition_folders)
     files = tuple(CheckpointFile(info, classify(info.rel)) for info in infos)
     return build_checkpoint(storage, files, strict)
+
+
+class _ReadOn:
+    """A file's first bytes, already read, then the rest of it from the storage if a reader wants
+    more (a lineage header longer than its first block): what the reader gets is the file's bytes
+    in order, whichever read they came from."""
+
+    def __init__(self, head: builtins.bytes, storage: Storage, info: FileInfo) -> None:
+        self._head, self._storage, self._info = io.BytesIO(head), storage, info
+        self._rest: Any = None
+
+    def read(self, n: int = -1) -> builtins.bytes:
+        got = self._head.read(n)
+        if len(got) == n:
+            return got
+        at = self._head.tell()
+        if self._rest is None:
+            if at >= self._info.size:  # the head was the whole file
+                return got
+            self._rest = self._storage.open(self._info.rel, block_size=_HEADER_READ, size=self._info.size)
+            self._rest.seek(at)
+        return got + self._rest.read(-1 if n < 0 else n - len(got))
+
+    def __enter__(self) -> _ReadOn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._rest is not None:
+            self._rest.close()
 
 
 def state_partition_folders(storage: Storage) -> list[str]:

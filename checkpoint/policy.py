@@ -50,9 +50,10 @@ class Policy:
     # tree listed as several prefixes, stores resolved by a head-first load, checkpoints read by
     # the fleet report and by the commit sensor's tick.
     list_workers: int = 8
-    # Cleanup planning on a local disk: partitions decided in this many worker processes (deciding
-    # is Python work, bound by one core each), from this many partition folders up (fewer do not
-    # repay starting the processes).
+    # Cleanup planning: partitions decided in this many worker processes (deciding is Python work,
+    # and so is what botocore spends on each request: one core bounds each process), from this
+    # many partition folders up (fewer do not repay starting the processes). On object stores
+    # each process decides several partitions at once, `list_workers` in flight in all.
     plan_processes: int = 4
     plan_processes_from: int = 16
     store_workers: int = 16

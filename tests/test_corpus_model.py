@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from checkpoint import model
 from checkpoint.changelog import column_family_id
 from checkpoint.layout import FileKind
 from checkpoint.model import Checkpoint, StoreId
@@ -87,6 +88,26 @@ def test_lineage_is_contiguous_and_ends_at_version_minus_one(loaded, name: str) 
         else:
             assert versions == list(range(versions[0], v)), f.rel
             assert versions[0] >= 1
+
+
+@pytest.mark.parametrize("first_read", [40, 32 * 1024])
+def test_headers_read_together_are_the_headers_read_one_by_one(loaded, monkeypatch, first_read) -> None:
+    """Cleanup reads a partition's lineage headers together: the first block of each in one go,
+    reading on from there where a header runs past it (with 40 bytes, nearly every header does;
+    with the 32 KiB of a real plan, none of the corpus's). Each header is the one a read of its own
+    gives."""
+    monkeypatch.setattr(model, "_HEADER_PREFETCH", first_read)
+    for name in V2:
+        ckpt = loaded[name]
+        files = changelogs(ckpt)
+        before = ckpt.storage.calls.snapshot()
+        together = list(ckpt.read_changelog_headers(files))
+        calls = ckpt.storage.calls.snapshot() - before
+        assert [f for f, _ in together] == files, name
+        assert [h for _, h in together] == [ckpt.read_changelog_header(f) for f in files], name
+        assert calls["read"] == len(files) and set(calls) <= {"read", "open"}, name
+        longer = sum(1 for f in files if f.info.size > first_read)  # the most that can be read on
+        assert (0 < calls["open"] <= longer) if first_read == 40 else (calls["open"] == 0), name
 
 
 def test_long_chain_is_delta_only(loaded) -> None:

@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 import s3fs
 
+from checkpoint import gc_plan
 from checkpoint.audit import AuditTrail
-from checkpoint.errors import StorageError
+from checkpoint.errors import CheckpointError, StorageError
 from checkpoint.gc_apply import apply_plan
 from checkpoint.head import load_head
+from checkpoint.layout import FileKind
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
@@ -232,6 +234,54 @@ def test_cleanup_on_s3_deletes_what_the_local_plan_names(
     again = plan_of(Storage(url, options), now=time.time() + LATER)
     assert again.files == 0
     _restarts_like_untouched(s3, spark, corpus, corpus_root, url, tmp_path)
+
+
+def test_planning_in_worker_processes_on_s3_is_the_plan_made_here(
+    s3, s3_copy_of, loaded, tmp_path, monkeypatch
+) -> None:
+    """On S3 a plan of many partitions decides them in spawned worker processes (a fork would not
+    carry s3fs's event loop), each with a client of its own and several partitions at once: its
+    manifest and every request it sends are those of a plan made in this process. A lineage
+    header found damaged in a worker fails the plan with the error a plan made here gives."""
+    _, proxy, bucket = s3
+    url, options, now = s3_copy_of("two_actions"), _via_proxy(s3), time.time() + LATER
+    started: list[tuple[str, int]] = []
+    pool = gc_plan.ProcessPoolExecutor
+
+    def recording(workers: int, **kwargs):
+        started.append((kwargs["mp_context"].get_start_method(), workers))
+        return pool(workers, **kwargs)
+
+    monkeypatch.setattr(gc_plan, "ProcessPoolExecutor", recording)
+    # Its 4 partitions two at a time in each process: both processes, and threads in each, take part.
+    monkeypatch.setattr(gc_plan, "partitions_at_once", lambda storage, processes: 2 if processes else 8)
+
+    def planned(workers: int) -> tuple[list[bytes], dict[str, int], dict[str, int]]:
+        proxy.reset()
+        storage, audit = Storage(url, options), AuditTrail(str(tmp_path / f"{workers}"))
+        plan = plan_of(storage, audit, now=now, workers=workers)
+        head, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
+        manifest = [head.replace(plan.plan_id.encode(), b"<id>"), *lines]
+        return manifest, dict(proxy.counts()), dict(storage.calls.snapshot())  # what workers did counts
+
+    here, there = planned(0), planned(2)
+    assert started == [("spawn", 2)]
+    assert len(here[0]) > 1 and here == there
+    # A committed changelog of the last partition whose header the plan must read: no zip of its own.
+    local = loaded["two_actions"]
+    last = max(local.stores, key=lambda sid: (sid.operator, sid.partition))
+    batch = local.latest_committed_batch
+    uid = local.committed_unique_id(batch, last)
+    assert local.stores[last].file(FileKind.ZIP, batch + 1, uid) is None
+    changelog = local.stores[last].file(FileKind.CHANGELOG, batch + 1, uid)
+    _direct(s3).pipe(f"{url.removeprefix('s3://')}/{changelog.rel}", b"not an lz4 stream")
+    errors = []
+    for workers in (0, 2):
+        with pytest.raises(CheckpointError) as failed:
+            planned(workers)
+        errors.append((type(failed.value), str(failed.value)))
+    assert errors[0] == errors[1] and changelog.rel in errors[0][1]
+    assert started == [("spawn", 2)] * 2
 
 
 def _plan(url: str, options: dict, audit: AuditTrail):

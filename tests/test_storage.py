@@ -251,6 +251,35 @@ def test_prefetching_is_a_hint_that_neither_reads_nor_fails(tmp_path, in_memory)
     assert remote.calls.total() == 0
 
 
+def test_heads_are_each_files_first_bytes_in_order_and_a_vanished_file_is_named(tmp_path) -> None:
+    """`read_heads` gives the first bytes of many files, in the order asked (past a chunk's worth
+    of them on an object store), a short file whole and an empty one without a read; a file gone
+    since its listing stops it with `vanished`, naming that file. Local disk and fsspec's memory
+    filesystem (the object-store path: ranged reads of a chunk at once) give the same."""
+    sizes = [0, 5, 64, 65, 5000] * 14  # 70 files: more than one chunk of requests at once
+    data = {f"state/0/0/{i:03d}.changelog": bytes([i]) * size for i, size in enumerate(sizes)}
+    local = tmp_path / "ckpt"
+    for rel, content in data.items():
+        (local / rel).parent.mkdir(parents=True, exist_ok=True)
+        (local / rel).write_bytes(content)
+    memory = f"/{uuid.uuid4().hex}/ckpt"
+    fsspec.filesystem("memory").pipe({f"{memory}/{rel}": content for rel, content in data.items()})
+    try:
+        for url in (str(local), f"memory://{memory}"):
+            storage = Storage(url)
+            files = storage.list_files("state")
+            assert [f.rel for f in files] == list(data)
+            before = storage.calls.snapshot()
+            assert list(storage.read_heads(reversed(files), 64)) == [d[:64] for d in reversed(data.values())]
+            assert storage.calls.snapshot() - before == Counter({"read": sum(1 for s in sizes if s)})
+            gone = files[66].rel
+            storage.fs.rm(storage.full(gone))
+            with pytest.raises(StorageError, match=f"{gone}: file vanished"):
+                list(storage.read_heads(files, 64))
+    finally:
+        fsspec.filesystem("memory").rm(memory, recursive=True)
+
+
 def test_a_storage_unpickled_elsewhere_keeps_one_retry_policy() -> None:
     """A Storage goes to Spark tasks and to planning workers by pickle, where its S3 filesystem is
     built anew from its arguments: botocore alone retries there too, s3fs's own loop stays off."""
