@@ -351,8 +351,9 @@ class Storage:
     def _forget_listings(self, top: str) -> None:
         """Drops what fsspec's listings cache holds of the tree under `top`. s3fs's `find` keeps
         every entry it lists there, for each folder of the tree, and never lets go: a plan listing
-        partition after partition would hold the whole checkpoint by its end (a thousand objects
-        cost a megabyte). Nothing here reads that cache: a read is given its size (`open`)."""
+        partition after partition would hold the whole checkpoint by its end (1.6 MB of RSS per
+        thousand objects). Nothing here reads that cache: a read is given its size (`open`).
+        Threads listing disjoint trees drop disjoint keys (the cache iterates over a copy)."""
         cache = getattr(self.fs, "dircache", None)
         if cache:
             inside = top + "/"
