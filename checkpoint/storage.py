@@ -512,9 +512,17 @@ class Storage:
             return False
 
     def read_bytes(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
+        """A whole file, or the bytes from `start` to `end` (offsets from its start)."""
         self.calls.add("read")
-        with _failing("read", self.full(rel), vanished=_VANISHED):
-            return self.fs.cat_file(self.full(rel), start=start, end=end, **self._one_get)
+        full = self.full(rel)
+        with _failing("read", full, vanished=_VANISHED):
+            if self.is_local:
+                # Python's own file, as in `open`: fsspec's local cat_file costs twice as much a
+                # call (21 µs against 11 µs for a lineage header's first block).
+                with open(full, "rb") as f:
+                    f.seek(start or 0)
+                    return f.read() if end is None else f.read(end - (start or 0))
+            return self.fs.cat_file(full, start=start, end=end, **self._one_get)
 
     def download(
         self, rel: str, dest: str, size: int | None = None, chunk: int = POLICY.copy_chunk_bytes
@@ -582,7 +590,7 @@ class Storage:
             infos = list(files)
             self.prefetch((i.rel for i in infos), length)
             for info in infos:
-                yield self._read_head(info, length) if info.size > 0 else b""
+                yield self.read_bytes(info.rel, 0, length) if info.size > 0 else b""
             return
         chunk: list[FileInfo] = []
         for info in files:
@@ -591,11 +599,6 @@ class Storage:
                 yield from self._fetch_heads(chunk, length)
                 chunk = []
         yield from self._fetch_heads(chunk, length)
-
-    def _read_head(self, info: FileInfo, length: int) -> bytes:
-        self.calls.add("read")
-        with _failing("read", self.full(info.rel), vanished=_VANISHED), open(self.full(info.rel), "rb") as f:
-            return f.read(length)
 
     def _fetch_heads(self, infos: list[FileInfo], length: int) -> Iterator[bytes]:
         asked = [i for i in infos if i.size > 0]
@@ -923,8 +926,8 @@ class Storage:
         """Asks the kernel to start reading the first `length` bytes of each file at once, so that
         the reads that follow, one by one, find them in memory. On a cold page cache a plan's
         lineage headers (a hundred small files per partition) cost a disk round trip each when
-        read in turn: 90 µs a file, 20 µs prefetched a hundred at a time. Local disks only (object
-        stores are read by requests, which callers overlap with threads). A hint, neither a read
+        read in turn: 90 µs a file, 20 µs prefetched a hundred at a time. Local disks only (on object
+        stores `read_heads` sends the requests together instead). A hint, neither a read
         nor counted as one: a file that cannot be opened here is reported by the read that follows."""
         if not self.is_local or not hasattr(os, "posix_fadvise"):
             return
