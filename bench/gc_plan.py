@@ -9,8 +9,12 @@ to the manifest. Each side runs in a child process of its own, so its peak RSS i
 are the storage calls each side makes; on S3 a listing costs one request per 1000 keys, which the
 S3-equivalent figures add.
 
-    python -m bench.gc_plan [--partitions 300] [--versions 500] [--dir DIR]
+    python -m bench.gc_plan [--partitions 300] [--versions 500] [--dir DIR] [--pairs N]
     python -m bench.gc_plan --s3 --partitions 30     # ~100k objects on SeaweedFS, requests counted
+    python -m bench.gc_plan --root DIR --pairs 5     # a checkpoint built before (a 10M one takes 12 min)
+
+On these shared cores one pair's ratio moves by a tenth between runs: `--pairs N` runs the two
+sides in turn N times on the one checkpoint and reports each pair and their median.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from checkpoint.audit import AuditTrail
@@ -39,14 +45,18 @@ def main() -> None:
     parser.add_argument(
         "--s3", action="store_true", help="on SeaweedFS on loopback, through the counting proxy"
     )
+    parser.add_argument("--pairs", type=int, default=1, help="baseline and planner in turn, this many times")
+    parser.add_argument("--root", help="plan this local checkpoint instead of building one")
     parser.add_argument("--side", choices=["baseline", "planner"], help=argparse.SUPPRESS)
-    parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--later", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:  # a child: one side, its figures as JSON on stdout
         storage = Storage(args.root, json.loads(args.options))
         print(json.dumps(_baseline(storage) if args.side == "baseline" else _planner(storage, args.later)))
+        return
+    if args.root:
+        _pairs(args.pairs, lambda side: _child(side, args.root))
         return
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         if args.s3:
@@ -56,8 +66,22 @@ def main() -> None:
         t = time.perf_counter()
         n = build(root, args.partitions, args.versions)
         print(f"synthetic checkpoint: {n:,} files ({time.perf_counter() - t:.0f} s to build)", flush=True)
-        base, ours = (_child(side, str(root)) for side in ("baseline", "planner"))
-    report(n, base, ours)
+        _pairs(args.pairs, lambda side: _child(side, str(root)))
+
+
+def _pairs(pairs: int, side: Callable[[str], dict]) -> None:
+    """The baseline, then the planner, `pairs` times on one checkpoint: each pair reported as it
+    ends, then every pair's time ratio and their median (the first pair of a series meets a colder
+    page cache, its baseline slower)."""
+    ratios = []
+    for i in range(pairs):
+        base, ours = side("baseline"), side("planner")
+        print(f"pair {i + 1} of {pairs}:")
+        report(base["files"], base, ours)
+        ratios.append(ours["seconds"] / base["seconds"])
+    if pairs > 1:
+        print(f"time ratios of {pairs} pairs: {', '.join(f'{r:.2f}' for r in ratios)}; "
+              f"median {statistics.median(ratios):.2f}")  # fmt: skip
 
 
 def _on_s3(args, work: Path) -> None:
@@ -77,16 +101,16 @@ def _on_s3(args, work: Path) -> None:
         print(f"synthetic checkpoint: {n:,} objects on SeaweedFS ({time.perf_counter() - t:.0f} s to upload)",
               flush=True)  # fmt: skip
         options = json.dumps(server.storage_options(proxy.endpoint))
-        sides = []
-        for side in ("baseline", "planner"):
+
+        def side(name: str) -> dict:
             proxy.reset()
             # S3 dates each object by its upload: the plan is made as of 7 hours later, past the grace.
-            figures = _child(side, "s3://bench/ckpt", options, later=7 * 3600)
+            figures = _child(name, "s3://bench/ckpt", options, later=7 * 3600)
             figures["s3_requests"] = sum(proxy.counts().values())  # what the store saw, not an estimate
             figures["by_operation"] = dict(proxy.counts())
-            sides.append(figures)
-    report(n, *sides)
-    print(f"requests by operation: baseline {sides[0]['by_operation']}; planner {sides[1]['by_operation']}")
+            return figures
+
+        _pairs(args.pairs, side)
 
 
 def _child(side: str, root: str, options: str = "{}", later: float = 0.0) -> dict:
@@ -157,6 +181,8 @@ def report(n: int, base: dict, ours: dict) -> None:
           f"{ours['peak_rss_mb'] / base['peak_rss_mb']:.2f}; S3 requests per 1000 objects "
           f"{1000 * ours['s3_requests'] / n:.1f} (a bare listing: "
           f"{1000 * base['s3_requests'] / n:.1f})")  # fmt: skip
+    if "by_operation" in ours:
+        print(f"requests by operation: baseline {base['by_operation']}; planner {ours['by_operation']}")
 
 
 if __name__ == "__main__":
