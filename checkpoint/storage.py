@@ -39,7 +39,7 @@ _VANISHED = "file vanished while reading"  # a file a listing or a log named is 
 DELETE_MAX_KEYS = 1000  # S3 DeleteObjects' limit per request
 _PROGRESS_EVERY = 50_000  # files between progress lines of a long listing
 _COPY_OBJECT_MAX = 5 << 30  # S3 copies larger objects only in parts
-_HEADS_AT_ONCE = 64  # ranged GETs `read_heads` sends together: a partition's headers in a round trip or two
+_HEADS_AT_ONCE = 64  # files `read_heads` reads together: on S3 a partition's headers in a round trip or two
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,17 +581,13 @@ class Storage:
         """The first `length` bytes of each file (the whole file when shorter), in the order given;
         a file listed as empty is b"" with no read (S3 refuses a range of an empty object).
 
-        On object stores a chunk of files is fetched at once, one ranged GET each (the listed size
-        bounds the range: no HEAD), so a hundred lineage headers wait for a few round trips rather
-        than a hundred, and skip what s3fs spends on a file object per read. Only one chunk's bytes
-        are held. Locally each file is read in turn, after a read-ahead hint (`prefetch`). A file
+        Files are read a chunk at a time and only one chunk's bytes are held. On object stores a
+        chunk is fetched at once, one ranged GET each (the listed size bounds the range: no HEAD),
+        so a hundred lineage headers wait for a few round trips rather than a hundred, and skip
+        what s3fs spends on a file object per read. Locally a chunk is read in turn after a
+        read-ahead hint (`prefetch`), all before the caller decodes any: on a warm page cache a
+        lineage header read and decoded in turn cost 58 µs, and 42 µs with 64 read first. A file
         that is gone raises `file vanished`, naming it."""
-        if self.is_local:
-            infos = list(files)
-            self.prefetch((i.rel for i in infos), length)
-            for info in infos:
-                yield self.read_bytes(info.rel, 0, length) if info.size > 0 else b""
-            return
         chunk: list[FileInfo] = []
         for info in files:
             chunk.append(info)
@@ -601,6 +597,10 @@ class Storage:
         yield from self._fetch_heads(chunk, length)
 
     def _fetch_heads(self, infos: list[FileInfo], length: int) -> Iterator[bytes]:
+        if self.is_local:
+            self.prefetch((i.rel for i in infos), length)
+            yield from [self.read_bytes(i.rel, 0, length) if i.size > 0 else b"" for i in infos]
+            return
         asked = [i for i in infos if i.size > 0]
         self.calls.add("read", len(asked))
         paths, ends = [self.full(i.rel) for i in asked], [min(length, i.size) for i in asked]
@@ -926,9 +926,10 @@ class Storage:
         """Asks the kernel to start reading the first `length` bytes of each file at once, so that
         the reads that follow, one by one, find them in memory. On a cold page cache a plan's
         lineage headers (a hundred small files per partition) cost a disk round trip each when
-        read in turn: 90 µs a file, 20 µs prefetched a hundred at a time. Local disks only (on object
-        stores `read_heads` sends the requests together instead). A hint, neither a read
-        nor counted as one: a file that cannot be opened here is reported by the read that follows."""
+        read in turn: 90 µs a file, 20 µs prefetched a hundred at a time (`read_heads` hints 64 at
+        a time). Local disks only (on object stores `read_heads` sends the requests together
+        instead). A hint, neither a read nor counted as one: a file that cannot be opened here is
+        reported by the read that follows."""
         if not self.is_local or not hasattr(os, "posix_fadvise"):
             return
         for rel in rels:

@@ -253,7 +253,7 @@ def test_prefetching_is_a_hint_that_neither_reads_nor_fails(tmp_path, in_memory)
 
 def test_heads_are_each_files_first_bytes_in_order_and_a_vanished_file_is_named(tmp_path) -> None:
     """`read_heads` gives the first bytes of many files, in the order asked (past a chunk's worth
-    of them on an object store), a short file whole and an empty one without a read; a file gone
+    of them), a short file whole and an empty one without a read; a file gone
     since its listing stops it with `vanished`, naming that file. Local disk and fsspec's memory
     filesystem (the object-store path: ranged reads of a chunk at once) give the same."""
     sizes = [0, 5, 64, 65, 5000] * 14  # 70 files: more than one chunk of requests at once
