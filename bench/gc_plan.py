@@ -51,6 +51,8 @@ def main() -> None:
     parser.add_argument("--options", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--later", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     if args.side:  # a child: one side, its figures as JSON on stdout
         storage = Storage(args.root, json.loads(args.options))
         print(json.dumps(_baseline(storage) if args.side == "baseline" else _planner(storage, args.later)))
