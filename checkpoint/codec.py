@@ -85,8 +85,14 @@ class Lz4BlockReader:
         return data
 
     def read(self, n: int = -1) -> bytes:
+        buf, pos = self._buf, self._pos
+        if 0 <= n <= len(buf) - pos:
+            # From the block at hand, without copying what is left of it: a lineage header is read
+            # a few bytes at a time from a block of Spark's lz4 block size (32 KiB by default).
+            self._pos = pos + n
+            return buf[pos : pos + n]
         # Blocks are collected and joined once: appending each to the buffer is quadratic.
-        parts, have = [self._buf[self._pos :]], len(self._buf) - self._pos
+        parts, have = [buf[pos:]], len(buf) - pos
         while (n < 0 or have < n) and not self._eof:
             block = self._next_block()
             if block is None:

@@ -29,7 +29,6 @@ import gc
 import json
 import logging
 import multiprocessing
-import operator
 import os
 import pickle
 import shutil
@@ -49,7 +48,6 @@ from .layout import FileKind, classify
 from .lineage import store_ids
 from .model import Checkpoint, CheckpointFile, StoreId, build_checkpoint, state_partition_folders
 from .orphans import (
-    Candidate,
     FileIndex,
     GcOptions,
     Kept,
@@ -214,7 +212,8 @@ def plan_gc(
     lister: Lister = _list,
 ) -> Plan:
     """Plans the cleanup of the checkpoint at `storage` and writes its manifest to `audit`;
-    raises GcError when planning is unsafe. `lister` lists one partition folder (tests give one
+    raises GcError when planning is unsafe. `lister` lists one partition folder, sorted by path
+    as `Storage.list_files` gives it: the manifest lists each kind in that order (tests give one
     that drops mtimes, as some backends do)."""
     now = time.time() if now is None else now
     if grace_seconds < POLICY.min_grace_seconds and not allow_short_grace:
@@ -229,7 +228,7 @@ def plan_gc(
     folders = state_partition_folders(storage)
     inside = tuple(f + "/" for f in folders)
     outside = [f for f in storage.list_outside(folders) if not f.rel.startswith(inside)]
-    base = build_checkpoint(storage, tuple(CheckpointFile(i, classify(i.rel)) for i in outside), strict=True)
+    base = build_checkpoint(storage, CheckpointFile.of_listing(outside), strict=True)
     window = _window(base, retain_batches)
     committed = _committed_by_partition(base, window, folders)
     live = base.is_live(now, quiet_seconds)
@@ -334,20 +333,21 @@ class _Decided:
 
 def _decide(context: _Context, folder: str, lines: TextIO, held: TextIO) -> _Decided:
     infos = context.lister(context.base.storage, folder)
-    # map, not a generator expression: no Python frame per file (10^4-10^5 of them)
-    listing = tuple(map(CheckpointFile, infos, map(classify, map(_info_rel, infos))))
+    listing = CheckpointFile.of_listing(infos)
     committed = context.committed.get(folder, {})
     scan = _scan(context.base, context.window, committed, listing, context.options, context.now)
     # A partition's candidates fall into a few groups of one reason and one store: each group's
-    # texts are made and quoted once, and its totals summed once, not per line or per file.
-    groups: dict[tuple[Reason, int | None, int | None, str | None], _Group] = {}
+    # texts are made and quoted once, and its totals summed once, not per line or per file. In one
+    # partition folder a store's name tells its operator and partition, and a file in no store
+    # (a Hadoop crc) has none of the three.
+    groups: dict[tuple[Reason, str | None], _Group] = {}
     held_for_floor = scan.held_for_floor
-    ordered = _manifest_order(scan.candidates)
+    ordered = scan.candidates  # zips before the SSTs they list, sidecars after their main file
     for start in range(0, len(ordered), _LINES_PER_WRITE):
         out = []
         for f, reason in ordered[start : start + _LINES_PER_WRITE]:
             info, what = f.info, f.what
-            key = (reason, what.operator, what.partition, what.store)
+            key = (reason, what.store)
             group = groups.get(key)
             if group is None:
                 op, part, name = what.operator, what.partition, what.store  # all set, or none (a Hadoop crc)
@@ -389,23 +389,6 @@ class _Group:
         self.sizes: list[int] = []
 
 
-def _manifest_order(candidates: tuple[Candidate, ...]) -> list[Candidate]:
-    """Zips, changelogs, SSTs, then sidecars (`_ORDER`), each kind by path. Bucketed by kind, then
-    each bucket sorted by path alone: the rules give each kind in listing order, already sorted,
-    which a sort by path checks in one pass, where a (kind, path) key per candidate would cost a
-    tuple and a full sort."""
-    buckets: list[list[Candidate]] = [[] for _ in range(len(_ORDER) + 1)]
-    for c in candidates:
-        buckets[_ORDER.get(c.file.what.kind, len(_ORDER))].append(c)
-    ordered: list[Candidate] = []
-    for bucket in buckets:
-        bucket.sort(key=_candidate_rel)
-        ordered += bucket
-    return ordered
-
-
-_candidate_rel = operator.attrgetter("file.info.rel")
-_info_rel = operator.attrgetter("rel")
 _REASON_TEXT = {reason: reason.value for reason in Reason}  # Enum's .value is a slow property
 
 
@@ -648,15 +631,6 @@ def _guard_paths(ckpt: Checkpoint, candidates: list[CheckpointFile]) -> None:
                       ckpt.url)  # fmt: skip
 
 
-# Zips before the SSTs they list (never a zip pointing at missing data), sidecars last: a zip and
-# the SSTs it lists share a partition, so the order within each partition's block is enough.
-_ORDER = {
-    FileKind.ZIP: 0,
-    FileKind.CHANGELOG: 1,
-    FileKind.SST: 2,
-    FileKind.SPARK_CRC: 3,
-    FileKind.HADOOP_CRC: 4,
-}
 _PROGRESS_EVERY = 50_000  # files seen between progress lines
 _LINES_PER_WRITE = 8192  # a partition's lines are written in chunks, never held whole
 

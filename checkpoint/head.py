@@ -78,7 +78,7 @@ def load_head(
     for attempt in range(_LOG_ATTEMPTS):
         logs = _log_files(storage)
         try:
-            base = build_checkpoint(storage, tuple(CheckpointFile(f, classify(f.rel)) for f in logs), strict)
+            base = build_checkpoint(storage, CheckpointFile.of_listing(logs), strict)
             break
         except StorageError as exc:
             # A live query's log retention deletes the oldest commit and offset files: one listed

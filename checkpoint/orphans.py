@@ -50,13 +50,18 @@ class UnsafeToPlan(Exception):
 
 
 class Candidate(NamedTuple):
-    # A named tuple: a plan makes one per candidate, most of a partition's files.
+    # A named tuple: a plan makes one per candidate, most of a partition's files, by `_new`.
     file: CheckpointFile
     reason: Reason
 
     @property
     def rel(self) -> str:
         return self.file.info.rel
+
+
+# A named tuple's own constructor is a Python function, a frame per call: candidates are made by
+# `tuple.__new__` with both fields given.
+_new = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,9 @@ class GcOptions:
 @dataclass(frozen=True)
 class OrphanScan:
     retained: frozenset[str]
+    # Zips, changelogs, SSTs, Spark's sidecars, Hadoop's, then temp files: each kind in the order
+    # of `files` (a sorted listing gives each kind by path). A zip comes before the SSTs it lists
+    # and a sidecar after its main file, the order a plan deletes them in.
     candidates: tuple[Candidate, ...]
     kept: dict[str, Kept] = field(default_factory=dict)
     oldest_retained_sst: float | None = None
@@ -117,14 +125,16 @@ class FileIndex:
     committed files before the rules run (to read their lineage) builds it and passes it on."""
 
     def __init__(self, files: tuple[CheckpointFile, ...]):
-        self.by_key: dict[tuple[StoreId, FileKind, int, str | None], CheckpointFile] = {}
+        # Keyed by a store's fields, not its StoreId, while files are walked: a dataclass hashes
+        # through a Python call, a tuple of ints and strings in C (a partition has 10^4 changelogs).
+        self.by_key: dict[tuple[int, int, str, FileKind, int, str | None], CheckpointFile] = {}
         self.ssts: dict[StoreId, dict[str, CheckpointFile]] = defaultdict(dict)
-        self.oldest_version: dict[StoreId, int] = {}
         # Each rule walks the files of its kinds only, in listing order.
         self.of_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
         # Built in C where it can be, then one pass: a partition holds 10^4-10^5 files.
         self.by_rel: dict[str, CheckpointFile] = dict(zip(map(_file_rel, files), files, strict=True))
-        by_key, oldest, of_kind = self.by_key, self.oldest_version, self.of_kind
+        by_key, of_kind = self.by_key, self.of_kind
+        oldest: dict[tuple[int, int, str], int] = {}
         # Locals: on Python 3.11 `FileKind.ZIP` is a Python-level lookup, here three per file.
         changelog, zip_, sst = FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST
         for f in files:
@@ -133,20 +143,21 @@ class FileIndex:
             of_kind[kind].append(f)
             if kind is not changelog and kind is not zip_ and kind is not sst:
                 continue
-            sid = _store_of(f)
-            if sid is None:
+            op, part, store = what.operator, what.partition, what.store
+            if op is None or part is None or store is None:
                 continue
             if kind is sst:
-                self.ssts[sid][f.info.rel.rsplit("/", 1)[1]] = f
+                self.ssts[_store_id(op, part, store)][f.info.rel.rsplit("/", 1)[1]] = f
                 continue
             version = what.version_id
-            by_key[(sid, kind, version, what.unique_id)] = f
-            old = oldest.get(sid)
+            by_key[(op, part, store, kind, version, what.unique_id)] = f
+            old = oldest.get((op, part, store))
             if old is None or version < old:
-                oldest[sid] = version
+                oldest[(op, part, store)] = version
+        self.oldest_version: dict[StoreId, int] = {_store_id(*k): v for k, v in oldest.items()}
 
     def get(self, sid: StoreId, kind: FileKind, version: int, uid: str | None) -> CheckpointFile | None:
-        return self.by_key.get((sid, kind, version, uid))
+        return self.by_key.get((sid.operator, sid.partition, sid.store, kind, version, uid))
 
 
 def _gap(sid: StoreId, batch: int, what: str, version: int, latest: bool, pruned_below: int) -> None:
@@ -255,7 +266,7 @@ def find_orphans(
         if live and version > newest_version - 2:
             kept[rel] = Kept.LIVE_RECENT_VERSION
         elif eligible(rel, f.info.mtime):
-            chosen[rel] = Candidate(f, reason)
+            chosen[rel] = _new(Candidate, (f, reason))
 
     # 2. SSTs no staying zip lists (a kept orphan zip still protects its SSTs)
     listed_by_staying = {
@@ -278,51 +289,52 @@ def find_orphans(
         # SPARK-55892: a running executor may reuse an SST it uploaded before the zip that lists it.
         if live and options.defer_live_ssts:
             if eligible(rel, mtime):
-                chosen[rel] = Candidate(f, Reason.UNREFERENCED_SST)
+                chosen[rel] = _new(Candidate, (f, Reason.UNREFERENCED_SST))
                 held[rel] = mtime or 0.0
             continue
         if live and (oldest_retained_sst is None or (mtime or 0) >= oldest_retained_sst):
             kept[rel] = Kept.LIVE_RECENT_SST
             continue
         if eligible(rel, mtime):
-            chosen[rel] = Candidate(f, Reason.UNREFERENCED_SST)
+            chosen[rel] = _new(Candidate, (f, Reason.UNREFERENCED_SST))
 
-    # 3. this tool's own temp files, left by a crash while publishing a snapshot
-    for f in index.of_kind[FileKind.MAINT_TEMP]:
-        if f.info.rel.startswith("state/") and eligible(f.info.rel, f.info.mtime):
-            chosen[f.info.rel] = Candidate(f, Reason.ABANDONED_TEMP)
-
-    # 4. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)
-    by_rel = index.by_rel
+    # 3. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)
+    by_rel, owners, versioned = index.by_rel, _SIDECAR_OWNERS, _VERSIONED
     for kind, main_of in SIDECAR_MAIN.items():
         for f in index.of_kind[kind]:
-            rel = f.info.rel
+            info = f.info
+            rel = info.rel
             if rel in retained or not rel.startswith("state/"):
                 continue
             main = main_of(rel)
             known = by_rel.get(main) if main else None
             owner = known.what if known else (classify(main) if main else None)
-            if (
-                owner is None
-                or owner.kind not in _SIDECAR_OWNERS
-                or (owner.kind in _VERSIONED and not owner.unique_id)
-            ):
+            owner_kind = owner.kind if owner else None
+            if owner is None or owner_kind not in owners or (owner_kind in versioned and not owner.unique_id):
                 # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
                 kept[rel] = Kept.NOT_OURS
                 continue
             version = owner.version
             if live and version is not None and version > newest_version - 2:
                 kept[rel] = Kept.LIVE_RECENT_VERSION
-            elif main in chosen:
-                if eligible(rel, f.info.mtime):
-                    chosen[rel] = Candidate(f, chosen[main].reason)
+                continue
+            of_main = chosen.get(main)
+            if of_main is not None:
+                if eligible(rel, info.mtime):
+                    chosen[rel] = _new(Candidate, (f, of_main.reason))
                     if main in held:
                         held[rel] = held[main]
             elif known is None:
-                if eligible(rel, f.info.mtime):
-                    chosen[rel] = Candidate(f, Reason.STALE_SIDECAR)
+                if eligible(rel, info.mtime):
+                    chosen[rel] = _new(Candidate, (f, Reason.STALE_SIDECAR))
             else:
                 kept.setdefault(rel, Kept.MAIN_KEPT)
+
+    # 4. this tool's own temp files, left by a crash while publishing a snapshot
+    for f in index.of_kind[FileKind.MAINT_TEMP]:
+        if f.info.rel.startswith("state/") and eligible(f.info.rel, f.info.mtime):
+            chosen[f.info.rel] = _new(Candidate, (f, Reason.ABANDONED_TEMP))
+
     return OrphanScan(frozenset(retained), tuple(chosen.values()), kept, oldest_retained_sst, held)
 
 

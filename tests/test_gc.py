@@ -16,7 +16,7 @@ import pytest
 from checkpoint.audit import AuditTrail
 from checkpoint.gc_apply import apply_plan, check_plan
 from checkpoint.gc_plan import GcError, Plan
-from checkpoint.layout import FileKind
+from checkpoint.layout import FileKind, classify
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
@@ -377,6 +377,34 @@ def test_a_temp_file_left_by_a_crashed_compaction_is_cleaned(copy_of) -> None:
     assert [(c.path, c.reason) for c in candidates_of(plan)] == [
         (temp.relative_to(path).as_posix(), "abandoned_temp")
     ]
+
+
+def test_the_manifest_lists_zips_before_ssts_and_each_sidecar_after_its_main(copy_of) -> None:
+    """The apply deletes in manifest order, so a crash part-way never leaves a zip whose SSTs are
+    gone, nor a main file whose sidecar is. Per partition: zips, changelogs, SSTs, Spark's
+    sidecars, Hadoop's, then temp files, each kind by path; partitions one block each."""
+    path = copy_of("two_actions")
+    temp = path / "state" / "0" / "0" / ".ckpt-maint-9_83f71141-5fc2-4c14-8508-70d55d699b3e.zip.0a1b2c.tmp"
+    temp.write_bytes(b"half a zip")
+    old = time.time() - 10 * 3600
+    os.utime(temp, (old, old))
+    order = [FileKind.ZIP, FileKind.CHANGELOG, FileKind.SST, FileKind.SPARK_CRC, FileKind.HADOOP_CRC,
+             FileKind.MAINT_TEMP]  # fmt: skip
+    planned = [c.path for c in candidates_of(plan_later(path))]
+    blocks: dict[str, list[str]] = {}
+    for rel in planned:
+        folder = "/".join(rel.split("/")[:3])
+        if folder in blocks:
+            assert folder == next(reversed(blocks)), f"{folder} comes back after another partition"
+        blocks.setdefault(folder, []).append(rel)
+    for rels in blocks.values():
+        keys = [(order.index(classify(rel).kind), rel) for rel in rels]
+        assert keys == sorted(keys)
+    position = {rel: i for i, rel in enumerate(planned)}
+    sidecars = [rel for rel in planned if classify(rel).main in position]
+    assert all(position[str(classify(rel).main)] < position[rel] for rel in sidecars)
+    kinds = {classify(rel).kind for rel in planned}
+    assert kinds == set(order) and len(blocks) > 1 and len(sidecars) > len(planned) / 2
 
 
 def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of, tmp_path) -> None:

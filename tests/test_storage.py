@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections import Counter
 
@@ -234,21 +235,27 @@ def test_aws_max_attempts_sets_the_requests_per_call_unless_an_option_does(monke
             attempts()
 
 
-def test_prefetching_is_a_hint_that_neither_reads_nor_fails(tmp_path, in_memory) -> None:
-    """A plan prefetches the lineage headers it is about to read: the kernel reads them ahead, and
-    a file that is missing or no file is left to the read that follows, which reports it."""
+def test_a_head_that_cannot_be_read_is_named_and_no_file_stays_open(tmp_path) -> None:
+    """Locally `read_heads` opens a chunk's files together (each hinted to the kernel), then reads
+    them: a file that became a folder, or vanished, since the listing stops it, naming that file,
+    and every file opened for the chunk is closed."""
     root = tmp_path / "ckpt"
-    (root / "sub").mkdir(parents=True)
-    (root / "a").write_bytes(b"x" * 100)
+    (root / "state").mkdir(parents=True)
+    for i in range(10):
+        (root / "state" / f"{i}.changelog").write_bytes(bytes([i]) * 100)
     storage = Storage(str(root))
-    storage.prefetch(["a", "missing", "sub", "sub/deeper/missing"], 32 * 1024)
-    assert storage.calls.total() == 0
-    assert storage.read_bytes("a") == b"x" * 100
-    with pytest.raises(StorageError, match="vanished"):
-        storage.read_bytes("missing")
-    remote = Storage(in_memory("snapshots"))
-    remote.prefetch(["commits/0"], 32 * 1024)  # object stores: nothing to hint
-    assert remote.calls.total() == 0
+    files = storage.list_files("state")
+    open_before = len(os.listdir("/proc/self/fd"))
+    changed = root / "state" / "5.changelog"
+    changed.unlink()
+    changed.mkdir()
+    with pytest.raises(StorageError, match="5.changelog: read failed"):
+        list(storage.read_heads(files, 64))
+    changed.rmdir()
+    with pytest.raises(StorageError, match="5.changelog: file vanished"):
+        list(storage.read_heads(files, 64))
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    assert list(storage.read_heads(files[:5], 64)) == [bytes([i]) * 64 for i in range(5)]
 
 
 def test_heads_are_each_files_first_bytes_in_order_and_a_vanished_file_is_named(tmp_path) -> None:
