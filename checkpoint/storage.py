@@ -134,6 +134,30 @@ def _found_files(entries: dict[str, dict[str, Any]], prefix: str, top: str, unde
 _FADVISE = hasattr(os, "posix_fadvise")  # Linux and most Unixes; not macOS
 
 
+def _local_heads(paths: list[str], ends: list[int]) -> list[bytes]:
+    """The first `ends[i]` bytes of each local file, as `cat_ranges` reads them on S3 (the listed
+    size bounds each): every file opened and hinted to the kernel first (`posix_fadvise`), so that
+    on a cold page cache their disk reads overlap (a lineage header cost a round trip, 90 µs, read
+    in turn, and 20 µs a hundred at a time), then each read with one `pread`. Plain descriptors,
+    not Python file objects: open, hint, read and close are the four system calls, where `open`
+    adds a stat, a tty check and a seek, and a second open for the hint. A file that cannot be
+    opened or read raises, and every file opened is closed."""
+    opened: list[int] = []
+    try:
+        for full, n in zip(paths, ends, strict=True):
+            try:
+                opened.append(os.open(full, os.O_RDONLY))
+            except OSError:
+                with _failing("read", full, vanished=_VANISHED):
+                    raise
+            if _FADVISE:
+                os.posix_fadvise(opened[-1], 0, n, os.POSIX_FADV_WILLNEED)
+        return [_pread_all(fd, n, full) for fd, n, full in zip(opened, ends, paths, strict=True)]
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
 def _pread_all(fd: int, n: int, full: str) -> bytes:
     """The first `n` bytes of an open file, or all of it when shorter."""
     try:
@@ -616,11 +640,11 @@ class Storage:
     def _fetch_heads(self, infos: list[FileInfo], length: int) -> Iterator[bytes]:
         asked = [i for i in infos if i.size > 0]
         self.calls.add("read", len(asked))
-        if self.is_local:
-            yield from self._local_heads(infos, length)
-            return
         paths, ends = [self.full(i.rel) for i in asked], [min(length, i.size) for i in asked]
-        got = iter(self.fs.cat_ranges(paths, 0, ends, on_error="return") if asked else [])
+        if self.is_local:
+            got = iter(_local_heads(paths, ends))
+        else:
+            got = iter(self.fs.cat_ranges(paths, 0, ends, on_error="return") if asked else [])
         for info in infos:
             head = next(got) if info.size > 0 else b""
             if isinstance(head, BaseException):
@@ -937,32 +961,6 @@ class Storage:
         if self.is_local:
             return f"file:{self.root}"
         return f"{'s3a' if self.protocol == 's3' else self.protocol}://{self.root}"
-
-    def _local_heads(self, infos: list[FileInfo], length: int) -> list[bytes]:
-        """A chunk of heads from a local disk: every file opened and hinted to the kernel first
-        (`posix_fadvise`), so that on a cold page cache its disk reads overlap (a lineage header
-        cost a round trip, 90 µs, read in turn, and 20 µs a hundred at a time), then each read
-        with one `pread` of its listed size at most, as a ranged GET on S3 is. Plain descriptors,
-        not Python file objects: open, hint, read and close are the four system calls, where
-        `open` adds a stat, a tty check and a seek, and a second open for the hint."""
-        opened: list[tuple[int, int, str]] = []  # descriptor, bytes to read, path
-        try:
-            for info in infos:
-                if info.size > 0:
-                    full = self.full(info.rel)
-                    try:
-                        fd = os.open(full, os.O_RDONLY)
-                    except OSError:
-                        with _failing("read", full, vanished=_VANISHED):
-                            raise
-                    opened.append((fd, min(length, info.size), full))
-                    if _FADVISE:
-                        os.posix_fadvise(fd, 0, opened[-1][1], os.POSIX_FADV_WILLNEED)
-            heads = iter([_pread_all(fd, n, full) for fd, n, full in opened])
-            return [next(heads) if info.size > 0 else b"" for info in infos]
-        finally:
-            for fd, _, _ in opened:
-                os.close(fd)
 
     def open(self, rel: str, block_size: int | None = None, size: int | None = None):
         """A buffered reader. On object stores `block_size` is how much each request reads ahead,
