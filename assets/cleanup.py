@@ -6,6 +6,8 @@ a dry run by default.
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import dataclasses
+
 import dagster as dg
 from pydantic import Field
 
@@ -25,6 +27,9 @@ PLAN_CHECK = "plan_matches_commit_log"
 APPLY_TAG = "ckpt/apply"
 REPLANNED = "superseded: the query moved on since this plan; planned again under the lease"
 MANIFEST = "manifest"  # the plan asset's metadata entry that names its manifest
+# ... and the one that pins its bytes: the apply checks the manifest against this record in
+# Dagster's event log, never against anything the manifest says of itself.
+MANIFEST_SHA256 = "manifest_sha256"
 
 
 def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
@@ -80,6 +85,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
             "live_query": plan.live,
             "retained_files": plan.retained_files,
             MANIFEST: dg.MetadataValue.path(plan.manifest),
+            MANIFEST_SHA256: plan.digest,
             "by_reason": dg.MetadataValue.md(_totals_markdown(plan.by_reason, "reason")),
             "by_store": dg.MetadataValue.md(_totals_markdown(plan.by_store, "store")),
             "not_yet": ", ".join(f"{n} {why}" for why, n in plan.kept.items()) or "none",
@@ -108,9 +114,12 @@ def _latest_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResour
     ).records
     entry = found[0].asset_materialization if found else None
     manifest = entry.metadata.get(MANIFEST) if entry else None
+    digest = entry.metadata.get(MANIFEST_SHA256) if entry else None
     if manifest is None:
         raise dg.Failure(description=f"{context.partition_key}: no cleanup plan yet (materialize the plan)")
-    return roots.audit_trail(context.partition_key).read_plan(str(manifest.value))
+    plan = roots.audit_trail(context.partition_key).read_plan(str(manifest.value))
+    # No digest recorded (a plan made before digests were): the apply refuses it, plan again.
+    return dataclasses.replace(plan, digest=str(digest.value) if digest is not None else "")
 
 
 @dg.asset(partitions_def=checkpoint_partitions, group_name=GROUP, deps=[checkpoint_orphan_plan])

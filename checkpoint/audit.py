@@ -51,6 +51,14 @@ def _append(out: BinaryIO, path: str) -> None:
         shutil.copyfileobj(src, out)
 
 
+def _sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 class AuditTrail:
     """Where plans and outcomes are kept: beside the checkpoints, never inside one."""
 
@@ -91,8 +99,9 @@ class AuditTrail:
                 out.write(plan.header().encode() + b"\n")
                 for path in line_files:
                     _append(out, path)
+            digest = _sha256_of(whole)
             self.storage.put_file(whole, rel, move=True)
-        return dataclasses.replace(plan, manifest=f"{self.url}/{rel}")
+        return dataclasses.replace(plan, manifest=f"{self.url}/{rel}", digest=digest)
 
     def _rel_of(self, url: str) -> str:
         if not url.startswith(self.url + "/"):
@@ -104,10 +113,36 @@ class AuditTrail:
         with self.storage.open(self._rel_of(url), block_size=64 << 10) as f:
             return Plan.parse(f.readline().decode(), url)
 
-    def candidates(self, plan: Plan, chunk: int = POLICY.delete_batch_size) -> Iterator[list[PlannedFile]]:
-        """The plan's candidates in manifest order, `chunk` at a time, streamed from the manifest."""
+    def verified_copy(self, plan: Plan, folder: str) -> str:
+        """The plan's manifest copied into the local `folder`, its sha256 taken on the way; raises
+        GcError unless that is `plan.digest` (which the caller holds from elsewhere: see Plan).
+        An apply reads its candidates from this copy, so what it deletes is what was checked."""
+        if not plan.digest:
+            raise GcError("the plan carries no digest of its manifest to check it against: plan again",
+                          plan.manifest)  # fmt: skip
+        local = os.path.join(folder, "manifest.jsonl")
+        self.storage.download(self._rel_of(plan.manifest), local)
+        found = _sha256_of(local)
+        if found != plan.digest:
+            raise GcError(f"the manifest is not the one planned (sha256 {found[:12]}..., planned "
+                          f"{plan.digest[:12]}...): edited or replaced; nothing deleted",
+                          plan.manifest)  # fmt: skip
+        with open(local, "rb") as f:
+            if Plan.parse(f.readline().decode(), plan.manifest).header() != plan.header():
+                raise GcError("the manifest's header is not the plan's: nothing deleted", plan.manifest)
+        return local
+
+    def candidates(
+        self, plan: Plan, chunk: int = POLICY.delete_batch_size, local: str | None = None
+    ) -> Iterator[list[PlannedFile]]:
+        """The plan's candidates in manifest order, `chunk` at a time, streamed from the manifest
+        (or from its `local` copy)."""
         batch: list[PlannedFile] = []
-        with self.storage.open(self._rel_of(plan.manifest), block_size=1 << 20) as f:
+        if local:
+            source = open(local, "rb")
+        else:
+            source = self.storage.open(self._rel_of(plan.manifest), block_size=1 << 20)
+        with source as f:
             f.readline()  # the header
             for line in f:
                 if not line.strip():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .audit import AuditTrail
-from .gc_plan import GcError, Plan, PlannedFile, totals_by
+from .gc_plan import GcError, Plan, PlannedFile, Recheck, totals_by
 from .layout import FileKind, classify
 from .lease import Lease
 from .logs import commit_digest
@@ -129,19 +130,28 @@ def apply_plan(
         raise GcError(f"plan {plan.plan_id} refused: {check.message}", plan.checkpoint)
     kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
     deleted_count = 0
-    for batch in audit.candidates(plan, max(1, min(batch_size, DELETE_MAX_KEYS))):
-        if lease is not None:
-            lease.check()
-        # A listing or a stat that fails raises here, before anything of this batch is deleted.
-        outcomes, ready = _restat(_current(storage, batch, plan.partition_files), batch)
-        if ready:
-            outcomes += _delete(storage, ready, attempts, sleep)
-        deleted_count += sum(o.outcome == "deleted" for o in outcomes)
-        if kill_after and deleted_count >= kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)  # the worst moment: deleted, not yet recorded
-        audit.record(plan, outcomes)
-        for o in outcomes:
-            getattr(result, o.outcome).append(o)
+    chunk = max(1, min(batch_size, DELETE_MAX_KEYS))
+    with tempfile.TemporaryDirectory(prefix="ckpt-apply-") as tmp:
+        # Trust nothing of the manifest but what its digest proves, and nothing of its lines but
+        # what the checkpoint says now: every line passes before the first deletion.
+        manifest = audit.verified_copy(plan, tmp)
+        recheck = Recheck(plan, storage)
+        for batch in audit.candidates(plan, chunk, local=manifest):
+            for line in batch:
+                recheck.check(line)
+        for batch in audit.candidates(plan, chunk, local=manifest):
+            if lease is not None:
+                lease.check()
+            # A listing or a stat that fails raises here, before anything of this batch is deleted.
+            outcomes, ready = _restat(_current(storage, batch, plan.partition_files), batch)
+            if ready:
+                outcomes += _delete(storage, ready, attempts, sleep)
+            deleted_count += sum(o.outcome == "deleted" for o in outcomes)
+            if kill_after and deleted_count >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)  # the worst moment: deleted, not yet recorded
+            audit.record(plan, outcomes)
+            for o in outcomes:
+                getattr(result, o.outcome).append(o)
     audit.seal(plan)
     return result
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from json.encoder import encode_basestring_ascii as _quote
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from .errors import CheckpointError
 from .layout import FileKind, classify
@@ -129,7 +129,15 @@ class Plan:
     # files per partition folder when planned: the apply re-stats a batch's candidates with one
     # listing of their partition when that costs fewer requests than a stat each
     partition_files: dict[str, int] = field(default_factory=dict)
+    # On a live query: the oldest SST a retained zip listed, over every partition, when planned.
+    # A held SST went into the manifest only if older; the apply holds it to the same floor.
+    sst_floor: float | None = None
+    quiet_seconds: float = POLICY.quiet_seconds  # what "live" was decided by; the apply decides by it again
     manifest: str = ""  # its URL in the audit trail
+    # sha256 of the manifest's bytes, header included. Never read from the manifest itself: the
+    # planner sets it, and whoever applies must get it from a record the manifest cannot edit
+    # (the same process, or the plan asset's metadata in Dagster's event log).
+    digest: str = ""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -144,7 +152,7 @@ class Plan:
         }
 
     def header(self) -> str:
-        head = {k: v for k, v in asdict(self).items() if k != "manifest"}
+        head = {k: v for k, v in asdict(self).items() if k not in _NOT_IN_HEADER}
         return json.dumps({**head, "type": "plan", "format": PLAN_FORMAT}, sort_keys=True)
 
     @staticmethod
@@ -153,11 +161,18 @@ class Plan:
             head = json.loads(line)
             if head.get("type") != "plan" or head.get("format") != PLAN_FORMAT:
                 raise GcError(f"not a plan manifest of format {PLAN_FORMAT}", manifest)
-            fields = {k: head[k] for k in Plan.__dataclass_fields__ if k != "manifest"}
+            fields = {k: head[k] if k not in _OPTIONAL_IN_HEADER else head.get(k, _OPTIONAL_IN_HEADER[k])
+                      for k in Plan.__dataclass_fields__ if k not in _NOT_IN_HEADER}  # fmt: skip
             fields["commit_digests"] = {int(k): v for k, v in fields["commit_digests"].items()}
             return Plan(**fields, manifest=manifest)
         except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise GcError(f"unreadable plan manifest: {exc}", manifest) from exc
+
+
+# Not written in the header: where the manifest is, and the digest of the manifest itself.
+_NOT_IN_HEADER = frozenset({"manifest", "digest"})
+# Absent from the headers of plans made before they were.
+_OPTIONAL_IN_HEADER = {"sst_floor": None, "quiet_seconds": POLICY.quiet_seconds}
 
 
 class Totals:
@@ -225,12 +240,7 @@ def plan_gc(
         )
     if retain_batches is not None and retain_batches < 1:
         raise GcError("--retain-batches must be at least 1", storage.url)
-    folders = state_partition_folders(storage)
-    inside = tuple(f + "/" for f in folders)
-    outside = [f for f in storage.list_outside(folders) if not f.rel.startswith(inside)]
-    base = build_checkpoint(storage, CheckpointFile.of_listing(outside), strict=True)
-    window = _window(base, retain_batches)
-    committed = _committed_by_partition(base, window, folders)
+    base, folders, window, committed = _read_logs(storage, retain_batches)
     live = base.is_live(now, quiet_seconds)
     options = GcOptions(grace_seconds=grace_seconds, live=live, defer_live_ssts=True)
     if workers is None:
@@ -258,8 +268,85 @@ def plan_gc(
             retained_files=spill.retained,
             kept=dict(sorted(spill.kept.items())),
             partition_files=spill.partition_files,
+            sst_floor=spill.floor if live else None,
+            quiet_seconds=quiet_seconds,
         )
         return audit.write_manifest(plan, spill.line_files)
+
+
+def _read_logs(
+    storage: Storage, retain_batches: int | None
+) -> tuple[Checkpoint, list[str], list[int], dict[str, dict[int, dict[StoreId, str]]]]:
+    """(the checkpoint's logs, its partition folders, the retained batches, each partition's
+    committed ids over them): everything outside `state/<op>/<part>/`, listed and read strictly."""
+    folders = state_partition_folders(storage)
+    inside = tuple(f + "/" for f in folders)
+    outside = [f for f in storage.list_outside(folders) if not f.rel.startswith(inside)]
+    base = build_checkpoint(storage, CheckpointFile.of_listing(outside), strict=True)
+    window = _window(base, retain_batches)
+    return base, folders, window, _committed_by_partition(base, window, folders)
+
+
+class Recheck:
+    """A plan's lines classified again against the checkpoint as it is now, under the apply's
+    lease (safety.md, "a plan is re-checked at apply"): the commit log is read again, and each
+    partition a line names is listed and decided again by the very rules that planned it. A line
+    passes only if its file is gone (the apply skips it) or is still a candidate now. Anything
+    else (a log file, a path outside `state/<op>/<part>/`, a file a retained batch reads, an
+    SST a live query could reuse) raises GcError: the manifest is not what this tool planned.
+
+    Memory is one partition's decision: lines come partition by partition, as the plan wrote
+    them (a live query's held SSTs come again at the end, and their partitions are decided again)."""
+
+    def __init__(self, plan: Plan, storage: Storage) -> None:
+        self._plan, self._storage = plan, storage
+        # The clock never goes behind the plan's: files only age. A test's plan made "later".
+        self._now = max(time.time(), plan.planned_at)
+        base, folders, window, committed = _read_logs(storage, plan.retain_batches)
+        self._base, self._window, self._committed = base, window, committed
+        self._folders = frozenset(folders)
+        live = plan.live or base.is_live(self._now, plan.quiet_seconds)
+        self._options = GcOptions(grace_seconds=plan.grace_seconds, live=live, defer_live_ssts=True)
+        self._folder: str | None = None
+        self._listed: frozenset[str] = frozenset()
+        self._candidates: frozenset[str] = frozenset()
+        self._held: dict[str, float] = {}
+
+    def check(self, line: PlannedFile) -> None:
+        path = line.path
+        parts = path.split("/")
+        what = classify(path)
+        folder = "/".join(parts[:3])
+        if (what.kind not in _DELETABLE or len(parts) < 4 or ".." in parts or "" in parts
+                or folder not in self._folders):  # fmt: skip
+            self._refuse(path, f"a {what.kind.value} file, which cleanup never deletes")
+        if folder != self._folder:
+            self._decide(folder)
+        if path not in self._listed or path in self._candidates:
+            return
+        floor = self._plan.sst_floor
+        held = self._held.get(path)
+        if held is not None and floor is not None and held < floor:
+            return
+        self._refuse(path, "not an orphan of the checkpoint as it is now")
+
+    def _decide(self, folder: str) -> None:
+        listing = CheckpointFile.of_listing(self._storage.list_files(folder))
+        scan = _scan(self._base, self._window, self._committed.get(folder, {}), listing, self._options,
+                     self._now)  # fmt: skip
+        self._folder = folder
+        self._listed = frozenset(f.info.rel for f in listing)
+        self._candidates = frozenset(c.rel for c in scan.candidates if c.rel not in scan.held_for_floor)
+        self._held = dict(scan.held_for_floor)
+
+    def _refuse(self, path: str, why: str) -> NoReturn:
+        raise GcError(f"plan {self._plan.plan_id} refused, nothing deleted: its manifest names {path}, {why}",
+                      self._plan.manifest)  # fmt: skip
+
+
+# What a plan may name: the state files the rules decide. Never a log, metadata or schema file.
+_DELETABLE = frozenset({FileKind.ZIP, FileKind.CHANGELOG, FileKind.SST, FileKind.WAL_LOG, FileKind.SPARK_CRC,
+                        FileKind.HADOOP_CRC, FileKind.MAINT_TEMP})  # fmt: skip
 
 
 def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:

@@ -20,6 +20,7 @@ from assets.cleanup import (
 )
 from assets.partitions import partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
+from checkpoint.gc_plan import PlannedFile
 from checkpoint.lease import lease_for
 from orchestration.definitions import build_definitions
 from testbed.copying import copy_checkpoint
@@ -139,6 +140,35 @@ def test_apply_refuses_a_plan_whose_commit_log_changed(instance, aged_root) -> N
         failure.event_specific_data.error
     )
     assert _files(aged_root / "orders") == before
+
+
+def test_an_edited_manifest_deletes_nothing_through_dagster(instance, aged_root) -> None:
+    """The reproduction: a dry plan run, then lines naming the query metadata and the newest
+    commit and offset (true size and mtime) appended to its manifest, then a run of the cleanup
+    alone with apply. The digest in the plan's metadata (Dagster's event log) refuses it."""
+    roots, key = _setup(instance, aged_root)
+    planned = dg.materialize(
+        [checkpoint_orphan_plan], partition_key=key, instance=instance, resources={"roots": roots},
+        selection=[checkpoint_orphan_plan],
+    )  # fmt: skip
+    manifest = Path(_metadata(planned, "checkpoint_orphan_plan")["manifest"])
+    ckpt = aged_root / "orders"
+    latest = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    with manifest.open("a") as f:
+        for rel in ("metadata", f"commits/{latest}", f"offsets/{latest}"):
+            st = (ckpt / rel).stat()
+            f.write(PlannedFile(rel, st.st_size, st.st_mtime, "superseded", None).line())
+    before = _files(ckpt)
+    defs = build_definitions([CheckpointRoot(name="t", url=str(aged_root))])
+    result = defs.resolve_job_def("checkpoint_cleanup").execute_in_process(
+        partition_key=key, instance=instance, raise_on_error=False,
+        asset_selection=[checkpoint_orphan_cleanup.key],
+        run_config={"ops": {"checkpoint_orphan_cleanup": {"config": {"apply": True}}}},
+    )  # fmt: skip
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "not the one planned" in str(failure.event_specific_data.error)
+    assert _files(ckpt) == before
 
 
 def test_the_schedule_applies_only_where_configured(instance, tmp_path) -> None:

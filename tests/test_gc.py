@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -15,8 +16,9 @@ import pytest
 
 from checkpoint.audit import AuditTrail
 from checkpoint.gc_apply import apply_plan, check_plan
-from checkpoint.gc_plan import GcError, Plan
+from checkpoint.gc_plan import GcError, Plan, PlannedFile
 from checkpoint.layout import FileKind, classify
+from checkpoint.lineage import store_ids
 from checkpoint.model import load_checkpoint
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
@@ -160,7 +162,8 @@ def test_second_apply_of_the_same_plan_deletes_nothing(copy_of, tmp_path) -> Non
     assert {o.why for o in second.skipped} == {"already gone"}
     lines = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
     assert len(lines) == 2 * plan.files
-    assert audit.read_plan(plan.manifest) == plan
+    # The header reads back as planned; the digest is never taken from the manifest itself.
+    assert audit.read_plan(plan.manifest) == dataclasses.replace(plan, digest="")
 
 
 def test_a_changed_file_is_skipped_not_deleted(copy_of, tmp_path) -> None:
@@ -418,7 +421,7 @@ def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of,
     plans = [plan_of(path, audit=audit, now=start + 60 * i) for i in range(13)]
     apply_plan(plans[0], Storage(str(path)), audit)  # the oldest has outcomes too: they go with it
     folder = tmp_path / "audit" / folder_name(str(path))
-    assert audit.latest_plan(str(path)) == plans[-1]
+    assert audit.latest_plan(str(path)) == dataclasses.replace(plans[-1], digest="")
 
     def age(plan, days: float) -> None:
         for f in folder.glob(f"{plan.plan_id}.*"):
@@ -433,7 +436,7 @@ def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of,
     record = json.loads((folder / "pruned.jsonl").read_text().splitlines()[-1])
     assert record["removed_plans"] == [plans[0].plan_id, plans[2].plan_id] and record["files"] == 3
     assert audit.prune(str(path), time.time()) == []  # nothing more is due
-    assert audit.latest_plan(str(path)) == plans[-1]
+    assert audit.latest_plan(str(path)) == dataclasses.replace(plans[-1], digest="")
 
 
 _PLAN_IN_A_FRESH_PROCESS = """
@@ -500,3 +503,74 @@ def test_the_manifest_is_the_same_bytes_however_its_parts_are_copied(copy_of, tm
     monkeypatch.setattr(os, "sendfile", sendfile_that_breaks)
     assert manifest("python") == by_kernel
     assert 0 in calls and any(offset == 100 for offset in calls)  # it broke after 100 bytes were sent
+
+
+def _lines_naming(path: Path, rels: list[str]) -> str:
+    """Manifest lines for files as they are: their true size and mtime, as an editor would write."""
+    return "".join(
+        PlannedFile(rel, (path / rel).stat().st_size, (path / rel).stat().st_mtime, "superseded", None).line()
+        for rel in rels
+    )
+
+
+def _committed_files(path: Path) -> list[str]:
+    """What recovery at the latest batch reads first: each store's committed changelog or zip."""
+    ckpt = load_checkpoint(str(path))
+    batch = ckpt.latest_committed_batch
+    ids = {(sid.operator, sid.partition, sid.store, ckpt.committed_unique_id(batch, sid))
+           for sid in store_ids(ckpt, batch)}  # fmt: skip
+    return sorted(f.info.rel for f in ckpt.files if f.kind in (FileKind.CHANGELOG, FileKind.ZIP)
+                  and f.what.version == batch + 1
+                  and (f.what.operator, f.what.partition, f.what.store, f.what.unique_id) in ids)  # fmt: skip
+
+
+def _everything(path: Path) -> dict[str, tuple[int, float]]:
+    return {p.relative_to(path).as_posix(): (p.stat().st_size, p.stat().st_mtime)
+            for p in path.rglob("*") if p.is_file()}  # fmt: skip
+
+
+def test_an_edited_manifest_deletes_nothing(copy_of, tmp_path) -> None:
+    """The reproduction: lines naming the query metadata and the newest commit and offset, with
+    their true size and mtime, appended to a plan's manifest. The digest the planner returned
+    (held by the caller, never read from the manifest) refuses the whole apply."""
+    path = copy_of("two_actions")
+    audit = AuditTrail(str(tmp_path / "audit"))
+    plan = plan_later(path, audit=audit)
+    latest = load_checkpoint(str(path)).latest_committed_batch
+    with open(plan.manifest, "a") as manifest:
+        manifest.write(_lines_naming(path, ["metadata", f"commits/{latest}", f"offsets/{latest}"]))
+    before = _everything(path)
+    with pytest.raises(GcError, match="not the one planned"):
+        apply_plan(plan, Storage(str(path)), audit)
+    with pytest.raises(GcError, match="no digest"):  # a plan read back from its manifest alone
+        apply_plan(audit.read_plan(plan.manifest), Storage(str(path)), audit)
+    assert _everything(path) == before
+
+
+@pytest.mark.parametrize("what", ["logs", "committed state", "outside state/"])
+def test_a_manifest_naming_what_a_batch_reads_deletes_nothing_even_with_its_digest(
+    copy_of, tmp_path, what
+) -> None:
+    """A manifest whose digest matches (a forged record, or a bug in the planner) is still not
+    trusted: every line is classified again under the lease against the commit log read then,
+    and one line that is not an orphan now refuses the apply before the first deletion."""
+    path = copy_of("two_actions")
+    audit = AuditTrail(str(tmp_path / "audit"))
+    plan = plan_later(path, audit=audit)
+    latest = load_checkpoint(str(path)).latest_committed_batch
+    victims = {
+        "logs": ["metadata", f"commits/{latest}", f"offsets/{latest}"],
+        "committed state": _committed_files(path)[:1],
+        "outside state/": ["state/0/_metadata/metadata"],
+    }[what]
+    assert victims
+    forged_lines = tmp_path / "lines.jsonl"
+    planned = Path(plan.manifest).read_text().splitlines(keepends=True)[1:]
+    forged_lines.write_text("".join(planned) + _lines_naming(path, victims))
+    forged_plan = dataclasses.replace(plan, plan_id=f"{plan.plan_id}-forged")
+    forged = audit.write_manifest(forged_plan, [str(forged_lines)])
+    before = _everything(path)
+    with pytest.raises(GcError, match="refused, nothing deleted: its manifest names"):
+        apply_plan(forged, Storage(str(path)), audit)
+    assert _everything(path) == before
+    assert apply_plan(plan, Storage(str(path)), audit).deleted  # the plan as made still applies

@@ -6,6 +6,7 @@ that counts it (request economy) and injects the failures S3 really produces.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -369,7 +370,7 @@ def test_the_audit_trail_on_s3_names_objects_that_exist(s3, s3_copy_of) -> None:
     again = apply_plan(plan, Storage(url, options), audit)  # idempotent: everything already gone
     assert len(first.deleted) == plan.files and not again.deleted
     direct = _direct(s3)
-    assert audit.read_plan(plan.manifest) == plan
+    assert audit.read_plan(plan.manifest) == dataclasses.replace(plan, digest="")
     assert direct.exists(plan.manifest[len("s3://") :])
     recorded = [
         json.loads(line) for line in direct.cat(audit.outcomes_url(plan)[len("s3://") :]).splitlines()
