@@ -31,6 +31,7 @@ test: lint browser
 
 # The Dagster UI on the project's instance (dagster_home/dagster.yaml), with the runs `make demo` made.
 ui: $(STAMP)
+	CKPT_ROOTS='[{"name": "demo", "url": "$(CURDIR)/demo-output/checkpoints"}]' \
 	DAGSTER_HOME=$(CURDIR)/dagster_home $(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1
 
 bench: $(STAMP)

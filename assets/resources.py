@@ -8,11 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from assets.partitions import parse_partition_key, partition_key
 from checkpoint.audit import AuditTrail
@@ -26,7 +25,6 @@ from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from checkpoint.storage import Storage, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
-DEMO_ROOT = Path(__file__).resolve().parent.parent / "demo-output" / "checkpoints"
 
 
 class CheckpointRoot(dg.Config):
@@ -46,6 +44,10 @@ class CheckpointRoot(dg.Config):
 
 
 class CheckpointRootsResource(dg.ConfigurableResource):
+    """What maintenance may touch and the floors it keeps. Set by the deployment only: the code
+    location wraps it in `fixed` so that no run's config can name another root, storage options,
+    audit location, grace, quiet period or retention (safety.md, "run config narrows")."""
+
     roots: list[CheckpointRoot]
     long_chain_threshold: int = Field(
         default=POLICY.long_chain, description="Warn, and compact, from this many changelogs replayed"
@@ -74,6 +76,46 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         description="Then how many times the step is retried "
         f"({duration_text(POLICY.lease_retry_delay_seconds)} apart) before it fails",
     )
+    unsafe_floors: bool = Field(
+        default=False,
+        description=f"Accept a grace below {duration_text(POLICY.min_grace_seconds)} or a quiet period below "
+        f"{duration_text(POLICY.min_quiet_seconds)}: only where nothing writes to the checkpoints",
+    )
+
+    @model_validator(mode="after")
+    def _above_the_floors(self) -> CheckpointRootsResource:
+        if self.unsafe_floors:
+            return self
+        floors = (("grace", self.grace, POLICY.min_grace_seconds),
+                  ("quiet_period", self.quiet_period, POLICY.min_quiet_seconds))  # fmt: skip
+        for name, value, floor in floors:
+            if parse_duration(value) < floor:
+                raise ValueError(f"{name} {value} is below the floor of {duration_text(floor)}: a running "
+                                 "query's files could be taken for orphans (set unsafe_floors only where "
+                                 "nothing writes to the checkpoints)")  # fmt: skip
+        return self
+
+    def fixed(self) -> dg.ResourceDefinition:
+        """This resource as the deployment set it, taking no run config: a Launchpad run that
+        tries to set any field fails its config check before anything runs."""
+        return dg.ResourceDefinition(
+            resource_fn=lambda _: self, config_schema=dg.Shape({}), description="Fixed by the deployment"
+        )
+
+    def quiet_seconds_at_least(self, asked: str | None) -> float:
+        """A run may ask for a longer quiet period than the deployment's, never a shorter one."""
+        mine = parse_duration(self.quiet_period)
+        return max(mine, parse_duration(asked)) if asked else mine
+
+    def under_a_root(self, url: str) -> str:
+        """The partition key of `url`; raises CheckpointError when it lies under no configured root
+        (a destination a run names must be one the deployment allows)."""
+        key = self.key_of(url)
+        if key is None:
+            names = ", ".join(f"{r.name} ({r.url})" for r in self.roots)
+            raise CheckpointError(f"{url} lies under no configured root ({names}): add a root for it to "
+                                  "the deployment")  # fmt: skip
+        return key
 
     def root(self, name: str) -> CheckpointRoot:
         for root in self.roots:
@@ -175,11 +217,18 @@ class CheckpointRootsResource(dg.ConfigurableResource):
 
 
 def roots_from_env() -> list[CheckpointRoot]:
-    """`CKPT_ROOTS`: a JSON list of {name, url, storage_options}; default: the demo checkpoints."""
+    """`CKPT_ROOTS`: a JSON list of {name, url, storage_options}. Required: a deployment that
+    forgot it must not quietly watch some default folder."""
     raw = os.environ.get("CKPT_ROOTS")
     if not raw:
-        return [CheckpointRoot(name="demo", url=str(DEMO_ROOT))]
-    return [CheckpointRoot(**r) for r in json.loads(raw)]
+        raise CheckpointError(
+            'CKPT_ROOTS is not set: give the roots to maintain as JSON, e.g. [{"name": "prod", "url": '
+            '"s3://bucket/streams"}] (`make ui` sets the demo\'s)'
+        )
+    try:
+        return [CheckpointRoot(**r) for r in json.loads(raw)]
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"CKPT_ROOTS is not a JSON list of roots: {exc}") from exc
 
 
 class SparkResource(dg.ConfigurableResource):

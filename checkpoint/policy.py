@@ -22,8 +22,11 @@ class Policy:
     # Cleanup deletes only files older than this; below the floor only a test with a clock may go.
     grace_seconds: float = 6 * 3600
     min_grace_seconds: float = 15 * 60
-    # A commit or offset newer than this marks a query live.
+    # A commit or offset newer than this marks a query live. No deployment goes below the floor
+    # unless it says it is unsafe (`unsafe_floors`): a running query idle for longer is taken
+    # for stopped.
     quiet_seconds: float = 3600
+    min_quiet_seconds: float = 15 * 60
     # How long a maintenance lease outlives a holder that stopped renewing it (killed with -9):
     # until then, every other action on the checkpoint refuses or waits.
     lease_ttl_seconds: float = 600

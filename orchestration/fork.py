@@ -1,13 +1,11 @@
 """The `fork_checkpoint` job: a checkpoint forked at a committed batch, launched from the UI.
 
 The op only translates: configuration in, `checkpoint.fork.fork` under both maintenance leases,
-figures out as metadata. A destination under a configured root becomes a partition at once, so the
-audit and maintenance jobs see the fork without waiting for the discovery sensor.
+figures out as metadata. The destination must lie under a configured root, and becomes a partition
+at once, so the audit and maintenance jobs see the fork without waiting for the discovery sensor.
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
-from typing import Any
-
 import dagster as dg
 from pydantic import Field
 
@@ -16,21 +14,18 @@ from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.fork import fork, refuse_overlap
 from checkpoint.report import human_bytes
-from checkpoint.storage import Storage
 
 
 class ForkConfig(dg.Config):
     source_partition: str = Field(
         description="The checkpoint to fork: its partition key, e.g. prod:team-a/orders"
     )
-    destination: str = Field(description="An empty folder or URL (file://, s3://, any fsspec URL)")
+    destination: str = Field(
+        description="An empty folder or URL under a configured root (its storage options and credentials)"
+    )
     batch: int | None = Field(default=None, description="A committed batch; default: the latest committed")
     new_query_id: bool = Field(
         default=False, description="Give the fork a query id of its own (sinks that remember batches: README)"
-    )
-    destination_storage_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="fsspec options for a destination under no configured root (under one: that root's)",
     )
 
 
@@ -38,14 +33,14 @@ class ForkConfig(dg.Config):
 def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: CheckpointRootsResource):
     """Copies what recovery at the batch reads into the destination, and nothing else."""
     src = roots.checkpoint_storage(config.source_partition)
-    options = config.destination_storage_options
-    dest_key = roots.key_of(config.destination, options or None)
-    dest = roots.checkpoint_storage(dest_key) if dest_key else Storage(config.destination, options)
     try:
+        # Only where the deployment allows: a run cannot send production state to a place, or
+        # with credentials, of its own choosing.
+        dest_key = roots.under_a_root(config.destination)
+        dest = roots.checkpoint_storage(dest_key)
         refuse_overlap(src, dest)
         with roots.take_lease(context, config.source_partition, "fork_checkpoint (source)") as held:
-            with (roots.take_lease(context, dest_key, "fork_checkpoint") if dest_key
-                  else roots.take_lease_at(context, dest, "fork_checkpoint")) as lease:  # fmt: skip
+            with roots.take_lease(context, dest_key, "fork_checkpoint") as lease:
 
                 def check() -> None:
                     held.check()
@@ -53,9 +48,8 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
 
                 result = fork(src, dest, config.batch, config.new_query_id, check=check)
     except CheckpointError as exc:
-        raise dg.Failure(description=f"{config.source_partition} -> {dest.url}: {exc}") from exc
-    if dest_key:
-        context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])
+        raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
+    context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])
     summary = (
         f"{'Already complete: ' if result.already_complete else ''}{result.files} files, "
         f"{human_bytes(result.bytes)}: what recovery at batch {result.batch} reads."
@@ -75,7 +69,7 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
             "resumed_files": result.resumed_files,
             "seconds": result.seconds,
             "requests": result.requests,
-            "partition": dest_key or "(under no configured root)",
+            "partition": dest_key,
             "summary": dg.MetadataValue.md(summary),
         },
     )

@@ -12,7 +12,6 @@ from pydantic import Field
 from assets import markdown
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
-from checkpoint.policy import parse_duration
 
 
 class RepartitionConfig(dg.Config):
@@ -24,7 +23,7 @@ class RepartitionConfig(dg.Config):
     quiet_period: str | None = Field(
         default=None,
         description="Refuse when a commit or offset is younger than this (the query may be running); "
-        "default: the roots resource's quiet_period",
+        "longer than the deployment's quiet_period or ignored: a run only narrows",
     )
 
 
@@ -54,7 +53,7 @@ def repartition_op(
                 audit,
                 config.partitions,
                 lease.check,
-                quiet_seconds=parse_duration(config.quiet_period or roots.quiet_period),
+                quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),
             )
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.partition}: {exc}") from exc

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from assets.partitions import CHECKPOINTS
     from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
-    from orchestration.definitions import build_definitions
+    from orchestration.location import build_definitions
 
     root = CheckpointRoot(name="demo", url=str(out), apply_cleanup=True)
     defs = build_definitions([root], spark=SparkResource(master="local[2]"))

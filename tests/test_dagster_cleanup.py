@@ -22,7 +22,7 @@ from assets.partitions import partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.gc_plan import PlannedFile
 from checkpoint.lease import lease_for
-from orchestration.definitions import build_definitions
+from orchestration.location import build_definitions
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
 
@@ -169,6 +169,48 @@ def test_an_edited_manifest_deletes_nothing_through_dagster(instance, aged_root)
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "not the one planned" in str(failure.event_specific_data.error)
     assert _files(ckpt) == before
+
+
+def test_a_launchpad_run_config_aimed_at_another_root_changes_nothing(instance, aged_root, tmp_path) -> None:
+    """The reproduction: a cleanup run for a configured partition whose run config names another
+    folder as the root, with no quiet period, one retained batch and apply. The deployed roots
+    take no run config: the run fails its config check, and nothing changes anywhere."""
+    other = tmp_path / "other"
+    copy_checkpoint(aged_root / "orders", other / "orders")
+    _, key = _setup(instance, aged_root)
+    defs = build_definitions([CheckpointRoot(name="t", url=str(aged_root))])
+    before = (_files(aged_root), _files(other))
+    hostile = {"roots": [{"name": "t", "url": str(other)}], "quiet_period": "0s", "retain_batches": 1,
+               "audit_url": str(tmp_path / "audit")}  # fmt: skip
+    with pytest.raises(dg.DagsterInvalidConfigError):
+        defs.resolve_job_def("checkpoint_cleanup").execute_in_process(
+            partition_key=key, instance=instance,
+            run_config={"resources": {"roots": {"config": hostile}},
+                        "ops": {"checkpoint_orphan_cleanup": {"config": {"apply": True}}}},
+        )  # fmt: skip
+    assert (_files(aged_root), _files(other)) == before
+
+
+def test_the_deployment_keeps_the_floors_and_a_run_only_narrows(tmp_path) -> None:
+    root = CheckpointRoot(name="t", url=str(tmp_path))
+    for setting in ({"grace": "1m"}, {"quiet_period": "0s"}):
+        with pytest.raises(Exception, match="below the floor"):
+            CheckpointRootsResource(roots=[root], **setting)
+    assert CheckpointRootsResource(roots=[root], quiet_period="0s", unsafe_floors=True)
+    roots = CheckpointRootsResource(roots=[root], quiet_period="2h")
+    assert roots.quiet_seconds_at_least("0s") == roots.quiet_seconds_at_least(None) == 7200
+    assert roots.quiet_seconds_at_least("3h") == 3 * 3600
+
+
+def test_a_deployment_without_roots_refuses_to_load() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "CKPT_ROOTS"}
+    loaded = subprocess.run([sys.executable, "-c", "import orchestration.definitions"], env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert loaded.returncode != 0 and "CKPT_ROOTS is not set" in loaded.stderr
 
 
 def test_the_schedule_applies_only_where_configured(instance, tmp_path) -> None:

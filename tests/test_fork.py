@@ -270,7 +270,7 @@ def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> N
 
     from assets.partitions import partition_key
     from assets.resources import CheckpointRoot
-    from orchestration.definitions import build_definitions
+    from orchestration.location import build_definitions
 
     root = tmp_path / "root"
     copy_checkpoint(corpus["dedup_agg"], root / "orders")
@@ -298,9 +298,14 @@ def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> N
         assert partition_key("prod", "rollback/orders") in instance.get_dynamic_partitions("checkpoints")
         assert load_checkpoint(str(dest)).query_id != load_checkpoint(str(root / "orders")).query_id
 
+        # A destination under no configured root is refused before anything is written: a run
+        # cannot copy production state to a place of its own choosing.
         outside = tmp_path / "elsewhere"
-        assert launch(outside, None).success and FORK_COMPLETE in files_of(outside)
-        assert len(instance.get_dynamic_partitions("checkpoints")) == 1  # under no root: no partition
+        elsewhere = launch(outside, None)
+        assert not elsewhere.success and not outside.exists()
+        failure = next(e for e in elsewhere.all_events if e.event_type_value == "STEP_FAILURE")
+        assert "lies under no configured root" in str(failure.event_specific_data.error)
+        assert len(instance.get_dynamic_partitions("checkpoints")) == 1
 
         refused = launch(root / "rollback" / "orders", batch=3)  # not empty: another fork is there
         assert not refused.success

@@ -297,7 +297,7 @@ def test_a_fork_from_the_launchpad(setup, spark) -> None:
     from tests.support.state import read_state
 
     dev, root, _, base = setup
-    dest = base / "forks" / "chain"  # under no configured root: no partition, the others' runs unchanged
+    dest = root / "forks" / "chain"  # a destination must lie under a configured root
     config = {"source_partition": "e2e:chain", "destination": str(dest), "new_query_id": True}
     _launch(dev, "fork_checkpoint", None, run_config={"ops": {"fork": {"config": config}}})
     done = json.loads((dest / "_ckpt_fork.complete.json").read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -104,7 +105,7 @@ def test_make_test_type_checks_the_shipped_packages(tmp_path) -> None:
 
 def test_dagster_definitions_validate() -> None:
     dagster = Path(sys.executable).parent / "dagster"
-    env = {**os.environ, "DAGSTER_HOME": ""}
+    env = {**os.environ, "DAGSTER_HOME": "", "CKPT_ROOTS": json.dumps([{"name": "demo", "url": str(ROOT)}])}
     env.pop("DAGSTER_HOME")
     out = subprocess.run(
         [str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
@@ -176,7 +177,7 @@ def test_the_names_users_instances_hold_are_unchanged() -> None:
     names (taken from the definitions before the packages were reordered; issue 24 added the state
     profile asset and the repartition job)."""
     from assets.resources import CheckpointRoot
-    from orchestration.definitions import build_definitions
+    from orchestration.location import build_definitions
 
     defs = build_definitions([CheckpointRoot(name="prod", url="/x"), CheckpointRoot(name="team-b", url="/y")])
     repo = defs.get_repository_def()

@@ -305,18 +305,21 @@ def test_dagster_repartitions_undoes_and_profiles_a_partition(spark, corpus, tmp
     from assets.partitions import CHECKPOINTS, partition_key
     from assets.profile import checkpoint_state_profile
     from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
-    from orchestration.definitions import build_definitions
+    from orchestration.location import build_definitions
 
     root = tmp_path / "root"
     copy_checkpoint(corpus["join"], root / "orders")
     before = tree_digest(root / "orders")
     key = partition_key("prod", "orders")
-    job = build_definitions([CheckpointRoot(name="prod", url=str(root))]).resolve_job_def(
-        "repartition_checkpoint"
+    # A corpus written minutes ago looks like a running query to any quiet period worth having: this
+    # deployment says it is unsafe. A run's own config could not have asked for less.
+    defs = build_definitions(
+        [CheckpointRoot(name="prod", url=str(root))], quiet_period="0s", unsafe_floors=True
     )
+    job = defs.resolve_job_def("repartition_checkpoint")
 
     def launch(**config) -> dg.ExecuteInProcessResult:
-        run_config = {"ops": {"repartition": {"config": {"partition": key, "quiet_period": "0s", **config}}}}
+        run_config = {"ops": {"repartition": {"config": {"partition": key, **config}}}}
         return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
 
     def failure(result: dg.ExecuteInProcessResult) -> str:

@@ -1,0 +1,32 @@
+"""The Dagster code location's contents for given roots: audit, compaction and cleanup assets with
+their checks, the jobs, a maintenance schedule per root, and the discovery and commit sensors.
+The deployed location (`orchestration.definitions`) builds it from the environment."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+import assets
+from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
+from orchestration.jobs import ALL_JOBS
+from orchestration.maintenance import maintenance_schedule
+from orchestration.schedules import checkpoint_audit_schedule, checkpoint_fleet_schedule
+from orchestration.sensors import checkpoint_commit_sensor, checkpoint_discovery_sensor
+
+
+def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None = None, **roots_options):
+    return dg.Definitions(
+        assets=dg.load_assets_from_package_module(assets),
+        jobs=ALL_JOBS,
+        schedules=[
+            checkpoint_audit_schedule,
+            checkpoint_fleet_schedule,
+            *(maintenance_schedule(root) for root in roots),
+        ],
+        sensors=[checkpoint_discovery_sensor, checkpoint_commit_sensor],
+        resources={
+            # Fixed: no run's config reaches what maintenance may touch or the floors it keeps.
+            "roots": CheckpointRootsResource(roots=roots, **roots_options).fixed(),
+            "spark": spark or SparkResource(),
+        },
+    )
