@@ -25,7 +25,7 @@ LINEAGE_HEADER_CAP = 65_535  # DataOutput.writeUTF's limit: past it the query di
 
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
-_VERSION_STRING = re.compile(r"^v(\d+)$")
+_VERSION_STRING = re.compile(r"^v([0-9]{1,9})\Z")
 
 # Record types of v2/v4
 EOF_RECORD, PUT_RECORD, DELETE_RECORD, MERGE_RECORD = 0x00, 0x01, 0x10, 0x11

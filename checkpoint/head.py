@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .errors import CheckpointError, NotACheckpointError, StorageError
-from .layout import BATCH_FILE, FORK_COMPLETE, FORK_STARTED, classify, is_number
+from .layout import FORK_COMPLETE, FORK_STARTED, classify, is_batch_id, is_number
 from .lineage import store_ids
 from .model import (
     SCOPE_RECOVERY,
@@ -48,7 +48,7 @@ _PROGRESS_EVERY = 100  # stores between progress lines
 def latest_commit(storage: Storage) -> int | None:
     """The newest batch in `commits/`: one shallow listing, the whole cost of an idle sensor tick."""
     listing = storage.list_dir("commits")
-    batches = [int(name) for f in listing.files if BATCH_FILE.match(name := f.rel.rsplit("/", 1)[1])]
+    batches = [int(name) for f in listing.files if is_batch_id(name := f.rel.rsplit("/", 1)[1])]
     return max(batches, default=None)
 
 
@@ -125,7 +125,7 @@ def _log_files(storage: Storage) -> list[FileInfo]:
             files += storage.list_dir(log_dir).files
     if "state" in top.folders:
         for op in storage.list_dir("state").folders:
-            if not is_number(op.rsplit("/", 1)[1]):
+            if not is_number(op.rsplit("/", 1)[1], 10):
                 continue
             meta = storage.list_dir(f"{op}/_metadata")
             files += meta.files

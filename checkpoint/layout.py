@@ -40,14 +40,20 @@ _CHANGELOG, _ZIP, _SST, _SPARK_CRC, _HADOOP_CRC = (FileKind.CHANGELOG, FileKind.
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # Numbers in names are ASCII digits: `\d` and `str.isdigit` also take other scripts' digits (`٣`)
-# and superscripts (`²`, which int() refuses), which Spark never writes.
+# and superscripts (`²`, which int() refuses), which Spark never writes. Names end at `\Z`: `$`
+# also matches before a final newline, and `1_<uuid>.zip\n` is not Spark's.
 # checkpoint-format.md §1: `<version>[_<uuid>].(zip|changelog)`; the version is batch id + 1.
-STATE_FILE = re.compile(rf"^([0-9]+)(?:_({UUID}))?\.(zip|changelog)$")
-SST_FILE = re.compile(rf"^[0-9]+-{UUID}\.sst$")
-WAL_FILE = re.compile(rf"^[0-9]+-{UUID}\.log$")
-BATCH_FILE = re.compile(r"^[0-9]+$")
-SCHEMA_FILE = re.compile(rf"^[0-9]+_{UUID}$")
-SOURCE_LOG_FILE = re.compile(r"^[0-9]+(?:\.compact)?$")
+# Batch ids and versions are Java longs (19 digits at most, and no more than LONG_MAX: Spark's own
+# log reader skips a name that does not parse as one), RocksDB's file numbers uint64 (20 digits),
+# operators and partitions ints (10). A longer run of digits is not Spark's, and never becomes an
+# int here: an absurd id costs nothing, and Python refuses int() of 4,300 digits and more.
+LONG_MAX = 2**63 - 1
+STATE_FILE = re.compile(rf"^([0-9]{{1,19}})(?:_({UUID}))?\.(zip|changelog)\Z")
+SST_FILE = re.compile(rf"^[0-9]{{1,20}}-{UUID}\.sst\Z")
+WAL_FILE = re.compile(rf"^[0-9]{{1,20}}-{UUID}\.log\Z")
+BATCH_FILE = re.compile(r"^[0-9]{1,19}\Z")
+SCHEMA_FILE = re.compile(rf"^[0-9]{{1,19}}_{UUID}\Z")
+SOURCE_LOG_FILE = re.compile(r"^[0-9]{1,19}(?:\.compact)?\Z")
 
 # This tool's temp files while it publishes a snapshot: recognised, so a crash leaves a known orphan.
 MAINT_TEMP_PREFIX = ".ckpt-maint-"
@@ -118,9 +124,15 @@ SIDECAR_MAIN: dict[FileKind, Callable[[str], str]] = {
 }
 
 
-def is_number(part: str) -> bool:
-    """A path part Spark writes as a number (an operator, a partition): ASCII digits only."""
-    return part.isascii() and part.isdigit()
+def is_number(part: str, digits: int = 19) -> bool:
+    """A name written as a number: ASCII digits only, `digits` at most (a long's 19 by default; an
+    operator or a partition is an int, 10)."""
+    return len(part) <= digits and part.isascii() and part.isdigit()
+
+
+def is_batch_id(name: str) -> bool:
+    """A name Spark's log reader takes for a batch id: a long."""
+    return BATCH_FILE.match(name) is not None and int(name) <= LONG_MAX
 
 
 def parse_state_file(name: str) -> tuple[int, str | None, FileKind] | None:
@@ -139,7 +151,7 @@ def _state_fields(version: str, uid: str | None, ext: str) -> tuple[int, str | N
 
 
 # A state file or its Spark sidecar in one match: a partition folder is mostly these.
-_STATE_FILE_OR_CRC = re.compile(rf"^([0-9]+)(?:_({UUID}))?\.(zip|changelog)(\.crc)?$")
+_STATE_FILE_OR_CRC = re.compile(rf"^([0-9]{{1,19}})(?:_({UUID}))?\.(zip|changelog)(\.crc)?\Z")
 
 
 # A named tuple's own constructor is a Python function (a frame per call, 0.2 µs): the files every
@@ -179,7 +191,7 @@ def classify(rel: str) -> Classified:
         if name in (FORK_STARTED, FORK_COMPLETE):
             return Classified(rel, FileKind.FORK_MARKER)
     elif shape == _OFFSETS or shape == _COMMITS:
-        if BATCH_FILE.match(name):
+        if is_batch_id(name):
             return Classified(rel, FileKind.OFFSET if shape == _OFFSETS else FileKind.COMMIT, batch=int(name))
     elif shape == _SOURCE_LOG:
         if SOURCE_LOG_FILE.match(name):
@@ -188,7 +200,7 @@ def classify(rel: str) -> Classified:
         if name == "metadata":
             return Classified(rel, FileKind.OPERATOR_METADATA, operator=op)
     elif shape == _OPERATOR_METADATA_V2:
-        if BATCH_FILE.match(name):
+        if is_batch_id(name):
             return Classified(rel, FileKind.OPERATOR_METADATA, operator=op, batch=int(name))
     elif shape == _STATE_SCHEMAS:
         if SCHEMA_FILE.match(name):
@@ -215,11 +227,11 @@ def _folder(folder: str) -> _Shape:
     if top == "offsets" or top == "commits":
         return (_OFFSETS if top == "offsets" else _COMMITS, None, None, None) if n == 1 else _NO_FOLDER
     if top == "sources":
-        return (_SOURCE_LOG, None, None, None) if n == 2 and is_number(parts[1]) else _NO_FOLDER
-    if top != "state" or n < 3 or not is_number(parts[1]):
+        return (_SOURCE_LOG, None, None, None) if n == 2 and is_number(parts[1], 10) else _NO_FOLDER
+    if top != "state" or n < 3 or not is_number(parts[1], 10):
         return _NO_FOLDER
     op = int(parts[1])
-    if not is_number(parts[2]):
+    if not is_number(parts[2], 10):
         if parts[2] == "_metadata":
             if n == 3:
                 return (_OPERATOR_METADATA, op, None, None)

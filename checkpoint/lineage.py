@@ -9,6 +9,7 @@ Format V1 has no ids and no lineage: the newest `<v>.zip` at or below V, then `<
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from .changelog import LINEAGE_HEADER_CAP, ChangelogHeader, LineageEntry
@@ -156,17 +157,22 @@ def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
     )
 
 
+_MISSING_NAMED = 1000  # missing changelogs a V1 lineage names at most; one is enough to break it
+
+
 def _v1(ckpt: Checkpoint, store: Store, batch: int, version: int) -> StoreLineage:
     zips = [v for v in store.by_version if v <= version and store.file(FileKind.ZIP, v, None)]
     base_version = max(zips, default=0)
     base = store.file(FileKind.ZIP, base_version, None) if base_version else None
-    chain, missing = [], []
-    for v in range(base_version + 1, version + 1):
-        f = store.file(FileKind.CHANGELOG, v, None)
-        if f is None:
-            missing.append((v, None))
-        else:
-            chain.append(f)
+    # Walked over the files there are, not over the versions: a version read from an absurd
+    # batch id costs what the store holds, and only the first missing versions are named.
+    in_range = (v for v in store.by_version if base_version < v <= version)
+    found = {v: f for v in in_range if (f := store.file(FileKind.CHANGELOG, v, None)) is not None}
+    present = sorted(found)
+    chain = [found[v] for v in present]
+    missing: list[tuple[int, str | None]] = []
+    for low, high in pairwise([base_version, *present, version + 1]):
+        missing += [(v, None) for v in range(low + 1, min(high, low + 1 + _MISSING_NAMED - len(missing)))]
     committed = store.file(FileKind.ZIP, version, None) or store.file(FileKind.CHANGELOG, version, None)
     return StoreLineage(
         store=store.id, batch=batch, version=version, unique_id=None, committed_file=committed, header=None,

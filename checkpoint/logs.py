@@ -19,7 +19,7 @@ OFFSET_VERSIONS = (1, 2)  # v2 (Spark 4.2+) names its sources
 OPERATOR_METADATA_VERSIONS = (1, 2)
 ZIP_METADATA_VERSIONS = (1,)
 
-_VERSION_LINE = re.compile(r"^v(\d+)$")
+_VERSION_LINE = re.compile(r"^v([0-9]{1,9})\Z")
 
 
 def split_versioned(data: bytes, path: str, supported: tuple[int, ...]) -> tuple[int, list[str]]:

@@ -413,8 +413,8 @@ def state_partition_folders(storage: Storage) -> list[str]:
     """`state/<op>/<part>` for every operator and partition: disjoint prefixes to list side by side."""
     out = []
     for op in storage.list_dir("state").folders:
-        if is_number(op.rsplit("/", 1)[1]):
-            out += [p for p in storage.list_dir(op).folders if is_number(p.rsplit("/", 1)[1])]
+        if is_number(op.rsplit("/", 1)[1], 10):
+            out += [p for p in storage.list_dir(op).folders if is_number(p.rsplit("/", 1)[1], 10)]
     return out
 
 

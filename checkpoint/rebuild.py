@@ -49,7 +49,7 @@ from .layout import MAINT_TEMP_PREFIX, FileKind
 from .lineage import StoreLineage
 from .model import Checkpoint, CheckpointFile
 from .policy import POLICY, Policy
-from .snapshot import SnapshotMetadata, parse_zip_metadata
+from .snapshot import SnapshotMetadata, parse_zip_metadata, read_metadata_entry
 
 KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
@@ -410,7 +410,7 @@ def _fetch_base(
     read = ckpt.download_verified(rel, str(local_zip), known, policy.copy_chunk_bytes)
     try:
         with zipfile.ZipFile(local_zip) as zf:
-            meta = parse_zip_metadata(zf.read("metadata"), ckpt.storage.full(rel))
+            meta = parse_zip_metadata(read_metadata_entry(zf, ckpt.storage.full(rel)), ckpt.storage.full(rel))
             _check_free_disk(tmp, read + sum(s.size for s in meta.sst_files), chain_bytes, ckpt.url)
             for info in zf.infolist():
                 name = info.filename

@@ -6,12 +6,23 @@ SST files are never inside a zip; `metadata` names them, with the size a load ch
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from dataclasses import dataclass, field
 from typing import IO
 
 from .errors import CorruptFileError, UnknownFormatVersionError
+from .layout import SST_FILE, WAL_FILE
 from .logs import ZIP_METADATA_VERSIONS, split_versioned
+
+# A name in zip metadata is data, not a path (safety.md): RocksDB's own file names, and Spark's
+# DFS names made from them (`<local stem>-<uuid>.<ext>`, RocksDBFileManager). Anything else, a
+# `../` among them, is a malformed zip: validation reports it, and no action uses the name.
+_LOCAL_SST = re.compile(r"^[0-9]{1,20}\.sst\Z")
+_LOCAL_LOG = re.compile(r"^[0-9]{1,20}\.log\Z")
+# The metadata entry lists one line per SST: far below this even for 10^5 SSTs. A larger entry (or
+# one that claims to be, a zip bomb) is refused before it is read.
+MAX_METADATA_BYTES = 64 << 20
 
 
 class UnreadableZipError(CorruptFileError):
@@ -48,12 +59,9 @@ def parse_zip_metadata(data: bytes, path: str) -> SnapshotMetadata:
         raise CorruptFileError("zip metadata has no JSON line", path)
     try:
         body = json.loads(lines[0])
-        ssts = tuple(
-            SstRef(s["localFileName"], s["dfsSstFileName"], int(s["sizeBytes"])) for s in body["sstFiles"]
-        )
+        ssts = tuple(_ref(s, "dfsSstFileName", _LOCAL_SST, SST_FILE, path) for s in body["sstFiles"])
         logs = tuple(
-            SstRef(s["localFileName"], s["dfsLogFileName"], int(s["sizeBytes"]))
-            for s in body.get("logFiles") or ()
+            _ref(s, "dfsLogFileName", _LOCAL_LOG, WAL_FILE, path) for s in body.get("logFiles") or ()
         )
         return SnapshotMetadata(
             ssts,
@@ -68,16 +76,40 @@ def parse_zip_metadata(data: bytes, path: str) -> SnapshotMetadata:
         raise CorruptFileError(f"malformed zip metadata: {exc}", path) from exc
 
 
+def _ref(entry: dict, dfs_key: str, local: re.Pattern[str], dfs: re.Pattern[str], path: str) -> SstRef:
+    ref = SstRef(entry["localFileName"], entry[dfs_key], int(entry["sizeBytes"]))
+    if not isinstance(ref.local_name, str) or not local.match(ref.local_name):
+        shown = str(ref.local_name)[:80]
+        raise CorruptFileError(f"zip metadata names a local file {shown!r}, not a RocksDB file name", path)
+    if (not isinstance(ref.dfs_name, str) or not dfs.match(ref.dfs_name)
+            or ref.dfs_name.split("-", 1)[0] != ref.local_name.rsplit(".", 1)[0]):  # fmt: skip
+        shown = str(ref.dfs_name)[:80]
+        raise CorruptFileError(f"zip metadata names {shown!r} for {ref.local_name}: not Spark's name", path)
+    if ref.size < 0:
+        raise CorruptFileError(f"zip metadata gives {ref.local_name} a negative size", path)
+    return ref
+
+
+def read_metadata_entry(zf: zipfile.ZipFile, path: str) -> bytes:
+    """The `metadata` entry's bytes, refused above MAX_METADATA_BYTES (as the zip declares it, and
+    as it inflates: zipfile stops at the declared size)."""
+    try:
+        info = zf.getinfo("metadata")
+    except KeyError:
+        names = zf.namelist()
+        shown = ", ".join(names[:8]) + (f", ... ({len(names)} entries)" if len(names) > 8 else "")
+        raise UnreadableZipError(f"zip has no 'metadata' entry (entries: {shown})", path) from None
+    if info.file_size > MAX_METADATA_BYTES:
+        raise UnreadableZipError(f"zip metadata of {info.file_size:,} bytes: over the bound", path)
+    return zf.read(info)
+
+
 def read_snapshot(fileobj: IO[bytes], path: str) -> Snapshot:
     """Reads the central directory and the `metadata` entry only (a seekable file reads no more)."""
     try:
         with zipfile.ZipFile(fileobj) as zf:
-            infos = zf.infolist()
-            names = [i.filename for i in infos]
-            if "metadata" not in names:
-                raise UnreadableZipError(f"zip has no 'metadata' entry (entries: {names})", path)
-            meta = parse_zip_metadata(zf.read("metadata"), path)
-            return Snapshot(tuple((i.filename, i.file_size) for i in infos), meta)
+            meta = parse_zip_metadata(read_metadata_entry(zf, path), path)
+            return Snapshot(tuple((i.filename, i.file_size) for i in zf.infolist()), meta)
     except UnknownFormatVersionError:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:

@@ -8,6 +8,7 @@ the replay chains whole: lz4/zstd block checksums and the `.crc` sidecars.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -16,7 +17,7 @@ from itertools import pairwise
 from .changelog import LINEAGE_HEADER_CAP
 from .crc import Checksumming, parse_sidecar
 from .errors import CheckpointError, UnknownFormatVersionError
-from .layout import FORK_COMPLETE, FORK_STARTED, FileKind
+from .layout import FORK_COMPLETE, FORK_STARTED, LONG_MAX, FileKind
 from .lineage import StoreLineage, checkpoint_lineage
 from .model import Checkpoint, CheckpointFile, StoreId
 from .policy import POLICY
@@ -211,8 +212,23 @@ def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:
         yield _finding(code, ckpt.storage.full(problem.rel), str(problem.error))
 
 
-def _ranges_missing(ids: set[int]) -> list[int]:
-    return sorted(set(range(min(ids), max(ids) + 1)) - ids) if ids else []
+Span = tuple[int, int]  # first and last batch id of a run, both included
+
+
+def _missing_spans(ids: set[int]) -> list[Span]:
+    """The runs of ids missing between the smallest and the largest: as many as there are gaps,
+    whatever their length (a stray `commits/9223372036854775806` is one span, not a set of 10^18)."""
+    ordered = sorted(ids)
+    return [(a + 1, b - 1) for a, b in zip(ordered, ordered[1:], strict=False) if b > a + 1]
+
+
+def _in_spans(n: int, spans: list[Span]) -> bool:
+    i = bisect.bisect_right(spans, (n, LONG_MAX)) - 1
+    return i >= 0 and spans[i][0] <= n <= spans[i][1]
+
+
+def _spans_text(spans: list[Span]) -> str:
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
@@ -220,12 +236,12 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     # From the listing, not the parsed entries: an unreadable file is its own finding, not a gap.
     offsets = {f.what.batch_id for f in ckpt.files if f.kind == FileKind.OFFSET}
     commits = {f.what.batch_id for f in ckpt.files if f.kind == FileKind.COMMIT}
-    offset_gaps = set(_ranges_missing(offsets))
+    offset_gaps = _missing_spans(offsets)
     if offset_gaps:
         yield _finding(
-            "OFFSET_LOG_GAP", full("offsets"), f"offsets missing for batches {batch_spans(offset_gaps)}"
+            "OFFSET_LOG_GAP", full("offsets"), f"offsets missing for batches {_spans_text(offset_gaps)}"
         )
-    for b in sorted(commits - offsets - offset_gaps):
+    for b in sorted(b for b in commits - offsets if not _in_spans(b, offset_gaps)):
         yield _finding(
             "COMMIT_WITHOUT_OFFSETS",
             full(f"commits/{b}"),
