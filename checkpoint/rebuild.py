@@ -329,6 +329,7 @@ def rebuild_store(
     if entry.committed_file is None:
         raise RebuildError(f"{entry.store}: version {entry.version} has no committed file", ckpt.url)
     folder = entry.committed_file.rel.rsplit("/", 1)[0]
+    _refuse_taken_names(ckpt, folder, entry)
     offset = ckpt.batches[entry.batch].offset
     conf = offset.conf if offset else {}
     delimiter = merge_delimiter(conf)
@@ -569,6 +570,7 @@ def _publish(
     if os.environ.get(KILL_BEFORE_ZIP_ENV):  # fault injection for crash tests: SSTs are out, the zip is not
         os.kill(os.getpid(), signal.SIGKILL)
     name = f"{entry.version}_{entry.unique_id}.zip"
+    _refuse_taken_names(ckpt, folder, entry)  # again: the rebuild took a while
     _publish_no_clobber(ckpt, f"{folder}/{name}", data)
     sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
                "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
@@ -579,6 +581,17 @@ def _publish(
         "reused": reused,
         "written": written,
     }
+
+
+def _refuse_taken_names(ckpt: Checkpoint, folder: str, entry: StoreLineage) -> None:
+    """The zip's name and its sidecar's must both be free. A leftover `<v>_<u>.zip.crc` would sit
+    beside the new zip without matching it, and Spark prefers that zip to the replay chain: the
+    store would no longer load. Two stats (HEADs on S3), whatever the folder holds."""
+    for name in (f"{entry.version}_{entry.unique_id}.zip", f"{entry.version}_{entry.unique_id}.zip.crc"):
+        if ckpt.storage.stat(f"{folder}/{name}") is not None:
+            raise RebuildError(f"{entry.store}: {name} already exists, so no snapshot is published for it "
+                               "(a leftover of an earlier attempt? remove it if nothing names it)",
+                               ckpt.storage.full(f"{folder}/{name}"))  # fmt: skip
 
 
 def _publish_no_clobber(ckpt: Checkpoint, rel: str, data: bytes) -> None:

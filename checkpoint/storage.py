@@ -98,11 +98,33 @@ def mtime_of(entry: dict[str, Any]) -> float | None:
     return None
 
 
+def _fsync(path: str) -> None:
+    """Makes a local file's bytes, or a folder's entries, durable: without it a power loss can
+    leave a published name whose bytes were never written (a zip listing truncated SSTs)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _renamed(path: str, target: str) -> bool:
+    """`path` renamed to `target`; False when they are on two file systems (the caller copies)."""
+    try:
+        os.replace(path, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        return False
+    return True
+
+
 def _link_into_place(target: str, temp_prefix: str, fill: Callable[[str], Any]) -> Any:
     """Local disk: `fill` writes a temp file `<temp_prefix><name>.<hex>.tmp` beside the target (a
-    name cleanup recognises, should a crash leave it), which is then hard-linked into place. The
-    link fails if the target exists, so nothing is overwritten and no partial file ever carries the
-    real name. Returns what `fill` returned."""
+    name cleanup recognises, should a crash leave it), which is fsynced and then hard-linked into
+    place, and the folder fsynced. The link fails if the target exists, so nothing is overwritten
+    and no partial file ever carries the real name, not even after a power loss. Returns what
+    `fill` returned."""
     folder, name = os.path.split(target)
     os.makedirs(folder, exist_ok=True)
     if os.path.lexists(target):
@@ -110,10 +132,12 @@ def _link_into_place(target: str, temp_prefix: str, fill: Callable[[str], Any]) 
     temp = os.path.join(folder, f"{temp_prefix}{name}.{uuid.uuid4().hex}.tmp")
     try:
         got = fill(temp)
+        _fsync(temp)
         os.link(temp, target)
     finally:
         if os.path.lexists(temp):
             os.unlink(temp)
+    _fsync(folder)
     return got
 
 
@@ -685,8 +709,6 @@ class Storage:
         def fill(temp: str) -> None:
             with open(temp, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
 
         _link_into_place(target, temp_prefix, fill)
         return None
@@ -768,6 +790,7 @@ class Storage:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         try:
             os.link(self.full(rel), target)
+            _fsync(os.path.dirname(target))
         except FileExistsError:
             raise
         except FileNotFoundError as exc:
@@ -798,14 +821,11 @@ class Storage:
         it is renamed into place instead of copied (a cleanup manifest can be gigabytes)."""
 
         def put(target: str, path: str) -> None:
-            if move and self.is_local:
-                try:
-                    os.replace(path, target)
-                    return
-                except OSError as exc:
-                    if exc.errno != errno.EXDEV:
-                        raise
-            self.fs.put_file(path, target)
+            if not (move and self.is_local and _renamed(path, target)):
+                self.fs.put_file(path, target)
+            if self.is_local:  # durable before anything that names it is published (an SST before its zip)
+                _fsync(target)
+                _fsync(os.path.dirname(target))
 
         self._write_with(put, rel, local_path, "upload")
 

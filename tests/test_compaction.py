@@ -229,3 +229,52 @@ def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, tmp_path) -> None:
     assert after.latest_committed_batch > before.latest_committed_batch
     assert "LINEAGE_HEADER_NEAR_CAP" not in {f.code for f in validate(after).findings}
     assert max(e.lineage_header_bytes for e in checkpoint_lineage(after)) < 1000
+
+
+def test_a_leftover_sidecar_stops_its_store_and_nothing_is_published(copy_of) -> None:
+    """The reproduction: a `<v>_<u>.zip.crc` left where the rebuilt zip goes. The rebuild used to
+    publish the zip and then fail on the sidecar, leaving a zip beside a sidecar that does not match
+    it, which Spark prefers to the replay chain. Now both names must be free before anything is
+    published; the other stores are not concerned (each store is its own rebuild)."""
+    path = copy_of("long_chain")
+    ckpt = load_checkpoint(str(path))
+    entry, other = [e for e in checkpoint_lineage(ckpt) if e.chain_length][:2]
+    folder = path / entry.committed_file.rel.rsplit("/", 1)[0]
+    leftover = folder / f"{entry.version}_{entry.unique_id}.zip.crc"
+    leftover.write_text('{"algorithm":"CRC32C","value":1,"mainFileSize":1}')
+    before = {p: p.stat().st_size for p in path.rglob("*")}
+    with pytest.raises(RebuildError, match=r"\.zip\.crc already exists"):
+        rebuild_store(ckpt, entry)
+    assert {p: p.stat().st_size for p in path.rglob("*")} == before
+    assert Path(rebuild_store(ckpt, other).path).exists()
+
+
+def test_every_file_a_snapshot_names_is_durable_before_the_zip_is_linked(copy_of, monkeypatch) -> None:
+    """Power loss must not leave a published zip that lists truncated SSTs: each new SST and its
+    folder are fsynced before the zip's name appears, and the zip and its folder before the sidecar."""
+    path = copy_of("long_chain")
+    ckpt = load_checkpoint(str(path))
+    entry = next(e for e in checkpoint_lineage(ckpt) if e.chain_length)
+    ssts = path / entry.committed_file.rel.rsplit("/", 1)[0] / "SSTs"
+    existing = {str(p) for p in ssts.glob("*")}
+    events: list[tuple[str, str]] = []
+    fsync, link = os.fsync, os.link
+
+    def record_fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        fsync(fd)
+
+    def record_link(src, dst, *args, **kwargs) -> None:
+        events.append(("link", str(dst)))
+        link(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", record_fsync)
+    monkeypatch.setattr(os, "link", record_link)
+    zip_path = Path(rebuild_store(ckpt, entry).path)
+    synced_before = {p for kind, p in events[: events.index(("link", str(zip_path)))] if kind == "fsync"}
+    new_ssts = {str(p) for p in ssts.iterdir()} - existing
+    assert new_ssts and new_ssts <= synced_before
+    assert str(zip_path.parent / "SSTs") in synced_before
+    after_zip = events[events.index(("link", str(zip_path))) :]
+    sidecar = str(zip_path) + ".crc"
+    assert ("fsync", str(zip_path.parent)) in after_zip[: after_zip.index(("link", sidecar))]
