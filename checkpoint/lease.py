@@ -59,8 +59,11 @@ class LeaseLost(CheckpointError):
 
 
 def lease_for(checkpoint: Storage, owner: str, **options) -> Lease:
-    """The maintenance lease of the checkpoint at `checkpoint`, kept beside it (see above)."""
-    return Lease(checkpoint.parent(), f"{AUDIT_FOLDER}/{folder_name(checkpoint.url)}", owner, **options)
+    """The maintenance lease of the checkpoint at `checkpoint`, kept beside it (see above). Its
+    identity is the resolved location, not the spelling: a symlinked path, or another case on a
+    file system that ignores case, finds the same lease (safety.md, "one checkpoint, one identity")."""
+    where = checkpoint.resolved()
+    return Lease(where.parent(), f"{AUDIT_FOLDER}/{folder_name(where.url)}", owner, **options)
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,21 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+def _ignores_case(path: str) -> bool:
+    """Whether the local file system at `path` (which exists, or whose nearest existing folder
+    does) finds a name in another case: macOS' and Windows' defaults do, Linux's do not."""
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    folder, name = os.path.split(path)
+    other = name.swapcase()
+    if other == name:
+        return False
+    try:
+        return os.path.samefile(path, os.path.join(folder, other))
+    except OSError:
+        return False
+
+
 def _renamed(path: str, target: str) -> bool:
     """`path` renamed to `target`; False when they are on two file systems (the caller copies)."""
     try:
@@ -238,20 +253,26 @@ def normalize_url(url: str) -> str:
     Local: an absolute path with `.`, `..` and doubled slashes resolved (`/x/q`, `file:///x/q`,
     `/x//q/` and a relative `q` from `/x` are one path); symlinks are kept, as a user named them.
     Object stores: `<protocol>://bucket/key` with doubled and trailing slashes removed, as Hadoop's
-    Path (and so Spark) spells the keys it writes; `s3a://` and `s3n://` are `s3://`.
+    Path (and so Spark) spells the keys it writes; a protocol's aliases are one protocol (`s3a://`
+    and `s3n://` are `s3://`, `gcs://` is `gs://`, `abfs[s]://` is `az://`), and
+    `file://localhost/x` is `/x` (RFC 8089).
     """
     url = url.strip()
     if url.startswith("file:") and not url.startswith("file://"):
         url = "file://" + url[len("file:") :]  # Hadoop's spelling of a local path: file:/x/q
+    if url.lower().startswith("file://localhost/"):
+        url = url[len("file://localhost") :]
     protocol, path = split_protocol(url)
     protocol = (protocol or "file").lower()
     if protocol in ("file", "local"):
         path = os.path.abspath(os.path.expanduser(path))
         return re.sub("/{2,}", "/", path)  # abspath keeps a leading "//" (POSIX allows it)
-    if protocol in ("s3a", "s3n"):
-        protocol = "s3"
+    protocol = _PROTOCOL_ALIASES.get(protocol, protocol)
     path = re.sub("/{2,}", "/", path)
     return f"{protocol}://{path.rstrip('/') or path}"
+
+
+_PROTOCOL_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
 
 
 def scheme_of(url: str) -> str:
@@ -346,6 +367,18 @@ class Storage:
         if any(p in (".", "..") for p in rel.split("/")):
             raise StorageError("a path below a root may not contain '.' or '..'", f"{self.url}/{rel}")
         return self._sibling(self.full(rel), f"{self.url}/{rel}" if rel else self.url, self.calls)
+
+    def resolved(self) -> Storage:
+        """This root as the file system finds it, for an identity (the maintenance lease): on a
+        local disk symlinks resolved (`/x/alias/q` with alias -> real is `/x/real/q`), and the
+        spelling lower-cased where the file system ignores case; an object store's URL is one
+        spelling already."""
+        if not self.is_local:
+            return self
+        real = os.path.realpath(self.root)
+        if _ignores_case(real):
+            real = real.lower()
+        return self._sibling(real, real, self.calls)
 
     def parent(self) -> Storage:
         """The storage of the folder that holds this root (same filesystem and credentials)."""

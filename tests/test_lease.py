@@ -294,6 +294,37 @@ def test_every_spelling_of_a_checkpoint_meets_at_one_lease(copy_of, tmp_path) ->
     taken.release()
 
 
+def test_a_symlinked_spelling_waits_for_the_lease(copy_of, tmp_path) -> None:
+    """The reproduction: `/x/real/q` and `/x/alias/q` (alias -> real) got two lease folders, and a
+    `gc --apply` through the link ran during a compaction on the real path. One lease now, however
+    the path reaches the checkpoint (a linked parent, a linked checkpoint folder, file://localhost)."""
+    real = copy_of("two_actions")
+    alias = tmp_path / "alias"
+    alias.symlink_to(real.parent, target_is_directory=True)
+    linked = tmp_path / "linked-q"
+    linked.symlink_to(real, target_is_directory=True)
+    before = _files(real)
+    holder = lease_for(Storage(str(real)), "ckpt compact").acquire()
+    for spelling in (alias / real.name, linked, f"file://localhost{real}"):
+        with pytest.raises(LeaseHeld, match="ckpt compact"):
+            lease_for(Storage(str(spelling)), "another").acquire()
+    through_link = subprocess.run([CKPT, "gc", str(alias / real.name), "--apply", "--grace", "0s",
+                                   "--unsafe-short-grace", "--quiet-period", "0s"],
+                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert through_link.returncode == 2 and "ckpt compact" in through_link.stderr
+    assert _files(real) == before
+    holder.release()
+
+
+def test_protocol_aliases_are_one_spelling() -> None:
+    from checkpoint.storage import normalize_url
+
+    assert normalize_url("s3a://b/k") == normalize_url("s3n://b/k/") == "s3://b/k"
+    assert normalize_url("gcs://b//k") == "gs://b/k"
+    assert normalize_url("abfs://c/k") == normalize_url("abfss://c/k") == "az://c/k"
+    assert normalize_url("file://localhost/x/q") == normalize_url("file:/x/q") == "/x/q"
+
+
 def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_of, tmp_path) -> None:
     """A Dagster run with `audit_url` set holds the lease (a real run, executed by Dagster); the CLI,
     with its default audit folder, is refused and deletes nothing."""
