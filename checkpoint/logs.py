@@ -17,7 +17,8 @@ from .errors import CorruptFileError, UnknownFormatVersionError
 COMMIT_VERSIONS = (1, 2, 3)  # v3 (Spark 4.2+) adds sink metadata
 OFFSET_VERSIONS = (1, 2)  # v2 (Spark 4.2+) names its sources
 OPERATOR_METADATA_VERSIONS = (1, 2)
-ZIP_METADATA_VERSIONS = (1,)
+# v2: what Spark 4.0 writes in a format V2 checkpoint's zips (and refuses v1 there); v1: 4.1 and later.
+ZIP_METADATA_VERSIONS = (1, 2)
 
 _VERSION_LINE = re.compile(r"^v([0-9]{1,9})\Z")
 

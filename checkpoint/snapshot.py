@@ -45,6 +45,7 @@ class SnapshotMetadata:
     column_family_type_map: dict[str, bool] = field(default_factory=dict)
     max_column_family_id: int = 0
     log_files: tuple[SstRef, ...] = ()
+    version: int = 1  # the first line's: which Spark wrote it (logs.ZIP_METADATA_VERSIONS)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Snapshot:
 
 
 def parse_zip_metadata(data: bytes, path: str) -> SnapshotMetadata:
-    _, lines = split_versioned(data, path, ZIP_METADATA_VERSIONS)
+    version, lines = split_versioned(data, path, ZIP_METADATA_VERSIONS)
     if not lines:
         raise CorruptFileError("zip metadata has no JSON line", path)
     try:
@@ -71,6 +72,7 @@ def parse_zip_metadata(data: bytes, path: str) -> SnapshotMetadata:
             {str(k): bool(v) for k, v in (body.get("columnFamilyTypeMap") or {}).items()},
             int(body.get("maxColumnFamilyId", 0)),
             logs,
+            version,
         )
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise CorruptFileError(f"malformed zip metadata: {exc}", path) from exc
