@@ -14,7 +14,7 @@ from pydantic import Field
 from assets import markdown
 from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
-from assets.partitions import checkpoint_partitions
+from assets.partitions import checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.gc_apply import Outcome, apply_plan, check_plan
@@ -47,6 +47,7 @@ def _plan(roots: CheckpointRootsResource, key: str) -> Plan:
         grace_seconds=parse_duration(roots.grace),
         retain_batches=roots.retain_batches,
         quiet_seconds=parse_duration(roots.quiet_period),
+        query_stopped=roots.root(parse_partition_key(key)[0]).queries_stopped,
     )
 
 

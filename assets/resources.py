@@ -41,6 +41,11 @@ class CheckpointRoot(dg.Config):
     maintenance_cron: str = Field(
         default=POLICY.maintenance_cron, description="When the scheduled maintenance pass runs for this root"
     )
+    queries_stopped: bool = Field(
+        default=False,
+        description="The queries under this root are stopped, not merely idle: cleanup may use the "
+        "stopped-query rules once their logs are older than the quiet period (otherwise the live rules)",
+    )
 
 
 class CheckpointRootsResource(dg.ConfigurableResource):

@@ -143,7 +143,7 @@ def _baseline(storage: Storage) -> dict:
 def _planner(storage: Storage, later: float) -> dict:
     with tempfile.TemporaryDirectory() as audit_dir:
         t, cpu = time.perf_counter(), _cpu_seconds()
-        plan = plan_gc(storage, AuditTrail(audit_dir), now=time.time() + later)
+        plan = plan_gc(storage, AuditTrail(audit_dir), now=time.time() + later, query_stopped=True)
         seconds = time.perf_counter() - t
     calls = storage.calls.snapshot()
     # On S3: each partition's listing in pages of 1000 keys, each shallow listing one request, and

@@ -81,7 +81,7 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     for f in found:
         try:
             storage = root.child(f.rel)
-            plans.append((storage, plan_gc(storage, audit, now=now)))
+            plans.append((storage, plan_gc(storage, audit, now=now, query_stopped=True)))
         except CheckpointError:  # the corpus's damaged and V1 checkpoints are refused, by design
             continue
     rows.append(

@@ -225,11 +225,17 @@ def plan_gc(
     allow_short_grace: bool = False,
     workers: int | None = None,
     lister: Lister = _list,
+    query_stopped: bool = False,
 ) -> Plan:
     """Plans the cleanup of the checkpoint at `storage` and writes its manifest to `audit`;
     raises GcError when planning is unsafe. `lister` lists one partition folder, sorted by path
     as `Storage.list_files` gives it: the manifest lists each kind in that order (tests give one
-    that drops mtimes, as some backends do)."""
+    that drops mtimes, as some backends do).
+
+    A query is planned under the live rules (two versions of margin, SSTs only below the oldest
+    a retained zip lists: a running executor may reuse one) unless the caller knows it stopped
+    (`query_stopped`): a running query idle for longer than the quiet period looks stopped by
+    its logs alone. Logs newer than the quiet period make it live whatever the caller says."""
     now = time.time() if now is None else now
     if grace_seconds < POLICY.min_grace_seconds and not allow_short_grace:
         raise GcError(
@@ -241,7 +247,7 @@ def plan_gc(
     if retain_batches is not None and retain_batches < 1:
         raise GcError("--retain-batches must be at least 1", storage.url)
     base, folders, window, committed = _read_logs(storage, retain_batches)
-    live = base.is_live(now, quiet_seconds)
+    live = not query_stopped or base.is_live(now, quiet_seconds)
     options = GcOptions(grace_seconds=grace_seconds, live=live, defer_live_ssts=True)
     if workers is None:
         workers = planning_workers(storage, len(folders), lister)

@@ -6,8 +6,8 @@ import argparse
 from contextlib import nullcontext
 
 from checkpoint.audit import AuditTrail
-from checkpoint.gc_apply import apply_plan
-from checkpoint.gc_plan import plan_gc
+from checkpoint.gc_apply import apply_plan, check_plan
+from checkpoint.gc_plan import Plan, plan_gc
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.storage import Storage
 
@@ -18,29 +18,34 @@ from .common import EXIT_FINDINGS, WHERE, Result, duration, leased, quiet_period
 def gc(args: argparse.Namespace) -> Result:
     storage = Storage(args.path)
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+
+    def plan() -> Plan:  # strict: a plan is built only from a completely read checkpoint
+        return plan_gc(storage, audit, grace_seconds=args.grace, retain_batches=args.retain_batches,
+                       quiet_seconds=args.quiet_period, allow_short_grace=args.unsafe_short_grace,
+                       query_stopped=args.query_stopped)  # fmt: skip
+
     with leased(args, storage, "gc --apply") if args.apply else nullcontext() as lease:
-        # strict: a plan is built only from a completely read checkpoint
-        plan = plan_gc(
-            storage,
-            audit,
-            grace_seconds=args.grace,
-            retain_batches=args.retain_batches,
-            quiet_seconds=args.quiet_period,
-            allow_short_grace=args.unsafe_short_grace,
-        )
-        summary = plan.summary()
+        planned = plan()
+        replanned = False
+        if args.apply:
+            # The query ran between the plan and the apply: its rules may have changed (a live
+            # query keeps more), so plan once more under the lease (safety.md: re-plan or refuse).
+            checked = check_plan(planned, storage)
+            if checked.ok and checked.moved:
+                planned, replanned = plan(), True
+        summary = planned.summary()
         if args.json:  # the document lists every candidate; the text shows the totals only
             summary["candidates"] = [{"path": c.path, "bytes": c.bytes, "reason": c.reason}
-                                     for chunk in audit.candidates(plan) for c in chunk]  # fmt: skip
-        doc = {"plan": summary, "plan_file": plan.manifest, "applied": False,
+                                     for chunk in audit.candidates(planned) for c in chunk]  # fmt: skip
+        doc = {"plan": summary, "plan_file": planned.manifest, "applied": False, "replanned": replanned,
                "deleted": [], "failed": [], "skipped": []}  # fmt: skip
-        audit.prune(storage.url, plan.planned_at)
+        audit.prune(storage.url, planned.planned_at)
         if args.apply:
-            result = apply_plan(plan, storage, audit, batch_size=args.batch_size, lease=lease)
+            result = apply_plan(planned, storage, audit, batch_size=args.batch_size, lease=lease)
             doc.update(
                 applied=True,
                 check=result.check.message,
-                outcomes_file=audit.outcomes_url(plan),
+                outcomes_file=audit.outcomes_url(planned),
                 **result.summary(),
             )
     return Result(doc, render.gc_text, EXIT_FINDINGS if doc["failed"] else 0)
@@ -58,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retain-batches", type=int, metavar="N",
                    help="keep the last N committed batches (default: all in the commit log)")  # fmt: skip
     quiet_period_option(p)
+    p.add_argument("--query-stopped", action="store_true",
+                   help="the query is stopped, not merely idle: without it the live-query rules apply "
+                   "(two versions of margin; an SST goes only when older than every SST a retained snapshot "
+                   "lists), since a running query with no input looks stopped by its logs alone")  # fmt: skip
     p.add_argument("--audit", metavar="URL", help="where plans and outcomes are kept (default: "
                    "_ckpt_audit beside the checkpoint)")  # fmt: skip
     p.add_argument("--batch-size", type=int, default=POLICY.delete_batch_size, metavar="N",

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
     from orchestration.location import build_definitions
 
-    root = CheckpointRoot(name="demo", url=str(out), apply_cleanup=True)
+    root = CheckpointRoot(name="demo", url=str(out), apply_cleanup=True, queries_stopped=True)
     defs = build_definitions([root], spark=SparkResource(master="local[2]"))
     with dg.DagsterInstance.get() as instance:
         keys = sorted(CheckpointRootsResource(roots=[root]).discover("demo"))  # what discovery adds

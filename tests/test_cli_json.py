@@ -65,7 +65,16 @@ def _commands(place, corpus, tmp_path) -> dict[str, list[str]]:
         "validate": ["validate", str(chain)],
         "scan": ["scan", str(tmp_path / "root")],
         "fleet": ["fleet", str(tmp_path / "root"), "--plan"],
-        "gc": ["gc", str(killed), "--grace", "0s", "--unsafe-short-grace", "--quiet-period", "0s"],
+        "gc": [
+            "gc",
+            str(killed),
+            "--grace",
+            "0s",
+            "--unsafe-short-grace",
+            "--quiet-period",
+            "0s",
+            "--query-stopped",
+        ],
         "gc_apply": [
             "gc",
             str(killed),

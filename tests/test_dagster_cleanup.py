@@ -44,7 +44,9 @@ def aged_root(corpus, tmp_path) -> Path:
 
 
 def _setup(instance, root: Path, **options) -> tuple[CheckpointRootsResource, str]:
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=str(root))], **options)
+    # The corpus' queries are stopped, and this deployment says so (else the live rules apply).
+    stopped = CheckpointRoot(name="t", url=str(root), queries_stopped=True)
+    roots = CheckpointRootsResource(roots=[stopped], **options)
     key = partition_key("t", "orders")
     instance.add_dynamic_partitions("checkpoints", [key])
     return roots, key

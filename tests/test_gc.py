@@ -207,7 +207,7 @@ def ckpt_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     return subprocess.run([str(ckpt), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
-UNSAFE_NOW = ["--grace", "0", "--unsafe-short-grace", "--quiet-period", "0"]
+UNSAFE_NOW = ["--grace", "0", "--unsafe-short-grace", "--quiet-period", "0", "--query-stopped"]
 
 
 def test_cli_gc_json_and_dry_run(copy_of) -> None:
@@ -452,7 +452,8 @@ def recording(*args, **kwargs):
 gc_plan.ProcessPoolExecutor = recording
 if sys.argv[4] == "with a thread":
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-plan = gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=float(sys.argv[3]), workers=2)
+plan = gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=float(sys.argv[3]), workers=2,
+                       query_stopped=True)
 print(json.dumps({"started": started, "manifest": plan.manifest, "plan_id": plan.plan_id}))
 """
 
@@ -574,3 +575,28 @@ def test_a_manifest_naming_what_a_batch_reads_deletes_nothing_even_with_its_dige
         apply_plan(forged, Storage(str(path)), audit)
     assert _everything(path) == before
     assert apply_plan(plan, Storage(str(path)), audit).deleted  # the plan as made still applies
+
+
+def test_an_idle_running_query_keeps_the_sst_a_future_snapshot_may_reuse(copy_of) -> None:
+    """A query with no input for longer than the quiet period looks stopped by its logs. Its
+    executor may still reuse an SST it uploaded for a snapshot not uploaded yet (SPARK-55892): an
+    SST that no zip lists, newer than every SST a retained zip lists. Cleanup keeps it unless the
+    caller says the query is stopped (`--query-stopped`, a root's `queries_stopped`)."""
+    import uuid
+
+    from testbed.demo import date_back
+
+    path = copy_of("snapshots")
+    sst = next(path.glob("state/0/0/SSTs/*.sst"))
+    pending = sst.with_name(f"999999-{uuid.uuid4()}.sst")  # uploaded, its snapshot not yet
+    pending.write_bytes(sst.read_bytes())
+    date_back(path, 8 * 3600)  # past the grace and the quiet period: an idle query
+    rel = pending.relative_to(path).as_posix()
+    idle = plan_of(path, query_stopped=False)
+    assert idle.live and rel not in {c.path for c in candidates_of(idle)}
+    assert idle.kept.get("live_query_sst_newer_than_retained", 0) >= 1
+    stopped = plan_of(path)  # the corpus' queries are stopped, and the helper says so
+    assert not stopped.live
+    assert "unreferenced_sst" in {c.reason for c in candidates_of(stopped) if c.path == rel}
+    cli = ckpt_cli("gc", str(path), "--json")
+    assert cli.returncode == 0 and json.loads(cli.stdout)["plan"]["live"] is True

@@ -19,7 +19,7 @@ def _traced(path: Path, audit: AuditTrail) -> tuple[Plan, int]:
     tracemalloc.start()
     try:
         # In this process: worker processes would hold the partitions where tracemalloc cannot see.
-        plan = plan_gc(Storage(str(path)), audit, now=time.time(), workers=0)
+        plan = plan_gc(Storage(str(path)), audit, now=time.time(), workers=0, query_stopped=True)
         return plan, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -13,6 +13,9 @@ from checkpoint.storage import Storage
 
 
 def plan_of(where: Path | str | Storage, audit: AuditTrail | None = None, **kwargs: Any) -> Plan:
+    """Planned as for a query known to be stopped (the corpus' are), unless told otherwise: the
+    quiet period alone then decides which rules apply, as the scenarios expect."""
+    kwargs.setdefault("query_stopped", True)
     storage = where if isinstance(where, Storage) else Storage(str(where))
     return plan_gc(storage, audit or AuditTrail(tempfile.mkdtemp(prefix="ckpt-audit-")), **kwargs)
 
