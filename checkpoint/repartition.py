@@ -161,7 +161,7 @@ def refuse_if_live(ckpt: Checkpoint, now: float, quiet_seconds: float, own_batch
     if recent:
         raise RepartitionRefused(
             f"the query may be running: {recent[-1]} was written less than {quiet_seconds:.0f} s ago "
-            "(stop it and wait for the quiet period, or pass a shorter --quiet)",
+            "(stop it, and wait for the quiet period to pass)",
             ckpt.url,
         )
 

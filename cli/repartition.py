@@ -36,7 +36,9 @@ def repartition_command(args: argparse.Namespace) -> Result | int:
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
     with leased(args, storage, "repartition") as lease:
         if args.undo:
-            return Result(undo_repartition(storage, audit, lease.check), render.repartition_text)
+            undone = undo_repartition(storage, audit, lease.check, quiet_seconds=args.quiet_period,
+                                      query_stopped=args.query_stopped)  # fmt: skip
+            return Result(undone, render.repartition_text)
         if args.partitions is None:
             print("ckpt: error: --partitions N is required (or --undo)", file=sys.stderr)
             return 2
@@ -77,6 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--undo", action="store_true",
                    help="take back the newest repartition while its batch is still the latest")  # fmt: skip
     quiet_period_option(p)
+    p.add_argument("--query-stopped", action="store_true",
+                   help="with --undo: the query is stopped, so the repartition's batch may be undone "
+                   "before the quiet period has passed")  # fmt: skip
     p.add_argument("--audit", metavar="URL", help="where the records and the backup fork go (default: "
                    "_ckpt_audit beside the checkpoint)")  # fmt: skip
     p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")

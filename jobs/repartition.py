@@ -356,9 +356,19 @@ def _verify(
 
 
 def undo_repartition(
-    storage: Storage, audit: AuditTrail, check: Callable[[], None] = lambda: None
+    storage: Storage,
+    audit: AuditTrail,
+    check: Callable[[], None] = lambda: None,
+    *,
+    quiet_seconds: float = POLICY.quiet_seconds,
+    query_stopped: bool = False,
+    now: float | None = None,
 ) -> dict[str, Any]:
-    """`--undo`: takes back the newest repartition while its batch is still the checkpoint's latest."""
+    """`--undo`: takes back the newest repartition while its batch is still the checkpoint's latest,
+    and the query is not running. A query restarted after the repartition and idle since holds
+    the next batch in its driver: undoing under it breaks that batch. So the undo waits for the
+    repartition's own batch to be older than the quiet period, unless the caller knows the query
+    is stopped (`query_stopped`)."""
     records = Records(audit, storage.url)
     last = records.latest()
     if last is None:
@@ -366,6 +376,14 @@ def undo_repartition(
     if last["undone"] is not None or (last["finished"] or {}).get("outcome") == "undone":
         raise RepartitionRefused(f"repartition {last['repartition_id']} was already undone", storage.url)
     ckpt = load_head(storage, recent=1)
+    now = time.time() if now is None else now
+    if not query_stopped and ckpt.is_live(now, quiet_seconds):
+        raise RepartitionRefused(
+            f"repartition batch {last['batch']} is newer than the quiet period ({quiet_seconds:.0f} s): a "
+            "query restarted since may be running and would break on its next batch. Stop it and wait, or "
+            "pass --query-stopped if it is stopped",
+            storage.url,
+        )
     latest = max(b for b in (ckpt.latest_planned_batch, ckpt.latest_committed_batch) if b is not None)
     if latest > last["batch"]:
         raise RepartitionRefused(

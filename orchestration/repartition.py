@@ -20,6 +20,10 @@ class RepartitionConfig(dg.Config):
     undo: bool = Field(
         default=False, description="Take back the newest repartition while its batch is the latest"
     )
+    query_stopped: bool = Field(
+        default=False,
+        description="With undo: the query is stopped, so a repartition newer than the quiet period may go",
+    )
     quiet_period: str | None = Field(
         default=None,
         description="Refuse when a commit or offset is younger than this (the query may be running); "
@@ -43,7 +47,9 @@ def repartition_op(
     try:
         with roots.take_lease(context, config.partition, "repartition_checkpoint") as lease:
             if config.undo:
-                doc = undo_repartition(storage, audit, lease.check)
+                quiet = roots.quiet_seconds_at_least(config.quiet_period)
+                doc = undo_repartition(storage, audit, lease.check, quiet_seconds=quiet,
+                                       query_stopped=config.query_stopped)  # fmt: skip
                 return dg.Output(doc, metadata={"outcome": "undone", "deleted": doc["deleted"]})
             if config.partitions is None:
                 raise dg.Failure(description="set `partitions` (the new count) or `undo`")

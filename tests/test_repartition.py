@@ -177,16 +177,18 @@ def test_undo_on_request_puts_the_checkpoint_back_and_refuses_once_the_query_ran
     copy_checkpoint(corpus["dedup_agg"], path)
     before = tree_digest(path)
     _run(spark, path, 8)
-    out = ckpt("repartition", str(path), "--undo", "--json")
+    # Its batch was written a moment ago: a query restarted since could be running on it.
+    _refusal(["--undo"], path, "newer than the quiet period")
+    out = ckpt("repartition", str(path), "--undo", "--query-stopped", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["outcome"] == "undone"
     assert tree_digest(path) == before
-    again = ckpt("repartition", str(path), "--undo")
+    again = ckpt("repartition", str(path), "--undo", "--query-stopped")
     assert again.returncode == 2 and "already undone" in again.stderr
 
     _run(spark, path, 8)
     scenario_named("dedup_agg").restart(spark, corpus_root / "dedup_agg", path, tmp_path / "more")
-    refused = ckpt("repartition", str(path), "--undo")
+    refused = ckpt("repartition", str(path), "--undo", "--query-stopped")
     assert refused.returncode == 2 and "after repartition batch" in refused.stderr
 
 

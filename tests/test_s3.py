@@ -694,7 +694,7 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
     assert {f.rel.split("/")[2] for f in storage.list_files("state/0") if f.rel.endswith(".zip")} >= {
         str(p) for p in range(8)
     }
-    undone = undo_repartition(storage, audit)
+    undone = undo_repartition(storage, audit, query_stopped=True)
     assert undone["deleted"] > 0 and tree() == before
     again = repartition(lambda: spark, storage, audit, 8, quiet_seconds=0)
     for result in (first, again):
