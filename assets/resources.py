@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Any
 
 import dagster as dg
@@ -27,6 +28,27 @@ from checkpoint.storage import Storage, scheme_of
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
 
 
+# Option names that carry a credential, at any depth of the options (s3fs' key/secret/token,
+# botocore's aws_*, adlfs' account_key/sas_token/connection_string, gcsfs' token, passwords).
+_CREDENTIAL = re.compile(r"(^key$|secret|token|password|passwd|credential|connection_string|account_key"
+                         r"|access_key|private_key|^sas)", re.IGNORECASE)  # fmt: skip
+
+
+def refuse_credentials(options: dict[str, Any] | None, where: str) -> None:
+    """Dagster keeps a resource's configuration in every run's job snapshot and shows it to every
+    UI user: a credential there is a credential published. They come from the environment."""
+    for name, value in (options or {}).items():
+        if _CREDENTIAL.search(str(name)):
+            raise ValueError(
+                f"{where} holds a credential ({name!r}): Dagster would store it with every run and show "
+                "it in its UI. Give it through botocore's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a "
+                "profile, an instance role) or the file system's own environment variables, or set it "
+                "with dagster.EnvVar in a resource of your own"
+            )
+        if isinstance(value, dict):
+            refuse_credentials(value, where)
+
+
 class CheckpointRoot(dg.Config):
     """A folder (any fsspec URL) under which checkpoints are found at any depth."""
 
@@ -41,6 +63,12 @@ class CheckpointRoot(dg.Config):
     maintenance_cron: str = Field(
         default=POLICY.maintenance_cron, description="When the scheduled maintenance pass runs for this root"
     )
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> CheckpointRoot:
+        refuse_credentials(self.storage_options, f"the storage_options of root {self.name!r}")
+        return self
+
     queries_stopped: bool = Field(
         default=False,
         description="The queries under this root are stopped, not merely idle: cleanup may use the "
@@ -89,6 +117,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
 
     @model_validator(mode="after")
     def _above_the_floors(self) -> CheckpointRootsResource:
+        refuse_credentials(self.audit_storage_options, "audit_storage_options")
         if self.unsafe_floors:
             return self
         floors = (("grace", self.grace, POLICY.min_grace_seconds),

@@ -329,7 +329,6 @@ def rebuild_store(
     if entry.committed_file is None:
         raise RebuildError(f"{entry.store}: version {entry.version} has no committed file", ckpt.url)
     folder = entry.committed_file.rel.rsplit("/", 1)[0]
-    _refuse_taken_names(ckpt, folder, entry)
     offset = ckpt.batches[entry.batch].offset
     conf = offset.conf if offset else {}
     delimiter = merge_delimiter(conf)
@@ -526,6 +525,7 @@ def _publish(
     ckpt, entry, folder, checkpoint_dir: Path, base_meta: SnapshotMetadata | None, keys: int, internal: int
 ) -> dict:
     storage = ckpt.storage
+    _refuse_taken_names(ckpt, folder, entry)  # before the first byte is written
     base_ssts = {s.local_name: s for s in base_meta.sst_files} if base_meta else {}
     listed: list[dict[str, Any]] = []
     reused, written, bytes_written = 0, 0, 0
@@ -570,7 +570,6 @@ def _publish(
     if os.environ.get(KILL_BEFORE_ZIP_ENV):  # fault injection for crash tests: SSTs are out, the zip is not
         os.kill(os.getpid(), signal.SIGKILL)
     name = f"{entry.version}_{entry.unique_id}.zip"
-    _refuse_taken_names(ckpt, folder, entry)  # again: the rebuild took a while
     _publish_no_clobber(ckpt, f"{folder}/{name}", data)
     sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
                "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip

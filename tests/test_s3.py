@@ -50,6 +50,12 @@ def _via_proxy(s3) -> dict:
     return server.storage_options(proxy.endpoint)
 
 
+def _root_options(s3) -> dict:
+    """A Dagster root's options: where the server is, never who we are. The credentials come from
+    the environment (botocore's chain), as a deployment's must: a root refuses them."""
+    return {k: v for k, v in _via_proxy(s3).items() if k not in ("key", "secret")}
+
+
 def _same(remote: dict, url: str, local: dict, path: str) -> bool:
     # Findings name fsspec paths, which drop the scheme; the documents name the checkpoint's URL.
     text = json.dumps(remote, sort_keys=True).replace(url, "<ckpt>").replace(url[len("s3://") :], "<ckpt>")
@@ -177,7 +183,7 @@ def test_an_idle_commit_sensor_tick_is_one_listing_per_checkpoint(s3, s3_histori
 
     _, proxy, bucket = s3
     roots = CheckpointRootsResource(
-        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/histories", storage_options=_via_proxy(s3))]
+        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/histories", storage_options=_root_options(s3))]
     )
     keys = [partition_key("s3", name) for name in s3_histories]
     with dg.instance_for_test() as instance:
@@ -217,6 +223,15 @@ def test_cleanup_on_s3_deletes_what_the_local_plan_names(
     copy_checkpoint(corpus["two_actions"], local_copy)
     local = plan_of(local_copy, now=time.time() + LATER)
     assert {c.path for c in planned} == {c.path for c in candidates_of(local)} != set()
+    # What the apply's re-check of every line costs, measured alone: the logs as a plan lists
+    # them, and one listing of each partition its lines name.
+    proxy.reset()
+    recheck = gc_plan.Recheck(remote, Storage(url, options))
+    for c in planned:
+        recheck.check(c)
+    rechecked = proxy.counts()["ListObjectsV2"]
+    partitions = len({"/".join(c.path.split("/")[:3]) for c in planned})
+    assert proxy.counts()["HeadObject"] == 0 and rechecked >= partitions
     proxy.reset()
     result = apply_plan(remote, Storage(url, options), audit, batch_size=50)
     assert {o.path for o in result.deleted} == {c.path for c in planned}
@@ -229,7 +244,7 @@ def test_cleanup_on_s3_deletes_what_the_local_plan_names(
         len({"/".join(c.path.split("/")[:3]) for c in planned[i : i + 50]})
         for i in range(0, len(planned), 50)
     )
-    assert counts["HeadObject"] == 0 and counts["ListObjectsV2"] == 2 + touched
+    assert counts["HeadObject"] == 0 and counts["ListObjectsV2"] == 2 + touched + rechecked
     left = {p.split("/two_actions/", 1)[1] for p in _direct(s3).find(url[len("s3://") :])}
     assert not left & {c.path for c in planned}
     again = plan_of(Storage(url, options), now=time.time() + LATER)
@@ -438,10 +453,14 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
     assert counts["ListObjectsV2"] + counts["ListObjects"] == 0  # the driver hands each task its files
     written = sum(r.ssts_written for r in results)
     assert counts["PutObject"] == written + 2 * len(results)  # new SSTs, then each zip and its .crc
-    # Before each zip, one HEAD per SST it lists (new or reused): never a listing of SSTs/.
+    # Before each zip, one HEAD per SST it lists (new or reused): never a listing of SSTs/. And
+    # before anything is written, one for the zip's name and one for its sidecar's: both free.
     heads = [r.path for r in proxy.requests if r.op == "HeadObject"]
     listed = sum(r.ssts_written + r.ssts_reused for r in results)
-    assert len(heads) == listed and all(p.endswith(".sst") for p in heads), heads
+    ssts = [p for p in heads if p.endswith(".sst")]
+    names = sorted(p.rsplit("/", 1)[1] for p in heads if not p.endswith(".sst"))
+    zips = sorted(r.path.rsplit("/", 1)[1] for r in results)
+    assert len(ssts) == listed and names == sorted(zips + [z + ".crc" for z in zips]), heads
     assert counts["DeleteObject"] + counts["DeleteObjects"] == 0
 
     local = tmp_path / "snapshots-read"
@@ -476,7 +495,9 @@ def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> 
 
     server, _, bucket = s3
     s3_copy_of("two_actions", prefix="dagster/team-a")
-    options = _via_proxy(s3)
+    options = _root_options(s3)
+    with pytest.raises(ValueError, match="holds a credential"):  # refused where Dagster would keep it
+        CheckpointRoot(name="s3", url=f"s3://{bucket}/dagster", storage_options=_via_proxy(s3))
     root = CheckpointRoot(name="s3", url=f"s3://{bucket}/dagster", storage_options=options)
     roots = CheckpointRootsResource(roots=[root], audit_url=f"s3://{bucket}/audit")
     key = partition_key("s3", "team-a/two_actions")
@@ -489,9 +510,11 @@ def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> 
         assert result.success
         plan = next(iter(result.asset_materializations_for_node("checkpoint_orphan_plan")))
         assert str(plan.metadata["manifest"].value).startswith(f"s3://{bucket}/audit/")
-        # Everything Dagster stored about the run: events, metadata, logs.
-        stored = "\n".join(str(e) for e in instance.all_logs(result.run_id))
-        stored += str(instance.get_run_by_id(result.run_id))
+        # Everything Dagster stored about the run: events, metadata, logs, and the job snapshot
+        # that the UI serves (it holds the resources' configuration).
+        run = instance.get_run_by_id(result.run_id)
+        stored = "\n".join(str(e) for e in instance.all_logs(result.run_id)) + str(run)
+        stored += dg._serdes.serialize_value(instance.get_job_snapshot(run.job_snapshot_id))
     assert server.secret_key not in stored and "secret" not in stored.lower()
     assert "two_actions" in stored
 
@@ -591,7 +614,7 @@ def test_the_fleet_report_sends_requests_per_checkpoint_not_per_file(s3) -> None
             content.update({f"{bucket}/fleet/{name}-{i:03d}/{rel}": data for rel, data in files.items()})
     server.filesystem().pipe(content)
     roots = CheckpointRootsResource(
-        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/fleet", storage_options=_via_proxy(s3))]
+        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/fleet", storage_options=_root_options(s3))]
     )
 
     def report(keys: list[str]):
