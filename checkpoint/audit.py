@@ -18,11 +18,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from .gc_plan import GcError, Plan, PlannedFile
-from .layout import is_number
+from .layout import AUDIT_FOLDER, is_number
 from .policy import POLICY
 from .storage import FileInfo, Storage, normalize_url
-
-AUDIT_FOLDER = "_ckpt_audit"  # beside the checkpoints, never inside one
 
 
 class Recordable(Protocol):

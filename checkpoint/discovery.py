@@ -14,6 +14,7 @@ from typing import Any
 
 from .errors import NotACheckpointError
 from .head import load_head
+from .layout import AUDIT_FOLDER
 from .model import Checkpoint
 from .policy import POLICY
 from .storage import Folder, Storage
@@ -54,7 +55,9 @@ def find_checkpoints(root: Storage, workers: int = POLICY.list_workers) -> list[
                 if is_checkpoint(listing, rel):
                     found.append(rel)
                 else:
-                    below += listing.folders
+                    # The audit trail holds this tool's own copies (a repartition's backup fork):
+                    # records, never checkpoints to maintain.
+                    below += [f for f in listing.folders if f.rsplit("/", 1)[-1] != AUDIT_FOLDER]
             level = list(zip(below, pool.map(root.list_dir, below), strict=True))
     log.info("%s: %d checkpoints found in %d requests", root.url, len(found), root.calls.total())
     return [FoundCheckpoint(r, f"{root.url}/{r}" if r else root.url) for r in sorted(found)]

@@ -58,6 +58,10 @@ SOURCE_LOG_FILE = re.compile(r"^[0-9]{1,19}(?:\.compact)?\Z")
 # This tool's temp files while it publishes a snapshot: recognised, so a crash leaves a known orphan.
 MAINT_TEMP_PREFIX = ".ckpt-maint-"
 
+# This tool's plans, outcomes, leases and repartition backups: beside the checkpoints, never inside
+# one, and never a checkpoint to maintain (discovery does not look inside).
+AUDIT_FOLDER = "_ckpt_audit"
+
 # A fork writes the first into its destination before anything else and the second after
 # everything else: the first without the second is an interrupted fork, which no query may start on.
 FORK_STARTED = "_ckpt_fork.json"

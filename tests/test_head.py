@@ -139,6 +139,15 @@ def test_discovery_never_descends_into_a_checkpoint(corpus, tmp_path) -> None:
     assert storage.calls.snapshot() == {"list_dir": len(listed)}
 
 
+def test_discovery_never_offers_the_audit_trail_s_own_copies(corpus, tmp_path) -> None:
+    """A repartition's backup fork is a whole checkpoint kept in `_ckpt_audit`: a record, not a
+    checkpoint to maintain (compacting or cleaning it would change the backup)."""
+    root = tmp_path / "root"
+    copy_checkpoint(corpus["snapshots"], root / "orders")
+    copy_checkpoint(corpus["snapshots"], root / "_ckpt_audit" / "orders-1234" / "repartitions" / "r1" / "backup")
+    assert [f.rel for f in find_checkpoints(Storage(str(root)))] == ["orders"]
+
+
 def test_a_missing_root_is_an_error_not_an_empty_fleet(tmp_path) -> None:
     with pytest.raises(CheckpointError, match="no such directory"):
         find_checkpoints(Storage(str(tmp_path / "gone")))
