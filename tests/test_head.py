@@ -144,7 +144,8 @@ def test_discovery_never_offers_the_audit_trail_s_own_copies(corpus, tmp_path) -
     checkpoint to maintain (compacting or cleaning it would change the backup)."""
     root = tmp_path / "root"
     copy_checkpoint(corpus["snapshots"], root / "orders")
-    copy_checkpoint(corpus["snapshots"], root / "_ckpt_audit" / "orders-1234" / "repartitions" / "r1" / "backup")
+    backup = root / "_ckpt_audit" / "orders-1234" / "repartitions" / "r1" / "backup"
+    copy_checkpoint(corpus["snapshots"], backup)
     assert [f.rel for f in find_checkpoints(Storage(str(root)))] == ["orders"]
 
 
