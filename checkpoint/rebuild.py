@@ -49,7 +49,7 @@ from .layout import MAINT_TEMP_PREFIX, FileKind
 from .lineage import StoreLineage
 from .model import Checkpoint, CheckpointFile
 from .policy import POLICY, Policy
-from .snapshot import SnapshotMetadata, parse_zip_metadata, read_metadata_entry
+from .snapshot import ZIP_ERRORS, SnapshotMetadata, parse_zip_metadata, read_metadata_entry
 
 KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
@@ -419,7 +419,7 @@ def _fetch_base(
                 if name != "metadata":
                     with zf.open(info) as src, open(db_dir / name, "wb") as out:
                         shutil.copyfileobj(src, out, policy.copy_chunk_bytes)
-    except (zipfile.BadZipFile, KeyError) as exc:  # KeyError: no `metadata` entry
+    except ZIP_ERRORS as exc:
         raise RebuildError(f"unreadable base zip: {exc}", ckpt.storage.full(rel)) from exc
     finally:
         local_zip.unlink(missing_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -20,6 +21,12 @@ from .logs import ZIP_METADATA_VERSIONS, split_versioned
 # `../` among them, is a malformed zip: validation reports it, and no action uses the name.
 _LOCAL_SST = re.compile(r"^[0-9]{1,20}\.sst\Z")
 _LOCAL_LOG = re.compile(r"^[0-9]{1,20}\.log\Z")
+# What zipfile raises on damaged bytes besides BadZipFile: a deflate stream that does not inflate
+# (zlib.error), an unknown compression method or an encrypted entry (NotImplementedError,
+# RuntimeError), a truncated entry (EOFError), bad header fields (ValueError, OverflowError).
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError, OverflowError,
+              NotImplementedError, RuntimeError)  # fmt: skip
+
 # The metadata entry lists one line per SST: far below this even for 10^5 SSTs. A larger entry (or
 # one that claims to be, a zip bomb) is refused before it is read.
 MAX_METADATA_BYTES = 64 << 20
@@ -114,5 +121,5 @@ def read_snapshot(fileobj: IO[bytes], path: str) -> Snapshot:
             return Snapshot(tuple((i.filename, i.file_size) for i in zf.infolist()), meta)
     except UnknownFormatVersionError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
+    except ZIP_ERRORS as exc:
         raise UnreadableZipError(f"unreadable zip: {exc}", path) from exc

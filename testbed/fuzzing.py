@@ -1,0 +1,105 @@
+"""Mutational fuzzing of every reader of checkpoint files, seeded from files real queries wrote.
+
+A reader given any bytes either returns or raises CheckpointError (a one-line refusal the CLI turns
+into exit 1 or 2): any other exception is a crash, which is what the fuzz test and `bench/fuzz.py`
+look for. Changelog bodies are mutated inside the compression, then framed again (lz4-java's block
+format, with valid checksums), so the header and record parsers see the mutations and not only the
+checksum that would refuse them first.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from checkpoint.changelog import read_changelog
+from checkpoint.codec import Lz4BlockReader
+from checkpoint.crc import parse_sidecar
+from checkpoint.errors import CheckpointError
+from checkpoint.layout import FileKind, classify
+from checkpoint.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
+from checkpoint.snapshot import parse_zip_metadata, read_snapshot
+from testbed.lz4java import frame
+
+
+def _changelog(body: bytes) -> object:
+    return read_changelog(io.BytesIO(frame(body)).read, "lz4", "1_x.changelog")
+
+
+# target -> what reads it, from bytes
+TARGETS: dict[str, Callable[[bytes], object]] = {
+    "commit": lambda b: parse_commit(7, b, "commits/7"),
+    "offset": lambda b: parse_offset(7, b, "offsets/7"),
+    "operator_metadata": lambda b: parse_operator_metadata(b, "state/0/_metadata/metadata"),
+    "query_metadata": lambda b: parse_query_metadata(b, "metadata"),
+    "zip": lambda b: read_snapshot(io.BytesIO(b), "8_x.zip"),
+    "zip_metadata": lambda b: parse_zip_metadata(b, "metadata"),
+    "changelog_body": _changelog,
+    "changelog_stream": lambda b: read_changelog(io.BytesIO(b).read, "lz4", "1_x.changelog"),
+    "sidecar": lambda b: parse_sidecar(b, "1_x.changelog.crc"),
+}
+
+
+def seeds(checkpoint: Path) -> dict[str, bytes]:
+    """One real file (or, for a changelog body, its decompressed bytes) per target."""
+    found: dict[FileKind, Path] = {}
+    for p in sorted(checkpoint.rglob("*")):
+        if p.is_file() and not p.name.startswith("."):
+            kind = classify(p.relative_to(checkpoint).as_posix()).kind
+            if kind == FileKind.CHANGELOG and p.stat().st_size < 200:
+                continue  # a file with records, not an empty version
+            found.setdefault(kind, p)
+    changelog = found[FileKind.CHANGELOG].read_bytes()
+    zip_bytes = found[FileKind.ZIP].read_bytes()
+    with zipfile.ZipFile(io.BytesIO(zip_bytes)) as zf:
+        zip_metadata = zf.read("metadata")
+    return {
+        "commit": found[FileKind.COMMIT].read_bytes(),
+        "offset": found[FileKind.OFFSET].read_bytes(),
+        "operator_metadata": found[FileKind.OPERATOR_METADATA].read_bytes(),
+        "query_metadata": found[FileKind.QUERY_METADATA].read_bytes(),
+        "zip": zip_bytes,
+        "zip_metadata": zip_metadata,
+        "changelog_body": Lz4BlockReader(io.BytesIO(changelog).read, "seed").read(-1),
+        "changelog_stream": changelog,
+        "sidecar": found[FileKind.SPARK_CRC].read_bytes(),
+    }
+
+
+# A mutation: (kind, position, value). Positions wrap around the data; values are bytes or lengths.
+Mutation = tuple[int, int, int]
+_INTERESTING = (0x00, 0xFF, 0x7F, 0x80, ord("-"), ord("9"), ord("."), ord("/"), ord('"'), ord("\n"))
+
+
+def mutate(data: bytes, mutations: list[Mutation]) -> bytes:
+    """Flips, overwrites, inserts, deletes, truncates and duplicates: the damage a disk, a partial
+    write or a hostile hand does."""
+    out = bytearray(data)
+    for kind, position, value in mutations:
+        at = position % (len(out) + 1)
+        k = kind % 7
+        if k == 0 and out:
+            out[at % len(out)] ^= 1 << (value % 8)
+        elif k == 1 and out:
+            out[at % len(out)] = _INTERESTING[value % len(_INTERESTING)]
+        elif k == 2:
+            out[at:at] = bytes([value % 256]) * (1 + value % 8)
+        elif k == 3:
+            del out[at : at + 1 + value % 16]
+        elif k == 4:
+            del out[at:]
+        elif k == 5:
+            out[at:at] = out[at : at + 1 + value % 64]
+        else:  # digits: ids, sizes and versions grown absurd
+            out[at:at] = b"9" * (1 + value % 40)
+    return bytes(out)
+
+
+def check(target: str, data: bytes) -> None:
+    """Raises whatever the reader raises that is not a refusal (CheckpointError)."""
+    try:
+        TARGETS[target](data)
+    except CheckpointError:
+        pass

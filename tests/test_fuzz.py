@@ -1,0 +1,64 @@
+"""Fuzzing of every reader from real files, with a fixed seed and a bounded count (`bench/fuzz.py`
+runs the long one). Any exception but a refusal (CheckpointError) fails: a traceback is a bug."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkpoint.layout import FileKind, classify
+from testbed.fuzzing import TARGETS, check, mutate, seeds
+
+EXAMPLES = int(os.environ.get("CKPT_FUZZ_EXAMPLES", "150"))
+mutations = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1 << 20), st.integers(0, 255)),
+                     min_size=1, max_size=6)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def real(corpus) -> dict[str, bytes]:
+    return seeds(corpus["watermark"])
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_a_reader_given_damaged_bytes_refuses_or_reads_never_crashes(real, target: str) -> None:
+    @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+    @given(mutations)
+    def fuzz(changes) -> None:
+        check(target, mutate(real[target], changes))
+
+    check(target, real[target])  # the seed itself reads
+    fuzz()
+
+
+KINDS = ["commit", "offset", "operator_metadata", "zip", "changelog", "sidecar"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_command_on_a_damaged_checkpoint_answers_in_one_line(copy_of, kind: str) -> None:
+    """Through the command a user types: a real checkpoint with one file damaged as the fuzzer
+    damages it. Exit 0, 1 or 2, at most one line on stderr, never a traceback."""
+    ckpt = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
+    path = copy_of("watermark")
+    wanted = {"commit": FileKind.COMMIT, "offset": FileKind.OFFSET, "zip": FileKind.ZIP,
+              "operator_metadata": FileKind.OPERATOR_METADATA, "changelog": FileKind.CHANGELOG,
+              "sidecar": FileKind.SPARK_CRC}[kind]  # fmt: skip
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")
+                   and classify(p.relative_to(path).as_posix()).kind == wanted)  # fmt: skip
+    rng = random.Random(f"{kind}-37")  # fixed: the same damage every run
+    victim = files[-1]
+    changes = [(rng.randrange(7), rng.randrange(1 << 20), rng.randrange(256)) for _ in range(3)]
+    victim.write_bytes(mutate(victim.read_bytes(), changes))
+    for args in (["validate", str(path), "--deep"], ["gc", str(path)], ["lineage", str(path)]):
+        out = subprocess.run([ckpt, *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode in (0, 1, 2), (args, out.returncode, out.stderr[-2000:])
+        one_line = "Traceback" not in out.stderr and out.stderr.strip().count("\n") == 0
+        assert one_line, (args, out.stderr[-2000:])
