@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from contextlib import nullcontext
 
 from checkpoint.audit import AuditTrail
@@ -12,10 +14,28 @@ from checkpoint.policy import POLICY, duration_text
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, duration, leased, quiet_period_option, takes_the_lease
+from .common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    WHERE,
+    Result,
+    duration,
+    leased,
+    quiet_period_option,
+    takes_the_lease,
+)
 
 
-def gc(args: argparse.Namespace) -> Result:
+def _stream_candidates(audit: AuditTrail, plan: Plan) -> None:
+    """One JSON line per candidate, read from the manifest a chunk at a time and written as read:
+    memory is one chunk, whatever the plan holds (a document of every candidate would not be)."""
+    for chunk in audit.candidates(plan):
+        sys.stdout.write("".join(json.dumps({"path": c.path, "bytes": c.bytes, "reason": c.reason}) + "\n"
+                                 for c in chunk))  # fmt: skip
+    sys.stdout.flush()
+
+
+def gc(args: argparse.Namespace) -> Result | int:
     storage = Storage(args.path)
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
 
@@ -33,10 +53,10 @@ def gc(args: argparse.Namespace) -> Result:
             checked = check_plan(planned, storage)
             if checked.ok and checked.moved:
                 planned, replanned = plan(), True
-        summary = planned.summary()
-        if args.json:  # the document lists every candidate; the text shows the totals only
-            summary["candidates"] = [{"path": c.path, "bytes": c.bytes, "reason": c.reason}
-                                     for chunk in audit.candidates(planned) for c in chunk]  # fmt: skip
+        if args.candidates:
+            _stream_candidates(audit, planned)
+            return EXIT_OK
+        summary = planned.summary()  # the totals: the candidates are in the manifest (plan_file)
         doc = {"plan": summary, "plan_file": planned.manifest, "applied": False, "replanned": replanned,
                "deleted": [], "failed": [], "skipped": []}  # fmt: skip
         audit.prune(storage.url, planned.planned_at)
@@ -54,9 +74,14 @@ def gc(args: argparse.Namespace) -> Result:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gc", help="plan (and with --apply, delete) files no batch will ever read again")
     p.add_argument("path", help=WHERE)
-    p.add_argument(
+    what = p.add_mutually_exclusive_group()
+    what.add_argument(
         "--apply", action="store_true", help="delete; without it, a dry run that writes the plan only"
     )
+    what.add_argument("--candidates", action="store_true",
+                      help="a dry run that prints every candidate as a JSON line (path, bytes, "
+                      "reason), streamed from the manifest; --json gives the totals and the manifest's "
+                      "path")  # fmt: skip
     p.add_argument("--grace", type=duration, default=POLICY.grace_seconds, metavar="DURATION",
                    help=f"only files older than this (default {duration_text(POLICY.grace_seconds)}; "
                    f"below {duration_text(POLICY.min_grace_seconds)} is refused)")  # fmt: skip

@@ -216,8 +216,12 @@ def test_cli_gc_json_and_dry_run(copy_of) -> None:
     doc = json.loads(dry.stdout)
     assert dry.returncode == 0 and doc["applied"] is False and doc["deleted"] == []
     assert doc["plan"]["files"] > 0 and set(doc["plan"]["by_reason"]) == {"superseded", "unreferenced_sst"}
-    assert all(set(c) == {"path", "bytes", "reason"} for c in doc["plan"]["candidates"])
-    assert all((path / c["path"]).exists() for c in doc["plan"]["candidates"])
+    assert "candidates" not in doc["plan"]  # the document holds the totals, never every candidate
+    streamed = ckpt_cli("gc", str(path), "--candidates", *UNSAFE_NOW)
+    candidates = [json.loads(line) for line in streamed.stdout.splitlines()]
+    assert streamed.returncode == 0 and len(candidates) == doc["plan"]["files"]
+    assert all(set(c) == {"path", "bytes", "reason"} for c in candidates)
+    assert all((path / c["path"]).exists() for c in candidates)
     assert Path(doc["plan_file"]).exists() and "_ckpt_audit" in doc["plan_file"]
     assert not Path(doc["plan_file"]).is_relative_to(path)
 
