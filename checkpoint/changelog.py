@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from .codec import decompressing_reader
-from .errors import CorruptFileError, UnknownFormatVersionError
+from .errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 
 CHANGELOG_VERSIONS = (1, 2, 3, 4)
 LINEAGE_HEADER_CAP = 65_535  # DataOutput.writeUTF's limit: past it the query dies at its next batch
@@ -125,7 +125,7 @@ def _read_header(reader: Reader, path: str, named_v2: bool) -> tuple[ChangelogHe
     try:
         raw = json.loads(text)
         lineage = tuple(LineageEntry(int(e["version"]), str(e["checkpointUniqueId"])) for e in raw)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except MALFORMED as exc:
         raise CorruptFileError(f"malformed lineage header: {exc}", path) from exc
     return ChangelogHeader(version, lineage, size), reader
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-from .errors import CorruptFileError, UnknownFormatVersionError
+from .errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ def parse_sidecar(data: bytes, path: str) -> Sidecar:
     try:
         body = json.loads(data.decode("utf-8"))
         sidecar = Sidecar(str(body["algorithm"]), int(body["value"]), int(body["mainFileSize"]))
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except MALFORMED as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CorruptFileError(f"malformed checksum sidecar: {exc}", path) from exc
     if sidecar.algorithm.upper() != "CRC32C":
         raise UnknownFormatVersionError(path, f"checksum algorithm {sidecar.algorithm}", ("CRC32C",))

@@ -23,6 +23,13 @@ def _restore(cls: type[CheckpointError], text: str, fields: dict) -> CheckpointE
     return error
 
 
+# What interpreting untrusted JSON can raise besides a parse error: a field of the wrong type
+# (TypeError, AttributeError), a missing one (KeyError), a number too large for int() or made of
+# 4,300 digits and more (OverflowError, ValueError), nesting deeper than the parser recurses
+# (RecursionError). A reader turns each into CorruptFileError: a refusal, never a traceback.
+MALFORMED = (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
+
+
 class NotACheckpointError(CheckpointError):
     """The path does not exist, or holds nothing a streaming query wrote."""
 

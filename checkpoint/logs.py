@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CorruptFileError, UnknownFormatVersionError
+from .errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 
 COMMIT_VERSIONS = (1, 2, 3)  # v3 (Spark 4.2+) adds sink metadata
 OFFSET_VERSIONS = (1, 2)  # v2 (Spark 4.2+) names its sources
@@ -45,7 +45,7 @@ def split_versioned(data: bytes, path: str, supported: tuple[int, ...]) -> tuple
 def _json(line: str, path: str) -> Any:
     try:
         return json.loads(line)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
         raise CorruptFileError(f"invalid JSON: {exc}", path) from exc
 
 
@@ -79,15 +79,16 @@ def parse_commit(batch: int, data: bytes, path: str) -> CommitEntry:
     body = _json_object(lines, 0, path, "commit metadata")
     ids = body.get("stateUniqueIds")
     parsed: dict[int, tuple[tuple[str, ...], ...]] | None = None
-    if ids is not None:
-        try:
+    try:
+        if ids is not None:
             parsed = {
                 int(op): tuple(tuple(str(u) for u in store_ids) for store_ids in partitions)
                 for op, partitions in ids.items()
             }
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise CorruptFileError(f"malformed stateUniqueIds: {exc}", path) from exc
-    return CommitEntry(batch, version, int(body.get("nextBatchWatermarkMs", 0)), parsed, commit_digest(data))
+        watermark = int(body.get("nextBatchWatermarkMs", 0))
+    except MALFORMED as exc:
+        raise CorruptFileError(f"malformed commit metadata: {exc}", path) from exc
+    return CommitEntry(batch, version, watermark, parsed, commit_digest(data))
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,12 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
     conf = meta.get("conf") or {}
     if not isinstance(conf, dict):
         raise CorruptFileError("offset metadata 'conf' is not an object", path)
-    return OffsetEntry(
-        batch,
-        version,
-        int(meta.get("batchWatermarkMs", 0)),
-        int(meta.get("batchTimestampMs", 0)),
-        {str(k): str(v) for k, v in conf.items()},
-        tuple(lines[1:]),
-    )
+    try:
+        watermark, timestamp = int(meta.get("batchWatermarkMs", 0)), int(meta.get("batchTimestampMs", 0))
+    except MALFORMED as exc:
+        raise CorruptFileError(f"malformed offset metadata: {exc}", path) from exc
+    return OffsetEntry(batch, version, watermark, timestamp, {str(k): str(v) for k, v in conf.items()},
+                       tuple(lines[1:]))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
             for s in body["stateStoreInfo"]
         )
         op_id, name = int(info["operatorId"]), str(info["operatorName"])
-    except (KeyError, TypeError, ValueError) as exc:
+    except MALFORMED as exc:
         raise CorruptFileError(f"malformed operator metadata: missing or bad {exc}", path) from exc
     props = body.get("operatorPropertiesJson")
     properties = _json(props, path) if isinstance(props, str) and props else None

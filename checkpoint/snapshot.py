@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO
 
-from .errors import CorruptFileError, UnknownFormatVersionError
+from .errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 from .layout import SST_FILE, WAL_FILE
 from .logs import ZIP_METADATA_VERSIONS, split_versioned
 
@@ -81,7 +81,7 @@ def parse_zip_metadata(data: bytes, path: str) -> SnapshotMetadata:
             logs,
             version,
         )
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except MALFORMED as exc:
         raise CorruptFileError(f"malformed zip metadata: {exc}", path) from exc
 
 
