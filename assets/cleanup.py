@@ -156,16 +156,16 @@ def checkpoint_orphan_cleanup(
             result = apply_plan(plan, storage, audit, lease=lease, checked=None if replanned else verdict)
         except CheckpointError as exc:
             raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
-    failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed[:25])
-    if result.failed:
-        context.log.error(f"{len(result.failed)} deletions failed; see {audit.outcomes_url(plan)}")
+    failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed.sample[:25])
+    if result.failed.files:
+        context.log.error(f"{result.failed.files} deletions failed; see {audit.outcomes_url(plan)}")
     return dg.MaterializeResult(
         metadata={
             "applied": True,
-            "deleted_files": len(result.deleted),
-            "deleted_bytes": sum(o.bytes for o in result.deleted),
-            "skipped_files": len(result.skipped),
-            "failed_files": len(result.failed),
+            "deleted_files": result.deleted.files,
+            "deleted_bytes": result.deleted.bytes,
+            "skipped_files": result.skipped.files,
+            "failed_files": result.failed.files,
             "replanned": replanned is not None,
             "plan": dg.MetadataValue.path(plan.manifest),
             "reclaimed_by_reason": dg.MetadataValue.md(

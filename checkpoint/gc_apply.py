@@ -16,13 +16,14 @@ import os
 import signal
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .audit import AuditTrail
-from .gc_plan import GcError, Plan, PlannedFile, Recheck, totals_by
+from .gc_plan import GcError, Plan, PlannedFile, Recheck, Totals
 from .layout import FileKind, classify
 from .lease import Lease
 from .logs import commit_digest
@@ -82,23 +83,57 @@ class Outcome:
         return asdict(self)
 
 
+# What an ApplyResult keeps whole of each kind of outcome: the first ones, and the first distinct
+# reasons why. Every outcome is in the audit trail, appended as it happens; the result keeps
+# running totals, so an apply of millions of files holds what one of a hundred holds.
+SAMPLE = 100
+WHYS = 50
+
+
+@dataclass
+class Tally:
+    """The outcomes of one kind: how many, their bytes, per reason (a plan's), per why, and the
+    first SAMPLE of them."""
+
+    files: int = 0
+    bytes: int = 0
+    by_reason: Totals = field(default_factory=Totals)
+    whys: Counter[str] = field(default_factory=Counter)
+    sample: list[Outcome] = field(default_factory=list)
+
+    def add(self, o: Outcome) -> None:
+        self.files += 1
+        self.bytes += o.bytes
+        self.by_reason.add(o.reason, o.bytes)
+        if o.why in self.whys or len(self.whys) < WHYS:
+            self.whys[o.why] += 1
+        else:
+            self.whys["(other reasons)"] += 1
+        if len(self.sample) < SAMPLE:
+            self.sample.append(o)
+
+
 @dataclass
 class ApplyResult:
     plan_id: str
     check: CheckResult
-    deleted: list[Outcome] = field(default_factory=list)
-    skipped: list[Outcome] = field(default_factory=list)
-    failed: list[Outcome] = field(default_factory=list)
+    deleted: Tally = field(default_factory=Tally)
+    skipped: Tally = field(default_factory=Tally)
+    failed: Tally = field(default_factory=Tally)
 
     def reclaimed_by_reason(self) -> dict[str, dict[str, int]]:
-        return totals_by(self.deleted, "reason")
+        return self.deleted.by_reason.as_dict()
 
     def summary(self) -> dict[str, Any]:
+        """Totals, and the first failures: every outcome is in the outcomes file."""
         return {
-            "deleted": [o.as_dict() for o in self.deleted],
-            "failed": [o.as_dict() for o in self.failed],
-            "skipped": [o.as_dict() for o in self.skipped],
-            "deleted_bytes": sum(o.bytes for o in self.deleted),
+            "deleted": self.deleted.files,
+            "deleted_bytes": self.deleted.bytes,
+            "skipped": self.skipped.files,
+            "skipped_why": dict(self.skipped.whys),
+            "failed": self.failed.files,
+            "failed_why": dict(self.failed.whys),
+            "failures": [o.as_dict() for o in self.failed.sample],
         }
 
 
@@ -151,7 +186,7 @@ def apply_plan(
                 os.kill(os.getpid(), signal.SIGKILL)  # the worst moment: deleted, not yet recorded
             audit.record(plan, outcomes)
             for o in outcomes:
-                getattr(result, o.outcome).append(o)
+                getattr(result, o.outcome).add(o)
     audit.seal(plan)
     return result
 

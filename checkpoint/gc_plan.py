@@ -195,14 +195,6 @@ class Totals:
         return dict(sorted(self._by.items()))
 
 
-def totals_by(items, key: str) -> dict[str, dict[str, int]]:
-    """Files and bytes per value of `key` (reason, store) of planned or processed files."""
-    totals = Totals()
-    for item in items:
-        totals.add(getattr(item, key), item.bytes)
-    return totals.as_dict()
-
-
 def commit_digests(ckpt: Checkpoint) -> dict[int, str]:
     """Digests of the very commit files the plan was computed from (no second read, no race)."""
     return {b.id: b.commit.digest for b in ckpt.batches.values() if b.commit is not None}

@@ -58,7 +58,7 @@ def gc(args: argparse.Namespace) -> Result | int:
             return EXIT_OK
         summary = planned.summary()  # the totals: the candidates are in the manifest (plan_file)
         doc = {"plan": summary, "plan_file": planned.manifest, "applied": False, "replanned": replanned,
-               "deleted": [], "failed": [], "skipped": []}  # fmt: skip
+               "deleted": 0, "failed": 0, "skipped": 0}  # fmt: skip
         audit.prune(storage.url, planned.planned_at)
         if args.apply:
             result = apply_plan(planned, storage, audit, batch_size=args.batch_size, lease=lease)

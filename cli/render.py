@@ -117,14 +117,16 @@ def gc_text(doc: Doc) -> str:
     if not doc["applied"]:
         lines.append("dry run: nothing deleted (add --apply to delete)")
         return "\n".join(lines)
-    counts = f"{len(doc['skipped'])} skipped, {len(doc['failed'])} failed"
-    lines.append(f"applied: {len(doc['deleted'])} deleted ({human_bytes(doc['deleted_bytes'])}), {counts}")
+    counts = f"{doc['skipped']} skipped, {doc['failed']} failed"
+    lines.append(f"applied: {doc['deleted']} deleted ({human_bytes(doc['deleted_bytes'])}), {counts}")
     lines.append(f"check: {doc['check']}")
     if not doc["plan"]["files"]:
         lines.append("nothing to delete")
     elif not doc["deleted"] and not doc["failed"]:
         lines.append("nothing deleted: every candidate was already gone or changed")
-    lines += [f"  FAILED {o['path']}: {o['why']}" for o in doc["failed"]]
+    lines += [f"  FAILED {o['path']}: {o['why']}" for o in doc["failures"]]
+    if doc["failed"] > len(doc["failures"]):
+        lines.append(f"  ... {doc['failed'] - len(doc['failures'])} more failures in the outcomes file")
     lines.append(f"outcomes: {doc['outcomes_file']}")
     return "\n".join(lines)
 

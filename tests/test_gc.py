@@ -122,7 +122,7 @@ def test_apply_keeps_state_and_the_query_restarts_like_an_untouched_copy(
         cleaned, audit=audit, retain_batches=2
     )  # the last two batches: as aggressive as allowed
     result = apply_plan(plan, ckpt.storage, audit)
-    assert not result.failed and len(result.deleted) == plan.files
+    assert not result.failed.files and result.deleted.files == plan.files
 
     assert {b: read_state(spark, cleaned, b, scenario.name) for b in window} == before
     assert all(isinstance(rows, list) for rows in before.values())
@@ -157,9 +157,9 @@ def test_second_apply_of_the_same_plan_deletes_nothing(copy_of, tmp_path) -> Non
     storage = Storage(str(path))
     first = apply_plan(plan, storage, audit)
     second = apply_plan(plan, storage, audit)
-    assert len(first.deleted) == plan.files > 0
-    assert not second.deleted and not second.failed
-    assert {o.why for o in second.skipped} == {"already gone"}
+    assert first.deleted.files == plan.files > 0
+    assert not second.deleted.files and not second.failed.files
+    assert set(second.skipped.whys) == {"already gone"} and second.skipped.files == plan.files
     lines = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
     assert len(lines) == 2 * plan.files
     # The header reads back as planned; the digest is never taken from the manifest itself.
@@ -174,7 +174,7 @@ def test_a_changed_file_is_skipped_not_deleted(copy_of, tmp_path) -> None:
     os.utime(victim, (time.time(), time.time()))
     result = apply_plan(plan, Storage(str(path)), audit)
     assert victim.exists()
-    assert [o.why for o in result.skipped] == ["changed since the plan"]
+    assert dict(result.skipped.whys) == {"changed since the plan": 1}
 
 
 def test_check_refuses_a_plan_whose_commit_log_changed(copy_of, tmp_path) -> None:
@@ -214,7 +214,7 @@ def test_cli_gc_json_and_dry_run(copy_of) -> None:
     path = copy_of("two_actions")
     dry = ckpt_cli("gc", str(path), "--json", *UNSAFE_NOW)
     doc = json.loads(dry.stdout)
-    assert dry.returncode == 0 and doc["applied"] is False and doc["deleted"] == []
+    assert dry.returncode == 0 and doc["applied"] is False and doc["deleted"] == 0
     assert doc["plan"]["files"] > 0 and set(doc["plan"]["by_reason"]) == {"superseded", "unreferenced_sst"}
     assert "candidates" not in doc["plan"]  # the document holds the totals, never every candidate
     streamed = ckpt_cli("gc", str(path), "--candidates", *UNSAFE_NOW)
@@ -229,7 +229,7 @@ def test_cli_gc_json_and_dry_run(copy_of) -> None:
     assert refused.returncode == 2 and "below 15 minutes" in refused.stderr
 
     applied = json.loads(ckpt_cli("gc", str(path), "--json", "--apply", *UNSAFE_NOW).stdout)
-    assert applied["applied"] and len(applied["deleted"]) == doc["plan"]["files"] and not applied["failed"]
+    assert applied["applied"] and applied["deleted"] == doc["plan"]["files"] and not applied["failed"]
     again = ckpt_cli("gc", str(path), "--apply", *UNSAFE_NOW)
     assert again.returncode == 0 and "nothing to delete" in again.stdout
 
@@ -578,7 +578,7 @@ def test_a_manifest_naming_what_a_batch_reads_deletes_nothing_even_with_its_dige
     with pytest.raises(GcError, match="refused, nothing deleted: its manifest names"):
         apply_plan(forged, Storage(str(path)), audit)
     assert _everything(path) == before
-    assert apply_plan(plan, Storage(str(path)), audit).deleted  # the plan as made still applies
+    assert apply_plan(plan, Storage(str(path)), audit).deleted.files  # the plan as made still applies
 
 
 def test_an_idle_running_query_keeps_the_sst_a_future_snapshot_may_reuse(copy_of) -> None:

@@ -56,7 +56,7 @@ def test_live_query_survives_repeated_cleanup(spark, tmp_path) -> None:
                 # The test sets the clock: no grace at all, so only the live-query rules protect the query.
                 plan = plan_gc(ckpt.storage, audit, grace_seconds=0, allow_short_grace=True)
                 assert plan.live
-                deleted += len(apply_plan(plan, ckpt.storage, audit).deleted)
+                deleted += apply_plan(plan, ckpt.storage, audit).deleted.files
                 runs += 1
             time.sleep(0.3)
         feeder.join()

@@ -129,3 +129,7 @@ def test_gc_json_costs_what_the_text_costs_however_many_candidates(tmp_path) -> 
     streamed, printed = _peak_rss(*everything, "--candidates")
     assert files > 150_000 and printed > 10_000_000  # many candidates, all of them printed
     assert as_json <= 1.3 * text and streamed <= 1.3 * text, (text, as_json, streamed)
+    # The apply keeps running totals and the first failures, not an outcome per file: every
+    # outcome is in the audit trail's outcomes file, appended as it happens.
+    applied, _ = _peak_rss(*everything, "--apply", "--json")
+    assert applied <= 1.3 * text, (text, applied)

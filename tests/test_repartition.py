@@ -136,7 +136,7 @@ def test_after_4_to_3_the_product_handles_the_batch_and_cleanup_takes_the_stale_
     stale = {str(p.relative_to(changed)) for p in (changed / "state/0/3").rglob("*") if p.is_file()}
     assert stale and stale <= {c.path for c in candidates_of(plan, audit)}
     applied = apply_plan(plan, Storage(str(changed)), audit)
-    assert not applied.failed and not [p for p in (changed / "state/0/3").rglob("*") if p.is_file()]
+    assert not applied.failed.files and not [p for p in (changed / "state/0/3").rglob("*") if p.is_file()]
     assert ckpt("validate", str(changed)).returncode == 0
     assert_restarts_like_untouched(
         spark, "snapshots", corpus_root / "snapshots", changed, untouched, tmp_path

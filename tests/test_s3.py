@@ -234,8 +234,9 @@ def test_cleanup_on_s3_deletes_what_the_local_plan_names(
     assert proxy.counts()["HeadObject"] == 0 and rechecked >= partitions
     proxy.reset()
     result = apply_plan(remote, Storage(url, options), audit, batch_size=50)
-    assert {o.path for o in result.deleted} == {c.path for c in planned}
-    assert not result.failed
+    deleted = {o["path"] for o in audit.outcomes(remote) if o["outcome"] == "deleted"}  # every one
+    assert deleted == {c.path for c in planned} and result.deleted.files == len(planned)
+    assert not result.failed.files
     counts = proxy.counts()
     assert counts["DeleteObjects"] == math.ceil(len(planned) / 50)
     # The check lists commits/ and offsets/; each delete batch re-stats its candidates with one
@@ -317,7 +318,7 @@ def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path
     proxy.faults.fail_delete_keys, proxy.faults.fail_delete_times = flaky, 1
     sleeps: list[float] = []
     result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
-    assert len(result.deleted) == plan.files and not result.failed
+    assert result.deleted.files == plan.files and not result.failed.files
     assert proxy.counts()["DeleteObjects"] == 2 and len(sleeps) == 1
     assert not any(_direct(s3).exists(f"{bucket}/{k}") for k in flaky)
 
@@ -333,10 +334,10 @@ def test_keys_that_keep_failing_are_reported_and_never_called_deleted(s3, s3_cop
     proxy.faults.fail_delete_keys = {f"{prefix}/{p}" for p in stuck}
     proxy.faults.fail_delete_times = 100
     result = apply_plan(plan, Storage(url, options), audit, attempts=3, sleep=lambda s: None)
-    assert {o.path for o in result.failed} == stuck
-    assert all(o.why.startswith("InternalError") for o in result.failed)
-    assert not stuck & {o.path for o in result.deleted}
-    assert len(result.deleted) == plan.files - 3
+    assert {o.path for o in result.failed.sample} == stuck and result.failed.files == 3
+    assert all(o.why.startswith("InternalError") for o in result.failed.sample)
+    assert not stuck & {o.path for o in result.deleted.sample}
+    assert result.deleted.files == plan.files - 3
     assert all(_direct(s3).exists(f"{bucket}/{prefix}/{p}") for p in stuck)
     recorded = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
     assert {r["path"] for r in recorded if r["outcome"] == "failed"} == stuck
@@ -361,7 +362,7 @@ def test_throttling_is_retried_once_by_one_policy(s3, s3_copy_of, tmp_path) -> N
     proxy.faults.slowdown = {"DeleteObjects": 2, "ListObjectsV2": 2}
     sleeps: list[float] = []
     result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
-    assert len(result.deleted) == plan.files and not result.failed
+    assert result.deleted.files == plan.files and not result.failed.files
     assert proxy.counts()["DeleteObjects"] == 3 and sleeps == []  # 2 throttles, 1 success; no re-drive
 
     url = s3_copy_of("two_actions")
@@ -369,8 +370,8 @@ def test_throttling_is_retried_once_by_one_policy(s3, s3_copy_of, tmp_path) -> N
     proxy.reset()
     proxy.faults.slowdown = {"DeleteObjects": 5}  # more than the 3 attempts allow
     result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
-    assert proxy.counts()["DeleteObjects"] == 3 and not result.deleted
-    assert len(result.failed) == plan.files and all("SlowDown" in o.why for o in result.failed)
+    assert proxy.counts()["DeleteObjects"] == 3 and not result.deleted.files
+    assert result.failed.files == plan.files and all("SlowDown" in o.why for o in result.failed.sample)
     # One listing, not a HEAD per object (a quarter of a second each here).
     left = set(_direct(s3).find(url[len("s3://") :]))
     assert {f"{url[len('s3://') :]}/{c.path}" for c in planned} <= left
@@ -383,7 +384,7 @@ def test_the_audit_trail_on_s3_names_objects_that_exist(s3, s3_copy_of) -> None:
     plan, planned = _plan(url, options, audit)
     first = apply_plan(plan, Storage(url, options), audit)
     again = apply_plan(plan, Storage(url, options), audit)  # idempotent: everything already gone
-    assert len(first.deleted) == plan.files and not again.deleted
+    assert first.deleted.files == plan.files and not again.deleted.files
     direct = _direct(s3)
     assert audit.read_plan(plan.manifest) == dataclasses.replace(plan, digest="")
     assert direct.exists(plan.manifest[len("s3://") :])
