@@ -79,15 +79,18 @@ def parse_commit(batch: int, data: bytes, path: str) -> CommitEntry:
     body = _json_object(lines, 0, path, "commit metadata")
     ids = body.get("stateUniqueIds")
     parsed: dict[int, tuple[tuple[str, ...], ...]] | None = None
-    try:
-        if ids is not None:
+    if ids is not None:
+        try:
             parsed = {
                 int(op): tuple(tuple(str(u) for u in store_ids) for store_ids in partitions)
                 for op, partitions in ids.items()
             }
+        except MALFORMED as exc:
+            raise CorruptFileError(f"malformed stateUniqueIds: {exc}", path) from exc
+    try:
         watermark = int(body.get("nextBatchWatermarkMs", 0))
     except MALFORMED as exc:
-        raise CorruptFileError(f"malformed commit metadata: {exc}", path) from exc
+        raise CorruptFileError(f"malformed nextBatchWatermarkMs: {exc}", path) from exc
     return CommitEntry(batch, version, watermark, parsed, commit_digest(data))
 
 
