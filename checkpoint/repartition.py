@@ -40,6 +40,7 @@ SUPPORTED_OPERATORS = frozenset({
 })  # fmt: skip
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 _LOG_FOLDERS = ("offsets", "commits")
+_OPERATOR_FOLDERS = ("_metadata", "_stateSchema")  # state/<op>/...: operator metadata v1 and v2, schemas
 
 
 class RepartitionRefused(CheckpointError):
@@ -199,14 +200,19 @@ def state_readers(ckpt: Checkpoint) -> list[StateReader]:
 
 @dataclass(frozen=True)
 class Before:
-    """The files of the logs and of every state partition folder before the rewrite, folder by
-    folder: JSON lines `{"folder": ..., "files": [[name, size], ...]}`."""
+    """The files of the logs, of each operator's metadata and schema folders, and of every state
+    partition folder before the rewrite, folder by folder: JSON lines `{"folder": ..., "files":
+    [[name, size], ...]}`. The metadata folders are there because a repartition writes operator
+    metadata v2 and schema files for its batch (transformWithState): an undo takes them back too.
+    A record made before they were listed undoes what it lists."""
 
     lines: list[str]
 
     @staticmethod
     def folders_of(storage: Storage) -> list[str]:
-        return list(_LOG_FOLDERS) + state_partition_folders(storage)
+        operators = sorted({f.rsplit("/", 1)[0] for f in state_partition_folders(storage)})
+        metadata = [f"{op}/{sub}" for op in operators for sub in _OPERATOR_FOLDERS]
+        return list(_LOG_FOLDERS) + metadata + state_partition_folders(storage)
 
     @staticmethod
     def take(storage: Storage) -> Before:

@@ -192,6 +192,23 @@ def test_undo_on_request_puts_the_checkpoint_back_and_refuses_once_the_query_ran
     assert refused.returncode == 2 and "after repartition batch" in refused.stderr
 
 
+def test_undo_takes_back_the_operator_metadata_and_schemas_a_transform_with_state_repartition_wrote(
+    spark, corpus, tmp_path
+) -> None:
+    """transformWithState keeps operator metadata v2 (`_metadata/v2/<batch>`) and schema files
+    (`_stateSchema/`) per batch; a repartition writes them for its own batch. The undo used to leave
+    them behind, naming a batch that no longer exists. Now the whole tree is as it was."""
+    path = tmp_path / "ckpt"
+    copy_checkpoint(corpus["list_state"], path)
+    before = tree_digest(path)
+    _run(spark, path, 8)
+    written = set(tree_digest(path)) - set(before)
+    assert any("/_metadata/v2/" in rel for rel in written), sorted(written)[:20]
+    out = ckpt("repartition", str(path), "--undo", "--query-stopped", "--json")
+    assert out.returncode == 0, out.stderr
+    assert tree_digest(path) == before
+
+
 def _refusal(args: list[str], path: Path, message: str) -> None:
     before = tree_digest(path)
     out = ckpt("repartition", str(path), *args)
