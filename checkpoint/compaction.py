@@ -16,6 +16,7 @@ from .errors import CheckpointError
 from .lineage import StoreLineage, checkpoint_lineage
 from .model import Checkpoint
 from .policy import POLICY
+from .snapshot import WRITTEN_ZIP_METADATA_VERSION
 from .validate import Severity, ValidationOptions, validate
 
 # Error findings that compaction repairs instead of refusing.
@@ -27,9 +28,8 @@ class CompactionRefused(CheckpointError):
     release has not proven: nothing is planned, nothing is written."""
 
 
-# The zip metadata version the rebuild writes (`v1`), and the Sparks proven by a restart to read it
-# in a format V2 checkpoint: 4.1 to 4.3. Spark 4.0 writes `v2` there and refuses `v1`.
-WRITTEN_ZIP_METADATA_VERSION = 1
+# The Sparks proven by a restart to read the zip metadata version the rebuild writes, in a format
+# V2 checkpoint. Spark 4.0 writes `v2` there and refuses `v1`.
 PROVEN_SPARKS = "4.1 to 4.3"
 
 
@@ -127,7 +127,6 @@ def _refuse_unproven_writer(ckpt: Checkpoint, entry: StoreLineage) -> None:
     the store's own files: its base zip's metadata line (`v2`: 4.0; `v1`: 4.1 or later), or, with
     no base, the committed changelog's `.crc` sidecar, which only 4.1 and later write (one HEAD).
     A store that shows neither cannot be told apart from 4.0's, and is refused."""
-    where = ckpt.storage.full(entry.committed_file.rel if entry.committed_file else "")
     if entry.base is not None:
         version = ckpt.read_snapshot(entry.base).metadata.version
         if version == WRITTEN_ZIP_METADATA_VERSION:
@@ -145,7 +144,7 @@ def _refuse_unproven_writer(ckpt: Checkpoint, entry: StoreLineage) -> None:
         f".crc sidecar (Spark {PROVEN_SPARKS} write one unless spark.sql.streaming.checkpoint."
         "fileChecksum.enabled is off; Spark 4.0 never does, and refuses the snapshot this release "
         "writes). Nothing was written",
-        where,
+        ckpt.storage.full(entry.committed_file.rel if entry.committed_file else ""),
     )
 
 

@@ -315,9 +315,10 @@ class Recheck:
         parts = path.split("/")
         what = classify(path)
         folder = "/".join(parts[:3])
-        if (what.kind not in _DELETABLE or len(parts) < 4 or ".." in parts or "" in parts
-                or folder not in self._folders):  # fmt: skip
+        if what.kind not in _DELETABLE:
             self._refuse(path, f"a {what.kind.value} file, which cleanup never deletes")
+        if len(parts) < 4 or ".." in parts or "" in parts or folder not in self._folders:
+            self._refuse(path, "a path outside the checkpoint's state partition folders")
         if folder != self._folder:
             self._decide(folder)
         if path not in self._listed or path in self._candidates:

@@ -49,7 +49,13 @@ from .layout import MAINT_TEMP_PREFIX, FileKind
 from .lineage import StoreLineage
 from .model import Checkpoint, CheckpointFile
 from .policy import POLICY, Policy
-from .snapshot import ZIP_ERRORS, SnapshotMetadata, parse_zip_metadata, read_metadata_entry
+from .snapshot import (
+    WRITTEN_ZIP_METADATA_VERSION,
+    ZIP_ERRORS,
+    SnapshotMetadata,
+    parse_zip_metadata,
+    read_metadata_entry,
+)
 
 KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
@@ -565,7 +571,8 @@ def _publish(
             for p in sorted(checkpoint_dir.iterdir()):
                 if p.name.startswith(prefix) or (prefix == ".log" and p.name.endswith(".log")):
                     zf.write(p, p.name)
-        zf.writestr("metadata", "v1\n" + json.dumps(meta, separators=(",", ":")))
+        body = json.dumps(meta, separators=(",", ":"))
+        zf.writestr("metadata", f"v{WRITTEN_ZIP_METADATA_VERSION}\n{body}")
     data = buf.getvalue()
     if os.environ.get(KILL_BEFORE_ZIP_ENV):  # fault injection for crash tests: SSTs are out, the zip is not
         os.kill(os.getpid(), signal.SIGKILL)

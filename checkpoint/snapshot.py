@@ -27,6 +27,10 @@ _LOCAL_LOG = re.compile(r"^[0-9]{1,20}\.log\Z")
 ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError, OverflowError,
               NotImplementedError, RuntimeError)  # fmt: skip
 
+# The metadata version a rebuilt snapshot carries: what Spark 4.1 to 4.3 write in format V2, and
+# what Spark 4.0 refuses there (it writes v2). Compaction refuses a store of another generation.
+WRITTEN_ZIP_METADATA_VERSION = 1
+
 # The metadata entry lists one line per SST: far below this even for 10^5 SSTs. A larger entry (or
 # one that claims to be, a zip bomb) is refused before it is read.
 MAX_METADATA_BYTES = 64 << 20

@@ -8,7 +8,6 @@ the replay chains whole: lz4/zstd block checksums and the `.crc` sidecars.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -17,7 +16,7 @@ from itertools import pairwise
 from .changelog import LINEAGE_HEADER_CAP
 from .crc import Checksumming, parse_sidecar
 from .errors import CheckpointError, UnknownFormatVersionError
-from .layout import FORK_COMPLETE, FORK_STARTED, LONG_MAX, FileKind
+from .layout import FORK_COMPLETE, FORK_STARTED, FileKind
 from .lineage import StoreLineage, checkpoint_lineage
 from .model import Checkpoint, CheckpointFile, StoreId
 from .policy import POLICY
@@ -218,13 +217,7 @@ Span = tuple[int, int]  # first and last batch id of a run, both included
 def _missing_spans(ids: set[int]) -> list[Span]:
     """The runs of ids missing between the smallest and the largest: as many as there are gaps,
     whatever their length (a stray `commits/9223372036854775806` is one span, not a set of 10^18)."""
-    ordered = sorted(ids)
-    return [(a + 1, b - 1) for a, b in zip(ordered, ordered[1:], strict=False) if b > a + 1]
-
-
-def _in_spans(n: int, spans: list[Span]) -> bool:
-    i = bisect.bisect_right(spans, (n, LONG_MAX)) - 1
-    return i >= 0 and spans[i][0] <= n <= spans[i][1]
+    return [(a + 1, b - 1) for a, b in pairwise(sorted(ids)) if b > a + 1]
 
 
 def _spans_text(spans: list[Span]) -> str:
@@ -241,7 +234,10 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
         yield _finding(
             "OFFSET_LOG_GAP", full("offsets"), f"offsets missing for batches {_spans_text(offset_gaps)}"
         )
-    for b in sorted(b for b in commits - offsets if not _in_spans(b, offset_gaps)):
+    # A commit without offsets strictly between the first and the last offset is inside a gap,
+    # which is its finding already.
+    first, last = min(offsets, default=0), max(offsets, default=-1)
+    for b in sorted(b for b in commits - offsets if not first < b < last):
         yield _finding(
             "COMMIT_WITHOUT_OFFSETS",
             full(f"commits/{b}"),
