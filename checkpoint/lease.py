@@ -24,7 +24,12 @@ One holder, ever:
   never stretches the expiry.
 
 A lease past its expiry (a holder killed with -9) is taken over by creating the next generation; the
-takeover is appended to `lease-takeovers.jsonl`.
+takeover is appended to `lease-takeovers.jsonl`. The expiry is the holder's clock; a taker whose
+clock runs ahead would read a live lease as expired. So a takeover also needs the holder's record to
+have gone unwritten for the holder's TTL by the storage's own clock (`Storage.now`: the mtime of a
+probe, against the record's mtime), the one clock both sides' writes are stamped with. A holder
+renews every third of its TTL and stops acting at 80 % of it after its last renewal, by elapsed
+time on its own clock, so no offset between any two clocks lets both act.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ class Holder:
     started: float
     expires: float
     released: bool = False  # a marker that keeps the generation count going once it is given back
+    ttl: float = 0.0  # the holder's own TTL; 0 in records written before it was kept
 
     def describe(self, now: float) -> str:
         left = self.expires - now
@@ -156,7 +162,7 @@ class Lease:
 
     def _body(self, expires: float, released: bool = False) -> bytes:
         holder = Holder(self.owner, socket.gethostname(), os.getpid(), self.token,
-                        self._started, expires, released)  # fmt: skip
+                        self._started, expires, released, self.ttl)  # fmt: skip
         return json.dumps(asdict(holder)).encode()
 
     def acquire(self, wait: float = 0.0, poll: float = 2.0) -> Lease:
@@ -166,10 +172,12 @@ class Lease:
         while True:
             now = self.clock()
             found = self._newest()
-            if found is not None and not found[1].released and found[1].expires > now:
+            held = found is not None and not found[1].released and self._still_held(*found, now)
+            if held:
                 if now >= deadline:
-                    raise LeaseHeld(f"another action holds the maintenance lease: {found[1].describe(now)}",
-                                    self.location)  # fmt: skip
+                    assert found is not None
+                    raise LeaseHeld(f"another action holds the maintenance lease: {found[1].describe(now)}"
+                                    f"{held if isinstance(held, str) else ''}", self.location)  # fmt: skip
                 self.sleep(min(poll, deadline - now))
                 continue
             generation = (found[0] + 1) if found else 1
@@ -189,6 +197,25 @@ class Lease:
                 self._record_takeover(self.took_over, now)
             self._forget_older(generation)
             return self
+
+    def _still_held(self, generation: int, holder: Holder, now: float) -> bool | str:
+        """Whether a holder's lease stands: its expiry not passed by this host's clock, or its record
+        written less than its TTL ago by the storage's clock (then a reason, for the message)."""
+        if holder.expires > now:
+            return True
+        ttl = holder.ttl or self.ttl
+        written = self.storage.stat(self._rel(generation))
+        storage_now = self.storage.now(self.folder, MAINT_TEMP_PREFIX)
+        if written is None:
+            return False  # gone since the listing: the next round reads the folder again
+        if written.mtime is None or storage_now is None:
+            return "; this storage keeps no modification times, so no takeover can rule out clock skew"
+        silent = storage_now - written.mtime
+        if silent >= ttl:
+            return False
+        return (f"; its expiry passed by this host's clock, but the storage's clock saw it written "
+                f"{silent:.0f} s ago, less than its TTL ({ttl:.0f} s): the clocks disagree, and it "
+                f"is taken over only after {ttl - silent:.0f} s more without a renewal")  # fmt: skip
 
     def _record_takeover(self, expired: Holder, now: float) -> None:
         entry = {"at": now, "generation": self.generation, "taken_by": self.owner, "pid": os.getpid(),

@@ -746,6 +746,19 @@ class Storage:
         _link_into_place(target, temp_prefix, fill)
         return None
 
+    def now(self, folder: str, temp_prefix: str) -> float | None:
+        """Now by the clock that stamps this storage's mtimes (the object store's, the file
+        server's, the kernel's): the mtime of an empty probe written into `folder`, then removed.
+        None when the backend keeps no mtimes. Two hosts that compare ages on this one clock need
+        not trust each other's (the lease's takeover)."""
+        rel = f"{folder}/{temp_prefix}clock.{uuid.uuid4().hex}.tmp"
+        self.write_if_absent(rel, b"", temp_prefix)
+        try:
+            probe = self.stat(rel)
+        finally:
+            self.delete_batch([rel])
+        return probe.mtime if probe else None
+
     def replace_own(self, rel: str, data: bytes, etag: str | None, temp_prefix: str) -> str | None:
         """Replaces a small file of this tool's own that only its writer changes (a lease
         generation) atomically; returns the new ETag on S3. S3: a conditional PUT `If-Match` on

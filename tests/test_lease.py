@@ -40,6 +40,14 @@ def _lease(root: Path, owner: str, clock: Clock, ttl: float = 60) -> Lease:
     return Lease(Storage(str(root)), "ckpt-0001", owner, ttl=ttl, clock=clock, sleep=clock.sleep)
 
 
+def _unwritten_for(root: Path, seconds: float) -> None:
+    """The storage's clock saw no write to the lease for `seconds`: its files back-dated, as a
+    manual clock cannot move the clock that stamps mtimes."""
+    for path in (root / "ckpt-0001" / "lease").iterdir():
+        stamp = path.stat().st_mtime - seconds
+        os.utime(path, (stamp, stamp))
+
+
 def test_one_holder_at_a_time_and_an_expired_lease_is_taken_over(tmp_path) -> None:
     clock = Clock()
     a, b = _lease(tmp_path, "ckpt gc --apply", clock), _lease(tmp_path, "dagster run r1 (cleanup)", clock)
@@ -52,6 +60,7 @@ def test_one_holder_at_a_time_and_an_expired_lease_is_taken_over(tmp_path) -> No
     with pytest.raises(LeaseHeld, match="expires in 15 s"):
         b.acquire()
     clock.now += 16  # a stopped renewing (killed): its lease expired
+    _unwritten_for(tmp_path, 61)
     b.acquire()
     assert b.generation == a.generation + 1 and b.took_over.owner == "ckpt gc --apply"
     takeovers = (tmp_path / "ckpt-0001" / "lease-takeovers.jsonl").read_text().splitlines()
@@ -86,6 +95,7 @@ def test_the_aba_sequence_leaves_one_holder(tmp_path) -> None:
     a = _lease(tmp_path, "A", clock)
     a.acquire()
     clock.now += 61  # A stalls past its expiry
+    _unwritten_for(tmp_path, 61)
     b = _lease(tmp_path, "B", clock).acquire()
     assert b.took_over.owner == "A"
     held_by_b = b.generation
@@ -151,9 +161,36 @@ def test_renewals_that_keep_failing_stop_the_holder_before_its_expiry(tmp_path, 
     with pytest.raises(LeaseHeld):
         b.acquire()  # the stopped holder's lease still stands until its expiry ...
     clock.now += 13
+    _unwritten_for(tmp_path, 61)
     b.acquire()  # ... and is taken over after it
     with pytest.raises(LeaseLost):
         a.check()
+
+
+def test_a_taker_whose_clock_runs_ahead_waits_for_the_storages_clock(tmp_path) -> None:
+    """The expiry is the holder's clock; a taker 10 minutes ahead reads it as passed. The holder's
+    record, written a moment ago by the storage's clock, keeps the lease until it has gone a whole
+    TTL unwritten."""
+    holder_clock, ahead = Clock(), Clock()
+    ahead.now += 600
+    a = _lease(tmp_path, "A", holder_clock).acquire()
+    b = _lease(tmp_path, "B", ahead)
+    with pytest.raises(
+        LeaseHeld,
+        match=r"expired 540 s ago; its expiry passed by this host's clock, but "
+        r"the storage's clock saw it written 0 s ago.*after 60 s more",
+    ):
+        b.acquire()
+    holder_clock.now += 30
+    a.renew()
+    a.check()  # still its own
+    _unwritten_for(tmp_path, 40)
+    with pytest.raises(LeaseHeld, match="after 20 s more"):
+        b.acquire()
+    _unwritten_for(tmp_path, 20)  # A stopped renewing a whole TTL ago
+    b.acquire()
+    assert b.took_over.owner == "A" and b.took_over.ttl == 60
+    assert not list((tmp_path / "ckpt-0001" / "lease").glob(".*clock*"))  # the probes are gone
 
 
 def _fail(*args, **kwargs):
