@@ -31,6 +31,7 @@ from jobs.repartition import predict, repartition, rows_per_partition
 from jobs.spark_session import local_session, scoped_confs
 from testbed.copying import copy_checkpoint
 from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
+from testbed.generations import child_env, restart_with
 from testbed.operators import OPERATOR_SCENARIOS, ensure_operator_corpus
 from testbed.restart import differences, restart
 
@@ -164,12 +165,9 @@ def check(work: Path, to: int) -> int:
 def compat(work: Path, python: str) -> int:
     """Checkpoints written by `python`'s PySpark, repartitioned 4 -> 8 here, restarted under that
     PySpark and under this one, each against an untouched copy restarted the same way."""
-    import os
-
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = work / "written"
     subprocess.run(
-        [python, "-m", "testbed.corpus", str(out), "--only", *_COMPAT_SCENARIOS], check=True, env=env
+        [python, "-m", "testbed.corpus", str(out), "--only", *_COMPAT_SCENARIOS], check=True, env=child_env()
     )
     version = json.loads((out / MANIFEST).read_text())["spark_version"]
     spark = _session()
@@ -187,20 +185,9 @@ def compat(work: Path, python: str) -> int:
             if restarted_by == spark.version:
                 after = [restart(spark, name, out / name, p, extra) for p in (changed, untouched)]
             else:
-                after = []
-                for p in (changed, untouched):
-                    result = base / f"{p.name}.json"
-                    command = [
-                        "-m",
-                        "testbed.restart",
-                        name,
-                        str(out / name),
-                        str(p),
-                        str(extra),
-                        str(result),
-                    ]
-                    subprocess.run([python, *command], check=True, env=env)
-                    after.append(json.loads(result.read_text()))
+                runs = [{"scenario": name, "scenario_dir": out / name, "checkpoint": p, "extra": extra}
+                        for p in (changed, untouched)]  # fmt: skip
+                after = restart_with(Path(python), runs, base / "restarts")
             diff = differences(*after)
             failed += bool(diff)
             verdict = "equals" if not diff else f"DIFFERS FROM ({diff})"

@@ -590,10 +590,15 @@ def _publish(
 
 
 def _refuse_taken_names(ckpt: Checkpoint, folder: str, entry: StoreLineage) -> None:
-    """The zip's name and its sidecar's must both be free. A leftover `<v>_<u>.zip.crc` would sit
+    """The zip's name and its sidecars' must all be free. A leftover `<v>_<u>.zip.crc` would sit
     beside the new zip without matching it, and Spark prefers that zip to the replay chain: the
-    store would no longer load. Two stats (HEADs on S3), whatever the folder holds."""
-    for name in (f"{entry.version}_{entry.unique_id}.zip", f"{entry.version}_{entry.unique_id}.zip.crc"):
+    store would no longer load. On a local disk so would Hadoop's hidden `.<v>_<u>.zip.crc`, which
+    its local file system checks on every read (seen: a ChecksumException at the restart, when a
+    zip Spark had uploaded was gone and its checksum file not). Two stats (HEADs on S3), three
+    on a local disk, whatever the folder holds."""
+    zip_name = f"{entry.version}_{entry.unique_id}.zip"
+    hadoop = [f".{zip_name}.crc"] if ckpt.storage.is_local else []
+    for name in (zip_name, f"{zip_name}.crc", *hadoop):
         if ckpt.storage.stat(f"{folder}/{name}") is not None:
             raise RebuildError(f"{entry.store}: {name} already exists, so no snapshot is published for it "
                                "(a leftover of an earlier attempt? remove it if nothing names it)",

@@ -1,9 +1,12 @@
 """Restarting a corpus query on a changed checkpoint and on an untouched copy, and what to compare:
 the rows it emits and its state as a user reads it (Spark's state data source). Shared by the
-tests, `bench/repartition.py` and the check under other Spark versions, which runs this module in a
-child process of that version:
+tests, `bench/repartition.py` and the checks under other Spark versions, which run this module in a
+child process of that version (`testbed.generations.restart_under`):
 
-    python -m testbed.restart SCENARIO SCENARIO_DIR CHECKPOINT EXTRA_INPUT OUT.json
+    python -m testbed.restart RUNS.json OUT.json
+
+RUNS.json lists the restarts, each `{"scenario", "scenario_dir", "checkpoint", "extra"}`; they run
+in order in one session, and OUT.json lists what each emitted and the state it ended with.
 """
 
 from __future__ import annotations
@@ -55,9 +58,13 @@ def state_rows(spark, checkpoint: Path | str, name: str) -> list[str]:
     return sorted(rows)
 
 
-def restart(spark, name: str, scenario_dir: Path, checkpoint: Path | str, extra: Path) -> dict[str, Any]:
+def restart(
+    spark, name: str, scenario_dir: Path, checkpoint: Path | str, extra: Path, read_state: bool = True
+) -> dict[str, Any]:
     """The real query again with one more input file (the same for every copy given the same
-    `extra`); what it emitted and the state it ended with."""
+    `extra`); what it emitted and, unless not `read_state`, the state it ended with (Spark 4.0's
+    state data source cannot read a format V2 checkpoint: it ignores the unique ids, and looks for
+    `<v>.changelog`)."""
     from testbed.corpus import write_inputs
     from testbed.operators import scenario_named
 
@@ -70,13 +77,16 @@ def restart(spark, name: str, scenario_dir: Path, checkpoint: Path | str, extra:
     for sub, rows_for in scenario.inputs.items():
         write_inputs(extra / sub if sub else extra, 1, rows_for, start=scenario.batches)
     scenario.run(spark, scenario_dir, checkpoint, max_files=100_000, sink=sink, extra=extra)
+    if not read_state:
+        return {"emitted": sorted(emitted)}
     return {"emitted": sorted(emitted), "state": state_rows(spark, checkpoint, name)}
 
 
 def differences(changed: dict[str, Any], untouched: dict[str, Any]) -> list[str]:
-    """What differs between two restarts; empty when they are equal and not trivially so."""
+    """What differs between two restarts; empty when they are equal and not trivially so (the
+    state only where both read it)."""
     out = []
-    for what in ("emitted", "state"):
+    for what in ("emitted", *(["state"] if "state" in changed or "state" in untouched else [])):
         if not untouched[what]:
             out.append(f"the untouched copy has no {what} rows: nothing to compare")
         elif changed[what] != untouched[what]:
@@ -87,21 +97,21 @@ def differences(changed: dict[str, Any], untouched: dict[str, Any]) -> list[str]
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("scenario")
-    parser.add_argument("scenario_dir", type=Path)
-    parser.add_argument("checkpoint", type=Path)
-    parser.add_argument("extra", type=Path)
+    parser.add_argument("runs", type=Path)
     parser.add_argument("out", type=Path)
     args = parser.parse_args(argv)
     from jobs.spark_session import local_session
 
     spark = local_session(app_name="ckpt-restart")
+    results = []
     try:
-        result = restart(spark, args.scenario, args.scenario_dir, args.checkpoint, args.extra)
-        result["spark_version"] = spark.version
+        for run in json.loads(args.runs.read_text()):
+            where = (Path(run[k]) for k in ("scenario_dir", "checkpoint", "extra"))
+            result = restart(spark, run["scenario"], *where, read_state=run.get("read_state", True))
+            results.append({**result, "spark_version": spark.version})
     finally:
         spark.stop()
-    args.out.write_text(json.dumps(result))
+    args.out.write_text(json.dumps(results))
 
 
 if __name__ == "__main__":

@@ -98,3 +98,13 @@ def s3_copy_of(s3, corpus: dict[str, Path]):
     proxy.reset()  # faults armed by one test never leak into the next
     yield upload
     proxy.reset()
+
+
+@pytest.fixture(scope="session")
+def written_by():
+    """`written_by(version)`: the folder of `testbed.generations.SCENARIOS` as PySpark `version`
+    wrote them (format V2), generated once in a cached virtualenv of that version."""
+    from testbed.corpus import cache_home
+    from testbed.generations import ensure_written_by
+
+    return lambda version: ensure_written_by(cache_home(), version)

@@ -121,34 +121,22 @@ def test_a_task_killed_with_9_fails_its_store_alone(
                            tmp_path / "more-input")  # fmt: skip
 
 
-@pytest.fixture(scope="session")
-def spark40(tmp_path_factory) -> Path:
-    """Checkpoints PySpark 4.0.5 wrote (format V2), generated once in a cached virtualenv."""
-    from testbed.corpus import cache_home
-    from testbed.spark40 import ensure_spark40
-
-    return ensure_spark40(cache_home())
-
-
-@pytest.mark.parametrize("name", ["delta_only", "snapshots"])
-def test_a_checkpoint_spark_4_0_wrote_is_refused_and_nothing_is_written(spark40, tmp_path, name) -> None:
+@pytest.mark.parametrize("name", ["long_chain", "join"])
+def test_a_checkpoint_spark_4_0_wrote_is_refused_and_nothing_is_written(written_by, tmp_path, name) -> None:
     """The reproduction: compaction published zips whose metadata says v1 into checkpoints Spark
     4.0.5 wrote, and every task failed at the restart under 4.0.5 ("Expected v2, but found v1").
-    The generation is told from the store's own files: 4.0's snapshots carry v2 (refused: not
-    proven here); a delta-only chain without the .crc sidecars 4.1+ write cannot be told apart
-    from 4.0's (refused). Exit 2, one line, nothing written. The newest zip of the snapshots case
-    is removed, as before a maintenance round uploads it, so that its chain is a target."""
+    The generation is told from the store's own files: the join's stores sit on 4.0's snapshots,
+    which carry v2 (refused: this release writes v1); the aggregation's delta-only chain has none
+    of the .crc sidecars 4.1+ write, so it cannot be told apart from 4.0's (refused). Exit 2, one
+    line, nothing written."""
     path = tmp_path / name
-    copy_checkpoint(spark40 / name / "checkpoint", path)
-    for newest in {max(p.parent.glob("*.zip"), key=lambda z: int(z.name.split("_")[0]))
-                   for p in path.glob("state/0/*/*.zip")}:  # fmt: skip
-        newest.unlink()
+    copy_checkpoint(written_by("4.0.5") / name / "checkpoint", path)
     before = _files(path)
     validated = subprocess.run([CKPT, "validate", str(path)], capture_output=True, text=True, timeout=120)
     assert validated.returncode == 0, validated.stdout + validated.stderr  # healthy, as 4.0 reads it
     out = _compact(path, "--min-chain", "1")
     assert out.returncode == 2 and out.stdout == "", out.stderr[-2000:]
     assert "refused" in out.stderr and "Nothing was written" in out.stderr
-    assert ("metadata v2" if name == "snapshots" else "cannot tell which Spark") in out.stderr
+    assert ("metadata v2" if name == "join" else "cannot tell which Spark") in out.stderr
     assert out.stderr.strip().count("\n") == 0
     assert _files(path) == before

@@ -1,0 +1,92 @@
+"""Checkpoints written by the other release lines of PySpark with format V2, and restarts under
+them: the proof that this release writes only what the checkpoint's own Spark reads (safety.md).
+
+Each release line runs in a virtualenv of its own (`python_of`: PySpark from PyPI, one ~430 MB
+download, and the two small packages `testbed.corpus` imports), cached beside the corpus as the
+s3a jars are. In it, this project's own corpus generator writes `SCENARIOS`, and
+`python -m testbed.restart` restarts them, so the same queries run under every version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
+
+# The newest patch release of each line before the project's own (4.3, the test session's).
+RELEASES = {"4.0": "4.0.5", "4.1": "4.1.4", "4.2": "4.2.1"}
+# An aggregation whose chain is changelogs only (no base zip: the case that broke under 4.0) and
+# a join whose stores sit on Spark's own snapshots.
+SCENARIOS = ("long_chain", "join")
+# Bump when what a venv holds or how the checkpoints are written changes: it keys the caches.
+GENERATOR_VERSION = 1
+
+_PROJECT = Path(__file__).resolve().parent.parent
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child in another venv: this project importable from the source tree,
+    and nothing that points Spark at this venv's interpreter or installation."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+                                                             "SPARK_HOME", "PYTHONPATH")}  # fmt: skip
+    env["PYTHONPATH"] = str(_PROJECT)
+    return env
+
+
+def python_of(cache: Path, version: str) -> Path:
+    """The interpreter of a cached virtualenv with PySpark `version`."""
+    venv = cache / f"pyspark-{version}"
+    python = venv / "bin" / "python"
+    marker = venv / f"ok-v{GENERATOR_VERSION}"
+    if not marker.exists():
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        packages = [f"pyspark=={version}", "fsspec", "humanfriendly"]
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True, timeout=1800)
+        marker.write_text(version)
+    return python
+
+
+def ensure_written_by(cache: Path, version: str) -> Path:
+    """`SCENARIOS` as PySpark `version` writes them (a corpus folder: `<name>/checkpoint`, the
+    inputs beside it), generated once per generator version."""
+    done = cache / f"written-by-{version}-v{CORPUS_VERSION}.{GENERATOR_VERSION}"
+    if (done / "manifest.json").exists():
+        return done
+    python = python_of(cache, version)
+    work = done.with_name(done.name + ".partial")
+    shutil.rmtree(work, ignore_errors=True)
+    command = [str(python), "-m", "testbed.corpus", str(work), "--only", *SCENARIOS]
+    subprocess.run(command, check=True, env=child_env(), cwd=cache, timeout=1800)
+    written = json.loads((work / "manifest.json").read_text())["spark_version"]
+    if written != version:
+        raise RuntimeError(f"{python} wrote with Spark {written}, not {version}")
+    work.rename(done)
+    return done
+
+
+def restart_under(cache: Path, version: str, runs: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
+    """Restarts under PySpark `version` (see `restart_with`), checked to be that version."""
+    results = restart_with(python_of(cache, version), runs, work)
+    if any(r["spark_version"] != version for r in results):
+        raise RuntimeError(f"restarted under {results[0]['spark_version']}, not {version}")
+    return results
+
+
+def restart_with(python: Path, runs: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
+    """Restarts in one child process of `python` (one JVM): each run names `scenario`,
+    `scenario_dir`, `checkpoint`, `extra` and optionally `read_state` as `testbed.restart.restart`
+    takes them. Returns what each emitted, the state it ended with and the Spark version, in order."""
+    work.mkdir(parents=True, exist_ok=True)
+    spec, out = work / "restarts.json", work / "restarted.json"
+    spec.write_text(json.dumps([{k: v if isinstance(v, bool) else str(v) for k, v in run.items()}
+                                for run in runs]))  # fmt: skip
+    command = [str(python), "-m", "testbed.restart", str(spec), str(out)]
+    subprocess.run(command, check=True, env=child_env(), cwd=work, timeout=1800)
+    return json.loads(out.read_text())
