@@ -151,6 +151,94 @@ def read_changelog_runs(
     return header, parse_runs(reader.read(-1), header.has_column_families, path)
 
 
+def check_changelog(read, codec: str, path: str, named_v2: bool = True, chunk: int = 1 << 20) -> int:
+    """Reads a whole changelog as `read_changelog` does and returns how many records it holds,
+    holding at most `chunk` decoded bytes and one record's framing: validation's deep read, whose
+    memory follows the work, not the file."""
+    header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2)
+    return check_records(reader, header.has_column_families, path, chunk)
+
+
+class _Window:
+    """The decoded bytes a chunk at a time, for `check_records`: what is consumed is dropped."""
+
+    def __init__(self, reader: Reader, path: str, chunk: int):
+        self.reader, self.path, self.chunk = reader, path, chunk
+        self.buf, self.pos, self.offset, self.eof = b"", 0, 0, False
+
+    def _fill(self, n: int) -> bool:
+        """Whether `n` bytes are at hand, reading chunks until they are or the stream ends."""
+        while len(self.buf) - self.pos < n and not self.eof:
+            more = self.reader.read(max(self.chunk, n - (len(self.buf) - self.pos)))
+            self.offset += self.pos
+            self.buf, self.pos = self.buf[self.pos :] + more, 0
+            self.eof = not more
+        return len(self.buf) - self.pos >= n
+
+    def take(self, n: int) -> bytes:
+        if not self._fill(n):
+            raise CorruptFileError("truncated changelog: no end-of-records marker", self.path)
+        out = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def skip(self, n: int) -> None:
+        """Passes over `n` bytes (a key or a value) without holding more than a chunk of them."""
+        while n > 0:
+            if not self._fill(1):
+                raise CorruptFileError("truncated changelog: no end-of-records marker", self.path)
+            step = min(n, len(self.buf) - self.pos)
+            self.pos, n = self.pos + step, n - step
+
+    def rest(self) -> int:
+        """How many bytes are left after the end-of-records marker (reading them all)."""
+        left = len(self.buf) - self.pos
+        while more := self.reader.read(self.chunk):
+            left += len(more)
+        return left
+
+    @property
+    def at(self) -> int:
+        return self.offset + self.pos
+
+
+def check_records(reader: Reader, typed: bool, path: str, chunk: int = 1 << 20) -> int:
+    """The checks of `parse_runs`, record by record from a stream; returns the record count."""
+    window, count = _Window(reader, path, chunk), 0
+    while True:
+        if typed:
+            rtype = window.take(1)[0]
+            if rtype == EOF_RECORD:
+                break
+            rop = _TYPED.get(rtype)
+            if rop is None:
+                raise CorruptFileError(f"unknown record type 0x{rtype:02x} at byte {window.at - 1}", path)
+            (klen,) = _I32.unpack(window.take(4))
+        else:
+            (klen,) = _I32.unpack(window.take(4))
+            if klen == -1:
+                break
+            rop = "put"
+        if klen < 0:
+            raise CorruptFileError(f"bad key length {klen} at byte {window.at - 4}", path)
+        window.skip(klen)
+        (vlen,) = _I32.unpack(window.take(4))
+        if vlen == -1:
+            if rop == "merge":
+                raise CorruptFileError("merge record without a value", path)
+        elif vlen < 0:
+            raise CorruptFileError(f"bad value length {vlen} at byte {window.at - 4}", path)
+        elif rop == "delete":
+            raise CorruptFileError("delete record with a value", path)
+        else:
+            window.skip(vlen)
+        count += 1
+    left = window.rest()
+    if left:
+        raise CorruptFileError(f"{left} bytes after the end-of-records marker", path)
+    return count
+
+
 @dataclass(frozen=True)
 class RecordRun:
     """Consecutive records of one kind, in file order: `values` is None for deletes.

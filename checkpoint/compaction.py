@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from .changelog import LINEAGE_HEADER_CAP
 from .errors import CheckpointError
+from .generation import unproven_writer
 from .lineage import StoreLineage, checkpoint_lineage
 from .model import Checkpoint
 from .policy import POLICY
-from .snapshot import WRITTEN_ZIP_METADATA_VERSION
 from .validate import Severity, ValidationOptions, validate
 
 # Error findings that compaction repairs instead of refusing.
@@ -26,11 +26,6 @@ FIXED_BY_COMPACTION = frozenset({"LINEAGE_HEADER_NEAR_CAP"})
 class CompactionRefused(CheckpointError):
     """The checkpoint has error findings, or was written by a Spark whose snapshot format this
     release has not proven: nothing is planned, nothing is written."""
-
-
-# The Sparks proven by a restart to read the zip metadata version the rebuild writes, in a format
-# V2 checkpoint. Spark 4.0 writes `v2` there and refuses `v1`.
-PROVEN_SPARKS = "4.1 to 4.3"
 
 
 @dataclass(frozen=True)
@@ -122,30 +117,11 @@ def plan_compaction(
 
 
 def _refuse_unproven_writer(ckpt: Checkpoint, entry: StoreLineage) -> None:
-    """Write only what the checkpoint's own Spark reads (safety.md). The rebuild writes zip
-    metadata `v1`, which Spark 4.0 refuses in a format V2 checkpoint. The generation is told from
-    the store's own files: its base zip's metadata line (`v2`: 4.0; `v1`: 4.1 or later), or, with
-    no base, the committed changelog's `.crc` sidecar, which only 4.1 and later write (one HEAD).
-    A store that shows neither cannot be told apart from 4.0's, and is refused."""
-    if entry.base is not None:
-        version = ckpt.read_snapshot(entry.base).metadata.version
-        if version == WRITTEN_ZIP_METADATA_VERSION:
-            return
-        raise CompactionRefused(
-            f"refused: {entry.store} was written by a Spark whose snapshots carry metadata v{version} "
-            f"(Spark 4.0 in format V2); this release writes v{WRITTEN_ZIP_METADATA_VERSION}, proven only "
-            f"under Spark {PROVEN_SPARKS}. Nothing was written",
-            ckpt.storage.full(entry.base.rel),
-        )
-    if entry.committed_file is not None and ckpt.storage.stat(entry.committed_file.rel + ".crc") is not None:
-        return
-    raise CompactionRefused(
-        f"refused: cannot tell which Spark wrote {entry.store}: it has no snapshot and its changelog no "
-        f".crc sidecar (Spark {PROVEN_SPARKS} write one unless spark.sql.streaming.checkpoint."
-        "fileChecksum.enabled is off; Spark 4.0 never does, and refuses the snapshot this release "
-        "writes). Nothing was written",
-        ckpt.storage.full(entry.committed_file.rel if entry.committed_file else ""),
-    )
+    why = unproven_writer(ckpt, entry)
+    if why is not None:
+        where = entry.base or entry.committed_file
+        url = ckpt.storage.full(where.rel if where else "")
+        raise CompactionRefused(f"refused: {why}. Nothing was written", url)
 
 
 def _refuse_on_errors(ckpt: Checkpoint, options: ValidationOptions) -> None:

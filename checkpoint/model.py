@@ -28,6 +28,7 @@ from .changelog import (
     ChangeRecord,
     RecordRun,
     change_records,
+    check_changelog,
     read_changelog_runs,
     read_header,
 )
@@ -293,6 +294,13 @@ class Checkpoint:
     ) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, decoded from `read` as it is pulled (block checksums checked)."""
         return read_changelog_runs(
+            read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
+        )
+
+    def check_changelog(self, f: CheckpointFile, read: Callable[[int], builtins.bytes]) -> int:
+        """How many records the changelog holds, decoded from `read` and checked as a full read
+        checks them, holding a chunk at a time (validation's deep read)."""
+        return check_changelog(
             read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
         )
 

@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import CheckpointError
+from .generation import unproven_writer
 from .layout import FileKind
+from .lineage import checkpoint_lineage
 from .logs import OffsetEntry
 from .model import Checkpoint, state_partition_folders
 from .storage import DELETE_MAX_KEYS, FileInfo, Storage
@@ -139,6 +141,11 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
             "validation has error findings: " + "; ".join(f"{f.code} {f.message}" for f in errors[:3]),
             ckpt.url,
         )
+    for entry in checkpoint_lineage(ckpt, committed):
+        why = unproven_writer(ckpt, entry)
+        if why is not None:
+            raise RepartitionRefused(f"{why}; a repartition writes the state with this release's Spark",
+                                     ckpt.url)  # fmt: skip
     return Preflight(
         checkpoint=ckpt.url,
         latest_batch=committed,

@@ -413,12 +413,12 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
             seen.add(f.rel)
             path = ckpt.storage.full(f.rel)
             # One pass over the file, a chunk at a time: the decoder pulls the bytes and the CRC32C
-            # is taken on the way (the decoded records of one changelog are what memory holds).
+            # is taken on the way; the records are checked as they pass, none is kept.
             with ckpt.storage.open(f.rel, block_size=POLICY.copy_chunk_bytes, size=f.info.size) as fh:
                 tee = Checksumming(fh.read)
                 if f.kind == FileKind.CHANGELOG:
                     try:
-                        ckpt.read_changelog_stream(f, tee.read)
+                        ckpt.check_changelog(f, tee.read)
                     except CheckpointError as exc:
                         yield _finding("CHANGELOG_CORRUPT", path, str(exc))
                 tee.drain(POLICY.copy_chunk_bytes)

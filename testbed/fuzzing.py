@@ -14,7 +14,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.changelog import read_changelog
+from checkpoint.changelog import check_changelog, read_changelog
 from checkpoint.codec import Lz4BlockReader
 from checkpoint.crc import parse_sidecar
 from checkpoint.errors import CheckpointError
@@ -28,6 +28,10 @@ def _changelog(body: bytes) -> object:
     return read_changelog(io.BytesIO(frame(body)).read, "lz4", "1_x.changelog")
 
 
+def _checked_changelog(body: bytes) -> object:
+    return check_changelog(io.BytesIO(frame(body)).read, "lz4", "1_x.changelog", chunk=64)
+
+
 # target -> what reads it, from bytes
 TARGETS: dict[str, Callable[[bytes], object]] = {
     "commit": lambda b: parse_commit(7, b, "commits/7"),
@@ -37,6 +41,7 @@ TARGETS: dict[str, Callable[[bytes], object]] = {
     "zip": lambda b: read_snapshot(io.BytesIO(b), "8_x.zip"),
     "zip_metadata": lambda b: parse_zip_metadata(b, "metadata"),
     "changelog_body": _changelog,
+    "changelog_check": _checked_changelog,  # validation's deep read, a small window
     "changelog_stream": lambda b: read_changelog(io.BytesIO(b).read, "lz4", "1_x.changelog"),
     "sidecar": lambda b: parse_sidecar(b, "1_x.changelog.crc"),
 }
@@ -62,7 +67,8 @@ def seeds(checkpoint: Path) -> dict[str, bytes]:
         "query_metadata": found[FileKind.QUERY_METADATA].read_bytes(),
         "zip": zip_bytes,
         "zip_metadata": zip_metadata,
-        "changelog_body": Lz4BlockReader(io.BytesIO(changelog).read, "seed").read(-1),
+        "changelog_body": (body := Lz4BlockReader(io.BytesIO(changelog).read, "seed").read(-1)),
+        "changelog_check": body,
         "changelog_stream": changelog,
         "sidecar": found[FileKind.SPARK_CRC].read_bytes(),
     }

@@ -2,7 +2,7 @@
 them: the proof that this release writes only what the checkpoint's own Spark reads (safety.md).
 
 Each release line runs in a virtualenv of its own (`python_of`: PySpark from PyPI, one ~430 MB
-download, and the two small packages `testbed.corpus` imports), cached beside the corpus as the
+download, and `PACKAGES`), cached beside the corpus as the
 s3a jars are. In it, this project's own corpus generator writes `SCENARIOS`, and
 `python -m testbed.restart` restarts them, so the same queries run under every version.
 """
@@ -21,11 +21,15 @@ from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
 
 # The newest patch release of each line before the project's own (4.3, the test session's).
 RELEASES = {"4.0": "4.0.5", "4.1": "4.1.4", "4.2": "4.2.1"}
-# An aggregation whose chain is changelogs only (no base zip: the case that broke under 4.0) and
-# a join whose stores sit on Spark's own snapshots.
-SCENARIOS = ("long_chain", "join")
+# An aggregation whose chain is changelogs only (no base zip: the case that broke under 4.0), a
+# join whose stores sit on Spark's own snapshots, and transformWithStateInPandas (operator metadata
+# v2 naming its schema files, which a fork rewrites).
+SCENARIOS = ("long_chain", "join", "list_state")
+# What `testbed.corpus` needs besides PySpark: the project's storage and policy modules, and
+# PySpark's pandas API with its Spark Connect protobufs for transformWithStateInPandas.
+PACKAGES = ("fsspec", "humanfriendly", "pandas", "pyarrow", "protobuf", "grpcio")
 # Bump when what a venv holds or how the checkpoints are written changes: it keys the caches.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 _PROJECT = Path(__file__).resolve().parent.parent
 
@@ -47,7 +51,7 @@ def python_of(cache: Path, version: str) -> Path:
     if not marker.exists():
         if not python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        packages = [f"pyspark=={version}", "fsspec", "humanfriendly"]
+        packages = [f"pyspark=={version}", *PACKAGES]
         subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True, timeout=1800)
         marker.write_text(version)
     return python

@@ -21,6 +21,7 @@ from checkpoint.rebuild import RebuildError, merge_delimiter, rebuild_store
 from jobs.compact import run_compaction
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
+from tests.support import damage
 from tests.support.planning import candidates_of, plan_of
 from tests.support.state import READERS, read_state, restart_like_untouched
 
@@ -90,11 +91,6 @@ def test_spark_loads_the_rebuilt_snapshot_with_the_same_rows(spark, corpus, copy
     assert all(after[e.store] == 0 for e in rebuilt)  # validation reports the shorter chains
 
 
-def _drop_zip(z: Path) -> None:
-    z.unlink()
-    Path(str(z) + ".crc").unlink(missing_ok=True)
-
-
 @pytest.mark.parametrize("name", ["long_chain", "dedup_agg", "join", "join_cf", "list_state"])
 def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root, tmp_path, name) -> None:
     scenario = scenario_named(name)
@@ -103,7 +99,7 @@ def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root,
     copy_checkpoint(corpus[name], untouched)
     newest = load_checkpoint(str(compacted)).latest_committed_batch + 1
     for z in compacted.rglob(f"{newest}_*.zip"):  # Spark's own snapshots of the newest version go first
-        _drop_zip(z)
+        damage.remove(z)
     ckpt = load_checkpoint(str(compacted))
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
     assert targets
@@ -113,7 +109,7 @@ def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root,
     assert {Path(p).name.split("_")[0] for p in fresh} == {str(newest)}
     for z in compacted.rglob("*.zip"):  # every other snapshot goes: only the rebuilt ones remain
         if str(z) not in fresh:
-            _drop_zip(z)
+            damage.remove(z)
     restart_like_untouched(spark, scenario, corpus_root / name, compacted, untouched, tmp_path / "more-input")
 
 

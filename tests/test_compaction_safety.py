@@ -21,14 +21,11 @@ from checkpoint.head import load_head
 from checkpoint.lineage import checkpoint_lineage
 from jobs.compact import run_compaction
 from testbed.copying import copy_checkpoint
+from tests.support import damage
+from tests.support.files import files_of
 
 pytestmark = pytest.mark.slow
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
-
-
-def _files(path: Path) -> dict[str, tuple[int, int]]:
-    return {p.relative_to(path).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in path.rglob("*") if p.is_file()}  # fmt: skip
 
 
 def _compact(path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -39,13 +36,13 @@ def _compact(path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_a_checkpoint_with_error_findings_is_refused_and_nothing_is_written(copy_of) -> None:
     path = copy_of("long_chain")
     (path / "commits" / "20").unlink()  # COMMIT_LOG_GAP: batch 20 planned below a later commit
-    before = _files(path)
+    before = files_of(path)
     with pytest.raises(CompactionRefused, match="COMMIT_LOG_GAP"):
         plan_compaction(load_head(str(path), strict=False, recent=2), min_chain=1, quiet_seconds=0)
     out = _compact(path, "--min-chain", "1")
     assert out.returncode == 2 and out.stdout == ""
     assert "refused" in out.stderr and "COMMIT_LOG_GAP" in out.stderr and "nothing was written" in out.stderr
-    assert _files(path) == before
+    assert files_of(path) == before
 
 
 def _chain_file(path: Path, partition: int) -> Path:
@@ -75,8 +72,7 @@ def test_a_rocksdb_failure_fails_its_store_and_the_others_go_on(spark, copy_of) 
     path = copy_of("snapshots")
     newest = load_head(str(path)).latest_committed_batch + 1
     for z in path.rglob(f"{newest}_*.zip"):  # Spark's own snapshots of the newest version go first
-        z.unlink()
-        Path(f"{z}.crc").unlink(missing_ok=True)
+        damage.remove(z)
     ckpt = load_head(str(path), recent=2)
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
     based = [t for t in targets if t.entry.base is not None]
@@ -131,7 +127,7 @@ def test_a_checkpoint_spark_4_0_wrote_is_refused_and_nothing_is_written(written_
     line, nothing written."""
     path = tmp_path / name
     copy_checkpoint(written_by("4.0.5") / name / "checkpoint", path)
-    before = _files(path)
+    before = files_of(path)
     validated = subprocess.run([CKPT, "validate", str(path)], capture_output=True, text=True, timeout=120)
     assert validated.returncode == 0, validated.stdout + validated.stderr  # healthy, as 4.0 reads it
     out = _compact(path, "--min-chain", "1")
@@ -139,4 +135,4 @@ def test_a_checkpoint_spark_4_0_wrote_is_refused_and_nothing_is_written(written_
     assert "refused" in out.stderr and "Nothing was written" in out.stderr
     assert ("metadata v2" if name == "join" else "cannot tell which Spark") in out.stderr
     assert out.stderr.strip().count("\n") == 0
-    assert _files(path) == before
+    assert files_of(path) == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -14,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoint.layout import FileKind, classify
+from checkpoint.layout import AUDIT_FOLDER, FileKind, classify
 from testbed.fuzzing import TARGETS, check, mutate, seeds
+from tests.support.files import files_of
 
 EXAMPLES = int(os.environ.get("CKPT_FUZZ_EXAMPLES", "150"))
 mutations = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1 << 20), st.integers(0, 255)),
@@ -42,10 +44,15 @@ def test_a_reader_given_damaged_bytes_refuses_or_reads_never_crashes(real, targe
 KINDS = ["commit", "offset", "operator_metadata", "zip", "changelog", "sidecar"]
 
 
+def _within(memory: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_command_on_a_damaged_checkpoint_answers_in_one_line(copy_of, kind: str) -> None:
+def test_a_command_on_a_damaged_checkpoint_answers_in_one_line(copy_of, tmp_path, kind: str) -> None:
     """Through the command a user types: a real checkpoint with one file damaged as the fuzzer
-    damages it. Exit 0, 1 or 2, at most one line on stderr, never a traceback."""
+    damages it. Exit 0, 1 or 2, at most one line on stderr, never a traceback, under a 1 GiB
+    address-space limit, and nothing written but a plan in the audit trail beside it."""
     ckpt = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
     path = copy_of("watermark")
     wanted = {"commit": FileKind.COMMIT, "offset": FileKind.OFFSET, "zip": FileKind.ZIP,
@@ -58,7 +65,12 @@ def test_a_command_on_a_damaged_checkpoint_answers_in_one_line(copy_of, kind: st
     changes = [(rng.randrange(7), rng.randrange(1 << 20), rng.randrange(256)) for _ in range(3)]
     victim.write_bytes(mutate(victim.read_bytes(), changes))
     for args in (["validate", str(path), "--deep"], ["gc", str(path)], ["lineage", str(path)]):
-        out = subprocess.run([ckpt, *args], capture_output=True, text=True, timeout=120)
+        before = files_of(tmp_path)
+        out = subprocess.run([ckpt, *args], capture_output=True, text=True, timeout=120,
+                             preexec_fn=lambda: _within(1 << 30))  # fmt: skip
         assert out.returncode in (0, 1, 2), (args, out.returncode, out.stderr[-2000:])
         one_line = "Traceback" not in out.stderr and out.stderr.strip().count("\n") == 0
         assert one_line, (args, out.stderr[-2000:])
+        after = files_of(tmp_path)
+        written = {rel for rel in before.keys() | after.keys() if before.get(rel) != after.get(rel)}
+        assert all(rel.startswith(f"{AUDIT_FOLDER}/") for rel in written), (args, sorted(written)[:5])

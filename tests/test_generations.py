@@ -1,9 +1,10 @@
 """Every Spark generation with format V2, proven by a restart under its own PySpark: checkpoints
-that PySpark 4.0.5, 4.1.4 and 4.2.1 wrote (an aggregation on a delta-only chain, a join on Spark's
-own snapshots) are compacted (4.1 and 4.2; 4.0 is refused) and cleaned by this release, then
-restarted under the Spark that wrote them beside an untouched copy restarted the same way
-(safety.md: write only what the checkpoint's own Spark reads). The project's own Spark, 4.3,
-is proven the same way by the rest of the suite.
+that PySpark 4.0.5, 4.1.4 and 4.2.1 wrote (`testbed.generations.SCENARIOS`: an aggregation on a
+delta-only chain, a join on Spark's own snapshots, transformWithStateInPandas) are compacted (4.1
+and 4.2; 4.0 is refused) and cleaned by this release, forked (markers and rewritten schema paths),
+and the join repartitioned (4.1 and 4.2; 4.0 is refused), then restarted under the Spark that
+wrote them beside an untouched copy restarted the same way (safety.md: write only what the
+checkpoint's own Spark reads). The project's own Spark, 4.3, is proven so by the rest of the suite.
 """
 
 from __future__ import annotations
@@ -15,22 +16,22 @@ import pytest
 
 from checkpoint.audit import AuditTrail
 from checkpoint.compaction import CompactionRefused, plan_compaction
+from checkpoint.fork import fork
 from checkpoint.gc_apply import apply_plan
 from checkpoint.head import load_head
+from checkpoint.repartition import RepartitionRefused
 from checkpoint.storage import Storage
 from jobs.compact import run_compaction
+from jobs.repartition import repartition
 from testbed.copying import copy_checkpoint
 from testbed.corpus import cache_home
 from testbed.generations import RELEASES, SCENARIOS, restart_under
 from testbed.restart import differences
+from tests.support import damage
+from tests.support.files import files_of
 from tests.support.planning import plan_of
 
 pytestmark = pytest.mark.slow
-
-
-def _files(path: Path) -> dict[str, tuple[int, int]]:
-    return {p.relative_to(path).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in path.rglob("*") if p.is_file()}  # fmt: skip
 
 
 def _before_the_last_upload(checkpoint: Path) -> None:
@@ -39,47 +40,71 @@ def _before_the_last_upload(checkpoint: Path) -> None:
     has no chain to compact. The newest changelog's lineage names an older base, which stays."""
     for store in {p.parent for p in checkpoint.glob("state/**/*.changelog")}:
         newest = max(int(p.name.split("_")[0]) for p in store.glob("*.changelog"))
-        for path in store.glob(f"{newest}_*.zip"):  # with Spark's sidecar and Hadoop's checksum
-            for gone in (path, path.with_name(path.name + ".crc"), path.with_name(f".{path.name}.crc")):
-                gone.unlink(missing_ok=True)
+        for path in store.glob(f"{newest}_*.zip"):
+            damage.remove(path)
+
+
+def _compact_and_clean(spark, path: Path, audit: Path, spark_4_0: bool) -> tuple[int, int]:
+    """Compaction (refused on Spark 4.0, nothing written) and a cleanup that keeps two batches;
+    returns how many stores were compacted and files deleted."""
+    ckpt = load_head(str(path), recent=2)
+    compacted = 0
+    if spark_4_0:
+        before = files_of(path)
+        with pytest.raises(CompactionRefused, match="Nothing was written"):
+            plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+        assert files_of(path) == before
+    else:
+        targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+        outcomes = run_compaction(spark, ckpt, targets)
+        assert targets and all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
+        compacted = len(outcomes)
+    trail = AuditTrail(str(audit))
+    plan = plan_of(path, audit=trail, retain_batches=2, now=time.time() + 7 * 3600)
+    result = apply_plan(plan, Storage(str(path)), trail)
+    assert not result.failed.files and result.deleted.files == plan.files
+    return compacted, result.deleted.files
 
 
 @pytest.mark.parametrize("version", sorted(RELEASES.values()))
-def test_compacted_and_cleaned_checkpoints_restart_under_the_spark_that_wrote_them(
+def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkpoint(
     spark, written_by, tmp_path, version
 ) -> None:
-    corpus = written_by(version)
-    runs, compacted, deleted = [], {}, {}
+    corpus, spark_4_0 = written_by(version), version.startswith("4.0.")
+    runs, done = [], {}
     for name in SCENARIOS:
-        changed, untouched = (copy_checkpoint(corpus / name / "checkpoint", tmp_path / name / copy)
-                              for copy in ("changed", "untouched"))  # fmt: skip
-        for path in (changed, untouched):
-            _before_the_last_upload(path)
-        ckpt = load_head(str(changed), recent=2)
-        if version.startswith("4.0."):
-            before = _files(changed)
-            with pytest.raises(CompactionRefused, match="Nothing was written"):
-                plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
-            assert _files(changed) == before
-        else:
-            targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
-            outcomes = run_compaction(spark, ckpt, targets)
-            assert targets and all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
-            compacted[name] = len(outcomes)
-        audit = AuditTrail(str(tmp_path / name / "audit"))
-        plan = plan_of(changed, audit=audit, retain_batches=2, now=time.time() + 7 * 3600)
-        result = apply_plan(plan, Storage(str(changed)), audit)
-        assert not result.failed.files and result.deleted.files == plan.files
-        deleted[name] = result.deleted.files
-        extra = tmp_path / name / "more-input"
+        work = tmp_path / name
+        copies = {}
+        for copy in ("untouched", "changed", "repartitioned"):
+            copies[copy] = copy_checkpoint(corpus / name / "checkpoint", work / copy)
+            _before_the_last_upload(copies[copy])
+        done[name] = _compact_and_clean(spark, copies["changed"], work / "audit", spark_4_0)
+        fork(Storage(str(copies["changed"])), Storage(str(work / "forked")))
+        copies["forked"] = work / "forked"
+        if name == "join":
+            storage, trail = Storage(str(copies["repartitioned"])), AuditTrail(str(work / "audit"))
+            if spark_4_0:
+                before = files_of(copies["repartitioned"])
+                with pytest.raises(RepartitionRefused, match="metadata v2 .* with this release's Spark"):
+                    repartition(lambda: spark, storage, trail, 8, quiet_seconds=0)
+                assert files_of(copies["repartitioned"]) == before
+            else:
+                repartition(lambda: spark, storage, trail, 8, quiet_seconds=0)
+        if name != "join" or spark_4_0:
+            del copies["repartitioned"]
         # Spark 4.0's state data source cannot read format V2 (see testbed.restart): there the
         # rows the restarted query emits carry the comparison, every key's new aggregate for the
         # aggregation (each input file touches all 9 keys) and the join's matches against state.
-        runs += [{"scenario": name, "scenario_dir": corpus / name, "checkpoint": p, "extra": extra,
-                  "read_state": not version.startswith("4.0.")} for p in (changed, untouched)]  # fmt: skip
-    assert deleted["join"] > 0  # Spark's own older snapshots and changelogs below the window
-    if not version.startswith("4.0."):
-        assert compacted["long_chain"] == 4 and compacted["join"] > 0
+        runs += [{"scenario": name, "scenario_dir": corpus / name, "checkpoint": path, "copy": copy,
+                  "extra": work / "more-input", "read_state": not spark_4_0}
+                 for copy, path in copies.items()]  # fmt: skip
+    assert done["join"][1] > 0  # Spark's own older snapshots and changelogs below the window
+    if not spark_4_0:
+        assert done["long_chain"][0] == 4 and done["join"][0] > 0 and done["list_state"][0] > 0
     restarted = restart_under(cache_home(), version, runs, tmp_path / "restarts")
-    for name, changed, untouched in zip(SCENARIOS, restarted[::2], restarted[1::2], strict=True):
-        assert differences(changed, untouched) == [], (version, name)
+    pairs = list(zip(runs, restarted, strict=True))
+    control = {run["scenario"]: result for run, result in pairs if run["copy"] == "untouched"}
+    compared = [(run["scenario"], run["copy"], differences(result, control[run["scenario"]]))
+                for run, result in pairs if run["copy"] != "untouched"]  # fmt: skip
+    assert [c for c in compared if c[2]] == []
+    assert len(compared) == 2 * len(SCENARIOS) + (0 if spark_4_0 else 1)

@@ -7,16 +7,19 @@ and both replays (forward with dict.update, newest-first with setdefault) must a
 
 from __future__ import annotations
 
+import io
 import struct
+import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from checkpoint import changelog
-from checkpoint.changelog import parse_runs, records_of
+from checkpoint.changelog import check_changelog, check_records, parse_runs, records_of
 from checkpoint.errors import CorruptFileError
 from checkpoint.rebuild import replay, replay_newest_first
+from testbed.lz4java import frame, java_utf
 
 _TYPES = {"put": 0x01, "delete": 0x10, "merge": 0x11}
 
@@ -90,6 +93,39 @@ def test_a_cut_or_extended_stream_is_refused(data, typed: bool) -> None:
         parse_runs(stream[:cut], typed, "mem")
     with pytest.raises(CorruptFileError, match="after the end-of-records marker"):
         parse_runs(stream + b"\x07", typed, "mem")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), typed=st.booleans(), chunk=st.integers(1, 64))
+def test_the_streaming_check_agrees_with_the_parser(data, typed: bool, chunk: int) -> None:
+    """Validation's deep read checks records as they pass, `chunk` decoded bytes at a time (as
+    small as one, so every field straddles a boundary): it counts what the parser reads, and
+    refuses what the parser refuses."""
+    stream = encode(data.draw(record_lists(typed)), typed)
+    assert check_records(io.BytesIO(stream), typed, "mem", chunk) == len(
+        list(records_of(parse_runs(stream, typed, "mem")))
+    )
+    cut = data.draw(st.integers(0, len(stream) - 1))
+    with pytest.raises(CorruptFileError):
+        check_records(io.BytesIO(stream[:cut]), typed, "mem", chunk)
+    with pytest.raises(CorruptFileError, match="1 bytes after the end-of-records marker"):
+        check_records(io.BytesIO(stream + b"\x07"), typed, "mem", chunk)
+
+
+def test_the_deep_read_holds_a_chunk_not_the_changelog() -> None:
+    """A 24 MB changelog (lz4 as Spark frames it) is checked while holding about one chunk: the
+    records of one changelog are not what memory holds (issue 37, item 7)."""
+    records = [("put", b"key-%08d" % i, bytes(200)) for i in range(100_000)]
+    framed = frame(java_utf("v4") + java_utf("[]") + encode(records, True))
+    tracemalloc.start()
+    try:
+        count = check_changelog(io.BytesIO(framed).read, "lz4", "mem", chunk=256 << 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 100_000
+    decoded = len(encode(records, True))
+    assert decoded > 20_000_000 and peak < 4 << 20, peak
 
 
 def test_long_runs_of_one_shape_take_the_vectorised_path(monkeypatch) -> None:

@@ -17,6 +17,7 @@ import pytest
 from checkpoint.errors import CorruptFileError
 from checkpoint.snapshot import parse_zip_metadata
 from tests.support import damage
+from tests.support.files import files_of
 
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 UUID = "83f71141-5fc2-4c14-8508-70d55d699b3e"
@@ -28,11 +29,6 @@ def ckpt(*args: str, memory: int | None = None) -> subprocess.CompletedProcess:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     return subprocess.run([CKPT, *args], capture_output=True, text=True, timeout=300, preexec_fn=limit)
-
-
-def _files(path: Path) -> dict[str, tuple[int, int]]:
-    return {p.relative_to(path).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in path.rglob("*") if p.is_file()}  # fmt: skip
 
 
 def _one_line_error(out: subprocess.CompletedProcess) -> None:
@@ -78,7 +74,7 @@ def test_a_hostile_sst_name_is_an_error_finding_and_nothing_is_written(copy_of, 
     _name_first_sst(
         _base_zip(path), **{k: v.format(outside=str(outside).lstrip("/")) for k, v in names.items()}
     )
-    before = _files(path)
+    before = files_of(path)
     validated = ckpt("validate", str(path), "--json")
     assert validated.returncode == 1
     codes = {f["code"] for f in json.loads(validated.stdout)["findings"]}
@@ -89,7 +85,7 @@ def test_a_hostile_sst_name_is_an_error_finding_and_nothing_is_written(copy_of, 
     forked = ckpt("fork", str(path), str(tmp_path / "fork"))
     assert forked.returncode == 2
     _one_line_error(forked)
-    assert _files(path) == before and not any(outside.iterdir())
+    assert files_of(path) == before and not any(outside.iterdir())
 
 
 @pytest.mark.parametrize(
@@ -129,7 +125,7 @@ def test_an_absurd_batch_id_is_a_one_line_answer_in_bounded_memory(copy_of, batc
     latest = max(int(p.name) for p in (path / "commits").iterdir() if p.name.isdigit())
     for log in ("commits", "offsets"):
         (path / log / batch).write_bytes((path / log / str(latest)).read_bytes())
-    before = _files(path)
+    before = files_of(path)
     validated = ckpt("validate", str(path), memory=1 << 30)
     assert "Traceback" not in validated.stderr and "MemoryError" not in validated.stderr, validated.stderr
     if len(batch) <= 19 and int(batch) <= 2**63 - 1:
@@ -139,4 +135,4 @@ def test_an_absurd_batch_id_is_a_one_line_answer_in_bounded_memory(copy_of, batc
         _one_line_error(planned)
     else:
         assert validated.returncode == 0, validated.stdout + validated.stderr
-    assert _files(path) == before
+    assert files_of(path) == before

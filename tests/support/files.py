@@ -1,0 +1,11 @@
+"""What a folder holds, to prove that an action wrote nothing (or only where it may)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def files_of(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `root`, hidden ones included, with its size and mtime in nanoseconds."""
+    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file()}  # fmt: skip
