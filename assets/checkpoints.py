@@ -1,7 +1,7 @@
 """Read-only assets, one partition per checkpoint: the inventory and the lineage report, with the
 blocking checks that must pass before anything changes a checkpoint.
 
-Both read head-first (checkpoint.head): the logs and what recovery at the latest committed batch
+Both read head-first (checkpoint.model.head): the logs and what recovery at the latest committed batch
 reads, never a listing of `state/`, so an audit costs the same on a checkpoint with a long history.
 """
 
@@ -14,10 +14,10 @@ import pandas as pd
 from assets import markdown
 from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource
+from checkpoint.analysis.report import human_bytes, inventory
+from checkpoint.analysis.validate import Category, Finding, Severity, ValidationOptions, validate
 from checkpoint.errors import CheckpointError
-from checkpoint.model import Checkpoint
-from checkpoint.report import human_bytes, inventory
-from checkpoint.validate import Category, Finding, Severity, ValidationOptions, validate
+from checkpoint.model.checkpoint import Checkpoint
 
 GROUP = "checkpoint_audit"
 # The fleet report is in this group but not partitioned: the per-checkpoint jobs leave it out.

@@ -16,11 +16,12 @@ from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
 from assets.partitions import checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
+from checkpoint.analysis.report import human_bytes
+from checkpoint.cleanup.apply import Outcome, apply_plan, check_plan
+from checkpoint.cleanup.manifest import Plan
+from checkpoint.cleanup.plan import plan_gc
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_apply import Outcome, apply_plan, check_plan
-from checkpoint.gc_plan import Plan, plan_gc
 from checkpoint.policy import parse_duration
-from checkpoint.report import human_bytes
 
 GROUP = "checkpoint_cleanup"
 PLAN_CHECK = "plan_matches_commit_log"

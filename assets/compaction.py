@@ -15,11 +15,11 @@ from tabulate import tabulate
 from assets.checkpoints import checkpoint_lineage_report
 from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource, SparkResource
+from checkpoint.analysis.report import human_bytes
+from checkpoint.compaction.rebuild import RebuildResult
 from checkpoint.errors import CheckpointError
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import Checkpoint
-from checkpoint.rebuild import RebuildResult
-from checkpoint.report import human_bytes
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.lineage import checkpoint_lineage
 
 GROUP = "checkpoint_compaction"
 

@@ -21,8 +21,7 @@ from assets import markdown
 from assets.checkpoints import FLEET_ASSET, GROUP
 from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource
-from checkpoint.errors import CheckpointError
-from checkpoint.fleet import (
+from checkpoint.analysis.fleet import (
     FleetRow,
     fleet_row,
     headroom,
@@ -31,9 +30,10 @@ from checkpoint.fleet import (
     totals,
     unreadable_row,
 )
+from checkpoint.analysis.report import human_bytes
+from checkpoint.analysis.validate import Severity
+from checkpoint.errors import CheckpointError
 from checkpoint.policy import POLICY, Policy
-from checkpoint.report import human_bytes
-from checkpoint.validate import Severity
 
 NO_ERRORS_CHECK = "fleet_no_errors"
 HEADROOM_CHECK = "fleet_lineage_headroom"

@@ -15,14 +15,14 @@ import dagster as dg
 from pydantic import Field, model_validator
 
 from assets.partitions import parse_partition_key, partition_key
-from checkpoint.audit import AuditTrail
-from checkpoint.compaction import plan_compaction
-from checkpoint.discovery import FoundCheckpoint, find_checkpoints
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError
-from checkpoint.head import latest_commit, load_head
-from checkpoint.lease import Lease, LeaseHeld, lease_for
-from checkpoint.model import Checkpoint, load_checkpoint
+from checkpoint.model.checkpoint import Checkpoint, load_checkpoint
+from checkpoint.model.discovery import FoundCheckpoint, find_checkpoints
+from checkpoint.model.head import latest_commit, load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
+from checkpoint.safety.lease import Lease, LeaseHeld, lease_for
 from checkpoint.storage import Storage, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
@@ -237,7 +237,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         return self.checkpoint_storage(key).url
 
     def load(self, key: str, strict: bool = False, **head: Any) -> Checkpoint:
-        """Head-first (checkpoint.head.load_head): the logs and what recovery reads, no state listing."""
+        """Head-first (`model.head.load_head`): the logs and what recovery reads, no state listing."""
         return load_head(self.checkpoint_storage(key), strict=strict, **head)
 
     def load_listed(self, key: str) -> Checkpoint:

@@ -28,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.compaction import plan_compaction
-from checkpoint.model import load_checkpoint
-from checkpoint.rebuild import rebuild_store
+from checkpoint.compaction.rebuild import rebuild_store
+from checkpoint.compaction.targets import plan_compaction
+from checkpoint.model.checkpoint import load_checkpoint
 from jobs.compact import run_compaction
 from jobs.spark_session import local_session
 from testbed.corpus import FREQUENT_SNAPSHOTS, NO_SNAPSHOTS, Scenario, aggregation, ensure_big_base
@@ -69,7 +69,7 @@ def _state_read(spark, path: Path, partition: int | None = None) -> float:
 
 
 def _import_the_rebuild(_) -> int:
-    import checkpoint.rebuild  # noqa: F401
+    import checkpoint.compaction.rebuild  # noqa: F401
 
     return 0
 

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.fork import fork
-from checkpoint.model import load_checkpoint
+from checkpoint.fork.copy import fork
+from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.storage import Storage
 from testbed import synthetic
 from testbed.recovery import recovery_files
@@ -40,7 +40,7 @@ _PEAK = """
 import json, shutil, sys
 mode, src, dest = sys.argv[1:4]
 if mode == "fork":
-    from checkpoint.fork import fork
+    from checkpoint.fork.copy import fork
     from checkpoint.storage import Storage
     fork(Storage(src), Storage(dest))
 else:

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.audit import AuditTrail
-from checkpoint.gc_plan import partitions_at_once, plan_gc, planning_workers
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.plan import partitions_at_once, plan_gc, planning_workers
 from checkpoint.storage import Storage
 from testbed.synthetic import build, iter_files
 

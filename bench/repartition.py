@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.audit import AuditTrail
-from checkpoint.head import load_head
-from checkpoint.repartition import head_profile, state_readers
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.model.head import load_head
+from checkpoint.repartition.guards import head_profile, state_readers
 from checkpoint.storage import Storage
 from jobs.repartition import predict, repartition, rows_per_partition
 from jobs.spark_session import local_session, scoped_confs

@@ -16,14 +16,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.audit import AuditTrail
-from checkpoint.compaction import plan_compaction
-from checkpoint.discovery import find_checkpoints
+from checkpoint.analysis.validate import ValidationOptions, validate
+from checkpoint.cleanup.apply import apply_plan
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.plan import plan_gc
+from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError
-from checkpoint.gc_apply import apply_plan
-from checkpoint.gc_plan import plan_gc
+from checkpoint.model.discovery import find_checkpoints
 from checkpoint.storage import Storage
-from checkpoint.validate import ValidationOptions, validate
 from testbed.copying import upload_checkpoint
 from testbed.corpus import checkpoints, ensure_corpus
 from testbed.s3proxy import S3Proxy

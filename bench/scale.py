@@ -25,13 +25,13 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from checkpoint.compaction import plan_compaction
-from checkpoint.discovery import find_checkpoints
-from checkpoint.head import latest_commit, load_head
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import load_checkpoint
+from checkpoint.analysis.validate import validate
+from checkpoint.compaction.targets import plan_compaction
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.discovery import find_checkpoints
+from checkpoint.model.head import latest_commit, load_head
+from checkpoint.model.lineage import checkpoint_lineage
 from checkpoint.storage import Storage
-from checkpoint.validate import validate
 from testbed import synthetic
 
 WINDOW = 100

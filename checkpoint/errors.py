@@ -50,3 +50,7 @@ class UnknownFormatVersionError(CheckpointError):
 
 class CorruptFileError(CheckpointError):
     """A file is empty, truncated, or fails its checksum or parse."""
+
+
+class GcError(CheckpointError):
+    """Cleanup refused: the message says why; nothing was deleted."""

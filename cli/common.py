@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint.lease import Lease, lease_for
 from checkpoint.policy import POLICY, duration_text, parse_duration
+from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.storage import Storage
 
 EXIT_OK = 0

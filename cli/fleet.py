@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from checkpoint.audit import AuditTrail
-from checkpoint.discovery import scan
-from checkpoint.errors import CheckpointError
-from checkpoint.fleet import fleet_row, needs_attention, ranked, unreadable_row
-from checkpoint.gc_plan import GcError, plan_gc
+from checkpoint.analysis.fleet import fleet_row, needs_attention, ranked, unreadable_row
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.plan import plan_gc
+from checkpoint.errors import CheckpointError, GcError
+from checkpoint.model.discovery import scan
 from checkpoint.storage import Storage
 
 from . import render

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from checkpoint.fork import ForkIncomplete, fork, refuse_overlap
+from checkpoint.fork.copy import ForkIncomplete, fork, refuse_overlap
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 

@@ -7,9 +7,10 @@ import json
 import sys
 from contextlib import nullcontext
 
-from checkpoint.audit import AuditTrail
-from checkpoint.gc_apply import apply_plan, check_plan
-from checkpoint.gc_plan import Plan, plan_gc
+from checkpoint.cleanup.apply import apply_plan, check_plan
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.manifest import Plan
+from checkpoint.cleanup.plan import plan_gc
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.storage import Storage
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.discovery import scan as find
+from checkpoint.analysis.report import inspect_summary, lineage_document, scan_entry, validation_document
+from checkpoint.analysis.validate import ValidationOptions, validate
 from checkpoint.errors import CheckpointError
-from checkpoint.head import load_head
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import load_checkpoint
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.discovery import scan as find
+from checkpoint.model.head import load_head
+from checkpoint.model.lineage import checkpoint_lineage
 from checkpoint.policy import POLICY
-from checkpoint.report import inspect_summary, lineage_document, scan_entry, validation_document
-from checkpoint.validate import ValidationOptions, validate
 
 from . import render
 from .common import EXIT_FINDINGS, WHERE, Result

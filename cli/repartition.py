@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from checkpoint.audit import AuditTrail
-from checkpoint.head import load_head
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY
-from checkpoint.repartition import RepartitionFailed, head_profile
+from checkpoint.repartition.guards import RepartitionFailed, head_profile
 from checkpoint.storage import Storage
 
 from . import render

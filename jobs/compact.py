@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.progress import Progress, report
 
 if TYPE_CHECKING:
-    from checkpoint.compaction import Target
-    from checkpoint.lineage import StoreLineage
-    from checkpoint.model import Checkpoint, StoreId
-    from checkpoint.rebuild import RebuildResult
+    from checkpoint.compaction.rebuild import RebuildResult
+    from checkpoint.compaction.targets import Target
+    from checkpoint.model.checkpoint import Checkpoint, StoreId
+    from checkpoint.model.lineage import StoreLineage
 
 log = logging.getLogger(__name__)
 Task = tuple["Checkpoint", "StoreLineage"]
@@ -70,8 +70,8 @@ _KILL_PROPERTY = "ckpt.kill_store"
 
 
 def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
+    from checkpoint.compaction.rebuild import rebuild_store
     from checkpoint.errors import CheckpointError
-    from checkpoint.rebuild import rebuild_store
 
     started, task = time.monotonic(), (ckpt, entry)
     _maybe_die(entry.store)

@@ -1,6 +1,6 @@
 """Repartitioning a stopped query's state with Spark's own repartitioner, made safe: preflight, a
 backup, the rewrite, proof that every store holds the same rows where Spark's hash puts them, and
-the way back. The rules are in `checkpoint/repartition.py`; Spark does the rewrite, reads the
+the way back. The rules are in `checkpoint/repartition/guards.py`; Spark does the rewrite, reads the
 state (its state data source) and hashes the keys (its `hash`, the Murmur3 of HashPartitioning):
 nothing of either is re-implemented here.
 
@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from checkpoint.audit import AuditTrail, folder_name
+from checkpoint.analysis.validate import Severity, validate
+from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.errors import CheckpointError
-from checkpoint.fork import fork
-from checkpoint.head import load_head
-from checkpoint.lease import LeaseLost
+from checkpoint.fork.copy import fork
+from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
-from checkpoint.repartition import (
+from checkpoint.repartition.guards import (
     Before,
     Preflight,
     RepartitionFailed,
@@ -41,8 +41,9 @@ from checkpoint.repartition import (
     state_readers,
     undo,
 )
+from checkpoint.safety.lease import LeaseLost
+from checkpoint.safety.naming import folder_name
 from checkpoint.storage import Storage
-from checkpoint.validate import Severity, validate
 
 from .spark_session import reach, scoped_confs
 

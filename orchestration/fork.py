@@ -1,6 +1,6 @@
 """The `fork_checkpoint` job: a checkpoint forked at a committed batch, launched from the UI.
 
-The op only translates: configuration in, `checkpoint.fork.fork` under both maintenance leases,
+The op only translates: configuration in, `checkpoint.fork.copy.fork` under both maintenance leases,
 figures out as metadata. The destination must lie under a configured root, and becomes a partition
 at once, so the audit and maintenance jobs see the fork without waiting for the discovery sensor.
 """
@@ -11,9 +11,9 @@ from pydantic import Field
 
 from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource
+from checkpoint.analysis.report import human_bytes
 from checkpoint.errors import CheckpointError
-from checkpoint.fork import fork, refuse_overlap
-from checkpoint.report import human_bytes
+from checkpoint.fork.copy import fork, refuse_overlap
 
 
 class ForkConfig(dg.Config):

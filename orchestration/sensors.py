@@ -11,7 +11,7 @@ from dagster import DagsterRunStatus
 
 from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
-from checkpoint.compaction import CompactionRefused
+from checkpoint.compaction.targets import CompactionRefused
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from orchestration.due import Caps, Look, SensorState, plan_tick

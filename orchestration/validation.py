@@ -13,8 +13,8 @@ from pydantic import Field
 
 from assets import markdown
 from assets.resources import CheckpointRootsResource
+from checkpoint.analysis.validate import Severity, ValidationOptions, validate
 from checkpoint.errors import CheckpointError
-from checkpoint.validate import Severity, ValidationOptions, validate
 
 
 class ValidateConfig(dg.Config):

@@ -81,7 +81,7 @@ def _maintain(defs, instance, key: str) -> dict:
 
 
 def _report_line(key: str, r: dict) -> list[str]:
-    from checkpoint.report import human_bytes
+    from checkpoint.analysis.report import human_bytes
 
     c, plan, clean = r["compaction"], r["plan"], r["cleanup"]
     lines = [f"  {key}  ({'ok' if r['success'] else 'FAILED'}, run {r['run_id'][:8]})"]
@@ -108,7 +108,7 @@ def _report_line(key: str, r: dict) -> list[str]:
 
 def _fleet(defs, instance) -> list[str]:
     """The fleet report after the maintenance pass, executed by Dagster: what needs attention now."""
-    from checkpoint.report import human_bytes
+    from checkpoint.analysis.report import human_bytes
 
     job = defs.resolve_job_def("checkpoint_fleet")
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

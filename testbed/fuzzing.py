@@ -14,13 +14,13 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.changelog import check_changelog, read_changelog
-from checkpoint.codec import Lz4BlockReader
-from checkpoint.crc import parse_sidecar
 from checkpoint.errors import CheckpointError
-from checkpoint.layout import FileKind, classify
-from checkpoint.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
-from checkpoint.snapshot import parse_zip_metadata, read_snapshot
+from checkpoint.format.changelog import check_changelog, read_changelog
+from checkpoint.format.codec import Lz4BlockReader
+from checkpoint.format.crc import parse_sidecar
+from checkpoint.format.layout import FileKind, classify
+from checkpoint.format.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
+from checkpoint.format.snapshot import parse_zip_metadata, read_snapshot
 from testbed.lz4java import frame
 
 

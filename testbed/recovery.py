@@ -1,6 +1,6 @@
 """The oracle of what Spark's recovery at a batch reads, from a full listing of the checkpoint.
 
-A fork reads head-first (checkpoint.head) and must copy exactly this set; tests and the fork
+A fork reads head-first (checkpoint.model.head) and must copy exactly this set; tests and the fork
 benchmark compare against it: the logs up to the batch, the operator metadata and schema files,
 and per store the committed zip, or the base zip, the SSTs it lists and the changelog chain; each
 zip and changelog with its `.crc` sidecar when Spark wrote one.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from checkpoint.layout import FileKind
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import load_checkpoint
+from checkpoint.format.layout import FileKind
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.lineage import checkpoint_lineage
 
 _LOGS = (
     FileKind.OFFSET,

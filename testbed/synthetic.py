@@ -39,7 +39,7 @@ def _changelog(lineage: list[tuple[int, str]]) -> bytes:
 
 def _sidecar(data: bytes) -> bytes:
     """Spark's `.crc` of a file (checkpoint-format.md §6), right for its bytes."""
-    from checkpoint.crc import crc32c_signed
+    from checkpoint.format.crc import crc32c_signed
 
     return json.dumps(
         {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data)}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.model import Checkpoint, load_checkpoint
+from checkpoint.model.checkpoint import Checkpoint, load_checkpoint
 from testbed.copying import copy_checkpoint
 from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.changelog import read_changelog, read_header
-from checkpoint.codec import Lz4BlockReader
 from checkpoint.errors import CorruptFileError, NotACheckpointError, UnknownFormatVersionError
-from checkpoint.layout import FileKind
-from checkpoint.model import load_checkpoint, state_partition_folders
+from checkpoint.format.changelog import read_changelog, read_header
+from checkpoint.format.codec import Lz4BlockReader
+from checkpoint.format.layout import FileKind
+from checkpoint.model.checkpoint import load_checkpoint, state_partition_folders
 from checkpoint.storage import Storage
 from testbed.lz4java import frame, java_utf
 

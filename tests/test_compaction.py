@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint import rebuild
-from checkpoint.compaction import plan_compaction
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import load_checkpoint
-from checkpoint.rebuild import RebuildError, merge_delimiter, rebuild_store
+from checkpoint.compaction import rebuild
+from checkpoint.compaction.rebuild import RebuildError, merge_delimiter, rebuild_store
+from checkpoint.compaction.targets import plan_compaction
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.lineage import checkpoint_lineage
 from jobs.compact import run_compaction
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
@@ -118,9 +118,9 @@ def test_kill_9_between_ssts_and_zip(spark, corpus, copy_of) -> None:
     ckpt = load_checkpoint(str(path))
     batch = ckpt.latest_committed_batch
     code = (
-        "from checkpoint.model import load_checkpoint\n"
-        "from checkpoint.lineage import checkpoint_lineage\n"
-        "from checkpoint.rebuild import rebuild_store\n"
+        "from checkpoint.model.checkpoint import load_checkpoint\n"
+        "from checkpoint.model.lineage import checkpoint_lineage\n"
+        "from checkpoint.compaction.rebuild import rebuild_store\n"
         f"c = load_checkpoint({str(path)!r})\n"
         "rebuild_store(c, checkpoint_lineage(c)[0])\n"
     )
@@ -201,7 +201,7 @@ def test_the_job_runs_unchanged_on_a_standalone_cluster(spark, corpus, copy_of, 
 
 
 def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, tmp_path) -> None:
-    from checkpoint.validate import validate
+    from checkpoint.analysis.validate import validate
     from testbed.corpus import RESCUE, died_on_lineage_cap, ensure_rescue_corpus
 
     scenario_dir = ensure_rescue_corpus()

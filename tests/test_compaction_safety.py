@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.compaction import CompactionRefused, plan_compaction
-from checkpoint.crc import crc32c_signed
-from checkpoint.head import load_head
-from checkpoint.lineage import checkpoint_lineage
+from checkpoint.compaction.targets import CompactionRefused, plan_compaction
+from checkpoint.format.crc import crc32c_signed
+from checkpoint.model.head import load_head
+from checkpoint.model.lineage import checkpoint_lineage
 from jobs.compact import run_compaction
 from testbed.copying import copy_checkpoint
 from tests.support import damage

@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from checkpoint import model
-from checkpoint.changelog import column_family_id
-from checkpoint.layout import FileKind
-from checkpoint.model import Checkpoint, StoreId
+from checkpoint.format.changelog import column_family_id
+from checkpoint.format.layout import FileKind
+from checkpoint.model import checkpoint as model
+from checkpoint.model.checkpoint import Checkpoint, StoreId
 from testbed.corpus import KILLED_AT_BATCH, LONG_CHAIN_BATCHES, RETRY_BATCHES
 
 V2 = [

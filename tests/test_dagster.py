@@ -18,7 +18,7 @@ from assets.checkpoints import (
 )
 from assets.partitions import CHECKPOINTS, parse_partition_key, partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
-from checkpoint.head import load_head
+from checkpoint.model.head import load_head
 from orchestration.location import build_definitions
 from orchestration.sensors import checkpoint_discovery_sensor
 from testbed.copying import copy_checkpoint

@@ -20,8 +20,8 @@ from assets.cleanup import (
 )
 from assets.partitions import partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
-from checkpoint.gc_plan import PlannedFile
-from checkpoint.lease import lease_for
+from checkpoint.cleanup.manifest import PlannedFile
+from checkpoint.safety.lease import lease_for
 from orchestration.location import build_definitions
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back

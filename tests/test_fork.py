@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.fork import ForkIncomplete, ForkRefused, fork, rewrite_schema_paths
-from checkpoint.layout import FORK_COMPLETE, FORK_STARTED
-from checkpoint.model import load_checkpoint
+from checkpoint.fork.copy import ForkIncomplete, ForkRefused, fork, rewrite_schema_paths
+from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED
+from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
@@ -317,7 +317,7 @@ def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> N
 def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpus, tmp_path, step) -> None:
     """Killed once the files of a step are written: every byte of the state was checked before the
     first log file that Spark would start from, and the re-run finishes the fork."""
-    from checkpoint.fork import KILL_AFTER_STEP_ENV
+    from checkpoint.fork.copy import KILL_AFTER_STEP_ENV
 
     src, dest = tmp_path / "src", tmp_path / "dest"
     copy_checkpoint(corpus["snapshots"], src)
@@ -340,7 +340,7 @@ def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpu
 
 
 def test_bytes_kept_from_a_killed_run_are_checked_before_any_log_is_written(corpus, tmp_path) -> None:
-    from checkpoint.fork import KILL_AFTER_STEP_ENV
+    from checkpoint.fork.copy import KILL_AFTER_STEP_ENV
 
     src, dest = tmp_path / "src", tmp_path / "dest"
     copy_checkpoint(corpus["long_chain"], src)

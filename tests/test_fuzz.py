@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoint.layout import AUDIT_FOLDER, FileKind, classify
+from checkpoint.format.layout import AUDIT_FOLDER, FileKind, classify
 from testbed.fuzzing import TARGETS, check, mutate, seeds
 from tests.support.files import files_of
 

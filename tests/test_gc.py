@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.audit import AuditTrail
-from checkpoint.gc_apply import apply_plan, check_plan
-from checkpoint.gc_plan import GcError, Plan, PlannedFile
-from checkpoint.layout import FileKind, classify
-from checkpoint.lineage import store_ids
-from checkpoint.model import load_checkpoint
+from checkpoint.cleanup.apply import apply_plan, check_plan
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.manifest import Plan, PlannedFile
+from checkpoint.errors import GcError
+from checkpoint.format.layout import FileKind, classify
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.lineage import store_ids
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
@@ -86,7 +87,7 @@ def test_young_files_stay(corpus) -> None:
 def test_files_without_mtime_stay(corpus) -> None:
     """A backend that gives no mtime for some files: those are never candidates, whatever the
     clock, and neither are the sidecars that belong to them."""
-    from checkpoint.layout import FileKind, classify
+    from checkpoint.format.layout import FileKind, classify
     from checkpoint.storage import FileInfo
 
     candidates = {c.path for c in candidates_of(plan_later(corpus["two_actions"]))}
@@ -300,9 +301,9 @@ def test_the_guard_resolves_each_folder_through_a_file_that_is_no_link(copy_of, 
     folder through a file of it that is no link, so the candidates are still refused. A plan never
     gets this far (a linked operator folder is no folder to it: its stores are missing), so this
     drives the guard, its last line of defence, with the real listing of each partition."""
-    from checkpoint.gc_plan import _guard_paths
-    from checkpoint.layout import classify
-    from checkpoint.model import CheckpointFile, build_checkpoint
+    from checkpoint.cleanup.plan import _guard_paths
+    from checkpoint.format.layout import classify
+    from checkpoint.model.checkpoint import CheckpointFile, build_checkpoint
 
     path = copy_of("two_actions")
     planned = candidates_of(plan_later(path))
@@ -347,7 +348,7 @@ def test_retained_zip_metadata_unreadable_stops_the_plan(copy_of) -> None:
     path = copy_of("two_actions")
     ckpt = load_checkpoint(str(path))
     plan_later(path)  # fine before
-    from checkpoint.lineage import checkpoint_lineage
+    from checkpoint.model.lineage import checkpoint_lineage
 
     base = next(e.base for e in checkpoint_lineage(ckpt) if e.base is not None)
     (path / base.rel).write_bytes(b"not a zip")
@@ -417,7 +418,7 @@ def test_the_manifest_lists_zips_before_ssts_and_each_sidecar_after_its_main(cop
 def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of, tmp_path) -> None:
     """Scenarios on a manual clock: 13 plans a minute apart; the newest 10 stay whatever their age,
     older ones go once 30 days old, and the removal is recorded before anything is deleted."""
-    from checkpoint.audit import folder_name
+    from checkpoint.safety.naming import folder_name
 
     path = copy_of("two_actions")
     audit = AuditTrail(str(tmp_path / "audit"))
@@ -445,8 +446,8 @@ def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of,
 
 _PLAN_IN_A_FRESH_PROCESS = """
 import json, sys, threading, time
-from checkpoint import gc_plan
-from checkpoint.audit import AuditTrail
+from checkpoint.cleanup import plan as gc_plan
+from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.storage import Storage
 
 started, pool = [], gc_plan.ProcessPoolExecutor

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from checkpoint.audit import AuditTrail
-from checkpoint.gc_apply import apply_plan
-from checkpoint.gc_plan import plan_gc
-from checkpoint.model import load_checkpoint
+from checkpoint.cleanup.apply import apply_plan
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.plan import plan_gc
+from checkpoint.model.checkpoint import load_checkpoint
 from jobs.spark_session import scoped_confs
 from testbed.corpus import (
     FREQUENT_SNAPSHOTS,

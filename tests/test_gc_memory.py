@@ -7,8 +7,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from checkpoint.audit import AuditTrail
-from checkpoint.gc_plan import Plan, plan_gc
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.manifest import Plan
+from checkpoint.cleanup.plan import plan_gc
 from checkpoint.storage import Storage
 from testbed import synthetic
 
@@ -81,7 +82,7 @@ def test_a_live_querys_ssts_wait_for_the_oldest_retained_sst_of_every_partition(
 def test_a_partition_that_fails_in_a_worker_process_fails_the_plan_as_in_this_one(tmp_path) -> None:
     """A retained zip that cannot be read stops the plan (fail closed), whether its partition was
     decided here or in a worker process: the same error class and text, and no manifest."""
-    from checkpoint.gc_plan import GcError
+    from checkpoint.errors import GcError
     from tests.support.planning import plan_of
 
     path = tmp_path / "ckpt"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.audit import AuditTrail
-from checkpoint.compaction import CompactionRefused, plan_compaction
-from checkpoint.fork import fork
-from checkpoint.gc_apply import apply_plan
-from checkpoint.head import load_head
-from checkpoint.repartition import RepartitionRefused
+from checkpoint.cleanup.apply import apply_plan
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.compaction.targets import CompactionRefused, plan_compaction
+from checkpoint.fork.copy import fork
+from checkpoint.model.head import load_head
+from checkpoint.repartition.guards import RepartitionRefused
 from checkpoint.storage import Storage
 from jobs.compact import run_compaction
 from jobs.repartition import repartition

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.compaction import plan_compaction
-from checkpoint.discovery import find_checkpoints
+from checkpoint.analysis.validate import ValidationOptions, validate
+from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError
-from checkpoint.head import latest_commit, load_head
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import SCOPE_RECOVERY, load_checkpoint
+from checkpoint.model.checkpoint import SCOPE_RECOVERY, load_checkpoint
+from checkpoint.model.discovery import find_checkpoints
+from checkpoint.model.head import latest_commit, load_head
+from checkpoint.model.lineage import checkpoint_lineage
 from checkpoint.storage import Storage
-from checkpoint.validate import ValidationOptions, validate
 from testbed import synthetic
 from testbed.copying import copy_checkpoint
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checkpoint.layout import FileKind, classify, parse_state_file
+from checkpoint.format.layout import FileKind, classify, parse_state_file
 
 U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.errors import StorageError
-from checkpoint.lease import Lease, LeaseHeld, LeaseLost, lease_for
+from checkpoint.safety.lease import Lease, LeaseHeld, LeaseLost, lease_for
 from checkpoint.storage import Storage
 
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
@@ -296,7 +296,7 @@ def test_a_holder_killed_with_9_is_taken_over_after_expiry(copy_of) -> None:
     path = copy_of("two_actions")
     code = (
         "import os, signal\n"
-        "from checkpoint.lease import lease_for\n"
+        "from checkpoint.safety.lease import lease_for\n"
         "from checkpoint.storage import Storage\n"
         f"lease_for(Storage({str(path)!r}), 'ckpt gc --apply', ttl=4).acquire()\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -395,7 +395,7 @@ def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_
 
 HAMMER = r"""
 import json, random, sys, time
-from checkpoint.lease import Lease, LeaseHeld, LeaseLost
+from checkpoint.safety.lease import Lease, LeaseHeld, LeaseLost
 from checkpoint.storage import Storage
 
 root, log, until, me = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoint.layout import FileKind
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import load_checkpoint
+from checkpoint.format.layout import FileKind
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.lineage import checkpoint_lineage
 from tests.support.damage import remove
 
 

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from checkpoint.errors import CorruptFileError, UnknownFormatVersionError
-from checkpoint.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
+from checkpoint.format.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
 
 U1, U2 = "83f71141-5fc2-4c14-8508-70d55d699b3e", "19548c67-22c4-493a-9f69-4b888fcd62ce"
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import load_checkpoint
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.lineage import checkpoint_lineage
 from jobs.spark_session import scoped_confs
 from testbed.copying import copy_checkpoint
 from testbed.corpus import NO_SNAPSHOTS, _keyed_rows, aggregation, write_inputs

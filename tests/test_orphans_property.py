@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoint.changelog import LineageEntry
-from checkpoint.layout import classify
-from checkpoint.model import CheckpointFile, StoreId
-from checkpoint.orphans import GcOptions, RetentionInputs, UnsafeToPlan, find_orphans
+from checkpoint.cleanup.rules import GcOptions, RetentionInputs, UnsafeToPlan, find_orphans
+from checkpoint.format.changelog import LineageEntry
+from checkpoint.format.layout import classify
+from checkpoint.model.checkpoint import CheckpointFile, StoreId
 from checkpoint.storage import FileInfo
 
 NOW = 1_000_000.0

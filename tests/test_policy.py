@@ -12,12 +12,12 @@ import humanfriendly
 import pytest
 
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
-from checkpoint.compaction import plan_compaction
-from checkpoint.gc_plan import plan_gc
-from checkpoint.head import load_head
-from checkpoint.orphans import GcOptions
+from checkpoint.analysis.validate import ValidationOptions, validate
+from checkpoint.cleanup.plan import plan_gc
+from checkpoint.cleanup.rules import GcOptions
+from checkpoint.compaction.targets import plan_compaction
+from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from checkpoint.validate import ValidationOptions, validate
 from cli.main import build_parser
 
 

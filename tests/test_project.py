@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,56 +16,62 @@ import tomllib
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# What each package may import, of the project's own: dependencies point one way, from the
-# adapters down to the core. The wheel ships the first five; `testbed` (what the demo, tests and
-# benches share) and `bench` sit on top of them, and nothing but the tests imports `tests`.
-ALLOWED = {
-    "checkpoint": {"checkpoint"},
-    "jobs": {"checkpoint", "jobs"},
-    "assets": {"checkpoint", "jobs", "assets"},
-    "orchestration": {"checkpoint", "jobs", "assets", "orchestration"},
-    "cli": {"checkpoint", "jobs", "cli"},
-    "testbed": {"checkpoint", "jobs", "assets", "orchestration", "cli", "testbed"},
-    "bench": {"checkpoint", "jobs", "assets", "orchestration", "cli", "testbed", "bench"},
-}
-OWN = set(ALLOWED) | {"tests"}
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+PACKAGES = ("checkpoint", "jobs", "assets", "orchestration", "cli", "testbed", "bench", "tests")
 
 
-def _imports(path: Path) -> set[str]:
-    """Every top-level module a file imports, anywhere in it (imports inside functions too)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
-    return found
+def _lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """import-linter's contracts (pyproject.toml) over the packages under `root`."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(root / "pyproject.toml")], capture_output=True,
+                          text=True, cwd=root, env=env, timeout=300)  # fmt: skip
 
 
-def upward_imports(root: Path) -> list[str]:
-    bad = []
-    for package, allowed in ALLOWED.items():
-        for path in sorted((root / package).rglob("*.py")):
-            for name in sorted((_imports(path) & OWN) - allowed):
-                bad.append(f"{path.relative_to(root)} imports {name}")
-    return bad
+def _planted(tmp_path: Path, plant: dict[str, str]) -> Path:
+    """A copy of the project's packages with a line appended to some of its modules."""
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    for rel, line in plant.items():
+        with open(tmp_path / rel, "a") as f:
+            f.write(f"\n{line}\n")
+    return tmp_path
 
 
-def test_packages_depend_one_way() -> None:
-    assert upward_imports(ROOT) == []
+def test_the_import_contracts_hold() -> None:
+    out = _lint_imports(ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert out.stdout.count("KEPT") == 4
 
 
-def test_the_import_graph_test_sees_an_upward_import(tmp_path) -> None:
-    for package in ALLOWED:
-        (tmp_path / package).mkdir()
-    (tmp_path / "checkpoint" / "model.py").write_text("def f():\n    from assets.resources import X\n")
-    (tmp_path / "jobs" / "compact.py").write_text("import orchestration.jobs\nimport checkpoint.model\n")
-    (tmp_path / "bench" / "gc_plan.py").write_text("from tests.support import damage\n")
-    assert upward_imports(tmp_path) == [
-        "checkpoint/model.py imports assets",
-        "jobs/compact.py imports orchestration",
-        "bench/gc_plan.py imports tests",
-    ]
+def test_the_contracts_see_an_upward_import(tmp_path) -> None:
+    root = _planted(tmp_path, {
+        "checkpoint/format/layout.py": "from checkpoint.cleanup.plan import plan_gc",
+        "jobs/compact.py": "def f():\n    import orchestration.jobs",
+        "cli/gc.py": "import assets.cleanup",
+        "bench/gc_plan.py": "from tests.support import damage",
+    })  # fmt: skip
+    out = _lint_imports(root)
+    assert out.returncode == 1
+    for edge in ("checkpoint.format.layout -> checkpoint.cleanup.plan", "jobs.compact -> orchestration.jobs",
+                 "cli.gc -> assets.cleanup", "bench.gc_plan -> tests.support"):  # fmt: skip
+        assert edge in out.stdout, (edge, out.stdout[-3000:])
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    from tests.support.imports import cycles
+
+    assert cycles() == []
+
+
+def test_a_planted_cycle_is_found(tmp_path) -> None:
+    """The lease imported the audit trail, which imported the cleanup planner, which imported the
+    trail back: a cycle the layers alone would not name inside one package."""
+    root = _planted(tmp_path, {"checkpoint/cleanup/manifest.py": "from checkpoint.cleanup import audit"})
+    code = "from tests.support.imports import cycles; print('\\n'.join(cycles()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root)}, check=True)  # fmt: skip
+    assert "checkpoint.cleanup.manifest -> checkpoint.cleanup.audit" in out.stdout.splitlines()
 
 
 def test_the_wheel_ships_no_test_scaffolding() -> None:
@@ -80,10 +86,11 @@ def test_the_wheel_ships_no_test_scaffolding() -> None:
 
 
 def test_core_imports_neither_dagster_nor_spark() -> None:
-    modules = sorted(p.stem for p in (ROOT / "checkpoint").glob("*.py") if p.stem != "__init__")
+    modules = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+                     for p in (ROOT / "checkpoint").rglob("*.py"))  # fmt: skip
     code = (
         "import sys\n"
-        + "".join(f"import checkpoint.{m}\n" for m in modules)
+        + "".join(f"import {m}\n" for m in modules)
         + "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'pyspark', 'py4j'))\n"
         + "print(','.join(bad))\n"
     )
@@ -119,7 +126,7 @@ def test_dagster_definitions_validate() -> None:
 def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
     import dagster as dg
 
-    from checkpoint.model import load_checkpoint
+    from checkpoint.model.checkpoint import load_checkpoint
 
     home = tmp_path / "dagster_home"
     out = subprocess.run(

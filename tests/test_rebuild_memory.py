@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint import rebuild
-from checkpoint.lineage import checkpoint_lineage
-from checkpoint.model import load_checkpoint
-from checkpoint.rebuild import RebuildError, rebuild_store
+from checkpoint.compaction import rebuild
+from checkpoint.compaction.rebuild import RebuildError, rebuild_store
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.lineage import checkpoint_lineage
 from testbed.corpus import ensure_big_base
 from tests.test_compaction import _rows_of_partition, _snapshot_rows
 

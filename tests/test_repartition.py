@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.audit import AuditTrail
-from checkpoint.gc_apply import apply_plan
-from checkpoint.head import load_head
-from checkpoint.lease import lease_for
-from checkpoint.model import load_checkpoint
-from checkpoint.repartition import RepartitionFailed, state_readers
+from checkpoint.cleanup.apply import apply_plan
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.head import load_head
+from checkpoint.repartition.guards import RepartitionFailed, state_readers
+from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from jobs.repartition import repartition, rows_per_partition
 from testbed.copying import copy_checkpoint

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoint import changelog
-from checkpoint.changelog import check_changelog, check_records, parse_runs, records_of
+from checkpoint.compaction.rebuild import replay, replay_newest_first
 from checkpoint.errors import CorruptFileError
-from checkpoint.rebuild import replay, replay_newest_first
+from checkpoint.format import changelog
+from checkpoint.format.changelog import check_changelog, check_records, parse_runs, records_of
 from testbed.lz4java import frame, java_utf
 
 _TYPES = {"put": 0x01, "delete": 0x10, "merge": 0x11}

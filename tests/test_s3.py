@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 import s3fs
 
-from checkpoint import gc_plan
-from checkpoint.audit import AuditTrail
+from checkpoint.cleanup import plan as gc_plan
+from checkpoint.cleanup.apply import apply_plan
+from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.errors import CheckpointError, StorageError
-from checkpoint.gc_apply import apply_plan
-from checkpoint.head import load_head
-from checkpoint.layout import FileKind
-from checkpoint.model import load_checkpoint
+from checkpoint.format.layout import FileKind
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.head import load_head
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from tests.support.planning import candidates_of, plan_of
@@ -81,7 +81,7 @@ def test_read_only_commands_give_the_local_answers(s3, s3_copy_of, corpus, name)
 
 
 def _renamed_bytes(local: Path, url: str) -> int:
-    from checkpoint.fork import rewrite_schema_paths
+    from checkpoint.fork.copy import rewrite_schema_paths
 
     metas = local.glob("state/*/_metadata/v2/[!.]*")
     here = "s3a://" + url[len("s3://") :]
@@ -131,7 +131,7 @@ def test_a_listing_is_not_kept_and_a_listed_file_is_read_by_one_get(s3, s3_copy_
 
 
 def test_discovery_sends_no_request_inside_a_checkpoint(s3, s3_copy_of) -> None:
-    from checkpoint.discovery import find_checkpoints
+    from checkpoint.model.discovery import find_checkpoints
 
     _, proxy, bucket = s3
     urls = [s3_copy_of(name, prefix=f"fleet/{team}") for team, name in (("a", "snapshots"), ("b", "join"))]
@@ -437,7 +437,7 @@ def test_credentials_from_the_environment_and_clear_errors(s3, s3_copy_of) -> No
 def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
     s3, s3_copy_of, spark, corpus, corpus_root, tmp_path
 ) -> None:
-    from checkpoint.compaction import plan_compaction
+    from checkpoint.compaction.targets import plan_compaction
     from jobs.compact import run_compaction
     from tests.test_compaction import _rows_of_partition, _snapshot_rows
 
@@ -521,7 +521,7 @@ def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> 
 
 
 def test_the_lease_on_s3_is_a_conditional_put(s3) -> None:
-    from checkpoint.lease import Lease, LeaseHeld
+    from checkpoint.safety.lease import Lease, LeaseHeld
 
     _, proxy, bucket = s3
     options = _via_proxy(s3)
@@ -549,7 +549,7 @@ def test_one_holder_ever_on_s3_the_aba_sequence_and_a_renewal_by_etag(s3) -> Non
     """The ABA sequence of the local test, on SeaweedFS: generations never repeat, the stale holder
     stops; and a renewal is a PUT `If-Match` on the ETag its holder wrote, so a generation someone
     else rewrote is never renewed over."""
-    from checkpoint.lease import Lease, LeaseLost
+    from checkpoint.safety.lease import Lease, LeaseLost
     from tests.test_lease import Clock
 
     _, proxy, bucket = s3
@@ -638,7 +638,7 @@ def test_a_fork_goes_local_to_s3_to_s3_and_back_and_restarts_like_the_original(
     s3, spark, corpus, corpus_root, tmp_path
 ) -> None:
     """list_state: operator metadata v2 names its schema by absolute path, which each hop moves."""
-    from checkpoint.fork import fork
+    from checkpoint.fork.copy import fork
     from testbed.corpus import scenario_named
     from tests.support.state import restart_like_untouched
 
@@ -678,7 +678,7 @@ def _keys(s3, url: str) -> list[str]:
 
 
 def test_a_fork_reads_what_recovery_reads_not_the_history(s3, s3_histories) -> None:
-    from checkpoint.fork import fork
+    from checkpoint.fork.copy import fork
 
     _, proxy, bucket = s3
     options = _via_proxy(s3)
@@ -697,7 +697,7 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
     """Spark's repartitioner and the restarted query reach the bucket through s3a (the session's
     per-bucket settings from the storage's own options); the listing before, the backup fork, the
     records and the undo go through fsspec."""
-    from checkpoint.fork import fork
+    from checkpoint.fork.copy import fork
     from jobs.repartition import repartition, undo_repartition
     from testbed.restart import differences, restart
 

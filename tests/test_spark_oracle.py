@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 from pyspark.sql import functions as F
 
-from checkpoint.changelog import column_family_id
-from checkpoint.layout import FileKind
+from checkpoint.format.changelog import column_family_id
+from checkpoint.format.layout import FileKind
 from testbed.corpus import INPUT_SCHEMA, KILLED_AT_BATCH, RETRY_BATCHES
 from tests.support.unsaferow import decode_row, state_value_rows
 

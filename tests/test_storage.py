@@ -9,10 +9,10 @@ from collections import Counter
 import fsspec
 import pytest
 
+from checkpoint.analysis.report import inspect_summary
 from checkpoint.errors import StorageError
-from checkpoint.layout import FileKind
-from checkpoint.model import load_checkpoint
-from checkpoint.report import inspect_summary
+from checkpoint.format.layout import FileKind
+from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.storage import Storage
 
 IO_METHODS = {
@@ -126,7 +126,7 @@ def test_unknown_protocol_is_a_clear_error() -> None:
 
 
 def test_validation_reads_headers_and_zip_metadata_only(in_memory) -> None:
-    from checkpoint.validate import ValidationOptions, validate
+    from checkpoint.analysis.validate import ValidationOptions, validate
 
     storage = Storage(in_memory("long_chain"))
     ckpt = load_checkpoint(storage, strict=False)
@@ -142,7 +142,7 @@ def test_validation_reads_headers_and_zip_metadata_only(in_memory) -> None:
 
 
 def test_snapshot_validation_opens_zips_not_ssts(in_memory) -> None:
-    from checkpoint.validate import validate
+    from checkpoint.analysis.validate import validate
 
     storage = Storage(in_memory("watermark"))
     ckpt = load_checkpoint(storage, strict=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.errors import CorruptFileError
-from checkpoint.snapshot import parse_zip_metadata
+from checkpoint.format.snapshot import parse_zip_metadata
 from tests.support import damage
 from tests.support.files import files_of
 

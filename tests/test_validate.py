@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.layout import FORK_STARTED
-from checkpoint.model import load_checkpoint
-from checkpoint.validate import CODES, Severity, ValidationOptions, validate
+from checkpoint.analysis.validate import CODES, Severity, ValidationOptions, validate
+from checkpoint.format.layout import FORK_STARTED
+from checkpoint.model.checkpoint import load_checkpoint
 from tests.support import damage
 
 
@@ -117,7 +117,7 @@ def _schema_file(path: Path) -> Path:
 
 def _name_another_root(path: Path, root: str) -> None:
     """Operator metadata v2 as a checkpoint written at `root` and then moved here has it."""
-    from checkpoint.fork import rewrite_schema_paths
+    from checkpoint.fork.copy import rewrite_schema_paths
 
     for meta in path.glob("state/*/_metadata/v2/[!.]*"):
         meta.write_bytes(rewrite_schema_paths(meta.read_bytes(), root, str(meta)))
@@ -188,7 +188,7 @@ def test_header_just_below_the_threshold_is_not_a_finding(copy_of) -> None:
 
 
 def test_an_unknown_changelog_version_is_a_lineage_finding(copy_of) -> None:
-    from checkpoint.validate import Category
+    from checkpoint.analysis.validate import Category
 
     path = copy_of("long_chain")
     target = _committed(path)

@@ -12,11 +12,11 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.codec import Lz4BlockReader
-from checkpoint.crc import crc32c_signed
-from checkpoint.layout import FileKind
-from checkpoint.lineage import StoreLineage, checkpoint_lineage
-from checkpoint.model import load_checkpoint
+from checkpoint.format.codec import Lz4BlockReader
+from checkpoint.format.crc import crc32c_signed
+from checkpoint.format.layout import FileKind
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
 from testbed.lz4java import frame, java_utf
 
 

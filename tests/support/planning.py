@@ -7,8 +7,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from checkpoint.audit import AuditTrail
-from checkpoint.gc_plan import Plan, PlannedFile, plan_gc
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.manifest import Plan, PlannedFile
+from checkpoint.cleanup.plan import plan_gc
 from checkpoint.storage import Storage
 
 

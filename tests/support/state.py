@@ -30,7 +30,7 @@ def read_state(spark, path: Path, batch: int, scenario: str) -> list[str]:
 
 
 def latest_state(spark, path: Path, scenario: str) -> list[str]:
-    from checkpoint.model import load_checkpoint
+    from checkpoint.model.checkpoint import load_checkpoint
 
     return read_state(spark, path, load_checkpoint(str(path)).latest_committed_batch, scenario)
 
@@ -40,7 +40,7 @@ def restart_like_untouched(
 ) -> int:
     """Restarts the real query on a changed checkpoint and on an untouched copy with the same new
     input; both must reach the same batch with the same state. Returns that batch."""
-    from checkpoint.model import load_checkpoint
+    from checkpoint.model.checkpoint import load_checkpoint
 
     for path in (changed, untouched):
         scenario.restart(spark, scenario_dir, path, extra, max_files)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from .changelog import LineageEntry
-from .layout import SIDECAR_MAIN, FileKind, classify
-from .model import CheckpointFile, StoreId
-from .policy import POLICY
+from checkpoint.format.changelog import LineageEntry
+from checkpoint.format.layout import SIDECAR_MAIN, FileKind, classify
+from checkpoint.model.checkpoint import CheckpointFile, StoreId
+from checkpoint.policy import POLICY
 
 
 class Reason(str, Enum):

@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .errors import CheckpointError, NotACheckpointError, StorageError
-from .layout import FORK_COMPLETE, FORK_STARTED, classify, is_batch_id, is_number
-from .lineage import store_ids
-from .model import (
+from checkpoint.errors import CheckpointError, NotACheckpointError, StorageError
+from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, classify, is_batch_id, is_number
+from checkpoint.format.snapshot import Snapshot, read_snapshot
+from checkpoint.model.checkpoint import (
     SCOPE_RECOVERY,
     Checkpoint,
     CheckpointFile,
@@ -36,10 +36,10 @@ from .model import (
     group_stores,
     load_checkpoint,
 )
-from .policy import POLICY
-from .progress import Progress, report
-from .snapshot import Snapshot, read_snapshot
-from .storage import FileInfo, Storage
+from checkpoint.model.lineage import store_ids
+from checkpoint.policy import POLICY
+from checkpoint.progress import Progress, report
+from checkpoint.storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY = 100  # stores between progress lines

@@ -44,11 +44,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import NoReturn
 
-from .audit import AUDIT_FOLDER, folder_name
-from .errors import CheckpointError
-from .layout import MAINT_TEMP_PREFIX, is_number
-from .policy import POLICY
-from .storage import Storage
+from checkpoint.errors import CheckpointError
+from checkpoint.format.layout import MAINT_TEMP_PREFIX, is_number
+from checkpoint.policy import POLICY
+from checkpoint.safety.naming import AUDIT_FOLDER, folder_name
+from checkpoint.storage import Storage
 
 # A holder stops acting this fraction of its TTL before its own expiry: a takeover needs the whole
 # TTL to pass, so a check that passes leaves the holder this long for its next change.

@@ -5,7 +5,7 @@ checkpoint -> batches (planned, committed) -> operators -> partitions -> stores 
 partition follow the operator's store order (checkpoint-format.md §2).
 
 Two scopes. `load_checkpoint` lists everything (SCOPE_LISTING): what cleanup planning and `inspect`
-need. `checkpoint.head.load_head` lists only the logs and names the state files recovery reads at
+need. `checkpoint.model.head.load_head` lists only the logs and names the state files recovery reads at
 chosen batches (SCOPE_RECOVERY): its `files` hold exactly those, so lineage and validation run on it
 unchanged, while anything that needs every file (cleanup) refuses it.
 """
@@ -23,7 +23,8 @@ from functools import cached_property
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
-from .changelog import (
+from checkpoint.errors import CheckpointError, CorruptFileError, NotACheckpointError
+from checkpoint.format.changelog import (
     ChangelogHeader,
     ChangeRecord,
     RecordRun,
@@ -32,10 +33,9 @@ from .changelog import (
     read_changelog_runs,
     read_header,
 )
-from .crc import crc32c_signed, parse_sidecar, sidecar_agrees, sidecar_matches, signed
-from .errors import CheckpointError, CorruptFileError, NotACheckpointError
-from .layout import Classified, FileKind, classify, is_number
-from .logs import (
+from checkpoint.format.crc import crc32c_signed, parse_sidecar, sidecar_agrees, sidecar_matches, signed
+from checkpoint.format.layout import Classified, FileKind, classify, is_number
+from checkpoint.format.logs import (
     CommitEntry,
     OffsetEntry,
     OperatorMetadata,
@@ -44,9 +44,9 @@ from .logs import (
     parse_operator_metadata,
     parse_query_metadata,
 )
-from .policy import POLICY
-from .snapshot import Snapshot, read_snapshot
-from .storage import FileInfo, Storage
+from checkpoint.format.snapshot import Snapshot, read_snapshot
+from checkpoint.policy import POLICY
+from checkpoint.storage import FileInfo, Storage
 
 DEFAULT_STORE = "default"
 SCOPE_LISTING = "listing"  # every file of the checkpoint

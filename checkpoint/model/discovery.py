@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import NotACheckpointError
-from .head import load_head
-from .layout import AUDIT_FOLDER
-from .model import Checkpoint
-from .policy import POLICY
-from .storage import Folder, Storage
+from checkpoint.errors import NotACheckpointError
+from checkpoint.format.layout import AUDIT_FOLDER
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.head import load_head
+from checkpoint.policy import POLICY
+from checkpoint.storage import Folder, Storage
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class FoundCheckpoint:
     url: str
 
     def load(self, root: Storage, strict: bool = True, **head: Any) -> Checkpoint:
-        """Head-first: the logs and what recovery reads (see checkpoint.head)."""
+        """Head-first: the logs and what recovery reads (see checkpoint.model.head)."""
         return load_head(root.child(self.rel), strict=strict, **head)
 
 

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from enum import Enum
 from itertools import pairwise
 
-from .changelog import LINEAGE_HEADER_CAP
-from .crc import Checksumming, parse_sidecar
-from .errors import CheckpointError, UnknownFormatVersionError
-from .layout import FORK_COMPLETE, FORK_STARTED, FileKind
-from .lineage import StoreLineage, checkpoint_lineage
-from .model import Checkpoint, CheckpointFile, StoreId
-from .policy import POLICY
-from .snapshot import Snapshot, UnreadableZipError
-from .storage import normalize_url
+from checkpoint.errors import CheckpointError, UnknownFormatVersionError
+from checkpoint.format.changelog import LINEAGE_HEADER_CAP
+from checkpoint.format.crc import Checksumming, parse_sidecar
+from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, FileKind
+from checkpoint.format.snapshot import Snapshot, UnreadableZipError
+from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, StoreId
+from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
+from checkpoint.policy import POLICY
+from checkpoint.storage import normalize_url
 
 
 class Severity(str, Enum):

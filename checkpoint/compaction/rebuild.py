@@ -42,20 +42,20 @@ from itertools import islice, repeat
 from pathlib import Path
 from typing import Any
 
-from .changelog import RecordRun
-from .crc import crc32c_signed
-from .errors import CheckpointError
-from .layout import MAINT_TEMP_PREFIX, FileKind
-from .lineage import StoreLineage
-from .model import Checkpoint, CheckpointFile
-from .policy import POLICY, Policy
-from .snapshot import (
+from checkpoint.errors import CheckpointError
+from checkpoint.format.changelog import RecordRun
+from checkpoint.format.crc import crc32c_signed
+from checkpoint.format.layout import MAINT_TEMP_PREFIX, FileKind
+from checkpoint.format.snapshot import (
     WRITTEN_ZIP_METADATA_VERSION,
     ZIP_ERRORS,
     SnapshotMetadata,
     parse_zip_metadata,
     read_metadata_entry,
 )
+from checkpoint.model.checkpoint import Checkpoint, CheckpointFile
+from checkpoint.model.lineage import StoreLineage
+from checkpoint.policy import POLICY, Policy
 
 KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 
 COMMIT_VERSIONS = (1, 2, 3)  # v3 (Spark 4.2+) adds sink metadata
 OFFSET_VERSIONS = (1, 2)  # v2 (Spark 4.2+) names its sources

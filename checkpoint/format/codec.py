@@ -14,7 +14,7 @@ import lz4.block
 import xxhash
 import zstandard
 
-from .errors import CorruptFileError, UnknownFormatVersionError
+from checkpoint.errors import CorruptFileError, UnknownFormatVersionError
 
 LZ4_MAGIC = b"LZ4Block"
 _LZ4_HEADER = struct.Struct("<8sBiii")  # magic, token, compressed len, decompressed len, checksum

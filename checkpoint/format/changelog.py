@@ -17,8 +17,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from .codec import decompressing_reader
-from .errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.format.codec import decompressing_reader
 
 CHANGELOG_VERSIONS = (1, 2, 3, 4)
 LINEAGE_HEADER_CAP = 65_535  # DataOutput.writeUTF's limit: past it the query dies at its next batch

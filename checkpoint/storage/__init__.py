@@ -30,9 +30,9 @@ from typing import Any
 from fsspec.core import split_protocol, url_to_fs
 from fsspec.spec import AbstractBufferedFile
 
-from .errors import NotACheckpointError, StorageError
-from .policy import POLICY
-from .progress import Progress, report
+from checkpoint.errors import NotACheckpointError, StorageError
+from checkpoint.policy import POLICY
+from checkpoint.progress import Progress, report
 
 log = logging.getLogger(__name__)
 _VANISHED = "file vanished while reading"  # a file a listing or a log named is gone

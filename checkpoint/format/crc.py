@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import crc32c as _crc32c
 
-from .errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 
 
 @dataclass(frozen=True)

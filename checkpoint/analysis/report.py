@@ -10,9 +10,9 @@ from typing import Any
 
 import humanfriendly
 
-from .lineage import StoreLineage
-from .model import Checkpoint
-from .validate import Validation
+from checkpoint.analysis.validate import Validation
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.lineage import StoreLineage
 
 
 def _identity(ckpt: Checkpoint) -> dict[str, Any]:

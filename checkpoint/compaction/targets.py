@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .changelog import LINEAGE_HEADER_CAP
-from .errors import CheckpointError
-from .generation import unproven_writer
-from .lineage import StoreLineage, checkpoint_lineage
-from .model import Checkpoint
-from .policy import POLICY
-from .validate import Severity, ValidationOptions, validate
+from checkpoint.analysis.generation import unproven_writer
+from checkpoint.analysis.validate import Severity, ValidationOptions, validate
+from checkpoint.errors import CheckpointError
+from checkpoint.format.changelog import LINEAGE_HEADER_CAP
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
+from checkpoint.policy import POLICY
 
 # Error findings that compaction repairs instead of refusing.
 FIXED_BY_COMPACTION = frozenset({"LINEAGE_HEADER_NEAR_CAP"})

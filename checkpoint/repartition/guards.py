@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import CheckpointError
-from .generation import unproven_writer
-from .layout import FileKind
-from .lineage import checkpoint_lineage
-from .logs import OffsetEntry
-from .model import Checkpoint, state_partition_folders
-from .storage import DELETE_MAX_KEYS, FileInfo, Storage
-from .validate import Severity, validate
+from checkpoint.analysis.generation import unproven_writer
+from checkpoint.analysis.validate import Severity, validate
+from checkpoint.errors import CheckpointError
+from checkpoint.format.layout import FileKind
+from checkpoint.format.logs import OffsetEntry
+from checkpoint.model.checkpoint import Checkpoint, state_partition_folders
+from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 # The operators whose state Spark's repartitioner can re-key (its StatePartitionKeyExtractorFactory
 # in 4.3): any other operator name makes it fail, so preflight refuses it first.

@@ -17,21 +17,16 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
-from .gc_plan import GcError, Plan, PlannedFile
-from .layout import AUDIT_FOLDER, is_number
-from .policy import POLICY
-from .storage import FileInfo, Storage, normalize_url
+from checkpoint.cleanup.manifest import Plan, PlannedFile
+from checkpoint.errors import GcError
+from checkpoint.format.layout import AUDIT_FOLDER, is_number
+from checkpoint.policy import POLICY
+from checkpoint.safety.naming import folder_name
+from checkpoint.storage import FileInfo, Storage, normalize_url
 
 
 class Recordable(Protocol):
     def as_dict(self) -> dict[str, Any]: ...
-
-
-def folder_name(checkpoint_url: str) -> str:
-    """A checkpoint's folder in an audit trail: its name and a digest of its one spelling."""
-    url = normalize_url(checkpoint_url)
-    digest = hashlib.sha256(url.encode()).hexdigest()[:8]
-    return f"{url.rsplit('/', 1)[-1]}-{digest}"
 
 
 def _append(out: BinaryIO, path: str) -> None:

@@ -22,13 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .audit import AuditTrail
-from .gc_plan import GcError, Plan, PlannedFile, Recheck, Totals
-from .layout import FileKind, classify
-from .lease import Lease
-from .logs import commit_digest
-from .policy import POLICY
-from .storage import DELETE_MAX_KEYS, FileInfo, Storage
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.manifest import Plan, PlannedFile, Totals
+from checkpoint.cleanup.plan import Recheck
+from checkpoint.errors import GcError
+from checkpoint.format.layout import FileKind, classify
+from checkpoint.format.logs import commit_digest
+from checkpoint.policy import POLICY
+from checkpoint.safety.lease import Lease
+from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 # Fault injection for crash tests: the process SIGKILLs itself after this many deletions.
 KILL_AFTER_ENV = "CKPT_GC_KILL_AFTER_DELETES"

@@ -14,7 +14,7 @@ receives, as of batch N:
 Nothing else: no later batch, no lost attempt, no history, no Hadoop `.crc` (Hadoop reads a file
 without one unchecked).
 
-Reading SRC costs what recovery at N costs (checkpoint.head) plus one shallow listing per source log.
+Reading SRC costs what recovery at N costs (checkpoint.model.head) plus one shallow listing per source log.
 Writing is ordered so that an interrupted fork can never pass for a checkpoint: `_ckpt_fork.json`
 first, then the state and schema files, whose bytes are all checked (CRC32C against Spark's
 sidecars, read back from DEST where they were copied server-side) before the offsets, the commits
@@ -40,17 +40,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from .crc import crc32c_signed, parse_sidecar, signed
-from .errors import CheckpointError, CorruptFileError, NotACheckpointError
-from .head import load_head, store_folder
-from .layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
-from .lineage import StoreLineage
-from .logs import parse_operator_metadata
-from .model import Checkpoint, StoreId
-from .policy import POLICY
-from .progress import Progress, report
-from .storage import FileInfo, Storage, normalize_url
-from .validate import Severity, Validation, batch_spans, validate
+from checkpoint.analysis.validate import Severity, Validation, batch_spans, validate
+from checkpoint.errors import CheckpointError, CorruptFileError, NotACheckpointError
+from checkpoint.format.crc import crc32c_signed, parse_sidecar, signed
+from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
+from checkpoint.format.logs import parse_operator_metadata
+from checkpoint.model.checkpoint import Checkpoint, StoreId
+from checkpoint.model.head import load_head, store_folder
+from checkpoint.model.lineage import StoreLineage
+from checkpoint.policy import POLICY
+from checkpoint.progress import Progress, report
+from checkpoint.storage import FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY = 500  # files between progress lines

@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .changelog import LINEAGE_HEADER_CAP
-from .model import Checkpoint
-from .policy import POLICY, Policy
-from .report import human_bytes
-from .validate import Severity, ValidationOptions, validate
+from checkpoint.analysis.report import human_bytes
+from checkpoint.analysis.validate import Severity, ValidationOptions, validate
+from checkpoint.format.changelog import LINEAGE_HEADER_CAP
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.policy import POLICY, Policy
 
 UNREADABLE = "UNREADABLE"
 

@@ -10,9 +10,9 @@ Spark) asks here first; `tests/test_generations.py` restarts each proven generat
 
 from __future__ import annotations
 
-from .lineage import StoreLineage
-from .model import Checkpoint
-from .snapshot import WRITTEN_ZIP_METADATA_VERSION
+from checkpoint.format.snapshot import WRITTEN_ZIP_METADATA_VERSION
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.lineage import StoreLineage
 
 # The Sparks proven by a restart to read what this release writes into a format V2 checkpoint.
 PROVEN_SPARKS = "4.1 to 4.3"

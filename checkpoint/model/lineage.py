@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from .changelog import LINEAGE_HEADER_CAP, ChangelogHeader, LineageEntry
-from .errors import CheckpointError
-from .layout import FileKind
-from .model import Checkpoint, CheckpointFile, Store, StoreId
+from checkpoint.errors import CheckpointError
+from checkpoint.format.changelog import LINEAGE_HEADER_CAP, ChangelogHeader, LineageEntry
+from checkpoint.format.layout import FileKind
+from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, Store, StoreId
 
 
 @dataclass(frozen=True)

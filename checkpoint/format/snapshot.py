@@ -12,9 +12,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO
 
-from .errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
-from .layout import SST_FILE, WAL_FILE
-from .logs import ZIP_METADATA_VERSIONS, split_versioned
+from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.format.layout import SST_FILE, WAL_FILE
+from checkpoint.format.logs import ZIP_METADATA_VERSIONS, split_versioned
 
 # A name in zip metadata is data, not a path (safety.md): RocksDB's own file names, and Spark's
 # DFS names made from them (`<local stem>-<uuid>.<ext>`, RocksDBFileManager). Anything else, a

@@ -1,0 +1,8 @@
+"""Lineage compaction: which stores to compact (`targets`) and the rebuild of a snapshot for a
+store's committed version, replayed, verified and published (`rebuild`). The Spark job that runs
+rebuilds in parallel is `jobs.compact`."""
+
+from checkpoint.compaction.rebuild import RebuildError, RebuildResult, rebuild_store
+from checkpoint.compaction.targets import CompactionRefused, Target, plan_compaction
+
+__all__ = ["CompactionRefused", "RebuildError", "RebuildResult", "Target", "plan_compaction", "rebuild_store"]
