@@ -10,8 +10,6 @@ store (several at once) is what keeps a task that dies from failing any store bu
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -19,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from checkpoint import crash
+from checkpoint.crash import crash_point
 from checkpoint.progress import Progress, report
 
 if TYPE_CHECKING:
@@ -62,11 +62,9 @@ class StoreOutcome:
                 "task_seconds": round(self.task_seconds, 3), **where, **done}  # fmt: skip
 
 
-# Fault injection for crash tests: the Python worker rebuilding this store ("<op>/<part>/<store>")
-# SIGKILLs itself, as an OOM kill or a segfault in RocksDB would end it. Read on the driver, handed
-# to the task as a Spark local property.
-KILL_STORE_ENV = "CKPT_COMPACT_KILL_STORE"
-_KILL_PROPERTY = "ckpt.kill_store"
+# The crash tests' spec (checkpoint.crash), read on the driver and handed to each task as a Spark
+# local property: a Python worker does not see the driver's environment as it is now.
+_CRASH_PROPERTY = "ckpt.crash_at"
 
 
 def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
@@ -90,9 +88,8 @@ def _maybe_die(store: StoreId) -> None:
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    doomed = context.getLocalProperty(_KILL_PROPERTY) if context is not None else None
-    if doomed and doomed == store.label:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if context is not None:
+        crash_point("compaction.task", store.label, context.getLocalProperty(_CRASH_PROPERTY) or "")
 
 
 def tasks_for(ckpt: Checkpoint, targets: list[Target]) -> list[Task]:
@@ -119,7 +116,7 @@ def run_compaction_tasks(
     if not tasks:
         return []
     sc = spark.sparkContext
-    doomed = os.environ.get(KILL_STORE_ENV, "")
+    crash_at = crash.spec()
     stop: list[str] = []
 
     def one(task: Task) -> StoreOutcome:
@@ -134,7 +131,7 @@ def run_compaction_tasks(
             return StoreOutcome.of(task, 0.0, error=f"not started: {exc}")
         s = entry.store
         sc.setJobDescription(f"compact {ckpt.url} op {s.operator} part {s.partition} {s.store}")
-        sc.setLocalProperty(_KILL_PROPERTY, doomed)
+        sc.setLocalProperty(_CRASH_PROPERTY, crash_at)
         started = time.monotonic()
         try:
             return sc.parallelize([task], 1).map(lambda t: _rebuild_one(*t)).collect()[0]

@@ -16,6 +16,7 @@ import pytest
 from checkpoint.compaction import rebuild
 from checkpoint.compaction.rebuild import RebuildError, merge_delimiter, rebuild_store
 from checkpoint.compaction.targets import plan_compaction
+from checkpoint.crash import CRASH_ENV
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.lineage import checkpoint_lineage
 from jobs.compact import run_compaction
@@ -124,7 +125,7 @@ def test_kill_9_between_ssts_and_zip(spark, corpus, copy_of) -> None:
         f"c = load_checkpoint({str(path)!r})\n"
         "rebuild_store(c, checkpoint_lineage(c)[0])\n"
     )
-    env = {**os.environ, "CKPT_REBUILD_KILL_BEFORE_ZIP": "1"}
+    env = {**os.environ, CRASH_ENV: "compaction.before_zip"}
     died = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
     assert died.returncode == -9
     assert not list(path.rglob("*.zip"))

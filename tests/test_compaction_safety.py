@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.compaction.targets import CompactionRefused, plan_compaction
+from checkpoint.crash import CRASH_ENV
 from checkpoint.format.crc import crc32c_signed
 from checkpoint.model.head import load_head
 from checkpoint.model.lineage import checkpoint_lineage
@@ -96,7 +97,6 @@ def test_a_task_killed_with_9_fails_its_store_alone(
 ):
     """The Python worker rebuilding one store dies as an OOM kill or a segfault would end it: the
     other stores publish, the dead one is reported, and the query restarts like an untouched copy."""
-    from jobs.compact import KILL_STORE_ENV
     from testbed.corpus import scenario_named
     from tests.support.state import restart_like_untouched
 
@@ -105,9 +105,9 @@ def test_a_task_killed_with_9_fails_its_store_alone(
     ckpt = load_head(str(path), recent=2)
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
     assert len(targets) == 4
-    monkeypatch.setenv(KILL_STORE_ENV, "0/2/default")
+    monkeypatch.setenv(CRASH_ENV, "compaction.task:0/2/default")
     results = run_compaction(spark, ckpt, targets)
-    monkeypatch.delenv(KILL_STORE_ENV)
+    monkeypatch.delenv(CRASH_ENV)
     failed = [r for r in results if not r.ok]
     assert [r.store.partition for r in failed] == [2] and "the Spark task died" in failed[0].error
     assert sorted(r.store.partition for r in results if r.ok) == [0, 1, 3]

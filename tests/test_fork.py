@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint.crash import CRASH_ENV
 from checkpoint.fork.copy import ForkIncomplete, ForkRefused, fork, rewrite_schema_paths
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED
 from checkpoint.model.checkpoint import load_checkpoint
@@ -317,12 +318,10 @@ def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> N
 def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpus, tmp_path, step) -> None:
     """Killed once the files of a step are written: every byte of the state was checked before the
     first log file that Spark would start from, and the re-run finishes the fork."""
-    from checkpoint.fork.copy import KILL_AFTER_STEP_ENV
-
     src, dest = tmp_path / "src", tmp_path / "dest"
     copy_checkpoint(corpus["snapshots"], src)
     args = ["fork", str(src), str(dest), "--lease-ttl", "1s"]
-    env = {**os.environ, KILL_AFTER_STEP_ENV: str(step)}
+    env = {**os.environ, CRASH_ENV: f"fork.after_step:{step}"}
     died = subprocess.run([CKPT, *args], env=env, capture_output=True, text=True, timeout=120)
     assert died.returncode == -signal.SIGKILL
     written = files_of(dest)
@@ -340,12 +339,10 @@ def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpu
 
 
 def test_bytes_kept_from_a_killed_run_are_checked_before_any_log_is_written(corpus, tmp_path) -> None:
-    from checkpoint.fork.copy import KILL_AFTER_STEP_ENV
-
     src, dest = tmp_path / "src", tmp_path / "dest"
     copy_checkpoint(corpus["long_chain"], src)
     args = ["fork", str(src), str(dest), "--lease-ttl", "1s"]
-    env = {**os.environ, KILL_AFTER_STEP_ENV: "0"}
+    env = {**os.environ, CRASH_ENV: "fork.after_step:0"}
     assert subprocess.run([CKPT, *args], env=env, capture_output=True, timeout=120).returncode == -9
     kept = sorted((dest / "state/0/1").glob("*.changelog"))[-1]
     data = bytearray(kept.read_bytes())

@@ -17,6 +17,7 @@ import pytest
 from checkpoint.cleanup.apply import apply_plan, check_plan
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.manifest import Plan, PlannedFile
+from checkpoint.crash import CRASH_ENV
 from checkpoint.errors import GcError
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.model.checkpoint import load_checkpoint
@@ -239,7 +240,7 @@ def test_cli_gc_json_and_dry_run(copy_of) -> None:
 def test_a_crash_in_the_middle_of_apply(spark, corpus_root, corpus, tmp_path) -> None:
     path = _copy(corpus, "two_actions", tmp_path / "crash")
     total = plan_later(path).files
-    env = {**os.environ, "CKPT_GC_KILL_AFTER_DELETES": "7"}
+    env = {**os.environ, CRASH_ENV: "cleanup.deleted:7"}
     crashed = ckpt_cli("gc", str(path), "--apply", "--json", "--batch-size", "5", "--lease-ttl", "5s",
                        *UNSAFE_NOW, env=env)  # fmt: skip
     assert crashed.returncode == -signal.SIGKILL

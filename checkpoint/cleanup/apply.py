@@ -12,8 +12,6 @@ so a crash leaves a record of what was done and a rerun finishes the rest.
 
 from __future__ import annotations
 
-import os
-import signal
 import tempfile
 import time
 from collections import Counter
@@ -25,15 +23,13 @@ from typing import Any
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.manifest import Plan, PlannedFile, Totals
 from checkpoint.cleanup.plan import Recheck
+from checkpoint.crash import crash_point
 from checkpoint.errors import GcError
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.format.logs import commit_digest
 from checkpoint.policy import POLICY
 from checkpoint.safety.lease import Lease
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
-
-# Fault injection for crash tests: the process SIGKILLs itself after this many deletions.
-KILL_AFTER_ENV = "CKPT_GC_KILL_AFTER_DELETES"
 
 
 @dataclass(frozen=True)
@@ -165,7 +161,6 @@ def apply_plan(
     result = ApplyResult(plan.plan_id, check)
     if not check.ok:
         raise GcError(f"plan {plan.plan_id} refused: {check.message}", plan.checkpoint)
-    kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
     deleted_count = 0
     chunk = max(1, min(batch_size, DELETE_MAX_KEYS))
     with tempfile.TemporaryDirectory(prefix="ckpt-apply-") as tmp:
@@ -184,8 +179,8 @@ def apply_plan(
             if ready:
                 outcomes += _delete(storage, ready, attempts, sleep)
             deleted_count += sum(o.outcome == "deleted" for o in outcomes)
-            if kill_after and deleted_count >= kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)  # the worst moment: deleted, not yet recorded
+            if deleted_count:
+                crash_point("cleanup.deleted", deleted_count)  # the worst moment: deleted, not recorded
             audit.record(plan, outcomes)
             for o in outcomes:
                 getattr(result, o.outcome).add(o)

@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import resource
 import shutil
-import signal
 import tempfile
 import time
 import uuid
@@ -42,6 +40,7 @@ from itertools import islice, repeat
 from pathlib import Path
 from typing import Any
 
+from checkpoint.crash import crash_point
 from checkpoint.errors import CheckpointError
 from checkpoint.format.changelog import RecordRun
 from checkpoint.format.crc import crc32c_signed
@@ -57,7 +56,6 @@ from checkpoint.model.checkpoint import Checkpoint, CheckpointFile
 from checkpoint.model.lineage import StoreLineage
 from checkpoint.policy import POLICY, Policy
 
-KILL_BEFORE_ZIP_ENV = "CKPT_REBUILD_KILL_BEFORE_ZIP"
 MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 _DELIMITERS = {None: b",", "1": b",", "2": b""}  # StringAppendOperator's delimiter per version
 # What a Spark 4.x OPTIONS file says for the settings the rebuild changes; the published OPTIONS
@@ -574,8 +572,7 @@ def _publish(
         body = json.dumps(meta, separators=(",", ":"))
         zf.writestr("metadata", f"v{WRITTEN_ZIP_METADATA_VERSION}\n{body}")
     data = buf.getvalue()
-    if os.environ.get(KILL_BEFORE_ZIP_ENV):  # fault injection for crash tests: SSTs are out, the zip is not
-        os.kill(os.getpid(), signal.SIGKILL)
+    crash_point("compaction.before_zip")  # SSTs are out, the zip is not
     name = f"{entry.version}_{entry.unique_id}.zip"
     _publish_no_clobber(ckpt, f"{folder}/{name}", data)
     sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),

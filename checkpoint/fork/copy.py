@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import re
-import signal
 import threading
 import time
 import uuid
@@ -41,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.analysis.validate import Severity, Validation, batch_spans, validate
+from checkpoint.crash import crash_point
 from checkpoint.errors import CheckpointError, CorruptFileError, NotACheckpointError
 from checkpoint.format.crc import crc32c_signed, parse_sidecar, signed
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
@@ -59,8 +59,6 @@ _PROGRESS_EVERY = 500  # files between progress lines
 STEP_STATE, STEP_OFFSETS, STEP_COMMITS, STEP_QUERY = range(4)
 _STEP_NAMES = ("state, schema and source logs", "offsets", "commits", "query metadata")
 
-# Fault injection for crash tests: the process SIGKILLs itself once this step's files are written.
-KILL_AFTER_STEP_ENV = "CKPT_FORK_KILL_AFTER_STEP"
 
 # A JSON string in operator metadata v2 naming a schema file: `"<root>/state/<op>/_stateSchema/..."`.
 _SCHEMA_PATH = re.compile(r'"([^"]*?)/(state/\d+/_stateSchema/[^"]+)"')
@@ -479,7 +477,6 @@ def apply_fork(
                         len(todo),
                     )
 
-        kill_after = int(os.environ.get(KILL_AFTER_STEP_ENV, "-1") or -1)
         for step, name in enumerate(_STEP_NAMES):
             check()
             if step == STEP_OFFSETS:
@@ -492,8 +489,7 @@ def apply_fork(
                 log.info("%s: writing %s (%d files)", dest.url, name, len(batch))
                 with ThreadPoolExecutor(max(1, min(workers, len(batch)))) as pool:
                     list(pool.map(write, batch))
-            if step == kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
+            crash_point("fork.after_step", step)
         check()
         _verify(plan, dest, crcs)
         result = ForkResult(
