@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint venv bench ui browser
+.PHONY: demo test test-unit lint venv bench ui browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ browser:
 
 test: lint browser
 	$(VENV)/bin/pytest
+
+# The quick loop: unit tests only, with no Java (JAVA_HOME points nowhere, so a test that starts a
+# JVM fails instead of passing by luck), the others in parallel where they are independent.
+test-unit: $(STAMP)
+	JAVA_HOME=/nonexistent/no-java-in-the-unit-tier $(VENV)/bin/pytest -m unit -q
 
 # The Dagster UI on the project's instance (dagster_home/dagster.yaml), with the runs `make demo` made.
 ui: $(STAMP)

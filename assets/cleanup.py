@@ -147,7 +147,7 @@ def checkpoint_orphan_cleanup(
         try:
             # The plan step ran before this lease was taken. When the query ran since (a new
             # commit or offset), its rules may have changed (a live query keeps more): plan again
-            # under the lease, a second listing that only then is paid (safety.md: re-plan).
+            # under the lease, a second listing that only then is paid (docs/safety.md: re-plan).
             verdict = check_plan(plan, storage)
             if verdict.ok and verdict.moved:
                 context.log.info(f"{verdict.message}: planning again under the lease")

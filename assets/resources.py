@@ -79,7 +79,7 @@ class CheckpointRoot(dg.Config):
 class CheckpointRootsResource(dg.ConfigurableResource):
     """What maintenance may touch and the floors it keeps. Set by the deployment only: the code
     location wraps it in `fixed` so that no run's config can name another root, storage options,
-    audit location, grace, quiet period or retention (safety.md, "run config narrows")."""
+    audit location, grace, quiet period or retention (docs/safety.md, "run config narrows")."""
 
     roots: list[CheckpointRoot]
     long_chain_threshold: int = Field(

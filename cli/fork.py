@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, help="a committed batch (default: the latest committed)")
     p.add_argument("--new-query-id", action="store_true",
                    help="give the fork a query id of its own (sinks that remember batches: "
-                   "README)")  # fmt: skip
+                   "docs/fork.md)")  # fmt: skip
     p.add_argument("--workers", type=int, default=POLICY.fork_workers, metavar="N",
                    help=f"files copied at once (default {POLICY.fork_workers})")  # fmt: skip
     takes_the_lease(p, writes_no_plan=True)

@@ -50,7 +50,7 @@ def gc(args: argparse.Namespace) -> Result | int:
         replanned = False
         if args.apply:
             # The query ran between the plan and the apply: its rules may have changed (a live
-            # query keeps more), so plan once more under the lease (safety.md: re-plan or refuse).
+            # query keeps more), so plan once more under the lease (docs/safety.md: re-plan or refuse).
             checked = check_plan(planned, storage)
             if checked.ok and checked.moved:
                 planned, replanned = plan(), True

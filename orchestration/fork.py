@@ -25,7 +25,8 @@ class ForkConfig(dg.Config):
     )
     batch: int | None = Field(default=None, description="A committed batch; default: the latest committed")
     new_query_id: bool = Field(
-        default=False, description="Give the fork a query id of its own (sinks that remember batches: README)"
+        default=False,
+        description="Give the fork a query id of its own (sinks that remember batches: docs/fork.md)",
     )
 
 

@@ -1,5 +1,5 @@
 """Checkpoints written by the other release lines of PySpark with format V2, and restarts under
-them: the proof that this release writes only what the checkpoint's own Spark reads (safety.md).
+them: the proof that this release writes only what the checkpoint's own Spark reads (docs/safety.md).
 
 Each release line runs in a virtualenv of its own (`python_of`: PySpark from PyPI, one ~430 MB
 download, and `PACKAGES`), cached beside the corpus as the

@@ -38,7 +38,7 @@ def _changelog(lineage: list[tuple[int, str]]) -> bytes:
 
 
 def _sidecar(data: bytes) -> bytes:
-    """Spark's `.crc` of a file (checkpoint-format.md §6), right for its bytes."""
+    """Spark's `.crc` of a file (docs/format.md §6), right for its bytes."""
     from checkpoint.format.crc import crc32c_signed
 
     return json.dumps(

@@ -108,3 +108,21 @@ def written_by():
     from testbed.generations import ensure_written_by
 
     return lambda version: ensure_written_by(cache_home(), version)
+
+
+# The tiers (docs/testing.md), told from what a test uses, transitively: a Spark session or
+# checkpoints other Sparks wrote; the corpus real queries write (Spark generates it on a cold
+# cache); the S3 server; real queries restarted (`slow`); long proofs at scale or under contention
+# (`stress`: no Java, but a minute each). A test that uses none is a unit test: it
+# runs without Java, from synthetic checkpoints and the lz4 writer (`make test-unit`).
+_TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spark", "written_by"}),
+          ("corpus", {"corpus_root", "corpus", "manifest", "loaded", "copy_of"}))  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        used = set(item.fixturenames)
+        marked = {m.name for m in item.iter_markers()}
+        tiers = [name for name, by in _TIERS if (by in marked if isinstance(by, str) else used & by)]
+        for tier in tiers or ["unit"]:
+            item.add_marker(getattr(pytest.mark, tier))

@@ -87,7 +87,7 @@ def test_lineage_is_contiguous_and_ends_at_version_minus_one(loaded, name: str) 
             assert versions == [], f.rel
         elif versions == []:
             # Seen on a real checkpoint (two_actions, foreachBatch's second action, an uncommitted
-            # attempt), against checkpoint-format.md §3: an empty lineage above version 1, beside
+            # attempt), against docs/format.md §3: an empty lineage above version 1, beside
             # the attempt's own zip of that version, which is what a load of it reads.
             own = StoreId(f.what.operator, f.what.partition, f.what.store)
             assert ckpt.stores[own].file(FileKind.ZIP, v, f.what.unique_id) is not None, f.rel

@@ -7,6 +7,8 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.manifest import Plan
 from checkpoint.cleanup.plan import plan_gc
@@ -26,6 +28,7 @@ def _traced(path: Path, audit: AuditTrail) -> tuple[Plan, int]:
         tracemalloc.stop()
 
 
+@pytest.mark.stress
 def test_ten_times_the_history_costs_no_more_memory(tmp_path) -> None:
     small, big = tmp_path / "small", tmp_path / "big"
     n_small = synthetic.build(small, PARTITIONS, VERSIONS, window=WINDOW)
@@ -117,6 +120,7 @@ def _peak_rss(*args: str) -> tuple[int, int]:
         return usage.ru_maxrss * 1024, out.tell()
 
 
+@pytest.mark.stress
 def test_gc_json_costs_what_the_text_costs_however_many_candidates(tmp_path) -> None:
     """The reproduction: `--json` built one document of every candidate (712 MB against 50 MB at
     541,602 files). It now gives the totals and the manifest's path, within 1.3x of the text's

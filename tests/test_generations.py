@@ -3,7 +3,7 @@ that PySpark 4.0.5, 4.1.4 and 4.2.1 wrote (`testbed.generations.SCENARIOS`: an a
 delta-only chain, a join on Spark's own snapshots, transformWithStateInPandas) are compacted (4.1
 and 4.2; 4.0 is refused) and cleaned by this release, forked (markers and rewritten schema paths),
 and the join repartitioned (4.1 and 4.2; 4.0 is refused), then restarted under the Spark that
-wrote them beside an untouched copy restarted the same way (safety.md: write only what the
+wrote them beside an untouched copy restarted the same way (docs/safety.md: write only what the
 checkpoint's own Spark reads). The project's own Spark, 4.3, is proven so by the rest of the suite.
 """
 

@@ -426,6 +426,7 @@ while time.time() < until:
 """
 
 
+@pytest.mark.stress
 def test_eight_processes_hammering_one_lease_never_overlap(tmp_path) -> None:
     seconds = float(os.environ.get("CKPT_LEASE_HAMMER_SECONDS", "60"))
     log = tmp_path / "held.jsonl"

@@ -1,6 +1,6 @@
 """Property tests: over random store histories, cleanup never removes a file a retained batch loads.
 
-The oracle below is Spark's load path (checkpoint-format.md §7) written independently of the
+The oracle below is Spark's load path (docs/format.md §7) written independently of the
 planner: a batch of the window that loads before the cleanup must load, from the same files, after
 the candidates are deleted.
 """

@@ -59,8 +59,8 @@ def _shown(name: str, value) -> str:
     return str(value)
 
 
-def test_the_readme_lists_every_default_of_the_policy() -> None:
-    text = (Path(__file__).parent.parent / "README.md").read_text()
+def test_the_configuration_page_lists_every_default_of_the_policy() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
     table = text.split("<!-- policy table: tests/test_policy.py -->", 1)[1].split(
         "<!-- end of policy table", 1
     )[0]

@@ -170,8 +170,9 @@ def test_spark_resource_builds_a_working_local_session(spark) -> None:
 
 
 def test_rocksdict_is_pinned_to_rocksdb_9_8_4() -> None:
-    """rebuild-notes: RocksDB must not be newer than the rocksdbjni of the oldest Spark that reads the zips
-    (Spark 4.0-4.3 ship 9.8.4, which rocksdict 0.3.29 bundles). Moving the pin needs that check again."""
+    """docs/compaction.md (rebuild note 0): RocksDB must not be newer than the rocksdbjni of the
+    oldest Spark that reads the zips (Spark 4.0-4.3 ship 9.8.4, which rocksdict 0.3.29 bundles).
+    Moving the pin needs that check again."""
     from importlib.metadata import version
 
     assert version("rocksdict") == "0.3.29"

@@ -1,4 +1,4 @@
-"""Names and numbers read from a checkpoint are data, not paths or sizes (safety.md, "trust nothing
+"""Names and numbers read from a checkpoint are data, not paths or sizes (docs/safety.md, "trust nothing
 you did not write"). Every case is derived from a checkpoint a real query wrote, and run through
 the `ckpt` command a user would type: one line on stderr, never a traceback, nothing written."""
 

@@ -1,5 +1,5 @@
 """Which Spark generation wrote a format V2 store, told from the store's own files, so that this
-release writes only what the checkpoint's own Spark reads (safety.md).
+release writes only what the checkpoint's own Spark reads (docs/safety.md).
 
 Spark 4.0, the first release line with format V2, writes zip `metadata` as `v2` and refuses the
 `v1` that 4.1 and later write; only 4.1 and later write Spark's `.crc` sidecars (unless

@@ -17,7 +17,7 @@ Memory is one partition's listing plus the retained set's inputs, whatever the c
    the totals, then a line per candidate, zips before the SSTs they list, sidecars after their main
    file) is uploaded from it to the audit trail.
 
-Fail closed (safety.md): a log that cannot be parsed, an unknown version, a commit-log error
+Fail closed (docs/safety.md): a log that cannot be parsed, an unknown version, a commit-log error
 finding, a lineage header or retained zip that cannot be read, a listing that fails part-way: each
 stops the plan with a GcError, and no manifest is written.
 """
@@ -166,7 +166,7 @@ def _read_logs(
 
 class Recheck:
     """A plan's lines classified again against the checkpoint as it is now, under the apply's
-    lease (safety.md, "a plan is re-checked at apply"): the commit log is read again, and each
+    lease (docs/safety.md, "a plan is re-checked at apply"): the commit log is read again, and each
     partition a line names is listed and decided again by the very rules that planned it. A line
     passes only if its file is gone (the apply skips it) or is still a candidate now. Anything
     else (a log file, a path outside `state/<op>/<part>/`, a file a retained batch reads, an
@@ -670,7 +670,7 @@ class _Spill:
 
     def finish(self) -> None:
         """Decides the held SSTs against the oldest retained SST of the whole checkpoint (none:
-        every such SST stays), as safety.md asks of a live query."""
+        every such SST stays), as docs/safety.md asks of a live query."""
         self.held.close()
         with open(self._held_path) as held:
             for line in held:

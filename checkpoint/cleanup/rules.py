@@ -2,7 +2,7 @@
 
 Pure: the inputs are plain data (the classified listing, the committed ids of the retained batches,
 the lineage headers and the SSTs each zip lists), so property tests can drive it without storage.
-The rules are `shared/docs/safety.md`'s; reading the inputs, and failing closed when one cannot be
+The rules are `docs/safety.md`'s; reading the inputs, and failing closed when one cannot be
 read, is `gc_plan`'s job.
 """
 

@@ -1,6 +1,6 @@
 """Materialising `<V>_<U>.zip` for a committed store version: base zip + changelog replay, in RocksDB.
 
-Follows `shared/docs/rebuild-notes.md`: the merge operator's delimiter is set from the offset conf
+Follows `docs/compaction.md (rebuild notes)`: the merge operator's delimiter is set from the offset conf
 before the base is opened (a wrong one corrupts list state silently), merges follow
 StringAppendOperator's semantics, rocksdict's own config file stays out of the zip, and
 column-family stores need a base zip for their family mapping.
@@ -76,9 +76,9 @@ def _bulk_options(policy: Policy, delimiter: bytes) -> dict[str, str]:
     inserts into Spark's skip list cost 1.7 times as much); a bounded memtable flushes a large chain
     to several SSTs; with compactions off the base's SSTs are never rewritten."""
     return {
-        # rebuild-notes §1: RocksDB reads the merge operator from the newest OPTIONS file, and
-        # Spark's says StringAppendOperator without a delimiter, which means "," - not what
-        # mergeOperatorVersion 2 uses.
+        # docs/compaction.md, rebuild note 1: RocksDB reads the merge operator from the newest
+        # OPTIONS file, and Spark's says StringAppendOperator without a delimiter, which means ","
+        # - not what mergeOperatorVersion 2 uses.
         "merge_operator": f"{{id=StringAppendOperator;delimiter={delimiter.decode()};}}",
         "memtable_factory": "{id=VectorRepFactory;count=0;}",
         "allow_concurrent_memtable_write": "false",
@@ -195,7 +195,8 @@ _BATCH_RECORDS = 100_000
 
 def replay(base: dict[bytes, bytes], changelogs: Iterable[list[RecordRun]], delimiter: bytes) -> dict:
     """The store's content after the changelogs, oldest first, in Spark's order: a put replaces, a
-    delete removes, a merge appends with StringAppendOperator's semantics (rebuild-notes §3)."""
+    delete removes, a merge appends with StringAppendOperator's semantics (docs/compaction.md,
+    rebuild note 3)."""
     state = dict(base)
     for runs in changelogs:
         for run in runs:
@@ -565,7 +566,7 @@ def _publish(
     }
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for prefix in _ZIP_ORDER:  # rocksdict-config.json stays out (rebuild-notes §4)
+        for prefix in _ZIP_ORDER:  # rocksdict-config.json stays out (docs/compaction.md, rebuild note 4)
             for p in sorted(checkpoint_dir.iterdir()):
                 if p.name.startswith(prefix) or (prefix == ".log" and p.name.endswith(".log")):
                     zf.write(p, p.name)

@@ -8,7 +8,7 @@ receives, as of batch N:
 - the operator metadata up to N, v2 files with each absolute path rewritten to DEST (Spark reads the
   schema through them: a plain copy would keep reading SRC's), the schema files they name, and the
   per-store schema files of partition 0;
-- per store, what loading version N+1 reads (checkpoint-format.md §7): the committed zip, or the
+- per store, what loading version N+1 reads (docs/format.md §7): the committed zip, or the
   committed changelog with its replay chain, the base zip, and the SSTs (and archived logs) it
   lists; with their Spark `.crc` sidecars.
 Nothing else: no later batch, no lost attempt, no history, no Hadoop `.crc` (Hadoop reads a file

@@ -1,4 +1,4 @@
-"""Changelog files: the lineage header and the change records (checkpoint-format.md §3).
+"""Changelog files: the lineage header and the change records (docs/format.md §3).
 
 Inside the compressed stream the data is big-endian Java DataOutput. Versions:
 v1 (format V1) and v3 (format V2) are plain records; v2 and v4 add a record-type byte and column

@@ -1,4 +1,4 @@
-"""The compressed streams Spark writes changelogs in (checkpoint-format.md §3).
+"""The compressed streams Spark writes changelogs in (docs/format.md §3).
 
 lz4 is lz4-java's LZ4BlockOutputStream framing, not the LZ4 frame format. Blocks are decompressed
 lazily, so reading a changelog's header costs one or two blocks, not the whole file.

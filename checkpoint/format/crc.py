@@ -1,4 +1,4 @@
-"""Spark's checksum sidecars `<file>.crc` (Spark 4.1+, checkpoint-format.md §6)."""
+"""Spark's checksum sidecars `<file>.crc` (Spark 4.1+, docs/format.md §6)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # Numbers in names are ASCII digits: `\d` and `str.isdigit` also take other scripts' digits (`٣`)
 # and superscripts (`²`, which int() refuses), which Spark never writes. Names end at `\Z`: `$`
 # also matches before a final newline, and `1_<uuid>.zip\n` is not Spark's.
-# checkpoint-format.md §1: `<version>[_<uuid>].(zip|changelog)`; the version is batch id + 1.
+# docs/format.md §1: `<version>[_<uuid>].(zip|changelog)`; the version is batch id + 1.
 # Batch ids and versions are Java longs (19 digits at most, and no more than LONG_MAX: Spark's own
 # log reader skips a name that does not parse as one), RocksDB's file numbers uint64 (20 digits),
 # operators and partitions ints (10). A longer run of digits is not Spark's, and never becomes an

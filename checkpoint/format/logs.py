@@ -1,6 +1,6 @@
 """Readers of the metadata logs: commit log, offset log, operator metadata, query metadata.
 
-Each file is a version line (`v<N>`) followed by JSON lines (checkpoint-format.md §2). A version this
+Each file is a version line (`v<N>`) followed by JSON lines (docs/format.md §2). A version this
 release does not know is an error that names the file: its layout is never guessed.
 """
 

@@ -1,4 +1,4 @@
-"""Snapshot zips: their entries and the `metadata` entry (checkpoint-format.md §5).
+"""Snapshot zips: their entries and the `metadata` entry (docs/format.md §5).
 
 SST files are never inside a zip; `metadata` names them, with the size a load checks.
 """
@@ -16,7 +16,7 @@ from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionE
 from checkpoint.format.layout import SST_FILE, WAL_FILE
 from checkpoint.format.logs import ZIP_METADATA_VERSIONS, split_versioned
 
-# A name in zip metadata is data, not a path (safety.md): RocksDB's own file names, and Spark's
+# A name in zip metadata is data, not a path (docs/safety.md): RocksDB's own file names, and Spark's
 # DFS names made from them (`<local stem>-<uuid>.<ext>`, RocksDBFileManager). Anything else, a
 # `../` among them, is a malformed zip: validation reports it, and no action uses the name.
 _LOCAL_SST = re.compile(r"^[0-9]{1,20}\.sst\Z")

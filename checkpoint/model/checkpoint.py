@@ -2,7 +2,7 @@
 
 checkpoint -> batches (planned, committed) -> operators -> partitions -> stores -> state files by
 (version, uuid). The committed uuid of each (version, store) comes from the commit log, whose ids per
-partition follow the operator's store order (checkpoint-format.md §2).
+partition follow the operator's store order (docs/format.md §2).
 
 Two scopes. `load_checkpoint` lists everything (SCOPE_LISTING): what cleanup planning and `inspect`
 need. `checkpoint.model.head.load_head` lists only the logs and names the state files recovery reads at
@@ -376,7 +376,7 @@ def load_checkpoint(
     `listing` "flat" is one recursive listing; "per_partition" lists each state partition folder
     on its own, concurrently (object stores, where wall time is round trips); "auto" is
     per_partition on object stores and flat on local disk, where threads only contend for the GIL
-    (measured in bench/gc_plan.py; figures in the README).
+    (measured in bench/gc_plan.py; figures in bench/README.md).
     """
     if listing not in LISTINGS:
         raise ValueError(f"listing must be one of {LISTINGS}, not {listing!r}")

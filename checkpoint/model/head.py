@@ -4,7 +4,7 @@ What it costs does not grow with the checkpoint's history, only with its operato
 replay chains recovery walks at the chosen batches:
 - one shallow listing each of the root, `commits/`, `offsets/`, `state/`, and each operator's
   `_metadata/` (and `_metadata/v2/` where it exists), then the commit, offset and metadata files;
-- per store and batch, files named from the commit log's `stateUniqueIds` (checkpoint-format.md §7):
+- per store and batch, files named from the commit log's `stateUniqueIds` (docs/format.md §7):
   a probe-and-read of `<V>_<U>.zip` and of each zip the lineage names (one GET each, a 404 for the
   absent ones), a stat and one ranged read of the committed changelog's header, a stat of each
   changelog of the replay chain, and a stat of each SST a found zip lists (and of `.crc` sidecars

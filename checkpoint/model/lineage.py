@@ -1,6 +1,6 @@
 """How Spark would load each store at a committed batch: the replay chain and what it costs.
 
-Format V2 (checkpoint-format.md §7): `<V>_<U>.zip` when it exists; otherwise the newest (v, id) of
+Format V2 (docs/format.md §7): `<V>_<U>.zip` when it exists; otherwise the newest (v, id) of
 the committed changelog's lineage that has a zip, then every changelog after it up to V; with no zip
 in the lineage and a lineage that starts at version 1, a replay from the empty store.
 Format V1 has no ids and no lineage: the newest `<v>.zip` at or below V, then `<v+1..V>.changelog`.

@@ -1,4 +1,4 @@
-"""The maintenance lease: one writing action per checkpoint at a time (shared/docs/safety.md).
+"""The maintenance lease: one writing action per checkpoint at a time (docs/safety.md).
 
 Every action that writes or deletes (compaction, cleanup apply, a fork's source and destination)
 takes the checkpoint's lease before it plans. Its identity is the checkpoint's normalized URL
@@ -66,7 +66,7 @@ class LeaseLost(CheckpointError):
 def lease_for(checkpoint: Storage, owner: str, **options) -> Lease:
     """The maintenance lease of the checkpoint at `checkpoint`, kept beside it (see above). Its
     identity is the resolved location, not the spelling: a symlinked path, or another case on a
-    file system that ignores case, finds the same lease (safety.md, "one checkpoint, one identity")."""
+    file system that ignores case, finds the same lease (docs/safety.md, "one checkpoint, one identity")."""
     where = checkpoint.resolved()
     return Lease(where.parent(), f"{AUDIT_FOLDER}/{folder_name(where.url)}", owner, **options)
 

@@ -1,0 +1,45 @@
+"""The generated parts of `docs/`: `python -m testbed.docs` rewrites them from the code, and
+`tests/test_docs.py` fails when a page and the code disagree."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def findings_table() -> str:
+    """Every finding code validation knows, in the order it checks them."""
+    from checkpoint.analysis.validate import CODES
+
+    rows = ["| code | severity | check | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{c.name}` | {c.severity.value} | {c.category.value} | {c.summary} |"
+             for c in CODES.values()]  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
+# page -> (marker, renderer): the text between `<!-- generated: <marker> -->` and `<!-- end -->`
+GENERATED = {"findings.md": ("findings", findings_table)}
+
+
+def _block(marker: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- generated: {marker} [^>]*-->\n)(.*?)(<!-- end -->)", re.S)
+
+
+def rendered(page: str) -> str:
+    """The page as it should read, its generated block rendered again."""
+    marker, render = GENERATED[page]
+    text = (DOCS / page).read_text()
+    if not _block(marker).search(text):
+        raise ValueError(f"docs/{page} has no generated block {marker!r}")
+    return _block(marker).sub(lambda m: m.group(1) + render() + m.group(3), text)
+
+
+def main() -> None:
+    for page in GENERATED:
+        (DOCS / page).write_text(rendered(page))
+
+
+if __name__ == "__main__":
+    main()
