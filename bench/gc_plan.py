@@ -32,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.plan import partitions_at_once, plan_gc, planning_workers
+from checkpoint.cleanup.plan import plan_gc
+from checkpoint.cleanup.pool import partitions_at_once, planning_workers
 from checkpoint.storage import Storage
 from testbed.synthetic import build, iter_files
 

@@ -302,7 +302,7 @@ def test_the_guard_resolves_each_folder_through_a_file_that_is_no_link(copy_of, 
     folder through a file of it that is no link, so the candidates are still refused. A plan never
     gets this far (a linked operator folder is no folder to it: its stores are missing), so this
     drives the guard, its last line of defence, with the real listing of each partition."""
-    from checkpoint.cleanup.plan import _guard_paths
+    from checkpoint.cleanup.decide import _guard_paths
     from checkpoint.format.layout import classify
     from checkpoint.model.checkpoint import CheckpointFile, build_checkpoint
 
@@ -447,15 +447,15 @@ def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of,
 
 _PLAN_IN_A_FRESH_PROCESS = """
 import json, sys, threading, time
-from checkpoint.cleanup import plan as gc_plan
+from checkpoint.cleanup import plan as gc_plan, pool as planning_pool
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.storage import Storage
 
-started, pool = [], gc_plan.ProcessPoolExecutor
+started, pool = [], planning_pool.ProcessPoolExecutor
 def recording(*args, **kwargs):
     started.append(kwargs["mp_context"].get_start_method())
     return pool(*args, **kwargs)
-gc_plan.ProcessPoolExecutor = recording
+planning_pool.ProcessPoolExecutor = recording
 if sys.argv[4] == "with a thread":
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 plan = gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=float(sys.argv[3]), workers=2,

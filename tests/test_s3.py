@@ -21,6 +21,7 @@ import pytest
 import s3fs
 
 from checkpoint.cleanup import plan as gc_plan
+from checkpoint.cleanup import pool as planning_pool
 from checkpoint.cleanup.apply import apply_plan
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.errors import CheckpointError, StorageError
@@ -263,15 +264,15 @@ def test_planning_in_worker_processes_on_s3_is_the_plan_made_here(
     _, proxy, bucket = s3
     url, options, now = s3_copy_of("two_actions"), _via_proxy(s3), time.time() + LATER
     started: list[tuple[str, int]] = []
-    pool = gc_plan.ProcessPoolExecutor
+    pool = planning_pool.ProcessPoolExecutor
 
     def recording(workers: int, **kwargs):
         started.append((kwargs["mp_context"].get_start_method(), workers))
         return pool(workers, **kwargs)
 
-    monkeypatch.setattr(gc_plan, "ProcessPoolExecutor", recording)
+    monkeypatch.setattr(planning_pool, "ProcessPoolExecutor", recording)
     # Its 4 partitions two at a time in each process: both processes, and threads in each, take part.
-    monkeypatch.setattr(gc_plan, "partitions_at_once", lambda storage, processes: 2 if processes else 8)
+    monkeypatch.setattr(planning_pool, "partitions_at_once", lambda storage, processes: 2 if processes else 8)
 
     def planned(workers: int) -> tuple[list[bytes], dict[str, int], dict[str, int]]:
         proxy.reset()
@@ -548,32 +549,34 @@ def test_the_lease_on_s3_is_a_conditional_put(s3) -> None:
 def test_one_holder_ever_on_s3_the_aba_sequence_and_a_renewal_by_etag(s3) -> None:
     """The ABA sequence of the local test, on SeaweedFS: generations never repeat, the stale holder
     stops; and a renewal is a PUT `If-Match` on the ETag its holder wrote, so a generation someone
-    else rewrote is never renewed over."""
-    from checkpoint.safety.lease import Lease, LeaseLost
-    from tests.test_lease import Clock
+    else rewrote is never renewed over. Real time, with a TTL of 2 s: a takeover needs the record
+    unwritten for the TTL by S3's own clock (LastModified, whole seconds), which no manual clock moves."""
+    from checkpoint.safety.lease import Lease, LeaseHeld, LeaseLost
 
     _, proxy, bucket = s3
-    clock, options = Clock(), _via_proxy(s3)
+    options = _via_proxy(s3)
 
     def lease(owner: str) -> Lease:
-        return Lease(Storage(f"s3://{bucket}/audit-aba", options), "q", owner, ttl=60, clock=clock,
-                     sleep=clock.sleep)  # fmt: skip
+        return Lease(Storage(f"s3://{bucket}/audit-aba", options), "q", owner, ttl=2)
 
     a = lease("A").acquire()
-    clock.now += 61
+    with pytest.raises(LeaseHeld, match="A on"):
+        lease("B").acquire()
+    time.sleep(2.2)  # A stalls past its expiry and its TTL
     b = lease("B").acquire()
+    assert b.took_over is not None and b.took_over.owner == "A"
     held_by_b = b.generation
     b.release()
     d = lease("D").acquire()
     assert d.generation > held_by_b > a.generation
-    a._expires = clock.now + 60  # even were A to believe it renewed in time
+    a._expires = time.time() + 60  # even were A to believe it renewed in time
     with pytest.raises(LeaseLost):
         a.check()
     proxy.reset()
     d.renew()
     assert [(r.op, r.condition) for r in proxy.requests if r.method == "PUT"] == [("PutObject", "If-Match")]
     # Someone rewrites D's generation behind its back (same token, so only the ETag can tell).
-    d.storage.write(d._rel(d.generation), d._body(clock.now + 61))  # other bytes, another ETag
+    d.storage.write(d._rel(d.generation), d._body(time.time() + 61))  # other bytes, another ETag
     with pytest.raises(LeaseLost, match="changed under its holder"):
         d.renew()
 

@@ -1,4 +1,5 @@
-"""Orphan cleanup, plan -> check -> apply: which files can never be read again (`rules`), the
+"""Orphan cleanup, plan -> check -> apply: which files can never be read again (`rules`), one
+partition decided by them (`decide`), many at once (`pool`) into local spill files (`spill`), the
 plan written as a streamed manifest (`plan`, `manifest`) into the audit trail (`audit`), and the
 apply that trusts nothing but the checkpoint (`apply`)."""
 

@@ -1,0 +1,236 @@
+"""One state partition decided: its files listed and classified by the rules, candidates written
+as they are found, the SSTs a live query may reuse held back for the floor. What a planning worker
+runs, in this process or another."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, TextIO
+
+from checkpoint.cleanup.manifest import PlannedFile, Totals, _line, _line_tail
+from checkpoint.cleanup.rules import (
+    FileIndex,
+    GcOptions,
+    OrphanScan,
+    Reason,
+    RetentionInputs,
+    UnsafeToPlan,
+    find_orphans,
+)
+from checkpoint.errors import CheckpointError, GcError
+from checkpoint.format.layout import FileKind
+from checkpoint.model.checkpoint import (
+    Checkpoint,
+    CheckpointFile,
+    StoreId,
+)
+from checkpoint.storage import FileInfo, Storage
+
+if TYPE_CHECKING:
+    pass
+
+log = logging.getLogger(__name__)
+LINES_PER_WRITE = 8192  # a partition's lines are written in chunks, never held whole
+
+
+Lister = Callable[[Storage, str], list[FileInfo]]
+
+
+def list_folder(storage: Storage, folder: str) -> list[FileInfo]:
+    return storage.list_files(folder)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What deciding any one partition needs: the same for all of them, sent once to each worker
+    process."""
+
+    base: Checkpoint
+    window: list[int]
+    committed: dict[str, dict[int, dict[StoreId, str]]]  # partition folder -> batch -> store -> id
+    options: GcOptions
+    now: float
+    lister: Lister
+    spill_dir: str  # the plan's local temp folder
+
+
+@dataclass(frozen=True)
+class Decided:
+    """One partition decided, as the spill takes it: a few figures, its candidates already written
+    as manifest lines (held ones apart), so a worker sends back neither the partition nor its lines."""
+
+    listed: int
+    retained: int
+    by_reason: Totals
+    by_store: Totals
+    kept: Counter[str]
+    oldest_retained_sst: float | None
+    # Decided in a pool: its lines and held lines, in files of its own for the spill to append in
+    # folder order; else they went straight to the spill.
+    apart: tuple[str, str] | None = None
+
+
+def decide_into(context: Context, folder: str, lines: TextIO, held: TextIO) -> Decided:
+    infos = context.lister(context.base.storage, folder)
+    listing = CheckpointFile.of_listing(infos)
+    committed = context.committed.get(folder, {})
+    scan = scan_partition(context.base, context.window, committed, listing, context.options, context.now)
+    # A partition's candidates fall into a few groups of one reason and one store: each group's
+    # texts are made and quoted once, and its totals summed once, not per line or per file. In one
+    # partition folder a store's name tells its operator and partition, and a file in no store
+    # (a Hadoop crc) has none of the three.
+    groups: dict[tuple[Reason, str | None], _Group] = {}
+    held_for_floor = scan.held_for_floor
+    ordered = scan.candidates  # zips before the SSTs they list, sidecars after their main file
+    for start in range(0, len(ordered), LINES_PER_WRITE):
+        out = []
+        for f, reason in ordered[start : start + LINES_PER_WRITE]:
+            info, what = f.info, f.what
+            key = (reason, what.store)
+            group = groups.get(key)
+            if group is None:
+                op, part, name = what.operator, what.partition, what.store  # all set, or none (a Hadoop crc)
+                store = None if op is None or part is None or name is None else StoreId(op, part, name).label
+                group = groups[key] = _Group(_REASON_TEXT[reason], store)
+            rel, size = info.rel, info.size
+            if held_for_floor and rel in held_for_floor:  # the SST's mtime decides, for it and its sidecars
+                planned = PlannedFile(rel, size, info.mtime or 0.0, group.reason, group.store)
+                held.write(json.dumps({"sst_mtime": held_for_floor[rel], **asdict(planned)}) + "\n")
+                continue
+            out.append(_line(size, info.mtime or 0.0, rel, group.tail))
+            group.sizes.append(size)
+        lines.write("".join(out))
+    by_reason, by_store = Totals(), Totals()
+    for group in groups.values():
+        if not group.sizes:  # only held back, for now
+            continue
+        by_reason.add(group.reason, sum(group.sizes), len(group.sizes))
+        by_store.add(group.store, sum(group.sizes), len(group.sizes))
+    return Decided(
+        listed=len(listing),
+        retained=len(scan.retained),
+        by_reason=by_reason,
+        by_store=by_store,
+        kept=Counter({why.value: n for why, n in Counter(scan.kept.values()).items()}),
+        oldest_retained_sst=scan.oldest_retained_sst,
+    )
+
+
+class _Group:
+    """The candidates of one partition with one reason and one store: the tail of their manifest
+    lines, and their sizes."""
+
+    __slots__ = ("reason", "store", "tail", "sizes")
+
+    def __init__(self, reason: str, store: str | None) -> None:
+        self.reason, self.store = reason, store
+        self.tail = _line_tail(reason, store)
+        self.sizes: list[int] = []
+
+
+_REASON_TEXT = {reason: reason.value for reason in Reason}  # Enum's .value is a slow property
+
+
+def decide_apart(context: Context, folder: str) -> Decided:
+    """In a pool: the lines into files of the partition's own, so a partition's lines are on disk,
+    never held whole in a worker or passed back to the plan."""
+    stem = os.path.join(context.spill_dir, folder.replace("/", "_"))
+    apart = (f"{stem}.jsonl", f"{stem}.held.jsonl")
+    with open(apart[0], "w") as lines, open(apart[1], "w") as held:
+        decided = decide_into(context, folder, lines, held)
+    return replace(decided, apart=apart)
+
+
+def scan_partition(
+    base: Checkpoint,
+    window: list[int],
+    committed: dict[int, dict[StoreId, str]],
+    files: tuple[CheckpointFile, ...],
+    options: GcOptions,
+    now: float,
+) -> OrphanScan:
+    """One partition decided alone: its stores' committed ids, lineages and zip listings."""
+    index = FileIndex(files)  # built once: for the lineage reads here, then for the rules
+    to_read: dict[str, CheckpointFile] = {}  # the committed changelogs: their lineage headers
+    for batch, stores in committed.items():
+        for sid, uid in stores.items():
+            if index.get(sid, FileKind.ZIP, batch + 1, uid) is not None:
+                continue
+            changelog = index.get(sid, FileKind.CHANGELOG, batch + 1, uid)
+            if changelog is not None:
+                to_read[changelog.rel] = changelog
+    lineages = {}
+    for changelog, header in base.read_changelog_headers(list(to_read.values())):  # raises: fail closed
+        if header.lineage is None:
+            raise GcError("a V2 changelog without lineage", base.storage.full(changelog.rel))
+        lineages[changelog.rel] = header.lineage
+    zip_ssts = _ZipListings(base, {f.rel: f for f in index.of_kind[FileKind.ZIP]})
+    try:
+        scan = find_orphans(
+            RetentionInputs(files, window[-1], dict(committed), lineages, zip_ssts), options, now, index
+        )
+    except UnsafeToPlan as exc:
+        raise GcError(f"unsafe to plan: {exc}", base.url) from exc
+    _guard_paths(base, [c.file for c in scan.candidates])
+    return scan
+
+
+class _ZipListings(Mapping[str, "tuple[str, ...] | None"]):
+    """The SSTs each zip of a partition lists, read when first asked for: find_orphans asks only of
+    the zips that stay, so the zips that go cost no request. An unreadable zip is None (fatal only
+    if retained: find_orphans checks)."""
+
+    def __init__(self, base: Checkpoint, zips: dict[str, CheckpointFile]) -> None:
+        self._base, self._zips = base, zips
+        self._read: dict[str, tuple[str, ...] | None] = {}
+
+    def __getitem__(self, rel: str) -> tuple[str, ...] | None:
+        if rel not in self._read:
+            zip_file = self._zips[rel]  # KeyError: not a zip of this partition
+            try:
+                self._read[rel] = tuple(
+                    s.dfs_name for s in self._base.read_snapshot(zip_file).metadata.sst_files
+                )
+            except CheckpointError:
+                self._read[rel] = None
+        return self._read[rel]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._zips)
+
+    def __len__(self) -> int:
+        return len(self._zips)
+
+
+def _guard_paths(ckpt: Checkpoint, candidates: list[CheckpointFile]) -> None:
+    """Inside `state/`, no `..`, and (on local disks) no symlink leading out of the checkpoint.
+
+    One pass over the candidates, which share a few folders: each folder's path is checked once,
+    and resolved once through one file of it that is no link (such a file is where its folder
+    really is); each file the listing calls a link, or could not tell, is resolved itself."""
+    checked: set[str] = set()
+    represented: set[str] = set()
+    resolve: list[FileInfo] = []
+    for f in candidates:
+        info = f.info
+        folder, _, name = info.rel.rpartition("/")
+        if folder not in checked:
+            parts = folder.split("/")
+            if parts[0] != "state" or ".." in parts or "" in parts:
+                name = ""  # the path is refused as a whole
+            checked.add(folder)
+        if name in ("", ".."):
+            raise GcError(f"refusing a path outside the checkpoint's state/ folder: {info.rel}", ckpt.url)
+        if info.link is not False:
+            resolve.append(info)
+        elif folder not in represented:
+            represented.add(folder)
+            resolve.append(info)
+    for rel, real in ckpt.storage.outside(resolve, "state").items():
+        raise GcError(f"{rel} resolves to {real}, outside the state/ folder (a symlink?): nothing planned",
+                      ckpt.url)  # fmt: skip

@@ -1,0 +1,126 @@
+"""What storage answers with: a file of a listing, a folder, the call counter, and how a failed
+call becomes a one-line error. Shared by the front and every backend."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from checkpoint.errors import StorageError
+
+VANISHED = "file vanished while reading"  # a file a listing or a log named is gone
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One file of a listing. `mtime` is seconds since the epoch, or None when the backend has none."""
+
+    rel: str
+    size: int
+    mtime: float | None
+    # Whether it is a symlink, when the listing says (local disks); None: not known
+    link: bool | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One shallow listing: the files directly in a folder and the names of its subfolders."""
+
+    files: tuple[FileInfo, ...]
+    folders: tuple[str, ...]
+    exists: bool
+
+
+class Calls:
+    """Storage calls by kind (list, list_dir, stat, read, ...): thread-safe, shared by children."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[kind] += n
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self._counts)
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+
+def mtime_of(entry: dict[str, Any]) -> float | None:
+    # Local files carry `mtime` (float); S3 `LastModified` (datetime); other backends vary.
+    for key in ("mtime", "LastModified", "last_modified", "updated", "modified"):
+        value = entry.get(key)
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, _dt.datetime):
+            return value.timestamp()
+        if isinstance(value, str):
+            try:
+                return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return None
+
+
+def found_files(entries: dict[str, dict[str, Any]], prefix: str, top: str, under: str) -> list[FileInfo]:
+    """FileInfos of an fsspec `find`, cut to the root."""
+    files = []
+    for name, entry in entries.items():
+        name = name.rstrip("/")
+        if not name.startswith(prefix) or (under and not name.startswith(top + "/")):
+            # A lone file given as the root lists as itself: that is not a checkpoint folder.
+            continue
+        link = entry.get("islink")
+        files.append(FileInfo(name[len(prefix) :], int(entry.get("size") or 0), mtime_of(entry),
+                              None if link is None else bool(link)))  # fmt: skip
+    return files
+
+
+@contextmanager
+def failing(what: str, where: str, vanished: str | None = None) -> Iterator[None]:
+    """What fsspec and botocore raise, as the one error the core handles: a StorageError naming the
+    path (`<what> failed: <why>`, or `vanished` for a file a listing named that is gone). A caller
+    that expects a missing file catches FileNotFoundError inside the block."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise StorageError(vanished or f"{what} failed: {exc}", where) from exc
+    except OSError as exc:
+        raise StorageError(f"{what} failed: {exc}", where) from exc
+
+
+def write_error(exc: OSError, target: str) -> Exception:
+    """A conditional write the store refused (412, or 409 for a concurrent conditional write) is
+    FileExistsError; anything else a StorageError."""
+    text = str(exc).lower()
+    response = getattr(exc.__cause__, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code", "")).lower()
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if status in (409, 412) or "precondition" in code + text or "pre-condition" in text:
+        return FileExistsError(target)
+    return StorageError(f"write failed: {exc}", target)
+
+
+class Root(Protocol):
+    """What a backend needs of a root: its filesystem, where it is, and the counter of its calls
+    (`front.Storage` is one)."""
+
+    fs: Any
+    root: str
+    url: str
+    calls: Calls
+
+    @property
+    def protocol(self) -> str: ...
+
+    def full(self, rel: str) -> str: ...

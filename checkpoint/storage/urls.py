@@ -1,0 +1,79 @@
+"""One spelling per location: URL normalisation, protocol aliases, and options from the environment."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from fsspec.core import split_protocol
+
+from checkpoint.errors import StorageError
+from checkpoint.policy import POLICY
+
+
+def normalize_url(url: str) -> str:
+    """The one spelling of a URL, given once at the door (Storage) and used for every identity
+    derived from it: lease, audit folder, fork marker, partition key.
+
+    Local: an absolute path with `.`, `..` and doubled slashes resolved (`/x/q`, `file:///x/q`,
+    `/x//q/` and a relative `q` from `/x` are one path); symlinks are kept, as a user named them.
+    Object stores: `<protocol>://bucket/key` with doubled and trailing slashes removed, as Hadoop's
+    Path (and so Spark) spells the keys it writes; a protocol's aliases are one protocol (`s3a://`
+    and `s3n://` are `s3://`, `gcs://` is `gs://`, `abfs[s]://` is `az://`), and
+    `file://localhost/x` is `/x` (RFC 8089).
+    """
+    url = url.strip()
+    if url.startswith("file:") and not url.startswith("file://"):
+        url = "file://" + url[len("file:") :]  # Hadoop's spelling of a local path: file:/x/q
+    if url.lower().startswith("file://localhost/"):
+        url = url[len("file://localhost") :]
+    protocol, path = split_protocol(url)
+    protocol = (protocol or "file").lower()
+    if protocol in ("file", "local"):
+        path = os.path.abspath(os.path.expanduser(path))
+        return re.sub("/{2,}", "/", path)  # abspath keeps a leading "//" (POSIX allows it)
+    protocol = _PROTOCOL_ALIASES.get(protocol, protocol)
+    path = re.sub("/{2,}", "/", path)
+    return f"{protocol}://{path.rstrip('/') or path}"
+
+
+_PROTOCOL_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
+
+
+def scheme_of(url: str) -> str:
+    """The protocol a URL names ("file" for a plain path), without opening anything."""
+    return split_protocol(url)[0] or "file"
+
+
+def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """Explicit options win; for s3:// the standard AWS_ENDPOINT_URL, AWS_REGION and
+    AWS_MAX_ATTEMPTS fill the gaps.
+
+    Keys and secrets are left to botocore's own credential chain (AWS_ACCESS_KEY_ID, profiles,
+    instance roles), so they never pass through, or get logged by, this code.
+    """
+    options = dict(storage_options or {})
+    if not url.startswith(("s3://", "s3a://")):
+        return options
+    # One retry policy: botocore's adaptive mode (back-off with jitter, and a client-side rate
+    # limit once S3 throttles). s3fs's own retry loop is switched off in Storage, and callers add
+    # none of their own around a request, so a throttled request is never retried n x m times.
+    config = dict(options.get("config_kwargs") or {})
+    # botocore's `max_attempts` counts retries; `total_max_attempts` counts requests, as the
+    # standard AWS_MAX_ATTEMPTS does, which sets it when no option does.
+    raw = os.environ.get("AWS_MAX_ATTEMPTS")
+    attempts = POLICY.s3_max_attempts
+    if raw:
+        if not raw.strip().isdigit() or int(raw) < 1:
+            raise StorageError(f"AWS_MAX_ATTEMPTS={raw!r}: not a number of requests (1 or more)", url)
+        attempts = int(raw)
+    config.setdefault("retries", {"mode": "adaptive", "total_max_attempts": attempts})
+    options["config_kwargs"] = config
+    client_kwargs = dict(options.get("client_kwargs") or {})
+    for env, name in (("AWS_ENDPOINT_URL", "endpoint_url"), ("AWS_REGION", "region_name")):
+        if os.environ.get(env) and name not in client_kwargs and name not in options:
+            client_kwargs[name] = os.environ[env]
+    if client_kwargs:
+        options["client_kwargs"] = client_kwargs
+    return options
