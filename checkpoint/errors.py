@@ -54,3 +54,7 @@ class CorruptFileError(CheckpointError):
 
 class GcError(CheckpointError):
     """Cleanup refused: the message says why; nothing was deleted."""
+
+
+class RebuildError(CheckpointError):
+    """The store cannot be rebuilt safely; nothing was published."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from checkpoint.fork.copy import rewrite_schema_paths
+from checkpoint.fork.plan import rewrite_schema_paths
 from checkpoint.storage import Storage
 
 

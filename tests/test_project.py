@@ -85,6 +85,12 @@ def test_the_wheel_ships_no_test_scaffolding() -> None:
     }
 
 
+def test_no_shipped_file_is_over_600_lines() -> None:
+    shipped = [p for package in PACKAGES[:5] for p in (ROOT / package).rglob("*.py")]
+    long = {str(p.relative_to(ROOT)): n for p in shipped if (n := len(p.read_text().splitlines())) > 600}
+    assert len(shipped) > 50 and long == {}
+
+
 def test_core_imports_neither_dagster_nor_spark() -> None:
     modules = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
                      for p in (ROOT / "checkpoint").rglob("*.py"))  # fmt: skip

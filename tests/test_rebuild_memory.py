@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from checkpoint.compaction import rebuild
-from checkpoint.compaction.rebuild import RebuildError, rebuild_store
+from checkpoint.compaction.rebuild import rebuild_store
+from checkpoint.errors import RebuildError
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.lineage import checkpoint_lineage
 from testbed.corpus import ensure_big_base

@@ -82,7 +82,7 @@ def test_read_only_commands_give_the_local_answers(s3, s3_copy_of, corpus, name)
 
 
 def _renamed_bytes(local: Path, url: str) -> int:
-    from checkpoint.fork.copy import rewrite_schema_paths
+    from checkpoint.fork.plan import rewrite_schema_paths
 
     metas = local.glob("state/*/_metadata/v2/[!.]*")
     here = "s3a://" + url[len("s3://") :]

@@ -117,7 +117,7 @@ def _schema_file(path: Path) -> Path:
 
 def _name_another_root(path: Path, root: str) -> None:
     """Operator metadata v2 as a checkpoint written at `root` and then moved here has it."""
-    from checkpoint.fork.copy import rewrite_schema_paths
+    from checkpoint.fork.plan import rewrite_schema_paths
 
     for meta in path.glob("state/*/_metadata/v2/[!.]*"):
         meta.write_bytes(rewrite_schema_paths(meta.read_bytes(), root, str(meta)))

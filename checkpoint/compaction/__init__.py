@@ -2,7 +2,8 @@
 store's committed version, replayed, verified and published (`rebuild`). The Spark job that runs
 rebuilds in parallel is `jobs.compact`."""
 
-from checkpoint.compaction.rebuild import RebuildError, RebuildResult, rebuild_store
+from checkpoint.compaction.rebuild import RebuildResult, rebuild_store
 from checkpoint.compaction.targets import CompactionRefused, Target, plan_compaction
+from checkpoint.errors import RebuildError
 
 __all__ = ["CompactionRefused", "RebuildError", "RebuildResult", "Target", "plan_compaction", "rebuild_store"]

@@ -23,14 +23,11 @@ then its `.crc`.
 
 from __future__ import annotations
 
-import io
-import json
 import re
 import resource
 import shutil
 import tempfile
 import time
-import uuid
 import zipfile
 from collections import deque
 from collections.abc import Iterable
@@ -40,13 +37,11 @@ from itertools import islice, repeat
 from pathlib import Path
 from typing import Any
 
-from checkpoint.crash import crash_point
-from checkpoint.errors import CheckpointError
+from checkpoint.compaction.publish import publish
+from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import RecordRun
-from checkpoint.format.crc import crc32c_signed
-from checkpoint.format.layout import MAINT_TEMP_PREFIX, FileKind
+from checkpoint.format.layout import FileKind
 from checkpoint.format.snapshot import (
-    WRITTEN_ZIP_METADATA_VERSION,
     ZIP_ERRORS,
     SnapshotMetadata,
     parse_zip_metadata,
@@ -68,7 +63,6 @@ _SPARK_OPTIONS = {
     "disable_auto_compactions": "false",
     "cache_index_and_filter_blocks": "false",
 }
-_ZIP_ORDER = ("MANIFEST-", "CURRENT", ".log", "OPTIONS-")
 
 
 def _bulk_options(policy: Policy, delimiter: bytes) -> dict[str, str]:
@@ -88,10 +82,6 @@ def _bulk_options(policy: Policy, delimiter: bytes) -> dict[str, str]:
         # Index and bloom-filter blocks grow with the store: in the bounded block cache, not beside it.
         "cache_index_and_filter_blocks": "true",
     }
-
-
-class RebuildError(CheckpointError):
-    """The store cannot be rebuilt safely; nothing was published."""
 
 
 @dataclass(frozen=True)
@@ -376,7 +366,7 @@ def rebuild_store(
         _set_options(checkpoint_dir, restore)
         _verify(ckpt, entry, checkpoint_dir, policy, base, touched, before, expected)
         keys, internal = _count_keys(base.meta if base else None, before, expected)
-        result = _publish(ckpt, entry, folder, checkpoint_dir, base.meta if base else None, keys, internal)
+        result = publish(ckpt, entry, folder, checkpoint_dir, base.meta if base else None, keys, internal)
         sid = entry.store
         return RebuildResult(
             operator=sid.operator, partition=sid.partition, store=sid.store, version=entry.version,
@@ -524,88 +514,3 @@ def _count_keys(
     if keys < 0 or internal < 0:
         raise RebuildError(f"the key count comes out negative ({keys}, {internal}): the base's is wrong")
     return keys, internal
-
-
-def _publish(
-    ckpt, entry, folder, checkpoint_dir: Path, base_meta: SnapshotMetadata | None, keys: int, internal: int
-) -> dict:
-    storage = ckpt.storage
-    _refuse_taken_names(ckpt, folder, entry)  # before the first byte is written
-    base_ssts = {s.local_name: s for s in base_meta.sst_files} if base_meta else {}
-    listed: list[dict[str, Any]] = []
-    reused, written, bytes_written = 0, 0, 0
-    for sst in sorted(checkpoint_dir.glob("*.sst")):
-        size = sst.stat().st_size
-        known = base_ssts.get(sst.name)
-        if known is not None and known.size == size:
-            listed.append(
-                {"localFileName": known.local_name, "dfsSstFileName": known.dfs_name, "sizeBytes": size}
-            )
-            reused += 1
-            continue
-        dfs = f"{sst.stem}-{uuid.uuid4()}.sst"  # a new name: never overwrites, shared SSTs stay intact
-        storage.put_file(str(sst), f"{folder}/SSTs/{dfs}")
-        listed.append({"localFileName": sst.name, "dfsSstFileName": dfs, "sizeBytes": size})
-        written += 1
-        bytes_written += size
-    # The zip is written only once every SST it lists exists with its size: a stat of each (a
-    # HEAD on S3), never a listing of the folder, which holds every snapshot's SSTs.
-    for row in listed:
-        name = row["dfsSstFileName"]
-        found = storage.stat(f"{folder}/SSTs/{name}")
-        landed = None if found is None else found.size
-        if landed != int(row["sizeBytes"]):
-            raise RebuildError(f"SST {name} landed with {landed} bytes, not {row['sizeBytes']}")
-    meta = {
-        "sstFiles": listed,
-        "numKeys": keys,
-        "numInternalKeys": internal,
-        "columnFamilyMapping": base_meta.column_family_mapping if base_meta else {},
-        "columnFamilyTypeMap": base_meta.column_family_type_map if base_meta else {},
-        "maxColumnFamilyId": base_meta.max_column_family_id if base_meta else 0,
-    }
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for prefix in _ZIP_ORDER:  # rocksdict-config.json stays out (docs/compaction.md, rebuild note 4)
-            for p in sorted(checkpoint_dir.iterdir()):
-                if p.name.startswith(prefix) or (prefix == ".log" and p.name.endswith(".log")):
-                    zf.write(p, p.name)
-        body = json.dumps(meta, separators=(",", ":"))
-        zf.writestr("metadata", f"v{WRITTEN_ZIP_METADATA_VERSION}\n{body}")
-    data = buf.getvalue()
-    crash_point("compaction.before_zip")  # SSTs are out, the zip is not
-    name = f"{entry.version}_{entry.unique_id}.zip"
-    _publish_no_clobber(ckpt, f"{folder}/{name}", data)
-    sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
-               "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
-    _publish_no_clobber(ckpt, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
-    return {
-        "zip": f"{folder}/{name}",
-        "bytes": bytes_written + len(data),
-        "reused": reused,
-        "written": written,
-    }
-
-
-def _refuse_taken_names(ckpt: Checkpoint, folder: str, entry: StoreLineage) -> None:
-    """The zip's name and its sidecars' must all be free. A leftover `<v>_<u>.zip.crc` would sit
-    beside the new zip without matching it, and Spark prefers that zip to the replay chain: the
-    store would no longer load. On a local disk so would Hadoop's hidden `.<v>_<u>.zip.crc`, which
-    its local file system checks on every read (seen: a ChecksumException at the restart, when a
-    zip Spark had uploaded was gone and its checksum file not). Two stats (HEADs on S3), three
-    on a local disk, whatever the folder holds."""
-    zip_name = f"{entry.version}_{entry.unique_id}.zip"
-    hadoop = [f".{zip_name}.crc"] if ckpt.storage.is_local else []
-    for name in (zip_name, f"{zip_name}.crc", *hadoop):
-        if ckpt.storage.stat(f"{folder}/{name}") is not None:
-            raise RebuildError(f"{entry.store}: {name} already exists, so no snapshot is published for it "
-                               "(a leftover of an earlier attempt? remove it if nothing names it)",
-                               ckpt.storage.full(f"{folder}/{name}"))  # fmt: skip
-
-
-def _publish_no_clobber(ckpt: Checkpoint, rel: str, data: bytes) -> None:
-    """Atomic and never overwriting (Storage.write_if_absent): a crash leaves at most our temp file."""
-    try:
-        ckpt.storage.write_if_absent(rel, data, MAINT_TEMP_PREFIX)
-    except FileExistsError as exc:
-        raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url) from exc

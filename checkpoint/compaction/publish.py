@@ -1,0 +1,110 @@
+"""Publishing a rebuilt snapshot: the SSTs first, each durable, then the zip under its committed
+name with a no-clobber write, then its `.crc` sidecar; every name checked free first."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from checkpoint.crash import crash_point
+from checkpoint.errors import RebuildError
+from checkpoint.format.crc import crc32c_signed
+from checkpoint.format.layout import MAINT_TEMP_PREFIX
+from checkpoint.format.snapshot import (
+    WRITTEN_ZIP_METADATA_VERSION,
+    SnapshotMetadata,
+)
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.lineage import StoreLineage
+
+_ZIP_ORDER = ("MANIFEST-", "CURRENT", ".log", "OPTIONS-")
+
+
+def publish(
+    ckpt, entry, folder, checkpoint_dir: Path, base_meta: SnapshotMetadata | None, keys: int, internal: int
+) -> dict:
+    storage = ckpt.storage
+    _refuse_taken_names(ckpt, folder, entry)  # before the first byte is written
+    base_ssts = {s.local_name: s for s in base_meta.sst_files} if base_meta else {}
+    listed: list[dict[str, Any]] = []
+    reused, written, bytes_written = 0, 0, 0
+    for sst in sorted(checkpoint_dir.glob("*.sst")):
+        size = sst.stat().st_size
+        known = base_ssts.get(sst.name)
+        if known is not None and known.size == size:
+            listed.append(
+                {"localFileName": known.local_name, "dfsSstFileName": known.dfs_name, "sizeBytes": size}
+            )
+            reused += 1
+            continue
+        dfs = f"{sst.stem}-{uuid.uuid4()}.sst"  # a new name: never overwrites, shared SSTs stay intact
+        storage.put_file(str(sst), f"{folder}/SSTs/{dfs}")
+        listed.append({"localFileName": sst.name, "dfsSstFileName": dfs, "sizeBytes": size})
+        written += 1
+        bytes_written += size
+    # The zip is written only once every SST it lists exists with its size: a stat of each (a
+    # HEAD on S3), never a listing of the folder, which holds every snapshot's SSTs.
+    for row in listed:
+        name = row["dfsSstFileName"]
+        found = storage.stat(f"{folder}/SSTs/{name}")
+        landed = None if found is None else found.size
+        if landed != int(row["sizeBytes"]):
+            raise RebuildError(f"SST {name} landed with {landed} bytes, not {row['sizeBytes']}")
+    meta = {
+        "sstFiles": listed,
+        "numKeys": keys,
+        "numInternalKeys": internal,
+        "columnFamilyMapping": base_meta.column_family_mapping if base_meta else {},
+        "columnFamilyTypeMap": base_meta.column_family_type_map if base_meta else {},
+        "maxColumnFamilyId": base_meta.max_column_family_id if base_meta else 0,
+    }
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for prefix in _ZIP_ORDER:  # rocksdict-config.json stays out (docs/compaction.md, rebuild note 4)
+            for p in sorted(checkpoint_dir.iterdir()):
+                if p.name.startswith(prefix) or (prefix == ".log" and p.name.endswith(".log")):
+                    zf.write(p, p.name)
+        body = json.dumps(meta, separators=(",", ":"))
+        zf.writestr("metadata", f"v{WRITTEN_ZIP_METADATA_VERSION}\n{body}")
+    data = buf.getvalue()
+    crash_point("compaction.before_zip")  # SSTs are out, the zip is not
+    name = f"{entry.version}_{entry.unique_id}.zip"
+    _publish_no_clobber(ckpt, f"{folder}/{name}", data)
+    sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
+               "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
+    _publish_no_clobber(ckpt, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
+    return {
+        "zip": f"{folder}/{name}",
+        "bytes": bytes_written + len(data),
+        "reused": reused,
+        "written": written,
+    }
+
+
+def _refuse_taken_names(ckpt: Checkpoint, folder: str, entry: StoreLineage) -> None:
+    """The zip's name and its sidecars' must all be free. A leftover `<v>_<u>.zip.crc` would sit
+    beside the new zip without matching it, and Spark prefers that zip to the replay chain: the
+    store would no longer load. On a local disk so would Hadoop's hidden `.<v>_<u>.zip.crc`, which
+    its local file system checks on every read (seen: a ChecksumException at the restart, when a
+    zip Spark had uploaded was gone and its checksum file not). Two stats (HEADs on S3), three
+    on a local disk, whatever the folder holds."""
+    zip_name = f"{entry.version}_{entry.unique_id}.zip"
+    hadoop = [f".{zip_name}.crc"] if ckpt.storage.is_local else []
+    for name in (zip_name, f"{zip_name}.crc", *hadoop):
+        if ckpt.storage.stat(f"{folder}/{name}") is not None:
+            raise RebuildError(f"{entry.store}: {name} already exists, so no snapshot is published for it "
+                               "(a leftover of an earlier attempt? remove it if nothing names it)",
+                               ckpt.storage.full(f"{folder}/{name}"))  # fmt: skip
+
+
+def _publish_no_clobber(ckpt: Checkpoint, rel: str, data: bytes) -> None:
+    """Atomic and never overwriting (Storage.write_if_absent): a crash leaves at most our temp file."""
+    try:
+        ckpt.storage.write_if_absent(rel, data, MAINT_TEMP_PREFIX)
+    except FileExistsError as exc:
+        raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url) from exc
