@@ -17,12 +17,12 @@ from pydantic import Field, model_validator
 from assets.partitions import parse_partition_key, partition_key
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.compaction.targets import plan_compaction
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, LeaseHeld
 from checkpoint.model.checkpoint import Checkpoint, load_checkpoint
 from checkpoint.model.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.model.head import latest_commit, load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from checkpoint.safety.lease import Lease, LeaseHeld, lease_for
+from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.storage import Storage, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext

@@ -52,9 +52,57 @@ class CorruptFileError(CheckpointError):
     """A file is empty, truncated, or fails its checksum or parse."""
 
 
-class GcError(CheckpointError):
+# What an action says when it does not finish, in two kinds the CLI maps to its exit codes once
+# (cli/main.py) and Dagster shows as a failed step with the message.
+
+
+class Refused(CheckpointError):
+    """Refused before anything was written or deleted: the message says why (exit 2)."""
+
+
+class Stopped(CheckpointError):
+    """Stopped part-way: what was done is marked or put back, and the same action run again
+    finishes it (exit 1). `label` opens the CLI's line."""
+
+    label = "stopped"
+
+
+class GcError(Refused):
     """Cleanup refused: the message says why; nothing was deleted."""
 
 
-class RebuildError(CheckpointError):
+class RebuildError(Refused):
     """The store cannot be rebuilt safely; nothing was published."""
+
+
+class CompactionRefused(Refused):
+    """The checkpoint has error findings, or was written by a Spark whose snapshot format this
+    release has not proven: nothing is planned, nothing is written."""
+
+
+class ForkRefused(Refused):
+    """The fork was refused before anything was written."""
+
+
+class ForkIncomplete(Stopped):
+    """The fork stopped part-way: DEST is marked incomplete, and the same fork run again finishes it."""
+
+    label = "fork incomplete"
+
+
+class RepartitionRefused(Refused):
+    """Nothing was written: the message says why."""
+
+
+class RepartitionFailed(Stopped):
+    """The rewrite or its verification failed; the checkpoint was put back."""
+
+    label = "repartition failed"
+
+
+class LeaseHeld(Refused):
+    """Another action holds the checkpoint's lease: nothing was done."""
+
+
+class LeaseLost(CheckpointError):
+    """This action's lease expired or was taken over: it must stop before changing anything more."""

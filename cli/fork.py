@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from checkpoint.fork.copy import ForkIncomplete, fork, refuse_overlap
+from checkpoint.fork.copy import fork, refuse_overlap
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, leased, takes_the_lease
+from .common import WHERE, Result, leased, takes_the_lease
 
 
 def fork_command(args: argparse.Namespace) -> Result | int:
@@ -23,11 +22,7 @@ def fork_command(args: argparse.Namespace) -> Result | int:
             held.check()
             lease.check()
 
-        try:
-            result = fork(src, dest, args.batch, args.new_query_id, args.workers, check)
-        except ForkIncomplete as exc:
-            print(f"ckpt: fork incomplete: {exc}", file=sys.stderr)
-            return EXIT_FINDINGS
+        result = fork(src, dest, args.batch, args.new_query_id, args.workers, check)
     return Result(result.as_dict(), render.fork_text)
 
 

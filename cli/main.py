@@ -14,10 +14,10 @@ import argparse
 import json
 import sys
 
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, Stopped
 
 from . import compact, fleet, fork, gc, read, repartition
-from .common import EXIT_UNREADABLE, Result
+from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result
 from .progress import shown
 
 FAMILIES = (read, fleet, gc, compact, fork, repartition)
@@ -38,7 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     with shown(sys.stderr, quiet=args.json) as progress:
         try:
             result: Result | int = args.run(args)
-        except CheckpointError as exc:
+        except Stopped as exc:  # part-way: marked or put back, and a re-run finishes it
+            progress.finish()
+            print(f"ckpt: {exc.label}: {exc}", file=sys.stderr)
+            return EXIT_FINDINGS
+        except CheckpointError as exc:  # refused, unreadable: nothing was changed
             progress.finish()
             print(f"ckpt: error: {exc}", file=sys.stderr)
             return EXIT_UNREADABLE

@@ -4,12 +4,12 @@ it with Spark's repartitioner, guarded, proven and reversible."""
 from __future__ import annotations
 
 import argparse
-import sys
 
 from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.errors import Refused
 from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY
-from checkpoint.repartition.guards import RepartitionFailed, head_profile
+from checkpoint.repartition.guards import head_profile
 from checkpoint.storage import Storage
 
 from . import render
@@ -40,16 +40,11 @@ def repartition_command(args: argparse.Namespace) -> Result | int:
                                       query_stopped=args.query_stopped)  # fmt: skip
             return Result(undone, render.repartition_text)
         if args.partitions is None:
-            print("ckpt: error: --partitions N is required (or --undo)", file=sys.stderr)
-            return 2
-        try:
-            session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
-            result = repartition(
-                session, storage, audit, args.partitions, lease.check, quiet_seconds=args.quiet_period
-            )
-        except RepartitionFailed as exc:
-            print(f"ckpt: repartition failed: {exc}", file=sys.stderr)
-            return EXIT_FINDINGS
+            raise Refused("--partitions N is required (or --undo)")
+        session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
+        result = repartition(
+            session, storage, audit, args.partitions, lease.check, quiet_seconds=args.quiet_period
+        )
     return Result(result.as_dict(), render.repartition_text)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from checkpoint.analysis.validate import Severity, validate
 from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, LeaseLost, RepartitionFailed, RepartitionRefused
 from checkpoint.fork.copy import fork
 from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY
@@ -30,8 +30,6 @@ from checkpoint.progress import Progress, report
 from checkpoint.repartition.guards import (
     Before,
     Preflight,
-    RepartitionFailed,
-    RepartitionRefused,
     StateReader,
     is_repartition_batch,
     partition_count,
@@ -41,7 +39,6 @@ from checkpoint.repartition.guards import (
     state_readers,
     undo,
 )
-from checkpoint.safety.lease import LeaseLost
 from checkpoint.safety.naming import folder_name
 from checkpoint.storage import Storage
 

@@ -11,8 +11,7 @@ from dagster import DagsterRunStatus
 
 from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
-from checkpoint.compaction.targets import CompactionRefused
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, CompactionRefused
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from orchestration.due import Caps, Look, SensorState, plan_tick
 from orchestration.jobs import audit_job, compaction_job, validate_checkpoints_job

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.compaction.targets import CompactionRefused, plan_compaction
+from checkpoint.compaction.targets import plan_compaction
 from checkpoint.crash import CRASH_ENV
+from checkpoint.errors import CompactionRefused
 from checkpoint.format.crc import crc32c_signed
 from checkpoint.model.head import load_head
 from checkpoint.model.lineage import checkpoint_lineage

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from checkpoint.crash import CRASH_ENV
-from checkpoint.fork.copy import ForkIncomplete, ForkRefused, fork
+from checkpoint.errors import ForkIncomplete, ForkRefused
+from checkpoint.fork.copy import fork
 from checkpoint.fork.plan import rewrite_schema_paths
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED
 from checkpoint.model.checkpoint import load_checkpoint

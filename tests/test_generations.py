@@ -16,10 +16,10 @@ import pytest
 
 from checkpoint.cleanup.apply import apply_plan
 from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.compaction.targets import CompactionRefused, plan_compaction
+from checkpoint.compaction.targets import plan_compaction
+from checkpoint.errors import CompactionRefused, RepartitionRefused
 from checkpoint.fork.copy import fork
 from checkpoint.model.head import load_head
-from checkpoint.repartition.guards import RepartitionRefused
 from checkpoint.storage import Storage
 from jobs.compact import run_compaction
 from jobs.repartition import repartition

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.errors import StorageError
-from checkpoint.safety.lease import Lease, LeaseHeld, LeaseLost, lease_for
+from checkpoint.errors import LeaseHeld, LeaseLost, StorageError
+from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.storage import Storage
 
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
@@ -395,7 +395,8 @@ def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_
 
 HAMMER = r"""
 import json, random, sys, time
-from checkpoint.safety.lease import Lease, LeaseHeld, LeaseLost
+from checkpoint.safety.lease import Lease
+from checkpoint.errors import LeaseHeld, LeaseLost
 from checkpoint.storage import Storage
 
 root, log, until, me = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]

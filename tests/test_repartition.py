@@ -19,9 +19,10 @@ import pytest
 
 from checkpoint.cleanup.apply import apply_plan
 from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.errors import RepartitionFailed
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
-from checkpoint.repartition.guards import RepartitionFailed, state_readers
+from checkpoint.repartition.guards import state_readers
 from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from jobs.repartition import repartition, rows_per_partition

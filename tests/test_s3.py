@@ -522,7 +522,8 @@ def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> 
 
 
 def test_the_lease_on_s3_is_a_conditional_put(s3) -> None:
-    from checkpoint.safety.lease import Lease, LeaseHeld
+    from checkpoint.errors import LeaseHeld
+    from checkpoint.safety.lease import Lease
 
     _, proxy, bucket = s3
     options = _via_proxy(s3)
@@ -551,7 +552,8 @@ def test_one_holder_ever_on_s3_the_aba_sequence_and_a_renewal_by_etag(s3) -> Non
     stops; and a renewal is a PUT `If-Match` on the ETag its holder wrote, so a generation someone
     else rewrote is never renewed over. Real time, with a TTL of 2 s: a takeover needs the record
     unwritten for the TTL by S3's own clock (LastModified, whole seconds), which no manual clock moves."""
-    from checkpoint.safety.lease import Lease, LeaseHeld, LeaseLost
+    from checkpoint.errors import LeaseHeld, LeaseLost
+    from checkpoint.safety.lease import Lease
 
     _, proxy, bucket = s3
     options = _via_proxy(s3)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.analysis.report import human_bytes
-from checkpoint.analysis.validate import Severity, ValidationOptions, validate
+from checkpoint.analysis.validate import FindingCode, Severity, ValidationOptions, validate
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.policy import POLICY, Policy
@@ -143,9 +143,9 @@ def _why(row: FleetRow, policy: Policy) -> tuple[str, str] | None:
     header = f"{row.max_lineage_header_fraction:.0%} of the lineage header cap"
     if row.problem is not None:
         return f"cannot be read: {row.problem}", "check the path, the credentials and `ckpt inspect`"
-    if "LINEAGE_HEADER_NEAR_CAP" in row.errors:
+    if FindingCode.LINEAGE_HEADER_NEAR_CAP in row.errors:
         return header, "compact now (`ckpt compact`): the query dies when a header passes 65,535 bytes"
-    if "MOVED_CHECKPOINT" in row.errors:
+    if FindingCode.MOVED_CHECKPOINT in row.errors:
         return (
             "moved or copied: its operator metadata names schema files under another root",
             f"`ckpt fork {row.url} NEW` and start the query on NEW, or move it back: Spark cannot "

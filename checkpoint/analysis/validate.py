@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from itertools import pairwise
 
 from checkpoint.errors import CheckpointError, UnknownFormatVersionError
@@ -38,9 +38,39 @@ class Category(str, Enum):
     SNAPSHOT = "snapshot"
 
 
+class FindingCode(StrEnum):
+    """Every finding validation reports (`CODES` says what each means). A StrEnum: a code compares,
+    hashes, prints and serialises as its name, so documents and tests read plain strings."""
+
+    INCOMPLETE_FORK = "INCOMPLETE_FORK"
+    MOVED_CHECKPOINT = "MOVED_CHECKPOINT"
+    SCHEMA_FILE_MISSING = "SCHEMA_FILE_MISSING"
+    UNREADABLE_LOG_FILE = "UNREADABLE_LOG_FILE"
+    UNKNOWN_FORMAT_VERSION = "UNKNOWN_FORMAT_VERSION"
+    COMMIT_WITHOUT_OFFSETS = "COMMIT_WITHOUT_OFFSETS"
+    OFFSET_LOG_GAP = "OFFSET_LOG_GAP"
+    COMMIT_LOG_GAP = "COMMIT_LOG_GAP"
+    MULTIPLE_UNFINISHED_BATCHES = "MULTIPLE_UNFINISHED_BATCHES"
+    PARTITION_COUNT_MISMATCH = "PARTITION_COUNT_MISMATCH"
+    COMMITTED_FILE_MISSING = "COMMITTED_FILE_MISSING"
+    CHANGELOG_UNREADABLE = "CHANGELOG_UNREADABLE"
+    LINEAGE_NOT_CONTIGUOUS = "LINEAGE_NOT_CONTIGUOUS"
+    LINEAGE_BAD_END = "LINEAGE_BAD_END"
+    REPLAY_CHAIN_BROKEN = "REPLAY_CHAIN_BROKEN"
+    REPLAY_CHAIN_NO_BASE = "REPLAY_CHAIN_NO_BASE"
+    LINEAGE_HEADER_NEAR_CAP = "LINEAGE_HEADER_NEAR_CAP"
+    LONG_REPLAY_CHAIN = "LONG_REPLAY_CHAIN"
+    ZIP_UNREADABLE = "ZIP_UNREADABLE"
+    ZIP_METADATA_INVALID = "ZIP_METADATA_INVALID"
+    SST_MISSING = "SST_MISSING"
+    SST_SIZE_MISMATCH = "SST_SIZE_MISMATCH"
+    CRC_MISMATCH = "CRC_MISMATCH"
+    CHANGELOG_CORRUPT = "CHANGELOG_CORRUPT"
+
+
 @dataclass(frozen=True)
 class Code:
-    name: str
+    name: FindingCode
     severity: Severity
     category: Category
     summary: str
@@ -53,36 +83,62 @@ def _codes(*codes: Code) -> dict[str, Code]:
 E, W = Severity.ERROR, Severity.WARNING
 LOG, LIN, SNAP = Category.COMMIT_LOG, Category.LINEAGE, Category.SNAPSHOT
 CODES = _codes(
-    Code("INCOMPLETE_FORK", E, LOG, "an interrupted fork: a query started here would lose state"),
-    Code("MOVED_CHECKPOINT", E, LOG, "operator metadata names schema files under another root: moved"),
-    Code("SCHEMA_FILE_MISSING", E, LOG, "a schema file that operator metadata names does not exist"),
-    Code("UNREADABLE_LOG_FILE", E, LOG, "a commit, offset or metadata file cannot be parsed"),
-    Code("UNKNOWN_FORMAT_VERSION", E, LOG, "a file declares a format version this release does not know"),
-    Code("COMMIT_WITHOUT_OFFSETS", E, LOG, "a batch is committed but its offsets file is missing"),
-    Code("OFFSET_LOG_GAP", E, LOG, "batch ids missing inside the offset log"),
-    Code("COMMIT_LOG_GAP", E, LOG, "a planned batch below the latest committed one has no commit"),
-    Code("MULTIPLE_UNFINISHED_BATCHES", E, LOG, "more than one planned batch after the latest commit"),
-    Code("PARTITION_COUNT_MISMATCH", E, LOG, "state partitions in the commit log differ from the offsets"),
-    Code("COMMITTED_FILE_MISSING", E, LIN, "the committed id of a store has neither changelog nor zip"),
-    Code("CHANGELOG_UNREADABLE", E, LIN, "the committed changelog's header cannot be read"),
-    Code("LINEAGE_NOT_CONTIGUOUS", E, LIN, "a changelog's lineage skips or repeats versions"),
-    Code("LINEAGE_BAD_END", E, LIN, "a changelog's lineage does not end at version - 1"),
-    Code("REPLAY_CHAIN_BROKEN", E, LIN, "a changelog the replay chain needs is missing"),
-    Code("REPLAY_CHAIN_NO_BASE", E, LIN, "no zip in the lineage and the lineage does not start at version 1"),
-    Code("LINEAGE_HEADER_NEAR_CAP", E, LIN, "the lineage header is near the 65,535-byte cap"),
-    Code("LONG_REPLAY_CHAIN", W, LIN, "recovery replays a long chain of changelogs"),
-    Code("ZIP_UNREADABLE", E, SNAP, "a snapshot zip cannot be opened"),
-    Code("ZIP_METADATA_INVALID", E, SNAP, "a snapshot zip's metadata is invalid"),
-    Code("SST_MISSING", E, SNAP, "an SST a snapshot lists does not exist"),
-    Code("SST_SIZE_MISMATCH", E, SNAP, "an SST a snapshot lists has another size"),
-    Code("CRC_MISMATCH", E, SNAP, "a file does not match its .crc sidecar (deep)"),
-    Code("CHANGELOG_CORRUPT", E, SNAP, "a changelog fails to decompress or parse (deep)"),
+    Code(FindingCode.INCOMPLETE_FORK, E, LOG, "an interrupted fork: a query started here would lose state"),
+    Code(
+        FindingCode.MOVED_CHECKPOINT, E, LOG, "operator metadata names schema files under another root: moved"
+    ),
+    Code(
+        FindingCode.SCHEMA_FILE_MISSING, E, LOG, "a schema file that operator metadata names does not exist"
+    ),
+    Code(FindingCode.UNREADABLE_LOG_FILE, E, LOG, "a commit, offset or metadata file cannot be parsed"),
+    Code(
+        FindingCode.UNKNOWN_FORMAT_VERSION,
+        E,
+        LOG,
+        "a file declares a format version this release does not know",
+    ),
+    Code(FindingCode.COMMIT_WITHOUT_OFFSETS, E, LOG, "a batch is committed but its offsets file is missing"),
+    Code(FindingCode.OFFSET_LOG_GAP, E, LOG, "batch ids missing inside the offset log"),
+    Code(FindingCode.COMMIT_LOG_GAP, E, LOG, "a planned batch below the latest committed one has no commit"),
+    Code(
+        FindingCode.MULTIPLE_UNFINISHED_BATCHES, E, LOG, "more than one planned batch after the latest commit"
+    ),
+    Code(
+        FindingCode.PARTITION_COUNT_MISMATCH,
+        E,
+        LOG,
+        "state partitions in the commit log differ from the offsets",
+    ),
+    Code(
+        FindingCode.COMMITTED_FILE_MISSING,
+        E,
+        LIN,
+        "the committed id of a store has neither changelog nor zip",
+    ),
+    Code(FindingCode.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read"),
+    Code(FindingCode.LINEAGE_NOT_CONTIGUOUS, E, LIN, "a changelog's lineage skips or repeats versions"),
+    Code(FindingCode.LINEAGE_BAD_END, E, LIN, "a changelog's lineage does not end at version - 1"),
+    Code(FindingCode.REPLAY_CHAIN_BROKEN, E, LIN, "a changelog the replay chain needs is missing"),
+    Code(
+        FindingCode.REPLAY_CHAIN_NO_BASE,
+        E,
+        LIN,
+        "no zip in the lineage and the lineage does not start at version 1",
+    ),
+    Code(FindingCode.LINEAGE_HEADER_NEAR_CAP, E, LIN, "the lineage header is near the 65,535-byte cap"),
+    Code(FindingCode.LONG_REPLAY_CHAIN, W, LIN, "recovery replays a long chain of changelogs"),
+    Code(FindingCode.ZIP_UNREADABLE, E, SNAP, "a snapshot zip cannot be opened"),
+    Code(FindingCode.ZIP_METADATA_INVALID, E, SNAP, "a snapshot zip's metadata is invalid"),
+    Code(FindingCode.SST_MISSING, E, SNAP, "an SST a snapshot lists does not exist"),
+    Code(FindingCode.SST_SIZE_MISMATCH, E, SNAP, "an SST a snapshot lists has another size"),
+    Code(FindingCode.CRC_MISMATCH, E, SNAP, "a file does not match its .crc sidecar (deep)"),
+    Code(FindingCode.CHANGELOG_CORRUPT, E, SNAP, "a changelog fails to decompress or parse (deep)"),
 )
 
 
 @dataclass(frozen=True)
 class Finding:
-    code: str
+    code: FindingCode
     severity: Severity
     path: str
     message: str
@@ -117,7 +173,7 @@ class Validation:
         return [f for f in self.findings if f.category == category]
 
 
-def _finding(code: str, path: str, message: str, category: Category | None = None) -> Finding:
+def _finding(code: FindingCode, path: str, message: str, category: Category | None = None) -> Finding:
     return Finding(code, CODES[code].severity, path, message, category or CODES[code].category)
 
 
@@ -157,7 +213,7 @@ def _fork_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     markers = {f.rel for f in ckpt.files if f.kind == FileKind.FORK_MARKER}
     if FORK_STARTED in markers and FORK_COMPLETE not in markers:
         yield _finding(
-            "INCOMPLETE_FORK",
+            FindingCode.INCOMPLETE_FORK,
             ckpt.storage.full(FORK_STARTED),
             "this checkpoint is a fork that stopped part-way: run the same `ckpt fork` again to finish it "
             "before any query starts here",
@@ -179,13 +235,13 @@ def _path_findings(ckpt: Checkpoint) -> Iterable[Finding]:
             for path in store.schema_paths:
                 root, sep, rel = path.partition("/state/")
                 if not sep:
-                    yield _finding("MOVED_CHECKPOINT", ckpt.storage.full(meta_path),
+                    yield _finding(FindingCode.MOVED_CHECKPOINT, ckpt.storage.full(meta_path),
                                    f"operator {op.id} names the schema file {path}, which is no path in a "
                                    "checkpoint")  # fmt: skip
                     continue
                 if normalize_url(root) != here:
                     yield _finding(
-                        "MOVED_CHECKPOINT",
+                        FindingCode.MOVED_CHECKPOINT,
                         ckpt.storage.full(meta_path),
                         f"operator {op.id} reads its state schema from {path}, under {root}, not under this "
                         f"checkpoint: it was moved or copied, and Spark cannot restart here. Run `ckpt fork "
@@ -196,7 +252,7 @@ def _path_findings(ckpt: Checkpoint) -> Iterable[Finding]:
                 named[f"state/{rel}"] = meta_path
     for rel, meta_path in sorted(named.items()):
         if ckpt.storage.stat(rel) is None:
-            yield _finding("SCHEMA_FILE_MISSING", ckpt.storage.full(rel),
+            yield _finding(FindingCode.SCHEMA_FILE_MISSING, ckpt.storage.full(rel),
                            f"the state schema file that {meta_path} names does not exist: Spark cannot "
                            "restart the query")  # fmt: skip
 
@@ -204,9 +260,9 @@ def _path_findings(ckpt: Checkpoint) -> Iterable[Finding]:
 def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:
     for problem in ckpt.problems:
         code = (
-            "UNKNOWN_FORMAT_VERSION"
+            FindingCode.UNKNOWN_FORMAT_VERSION
             if isinstance(problem.error, UnknownFormatVersionError)
-            else "UNREADABLE_LOG_FILE"
+            else FindingCode.UNREADABLE_LOG_FILE
         )
         yield _finding(code, ckpt.storage.full(problem.rel), str(problem.error))
 
@@ -232,14 +288,16 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     offset_gaps = _missing_spans(offsets)
     if offset_gaps:
         yield _finding(
-            "OFFSET_LOG_GAP", full("offsets"), f"offsets missing for batches {_spans_text(offset_gaps)}"
+            FindingCode.OFFSET_LOG_GAP,
+            full("offsets"),
+            f"offsets missing for batches {_spans_text(offset_gaps)}",
         )
     # A commit without offsets strictly between the first and the last offset is inside a gap,
     # which is its finding already.
     first, last = min(offsets, default=0), max(offsets, default=-1)
     for b in sorted(b for b in commits - offsets if not first < b < last):
         yield _finding(
-            "COMMIT_WITHOUT_OFFSETS",
+            FindingCode.COMMIT_WITHOUT_OFFSETS,
             full(f"commits/{b}"),
             f"batch {b} is committed but offsets/{b} is missing",
         )
@@ -248,7 +306,7 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
         unfinished_below = sorted(b for b in offsets - commits if b < latest)
         if unfinished_below:
             yield _finding(
-                "COMMIT_LOG_GAP",
+                FindingCode.COMMIT_LOG_GAP,
                 full("commits"),
                 f"batches {batch_spans(set(unfinished_below))} are planned but not committed, "
                 f"below committed batch {latest}",
@@ -256,7 +314,7 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     pending = sorted(b for b in offsets - commits if latest is None or b > latest)
     if len(pending) > 1:
         yield _finding(
-            "MULTIPLE_UNFINISHED_BATCHES",
+            FindingCode.MULTIPLE_UNFINISHED_BATCHES,
             full("offsets"),
             f"{len(pending)} planned batches after the latest commit ({batch_spans(set(pending))}); "
             "Spark leaves at most one",
@@ -274,7 +332,7 @@ def _partition_findings(ckpt: Checkpoint, latest: int | None) -> Iterable[Findin
     for op, partitions in sorted(batch.commit.state_unique_ids.items()):
         if expected is not None and len(partitions) != expected:
             yield _finding(
-                "PARTITION_COUNT_MISMATCH",
+                FindingCode.PARTITION_COUNT_MISMATCH,
                 ckpt.storage.full(f"commits/{latest}"),
                 f"operator {op} has {len(partitions)} partitions in the commit log but "
                 f"spark.sql.shuffle.partitions is {expected} in offsets/{latest}",
@@ -305,48 +363,56 @@ def _lineage_findings(ckpt: Checkpoint, entry: StoreLineage, options: Validation
     name = f"version {entry.version}" + (f" id {entry.unique_id}" if entry.unique_id else "")
     if entry.committed_file is None:
         yield _finding(
-            "COMMITTED_FILE_MISSING", where, f"{name} (batch {entry.batch}) has no changelog and no zip"
+            FindingCode.COMMITTED_FILE_MISSING,
+            where,
+            f"{name} (batch {entry.batch}) has no changelog and no zip",
         )
         return
     path = ckpt.storage.full(entry.committed_file.rel)
     if entry.header_error is not None:
         if isinstance(entry.header_error, UnknownFormatVersionError):
-            yield _finding("UNKNOWN_FORMAT_VERSION", path, str(entry.header_error), Category.LINEAGE)
+            yield _finding(
+                FindingCode.UNKNOWN_FORMAT_VERSION, path, str(entry.header_error), Category.LINEAGE
+            )
         else:
-            yield _finding("CHANGELOG_UNREADABLE", path, str(entry.header_error))
+            yield _finding(FindingCode.CHANGELOG_UNREADABLE, path, str(entry.header_error))
         return
     if entry.header is not None and entry.header.lineage is not None:
         versions = [e.version for e in entry.header.lineage]
         if any(b != a + 1 for a, b in pairwise(versions)):
             yield _finding(
-                "LINEAGE_NOT_CONTIGUOUS", path, f"lineage versions are not contiguous: {_spans_of(versions)}"
+                FindingCode.LINEAGE_NOT_CONTIGUOUS,
+                path,
+                f"lineage versions are not contiguous: {_spans_of(versions)}",
             )
         elif (versions[-1] if versions else 0) != entry.version - 1:
             yield _finding(
-                "LINEAGE_BAD_END",
+                FindingCode.LINEAGE_BAD_END,
                 path,
                 f"lineage ends at version {versions[-1] if versions else 'none'}, not {entry.version - 1}",
             )
         if entry.header_cap_ratio >= options.header_cap_ratio:
             yield _finding(
-                "LINEAGE_HEADER_NEAR_CAP",
+                FindingCode.LINEAGE_HEADER_NEAR_CAP,
                 path,
                 f"lineage header is {entry.lineage_header_bytes} bytes, {entry.header_cap_ratio:.0%} of the "
                 f"{LINEAGE_HEADER_CAP}-byte cap: the query dies when it passes it; compact this store now",
             )
     for version, uid in entry.missing:
         missing = f"{version}_{uid}.changelog" if uid else f"{version}.changelog"
-        yield _finding("REPLAY_CHAIN_BROKEN", where, f"{missing} is missing from the replay chain of {name}")
+        yield _finding(
+            FindingCode.REPLAY_CHAIN_BROKEN, where, f"{missing} is missing from the replay chain of {name}"
+        )
     if entry.no_base:
         head = entry.header.lineage[0].version if entry.header and entry.header.lineage else "?"
         yield _finding(
-            "REPLAY_CHAIN_NO_BASE",
+            FindingCode.REPLAY_CHAIN_NO_BASE,
             path,
             f"no zip exists for any version of the lineage (which starts at {head}): {name} cannot be loaded",
         )
     if entry.chain_length >= options.long_chain_threshold:
         yield _finding(
-            "LONG_REPLAY_CHAIN",
+            FindingCode.LONG_REPLAY_CHAIN,
             path,
             f"recovery replays {entry.chain_length} changelogs ({entry.replay_bytes} bytes) for {name}",
         )
@@ -381,23 +447,25 @@ def _zip_findings(ckpt: Checkpoint, zf: CheckpointFile, ssts: dict[str, Checkpoi
     try:
         snap: Snapshot = ckpt.read_snapshot(zf)
     except UnknownFormatVersionError as exc:
-        yield _finding("UNKNOWN_FORMAT_VERSION", path, str(exc), Category.SNAPSHOT)
+        yield _finding(FindingCode.UNKNOWN_FORMAT_VERSION, path, str(exc), Category.SNAPSHOT)
         return
     except UnreadableZipError as exc:
-        yield _finding("ZIP_UNREADABLE", path, str(exc))
+        yield _finding(FindingCode.ZIP_UNREADABLE, path, str(exc))
         return
     except CheckpointError as exc:
-        yield _finding("ZIP_METADATA_INVALID", path, str(exc))
+        yield _finding(FindingCode.ZIP_METADATA_INVALID, path, str(exc))
         return
     folder = zf.rel.rsplit("/", 1)[0]
     for ref in snap.metadata.sst_files:
         found = ssts.get(ref.dfs_name)
         sst_path = ckpt.storage.full(f"{folder}/SSTs/{ref.dfs_name}")
         if found is None:
-            yield _finding("SST_MISSING", sst_path, f"listed by {zf.rel.rsplit('/', 1)[1]} but missing")
+            yield _finding(
+                FindingCode.SST_MISSING, sst_path, f"listed by {zf.rel.rsplit('/', 1)[1]} but missing"
+            )
         elif found.info.size != ref.size:
             yield _finding(
-                "SST_SIZE_MISMATCH",
+                FindingCode.SST_SIZE_MISMATCH,
                 sst_path,
                 f"{found.info.size} bytes, but {zf.rel.rsplit('/', 1)[1]} lists {ref.size}",
             )
@@ -420,7 +488,7 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
                     try:
                         ckpt.check_changelog(f, tee.read)
                     except CheckpointError as exc:
-                        yield _finding("CHANGELOG_CORRUPT", path, str(exc))
+                        yield _finding(FindingCode.CHANGELOG_CORRUPT, path, str(exc))
                 tee.drain(POLICY.copy_chunk_bytes)
             crc = sidecars.get(f.rel)
             if crc is not None:
@@ -429,11 +497,11 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
                         parse_sidecar(ckpt.storage.read_bytes(crc.rel), ckpt.storage.full(crc.rel))
                     )
                 except CheckpointError as exc:
-                    yield _finding("CRC_MISMATCH", ckpt.storage.full(crc.rel), str(exc))
+                    yield _finding(FindingCode.CRC_MISMATCH, ckpt.storage.full(crc.rel), str(exc))
                     continue
                 if not matches:
                     yield _finding(
-                        "CRC_MISMATCH",
+                        FindingCode.CRC_MISMATCH,
                         path,
                         f"the bytes do not match {crc.rel.rsplit('/', 1)[1]}: Spark will refuse to load it",
                     )

@@ -3,7 +3,7 @@ store's committed version, replayed, verified and published (`rebuild`). The Spa
 rebuilds in parallel is `jobs.compact`."""
 
 from checkpoint.compaction.rebuild import RebuildResult, rebuild_store
-from checkpoint.compaction.targets import CompactionRefused, Target, plan_compaction
-from checkpoint.errors import RebuildError
+from checkpoint.compaction.targets import Target, plan_compaction
+from checkpoint.errors import CompactionRefused, RebuildError
 
 __all__ = ["CompactionRefused", "RebuildError", "RebuildResult", "Target", "plan_compaction", "rebuild_store"]

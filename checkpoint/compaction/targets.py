@@ -12,20 +12,15 @@ import time
 from dataclasses import dataclass
 
 from checkpoint.analysis.generation import unproven_writer
-from checkpoint.analysis.validate import Severity, ValidationOptions, validate
-from checkpoint.errors import CheckpointError
+from checkpoint.analysis.validate import FindingCode, Severity, ValidationOptions, validate
+from checkpoint.errors import CompactionRefused
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
 from checkpoint.policy import POLICY
 
 # Error findings that compaction repairs instead of refusing.
-FIXED_BY_COMPACTION = frozenset({"LINEAGE_HEADER_NEAR_CAP"})
-
-
-class CompactionRefused(CheckpointError):
-    """The checkpoint has error findings, or was written by a Spark whose snapshot format this
-    release has not proven: nothing is planned, nothing is written."""
+FIXED_BY_COMPACTION = frozenset({FindingCode.LINEAGE_HEADER_NEAR_CAP})
 
 
 @dataclass(frozen=True)

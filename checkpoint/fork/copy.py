@@ -38,17 +38,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.crash import crash_point
-from checkpoint.errors import CheckpointError, CorruptFileError, NotACheckpointError
-from checkpoint.fork.plan import (
-    STEP_OFFSETS,
-    STEP_STATE,
-    ForkItem,
-    ForkPlan,
+from checkpoint.errors import (
+    CheckpointError,
+    CorruptFileError,
+    ForkIncomplete,
     ForkRefused,
-    plan_fork,
-    read_source,
-    record,
+    NotACheckpointError,
 )
+from checkpoint.fork.plan import STEP_OFFSETS, STEP_STATE, ForkItem, ForkPlan, plan_fork, read_source, record
 from checkpoint.format.crc import crc32c_signed, signed
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX
 from checkpoint.policy import POLICY
@@ -59,10 +56,6 @@ log = logging.getLogger(__name__)
 _PROGRESS_EVERY = 500  # files between progress lines
 
 _STEP_NAMES = ("state, schema and source logs", "offsets", "commits", "query metadata")
-
-
-class ForkIncomplete(CheckpointError):
-    """The fork stopped part-way: DEST is marked incomplete, and the same fork run again finishes it."""
 
 
 @dataclass(frozen=True)

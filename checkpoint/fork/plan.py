@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint.analysis.validate import Severity, Validation, batch_spans, validate
-from checkpoint.errors import CheckpointError, CorruptFileError
+from checkpoint.analysis.validate import FindingCode, Severity, Validation, batch_spans, validate
+from checkpoint.errors import CorruptFileError, ForkRefused
 from checkpoint.format.crc import parse_sidecar
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.format.logs import parse_operator_metadata
@@ -26,10 +26,6 @@ from checkpoint.storage import FileInfo, Storage
 
 # The order of writes (see the module docstring): what a query starts from comes last.
 STEP_STATE, STEP_OFFSETS, STEP_COMMITS, STEP_QUERY = range(4)
-
-
-class ForkRefused(CheckpointError):
-    """The fork was refused before anything was written."""
 
 
 def record(**fields: Any) -> bytes:
@@ -155,11 +151,15 @@ def _refuse_on_errors(view: Checkpoint, batch: int) -> Validation:
     validation = validate(view)
     # A moved checkpoint is what a fork repairs: its schema files are found at their place inside
     # SRC (read_source checks they exist) and the fork names them under DEST.
-    errors = [f for f in validation.findings if f.severity == Severity.ERROR and f.code != "MOVED_CHECKPOINT"]
+    errors = [
+        f
+        for f in validation.findings
+        if f.severity == Severity.ERROR and f.code != FindingCode.MOVED_CHECKPOINT
+    ]
     if not errors:
         return validation
     codes = sorted({f.code for f in errors})
-    if codes == ["COMMITTED_FILE_MISSING"]:
+    if codes == [FindingCode.COMMITTED_FILE_MISSING]:
         raise ForkRefused(
             f"the state files of batch {batch} are gone ({len(errors)} store(s) have neither changelog nor "
             "zip of its committed id): Spark's retention pruned them, or they were deleted; "

@@ -19,7 +19,7 @@ from typing import Any
 
 from checkpoint.analysis.generation import unproven_writer
 from checkpoint.analysis.validate import Severity, validate
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, RepartitionRefused
 from checkpoint.format.layout import FileKind
 from checkpoint.format.logs import OffsetEntry
 from checkpoint.model.checkpoint import Checkpoint, state_partition_folders
@@ -43,14 +43,6 @@ SUPPORTED_OPERATORS = frozenset({
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 _LOG_FOLDERS = ("offsets", "commits")
 _OPERATOR_FOLDERS = ("_metadata", "_stateSchema")  # state/<op>/...: operator metadata v1 and v2, schemas
-
-
-class RepartitionRefused(CheckpointError):
-    """Nothing was written: the message says why (CLI exit 2)."""
-
-
-class RepartitionFailed(CheckpointError):
-    """The rewrite or its verification failed; the checkpoint was put back (CLI exit 1)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """One writing action per checkpoint at a time (`lease`), and where a checkpoint's own records
 live (`naming`). It sits below the model: it needs storage and names, nothing of a checkpoint."""
 
-from checkpoint.safety.lease import Lease, LeaseHeld, LeaseLost, lease_for
+from checkpoint.errors import LeaseHeld, LeaseLost
+from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.safety.naming import folder_name
 
 __all__ = ["Lease", "LeaseHeld", "LeaseLost", "folder_name", "lease_for"]

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import NoReturn
 
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, LeaseHeld, LeaseLost
 from checkpoint.format.layout import MAINT_TEMP_PREFIX, is_number
 from checkpoint.policy import POLICY
 from checkpoint.safety.naming import AUDIT_FOLDER, folder_name
@@ -53,14 +53,6 @@ from checkpoint.storage import Storage
 # A holder stops acting this fraction of its TTL before its own expiry: a takeover needs the whole
 # TTL to pass, so a check that passes leaves the holder this long for its next change.
 _SAFETY_MARGIN = 0.2
-
-
-class LeaseHeld(CheckpointError):
-    """Another action holds the checkpoint's lease: nothing was done."""
-
-
-class LeaseLost(CheckpointError):
-    """This action's lease expired or was taken over: it must stop before changing anything more."""
 
 
 def lease_for(checkpoint: Storage, owner: str, **options) -> Lease:
