@@ -17,7 +17,7 @@ from assets.compaction import checkpoint_compaction
 from assets.partitions import checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis.report import human_bytes
-from checkpoint.cleanup.apply import Outcome, apply_plan, check_plan
+from checkpoint.cleanup.apply import Kind, Outcome, apply_plan, check_plan
 from checkpoint.cleanup.manifest import Plan
 from checkpoint.cleanup.plan import plan_gc
 from checkpoint.errors import CheckpointError
@@ -152,7 +152,7 @@ def checkpoint_orphan_cleanup(
             if verdict.ok and verdict.moved:
                 context.log.info(f"{verdict.message}: planning again under the lease")
                 replanned, plan = plan, _plan(roots, context.partition_key)
-                audit.record(replanned, [Outcome("-", 0, "-", "skipped", f"{REPLANNED}: {plan.manifest}")])
+                audit.record(replanned, [Outcome("-", 0, "-", Kind.SKIPPED, f"{REPLANNED}: {plan.manifest}")])
             # A new plan is checked by the apply; the one checked above is not read again.
             result = apply_plan(plan, storage, audit, lease=lease, checked=None if replanned else verdict)
         except CheckpointError as exc:

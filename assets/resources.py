@@ -18,7 +18,7 @@ from assets.partitions import parse_partition_key, partition_key
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError, LeaseHeld
-from checkpoint.model.checkpoint import Checkpoint, load_checkpoint
+from checkpoint.model.checkpoint import Checkpoint, Listing, load_checkpoint
 from checkpoint.model.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.model.head import latest_commit, load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
@@ -243,7 +243,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
     def load_listed(self, key: str) -> Checkpoint:
         """Every file (cleanup planning), read strictly; on object stores one listing per state
         partition, concurrently."""
-        return load_checkpoint(self.checkpoint_storage(key), listing="auto")
+        return load_checkpoint(self.checkpoint_storage(key), listing=Listing.AUTO)
 
     def latest_commit(self, key: str) -> int | None:
         """The newest committed batch: one shallow listing of `commits/`."""

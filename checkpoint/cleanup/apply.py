@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from checkpoint.cleanup.audit import AuditTrail
@@ -69,12 +70,20 @@ def check_plan(plan: Plan, storage: Storage) -> CheckResult:
     )
 
 
+class Kind(StrEnum):
+    """What became of a candidate (each is an ApplyResult's tally of that name)."""
+
+    DELETED = "deleted"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
 @dataclass
 class Outcome:
     path: str
     bytes: int
     reason: str
-    outcome: str  # deleted | skipped | failed
+    outcome: Kind
     why: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -178,7 +187,7 @@ def apply_plan(
             outcomes, ready = _restat(_current(storage, batch, plan.partition_files), batch)
             if ready:
                 outcomes += _delete(storage, ready, attempts, sleep)
-            deleted_count += sum(o.outcome == "deleted" for o in outcomes)
+            deleted_count += sum(o.outcome == Kind.DELETED for o in outcomes)
             if deleted_count:
                 crash_point("cleanup.deleted", deleted_count)  # the worst moment: deleted, not recorded
             audit.record(plan, outcomes)
@@ -223,9 +232,9 @@ def _restat(
     for c in batch:
         info = current.get(c.path)
         if info is None:
-            outcomes.append(Outcome(c.path, c.bytes, c.reason, "skipped", "already gone"))
+            outcomes.append(Outcome(c.path, c.bytes, c.reason, Kind.SKIPPED, "already gone"))
         elif info.size != c.bytes or info.mtime is None or abs(info.mtime - c.mtime) > 1e-3:
-            outcomes.append(Outcome(c.path, c.bytes, c.reason, "skipped", "changed since the plan"))
+            outcomes.append(Outcome(c.path, c.bytes, c.reason, Kind.SKIPPED, "changed since the plan"))
         else:
             ready.append(c)
     return outcomes, ready
@@ -234,9 +243,9 @@ def _restat(
 def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) -> list[Outcome]:
     errors = _delete_with_redrive(storage, [c.path for c in ready], attempts, sleep)
     return [
-        Outcome(c.path, c.bytes, c.reason, "failed", errors[c.path])
+        Outcome(c.path, c.bytes, c.reason, Kind.FAILED, errors[c.path])
         if c.path in errors
-        else Outcome(c.path, c.bytes, c.reason, "deleted")
+        else Outcome(c.path, c.bytes, c.reason, Kind.DELETED)
         for c in ready
     ]
 

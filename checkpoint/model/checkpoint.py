@@ -19,6 +19,7 @@ import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from itertools import repeat
 from typing import Any, NamedTuple, cast
@@ -49,8 +50,27 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
 
 DEFAULT_STORE = "default"
-SCOPE_LISTING = "listing"  # every file of the checkpoint
-SCOPE_RECOVERY = "recovery"  # the logs and what recovery reads at `resolved_batches`
+
+
+class Scope(StrEnum):
+    """What a model's `files` hold."""
+
+    LISTING = "listing"  # every file of the checkpoint
+    RECOVERY = "recovery"  # the logs and what recovery reads at `resolved_batches`
+
+
+class Listing(StrEnum):
+    """How `load_checkpoint` lists: one recursive listing, each state partition folder on its own
+    and concurrently (object stores, where wall time is round trips), or whichever suits the
+    backend (per partition on object stores, flat on local disk, where threads only contend for
+    the GIL; measured in bench/gc_plan.py, figures in bench/README.md)."""
+
+    FLAT = "flat"
+    PER_PARTITION = "per_partition"
+    AUTO = "auto"
+
+
+SCOPE_LISTING, SCOPE_RECOVERY = Scope.LISTING, Scope.RECOVERY
 CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
@@ -171,7 +191,7 @@ class Checkpoint:
     stores: dict[StoreId, Store] = field(repr=False)
     storage: Storage = field(repr=False, compare=False)
     problems: tuple[FileProblem, ...] = ()
-    scope: str = SCOPE_LISTING
+    scope: Scope = SCOPE_LISTING
     resolved_batches: frozenset[int] = frozenset()  # SCOPE_RECOVERY: the batches whose files are known
     # Parsed headers and snapshots (or the error reading them) that the loader already read.
     prefetched: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -358,14 +378,11 @@ class Checkpoint:
         return sidecar_matches(sidecar, main_data)
 
 
-LISTINGS = ("flat", "per_partition", "auto")
-
-
 def load_checkpoint(
     where: str | Storage,
     storage_options: dict[str, Any] | None = None,
     strict: bool = True,
-    listing: str = "flat",
+    listing: Listing | str = Listing.FLAT,
 ) -> Checkpoint:
     """Lists every file of the checkpoint and parses its commit, offset and metadata files.
 
@@ -373,17 +390,19 @@ def load_checkpoint(
     NotACheckpointError when the path holds no query metadata and no offset log. A file it cannot
     parse raises a CheckpointError naming it, unless `strict` is off: validation then reports every
     such file in `problems` and models the rest. Anything that changes a checkpoint loads strictly.
-    `listing` "flat" is one recursive listing; "per_partition" lists each state partition folder
-    on its own, concurrently (object stores, where wall time is round trips); "auto" is
-    per_partition on object stores and flat on local disk, where threads only contend for the GIL
-    (measured in bench/gc_plan.py; figures in bench/README.md).
+    `listing`: see `Listing`.
     """
-    if listing not in LISTINGS:
-        raise ValueError(f"listing must be one of {LISTINGS}, not {listing!r}")
+    try:
+        listing = Listing(listing)
+    except ValueError:
+        raise ValueError(f"listing must be one of {[m.value for m in Listing]}, not {listing!r}") from None
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
-    if listing == "auto":
-        listing = "flat" if storage.is_local else "per_partition"
-    infos = storage.list_files() if listing == "flat" else storage.list_tree(state_partition_folders)
+    if listing == Listing.AUTO:
+        listing = Listing.FLAT if storage.is_local else Listing.PER_PARTITION
+    if listing == Listing.FLAT:
+        infos = storage.list_files()
+    else:
+        infos = storage.list_tree(state_partition_folders)
     files = CheckpointFile.of_listing(infos)
     return build_checkpoint(storage, files, strict)
 
