@@ -181,15 +181,15 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             options = root.storage_options if same_store else {}
         return AuditTrail(url, options)
 
-    def take_lease(self, context: StepContext, key: str, what: str, retry: bool = True) -> Lease:
+    def take_lease(self, context: StepContext, key: str, what: str, *, retry: bool = True) -> Lease:
         """The checkpoint's maintenance lease for this run's step: waits `lease_wait` while another
         action (a CLI run, another deployment) holds it, then retries the step, then fails naming
         the holder; without `retry`, raises LeaseHeld after the wait. Nothing is planned or
         written without it."""
-        return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry)
+        return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry=retry)
 
     def take_lease_at(
-        self, context: StepContext, storage: Storage, what: str, label: str = "", retry: bool = True
+        self, context: StepContext, storage: Storage, what: str, label: str = "", *, retry: bool = True
     ) -> Lease:
         """`take_lease` for any checkpoint, one under no configured root too (a fork's destination).
         The lease lives beside the checkpoint whatever `audit_url` says, where the CLI and every
@@ -236,7 +236,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
     def url_of(self, key: str) -> str:
         return self.checkpoint_storage(key).url
 
-    def load(self, key: str, strict: bool = False, **head: Any) -> Checkpoint:
+    def load(self, key: str, *, strict: bool = False, **head: Any) -> Checkpoint:
         """Head-first (`model.head.load_head`): the logs and what recovery reads, no state listing."""
         return load_head(self.checkpoint_storage(key), strict=strict, **head)
 

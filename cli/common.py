@@ -47,7 +47,7 @@ def quiet_period_option(p: argparse.ArgumentParser) -> None:
                    f"(default {duration_text(POLICY.quiet_seconds)})")  # fmt: skip
 
 
-def takes_the_lease(p: argparse.ArgumentParser, writes_no_plan: bool = False) -> None:
+def takes_the_lease(p: argparse.ArgumentParser, *, writes_no_plan: bool = False) -> None:
     """The options of a command that changes a checkpoint under its maintenance lease."""
     if writes_no_plan:
         # Leases live beside each checkpoint whatever the audit trail, so every deployment meets

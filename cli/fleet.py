@@ -36,7 +36,7 @@ def fleet(args: argparse.Namespace) -> Result:
     )
 
 
-def _reclaimable(url: str, fresh: bool) -> dict[str, Any]:
+def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
     """The bytes the newest cleanup plan in the checkpoint's audit trail found, and when it was
     made: one listing of its folder and one small read. With `fresh`, a dry-run plan with the
     default grace is made first (it lists every file, and is kept in the audit trail like any

@@ -22,7 +22,9 @@ def fork_command(args: argparse.Namespace) -> Result | int:
             held.check()
             lease.check()
 
-        result = fork(src, dest, args.batch, args.new_query_id, args.workers, check)
+        result = fork(
+            src, dest, args.batch, new_query_id=args.new_query_id, workers=args.workers, check=check
+        )
     return Result(result.as_dict(), render.fork_text)
 
 

@@ -15,7 +15,7 @@ LOGGERS = ("checkpoint", "jobs")
 
 
 class ProgressDisplay(logging.Handler):
-    def __init__(self, stream: TextIO, terminal: bool) -> None:
+    def __init__(self, stream: TextIO, *, terminal: bool) -> None:
         super().__init__(logging.INFO)
         self.stream, self.terminal = stream, terminal
         self.bars: dict[str, tqdm] = {}
@@ -46,8 +46,8 @@ class ProgressDisplay(logging.Handler):
 class shown:
     """Shows the progress of the work inside the block (no-op with `quiet`)."""
 
-    def __init__(self, stream: TextIO, quiet: bool) -> None:
-        self.display = None if quiet else ProgressDisplay(stream, stream.isatty())
+    def __init__(self, stream: TextIO, *, quiet: bool) -> None:
+        self.display = None if quiet else ProgressDisplay(stream, terminal=stream.isatty())
 
     def __enter__(self) -> shown:
         if self.display is not None:

@@ -47,7 +47,7 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
                     held.check()
                     lease.check()
 
-                result = fork(src, dest, config.batch, config.new_query_id, check=check)
+                result = fork(src, dest, config.batch, new_query_id=config.new_query_id, check=check)
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
     context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])

@@ -30,7 +30,7 @@ def _committed_changelog(path: Path, batch: int) -> Path:
 
 
 def _read(path: Path, named_v2: bool = True):
-    return read_changelog(io.BytesIO(path.read_bytes()).read, "lz4", str(path), named_v2)
+    return read_changelog(io.BytesIO(path.read_bytes()).read, "lz4", str(path), named_v2=named_v2)
 
 
 def test_flipped_byte_in_a_block_fails_its_checksum(copy_of) -> None:

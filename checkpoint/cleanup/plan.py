@@ -70,6 +70,7 @@ def plan_gc(
     retain_batches: int | None = None,
     quiet_seconds: float = POLICY.quiet_seconds,
     now: float | None = None,
+    *,
     allow_short_grace: bool = False,
     workers: int | None = None,
     lister: Lister = list_folder,

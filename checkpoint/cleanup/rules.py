@@ -160,7 +160,7 @@ class FileIndex:
         return self.by_key.get((sid.operator, sid.partition, sid.store, kind, version, uid))
 
 
-def _gap(sid: StoreId, batch: int, what: str, version: int, latest: bool, pruned_below: int) -> None:
+def _gap(sid: StoreId, batch: int, what: str, version: int, *, latest: bool, pruned_below: int) -> None:
     if latest or version >= pruned_below:
         raise UnsafeToPlan(f"{sid}: {what} (batch {batch}) is missing")
 
@@ -184,7 +184,7 @@ def retained_set(inputs: RetentionInputs, index: FileIndex | None = None) -> tup
             pruned_below = index.oldest_version.get(sid, version + 1)
 
             def gap(what: str, v: int) -> None:
-                _gap(sid, batch, what, v, latest, pruned_below)  # noqa: B023 - called inside this iteration
+                _gap(sid, batch, what, v, latest=latest, pruned_below=pruned_below)  # noqa: B023 - called inside this iteration
 
             zip_file = index.get(sid, FileKind.ZIP, version, uid)
             changelog = index.get(sid, FileKind.CHANGELOG, version, uid)

@@ -140,7 +140,7 @@ def _new_db_options(policy: Policy):
     return opts
 
 
-def _open(folder: Path, policy: Policy, read_only: bool = False):
+def _open(folder: Path, policy: Policy, *, read_only: bool = False):
     """RocksDB over `folder`. An existing DB takes its column-family options (merge operator,
     table format, memtable) from its newest OPTIONS file, which the rebuild rewrites first; the
     block cache, which OPTIONS files do not carry, is passed here so that its size is ours."""

@@ -119,7 +119,9 @@ def refuse_overlap(src: Storage, dest: Storage) -> None:
         raise ForkRefused(f"the destination and the source overlap ({src.url})", dest.url)
 
 
-def check_dest(state: DestState, source: str, batch: int | None, new_query_id: bool, dest: Storage) -> None:
+def check_dest(
+    state: DestState, source: str, batch: int | None, *, new_query_id: bool, dest: Storage
+) -> None:
     """Refuses a DEST that is neither empty nor an interrupted (or complete) run of this same fork."""
     if state.started is None:
         if state.files:
@@ -152,6 +154,7 @@ def apply_fork(
     workers: int = POLICY.fork_workers,
     check: Callable[[], None] = lambda: None,
     since: tuple[float, int] | None = None,
+    *,
     link: bool = False,
 ) -> ForkResult:
     """Writes the plan to DEST in its steps, resuming an interrupted run, then checks every file and
@@ -314,6 +317,7 @@ def fork(
     src: Storage,
     dest: Storage,
     batch: int | None = None,
+    *,
     new_query_id: bool = False,
     workers: int = POLICY.fork_workers,
     check: Callable[[], None] = lambda: None,
@@ -326,7 +330,7 @@ def fork(
     since = (time.monotonic(), src.calls.total() + dest.calls.total())
     refuse_overlap(src, dest)
     state = inspect_dest(dest)
-    check_dest(state, src.url, batch, new_query_id, dest)
+    check_dest(state, src.url, batch, new_query_id=new_query_id, dest=dest)
     if state.complete is not None:
         log.info(
             "%s: already a complete fork of %s at batch %s", dest.url, src.url, state.complete.get("batch")
@@ -343,7 +347,7 @@ def fork(
     if new_query_id:
         query_id = state.started["query_id"] if state.started is not None else str(uuid.uuid4())
     plan = plan_fork(source, dest, query_id)
-    return apply_fork(plan, src, dest, state, workers, check, since, link)
+    return apply_fork(plan, src, dest, state, workers, check, since, link=link)
 
 
 _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ForkResult) if f.name != "already_complete")

@@ -98,7 +98,7 @@ class _Prefixed:
         return out
 
 
-def _read_header(reader: Reader, path: str, named_v2: bool) -> tuple[ChangelogHeader, Reader]:
+def _read_header(reader: Reader, path: str, *, named_v2: bool) -> tuple[ChangelogHeader, Reader]:
     """The header and a reader positioned at the first record.
 
     Spark dispatches on the first string: it names the version when it reads as `v<N>`, otherwise
@@ -130,32 +130,32 @@ def _read_header(reader: Reader, path: str, named_v2: bool) -> tuple[ChangelogHe
     return ChangelogHeader(version, lineage, size), reader
 
 
-def read_header(read, codec: str, path: str, named_v2: bool = True) -> ChangelogHeader:
+def read_header(read, codec: str, path: str, *, named_v2: bool = True) -> ChangelogHeader:
     """The version and lineage, decompressing only the block(s) the header spans."""
-    return _read_header(decompressing_reader(read, codec, path), path, named_v2)[0]
+    return _read_header(decompressing_reader(read, codec, path), path, named_v2=named_v2)[0]
 
 
 def read_changelog(
-    read, codec: str, path: str, named_v2: bool = True
+    read, codec: str, path: str, *, named_v2: bool = True
 ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
     """Header and every record; the whole stream is decompressed and every block checksum checked."""
-    header, runs = read_changelog_runs(read, codec, path, named_v2)
+    header, runs = read_changelog_runs(read, codec, path, named_v2=named_v2)
     return header, change_records(runs)
 
 
 def read_changelog_runs(
-    read, codec: str, path: str, named_v2: bool = True
+    read, codec: str, path: str, *, named_v2: bool = True
 ) -> tuple[ChangelogHeader, list[RecordRun]]:
     """As read_changelog, with the records grouped in runs: the rebuild's hot path."""
-    header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2)
+    header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2=named_v2)
     return header, parse_runs(reader.read(-1), header.has_column_families, path)
 
 
-def check_changelog(read, codec: str, path: str, named_v2: bool = True, chunk: int = 1 << 20) -> int:
+def check_changelog(read, codec: str, path: str, *, named_v2: bool = True, chunk: int = 1 << 20) -> int:
     """Reads a whole changelog as `read_changelog` does and returns how many records it holds,
     holding at most `chunk` decoded bytes and one record's framing: validation's deep read, whose
     memory follows the work, not the file."""
-    header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2)
+    header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2=named_v2)
     return check_records(reader, header.has_column_families, path, chunk)
 
 

@@ -300,7 +300,9 @@ class Checkpoint:
             yield f, known
 
     def _header(self, f: CheckpointFile, read: Callable[[int], builtins.bytes]) -> ChangelogHeader:
-        return read_header(read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None)
+        return read_header(
+            read, self.changelog_codec, self.storage.full(f.rel), named_v2=f.what.unique_id is not None
+        )
 
     def read_changelog(
         self, f: CheckpointFile, data: builtins.bytes | None = None
@@ -313,16 +315,14 @@ class Checkpoint:
         self, f: CheckpointFile, read: Callable[[int], builtins.bytes]
     ) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, decoded from `read` as it is pulled (block checksums checked)."""
-        return read_changelog_runs(
-            read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
-        )
+        named_v2 = f.what.unique_id is not None
+        return read_changelog_runs(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
 
     def check_changelog(self, f: CheckpointFile, read: Callable[[int], builtins.bytes]) -> int:
         """How many records the changelog holds, decoded from `read` and checked as a full read
         checks them, holding a chunk at a time (validation's deep read)."""
-        return check_changelog(
-            read, self.changelog_codec, self.storage.full(f.rel), f.what.unique_id is not None
-        )
+        named_v2 = f.what.unique_id is not None
+        return check_changelog(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
 
     def read_changelog_runs(
         self, f: CheckpointFile, data: builtins.bytes
@@ -381,6 +381,7 @@ class Checkpoint:
 def load_checkpoint(
     where: str | Storage,
     storage_options: dict[str, Any] | None = None,
+    *,
     strict: bool = True,
     listing: Listing | str = Listing.FLAT,
 ) -> Checkpoint:
@@ -404,7 +405,7 @@ def load_checkpoint(
     else:
         infos = storage.list_tree(state_partition_folders)
     files = CheckpointFile.of_listing(infos)
-    return build_checkpoint(storage, files, strict)
+    return build_checkpoint(storage, files, strict=strict)
 
 
 class _ReadOn:
@@ -445,7 +446,9 @@ def state_partition_folders(storage: Storage) -> list[str]:
     return out
 
 
-def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...], strict: bool = True) -> Checkpoint:
+def build_checkpoint(
+    storage: Storage, files: tuple[CheckpointFile, ...], *, strict: bool = True
+) -> Checkpoint:
     by_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
     for f in files:
         by_kind[f.kind].append(f)
@@ -487,7 +490,7 @@ def build_checkpoint(storage: Storage, files: tuple[CheckpointFile, ...], strict
     }
     batches = {b: Batch(b, offsets.get(b), commits.get(b)) for b in sorted(set(offsets) | set(commits))}
     metadata = [(f, m) for f in by_kind[FileKind.OPERATOR_METADATA] if (m := parse(f, _operator_metadata(f)))]
-    operators = _operators(metadata, files, commits, problems, strict)
+    operators = _operators(metadata, files, commits, problems, strict=strict)
 
     return Checkpoint(
         url=storage.url,
@@ -532,7 +535,7 @@ def _operator_metadata(f: CheckpointFile):
     return parse
 
 
-def _operators(metadata, files, commits, problems: list[FileProblem], strict: bool) -> dict[int, Operator]:
+def _operators(metadata, files, commits, problems: list[FileProblem], *, strict: bool) -> dict[int, Operator]:
     """Operators from their metadata (the newest v2 file wins over v1), else from the state folders."""
     newest: dict[int, tuple[int, OperatorMetadata]] = {}
     for f, meta in metadata:

@@ -27,7 +27,7 @@ class FoundCheckpoint:
     rel: str  # the folder relative to the root ("" when the root is a checkpoint)
     url: str
 
-    def load(self, root: Storage, strict: bool = True, **head: Any) -> Checkpoint:
+    def load(self, root: Storage, *, strict: bool = True, **head: Any) -> Checkpoint:
         """Head-first: the logs and what recovery reads (see checkpoint.model.head)."""
         return load_head(root.child(self.rel), strict=strict, **head)
 

@@ -63,6 +63,7 @@ _LOG_ATTEMPTS = 3
 def load_head(
     where: str | Storage,
     storage_options: dict[str, Any] | None = None,
+    *,
     strict: bool = True,
     batches: Iterable[int] | None = None,
     recent: int = 1,
@@ -78,7 +79,7 @@ def load_head(
     for attempt in range(_LOG_ATTEMPTS):
         logs = _log_files(storage)
         try:
-            base = build_checkpoint(storage, CheckpointFile.of_listing(logs), strict)
+            base = build_checkpoint(storage, CheckpointFile.of_listing(logs), strict=strict)
             break
         except StorageError as exc:
             # A live query's log retention deletes the oldest commit and offset files: one listed
@@ -92,7 +93,7 @@ def load_head(
     committed = sorted(b.id for b in base.batches.values() if b.committed)
     wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
     targets = sorted({sid for b in wanted for sid in store_ids(base, b)}, key=_order)
-    resolver = _Resolver(base, wanted, sidecars)
+    resolver = _Resolver(base, wanted, sidecars=sidecars)
     with ThreadPoolExecutor(max(1, min(workers, len(targets) or 1))) as pool:
         for n, _ in enumerate(pool.map(resolver.resolve, targets), 1):
             if n % _PROGRESS_EVERY == 0:
@@ -137,7 +138,7 @@ def _log_files(storage: Storage) -> list[FileInfo]:
 class _Resolver:
     """Finds, per store, the files recovery reads at the wanted batches; one store per call."""
 
-    def __init__(self, ckpt: Checkpoint, batches: list[int], sidecars: bool):
+    def __init__(self, ckpt: Checkpoint, batches: list[int], *, sidecars: bool):
         self.ckpt, self.batches, self.sidecars = ckpt, batches, sidecars
         self.found: dict[str, CheckpointFile] = {}
         self.prefetched: dict[str, Any] = {}

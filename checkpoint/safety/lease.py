@@ -152,7 +152,7 @@ class Lease:
 
     # Taking, renewing, giving back
 
-    def _body(self, expires: float, released: bool = False) -> bytes:
+    def _body(self, expires: float, *, released: bool = False) -> bytes:
         holder = Holder(self.owner, socket.gethostname(), os.getpid(), self.token,
                         self._started, expires, released, self.ttl)  # fmt: skip
         return json.dumps(asdict(holder)).encode()
@@ -280,7 +280,9 @@ class Lease:
         try:
             self.check()
             marker = self.generation + 1
-            self.storage.write_if_absent(self._rel(marker), self._body(self.clock(), True), MAINT_TEMP_PREFIX)
+            self.storage.write_if_absent(
+                self._rel(marker), self._body(self.clock(), released=True), MAINT_TEMP_PREFIX
+            )
             self._forget_older(marker)
         except (LeaseLost, FileExistsError):
             pass  # no longer ours: nothing of it to give back

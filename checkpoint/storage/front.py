@@ -461,7 +461,7 @@ class Storage:
             raise write_error(exc, target) from exc
         return True
 
-    def put_file(self, local_path: str, rel: str, move: bool = False) -> None:
+    def put_file(self, local_path: str, rel: str, *, move: bool = False) -> None:
         """Uploads a local file under a new name, streamed from disk in chunks (multipart on S3).
         `move`: the local file is not needed afterwards, so on a local disk of the same file system
         it is renamed into place instead of copied (a cleanup manifest can be gigabytes)."""
