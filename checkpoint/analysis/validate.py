@@ -82,58 +82,35 @@ def _codes(*codes: Code) -> dict[str, Code]:
 
 E, W = Severity.ERROR, Severity.WARNING
 LOG, LIN, SNAP = Category.COMMIT_LOG, Category.LINEAGE, Category.SNAPSHOT
+F = FindingCode
+# fmt: off
 CODES = _codes(
-    Code(FindingCode.INCOMPLETE_FORK, E, LOG, "an interrupted fork: a query started here would lose state"),
-    Code(
-        FindingCode.MOVED_CHECKPOINT, E, LOG, "operator metadata names schema files under another root: moved"
-    ),
-    Code(
-        FindingCode.SCHEMA_FILE_MISSING, E, LOG, "a schema file that operator metadata names does not exist"
-    ),
-    Code(FindingCode.UNREADABLE_LOG_FILE, E, LOG, "a commit, offset or metadata file cannot be parsed"),
-    Code(
-        FindingCode.UNKNOWN_FORMAT_VERSION,
-        E,
-        LOG,
-        "a file declares a format version this release does not know",
-    ),
-    Code(FindingCode.COMMIT_WITHOUT_OFFSETS, E, LOG, "a batch is committed but its offsets file is missing"),
-    Code(FindingCode.OFFSET_LOG_GAP, E, LOG, "batch ids missing inside the offset log"),
-    Code(FindingCode.COMMIT_LOG_GAP, E, LOG, "a planned batch below the latest committed one has no commit"),
-    Code(
-        FindingCode.MULTIPLE_UNFINISHED_BATCHES, E, LOG, "more than one planned batch after the latest commit"
-    ),
-    Code(
-        FindingCode.PARTITION_COUNT_MISMATCH,
-        E,
-        LOG,
-        "state partitions in the commit log differ from the offsets",
-    ),
-    Code(
-        FindingCode.COMMITTED_FILE_MISSING,
-        E,
-        LIN,
-        "the committed id of a store has neither changelog nor zip",
-    ),
-    Code(FindingCode.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read"),
-    Code(FindingCode.LINEAGE_NOT_CONTIGUOUS, E, LIN, "a changelog's lineage skips or repeats versions"),
-    Code(FindingCode.LINEAGE_BAD_END, E, LIN, "a changelog's lineage does not end at version - 1"),
-    Code(FindingCode.REPLAY_CHAIN_BROKEN, E, LIN, "a changelog the replay chain needs is missing"),
-    Code(
-        FindingCode.REPLAY_CHAIN_NO_BASE,
-        E,
-        LIN,
-        "no zip in the lineage and the lineage does not start at version 1",
-    ),
-    Code(FindingCode.LINEAGE_HEADER_NEAR_CAP, E, LIN, "the lineage header is near the 65,535-byte cap"),
-    Code(FindingCode.LONG_REPLAY_CHAIN, W, LIN, "recovery replays a long chain of changelogs"),
-    Code(FindingCode.ZIP_UNREADABLE, E, SNAP, "a snapshot zip cannot be opened"),
-    Code(FindingCode.ZIP_METADATA_INVALID, E, SNAP, "a snapshot zip's metadata is invalid"),
-    Code(FindingCode.SST_MISSING, E, SNAP, "an SST a snapshot lists does not exist"),
-    Code(FindingCode.SST_SIZE_MISMATCH, E, SNAP, "an SST a snapshot lists has another size"),
-    Code(FindingCode.CRC_MISMATCH, E, SNAP, "a file does not match its .crc sidecar (deep)"),
-    Code(FindingCode.CHANGELOG_CORRUPT, E, SNAP, "a changelog fails to decompress or parse (deep)"),
+    Code(F.INCOMPLETE_FORK, E, LOG, "an interrupted fork: a query started here would lose state"),
+    Code(F.MOVED_CHECKPOINT, E, LOG, "operator metadata names schema files under another root: moved"),
+    Code(F.SCHEMA_FILE_MISSING, E, LOG, "a schema file that operator metadata names does not exist"),
+    Code(F.UNREADABLE_LOG_FILE, E, LOG, "a commit, offset or metadata file cannot be parsed"),
+    Code(F.UNKNOWN_FORMAT_VERSION, E, LOG, "a file declares a format version this release does not know"),
+    Code(F.COMMIT_WITHOUT_OFFSETS, E, LOG, "a batch is committed but its offsets file is missing"),
+    Code(F.OFFSET_LOG_GAP, E, LOG, "batch ids missing inside the offset log"),
+    Code(F.COMMIT_LOG_GAP, E, LOG, "a planned batch below the latest committed one has no commit"),
+    Code(F.MULTIPLE_UNFINISHED_BATCHES, E, LOG, "more than one planned batch after the latest commit"),
+    Code(F.PARTITION_COUNT_MISMATCH, E, LOG, "state partitions in the commit log differ from the offsets"),
+    Code(F.COMMITTED_FILE_MISSING, E, LIN, "the committed id of a store has neither changelog nor zip"),
+    Code(F.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read"),
+    Code(F.LINEAGE_NOT_CONTIGUOUS, E, LIN, "a changelog's lineage skips or repeats versions"),
+    Code(F.LINEAGE_BAD_END, E, LIN, "a changelog's lineage does not end at version - 1"),
+    Code(F.REPLAY_CHAIN_BROKEN, E, LIN, "a changelog the replay chain needs is missing"),
+    Code(F.REPLAY_CHAIN_NO_BASE, E, LIN, "no zip in the lineage and the lineage does not start at version 1"),
+    Code(F.LINEAGE_HEADER_NEAR_CAP, E, LIN, "the lineage header is near the 65,535-byte cap"),
+    Code(F.LONG_REPLAY_CHAIN, W, LIN, "recovery replays a long chain of changelogs"),
+    Code(F.ZIP_UNREADABLE, E, SNAP, "a snapshot zip cannot be opened"),
+    Code(F.ZIP_METADATA_INVALID, E, SNAP, "a snapshot zip's metadata is invalid"),
+    Code(F.SST_MISSING, E, SNAP, "an SST a snapshot lists does not exist"),
+    Code(F.SST_SIZE_MISMATCH, E, SNAP, "an SST a snapshot lists has another size"),
+    Code(F.CRC_MISMATCH, E, SNAP, "a file does not match its .crc sidecar (deep)"),
+    Code(F.CHANGELOG_CORRUPT, E, SNAP, "a changelog fails to decompress or parse (deep)"),
 )
+# fmt: on
 
 
 @dataclass(frozen=True)
