@@ -39,12 +39,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=20_000, help="inputs per reader")
     parser.add_argument("--scenario", default="watermark", help="the corpus checkpoint seeding it")
+    parser.add_argument("--only", nargs="*", choices=sorted(TARGETS), help="these readers (default: all)")
     args = parser.parse_args()
     real = seeds(checkpoints(ensure_corpus())[args.scenario])
     mutations = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1 << 20), st.integers(0, 255)),
                          min_size=1, max_size=6)  # fmt: skip
     started = time.monotonic()
-    for target in sorted(TARGETS):
+    for target in sorted(args.only or TARGETS):
         tally: Counter[str] = Counter()
         try:
             _fuzzer(real[target], TARGETS[target], tally, mutations, args.examples)()
