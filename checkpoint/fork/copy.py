@@ -146,6 +146,49 @@ def check_dest(
 # Applying
 
 
+class _Copier:
+    """Writes a fork's items to DEST, from several threads: the bytes a plan carries, a hard link
+    where asked and possible, else a copy (server-side on S3) whose CRC32C is checked against the
+    source's sidecar. Keeps what was written, how, and the CRCs the final check compares."""
+
+    def __init__(self, src: Storage, dest: Storage, todo: int, *, link: bool) -> None:
+        self.src, self.dest, self.todo, self.link = src, dest, todo, link
+        self.copied: list[ForkItem] = []
+        self.server_side: list[str] = []
+        self.linked: list[str] = []
+        self.crcs: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def write(self, item: ForkItem) -> None:
+        src, dest = self.src, self.dest
+        crc: int | None
+        linked_here = False
+        if item.data is not None:
+            dest.write_if_absent(item.rel, item.data, MAINT_TEMP_PREFIX)
+            crc = crc32c_signed(item.data)
+        elif self.link and src.link_to(item.rel, dest, item.rel):
+            # The source's own bytes under a second name: there is no copy to check against the
+            # sidecar (a damaged source fails the caller's own read of it, as Spark's would).
+            crc, linked_here = item.crc, True
+        else:
+            got = src.copy_to(item.rel, dest, item.rel, item.size, MAINT_TEMP_PREFIX)
+            crc = None if got is None else signed(got)
+            if crc is not None and item.crc is not None and crc != item.crc:
+                _corrupt(dest, item)  # stops the fork in its first step, before any log is written
+        with self._lock:
+            self.copied.append(item)
+            if linked_here:
+                self.linked.append(item.rel)
+            elif crc is None:
+                self.server_side.append(item.rel)
+            if crc is not None:
+                self.crcs[item.rel] = crc
+            done = len(self.copied)
+        if done % _PROGRESS_EVERY == 0:
+            report(log, Progress("files written", done, self.todo), "%s: %d of %d files written",
+                   dest.url, done, self.todo)  # fmt: skip
+
+
 def apply_fork(
     plan: ForkPlan,
     src: Storage,
@@ -162,15 +205,13 @@ def apply_fork(
     (monotonic time, requests so far) where the fork began, for its figures. Any failure raises
     ForkIncomplete: DEST stays marked incomplete and the same fork run again finishes it."""
     started, before = since or (time.monotonic(), src.calls.total() + dest.calls.total())
-    copied: list[ForkItem] = []
-    server_side: list[str] = []
-    linked: list[str] = []
-    crcs: dict[str, int] = {}
-    lock = threading.Lock()
     present = {rel: f for rel, f in state.files.items() if not _temp(rel)}
+    todo = [i for i in plan.items if i.rel not in present]
+    copier = _Copier(src, dest, len(todo), link=link)
+    copied = copier.copied
     try:
         if state.started is None:
-            dest.write_if_absent(FORK_STARTED, plan.startedrecord(), MAINT_TEMP_PREFIX)
+            dest.write_if_absent(FORK_STARTED, plan.started_record(), MAINT_TEMP_PREFIX)
         else:
             _clear_temps(dest, state)
         for item in plan.items:
@@ -181,40 +222,7 @@ def apply_fork(
                     "this fork; empty the destination and fork again",
                     dest.url,
                 )
-        todo = [i for i in plan.items if i.rel not in present]
-
-        def write(item: ForkItem) -> None:
-            crc: int | None
-            linked_here = False
-            if item.data is not None:
-                dest.write_if_absent(item.rel, item.data, MAINT_TEMP_PREFIX)
-                crc = crc32c_signed(item.data)
-            elif link and src.link_to(item.rel, dest, item.rel):
-                # The source's own bytes under a second name: there is no copy to check against the
-                # sidecar (a damaged source fails the caller's own read of it, as Spark's would).
-                crc, linked_here = item.crc, True
-            else:
-                got = src.copy_to(item.rel, dest, item.rel, item.size, MAINT_TEMP_PREFIX)
-                crc = None if got is None else signed(got)
-                if crc is not None and item.crc is not None and crc != item.crc:
-                    _corrupt(dest, item)  # stops the fork in its first step, before any log is written
-            with lock:
-                copied.append(item)
-                if linked_here:
-                    linked.append(item.rel)
-                elif crc is None:
-                    server_side.append(item.rel)
-                if crc is not None:
-                    crcs[item.rel] = crc
-                if len(copied) % _PROGRESS_EVERY == 0:
-                    report(
-                        log,
-                        Progress("files written", len(copied), len(todo)),
-                        "%s: %d of %d files written",
-                        dest.url,
-                        len(copied),
-                        len(todo),
-                    )
+        crcs = copier.crcs
 
         for step, name in enumerate(_STEP_NAMES):
             check()
@@ -227,7 +235,7 @@ def apply_fork(
             if batch:
                 log.info("%s: writing %s (%d files)", dest.url, name, len(batch))
                 with ThreadPoolExecutor(max(1, min(workers, len(batch)))) as pool:
-                    list(pool.map(write, batch))
+                    list(pool.map(copier.write, batch))
             crash_point("fork.after_step", step)
         check()
         _verify(plan, dest, crcs)
@@ -235,8 +243,8 @@ def apply_fork(
             source=plan.source, dest=plan.dest, batch=plan.batch, query_id=plan.query_id,
             files=plan.files, bytes=plan.bytes, copied_files=len(copied),
             copied_bytes=sum(i.size for i in copied), resumed_files=plan.files - len(todo),
-            server_side_files=len(server_side), seconds=round(time.monotonic() - started, 3),
-            requests=src.calls.total() + dest.calls.total() - before, linked_files=len(linked),
+            server_side_files=len(copier.server_side), seconds=round(time.monotonic() - started, 3),
+            requests=src.calls.total() + dest.calls.total() - before, linked_files=len(copier.linked),
         )  # fmt: skip
         dest.write_if_absent(
             FORK_COMPLETE, record(**result.as_dict(), finished=time.time()), MAINT_TEMP_PREFIX

@@ -78,7 +78,7 @@ class ForkPlan:
     def bytes(self) -> int:
         return sum(i.size for i in self.items)
 
-    def startedrecord(self) -> builtins.bytes:
+    def started_record(self) -> builtins.bytes:
         return record(source=self.source, batch=self.batch, query_id=self.query_id,
                        new_query_id=self.query_id != self.source_query_id, files=self.files,
                        bytes=self.bytes, started=time.time())  # fmt: skip
