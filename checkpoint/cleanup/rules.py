@@ -237,105 +237,142 @@ def find_orphans(
     """
     index = index or FileIndex(inputs.files)
     retained, _ = retained_set(inputs, index)
-    newest_version = inputs.latest_committed + 1
-    live, grace = options.live, options.grace_seconds
-    kept: dict[str, Kept] = {}
-    chosen: dict[str, Candidate] = {}
-    held: dict[str, float] = {}
+    decider = _Decider(inputs, options, now, index, retained)
+    decider.versions()
+    oldest_retained_sst = decider.ssts()
+    decider.sidecars()
+    decider.temps()
+    chosen = decider.chosen
+    return OrphanScan(
+        frozenset(retained), tuple(chosen.values()), decider.kept, oldest_retained_sst, decider.held
+    )
 
-    def eligible(rel: str, mtime: float | None) -> bool:
+
+class _Decider:
+    """find_orphans' four phases over one partition's files, in order, each deciding what the
+    earlier ones left: what goes (`chosen`), what stays and why (`kept`), and the SSTs a live
+    query's floor decides later (`held`)."""
+
+    def __init__(
+        self, inputs: RetentionInputs, options: GcOptions, now: float, index: FileIndex, retained: set[str]
+    ) -> None:
+        self.inputs, self.options, self.now, self.index, self.retained = inputs, options, now, index, retained
+        self.newest_version = inputs.latest_committed + 1
+        self.live = options.live
+        self.kept: dict[str, Kept] = {}
+        self.chosen: dict[str, Candidate] = {}
+        self.held: dict[str, float] = {}
+
+    def eligible(self, rel: str, mtime: float | None) -> bool:
         # A file without an mtime is left alone: nothing tells an upload in progress from an old file.
         if mtime is None:
-            kept[rel] = Kept.NO_MTIME
+            self.kept[rel] = Kept.NO_MTIME
             return False
-        if now - mtime < grace:
-            kept[rel] = Kept.YOUNG
+        if self.now - mtime < self.options.grace_seconds:
+            self.kept[rel] = Kept.YOUNG
             return False
         return True
 
-    # 1. changelogs and zips of (version, id) pairs that no retained batch reads
-    zips, ssts = index.of_kind[FileKind.ZIP], index.of_kind[FileKind.SST]
-    for f in zips + index.of_kind[FileKind.CHANGELOG]:
-        rel, what = f.info.rel, f.what
-        if not what.unique_id or rel in retained:
-            continue
-        version = what.version
-        if version is None or version > newest_version or not rel.startswith("state/"):
-            continue  # a batch in flight
-        reason = _version_reason(inputs, index, f)
-        if live and version > newest_version - 2:
-            kept[rel] = Kept.LIVE_RECENT_VERSION
-        elif eligible(rel, f.info.mtime):
-            chosen[rel] = _new(Candidate, (f, reason))
+    def versions(self) -> None:
+        """1. changelogs and zips of (version, id) pairs that no retained batch reads"""
+        inputs, index, retained, kept, chosen = self.inputs, self.index, self.retained, self.kept, self.chosen
+        newest_version, live, eligible = self.newest_version, self.live, self.eligible
+        for f in index.of_kind[FileKind.ZIP] + index.of_kind[FileKind.CHANGELOG]:
+            rel, what = f.info.rel, f.what
+            if not what.unique_id or rel in retained:
+                continue
+            version = what.version
+            if version is None or version > newest_version or not rel.startswith("state/"):
+                continue  # a batch in flight
+            reason = _version_reason(inputs, index, f)
+            if live and version > newest_version - 2:
+                kept[rel] = Kept.LIVE_RECENT_VERSION
+            elif eligible(rel, f.info.mtime):
+                chosen[rel] = _new(Candidate, (f, reason))
 
-    # 2. SSTs no staying zip lists (a kept orphan zip still protects its SSTs)
-    listed_by_staying = {
-        (_store_of(f), name) for f in zips if f.rel not in chosen for name in inputs.zip_ssts.get(f.rel) or ()
-    }
-    unknown_listing = {
-        _store_of(f) for f in zips if f.rel not in chosen and inputs.zip_ssts.get(f.rel) is None
-    }
-    retained_sst_times = [f.info.mtime for f in ssts if f.info.rel in retained]
-    oldest_retained_sst = min((t for t in retained_sst_times if t is not None), default=None)
-    for f in ssts:
-        rel = f.info.rel
-        if rel in retained or not rel.startswith("state/"):
-            continue
-        sid = _store_of(f)
-        if (sid, rel.rsplit("/", 1)[1]) in listed_by_staying or sid in unknown_listing:
-            kept[rel] = Kept.LISTED_BY_KEPT_ZIP
-            continue
-        mtime = f.info.mtime
-        # SPARK-55892: a running executor may reuse an SST it uploaded before the zip that lists it.
-        if live and options.defer_live_ssts:
-            if eligible(rel, mtime):
-                chosen[rel] = _new(Candidate, (f, Reason.UNREFERENCED_SST))
-                held[rel] = mtime or 0.0
-            continue
-        if live and (oldest_retained_sst is None or (mtime or 0) >= oldest_retained_sst):
-            kept[rel] = Kept.LIVE_RECENT_SST
-            continue
-        if eligible(rel, mtime):
-            chosen[rel] = _new(Candidate, (f, Reason.UNREFERENCED_SST))
-
-    # 3. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)
-    by_rel, owners, versioned = index.by_rel, _SIDECAR_OWNERS, _VERSIONED
-    for kind, main_of in SIDECAR_MAIN.items():
-        for f in index.of_kind[kind]:
-            info = f.info
-            rel = info.rel
+    def ssts(self) -> float | None:
+        """2. SSTs no staying zip lists (a kept orphan zip still protects its SSTs); returns the
+        oldest SST a retained zip lists, the live floor"""
+        inputs, retained, kept, chosen, held = self.inputs, self.retained, self.kept, self.chosen, self.held
+        live, options, eligible = self.live, self.options, self.eligible
+        zips, ssts = self.index.of_kind[FileKind.ZIP], self.index.of_kind[FileKind.SST]
+        listed_by_staying = {
+            (_store_of(f), name)
+            for f in zips
+            if f.rel not in chosen
+            for name in inputs.zip_ssts.get(f.rel) or ()
+        }
+        unknown_listing = {
+            _store_of(f) for f in zips if f.rel not in chosen and inputs.zip_ssts.get(f.rel) is None
+        }
+        retained_sst_times = [f.info.mtime for f in ssts if f.info.rel in retained]
+        oldest_retained_sst = min((t for t in retained_sst_times if t is not None), default=None)
+        for f in ssts:
+            rel = f.info.rel
             if rel in retained or not rel.startswith("state/"):
                 continue
-            main = main_of(rel)
-            known = by_rel.get(main) if main else None
-            owner = known.what if known else (classify(main) if main else None)
-            owner_kind = owner.kind if owner else None
-            if owner is None or owner_kind not in owners or (owner_kind in versioned and not owner.unique_id):
-                # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
-                kept[rel] = Kept.NOT_OURS
+            sid = _store_of(f)
+            if (sid, rel.rsplit("/", 1)[1]) in listed_by_staying or sid in unknown_listing:
+                kept[rel] = Kept.LISTED_BY_KEPT_ZIP
                 continue
-            version = owner.version
-            if live and version is not None and version > newest_version - 2:
-                kept[rel] = Kept.LIVE_RECENT_VERSION
+            mtime = f.info.mtime
+            # SPARK-55892: a running executor may reuse an SST it uploaded before the zip that lists it.
+            if live and options.defer_live_ssts:
+                if eligible(rel, mtime):
+                    chosen[rel] = _new(Candidate, (f, Reason.UNREFERENCED_SST))
+                    held[rel] = mtime or 0.0
                 continue
-            of_main = chosen.get(main)
-            if of_main is not None:
-                if eligible(rel, info.mtime):
-                    chosen[rel] = _new(Candidate, (f, of_main.reason))
-                    if main in held:
-                        held[rel] = held[main]
-            elif known is None:
-                if eligible(rel, info.mtime):
-                    chosen[rel] = _new(Candidate, (f, Reason.STALE_SIDECAR))
-            else:
-                kept.setdefault(rel, Kept.MAIN_KEPT)
+            if live and (oldest_retained_sst is None or (mtime or 0) >= oldest_retained_sst):
+                kept[rel] = Kept.LIVE_RECENT_SST
+                continue
+            if eligible(rel, mtime):
+                chosen[rel] = _new(Candidate, (f, Reason.UNREFERENCED_SST))
+        return oldest_retained_sst
 
-    # 4. this tool's own temp files, left by a crash while publishing a snapshot
-    for f in index.of_kind[FileKind.MAINT_TEMP]:
-        if f.info.rel.startswith("state/") and eligible(f.info.rel, f.info.mtime):
-            chosen[f.info.rel] = _new(Candidate, (f, Reason.ABANDONED_TEMP))
+    def sidecars(self) -> None:
+        """3. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)"""
+        retained, kept, chosen, held = self.retained, self.kept, self.chosen, self.held
+        newest_version, live, eligible = self.newest_version, self.live, self.eligible
+        by_rel, owners, versioned = self.index.by_rel, _SIDECAR_OWNERS, _VERSIONED
+        for kind, main_of in SIDECAR_MAIN.items():
+            for f in self.index.of_kind[kind]:
+                info = f.info
+                rel = info.rel
+                if rel in retained or not rel.startswith("state/"):
+                    continue
+                main = main_of(rel)
+                known = by_rel.get(main) if main else None
+                owner = known.what if known else (classify(main) if main else None)
+                owner_kind = owner.kind if owner else None
+                if (
+                    owner is None
+                    or owner_kind not in owners
+                    or (owner_kind in versioned and not owner.unique_id)
+                ):
+                    # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
+                    kept[rel] = Kept.NOT_OURS
+                    continue
+                version = owner.version
+                if live and version is not None and version > newest_version - 2:
+                    kept[rel] = Kept.LIVE_RECENT_VERSION
+                    continue
+                of_main = chosen.get(main)
+                if of_main is not None:
+                    if eligible(rel, info.mtime):
+                        chosen[rel] = _new(Candidate, (f, of_main.reason))
+                        if main in held:
+                            held[rel] = held[main]
+                elif known is None:
+                    if eligible(rel, info.mtime):
+                        chosen[rel] = _new(Candidate, (f, Reason.STALE_SIDECAR))
+                else:
+                    kept.setdefault(rel, Kept.MAIN_KEPT)
 
-    return OrphanScan(frozenset(retained), tuple(chosen.values()), kept, oldest_retained_sst, held)
+    def temps(self) -> None:
+        """4. this tool's own temp files, left by a crash while publishing a snapshot"""
+        for f in self.index.of_kind[FileKind.MAINT_TEMP]:
+            if f.info.rel.startswith("state/") and self.eligible(f.info.rel, f.info.mtime):
+                self.chosen[f.info.rel] = _new(Candidate, (f, Reason.ABANDONED_TEMP))
 
 
 # A .crc is a candidate only beside one of these: never beside temp files or unknown files.
