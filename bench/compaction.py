@@ -7,7 +7,7 @@ One process, one SparkSession (local[2]), real streaming queries:
   (b) one store (a one-partition checkpoint, 1.2M records) per shape of key space and chain
       length: our rebuild against Spark's own load-and-replay of the same version (a state read,
       session start excluded). The rebuild's cost grows with the distinct keys, Spark's with the
-      records, so the shapes differ; the first is the one docs/compaction.md (rebuild notes) measured;
+      records, so the shapes differ; the first is the one the rebuild notes (docs/compaction.md) measured;
   (c) the job's wall time for 16 stores against the same stores rebuilt one after another;
   (d) one store per base size (1M, 3M, 10M keys, written by PySpark, cached outside the repo) with
       the same 20-changelog chain on top: our rebuild in a fresh process (its peak RSS and seconds)

@@ -1,6 +1,6 @@
 """Materialising `<V>_<U>.zip` for a committed store version: base zip + changelog replay, in RocksDB.
 
-Follows `docs/compaction.md (rebuild notes)`: the merge operator's delimiter is set from the offset conf
+Follows the rebuild notes in `docs/compaction.md`: the merge operator's delimiter is set from the offset conf
 before the base is opened (a wrong one corrupts list state silently), merges follow
 StringAppendOperator's semantics, rocksdict's own config file stays out of the zip, and
 column-family stores need a base zip for their family mapping.
