@@ -34,16 +34,6 @@ from tests.support.planning import plan_of
 pytestmark = pytest.mark.slow
 
 
-def _before_the_last_upload(checkpoint: Path) -> None:
-    """Each store's snapshot of its newest version taken away, as before the maintenance round
-    that uploads it: how Spark left a store is timing, and one that loads from its own snapshot
-    has no chain to compact. The newest changelog's lineage names an older base, which stays."""
-    for store in {p.parent for p in checkpoint.glob("state/**/*.changelog")}:
-        newest = max(int(p.name.split("_")[0]) for p in store.glob("*.changelog"))
-        for path in store.glob(f"{newest}_*.zip"):
-            damage.remove(path)
-
-
 def _compact_and_clean(spark, path: Path, audit: Path, spark_4_0: bool) -> tuple[int, int]:
     """Compaction (refused on Spark 4.0, nothing written) and a cleanup that keeps two batches;
     returns how many stores were compacted and files deleted."""
@@ -77,7 +67,7 @@ def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkp
         copies = {}
         for copy in ("untouched", "changed", "repartitioned"):
             copies[copy] = copy_checkpoint(corpus / name / "checkpoint", work / copy)
-            _before_the_last_upload(copies[copy])
+            damage.before_the_last_upload(copies[copy])
         done[name] = _compact_and_clean(spark, copies["changed"], work / "audit", spark_4_0)
         fork(Storage(str(copies["changed"])), Storage(str(work / "forked")))
         copies["forked"] = work / "forked"

@@ -91,3 +91,13 @@ def zip_files(path: Path, entry: StoreLineage) -> list[Path]:
     store = ckpt.stores[entry.store]
     found = [store.file(FileKind.ZIP, e.version, e.unique_id) for e in entry.header.lineage]
     return [path / f.rel for f in found if f is not None]
+
+
+def before_the_last_upload(checkpoint: Path) -> None:
+    """Each store's snapshot of its newest version taken away, as before the maintenance round
+    that uploads it: how Spark left a store is timing, and one that loads from its own snapshot
+    has no chain to compact. The newest changelog's lineage names an older base, which stays."""
+    for store in {p.parent for p in checkpoint.glob("state/**/*.changelog")}:
+        newest = max(int(p.name.split("_")[0]) for p in store.glob("*.changelog"))
+        for path in store.glob(f"{newest}_*.zip"):
+            remove(path)
