@@ -14,7 +14,7 @@ import pytest
 from checkpoint.analysis.validate import ValidationOptions, validate
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError
-from checkpoint.model.checkpoint import SCOPE_RECOVERY, load_checkpoint
+from checkpoint.model.checkpoint import Scope, load_checkpoint
 from checkpoint.model.discovery import find_checkpoints
 from checkpoint.model.head import latest_commit, load_head
 from checkpoint.model.lineage import checkpoint_lineage
@@ -46,9 +46,9 @@ def test_head_first_equals_the_full_listing_on_every_corpus_checkpoint(corpus, d
         assert ours[1] == theirs[1], name
         calls = head.storage.calls.snapshot()
         if name == "format_v1":
-            assert head.scope != SCOPE_RECOVERY and calls["list"] == 1  # V1 names no ids: a listing
+            assert head.scope != Scope.RECOVERY and calls["list"] == 1  # V1 names no ids: a listing
         else:
-            assert head.scope == SCOPE_RECOVERY and calls["list"] == 0, (name, calls)
+            assert head.scope == Scope.RECOVERY and calls["list"] == 0, (name, calls)
             assert len(head.files) < len(full.files), name
 
 

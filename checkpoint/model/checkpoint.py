@@ -4,9 +4,9 @@ checkpoint -> batches (planned, committed) -> operators -> partitions -> stores 
 (version, uuid). The committed uuid of each (version, store) comes from the commit log, whose ids per
 partition follow the operator's store order (docs/format.md §2).
 
-Two scopes. `load_checkpoint` lists everything (SCOPE_LISTING): what cleanup planning and `inspect`
+Two scopes. `load_checkpoint` lists everything (`Scope.LISTING`): what cleanup planning and `inspect`
 need. `checkpoint.model.head.load_head` lists only the logs and names the state files recovery reads at
-chosen batches (SCOPE_RECOVERY): its `files` hold exactly those, so lineage and validation run on it
+chosen batches (`Scope.RECOVERY`): its `files` hold exactly those, so lineage and validation run on it
 unchanged, while anything that needs every file (cleanup) refuses it.
 """
 
@@ -70,7 +70,6 @@ class Listing(StrEnum):
     AUTO = "auto"
 
 
-SCOPE_LISTING, SCOPE_RECOVERY = Scope.LISTING, Scope.RECOVERY
 CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
@@ -191,8 +190,8 @@ class Checkpoint:
     stores: dict[StoreId, Store] = field(repr=False)
     storage: Storage = field(repr=False, compare=False)
     problems: tuple[FileProblem, ...] = ()
-    scope: Scope = SCOPE_LISTING
-    resolved_batches: frozenset[int] = frozenset()  # SCOPE_RECOVERY: the batches whose files are known
+    scope: Scope = Scope.LISTING
+    resolved_batches: frozenset[int] = frozenset()  # Scope.RECOVERY: the batches whose files are known
     # Parsed headers and snapshots (or the error reading them) that the loader already read.
     prefetched: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -209,7 +208,7 @@ class Checkpoint:
 
     def knows_files_of(self, batch: int) -> bool:
         """Whether the state files recovery reads at `batch` are in `files` (always, for a listing)."""
-        return self.scope == SCOPE_LISTING or batch in self.resolved_batches
+        return self.scope == Scope.LISTING or batch in self.resolved_batches
 
     @property
     def latest_planned_batch(self) -> int | None:

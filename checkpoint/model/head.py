@@ -9,7 +9,7 @@ replay chains recovery walks at the chosen batches:
   absent ones), a stat and one ranged read of the committed changelog's header, a stat of each
   changelog of the replay chain, and a stat of each SST a found zip lists (and of `.crc` sidecars
   when asked).
-The result is a `Checkpoint` of scope SCOPE_RECOVERY whose `files` hold exactly what was found, so
+The result is a `Checkpoint` of scope `Scope.RECOVERY` whose `files` hold exactly what was found, so
 lineage, validation and compaction planning run on it unchanged. Format V1 has no ids to name files
 by: it is loaded from a full listing instead.
 """
@@ -28,9 +28,9 @@ from checkpoint.errors import CheckpointError, NotACheckpointError, StorageError
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, classify, is_batch_id, is_number
 from checkpoint.format.snapshot import Snapshot, read_snapshot
 from checkpoint.model.checkpoint import (
-    SCOPE_RECOVERY,
     Checkpoint,
     CheckpointFile,
+    Scope,
     StoreId,
     build_checkpoint,
     group_stores,
@@ -105,7 +105,7 @@ def load_head(
         base,
         files=files,
         stores=group_stores(files),
-        scope=SCOPE_RECOVERY,
+        scope=Scope.RECOVERY,
         resolved_batches=frozenset(wanted),
         prefetched=resolver.prefetched,
     )

@@ -197,9 +197,9 @@ class Lease:
             return True
         ttl = holder.ttl or self.ttl
         written = self.storage.stat(self._rel(generation))
-        storage_now = self.storage.now(self.folder, MAINT_TEMP_PREFIX)
         if written is None:
             return False  # gone since the listing: the next round reads the folder again
+        storage_now = self.storage.now(self.folder, MAINT_TEMP_PREFIX)
         if written.mtime is None or storage_now is None:
             return "; this storage keeps no modification times, so no takeover can rule out clock skew"
         silent = storage_now - written.mtime

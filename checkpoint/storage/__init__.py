@@ -6,6 +6,11 @@ the model are relative to the checkpoint root and always use `/`, whatever the b
 backend modules: `local` (durable writes, the kernel's reads), `s3` (botocore's calls: conditional
 writes, bulk deletes, server-side copies) and fsspec's generic calls for any other protocol; `urls`
 gives every location one spelling; `files` what they all answer with.
+
+Reads come in the sizes the work needs: a shallow listing of one folder (one delimiter LIST on S3),
+a stat (one HEAD), a whole or ranged read (one GET), and the recursive listing that only cleanup
+planning and `inspect` need. Every call is counted in `calls`, shared by a root and its children, so
+tests and benchmarks can compare what two checkpoints cost on any backend.
 """
 
 from checkpoint.storage.files import Calls, FileInfo, Folder, mtime_of

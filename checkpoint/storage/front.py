@@ -1,13 +1,6 @@
-"""Checkpoint storage through fsspec: the one door to bytes.
-
-A checkpoint is addressed by a URL (plain path, file://, s3://, any fsspec protocol). Paths inside the
-model are relative to the checkpoint root and always use `/`, whatever the backend.
-
-Reads come in the sizes the work needs: a shallow listing of one folder (one delimiter LIST on S3),
-a stat (one HEAD), a whole or ranged read (one GET), and the recursive listing that only cleanup
-planning and `inspect` need. Every call is counted in `calls`, shared by a root and its children, so
-tests and benchmarks can compare what two checkpoints cost on any backend.
-"""
+"""The front of storage (`Storage`): one root, its children, pickling for Spark tasks and worker
+processes, and the counter of every call; the package docstring says what each call costs, and the
+backend modules hold what differs between local disks, S3 and other fsspec protocols."""
 
 from __future__ import annotations
 
@@ -51,8 +44,6 @@ from checkpoint.storage.local import (
 from checkpoint.storage.urls import normalize_url, options_from_env
 
 log = logging.getLogger(__name__)
-
-
 _HEADS_AT_ONCE = 64  # files `read_heads` reads together: on S3 a partition's headers in a round trip or two
 
 
