@@ -81,8 +81,8 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
     return dg.MaterializeResult(
         metadata={
             "files": plan.files,
-            "bytes": plan.bytes,
-            "size": human_bytes(plan.bytes),
+            "bytes": plan.total_bytes,
+            "size": human_bytes(plan.total_bytes),
             "against_batch": plan.against_batch,
             "live_query": plan.live,
             "retained_files": plan.retained_files,
@@ -136,7 +136,7 @@ def checkpoint_orphan_cleanup(
             metadata={
                 "applied": False,
                 "would_delete_files": plan.files,
-                "would_delete_bytes": plan.bytes,
+                "would_delete_bytes": plan.total_bytes,
                 "note": "dry run: launch with run config `apply: true` or the tag ckpt/apply=true to delete",
             }
         )
@@ -164,7 +164,7 @@ def checkpoint_orphan_cleanup(
         metadata={
             "applied": True,
             "deleted_files": result.deleted.files,
-            "deleted_bytes": result.deleted.bytes,
+            "deleted_bytes": result.deleted.total_bytes,
             "skipped_files": result.skipped.files,
             "failed_files": result.failed.files,
             "replanned": replanned is not None,

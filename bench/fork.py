@@ -75,8 +75,8 @@ def _row(label: str, source: tuple[int, int], result, oracle: dict[str, int], fo
         "checkpoint": label, "batch": result.batch, "source_files": source[0], "source_bytes": source[1],
         "fork_files": result.files, "recovery_files": len(oracle),
         "files_ratio": round(result.files / len(oracle), 3),
-        "fork_bytes": result.bytes, "recovery_bytes": sum(oracle.values()),
-        "bytes_ratio": round(result.bytes / sum(oracle.values()), 3),
+        "fork_bytes": result.total_bytes, "recovery_bytes": sum(oracle.values()),
+        "bytes_ratio": round(result.total_bytes / sum(oracle.values()), 3),
         "fork_s": round(fork_s, 3), "copy_s": round(copy_s, 3), "seconds_ratio": round(fork_s / copy_s, 3),
         "requests": result.requests, "server_side_files": result.server_side_files,
     }  # fmt: skip

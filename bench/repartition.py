@@ -153,7 +153,7 @@ def check(work: Path, to: int) -> int:
         extra = work / name / "more-input"
         diff = differences(*(restart(spark, name, root / name, p, extra) for p in (changed, untouched)))
         failed += bool(diff)
-        rows = sum(s["rows"] for s in result.stores)
+        rows = sum(s.rows for s in result.stores)
         verdict = "EQUALS" if not diff else f"DIFFERS FROM ({diff})"
         seconds = time.perf_counter() - t
         print(f"{name:15s} 4 -> {to}: {rows:5d} rows in {len(result.stores)} stores, digests equal; "

@@ -49,7 +49,7 @@ def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
         plan = None
     if plan is None:
         return {}
-    return {"reclaimable_bytes": plan.bytes, "reclaimable_planned_at": plan.planned_at}
+    return {"reclaimable_bytes": plan.total_bytes, "reclaimable_planned_at": plan.planned_at}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -31,7 +31,7 @@ def _stream_candidates(audit: AuditTrail, plan: Plan) -> None:
     """One JSON line per candidate, read from the manifest a chunk at a time and written as read:
     memory is one chunk, whatever the plan holds (a document of every candidate would not be)."""
     for chunk in audit.candidates(plan):
-        sys.stdout.write("".join(json.dumps({"path": c.path, "bytes": c.bytes, "reason": c.reason}) + "\n"
+        sys.stdout.write("".join(json.dumps({"path": c.path, "bytes": c.size, "reason": c.reason}) + "\n"
                                  for c in chunk))  # fmt: skip
     sys.stdout.flush()
 

@@ -38,7 +38,7 @@ def repartition_command(args: argparse.Namespace) -> Result | int:
         if args.undo:
             undone = undo_repartition(storage, audit, lease.check, quiet_seconds=args.quiet_period,
                                       query_stopped=args.query_stopped)  # fmt: skip
-            return Result(undone, render.repartition_text)
+            return Result(undone.as_dict(), render.repartition_text)
         if args.partitions is None:
             raise Refused("--partitions N is required (or --undo)")
         session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed

@@ -53,7 +53,7 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
     context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])
     summary = (
         f"{'Already complete: ' if result.already_complete else ''}{result.files} files, "
-        f"{human_bytes(result.bytes)}: what recovery at batch {result.batch} reads."
+        f"{human_bytes(result.total_bytes)}: what recovery at batch {result.batch} reads."
     )
     return dg.Output(
         result.as_dict(),
@@ -63,7 +63,7 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
             "batch": result.batch,
             "query_id": result.query_id,
             "files": result.files,
-            "bytes": result.bytes,
+            "bytes": result.total_bytes,
             "copied_files": result.copied_files,
             "copied_bytes": result.copied_bytes,
             "server_side_files": result.server_side_files,

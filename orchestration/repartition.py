@@ -48,9 +48,9 @@ def repartition_op(
         with roots.take_lease(context, config.partition, "repartition_checkpoint") as lease:
             if config.undo:
                 quiet = roots.quiet_seconds_at_least(config.quiet_period)
-                doc = undo_repartition(storage, audit, lease.check, quiet_seconds=quiet,
-                                       query_stopped=config.query_stopped)  # fmt: skip
-                return dg.Output(doc, metadata={"outcome": "undone", "deleted": doc["deleted"]})
+                undone = undo_repartition(storage, audit, lease.check, quiet_seconds=quiet,
+                                          query_stopped=config.query_stopped)  # fmt: skip
+                return dg.Output(undone.as_dict(), metadata={"outcome": "undone", "deleted": undone.deleted})
             if config.partitions is None:
                 raise dg.Failure(description="set `partitions` (the new count) or `undo`")
             result = repartition(
@@ -63,7 +63,7 @@ def repartition_op(
             )
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.partition}: {exc}") from exc
-    rows = [(s["operator"], s["store"], s["rows"], s["digest_after"], s["misplaced"]) for s in result.stores]
+    rows = [(s.operator, s.store, s.rows, s.digest_after, s.misplaced) for s in result.stores]
     return dg.Output(
         result.as_dict(),
         metadata={

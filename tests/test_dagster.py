@@ -118,7 +118,7 @@ def test_materialize_every_corpus_checkpoint(instance, corpus, corpus_root, load
         ckpt = loaded[name]
         assert inv["latest_committed_batch"] == ckpt.latest_committed_batch
         read = load_head(str(corpus[name]), strict=False)  # what recovery reads, not the whole listing
-        assert inv["files"] == len(read.files) and inv["bytes"] == read.bytes
+        assert inv["files"] == len(read.files) and inv["bytes"] == read.total_bytes
         assert re.search(r"^\| changelog +\|", inv["files_by_kind"], re.MULTILINE)
         report = _metadata(result, "checkpoint_lineage_report")
         assert report["stores"] == sum(

@@ -105,8 +105,8 @@ def test_each_operator_repartitioned_4_to_8_restarts_like_an_untouched_copy(
     result = _run(spark, changed, 8)
 
     assert (result.from_partitions, result.to_partitions, result.batch) == (4, 8, before + 1)
-    assert result.stores and all(s["digest_before"] == s["digest_after"] for s in result.stores)
-    assert all(s["misplaced"] == 0 for s in result.stores)
+    assert result.stores and all(s.digest_before == s.digest_after for s in result.stores)
+    assert all(s.misplaced == 0 for s in result.stores)
     assert sorted(p.name for p in (changed / "state/0").iterdir() if p.name.isdigit()) == [
         str(i) for i in range(8)
     ]
@@ -305,7 +305,7 @@ def test_the_fast_state_read_digests_what_the_default_read_does(spark, corpus, m
     assert spark.conf.get(track, None) == before
     monkeypatch.setattr(jobs_repartition, "_FAST_READ", {track: "true"})
     default = jobs_repartition.digest_state(*args)
-    assert fast == default and all(d["rows"] > 0 for d in fast)
+    assert fast == default and all(d.rows > 0 for d in fast)
 
 
 def test_refused_before_spark_starts(corpus, tmp_path) -> None:

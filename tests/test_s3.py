@@ -724,11 +724,11 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
         str(p) for p in range(8)
     }
     undone = undo_repartition(storage, audit, query_stopped=True)
-    assert undone["deleted"] > 0 and tree() == before
+    assert undone.deleted > 0 and tree() == before
     again = repartition(lambda: spark, storage, audit, 8, quiet_seconds=0)
     for result in (first, again):
         assert (result.from_partitions, result.to_partitions) == (4, 8)
-        assert all(s["digest_after"] == s["digest_before"] and s["rows"] > 0 for s in result.stores)
+        assert all(s.digest_after == s.digest_before and s.rows > 0 for s in result.stores)
     changed = restart(spark, name, corpus_root / name, storage.spark_url, tmp_path / "extra")
     control = restart(spark, name, corpus_root / name, untouched, tmp_path / "extra")
     assert not differences(changed, control)

@@ -169,7 +169,7 @@ def test_a_local_listing_is_what_fsspec_finds(tmp_path, corpus) -> None:
     import os
     import shutil
 
-    from checkpoint.storage.files import found_files
+    from checkpoint.storage.generic import FsspecBackend
 
     root = tmp_path / "ckpt"
     shutil.copytree(corpus["snapshots"], root)
@@ -183,7 +183,7 @@ def test_a_local_listing_is_what_fsspec_finds(tmp_path, corpus) -> None:
     for under in ("", "state/0", "commits", "commits/0", "no-such-folder"):
         top = storage.full(under)
         try:
-            found = found_files(fs.find(top, withdirs=False, detail=True), prefix, top, under)
+            found = FsspecBackend(fs).find(top, prefix)
         except FileNotFoundError:
             found = []
         expected = sorted(found, key=lambda f: f.rel)

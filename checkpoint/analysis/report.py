@@ -34,7 +34,7 @@ def inspect_summary(ckpt: Checkpoint) -> dict[str, Any]:
             for op in ckpt.operators.values()
         ],
         "files": ckpt.count_by_kind(),
-        "bytes": ckpt.bytes,
+        "bytes": ckpt.total_bytes,
     }
 
 
@@ -55,7 +55,7 @@ def inventory(ckpt: Checkpoint) -> dict[str, Any]:
         ),
         "files": by_kind,
         "file_count": len(ckpt.files),
-        "bytes": ckpt.bytes,
+        "bytes": ckpt.total_bytes,
         "stores": len(ckpt.stores),
     }
 

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -81,13 +81,14 @@ class Kind(StrEnum):
 @dataclass
 class Outcome:
     path: str
-    bytes: int
+    size: int
     reason: str
     outcome: Kind
     why: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"path": self.path, "bytes": self.size, "reason": self.reason, "outcome": self.outcome,
+                "why": self.why}  # fmt: skip
 
 
 # What an ApplyResult keeps whole of each kind of outcome: the first ones, and the first distinct
@@ -103,15 +104,15 @@ class Tally:
     first SAMPLE of them."""
 
     files: int = 0
-    bytes: int = 0
+    total_bytes: int = 0
     by_reason: Totals = field(default_factory=Totals)
     whys: Counter[str] = field(default_factory=Counter)
     sample: list[Outcome] = field(default_factory=list)
 
     def add(self, o: Outcome) -> None:
         self.files += 1
-        self.bytes += o.bytes
-        self.by_reason.add(o.reason, o.bytes)
+        self.total_bytes += o.size
+        self.by_reason.add(o.reason, o.size)
         if o.why in self.whys or len(self.whys) < WHYS:
             self.whys[o.why] += 1
         else:
@@ -135,7 +136,7 @@ class ApplyResult:
         """Totals, and the first failures: every outcome is in the outcomes file."""
         return {
             "deleted": self.deleted.files,
-            "deleted_bytes": self.deleted.bytes,
+            "deleted_bytes": self.deleted.total_bytes,
             "skipped": self.skipped.files,
             "skipped_why": dict(self.skipped.whys),
             "failed": self.failed.files,
@@ -232,9 +233,9 @@ def _restat(
     for c in batch:
         info = current.get(c.path)
         if info is None:
-            outcomes.append(Outcome(c.path, c.bytes, c.reason, Kind.SKIPPED, "already gone"))
-        elif info.size != c.bytes or info.mtime is None or abs(info.mtime - c.mtime) > 1e-3:
-            outcomes.append(Outcome(c.path, c.bytes, c.reason, Kind.SKIPPED, "changed since the plan"))
+            outcomes.append(Outcome(c.path, c.size, c.reason, Kind.SKIPPED, "already gone"))
+        elif info.size != c.size or info.mtime is None or abs(info.mtime - c.mtime) > 1e-3:
+            outcomes.append(Outcome(c.path, c.size, c.reason, Kind.SKIPPED, "changed since the plan"))
         else:
             ready.append(c)
     return outcomes, ready
@@ -243,9 +244,9 @@ def _restat(
 def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) -> list[Outcome]:
     errors = _delete_with_redrive(storage, [c.path for c in ready], attempts, sleep)
     return [
-        Outcome(c.path, c.bytes, c.reason, Kind.FAILED, errors[c.path])
+        Outcome(c.path, c.size, c.reason, Kind.FAILED, errors[c.path])
         if c.path in errors
-        else Outcome(c.path, c.bytes, c.reason, Kind.DELETED)
+        else Outcome(c.path, c.size, c.reason, Kind.DELETED)
         for c in ready
     ]
 

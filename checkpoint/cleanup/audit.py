@@ -131,6 +131,7 @@ class AuditTrail:
         """The plan's candidates in manifest order, `chunk` at a time, streamed from the manifest
         (or from its `local` copy)."""
         batch: list[PlannedFile] = []
+        source: BinaryIO
         if local:
             source = open(local, "rb")
         else:
@@ -158,7 +159,7 @@ class AuditTrail:
 
     def outcomes(self, plan: Plan) -> list[dict[str, Any]]:
         """Every outcome recorded for a plan, over all its applies, in order."""
-        if self.storage.is_local:
+        if self.storage.backend.appends:
             data = self.storage.read_if_exists(self._outcomes_rel(plan)) or b""
         else:
             data = b"".join(self.storage.read_many(self._parts(plan)).values())
@@ -171,10 +172,10 @@ class AuditTrail:
         return sorted(parts, key=lambda r: int(r.rsplit(".", 1)[1]))
 
     def seal(self, plan: Plan) -> None:
-        """On object stores, writes every part recorded so far as the one outcomes file that
-        `outcomes_url` names (the parts stay: they are the record if a later apply dies first).
-        A local outcomes file is that file already."""
-        if not self.storage.is_local:
+        """Where the storage has no append (object stores), writes every part recorded so far as
+        the one outcomes file that `outcomes_url` names (the parts stay: they are the record if a
+        later apply dies first). An appended outcomes file is that file already."""
+        if not self.storage.backend.appends:
             lines = "".join(json.dumps(o) + "\n" for o in self.outcomes(plan))
             self.storage.write(self._outcomes_rel(plan), lines.encode())
 

@@ -9,7 +9,7 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TextIO
 
 from checkpoint.cleanup.manifest import PlannedFile, Totals, _line, _line_tail
@@ -100,7 +100,7 @@ def decide_into(context: Context, folder: str, lines: TextIO, held: TextIO) -> D
             rel, size = info.rel, info.size
             if held_for_floor and rel in held_for_floor:  # the SST's mtime decides, for it and its sidecars
                 planned = PlannedFile(rel, size, info.mtime or 0.0, group.reason, group.store)
-                held.write(json.dumps({"sst_mtime": held_for_floor[rel], **asdict(planned)}) + "\n")
+                held.write(json.dumps({"sst_mtime": held_for_floor[rel], **planned.as_dict()}) + "\n")
                 continue
             out.append(_line(size, info.mtime or 0.0, rel, group.tail))
             group.sizes.append(size)

@@ -19,18 +19,28 @@ PLAN_FORMAT = 2  # 1: every candidate held in the Plan; 2: the header names the 
 @dataclass(frozen=True)
 class PlannedFile:
     path: str  # relative to the checkpoint
-    bytes: int
+    size: int  # "bytes" in the manifest
     mtime: float
     reason: str
     store: str | None
 
     def line(self) -> str:
         """Its manifest line, newline included."""
-        return _line(self.bytes, self.mtime, self.path, _line_tail(self.reason, self.store))
+        return _line(self.size, self.mtime, self.path, _line_tail(self.reason, self.store))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its manifest keys (`line` writes the same, by hand)."""
+        return {
+            "path": self.path,
+            "bytes": self.size,
+            "mtime": self.mtime,
+            "reason": self.reason,
+            "store": self.store,
+        }
 
     @staticmethod
     def parse(row: dict[str, Any]) -> PlannedFile:
-        return PlannedFile(**{k: row[k] for k in PlannedFile.__dataclass_fields__})
+        return PlannedFile(row["path"], row["bytes"], row["mtime"], row["reason"], row["store"])
 
 
 def _quoted(text: str | None) -> str:
@@ -63,7 +73,7 @@ class Plan:
     retain_batches: int | None
     commit_digests: dict[int, str]
     files: int
-    bytes: int
+    total_bytes: int  # "bytes" in the header
     by_reason: dict[str, dict[str, int]]
     by_store: dict[str, dict[str, int]]
     retained_files: int
@@ -84,7 +94,7 @@ class Plan:
     def summary(self) -> dict[str, Any]:
         return {
             "files": self.files,
-            "bytes": self.bytes,
+            "bytes": self.total_bytes,
             "by_reason": self.by_reason,
             "by_store": self.by_store,
             "against_batch": self.against_batch,
@@ -94,7 +104,7 @@ class Plan:
         }
 
     def header(self) -> str:
-        head = {k: v for k, v in asdict(self).items() if k not in _NOT_IN_HEADER}
+        head = {_IN_HEADER.get(k, k): v for k, v in asdict(self).items() if k not in _NOT_IN_HEADER}
         return json.dumps({**head, "type": "plan", "format": PLAN_FORMAT}, sort_keys=True)
 
     @staticmethod
@@ -103,7 +113,8 @@ class Plan:
             head = json.loads(line)
             if head.get("type") != "plan" or head.get("format") != PLAN_FORMAT:
                 raise GcError(f"not a plan manifest of format {PLAN_FORMAT}", manifest)
-            fields = {k: head[k] if k not in _OPTIONAL_IN_HEADER else head.get(k, _OPTIONAL_IN_HEADER[k])
+            fields = {k: head[_IN_HEADER.get(k, k)] if k not in _OPTIONAL_IN_HEADER
+                      else head.get(k, _OPTIONAL_IN_HEADER[k])
                       for k in Plan.__dataclass_fields__ if k not in _NOT_IN_HEADER}  # fmt: skip
             fields["commit_digests"] = {int(k): v for k, v in fields["commit_digests"].items()}
             return Plan(**fields, manifest=manifest)
@@ -113,6 +124,8 @@ class Plan:
 
 # Not written in the header: where the manifest is, and the digest of the manifest itself.
 _NOT_IN_HEADER = frozenset({"manifest", "digest"})
+# Fields the header names otherwise: its keys are those of every earlier release.
+_IN_HEADER = {"total_bytes": "bytes"}
 # Absent from the headers of plans made before they were.
 _OPTIONAL_IN_HEADER = {"sst_floor": None, "quiet_seconds": POLICY.quiet_seconds}
 

@@ -117,7 +117,7 @@ def plan_gc(
             retain_batches=retain_batches,
             commit_digests=commit_digests(base),
             files=spill.files,
-            bytes=spill.bytes,
+            total_bytes=spill.total_bytes,
             by_reason=spill.by_reason.as_dict(),
             by_store=spill.by_store.as_dict(),
             retained_files=spill.retained,

@@ -51,7 +51,7 @@ class Spill:
         return sum(entry["files"] for entry in self.by_reason.as_dict().values())
 
     @property
-    def bytes(self) -> int:
+    def total_bytes(self) -> int:
         return sum(entry["bytes"] for entry in self.by_reason.as_dict().values())
 
     def __enter__(self) -> Spill:
@@ -82,7 +82,7 @@ class Spill:
         if self.seen // _PROGRESS_EVERY > before // _PROGRESS_EVERY:
             seen = Progress("files planned", self.seen, None)
             report(log, seen, "%s: %d files seen, %d candidates (%d bytes)", folder, self.seen, self.files,
-                   self.bytes)  # fmt: skip
+                   self.total_bytes)  # fmt: skip
 
     @property
     def line_files(self) -> list[str]:
@@ -92,8 +92,8 @@ class Spill:
 
     def _add(self, planned: PlannedFile) -> None:
         self.lines.write(planned.line())
-        self.by_reason.add(planned.reason, planned.bytes)
-        self.by_store.add(planned.store, planned.bytes)
+        self.by_reason.add(planned.reason, planned.size)
+        self.by_store.add(planned.store, planned.size)
 
     def finish(self) -> None:
         """Decides the held SSTs against the oldest retained SST of the whole checkpoint (none:

@@ -94,7 +94,7 @@ def _refuse_taken_names(ckpt: Checkpoint, folder: str, entry: StoreLineage) -> N
     zip Spark had uploaded was gone and its checksum file not). Two stats (HEADs on S3), three
     on a local disk, whatever the folder holds."""
     zip_name = f"{entry.version}_{entry.unique_id}.zip"
-    hadoop = [f".{zip_name}.crc"] if ckpt.storage.is_local else []
+    hadoop = [f".{zip_name}.crc"] if ckpt.storage.backend.hidden_checksums else []
     for name in (zip_name, f"{zip_name}.crc", *hadoop):
         if ckpt.storage.stat(f"{folder}/{name}") is not None:
             raise RebuildError(f"{entry.store}: {name} already exists, so no snapshot is published for it "

@@ -26,7 +26,6 @@ second marker as an INCOMPLETE_FORK, and running the same fork again finishes it
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import threading
@@ -35,7 +34,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 from checkpoint.crash import crash_point
 from checkpoint.errors import (
@@ -45,7 +43,8 @@ from checkpoint.errors import (
     ForkRefused,
     NotACheckpointError,
 )
-from checkpoint.fork.plan import STEP_OFFSETS, STEP_STATE, ForkItem, ForkPlan, plan_fork, read_source, record
+from checkpoint.fork.markers import ForkResult, ForkStarted
+from checkpoint.fork.plan import STEP_OFFSETS, STEP_STATE, ForkItem, ForkPlan, plan_fork, read_source
 from checkpoint.format.crc import crc32c_signed, signed
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX
 from checkpoint.policy import POLICY
@@ -59,34 +58,12 @@ _STEP_NAMES = ("state, schema and source logs", "offsets", "commits", "query met
 
 
 @dataclass(frozen=True)
-class ForkResult:
-    source: str
-    dest: str
-    batch: int
-    query_id: str
-    files: int  # what DEST holds: exactly what recovery at the batch reads
-    bytes: int
-    copied_files: int  # by this run (a resumed fork copies only what was missing)
-    copied_bytes: int
-    resumed_files: int  # already in DEST from an interrupted run, checked and kept
-    server_side_files: int  # copied by the object store itself, never downloaded
-    seconds: float
-    requests: int  # storage requests to SRC and DEST together
-    already_complete: bool = False
-    # Given a second name instead of copied (`link`): local state and log files, immutable once written
-    linked_files: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
 class DestState:
     """What DEST holds before the fork writes: nothing, an interrupted fork, or a complete one."""
 
     files: dict[str, FileInfo]
-    started: dict[str, Any] | None
-    complete: dict[str, Any] | None
+    started: ForkStarted | None
+    complete: ForkResult | None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -99,16 +76,12 @@ def inspect_dest(dest: Storage) -> DestState:
         files = {f.rel: f for f in dest.list_files()}
     except NotACheckpointError:  # nothing there yet
         files = {}
-    markers = {}
-    for rel in (FORK_STARTED, FORK_COMPLETE):
-        if rel in files:
-            raw = dest.read_bytes(rel)
-            try:
-                markers[rel] = json.loads(raw)
-            except ValueError as exc:
-                raise ForkRefused(f"unreadable fork marker ({exc}): not a fork this tool can finish",
-                                  dest.full(rel)) from exc  # fmt: skip
-    return DestState(files, markers.get(FORK_STARTED), markers.get(FORK_COMPLETE))
+    started = complete = None
+    if FORK_STARTED in files:
+        started = ForkStarted.parse(dest.read_bytes(FORK_STARTED), dest.full(FORK_STARTED))
+    if FORK_COMPLETE in files:
+        complete = ForkResult.parse(dest.read_bytes(FORK_COMPLETE), dest.full(FORK_COMPLETE))
+    return DestState(files, started, complete)
 
 
 def refuse_overlap(src: Storage, dest: Storage) -> None:
@@ -131,13 +104,13 @@ def check_dest(
             )
         return
     # Markers of earlier releases may hold the source as it was spelled: compare one spelling.
-    recorded = normalize_url(str(state.started.get("source") or ""))
-    same = recorded == source and bool(state.started.get("new_query_id")) == new_query_id
-    if not same or (batch is not None and state.started.get("batch") != batch):
+    started = state.started
+    same = normalize_url(started.source) == source and started.new_query_id == new_query_id
+    if not same or (batch is not None and started.batch != batch):
         raise ForkRefused(
             f"the destination holds {'a' if state.complete else 'an interrupted'} fork of "
-            f"{state.started.get('source')} at batch {state.started.get('batch')} "
-            f"(new query id: {bool(state.started.get('new_query_id'))}): run that fork, or empty it",
+            f"{started.source} at batch {started.batch} "
+            f"(new query id: {started.new_query_id}): run that fork, or empty it",
             dest.url,
         )
 
@@ -211,7 +184,7 @@ def apply_fork(
     copied = copier.copied
     try:
         if state.started is None:
-            dest.write_if_absent(FORK_STARTED, plan.started_record(), MAINT_TEMP_PREFIX)
+            dest.write_if_absent(FORK_STARTED, plan.started().to_json(), MAINT_TEMP_PREFIX)
         else:
             _clear_temps(dest, state)
         for item in plan.items:
@@ -241,14 +214,12 @@ def apply_fork(
         _verify(plan, dest, crcs)
         result = ForkResult(
             source=plan.source, dest=plan.dest, batch=plan.batch, query_id=plan.query_id,
-            files=plan.files, bytes=plan.bytes, copied_files=len(copied),
+            files=plan.files, total_bytes=plan.total_bytes, copied_files=len(copied),
             copied_bytes=sum(i.size for i in copied), resumed_files=plan.files - len(todo),
             server_side_files=len(copier.server_side), seconds=round(time.monotonic() - started, 3),
             requests=src.calls.total() + dest.calls.total() - before, linked_files=len(copier.linked),
         )  # fmt: skip
-        dest.write_if_absent(
-            FORK_COMPLETE, record(**result.as_dict(), finished=time.time()), MAINT_TEMP_PREFIX
-        )
+        dest.write_if_absent(FORK_COMPLETE, result.to_json(), MAINT_TEMP_PREFIX)
         result = dataclasses.replace(result, requests=src.calls.total() + dest.calls.total() - before)
     except ForkIncomplete:
         raise
@@ -258,7 +229,7 @@ def apply_fork(
             "incomplete: run the same fork again to finish it",
             dest.url,
         ) from exc
-    log.info("%s: fork complete: %d files, %d bytes", dest.url, result.files, result.bytes)
+    log.info("%s: fork complete: %d files, %d bytes", dest.url, result.files, result.total_bytes)
     return result
 
 
@@ -340,22 +311,14 @@ def fork(
     state = inspect_dest(dest)
     check_dest(state, src.url, batch, new_query_id=new_query_id, dest=dest)
     if state.complete is not None:
-        log.info(
-            "%s: already a complete fork of %s at batch %s", dest.url, src.url, state.complete.get("batch")
-        )
-        done = ForkResult(**{k: state.complete[k] for k in _RESULT_FIELDS if k in state.complete})
-        return dataclasses.replace(
-            done, already_complete=True, copied_files=0, copied_bytes=0, seconds=0.0, requests=0
-        )
+        log.info("%s: already a complete fork of %s at batch %s", dest.url, src.url, state.complete.batch)
+        return dataclasses.replace(state.complete, copied_files=0, copied_bytes=0, seconds=0.0, requests=0)
     if state.started is not None:
-        batch = state.started["batch"]
+        batch = state.started.batch
         log.info("%s: resuming an interrupted fork of %s at batch %d", dest.url, src.url, batch)
     source = read_source(src, batch)
     query_id = None
     if new_query_id:
-        query_id = state.started["query_id"] if state.started is not None else str(uuid.uuid4())
+        query_id = state.started.query_id if state.started is not None else str(uuid.uuid4())
     plan = plan_fork(source, dest, query_id)
     return apply_fork(plan, src, dest, state, workers, check, since, link=link)
-
-
-_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ForkResult) if f.name != "already_complete")

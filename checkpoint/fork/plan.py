@@ -3,7 +3,6 @@ the schema paths a fork rewrites. `copy` carries the plan out."""
 
 from __future__ import annotations
 
-import builtins  # ForkPlan has a `bytes` property: its methods name the type by this
 import dataclasses
 import json
 import re
@@ -15,6 +14,7 @@ from typing import Any
 
 from checkpoint.analysis.validate import FindingCode, Severity, Validation, batch_spans, validate
 from checkpoint.errors import CorruptFileError, ForkRefused
+from checkpoint.fork.markers import ForkStarted
 from checkpoint.format.crc import parse_sidecar
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.format.logs import parse_operator_metadata
@@ -26,10 +26,6 @@ from checkpoint.storage import FileInfo, Storage
 
 # The order of writes (see the module docstring): what a query starts from comes last.
 STEP_STATE, STEP_OFFSETS, STEP_COMMITS, STEP_QUERY = range(4)
-
-
-def record(**fields: Any) -> bytes:
-    return json.dumps(fields, sort_keys=True).encode()
 
 
 # A JSON string in operator metadata v2 naming a schema file: `"<root>/state/<op>/_stateSchema/..."`.
@@ -75,13 +71,13 @@ class ForkPlan:
         return len(self.items)
 
     @property
-    def bytes(self) -> int:
+    def total_bytes(self) -> int:
         return sum(i.size for i in self.items)
 
-    def started_record(self) -> builtins.bytes:
-        return record(source=self.source, batch=self.batch, query_id=self.query_id,
-                       new_query_id=self.query_id != self.source_query_id, files=self.files,
-                       bytes=self.bytes, started=time.time())  # fmt: skip
+    def started(self) -> ForkStarted:
+        return ForkStarted(source=self.source, batch=self.batch, query_id=self.query_id,
+                           new_query_id=self.query_id != self.source_query_id, files=self.files,
+                           total_bytes=self.total_bytes, started=time.time())  # fmt: skip
 
 
 def as_of(ckpt: Checkpoint, batch: int) -> Checkpoint:

@@ -12,7 +12,6 @@ unchanged, while anything that needs every file (cleanup) refuses it.
 
 from __future__ import annotations
 
-import builtins  # the class below has a `bytes` property: its methods name the type by this
 import dataclasses
 import io
 import operator
@@ -221,7 +220,7 @@ class Checkpoint:
         return max(committed) if committed else None
 
     @property
-    def bytes(self) -> int:
+    def total_bytes(self) -> int:
         return sum(f.info.size for f in self.files)
 
     def count_by_kind(self) -> dict[str, int]:
@@ -298,34 +297,32 @@ class Checkpoint:
                     known = self._header(f, rest.read)
             yield f, known
 
-    def _header(self, f: CheckpointFile, read: Callable[[int], builtins.bytes]) -> ChangelogHeader:
+    def _header(self, f: CheckpointFile, read: Callable[[int], bytes]) -> ChangelogHeader:
         return read_header(
             read, self.changelog_codec, self.storage.full(f.rel), named_v2=f.what.unique_id is not None
         )
 
     def read_changelog(
-        self, f: CheckpointFile, data: builtins.bytes | None = None
+        self, f: CheckpointFile, data: bytes | None = None
     ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
         """Every record; `data` saves the read when the caller already holds the file's bytes."""
         header, runs = self.read_changelog_runs(f, self.storage.read_bytes(f.rel) if data is None else data)
         return header, change_records(runs)
 
     def read_changelog_stream(
-        self, f: CheckpointFile, read: Callable[[int], builtins.bytes]
+        self, f: CheckpointFile, read: Callable[[int], bytes]
     ) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, decoded from `read` as it is pulled (block checksums checked)."""
         named_v2 = f.what.unique_id is not None
         return read_changelog_runs(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
 
-    def check_changelog(self, f: CheckpointFile, read: Callable[[int], builtins.bytes]) -> int:
+    def check_changelog(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
         """How many records the changelog holds, decoded from `read` and checked as a full read
         checks them, holding a chunk at a time (validation's deep read)."""
         named_v2 = f.what.unique_id is not None
         return check_changelog(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
 
-    def read_changelog_runs(
-        self, f: CheckpointFile, data: builtins.bytes
-    ) -> tuple[ChangelogHeader, list[RecordRun]]:
+    def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""
         return self.read_changelog_stream(f, io.BytesIO(data).read)
 
@@ -339,7 +336,7 @@ class Checkpoint:
         with self.storage.open(f.rel, size=f.info.size) as fh:
             return read_snapshot(fh, self.storage.full(f.rel))
 
-    def read_verified(self, rel: str) -> builtins.bytes:
+    def read_verified(self, rel: str) -> bytes:
         """A state file's bytes, checked against its Spark `.crc` sidecar (CRC32C and size) when it
         has one, whether or not the sidecar was listed: two GETs. Spark skips the check when the
         sidecar is absent, and so does this; a mismatch raises CorruptFileError, never returns."""
@@ -367,7 +364,7 @@ class Checkpoint:
                 self.storage.full(rel),
             )
 
-    def sidecar_matches(self, crc: CheckpointFile, main_data: builtins.bytes | None = None) -> bool:
+    def sidecar_matches(self, crc: CheckpointFile, main_data: bytes | None = None) -> bool:
         """Whether a Spark `.crc` sidecar matches the bytes of its main file (read unless given)."""
         sidecar = parse_sidecar(self.storage.read_bytes(crc.rel), self.storage.full(crc.rel))
         if main_data is None:
@@ -398,7 +395,7 @@ def load_checkpoint(
         raise ValueError(f"listing must be one of {[m.value for m in Listing]}, not {listing!r}") from None
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
     if listing == Listing.AUTO:
-        listing = Listing.FLAT if storage.is_local else Listing.PER_PARTITION
+        listing = Listing.PER_PARTITION if storage.backend.latency_bound else Listing.FLAT
     if listing == Listing.FLAT:
         infos = storage.list_files()
     else:
@@ -412,11 +409,11 @@ class _ReadOn:
     more (a lineage header longer than its first block): what the reader gets is the file's bytes
     in order, whichever read they came from."""
 
-    def __init__(self, head: builtins.bytes, storage: Storage, info: FileInfo) -> None:
+    def __init__(self, head: bytes, storage: Storage, info: FileInfo) -> None:
         self._head, self._storage, self._info = io.BytesIO(head), storage, info
         self._rest: Any = None
 
-    def read(self, n: int = -1) -> builtins.bytes:
+    def read(self, n: int = -1) -> bytes:
         got = self._head.read(n)
         if len(got) == n:
             return got

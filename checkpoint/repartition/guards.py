@@ -6,8 +6,8 @@ Spark (4.2+, `StreamingCheckpointManager.repartition`) does the rewrite: it writ
 `spark.sql.shuffle.partitions`, a commit, and state version `latest + 2` in every new partition
 folder. It adds files and changes none, so a checkpoint is put back exactly as it was by deleting
 what a listing taken before the rewrite did not hold (`Before`, kept in the audit trail). The
-Spark side (rewrite, row digests, placement) is in `jobs/repartition.py`; this module reads only
-what the head-first loader gives and lists only the folders an undo must compare.
+flow reaches Spark (rewrite, row digests, placement) through `flow.StateEngine`; this module
+reads only what the head-first loader gives and lists only the folders an undo must compare.
 """
 
 from __future__ import annotations

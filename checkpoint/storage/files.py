@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from checkpoint.errors import StorageError
 
@@ -72,8 +72,9 @@ def mtime_of(entry: dict[str, Any]) -> float | None:
     return None
 
 
-def found_files(entries: dict[str, dict[str, Any]], prefix: str, top: str, under: str) -> list[FileInfo]:
-    """FileInfos of an fsspec `find`, cut to the root."""
+def found_files(entries: dict[str, dict[str, Any]], prefix: str, top: str) -> list[FileInfo]:
+    """FileInfos of an fsspec `find` under `top`, cut to the root `prefix` names."""
+    under = top + "/" != prefix
     files = []
     for name, entry in entries.items():
         name = name.rstrip("/")
@@ -109,18 +110,3 @@ def write_error(exc: OSError, target: str) -> Exception:
     if status in (409, 412) or "precondition" in code + text or "pre-condition" in text:
         return FileExistsError(target)
     return StorageError(f"write failed: {exc}", target)
-
-
-class Root(Protocol):
-    """What a backend needs of a root: its filesystem, where it is, and the counter of its calls
-    (`front.Storage` is one)."""
-
-    fs: Any
-    root: str
-    url: str
-    calls: Calls
-
-    @property
-    def protocol(self) -> str: ...
-
-    def full(self, rel: str) -> str: ...

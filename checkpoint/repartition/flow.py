@@ -1,0 +1,271 @@
+"""The guarded flow of a repartition: preflight, a backup fork, the digests before, Spark's
+rewrite, proof that every store holds the same rows where Spark's hash puts them, and the undo
+when anything fails. Spark is reached through a small port (`StateEngine`, made only once
+preflight passed); `jobs/repartition.py` is its Spark side."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from checkpoint.analysis.validate import Severity, validate
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.errors import CheckpointError, LeaseLost, RepartitionFailed, RepartitionRefused
+from checkpoint.fork.copy import fork
+from checkpoint.model.head import load_head
+from checkpoint.policy import POLICY
+from checkpoint.progress import Progress, report
+from checkpoint.repartition.guards import (
+    Before,
+    Preflight,
+    StateReader,
+    is_repartition_batch,
+    partition_count,
+    preflight,
+    refuse_if_live,
+    state_readers,
+    undo,
+)
+from checkpoint.repartition.records import (
+    REPARTITIONED,
+    Records,
+    RepartitionResult,
+    Started,
+    StoreDigest,
+    StoreProof,
+    Undone,
+)
+from checkpoint.storage import Storage
+
+log = logging.getLogger(__name__)
+_STEPS = 5  # preflight, backup, digests, rewrite, verification
+
+
+class StateEngine(Protocol):
+    """What the flow needs of Spark. Its calls raise what the engine raises (Py4J and analysis
+    errors); the flow turns those into a refusal or an undo."""
+
+    def digest(
+        self, storage: Storage, batch: int, readers: list[StateReader], partitions: int
+    ) -> list[StoreDigest]:
+        """Every store's rows at `batch`, as its state data source reads them."""
+        ...
+
+    def rewrite(self, storage: Storage, partitions: int) -> None:
+        """Spark's repartitioner: one new batch with the state in `partitions` partitions."""
+        ...
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def first_line(exc: BaseException) -> str:
+    """A Spark error's class and first line: its JVM stack trace is for the log, not the message."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+
+
+def repartition(
+    engine: Callable[[], StateEngine],
+    storage: Storage,
+    audit: AuditTrail,
+    partitions: int,
+    check: Callable[[], None] = lambda: None,
+    now: float | None = None,
+    quiet_seconds: float = POLICY.quiet_seconds,
+    after_rewrite: Callable[[], None] | None = None,
+) -> RepartitionResult:
+    """Repartitions the stopped query at `storage` to `partitions` under the caller's lease
+    (`check` raises once it is lost); `engine` is made once preflight passed.
+
+    Refusals raise RepartitionRefused before anything is written; a failed rewrite or
+    verification is undone and raises RepartitionFailed. `after_rewrite` runs between Spark's
+    rewrite and the verification (tests damage a file there)."""
+    now = time.time() if now is None else now
+    records = Records(audit, storage.url)
+    seconds: dict[str, float] = {}
+    t = time.monotonic()
+    ckpt = load_head(storage, recent=2)
+    last = records.latest()
+    unfinished = last.started if last is not None and last.outcome is None else None
+    if unfinished is not None and unfinished.to_partitions != partitions:
+        raise RepartitionRefused(
+            f"repartition {unfinished.repartition_id} to {unfinished.to_partitions} partitions did not "
+            f"finish: run it again with --partitions {unfinished.to_partitions}, or --undo",
+            storage.url,
+        )
+    if unfinished is not None and ckpt.latest_committed_batch == unfinished.batch:
+        # Killed after Spark committed and before the proof: prove it now.
+        refuse_if_live(ckpt, now, quiet_seconds, own_batch=unfinished.batch)
+        pre = unfinished.preflight
+    else:
+        pre = preflight(ckpt, partitions, now, quiet_seconds)
+    report(log, Progress("repartition steps", 1, _STEPS), "%s: %d -> %d partitions, batch %d", storage.url,
+           pre.from_partitions, pre.to_partitions, pre.batch)  # fmt: skip
+    readers = state_readers(ckpt)
+    spark = engine()
+    seconds["preflight"] = time.monotonic() - t
+    if unfinished is not None:
+        started = unfinished
+        before = records.before(started.repartition_id)
+        log.info("%s: finishing repartition %s", storage.url, started.repartition_id)
+    else:
+        started, before = _start(spark, storage, audit, records, pre, readers, now, check, seconds)
+    rid = started.repartition_id
+    report(log, Progress("repartition steps", 3, _STEPS), "%s: %d stores digested", storage.url, len(readers))
+
+    def fail(reason: str) -> RepartitionFailed:
+        undone = undo(storage, before)
+        records.finish(rid, Undone(storage.url, rid, reason, len(undone)))
+        log.error("%s: repartition undone (%d files deleted): %s", storage.url, len(undone), reason)
+        return RepartitionFailed(f"{reason}; the checkpoint is as it was before", storage.url)
+
+    try:
+        check()
+        t = time.monotonic()
+        if ckpt.latest_committed_batch != pre.batch:  # a killed run's batch Spark committed: proven below
+            spark.rewrite(storage, partitions)
+        seconds["rewrite"] = time.monotonic() - t
+        report(log, Progress("repartition steps", 4, _STEPS), "%s: Spark rewrote the state in %.1f s",
+               storage.url, seconds["rewrite"])  # fmt: skip
+        if after_rewrite is not None:
+            after_rewrite()
+        check()
+        t = time.monotonic()
+        stores = _verify(spark, storage, pre, readers, started.digests)
+        seconds["verify"] = time.monotonic() - t
+    except _Mismatch as exc:
+        raise fail(str(exc)) from exc
+    except LeaseLost:  # another holder may act now: this run touches nothing more
+        raise
+    except CheckpointError as exc:
+        raise fail(f"{type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # Spark's failure (a Py4J or analysis error): put the checkpoint back
+        raise fail(f"Spark's rewrite failed: {first_line(exc)}") from exc
+    result = RepartitionResult(storage.url, rid, REPARTITIONED, pre.from_partitions, pre.to_partitions,
+                               pre.batch, started.backup, stores, seconds)  # fmt: skip
+    records.finish(rid, result)
+    report(log, Progress("repartition steps", 5, _STEPS), "%s: verified %d stores", storage.url, len(stores))
+    return result
+
+
+def _start(
+    spark: StateEngine,
+    storage: Storage,
+    audit: AuditTrail,
+    records: Records,
+    pre: Preflight,
+    readers: list[StateReader],
+    now: float,
+    check: Callable[[], None],
+    seconds: dict[str, float],
+) -> tuple[Started, Before]:
+    """The listing before, the backup fork and the digests before, recorded before Spark writes."""
+    t = time.monotonic()
+    rid = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{pre.latest_batch}"
+    before = Before.take(storage)
+    records.write_before(rid, before)
+    backup = audit.storage.child(records.rel(rid, "backup"))
+    # Hard links where the audit trail shares the checkpoint's local file system: the backup then
+    # costs no copy of the state, which Spark never rewrites in place.
+    forked = fork(storage, backup, pre.latest_batch, check=check, link=True)
+    seconds["backup"] = time.monotonic() - t
+    report(log, Progress("repartition steps", 2, _STEPS), "%s: backup fork at batch %d in %s "
+           "(%d files, %d hard-linked)", storage.url, pre.latest_batch, backup.url, forked.files,
+           forked.linked_files)  # fmt: skip
+    t = time.monotonic()
+    try:
+        digests = spark.digest(storage, pre.latest_batch, readers, pre.from_partitions)
+    except Exception as exc:  # Spark fails with Py4J and analysis errors, not CheckpointErrors
+        raise RepartitionRefused(f"Spark cannot read the state: {first_line(exc)}", storage.url) from exc
+    off = next((d for d in digests if d.misplaced), None)
+    if off is not None:  # nothing of the checkpoint is written yet; the backup stays in the audit trail
+        raise RepartitionRefused(
+            f"operator {off.operator} store {off.store}: {off.misplaced} rows sit outside the "
+            "partition Spark's hash gives their key: this state is not partitioned as Spark's "
+            "repartitioner assumes (a checkpoint from before Spark 3.3?)",
+            storage.url,
+        )
+    started = Started(rid, storage.url, pre, pre.to_partitions, backup.url, forked.linked_files, digests)
+    records.start(started)
+    seconds["digest_before"] = time.monotonic() - t
+    return started, before
+
+
+def _verify(
+    spark: StateEngine,
+    storage: Storage,
+    pre: Preflight,
+    readers: list[StateReader],
+    before: list[StoreDigest],
+) -> list[StoreProof]:
+    after_ckpt = load_head(storage, recent=1)
+    if after_ckpt.latest_committed_batch != pre.batch or not is_repartition_batch(after_ckpt, pre.batch):
+        raise _Mismatch(f"Spark did not commit repartition batch {pre.batch}")
+    if partition_count(after_ckpt, pre.batch) != pre.to_partitions:
+        raise _Mismatch(f"batch {pre.batch} does not have {pre.to_partitions} partitions")
+    errors = [f for f in validate(after_ckpt).findings if f.severity == Severity.ERROR]
+    if errors:
+        raise _Mismatch(
+            "validation after the rewrite: " + "; ".join(f"{f.code} {f.message}" for f in errors[:3])
+        )
+    after = spark.digest(storage, pre.batch, readers, pre.to_partitions)
+    stores = []
+    for b, a in zip(before, after, strict=True):
+        where = f"operator {a.operator} store {a.store}"
+        if (b.rows, b.digest) != (a.rows, a.digest):
+            raise _Mismatch(
+                f"{where}: {b.rows} rows before, {a.rows} after, digests {b.digest} and {a.digest}"
+            )
+        if a.misplaced:
+            raise _Mismatch(f"{where}: {a.misplaced} rows outside the partition Spark's hash gives them "
+                            f"under {pre.to_partitions}")  # fmt: skip
+        stores.append(StoreProof(a.operator, a.store, a.rows, 0, b.digest, a.digest))
+    return stores
+
+
+def undo_repartition(
+    storage: Storage,
+    audit: AuditTrail,
+    check: Callable[[], None] = lambda: None,
+    *,
+    quiet_seconds: float = POLICY.quiet_seconds,
+    query_stopped: bool = False,
+    now: float | None = None,
+) -> Undone:
+    """`--undo`: takes back the newest repartition while its batch is still the checkpoint's latest,
+    and the query is not running. A query restarted after the repartition and idle since holds
+    the next batch in its driver: undoing under it breaks that batch. So the undo waits for the
+    repartition's own batch to be older than the quiet period, unless the caller knows the query
+    is stopped (`query_stopped`)."""
+    records = Records(audit, storage.url)
+    last = records.latest()
+    if last is None:
+        raise RepartitionRefused("no repartition of this checkpoint in the audit trail", storage.url)
+    started = last.started
+    if last.taken_back:
+        raise RepartitionRefused(f"repartition {started.repartition_id} was already undone", storage.url)
+    ckpt = load_head(storage, recent=1)
+    now = time.time() if now is None else now
+    if not query_stopped and ckpt.is_live(now, quiet_seconds):
+        raise RepartitionRefused(
+            f"repartition batch {started.batch} is newer than the quiet period ({quiet_seconds:.0f} s): a "
+            "query restarted since may be running and would break on its next batch. Stop it and wait, or "
+            "pass --query-stopped if it is stopped",
+            storage.url,
+        )
+    latest = max(b for b in (ckpt.latest_planned_batch, ckpt.latest_committed_batch) if b is not None)
+    if latest > started.batch:
+        raise RepartitionRefused(
+            f"the query ran batch {latest} after repartition batch {started.batch}: undoing it now would "
+            f"lose that progress (the backup fork at batch {started.preflight.latest_batch} is "
+            f"{started.backup})",
+            storage.url,
+        )
+    check()
+    deleted = undo(storage, records.before(started.repartition_id))
+    undone = Undone(storage.url, started.repartition_id, "undone on request", len(deleted))
+    records.undo(undone)
+    return undone

@@ -1,0 +1,94 @@
+"""What the front asks of a backend: the calls whose cost or meaning differs between local disks,
+S3 and other fsspec protocols, on full paths, and the few facts about a backend that the layers
+above plan by (`latency_bound`, `appends`, `hidden_checksums`) instead of asking which it is.
+
+A backend raises what its library raises (OSError, FileNotFoundError, FileExistsError); the
+front turns that into the one StorageError the core handles, counts the call, and maps paths
+relative to its root."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, BinaryIO, Protocol, TypeVar
+
+from checkpoint.storage.files import Calls, FileInfo, Folder
+
+T = TypeVar("T")
+
+
+class Backend(Protocol):
+    fs: Any
+    # Each request waits on a network round trip: list and read many at once, in threads. False
+    # on a local disk, where a thread would only contend for the CPU.
+    latency_bound: bool
+    # `append` adds to the one file (else each append writes a part object beside it).
+    appends: bool
+    # Hadoop's file system for this storage keeps a hidden `.<name>.crc` beside each file it
+    # writes, and checks it on every read (its local file system).
+    hidden_checksums: bool
+
+    def find(self, top: str, prefix: str) -> list[FileInfo]:
+        """Every file under `top`, named from `prefix` on; a missing `top` lists as nothing."""
+        ...
+
+    def ls(self, top: str, prefix: str) -> Folder: ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+    def stat(self, path: str, rel: str) -> FileInfo | None: ...
+
+    def cat(self, path: str, start: int | None = None, end: int | None = None) -> bytes: ...
+
+    def cat_many(self, paths: list[str]) -> dict[str, bytes]:
+        """{path: bytes}, paths as given."""
+        ...
+
+    def heads(self, paths: list[str], ends: list[int]) -> list[bytes | BaseException]: ...
+
+    def download(
+        self, path: str, out: BinaryIO, size: int | None, chunk: int, calls: Calls
+    ) -> tuple[int, int]:
+        """(bytes, CRC32C) of the file copied into `out`, counting each read in `calls`."""
+        ...
+
+    def open(self, path: str, block_size: int | None, size: int | None) -> BinaryIO: ...
+
+    def write(self, target: str, data: bytes) -> None: ...
+
+    def write_new(self, target: str, data: bytes, temp_prefix: str) -> str | None: ...
+
+    def replace(self, target: str, data: bytes, etag: str | None, temp_prefix: str) -> str | None: ...
+
+    def write_from(self, target: str, temp_prefix: str, fill: Callable[[str], T]) -> T:
+        """A new file at `target`, never over another, whose bytes `fill` writes to a local path."""
+        ...
+
+    def put_file(self, local_path: str, target: str, *, move: bool) -> None: ...
+
+    def append(self, target: str, data: bytes) -> str: ...
+
+    def copies_to(self, other: Backend) -> bool:
+        """Whether `copy` reaches `other`'s files server-side."""
+        ...
+
+    def copy(self, source: str, target: str, size: int, calls: Calls) -> None: ...
+
+    def link(self, source: str, target: str) -> bool:
+        """A second name for a file on this same disk, or False when the caller must copy."""
+        ...
+
+    def delete(self, root: str, rels: list[str]) -> dict[str, str]: ...
+
+    def remove_empty_folders(self, full: Callable[[str], str], rels: Iterable[str]) -> None:
+        """Each folder that holds nothing, and its emptied parents up to the root."""
+        ...
+
+    def escapes(
+        self, full: Callable[[str], str], folder: str, files: Iterable[FileInfo]
+    ) -> dict[str, str]: ...
+
+    def identity(self, root: str) -> str:
+        """The one spelling of a root as the storage finds it (the lease's identity)."""
+        ...
+
+    def spark_url(self, root: str) -> str: ...
