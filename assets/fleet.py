@@ -38,10 +38,10 @@ from checkpoint.policy import POLICY, Policy
 NO_ERRORS_CHECK = "fleet_no_errors"
 HEADROOM_CHECK = "fleet_lineage_headroom"
 _COLUMNS = [  # (name, Dagster column type) of the table shown in the UI
-    ("checkpoint", "string"), ("latest_batch", "int"), ("commit_age", "string"), ("live", "bool"),
-    ("errors", "string"), ("warnings", "string"), ("max_chain", "int"), ("chain_store", "string"),
-    ("header_of_cap", "float"), ("reclaimable", "string"), ("last_compaction", "string"),
-    ("last_cleanup", "string"),
+    ("checkpoint", "string"), ("state", "string"), ("latest_batch", "int"), ("commit_age", "string"),
+    ("live", "bool"), ("errors", "string"), ("warnings", "string"), ("max_chain", "int"),
+    ("chain_store", "string"), ("header_of_cap", "float"), ("reclaimable", "string"),
+    ("last_compaction", "string"), ("last_cleanup", "string"),
 ]  # fmt: skip
 
 
@@ -147,6 +147,7 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
         dg.TableRecord(
             {
                 "checkpoint": r.key,
+                "state": r.state_format or "-",
                 "latest_batch": -1 if r.latest_committed_batch is None else r.latest_committed_batch,
                 "commit_age": _age(r.last_commit_age_seconds),
                 "live": r.live,

@@ -25,7 +25,8 @@ def _batch(n: int | None) -> str:
 def inspect_text(doc: Doc) -> str:
     lines = [
         f"checkpoint   {doc['path']}",
-        f"format       V{doc['format_version']}   query id {doc['query_id'] or 'unknown'}",
+        f"format       V{doc['format_version']}, {doc['provider']} state store   "
+        f"query id {doc['query_id'] or 'unknown'}",
         f"batches      latest planned {_batch(doc['latest_planned_batch'])}, "
         f"latest committed {_batch(doc['latest_committed_batch'])}",
         f"size         {human_bytes(doc['bytes'])} in {sum(doc['files'].values())} files",
@@ -68,7 +69,7 @@ def scan_text(doc: Doc) -> str:
     if not doc["checkpoints"]:
         return f"no checkpoints under {doc['root']}"
     rows = [
-        (c["path"], f"V{c['format_version']}" if c["format_version"] else "-",
+        (c["path"], c["state_format"] or "-",
          "-" if c["latest_committed_batch"] is None else c["latest_committed_batch"], c["health"],
          c["errors"], c["warnings"], c["max_chain_length"] or 0)
         for c in doc["checkpoints"]
@@ -90,12 +91,13 @@ def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
     if not rows:
         return "no checkpoints found"
     table = [
-        (r["url"], r["latest_committed_batch"], r["live"], ",".join(r["errors"]) or "-",
-         ",".join(r["warnings"]) or "-", r["max_chain_length"], f"{r['max_lineage_header_fraction']:.0%}",
+        (r["url"], r["state_format"] or "-", r["latest_committed_batch"], r["live"],
+         ",".join(r["errors"]) or "-", ",".join(r["warnings"]) or "-", r["max_chain_length"],
+         f"{r['max_lineage_header_fraction']:.0%}",
          _reclaimable(r["reclaimable_bytes"], r["reclaimable_planned_at"]))
         for r in rows
     ]  # fmt: skip
-    header = ("checkpoint", "batch", "live", "errors", "warnings", "chain", "header", "reclaimable")
+    header = ("checkpoint", "state", "batch", "live", "errors", "warnings", "chain", "header", "reclaimable")
     items = [f"{i}. {url}: {reason}; {action}" for i, (url, reason, action) in enumerate(attention, 1)]
     return "\n".join([_table(table, header), "", "Needs attention, most urgent first:"]
                      + (items or ["nothing: every checkpoint is healthy"]))  # fmt: skip

@@ -272,13 +272,15 @@ class Scenario:
 class KilledScenario(Scenario):
     """SIGKILL a driver mid-batch, keep a copy, then restart the query and let it finish."""
 
+    child_module = "testbed.corpus"  # whose `--killed-child` runs the driver that is killed
+
     def build(self, spark, out: Path) -> dict:
         # Nothing is moved afterwards: offset and source logs record absolute input paths.
         self.write_inputs(out, self.batches)
         live = out / "checkpoint_after_restart"
         marker = out / "batch-running.marker"
         child = subprocess.Popen(
-            [sys.executable, "-m", "testbed.corpus", "--killed-child", str(out)],
+            [sys.executable, "-m", self.child_module, "--killed-child", str(out)],
             start_new_session=True,  # the driver's JVM is in this group: kill both at once
             stdout=subprocess.DEVNULL,
             stderr=open(out / "child.log", "w"),
@@ -300,11 +302,11 @@ class KilledScenario(Scenario):
         return {"batches": self.batches, "killed_at_batch": KILLED_AT_BATCH}
 
 
-def _killed_child(folder: Path) -> None:
+def run_killed_child(folder: Path, scenario: Scenario) -> None:
+    """The driver a KilledScenario kills: runs `scenario` until its sink reaches the batch to kill."""
     from jobs.spark_session import local_session
 
     spark = local_session(master="local[2]", app_name="corpus-killed-child")
-    scenario = scenario_named("killed")
     marker = folder / "batch-running.marker"
     scenario.run(spark, folder, folder / "checkpoint_after_restart", sink=_killing_sink(marker))
     raise SystemExit("the killed-scenario child was not killed")
@@ -612,7 +614,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="generate one big-base checkpoint only")  # fmt: skip
     args = parser.parse_args(argv)
     if args.killed_child:
-        _killed_child(args.out)
+        run_killed_child(args.out, scenario_named(args.out.name))
         return
     if args.rescue:
         generate_rescue(args.out)

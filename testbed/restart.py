@@ -20,7 +20,9 @@ from typing import Any
 # no options).
 USER_READERS: dict[str, list[dict[str, str]]] = {
     "dedup_agg": [{"operatorId": "0"}, {"operatorId": "1"}],
+    "hdfs_dedup": [{"operatorId": "0"}, {"operatorId": "1"}],
     "join": [{"joinSide": "left"}, {"joinSide": "right"}],
+    "hdfs_join": [{"joinSide": "left"}, {"joinSide": "right"}],
     "join_cf": [{"joinSide": "left"}, {"joinSide": "right"}],
     "list_state": [{"stateVarName": "items"}],
     "every_state": [{"stateVarName": v} for v in ("count", "items", "last")],

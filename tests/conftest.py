@@ -25,6 +25,14 @@ def corpus(corpus_root: Path) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def defaults() -> dict[str, Path]:
+    """The checkpoints Spark writes with its defaults (`testbed.defaults`): HDFS-backed, RocksDB V1."""
+    from testbed.defaults import ensure_defaults_corpus
+
+    return checkpoints(ensure_defaults_corpus())
+
+
+@pytest.fixture(scope="session")
 def manifest(corpus_root: Path) -> dict:
     return json.loads((corpus_root / MANIFEST).read_text())
 
@@ -116,7 +124,7 @@ def written_by():
 # (`stress`: no Java, but a minute each). A test that uses none is a unit test: it
 # runs without Java, from synthetic checkpoints and the lz4 writer (`make test-unit`).
 _TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spark", "written_by"}),
-          ("corpus", {"corpus_root", "corpus", "manifest", "loaded", "copy_of"}))  # fmt: skip
+          ("corpus", {"corpus_root", "corpus", "defaults", "manifest", "loaded", "copy_of"}))  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from testbed.copying import copy_checkpoint
-
-CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
-
-
-def ckpt(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CKPT, *args], capture_output=True, text=True, timeout=120)
+from tests.support.cli import CKPT, ckpt
 
 
 def test_inspect_json_on_every_corpus_checkpoint(corpus, loaded) -> None:

@@ -8,9 +8,7 @@ fails alone: the others are rebuilt, and the CLI exits 1.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,10 +23,10 @@ from jobs.compact import run_compaction
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
 from tests.support import damage
+from tests.support.cli import CKPT
 from tests.support.files import files_of
 
 pytestmark = pytest.mark.slow
-CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 
 
 def _compact(path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -6,10 +6,7 @@ from __future__ import annotations
 import os
 import random
 import resource
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +14,7 @@ from hypothesis import strategies as st
 
 from checkpoint.format.layout import AUDIT_FOLDER, FileKind, classify
 from testbed.fuzzing import TARGETS, check, mutate, seeds
+from tests.support.cli import CKPT
 from tests.support.files import files_of
 
 EXAMPLES = int(os.environ.get("CKPT_FUZZ_EXAMPLES", "150"))
@@ -53,7 +51,7 @@ def test_a_command_on_a_damaged_checkpoint_answers_in_one_line(copy_of, tmp_path
     """Through the command a user types: a real checkpoint with one file damaged as the fuzzer
     damages it. Exit 0, 1 or 2, at most one line on stderr, never a traceback, under a 1 GiB
     address-space limit, and nothing written but a plan in the audit trail beside it."""
-    ckpt = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
+    ckpt = CKPT
     path = copy_of("watermark")
     wanted = {"commit": FileKind.COMMIT, "offset": FileKind.OFFSET, "zip": FileKind.ZIP,
               "operator_metadata": FileKind.OPERATOR_METADATA, "changelog": FileKind.CHANGELOG,

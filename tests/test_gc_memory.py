@@ -14,6 +14,7 @@ from checkpoint.cleanup.manifest import Plan
 from checkpoint.cleanup.plan import plan_gc
 from checkpoint.storage import Storage
 from testbed import synthetic
+from tests.support.cli import CKPT
 
 PARTITIONS, VERSIONS, WINDOW = 8, 120, 20
 
@@ -107,12 +108,10 @@ def test_a_partition_that_fails_in_a_worker_process_fails_the_plan_as_in_this_on
 def _peak_rss(*args: str) -> tuple[int, int]:
     """(peak RSS in bytes of the command and the processes it waited for, bytes it printed)."""
     import os
-    import shutil
     import subprocess
-    import sys
     import tempfile
 
-    ckpt = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
+    ckpt = CKPT
     with tempfile.TemporaryFile() as out:
         child = subprocess.Popen([ckpt, *args], stdout=out, stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(child.pid, 0)

@@ -45,11 +45,8 @@ def test_head_first_equals_the_full_listing_on_every_corpus_checkpoint(corpus, d
         assert [t.as_key() for t in ours[0]] == [t.as_key() for t in theirs[0]], name
         assert ours[1] == theirs[1], name
         calls = head.storage.calls.snapshot()
-        if name == "format_v1":
-            assert head.scope != Scope.RECOVERY and calls["list"] == 1  # V1 names no ids: a listing
-        else:
-            assert head.scope == Scope.RECOVERY and calls["list"] == 0, (name, calls)
-            assert len(head.files) < len(full.files), name
+        assert head.scope == Scope.RECOVERY and calls["list"] == 0, (name, calls)
+        assert len(head.files) < len(full.files), name
 
 
 def test_a_damaged_chain_reads_as_damage_head_first(copy_of) -> None:

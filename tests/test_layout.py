@@ -30,6 +30,9 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         (f"state/0/3/12_{U}.zip", FileKind.ZIP),
         ("state/0/3/12.changelog", FileKind.CHANGELOG),
         ("state/0/3/12.zip", FileKind.ZIP),
+        ("state/0/3/12.delta", FileKind.DELTA),
+        ("state/0/3/right-keyToNumValues/12.snapshot", FileKind.SNAPSHOT),
+        (f"state/0/3/.12.delta.{U}.TID7.tmp", FileKind.SPARK_TEMP),
         (f"state/1/0/right-keyWithIndexToValue/7_{U}.zip", FileKind.ZIP),
         (f"state/0/0/SSTs/000008-{U}.sst", FileKind.SST),
         (f"state/0/0/.ckpt-maint-12_{U}.zip.0a1b2c.tmp", FileKind.MAINT_TEMP),
@@ -43,7 +46,7 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         ("offsets/3.tmp", FileKind.UNKNOWN),
         ("state/0/0/12_NOTAUUID.changelog", FileKind.UNKNOWN),
         (f"state/0/0/12_{U.upper()}.zip", FileKind.UNKNOWN),
-        ("state/0/0/12.delta", FileKind.UNKNOWN),
+        (f"state/0/0/12_{U}.delta", FileKind.UNKNOWN),  # the HDFS-backed store writes no ids
         ("state/x/0/1.zip", FileKind.UNKNOWN),
         ("README", FileKind.UNKNOWN),
         ("state/0/0/SSTs/notes.txt", FileKind.UNKNOWN),

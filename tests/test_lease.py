@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -21,8 +20,7 @@ import pytest
 from checkpoint.errors import LeaseHeld, LeaseLost, StorageError
 from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.storage import Storage
-
-CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
+from tests.support.cli import CKPT
 
 
 class Clock:

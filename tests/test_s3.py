@@ -11,9 +11,7 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,9 +28,9 @@ from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
+from tests.support.cli import CKPT
 from tests.support.planning import candidates_of, plan_of
 
-CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 LATER = 7 * 3600  # planning "seven hours from now": the just-uploaded objects are past the grace period
 
 

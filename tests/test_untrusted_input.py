@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import resource
-import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -17,9 +15,9 @@ import pytest
 from checkpoint.errors import CorruptFileError
 from checkpoint.format.snapshot import parse_zip_metadata
 from tests.support import damage
+from tests.support.cli import CKPT
 from tests.support.files import files_of
 
-CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 UUID = "83f71141-5fc2-4c14-8508-70d55d699b3e"
 
 

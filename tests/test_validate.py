@@ -12,7 +12,8 @@ import pytest
 
 from checkpoint.analysis.validate import CODES, Severity, ValidationOptions, validate
 from checkpoint.format.layout import FORK_STARTED
-from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.checkpoint import PROVIDER_CONF, load_checkpoint
+from testbed.copying import copy_checkpoint
 from tests.support import damage
 
 
@@ -107,7 +108,22 @@ CASES = {
     "CHANGELOG_CORRUPT": ("long_chain", True, lambda p: _corrupt(_chain_changelog(p, 9))),
     "MOVED_CHECKPOINT": ("list_state", False, lambda p: _name_another_root(p, "file:/somewhere/else")),
     "SCHEMA_FILE_MISSING": ("list_state", False, lambda p: _schema_file(p).unlink()),
+    "UNKNOWN_PROVIDER": ("snapshots", False, lambda p: _pin_provider(p, "com.example.KvProvider")),
+    # Checkpoints Spark writes by default (`testbed.defaults`): the HDFS-backed store.
+    "SNAPSHOT_UNREADABLE": ("hdfs_agg", True, lambda p: _corrupt_lz4(_base_zip(p))),
+    "DELTA_UNREADABLE": ("hdfs_agg", True, lambda p: _corrupt_lz4(_chain_changelog(p, 0))),
 }  # fmt: skip
+
+
+def _pin_provider(path: Path, provider_class: str) -> None:
+    """Every offset file pins the provider (SPARK-21192): a query run with one of someone else's."""
+    for batch in sorted(int(f.name) for f in (path / "offsets").iterdir() if f.name.isdigit()):
+        _offsets_conf(path, batch, PROVIDER_CONF, provider_class)
+
+
+def _corrupt_lz4(path: Path) -> None:
+    """A byte of the first block's compressed data flipped: its checksum no longer matches."""
+    damage.flip_last_byte_of_first_block(path)
 
 
 def _schema_file(path: Path) -> Path:
@@ -151,9 +167,13 @@ def test_every_code_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
-def test_damage_produces_exactly_its_finding(copy_of, code: str) -> None:
+def test_damage_produces_exactly_its_finding(copy_of, defaults, tmp_path, code: str) -> None:
     scenario, deep, hurt = CASES[code]
-    path = copy_of(scenario)
+    if scenario in defaults:
+        path = tmp_path / scenario
+        copy_checkpoint(defaults[scenario], path)
+    else:
+        path = copy_of(scenario)
     before = codes(path, deep)
     hurt(path)
     after = codes(path, deep)

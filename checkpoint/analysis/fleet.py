@@ -38,6 +38,7 @@ class FleetRow:
     last_compaction: str | None = None
     last_cleanup: str | None = None
     problem: str | None = None  # why the checkpoint could not be read
+    state_format: str | None = None  # `Checkpoint.state_format`; None when unreadable
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +57,7 @@ class FleetRow:
             "last_compaction": self.last_compaction,
             "last_cleanup": self.last_cleanup,
             "problem": self.problem,
+            "state_format": self.state_format,
         }
 
 
@@ -87,6 +89,7 @@ def fleet_row(
         max_lineage_header_fraction=max(
             (e.lineage_header_bytes / LINEAGE_HEADER_CAP for e in validation.lineage), default=0.0
         ),
+        state_format=ckpt.state_format,
         **known,
     )
 
@@ -160,7 +163,7 @@ def _why(row: FleetRow, policy: Policy) -> tuple[str, str] | None:
         return header, "compact (`ckpt compact`) before the header nears the cap"
     if row.max_chain_length >= policy.long_chain:
         return (
-            f"recovery replays {row.max_chain_length} changelogs ({row.max_chain_store})",
+            f"recovery replays a chain of {row.max_chain_length} files ({row.max_chain_store})",
             "compact (`ckpt compact`): recovery then loads one snapshot",
         )
     if row.reclaimable_bytes:

@@ -19,6 +19,7 @@ def _identity(ckpt: Checkpoint) -> dict[str, Any]:
     return {
         "path": ckpt.url,
         "format_version": ckpt.format_version,
+        "provider": ckpt.provider.value,
         "query_id": ckpt.query_id,
         "latest_planned_batch": ckpt.latest_planned_batch,
         "latest_committed_batch": ckpt.latest_committed_batch,
@@ -81,6 +82,7 @@ def scan_entry(url: str, ckpt: Checkpoint | None, validation: Validation | None,
     return {
         "path": url,
         "format_version": ckpt.format_version if ckpt else None,
+        "state_format": ckpt.state_format if ckpt else None,
         "latest_committed_batch": ckpt.latest_committed_batch if ckpt else None,
         "health": "unreadable" if error else ("ok" if validation and validation.ok else "error"),
         "errors": counts["error"],

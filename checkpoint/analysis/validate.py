@@ -17,6 +17,7 @@ from checkpoint.errors import CheckpointError, UnknownFormatVersionError
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from checkpoint.format.crc import Checksumming, parse_sidecar
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, FileKind
+from checkpoint.format.providers import Provider, StateFiles
 from checkpoint.format.snapshot import Snapshot, UnreadableZipError
 from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, StoreId
 from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
@@ -66,6 +67,9 @@ class FindingCode(StrEnum):
     SST_SIZE_MISMATCH = "SST_SIZE_MISMATCH"
     CRC_MISMATCH = "CRC_MISMATCH"
     CHANGELOG_CORRUPT = "CHANGELOG_CORRUPT"
+    SNAPSHOT_UNREADABLE = "SNAPSHOT_UNREADABLE"
+    DELTA_UNREADABLE = "DELTA_UNREADABLE"
+    UNKNOWN_PROVIDER = "UNKNOWN_PROVIDER"
 
 
 @dataclass(frozen=True)
@@ -95,20 +99,27 @@ CODES = _codes(
     Code(F.COMMIT_LOG_GAP, E, LOG, "a planned batch below the latest committed one has no commit"),
     Code(F.MULTIPLE_UNFINISHED_BATCHES, E, LOG, "more than one planned batch after the latest commit"),
     Code(F.PARTITION_COUNT_MISMATCH, E, LOG, "state partitions in the commit log differ from the offsets"),
-    Code(F.COMMITTED_FILE_MISSING, E, LIN, "the committed id of a store has neither changelog nor zip"),
+    Code(F.COMMITTED_FILE_MISSING, E, LIN, "the committed version of a store has no state file (changelog or "
+         "zip; delta or snapshot for the HDFS-backed store)"),
     Code(F.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read"),
     Code(F.LINEAGE_NOT_CONTIGUOUS, E, LIN, "a changelog's lineage skips or repeats versions"),
     Code(F.LINEAGE_BAD_END, E, LIN, "a changelog's lineage does not end at version - 1"),
-    Code(F.REPLAY_CHAIN_BROKEN, E, LIN, "a changelog the replay chain needs is missing"),
+    Code(F.REPLAY_CHAIN_BROKEN, E, LIN, "a changelog (or delta) the replay chain needs is missing"),
     Code(F.REPLAY_CHAIN_NO_BASE, E, LIN, "no zip in the lineage and the lineage does not start at version 1"),
     Code(F.LINEAGE_HEADER_NEAR_CAP, E, LIN, "the lineage header is near the 65,535-byte cap"),
-    Code(F.LONG_REPLAY_CHAIN, W, LIN, "recovery replays a long chain of changelogs"),
+    Code(F.LONG_REPLAY_CHAIN, W, LIN, "recovery replays a long chain of changelogs (or deltas)"),
     Code(F.ZIP_UNREADABLE, E, SNAP, "a snapshot zip cannot be opened"),
     Code(F.ZIP_METADATA_INVALID, E, SNAP, "a snapshot zip's metadata is invalid"),
     Code(F.SST_MISSING, E, SNAP, "an SST a snapshot lists does not exist"),
     Code(F.SST_SIZE_MISMATCH, E, SNAP, "an SST a snapshot lists has another size"),
     Code(F.CRC_MISMATCH, E, SNAP, "a file does not match its .crc sidecar (deep)"),
     Code(F.CHANGELOG_CORRUPT, E, SNAP, "a changelog fails to decompress or parse (deep)"),
+    Code(F.SNAPSHOT_UNREADABLE, E, SNAP, "an HDFS-backed store's snapshot is empty, or fails to "
+         "decompress or parse (deep)"),
+    Code(F.DELTA_UNREADABLE, E, SNAP, "a delta the replay chain needs is empty, or fails to decompress or "
+         "parse (deep)"),
+    Code(F.UNKNOWN_PROVIDER, E, LIN, "the state store provider is not Spark's: its state files are neither "
+         "read nor changed"),
 )
 # fmt: on
 
@@ -174,6 +185,11 @@ def validate(
         findings += _log_findings(ckpt)
         findings += _path_findings(ckpt)
     lineage: list[StoreLineage] = []
+    if ckpt.provider == Provider.OTHER and ckpt.operators and Category.LINEAGE in categories:
+        unknown = _finding(FindingCode.UNKNOWN_PROVIDER, ckpt.storage.full("offsets"),
+                           f"the state store provider {ckpt.provider_class} is not Spark's: its state files "
+                           "are neither read nor changed")  # fmt: skip
+        return Validation((*findings, unknown), ())
     if categories & {Category.LINEAGE, Category.SNAPSHOT} and ckpt.latest_committed_batch is not None:
         lineage = checkpoint_lineage(ckpt)
         if Category.LINEAGE in categories:
@@ -338,11 +354,12 @@ def _store_path(ckpt: Checkpoint, sid: StoreId) -> str:
 def _lineage_findings(ckpt: Checkpoint, entry: StoreLineage, options: ValidationOptions) -> Iterable[Finding]:
     where = _store_path(ckpt, entry.store)
     name = f"version {entry.version}" + (f" id {entry.unique_id}" if entry.unique_id else "")
+    kinds = StateFiles.of(ckpt.provider)
     if entry.committed_file is None:
         yield _finding(
             FindingCode.COMMITTED_FILE_MISSING,
             where,
-            f"{name} (batch {entry.batch}) has no changelog and no zip",
+            f"{name} (batch {entry.batch}) has no {kinds.step.value} and no {kinds.base.value}",
         )
         return
     path = ckpt.storage.full(entry.committed_file.rel)
@@ -376,7 +393,7 @@ def _lineage_findings(ckpt: Checkpoint, entry: StoreLineage, options: Validation
                 f"{LINEAGE_HEADER_CAP}-byte cap: the query dies when it passes it; compact this store now",
             )
     for version, uid in entry.missing:
-        missing = f"{version}_{uid}.changelog" if uid else f"{version}.changelog"
+        missing = kinds.name(kinds.step, version, uid)
         yield _finding(
             FindingCode.REPLAY_CHAIN_BROKEN, where, f"{missing} is missing from the replay chain of {name}"
         )
@@ -391,7 +408,8 @@ def _lineage_findings(ckpt: Checkpoint, entry: StoreLineage, options: Validation
         yield _finding(
             FindingCode.LONG_REPLAY_CHAIN,
             path,
-            f"recovery replays {entry.chain_length} changelogs ({entry.replay_bytes} bytes) for {name}",
+            f"recovery replays {entry.chain_length} {kinds.step.value}s ({entry.replay_bytes} bytes) "
+            f"for {name}",
         )
 
 
@@ -402,7 +420,12 @@ def _spans_of(versions: list[int]) -> str:
 
 
 def _snapshot_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
-    """Every zip Spark could load for the latest batch: each one the committed lineages name."""
+    """Every zip Spark could load for the latest batch: each one the committed lineages name. The
+    HDFS-backed store's snapshots and deltas are read whole by recovery: here only an empty one is
+    told (what the listing says); `deep` reads them."""
+    if ckpt.provider == Provider.HDFS:
+        yield from _empty_state_files(ckpt, lineage)
+        return
     checked: set[str] = set()
     for entry in lineage:
         store = ckpt.stores.get(entry.store)
@@ -417,6 +440,20 @@ def _snapshot_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterabl
                 continue
             checked.add(zf.rel)
             yield from _zip_findings(ckpt, zf, ssts)
+
+
+def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
+    for entry in lineage:
+        for f in ([entry.base] if entry.base else []) + list(entry.chain):
+            if f.info.size == 0:
+                why = f"an empty file: Spark cannot read version {f.what.version} of the store"
+                yield _finding(_UNREADABLE[f.kind], ckpt.storage.full(f.rel), why)
+
+
+_UNREADABLE = {
+    FileKind.SNAPSHOT: FindingCode.SNAPSHOT_UNREADABLE,
+    FileKind.DELTA: FindingCode.DELTA_UNREADABLE,
+}
 
 
 def _zip_findings(ckpt: Checkpoint, zf: CheckpointFile, ssts: dict[str, CheckpointFile]) -> Iterable[Finding]:
@@ -466,6 +503,11 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
                         ckpt.check_changelog(f, tee.read)
                     except CheckpointError as exc:
                         yield _finding(FindingCode.CHANGELOG_CORRUPT, path, str(exc))
+                elif f.kind in _UNREADABLE and f.info.size > 0:  # an empty one is found without `deep`
+                    try:
+                        ckpt.check_state_file(f, tee.read)
+                    except CheckpointError as exc:
+                        yield _finding(_UNREADABLE[f.kind], path, str(exc))
                 tee.drain(POLICY.copy_chunk_bytes)
             crc = sidecars.get(f.rel)
             if crc is not None:

@@ -202,8 +202,18 @@ class _Window:
         return self.offset + self.pos
 
 
-def check_records(reader: Reader, typed: bool, path: str, chunk: int = 1 << 20) -> int:
-    """The checks of `parse_runs`, record by record from a stream; returns the record count."""
+def check_state_file(read, codec: str, path: str, *, snapshot: bool, chunk: int = 1 << 20) -> int:
+    """A delta or snapshot of the HDFS-backed store, as Spark writes and reads it: the records of a
+    v1 changelog, with no header, compressed by the same codec and ended by a key length of -1; a
+    snapshot holds puts only. Returns the record count, holding `chunk` decoded bytes at most."""
+    return check_records(decompressing_reader(read, codec, path), False, path, chunk, deletes=not snapshot)
+
+
+def check_records(
+    reader: Reader, typed: bool, path: str, chunk: int = 1 << 20, *, deletes: bool = True
+) -> int:
+    """The checks of `parse_runs`, record by record from a stream; returns the record count.
+    Without `deletes` a record without a value is corrupt (an HDFS-backed snapshot)."""
     window, count = _Window(reader, path, chunk), 0
     while True:
         if typed:
@@ -224,8 +234,8 @@ def check_records(reader: Reader, typed: bool, path: str, chunk: int = 1 << 20) 
         window.skip(klen)
         (vlen,) = _I32.unpack(window.take(4))
         if vlen == -1:
-            if rop == "merge":
-                raise CorruptFileError("merge record without a value", path)
+            if rop == "merge" or not deletes:
+                raise CorruptFileError(f"{rop} record without a value at byte {window.at - 4}", path)
         elif vlen < 0:
             raise CorruptFileError(f"bad value length {vlen} at byte {window.at - 4}", path)
         elif rop == "delete":

@@ -23,37 +23,48 @@ class FileKind(str, Enum):
     STATE_SCHEMA = "state_schema"
     CHANGELOG = "changelog"
     ZIP = "zip"
+    DELTA = "delta"  # the HDFS-backed store's changes of one version
+    SNAPSHOT = "snapshot"  # the HDFS-backed store's whole map at one version
     SST = "sst"
     WAL_LOG = "wal_log"
     SPARK_CRC = "spark_crc"
     MAINT_TEMP = "maint_temp"  # this tool's own temp file while publishing a snapshot
     FORK_MARKER = "fork_marker"  # this tool's record of a fork in progress, and its completion
     HADOOP_CRC = "hadoop_crc"
+    SPARK_TEMP = "spark_temp"  # written under a temp name, then renamed; a killed write leaves it
     UNKNOWN = "unknown"
 
 
 # The kinds `classify` gives per file, as module names: on Python 3.11 `FileKind.ZIP` is a
 # Python-level lookup (75 ns, a global 8 ns), and cleanup classifies every file of a partition.
-_CHANGELOG, _ZIP, _SST, _SPARK_CRC, _HADOOP_CRC = (FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST,
-                                                   FileKind.SPARK_CRC, FileKind.HADOOP_CRC)  # fmt: skip
+_CHANGELOG, _ZIP, _DELTA, _SNAPSHOT, _SST, _SPARK_CRC, _HADOOP_CRC = (
+    FileKind.CHANGELOG, FileKind.ZIP, FileKind.DELTA, FileKind.SNAPSHOT, FileKind.SST, FileKind.SPARK_CRC,
+    FileKind.HADOOP_CRC)  # fmt: skip
+# The kinds of state file, by the extension their names end in.
+_STATE_KINDS = {"zip": _ZIP, "changelog": _CHANGELOG, "delta": _DELTA, "snapshot": _SNAPSHOT}
 
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # Numbers in names are ASCII digits: `\d` and `str.isdigit` also take other scripts' digits (`٣`)
 # and superscripts (`²`, which int() refuses), which Spark never writes. Names end at `\Z`: `$`
 # also matches before a final newline, and `1_<uuid>.zip\n` is not Spark's.
-# docs/format.md §1: `<version>[_<uuid>].(zip|changelog)`; the version is batch id + 1.
+# docs/format.md §1: `<version>[_<uuid>].(zip|changelog)`, and the HDFS-backed store's
+# `<version>.(delta|snapshot)` (§11); the version is batch id + 1.
 # Batch ids and versions are Java longs (19 digits at most, and no more than LONG_MAX: Spark's own
 # log reader skips a name that does not parse as one), RocksDB's file numbers uint64 (20 digits),
 # operators and partitions ints (10). A longer run of digits is not Spark's, and never becomes an
 # int here: an absurd id costs nothing, and Python refuses int() of 4,300 digits and more.
 LONG_MAX = 2**63 - 1
-STATE_FILE = re.compile(rf"^([0-9]{{1,19}})(?:_({UUID}))?\.(zip|changelog)\Z")
+STATE_FILE = re.compile(rf"^([0-9]{{1,19}})(?:(?:_({UUID}))?\.(zip|changelog)|\.(delta|snapshot))\Z")
 SST_FILE = re.compile(rf"^[0-9]{{1,20}}-{UUID}\.sst\Z")
 WAL_FILE = re.compile(rf"^[0-9]{{1,20}}-{UUID}\.log\Z")
 BATCH_FILE = re.compile(r"^[0-9]{1,19}\Z")
 SCHEMA_FILE = re.compile(rf"^[0-9]{{1,19}}_{UUID}\Z")
 SOURCE_LOG_FILE = re.compile(r"^[0-9]{1,19}(?:\.compact)?\Z")
+
+# Spark's own temp name for a file it writes whole and then renames (CheckpointFileManager's
+# `createAtomic`): `.<name>.<uuid>[.TID<task attempt>].tmp` beside the final name.
+SPARK_TEMP_FILE = re.compile(rf"^\.(.+)\.{UUID}(?:\.TID[0-9]{{1,20}})?\.tmp\Z")
 
 # This tool's temp files while it publishes a snapshot: recognised, so a crash leaves a known orphan.
 MAINT_TEMP_PREFIX = ".ckpt-maint-"
@@ -140,22 +151,25 @@ def is_batch_id(name: str) -> bool:
 
 
 def parse_state_file(name: str) -> tuple[int, str | None, FileKind] | None:
-    """(version, uuid or None for format V1, CHANGELOG or ZIP), or None when not a state file."""
+    """(version, uuid or None for format V1, its kind: CHANGELOG, ZIP, DELTA or SNAPSHOT), or None
+    when not a state file."""
     m = STATE_FILE.match(name)
     if not m:
         return None
-    version, uid, ext = m.groups()
-    return _state_fields(version, uid, ext)
+    version, uid, ext, hdfs = m.groups()
+    return _state_fields(version, uid, ext or hdfs)
 
 
 def _state_fields(version: str, uid: str | None, ext: str) -> tuple[int, str | None, FileKind]:
     # Interned: a version's changelog, zip and their sidecars name one id, held once.
-    kind = _ZIP if ext == "zip" else _CHANGELOG
-    return int(version), None if uid is None else sys.intern(uid), kind
+    return int(version), None if uid is None else sys.intern(uid), _STATE_KINDS[ext]
 
 
-# A state file or its Spark sidecar in one match: a partition folder is mostly these.
-_STATE_FILE_OR_CRC = re.compile(rf"^([0-9]{{1,19}})(?:_({UUID}))?\.(zip|changelog)(\.crc)?\Z")
+# A state file or its Spark sidecar in one match: a partition folder is mostly these. The
+# HDFS-backed store's files carry no id (it has no format V2).
+_STATE_FILE_OR_CRC = re.compile(
+    rf"^([0-9]{{1,19}})(?:(?:_({UUID}))?\.(zip|changelog)|\.(delta|snapshot))(\.crc)?\Z"
+)
 
 
 # A named tuple's own constructor is a Python function (a frame per call, 0.2 µs): the files every
@@ -174,8 +188,8 @@ def classify(rel: str) -> Classified:
     if shape == _STATE:  # first: nearly every file of a checkpoint is a state file
         m = _STATE_FILE_OR_CRC.match(name)
         if m:
-            version, uid, ext, crc = m.groups()
-            v, u, kind = _state_fields(version, uid, ext)
+            version, uid, ext, hdfs, crc = m.groups()
+            v, u, kind = _state_fields(version, uid, ext or hdfs)
             return _new(Classified, (rel, _SPARK_CRC if crc else kind, None, op, part, store, v, u))
         if name.startswith(MAINT_TEMP_PREFIX) and name.endswith(".tmp"):
             return Classified(rel, FileKind.MAINT_TEMP, None, op, part, store)
@@ -210,6 +224,8 @@ def classify(rel: str) -> Classified:
         if SCHEMA_FILE.match(name):
             batch = int(name.split("_")[0])
             return Classified(rel, FileKind.STATE_SCHEMA, operator=op, store=store, batch=batch)
+    if shape != _NOTHING and name.startswith(".") and SPARK_TEMP_FILE.match(name):
+        return Classified(rel, FileKind.SPARK_TEMP, None, op, part, store)
     return Classified(rel, FileKind.UNKNOWN)
 
 

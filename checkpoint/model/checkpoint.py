@@ -30,6 +30,7 @@ from checkpoint.format.changelog import (
     RecordRun,
     change_records,
     check_changelog,
+    check_state_file,
     read_changelog_runs,
     read_header,
 )
@@ -44,6 +45,7 @@ from checkpoint.format.logs import (
     parse_operator_metadata,
     parse_query_metadata,
 )
+from checkpoint.format.providers import Provider
 from checkpoint.format.snapshot import Snapshot, read_snapshot
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
@@ -69,6 +71,7 @@ class Listing(StrEnum):
     AUTO = "auto"
 
 
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
@@ -125,6 +128,11 @@ class StoreId:
         return f"{self.operator}/{self.partition}/{self.store}"
 
 
+_VERSIONED_KINDS = frozenset(
+    {FileKind.CHANGELOG, FileKind.ZIP, FileKind.DELTA, FileKind.SNAPSHOT, FileKind.SPARK_CRC}
+)
+
+
 @dataclass(frozen=True)
 class Store:
     """The state files of one store: changelogs and zips by (version, uuid), SSTs, sidecars."""
@@ -136,7 +144,7 @@ class Store:
     def by_version(self) -> dict[int, dict[str | None, tuple[CheckpointFile, ...]]]:
         grouped: dict[int, dict[str | None, list[CheckpointFile]]] = defaultdict(lambda: defaultdict(list))
         for f in self.files:
-            if f.kind in (FileKind.CHANGELOG, FileKind.ZIP, FileKind.SPARK_CRC):
+            if f.kind in _VERSIONED_KINDS:
                 grouped[f.what.version_id][f.what.unique_id].append(f)
         return {
             v: {u: tuple(fs) for u, fs in sorted(by_uid.items(), key=lambda x: x[0] or "")}
@@ -257,6 +265,26 @@ class Checkpoint:
         return any(t is None or now - t < quiet_seconds for t in times)
 
     @cached_property
+    def provider_class(self) -> str | None:
+        """The provider class the newest offset file pins; None without an offset file naming one."""
+        for batch in sorted(self.batches.values(), key=lambda b: -b.id):
+            if batch.offset is not None and PROVIDER_CONF in batch.offset.conf:
+                return batch.offset.conf[PROVIDER_CONF]
+        return None
+
+    @property
+    def provider(self) -> Provider:
+        """The provider recovery uses. Offset files pin it; a checkpoint with offsets that name
+        none predates the pin and has Spark's default."""
+        return Provider.of_class(self.provider_class)
+
+    @property
+    def state_format(self) -> str:
+        """`<provider> V<format>` (`hdfs V1`, `rocksdb V2`): how its state is kept; `stateless`
+        for a query with no stateful operator."""
+        return f"{self.provider.value} V{self.format_version}" if self.operators else "stateless"
+
+    @cached_property
     def changelog_codec(self) -> str:
         """The codec of the newest offset conf; Spark's default is lz4. Kept once found: the model
         is immutable, and a plan reads a changelog header per retained batch and partition."""
@@ -293,7 +321,7 @@ class Checkpoint:
         for f in files:
             known = self._prefetched(f.rel)
             if known is None:
-                with _ReadOn(next(heads), self.storage, f.info) as rest:
+                with self.storage.read_on(next(heads), f.info, _HEADER_READ) as rest:
                     known = self._header(f, rest.read)
             yield f, known
 
@@ -321,6 +349,13 @@ class Checkpoint:
         checks them, holding a chunk at a time (validation's deep read)."""
         named_v2 = f.what.unique_id is not None
         return check_changelog(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
+
+    def check_state_file(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
+        """How many records an HDFS-backed delta or snapshot holds, checked as Spark reads it,
+        a chunk at a time (validation's deep read)."""
+        return check_state_file(
+            read, self.changelog_codec, self.storage.full(f.rel), snapshot=f.kind == FileKind.SNAPSHOT
+        )
 
     def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""
@@ -404,35 +439,6 @@ def load_checkpoint(
     return build_checkpoint(storage, files, strict=strict)
 
 
-class _ReadOn:
-    """A file's first bytes, already read, then the rest of it from the storage if a reader wants
-    more (a lineage header longer than its first block): what the reader gets is the file's bytes
-    in order, whichever read they came from."""
-
-    def __init__(self, head: bytes, storage: Storage, info: FileInfo) -> None:
-        self._head, self._storage, self._info = io.BytesIO(head), storage, info
-        self._rest: Any = None
-
-    def read(self, n: int = -1) -> bytes:
-        got = self._head.read(n)
-        if len(got) == n:
-            return got
-        at = self._head.tell()
-        if self._rest is None:
-            if at >= self._info.size:  # the head was the whole file
-                return got
-            self._rest = self._storage.open(self._info.rel, block_size=_HEADER_READ, size=self._info.size)
-            self._rest.seek(at)
-        return got + self._rest.read(-1 if n < 0 else n - len(got))
-
-    def __enter__(self) -> _ReadOn:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._rest is not None:
-            self._rest.close()
-
-
 def state_partition_folders(storage: Storage) -> list[str]:
     """`state/<op>/<part>` for every operator and partition: disjoint prefixes to list side by side."""
     out = []
@@ -513,8 +519,10 @@ def group_stores(files: Iterable[CheckpointFile]) -> dict[StoreId, Store]:
 
 
 def _format_version(commits: dict[int, CommitEntry], files: tuple[CheckpointFile, ...]) -> int:
-    # The offset conf does not record checkpointFormatVersion; the commit log and file names do.
-    if any(c.state_unique_ids is not None for c in commits.values()):
+    # The offset conf does not record checkpointFormatVersion; the commit log and file names do. A
+    # V2 commit says `v2` on its first line (and carries stateUniqueIds when stateful), a V1 one `v1`;
+    # a later commit version (`v3`) is told apart by its ids and the state file names.
+    if any(c.version == 2 or c.state_unique_ids is not None for c in commits.values()):
         return 2
     if any(f.kind in (FileKind.CHANGELOG, FileKind.ZIP) and f.what.unique_id for f in files):
         return 2

@@ -9,9 +9,12 @@ replay chains recovery walks at the chosen batches:
   absent ones), a stat and one ranged read of the committed changelog's header, a stat of each
   changelog of the replay chain, and a stat of each SST a found zip lists (and of `.crc` sidecars
   when asked).
+Format V1 (RocksDB's `<v>.zip` and `<v>.changelog`, the HDFS-backed store's `<v>.snapshot` and
+`<v>.delta`) names no ids, and which versions have a snapshot only a listing tells: per store, one
+shallow listing of its folder (what Spark's own RocksDB recovery lists too), then a read of the
+base zip and a stat of each SST it lists. Nothing outside the stores' folders is listed.
 The result is a `Checkpoint` of scope `Scope.RECOVERY` whose `files` hold exactly what was found, so
-lineage, validation and compaction planning run on it unchanged. Format V1 has no ids to name files
-by: it is loaded from a full listing instead.
+lineage, validation and compaction planning run on it unchanged.
 """
 
 from __future__ import annotations
@@ -25,18 +28,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from checkpoint.errors import CheckpointError, NotACheckpointError, StorageError
-from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, classify, is_batch_id, is_number
+from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, FileKind, classify, is_batch_id, is_number
+from checkpoint.format.providers import StateFiles
 from checkpoint.format.snapshot import Snapshot, read_snapshot
 from checkpoint.model.checkpoint import (
     Checkpoint,
     CheckpointFile,
     Scope,
+    Store,
     StoreId,
     build_checkpoint,
     group_stores,
-    load_checkpoint,
 )
-from checkpoint.model.lineage import store_ids
+from checkpoint.model.lineage import listed_lineage, store_ids
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.storage import FileInfo, Storage
@@ -88,8 +92,6 @@ def load_head(
             if "vanished" not in str(exc) or attempt == _LOG_ATTEMPTS - 1:
                 raise
             log.info("%s: %s; reading the logs again", storage.url, exc)
-    if base.format_version == 1:
-        return load_checkpoint(storage, strict=strict)  # V1 names no ids: only a listing finds files
     committed = sorted(b.id for b in base.batches.values() if b.committed)
     wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
     targets = sorted({sid for b in wanted for sid in store_ids(base, b)}, key=_order)
@@ -147,61 +149,86 @@ class _Resolver:
     def resolve(self, sid: StoreId) -> None:
         # Per store, sequential: a store's lookups depend on each other (header, then zips, then
         # chain); the pool runs stores side by side. Two batches of one store share lookups.
-        seen: dict[str, CheckpointFile | None] = {}
-        prefetched: dict[str, Any] = {}
-        folder = store_folder(sid)
-        storage = self.ckpt.storage
+        look = _Lookups(self.ckpt.storage, store_folder(sid))
+        if self.ckpt.format_version == 1:
+            self._listed(look, sid)
+        else:
+            self._named(look, sid)
+        for snap in look.prefetched.values():
+            if isinstance(snap, Snapshot):
+                for ref in snap.metadata.sst_files:
+                    look.stat(f"{look.folder}/SSTs/{ref.dfs_name}")
+        if self.sidecars:
+            for f in [f for f in look.seen.values() if f is not None and f.what.version is not None]:
+                look.stat(f"{f.rel}.crc")
+        with self._lock:
+            self.found.update((rel, f) for rel, f in look.seen.items() if f is not None)
+            self.prefetched.update(look.prefetched)
 
-        def add(rel: str, info: FileInfo | None) -> CheckpointFile | None:
-            seen[rel] = CheckpointFile(info, classify(rel)) if info is not None else None
-            return seen[rel]
-
-        def stat(rel: str) -> CheckpointFile | None:
-            return seen[rel] if rel in seen else add(rel, storage.stat(rel))
-
-        def zip_at(version: int, uid: str) -> CheckpointFile | None:
-            rel = f"{folder}/{version}_{uid}.zip"
-            if rel in seen:
-                return seen[rel]
-            data = storage.read_if_exists(rel)  # a snapshot holds only small files: read whole
-            if data is None:
-                return add(rel, None)
-            try:
-                prefetched[rel] = read_snapshot(io.BytesIO(data), storage.full(rel))
-            except CheckpointError as exc:
-                prefetched[rel] = exc
-            return add(rel, FileInfo(rel, len(data), None))
-
+    def _named(self, look: _Lookups, sid: StoreId) -> None:
+        """Format V2: every file named from the commit log's ids and the lineage headers."""
         for batch in self.batches:
             uid = self.ckpt.committed_unique_id(batch, sid)
             if uid is None:
                 continue
             version = batch + 1
-            own_zip = zip_at(version, uid)
-            changelog = stat(f"{folder}/{version}_{uid}.changelog")
+            own_zip = look.zip(f"{look.folder}/{version}_{uid}.zip")
+            changelog = look.stat(f"{look.folder}/{version}_{uid}.changelog")
             if changelog is None:
                 continue
             try:
-                header = prefetched[changelog.rel] = self.ckpt.read_changelog_header(changelog)
+                header = look.prefetched[changelog.rel] = self.ckpt.read_changelog_header(changelog)
             except CheckpointError as exc:
-                prefetched[changelog.rel] = exc
+                look.prefetched[changelog.rel] = exc
                 continue
             lineage = header.lineage or ()
             newest = None
             for i in range(len(lineage) - 1, -1, -1):  # every zip a lineage names may be loaded
-                if zip_at(lineage[i].version, lineage[i].unique_id) is not None and newest is None:
+                zf = look.zip(f"{look.folder}/{lineage[i].version}_{lineage[i].unique_id}.zip")
+                if zf is not None and newest is None:
                     newest = i
             if own_zip is None:
                 start = 0 if newest is None else newest + 1
                 for e in lineage[start:]:
-                    stat(f"{folder}/{e.version}_{e.unique_id}.changelog")
-        for snap in prefetched.values():
-            if isinstance(snap, Snapshot):
-                for ref in snap.metadata.sst_files:
-                    stat(f"{folder}/SSTs/{ref.dfs_name}")
-        if self.sidecars:
-            for f in [f for f in seen.values() if f is not None and f.what.version is not None]:
-                stat(f"{f.rel}.crc")
-        with self._lock:
-            self.found.update((rel, f) for rel, f in seen.items() if f is not None)
-            self.prefetched.update(prefetched)
+                    look.stat(f"{look.folder}/{e.version}_{e.unique_id}.changelog")
+
+    def _listed(self, look: _Lookups, sid: StoreId) -> None:
+        """Format V1: the store folder's one listing, then what recovery reads of it."""
+        store = Store(sid, CheckpointFile.of_listing(self.ckpt.storage.list_dir(look.folder).files))
+        kinds = StateFiles.of(self.ckpt.provider)
+        for batch in self.batches:
+            entry = listed_lineage(store, batch, kinds)
+            if entry.base is not None and entry.base.kind == FileKind.ZIP:
+                look.zip(entry.base.rel)  # first: it may be the committed file too
+            for f in (entry.base, entry.committed_file, *entry.chain):
+                if f is not None and f.rel not in look.seen:
+                    look.add(f.rel, f.info)
+
+
+class _Lookups:
+    """What one store's lookups found (None: looked up, absent) and the snapshots read on the way."""
+
+    def __init__(self, storage: Storage, folder: str):
+        self.storage, self.folder = storage, folder
+        self.seen: dict[str, CheckpointFile | None] = {}
+        self.prefetched: dict[str, Any] = {}
+
+    def add(self, rel: str, info: FileInfo | None) -> CheckpointFile | None:
+        self.seen[rel] = CheckpointFile(info, classify(rel)) if info is not None else None
+        return self.seen[rel]
+
+    def stat(self, rel: str) -> CheckpointFile | None:
+        return self.seen[rel] if rel in self.seen else self.add(rel, self.storage.stat(rel))
+
+    def zip(self, rel: str) -> CheckpointFile | None:
+        """A snapshot zip, read whole (it holds only RocksDB's small files) and parsed."""
+        if rel in self.seen:
+            return self.seen[rel]
+        data = self.storage.read_if_exists(rel)
+        if data is None:
+            return self.add(rel, None)
+        try:
+            self.prefetched[rel] = read_snapshot(io.BytesIO(data), self.storage.full(rel))
+        except CheckpointError as exc:
+            self.prefetched[rel] = exc
+        return self.add(rel, FileInfo(rel, len(data), None))

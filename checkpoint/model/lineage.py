@@ -4,6 +4,8 @@ Format V2 (docs/format.md §7): `<V>_<U>.zip` when it exists; otherwise the newe
 the committed changelog's lineage that has a zip, then every changelog after it up to V; with no zip
 in the lineage and a lineage that starts at version 1, a replay from the empty store.
 Format V1 has no ids and no lineage: the newest `<v>.zip` at or below V, then `<v+1..V>.changelog`.
+The HDFS-backed store (Spark's default provider, format V1 only) the same way: the newest
+`<v>.snapshot` at or below V, then `<v+1..V>.delta`; with no snapshot, every delta from version 1.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from checkpoint.errors import CheckpointError
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP, ChangelogHeader, LineageEntry
 from checkpoint.format.layout import FileKind
+from checkpoint.format.providers import StateFiles
 from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, Store, StoreId
 
 
@@ -24,11 +27,11 @@ class StoreLineage:
     batch: int
     version: int
     unique_id: str | None
-    committed_file: CheckpointFile | None  # the committed zip, else the committed changelog
+    committed_file: CheckpointFile | None  # the committed zip (snapshot), else changelog (delta)
     header: ChangelogHeader | None  # of the committed changelog (V2)
     header_error: CheckpointError | None
-    base: CheckpointFile | None  # the zip the load starts from; None: the empty store or no base
-    chain: tuple[CheckpointFile, ...]  # changelogs replayed after the base, ascending
+    base: CheckpointFile | None  # the zip (snapshot) the load starts from; None: the empty store or no base
+    chain: tuple[CheckpointFile, ...]  # changelogs (deltas) replayed after the base, ascending
     missing: tuple[tuple[int, str | None], ...]  # (version, id) the chain needs that does not exist
     no_base: bool  # no zip to start from, and the lineage does not reach version 1
 
@@ -112,7 +115,7 @@ def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
     version = batch + 1
     store = ckpt.stores.get(sid) or Store(sid, ())
     if ckpt.format_version == 1:
-        return _v1(ckpt, store, batch, version)
+        return listed_lineage(store, batch, StateFiles.of(ckpt.provider))
     uid = ckpt.committed_unique_id(batch, sid)
     zip_file = store.file(FileKind.ZIP, version, uid)
     changelog = store.file(FileKind.CHANGELOG, version, uid)
@@ -160,20 +163,22 @@ def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
 _MISSING_NAMED = 1000  # missing changelogs a V1 lineage names at most; one is enough to break it
 
 
-def _v1(ckpt: Checkpoint, store: Store, batch: int, version: int) -> StoreLineage:
-    zips = [v for v in store.by_version if v <= version and store.file(FileKind.ZIP, v, None)]
-    base_version = max(zips, default=0)
-    base = store.file(FileKind.ZIP, base_version, None) if base_version else None
+def listed_lineage(store: Store, batch: int, kinds: StateFiles) -> StoreLineage:
+    """Format V1, whose files name no id: from what the store's folder holds."""
+    version = batch + 1
+    bases = [v for v in store.by_version if v <= version and store.file(kinds.base, v, None)]
+    base_version = max(bases, default=0)
+    base = store.file(kinds.base, base_version, None) if base_version else None
     # Walked over the files there are, not over the versions: a version read from an absurd
     # batch id costs what the store holds, and only the first missing versions are named.
     in_range = (v for v in store.by_version if base_version < v <= version)
-    found = {v: f for v in in_range if (f := store.file(FileKind.CHANGELOG, v, None)) is not None}
+    found = {v: f for v in in_range if (f := store.file(kinds.step, v, None)) is not None}
     present = sorted(found)
     chain = [found[v] for v in present]
     missing: list[tuple[int, str | None]] = []
     for low, high in pairwise([base_version, *present, version + 1]):
         missing += [(v, None) for v in range(low + 1, min(high, low + 1 + _MISSING_NAMED - len(missing)))]
-    committed = store.file(FileKind.ZIP, version, None) or store.file(FileKind.CHANGELOG, version, None)
+    committed = store.file(kinds.base, version, None) or store.file(kinds.step, version, None)
     return StoreLineage(
         store=store.id, batch=batch, version=version, unique_id=None, committed_file=committed, header=None,
         header_error=None, base=base, chain=tuple(chain), missing=tuple(missing), no_base=False,

@@ -4,6 +4,7 @@ backend modules hold what differs between local disks, S3 and other fsspec proto
 
 from __future__ import annotations
 
+import io
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -362,3 +363,38 @@ class Storage:
         self.calls.add("open")
         with failing("open", self.full(rel), vanished=VANISHED):
             return self.backend.open(self.full(rel), block_size, size)
+
+    def read_on(self, head: bytes, info: FileInfo, block_size: int) -> _ReadOn:
+        """A reader of a file whose first bytes `head` were read already (`read_heads`): the rest
+        is opened only if a reader wants more (a lineage header longer than its first block)."""
+        return _ReadOn(head, self, info, block_size)
+
+
+class _ReadOn:
+    """A file's first bytes, already read, then the rest of it from the storage if a reader wants
+    more (a lineage header longer than its first block): what the reader gets is the file's bytes
+    in order, whichever read they came from."""
+
+    def __init__(self, head: bytes, storage: Storage, info: FileInfo, block_size: int) -> None:
+        self._head, self._storage, self._info = io.BytesIO(head), storage, info
+        self._block_size = block_size
+        self._rest: Any = None
+
+    def read(self, n: int = -1) -> bytes:
+        got = self._head.read(n)
+        if len(got) == n:
+            return got
+        at = self._head.tell()
+        if self._rest is None:
+            if at >= self._info.size:  # the head was the whole file
+                return got
+            self._rest = self._storage.open(self._info.rel, block_size=self._block_size, size=self._info.size)
+            self._rest.seek(at)
+        return got + self._rest.read(-1 if n < 0 else n - len(got))
+
+    def __enter__(self) -> _ReadOn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._rest is not None:
+            self._rest.close()

@@ -1,0 +1,133 @@
+"""A third corpus: checkpoints as Spark writes them by default, which most of a real fleet is.
+
+Spark's defaults in 4.0-4.3 are the HDFS-backed state store and checkpoint format V1, with
+RocksDB's changelog checkpointing off; a checkpoint keeps its provider and format for ever. Each
+scenario here runs one of the main corpus's queries (or an operator only this corpus needs) under
+those defaults, or under RocksDB with format V1:
+
+- the HDFS-backed store (`<v>.delta`, `<v>.snapshot`), with Spark's own snapshots (its maintenance
+  every 10 deltas, as by default) and without (a delta-only chain), for every operator the
+  provider supports;
+- RocksDB format V1 with changelog checkpointing (`<v>.changelog`, a `<v>.zip` every 10 versions)
+  and without (a `<v>.zip` for every version);
+- a driver killed mid-batch and a task retried after its state commit, on the HDFS-backed store.
+
+Kept apart from the other corpora (its own version and cache), generated once and cached.
+
+    python -m testbed.defaults OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from testbed.corpus import (
+    JOIN_INPUTS,
+    NO_SNAPSHOTS,
+    KilledScenario,
+    Scenario,
+    _retry_sink,
+    aggregation,
+    corpus_base,
+    dedup_then_aggregation,
+    ensure_generated,
+    generate,
+    run_killed_child,
+    stream_join,
+    windowed_aggregation,
+)
+from testbed.operators import _events, pandas_with_state, session_window_count
+
+DEFAULTS_VERSION = 1
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+# Spark's own defaults, stated rather than left out: the generator's session sets RocksDB V2.
+HDFS = {
+    "spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER,
+    "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "10",
+}
+ROCKSDB_V1 = {
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "10",
+}
+CHANGELOGS = {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+# Enough batches for Spark's maintenance to write two snapshots at its default of every 10 deltas.
+LONG = 25
+
+
+def dedup_within_watermark(spark, paths: dict[str, str], max_files: int = 1):
+    return _events(spark, paths, max_files).dropDuplicatesWithinWatermark(["k", "v"])
+
+
+class DefaultsKilled(KilledScenario):
+    child_module = "testbed.defaults"
+
+
+DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("hdfs_agg", "HDFS-backed store, Spark's defaults: aggregation, snapshots by Spark's maintenance",
+             aggregation, LONG, HDFS),
+    Scenario("hdfs_deltas", "HDFS-backed store without snapshots: a delta-only chain",
+             aggregation, 12, {**HDFS, **NO_SNAPSHOTS}),
+    Scenario("hdfs_dedup", "HDFS-backed store: dropDuplicates then aggregation, two operators",
+             dedup_then_aggregation, 12, HDFS),
+    Scenario("hdfs_dedup_watermark", "HDFS-backed store: dropDuplicatesWithinWatermark",
+             dedup_within_watermark, 8, HDFS, output_mode="append"),
+    Scenario("hdfs_join", "HDFS-backed store: stream-stream join, four stores per partition",
+             stream_join, 8, HDFS, inputs=JOIN_INPUTS, output_mode="append"),
+    Scenario("hdfs_window", "HDFS-backed store: windowed aggregation with a watermark",
+             windowed_aggregation, 12, HDFS, output_mode="append"),
+    Scenario("hdfs_session", "HDFS-backed store: session windows",
+             session_window_count, 8, HDFS, output_mode="append"),
+    Scenario("hdfs_pandas", "HDFS-backed store: applyInPandasWithState",
+             pandas_with_state, 8, HDFS),
+    Scenario("hdfs_retry", "HDFS-backed store: a task fails after its state commit and is retried",
+             aggregation, 5, HDFS, sink=_retry_sink),
+    DefaultsKilled("hdfs_killed",
+                   "HDFS-backed store: driver SIGKILLed mid-batch, copies before and after the restart",
+                   aggregation, 6, HDFS),
+    Scenario("rocksdb_v1", "RocksDB format V1 without changelogs: a zip for every version",
+             aggregation, 12, ROCKSDB_V1),
+    Scenario("rocksdb_v1_changelog", "RocksDB format V1 with changelog checkpointing: zips from maintenance",
+             aggregation, LONG, {**ROCKSDB_V1, **CHANGELOGS}),
+)  # fmt: skip
+
+
+def scenario_named(name: str) -> Scenario:
+    base = name.split("_before")[0].split("_after")[0]
+    for scenario in DEFAULT_SCENARIOS:
+        if scenario.name == base:
+            return scenario
+    raise KeyError(name)
+
+
+def default_cache_dir() -> Path:
+    return corpus_base().parent / f"defaults-v{DEFAULTS_VERSION}"
+
+
+def ensure_defaults_corpus(cache: Path | None = None, log=print) -> Path:
+    """The cached corpus of default formats, generated in a child process first when it is
+    missing (as `corpus.ensure_corpus`)."""
+    return ensure_generated(
+        cache or default_cache_dir(), ["-m", "testbed.defaults"], "the corpus of default formats", log
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
+    parser.add_argument("--killed-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.killed_child:
+        run_killed_child(args.out, scenario_named(args.out.name))
+        return
+    generate(args.out, args.only, scenarios=DEFAULT_SCENARIOS, version=DEFAULTS_VERSION)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Checkpoints as Spark writes them by default (the HDFS-backed store, RocksDB format V1), written by
+real queries (`testbed.defaults`): read as healthy, their replay chains what Spark's recovery
+replays, their damage found and named."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from checkpoint.analysis.validate import Severity, ValidationOptions, validate
+from checkpoint.format.layout import FileKind, classify
+from checkpoint.format.providers import Provider
+from checkpoint.model.checkpoint import Scope, load_checkpoint
+from checkpoint.model.head import load_head
+from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.storage import Storage
+from testbed.copying import copy_checkpoint
+from tests.support.cli import ckpt
+from tests.support.damage import remove
+
+HDFS = ("hdfs_agg", "hdfs_deltas", "hdfs_dedup", "hdfs_dedup_watermark", "hdfs_join", "hdfs_window",
+        "hdfs_session", "hdfs_pandas", "hdfs_retry", "hdfs_killed_before_restart",
+        "hdfs_killed_after_restart")  # fmt: skip
+ROCKSDB_V1 = ("rocksdb_v1", "rocksdb_v1_changelog")
+
+
+def test_the_corpus_holds_every_default_format(defaults) -> None:
+    assert sorted(defaults) == sorted(HDFS + ROCKSDB_V1)
+    for name, path in defaults.items():
+        ckpt_ = load_checkpoint(str(path))
+        assert ckpt_.format_version == 1, name
+        assert ckpt_.provider == (Provider.HDFS if name.startswith("hdfs") else Provider.ROCKSDB), name
+    kinds = {name: load_checkpoint(str(path)).count_by_kind() for name, path in defaults.items()}
+    assert kinds["hdfs_agg"]["snapshot"] > 0 and "snapshot" not in kinds["hdfs_deltas"]  # Spark's own
+    assert "changelog" not in kinds["rocksdb_v1"] and kinds["rocksdb_v1_changelog"]["changelog"] > 0
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_a_healthy_default_checkpoint_has_no_error_and_no_unknown_file(defaults, deep) -> None:
+    for name, path in defaults.items():
+        full = load_checkpoint(str(path), strict=False)
+        assert "unknown" not in full.count_by_kind(), name
+        findings = validate(full, ValidationOptions(deep=deep)).findings
+        assert [f for f in findings if f.severity == Severity.ERROR] == [], name
+        # The one warning: a delta-only chain of 12, past the threshold of 10.
+        assert {f.code for f in findings} <= ({"LONG_REPLAY_CHAIN"} if name == "hdfs_deltas" else set()), name
+
+
+def _chain_from_names(store: Path, version: int, base_ext: str, step_ext: str) -> tuple[int, list[int]]:
+    """What Spark's recovery of `version` reads, from the folder's names alone: the newest base at
+    or below it, then every step after."""
+    names = os.listdir(store)
+    bases = [int(n.split(".")[0]) for n in names if n.endswith(f".{base_ext}") and not n.startswith(".")]
+    base = max((v for v in bases if v <= version), default=0)
+    return base, list(range(base + 1, version + 1))
+
+
+def test_the_chain_is_what_recovery_replays_by_the_file_names(defaults) -> None:
+    for name, path in defaults.items():
+        ckpt_ = load_checkpoint(str(path))
+        exts = ("snapshot", "delta") if ckpt_.provider == Provider.HDFS else ("zip", "changelog")
+        for entry in checkpoint_lineage(ckpt_):
+            folder = path / "state" / str(entry.store.operator) / str(entry.store.partition)
+            folder = folder if entry.store.store == "default" else folder / entry.store.store
+            base, steps = _chain_from_names(folder, entry.version, *exts)
+            assert (entry.snapshot_version, [f.what.version for f in entry.chain]) == (base, steps), (
+                name,
+                entry,
+            )
+            assert entry.loadable and all(f.kind.value == exts[1] for f in entry.chain), name
+
+
+def test_head_first_reads_what_recovery_reads_and_agrees_with_the_listing(defaults) -> None:
+    for name, path in defaults.items():
+        full = load_checkpoint(str(path), strict=False)
+        head = load_head(str(path), strict=False, recent=2)
+        assert head.scope == Scope.RECOVERY and len(head.files) < len(full.files), name
+        for deep in (False, True):
+            got, want = (validate(c, ValidationOptions(deep=deep)) for c in (head, full))
+            assert sorted(f.as_dict().items() for f in got.findings) == sorted(
+                f.as_dict().items() for f in want.findings
+            ), name
+            assert [e.as_dict() for e in got.lineage] == [e.as_dict() for e in want.lineage], name
+        calls = head.storage.calls.snapshot()
+        assert calls["list"] == 0, (name, calls)
+
+
+def _requests(path: Path) -> dict[str, int]:
+    storage = Storage(str(path))
+    validate(load_head(storage, strict=False))
+    return dict(storage.calls.snapshot())
+
+
+@pytest.mark.parametrize("name", ["hdfs_agg", "rocksdb_v1_changelog"])
+def test_head_first_requests_do_not_grow_with_history(defaults, tmp_path, name) -> None:
+    """Two checkpoints that differ only in history (the state files below each store's base, as
+    Spark's retention deletes them) cost the same requests to read and validate."""
+    pruned = tmp_path / "pruned"
+    copy_checkpoint(defaults[name], pruned)
+    ckpt_ = load_checkpoint(str(pruned))
+    for entry in checkpoint_lineage(ckpt_):
+        assert entry.base is not None, entry
+        for f in ckpt_.stores[entry.store].files:
+            if f.what.version is not None and f.what.version < entry.base.what.version:
+                remove(pruned / f.rel)
+    assert len(load_checkpoint(str(pruned)).files) < len(ckpt_.files)
+    assert _requests(defaults[name]) == _requests(pruned)
+
+
+def _copy(defaults, name: str, tmp_path: Path) -> Path:
+    path = tmp_path / name
+    copy_checkpoint(defaults[name], path)
+    return path
+
+
+def _codes(path: Path, deep: bool = False) -> dict[str, list[str]]:
+    findings = validate(load_checkpoint(str(path), strict=False), ValidationOptions(deep=deep)).findings
+    out: dict[str, list[str]] = {}
+    for f in findings:
+        out.setdefault(f.code, []).append(f.message)
+    return out
+
+
+def test_a_delta_missing_inside_the_chain_breaks_it_by_name(defaults, tmp_path) -> None:
+    path = _copy(defaults, "hdfs_agg", tmp_path)
+    entry = checkpoint_lineage(load_checkpoint(str(path)))[1]
+    victim = entry.chain[1]
+    remove(path / victim.rel)
+    codes = _codes(path)
+    assert codes["REPLAY_CHAIN_BROKEN"] == [
+        f"{victim.what.version}.delta is missing from the replay chain of version {entry.version}"
+    ]
+    result = ckpt("validate", str(path))
+    assert result.returncode == 1 and f"{victim.what.version}.delta" in result.stdout
+
+
+def test_a_missing_snapshot_falls_back_to_the_deltas_as_spark_does(defaults, tmp_path) -> None:
+    """Recovery takes the newest snapshot there is: without it, an older one (or version 1) and
+    more deltas. Nothing is broken while the deltas are there."""
+    path = _copy(defaults, "hdfs_agg", tmp_path)
+    entry = checkpoint_lineage(load_checkpoint(str(path)))[0]
+    remove(path / entry.base.rel)
+    after = next(e for e in checkpoint_lineage(load_checkpoint(str(path))) if e.store == entry.store)
+    assert after.snapshot_version < entry.snapshot_version and after.loadable
+    assert after.chain_length == entry.chain_length + entry.snapshot_version - after.snapshot_version
+    assert "REPLAY_CHAIN_BROKEN" not in _codes(path)
+
+
+@pytest.mark.parametrize("kind", [FileKind.SNAPSHOT, FileKind.DELTA])
+def test_an_unreadable_snapshot_or_delta_is_named(defaults, tmp_path, kind) -> None:
+    path = _copy(defaults, "hdfs_agg", tmp_path)
+    entry = checkpoint_lineage(load_checkpoint(str(path)))[0]
+    victim = path / (entry.base.rel if kind == FileKind.SNAPSHOT else entry.chain[-1].rel)
+    code = "SNAPSHOT_UNREADABLE" if kind == FileKind.SNAPSHOT else "DELTA_UNREADABLE"
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])  # cut short: the LZ4 stream ends inside a block
+    assert code not in _codes(path)  # the size is not zero: only a read tells
+    assert code in _codes(path, deep=True)
+    victim.write_bytes(b"")
+    version = int(victim.name.split(".")[0])
+    assert _codes(path)[code] == [f"an empty file: Spark cannot read version {version} of the store"]
+
+
+def test_a_zip_whose_sst_is_missing_is_named(defaults, tmp_path) -> None:
+    path = _copy(defaults, "rocksdb_v1", tmp_path)
+    ckpt_ = load_checkpoint(str(path))
+    entry = checkpoint_lineage(ckpt_)[0]
+    listed = ckpt_.read_snapshot(entry.base).metadata.sst_files[0].dfs_name
+    remove((path / entry.base.rel).parent / "SSTs" / listed)
+    assert _codes(path)["SST_MISSING"] == [f"listed by {entry.base.rel.rsplit('/', 1)[1]} but missing"]
+
+
+def test_every_read_command_calls_a_default_checkpoint_healthy(defaults) -> None:
+    path = defaults["hdfs_agg"]
+    assert ckpt("validate", str(path)).returncode == 0
+    doc = json.loads(ckpt("inspect", str(path), "--json").stdout)
+    assert (doc["format_version"], doc["provider"]) == (1, "hdfs") and "unknown" not in doc["files"]
+    lineage = json.loads(ckpt("lineage", str(path), "--json").stdout)["stores"]
+    assert {(s["snapshot_version"], s["chain_length"]) for s in lineage} == {(22, 3)}
+    scan = json.loads(ckpt("scan", str(path.parent), "--json").stdout)["checkpoints"]
+    assert [(c["state_format"], c["health"]) for c in scan] == [("hdfs V1", "ok")]
+    fleet = json.loads(ckpt("fleet", str(path.parent), "--json").stdout)["checkpoints"]
+    assert [(r["state_format"], r["errors"]) for r in fleet] == [("hdfs V1", [])]
+
+
+def test_spark_temp_files_are_told_apart() -> None:
+    uid = "0a1b2c3d-0000-4000-8000-000000000000"
+    assert classify(f"state/0/1/.7.delta.{uid}.TID12.tmp").kind == FileKind.SPARK_TEMP
+    assert classify(f"commits/.7.{uid}.tmp").kind == FileKind.SPARK_TEMP
+    assert classify(f"state/0/1/7_{uid}.delta").kind == FileKind.UNKNOWN  # the HDFS-backed store has no ids
+    assert classify(f"elsewhere/.7.{uid}.tmp").kind == FileKind.UNKNOWN
+
+
+V1_SESSION = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "1"}  # the state reader's
+
+
+@pytest.mark.parametrize("name", ["hdfs_agg", "hdfs_dedup", "rocksdb_v1_changelog"])
+def test_spark_reads_the_computed_chain_and_nothing_else(spark, defaults, tmp_path, name) -> None:
+    """Spark's state data source loads the same rows from a copy that holds only the computed base
+    and chain of every store, and fails once one file of a chain is gone."""
+    from jobs.spark_session import scoped_confs
+    from tests.support.state import StateUnreadable, read_state
+
+    path = _copy(defaults, name, tmp_path)
+    ckpt_ = load_checkpoint(str(path))
+    batch = ckpt_.latest_committed_batch
+    lineage = checkpoint_lineage(ckpt_)
+    needed = {f.rel for e in lineage for f in (e.base, *e.chain) if f is not None}
+    with scoped_confs(spark, V1_SESSION):
+        before = read_state(spark, path, batch, name)
+        pruned = _copy(defaults, name, tmp_path / "pruned")
+        state_kinds = {FileKind.ZIP, FileKind.CHANGELOG, FileKind.DELTA, FileKind.SNAPSHOT}
+        gone = [f.rel for f in ckpt_.files if f.kind in state_kinds and f.rel not in needed]
+        for rel in gone:
+            remove(pruned / rel)
+        assert gone and before and read_state(spark, pruned, batch, name) == before
+        entry = next(e for e in lineage if e.chain)
+        broken = _copy(defaults, name, tmp_path / "broken")
+        remove(broken / entry.chain[0].rel)
+        with pytest.raises(StateUnreadable):
+            read_state(spark, broken, batch, name)
