@@ -31,7 +31,7 @@ def recovery_files(path: Path | str, batch: int) -> dict[str, int]:
     out |= {f.rel for f in ckpt.files if f.kind in _LOGS and (f.what.batch is None or f.what.batch <= batch)}
     for entry in checkpoint_lineage(ckpt, batch):
         committed = entry.committed_file
-        if committed.kind == FileKind.ZIP:
+        if committed.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
             files = [committed]
         else:
             files = [*([entry.base] if entry.base else []), *entry.chain]

@@ -208,7 +208,8 @@ _DELETABLE = frozenset({FileKind.ZIP, FileKind.CHANGELOG, FileKind.SST, FileKind
 def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:
     """The retained batches, once the logs proved sound."""
     if base.format_version != 2:
-        raise GcError("format V1 checkpoint: Spark cleans these itself; gc handles format V2 only", base.url)
+        why = f"a format V1 checkpoint ({base.state_format}): gc handles RocksDB format V2 only, for now"
+        raise GcError(why, base.url)
     errors = [f for f in validate(base, categories=frozenset({Category.COMMIT_LOG})).findings
               if f.severity == Severity.ERROR]  # fmt: skip
     if errors:

@@ -10,14 +10,16 @@ receives, as of batch N:
   per-store schema files of partition 0;
 - per store, what loading version N+1 reads (docs/format.md §7): the committed zip, or the
   committed changelog with its replay chain, the base zip, and the SSTs (and archived logs) it
-  lists; with their Spark `.crc` sidecars.
+  lists; with their Spark `.crc` sidecars. In format V1 the same from the store's folder: the
+  newest zip (the HDFS-backed store: snapshot) at or below N+1 and the changelogs (deltas) after it.
 Nothing else: no later batch, no lost attempt, no history, no Hadoop `.crc` (Hadoop reads a file
 without one unchecked).
 
 Reading SRC costs what recovery at N costs (checkpoint.model.head) plus one shallow listing per source log.
 Writing is ordered so that an interrupted fork can never pass for a checkpoint: `_ckpt_fork.json`
 first, then the state and schema files, whose bytes are all checked (CRC32C against Spark's
-sidecars, read back from DEST where they were copied server-side) before the offsets, the commits
+sidecars, read back from DEST where they were copied server-side; format V1, which has no
+sidecars, read back from DEST and decoded as Spark's load decodes them) before the offsets, the commits
 and the query `metadata` are written, and `_ckpt_fork.complete.json` last, after DEST was checked
 against the plan (every file with its size, nothing else). Validation reports a DEST without the
 second marker as an INCOMPLETE_FORK, and running the same fork again finishes it.
@@ -26,6 +28,7 @@ second marker as an INCOMPLETE_FORK, and running the same fork again finishes it
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import os
 import threading
@@ -45,8 +48,10 @@ from checkpoint.errors import (
 )
 from checkpoint.fork.markers import ForkResult, ForkStarted
 from checkpoint.fork.plan import STEP_OFFSETS, STEP_STATE, ForkItem, ForkPlan, plan_fork, read_source
+from checkpoint.format.changelog import check_changelog, check_state_file
 from checkpoint.format.crc import crc32c_signed, signed
-from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX
+from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind
+from checkpoint.format.snapshot import check_zip
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.storage import FileInfo, Storage, normalize_url
@@ -195,7 +200,7 @@ def apply_fork(
                     "this fork; empty the destination and fork again",
                     dest.url,
                 )
-        crcs = copier.crcs
+        crcs, decoded = copier.crcs, set[str]()
 
         for step, name in enumerate(_STEP_NAMES):
             check()
@@ -203,7 +208,9 @@ def apply_fork(
                 # Every byte of the state, schema and source logs is checked (read back where it
                 # was copied server-side or kept from a killed run) before the first log file that
                 # makes DEST look like a checkpoint to Spark.
-                _verify_bytes([i for i in plan.items if i.step == STEP_STATE], dest, crcs)
+                _verify_bytes(
+                    [i for i in plan.items if i.step == STEP_STATE], dest, crcs, plan.codec, decoded
+                )
             batch = [i for i in todo if i.step == step]
             if batch:
                 log.info("%s: writing %s (%d files)", dest.url, name, len(batch))
@@ -211,7 +218,7 @@ def apply_fork(
                     list(pool.map(copier.write, batch))
             crash_point("fork.after_step", step)
         check()
-        _verify(plan, dest, crcs)
+        _verify(plan, dest, crcs, decoded)
         result = ForkResult(
             source=plan.source, dest=plan.dest, batch=plan.batch, query_id=plan.query_id,
             files=plan.files, total_bytes=plan.total_bytes, copied_files=len(copied),
@@ -248,7 +255,7 @@ def _clear_temps(dest: Storage, state: DestState) -> None:
             raise ForkIncomplete(f"cannot remove a leftover temp file {rel}: {why}", dest.url)
 
 
-def _verify(plan: ForkPlan, dest: Storage, crcs: dict[str, int]) -> None:
+def _verify(plan: ForkPlan, dest: Storage, crcs: dict[str, int], decoded: set[str]) -> None:
     """DEST holds exactly the plan's files with the plan's sizes, and every file with a Spark
     sidecar matches it (see _verify_bytes)."""
     found = {f.rel: f for f in dest.list_files()}
@@ -263,14 +270,20 @@ def _verify(plan: ForkPlan, dest: Storage, crcs: dict[str, int]) -> None:
         raise ForkIncomplete(
             f"the destination holds {len(extra)} files the fork did not write, e.g. {extra[0]}", dest.url
         )
-    _verify_bytes(plan.items, dest, crcs)
+    _verify_bytes(plan.items, dest, crcs, plan.codec, decoded)
 
 
-def _verify_bytes(items: Iterable[ForkItem], dest: Storage, crcs: dict[str, int]) -> None:
+def _verify_bytes(
+    items: Iterable[ForkItem], dest: Storage, crcs: dict[str, int], codec: str, decoded: set[str]
+) -> None:
     """Every item with a Spark sidecar matches it. Bytes that never passed through this process
     (server-side copies, files of an interrupted run) are read back from DEST once; what was
-    checked is remembered in `crcs`."""
+    checked is remembered in `crcs`. A format V1 state file, which has no sidecar, is read back
+    from DEST once and decoded as Spark reads it (`_decode`); `decoded` remembers it."""
     for item in items:
+        if item.decode is not None and item.rel not in decoded:
+            _decode(dest, item, codec)
+            decoded.add(item.rel)
         if item.crc is None:
             continue
         crc = crcs.get(item.rel)
@@ -279,6 +292,20 @@ def _verify_bytes(items: Iterable[ForkItem], dest: Storage, crcs: dict[str, int]
             crc = crcs[item.rel] = signed(raw)
         if crc != item.crc:
             _corrupt(dest, item)
+
+
+def _decode(dest: Storage, item: ForkItem, codec: str) -> None:
+    """Reads a copied V1 state file from DEST as Spark's load reads it: a delta, snapshot or
+    changelog through its codec's block checksums and every record's framing, a zip's entries
+    against their CRC-32s. Raises CorruptFileError."""
+    path = dest.full(item.rel)
+    with dest.open(item.rel, block_size=POLICY.copy_chunk_bytes, size=item.size) as fh:
+        if item.decode == FileKind.ZIP:
+            check_zip(io.BytesIO(fh.read()), path)
+        elif item.decode == FileKind.CHANGELOG:
+            check_changelog(fh.read, codec, path, named_v2=False)
+        else:
+            check_state_file(fh.read, codec, path, snapshot=item.decode == FileKind.SNAPSHOT)
 
 
 def _corrupt(dest: Storage, item: ForkItem) -> None:

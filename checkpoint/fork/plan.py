@@ -43,6 +43,9 @@ class ForkItem:
     step: int
     data: bytes | None = None
     crc: int | None = None
+    # Format V1 writes no sidecars: its state files are checked as Spark reads them instead, by
+    # their kind (the LZ4 or zstd block checksums of a delta, snapshot or changelog; a zip's CRCs).
+    decode: FileKind | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class ForkPlan:
     query_id: str
     source_query_id: str | None
     items: tuple[ForkItem, ...]
+    codec: str = "lz4"  # the state files' compression, for the items checked by decoding them
 
     @property
     def files(self) -> int:
@@ -99,12 +103,9 @@ def as_of(ckpt: Checkpoint, batch: int) -> Checkpoint:
 
 def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
     """Reads what a fork of SRC at `batch` (default: the latest committed) needs, refusing with
-    ForkRefused when SRC cannot be forked there: format V1, a batch not in the commit log, state
-    files already pruned, or any error finding in SRC as of that batch."""
+    ForkRefused when SRC cannot be forked there: a batch not in the commit log, state files
+    already pruned, or any error finding in SRC as of that batch."""
     ckpt = load_head(storage, strict=False, batches=None if batch is None else [batch])
-    if ckpt.format_version != 2:
-        raise ForkRefused("format V1 checkpoints are not forked (their files carry no ids to name them by)",
-                          storage.url)  # fmt: skip
     committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
     if not committed:
         raise ForkRefused("no committed batch to fork at", storage.url)
@@ -119,8 +120,9 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
 
     # Operator metadata v2 (to rewrite) and every chain file's sidecar (to check the copy against):
     # one GET each, a 404 for a file Spark wrote no sidecar for; side by side, as head-first reads.
+    # Format V1 has no sidecars to ask for.
     v2 = [f.rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA and f.what.batch is not None]
-    chain = [f for e in lineage for f in _state_files(e) if f.kind in (FileKind.ZIP, FileKind.CHANGELOG)]
+    chain = [f for e in lineage for f in _state_files(e) if view.format_version == 2]
     wanted = ["metadata", *v2, *(f"{f.rel}.crc" for f in chain)]
     with ThreadPoolExecutor(POLICY.store_workers) as pool:
         got = zip(wanted, pool.map(storage.read_if_exists, wanted), strict=True)
@@ -157,9 +159,8 @@ def _refuse_on_errors(view: Checkpoint, batch: int) -> Validation:
     codes = sorted({f.code for f in errors})
     if codes == [FindingCode.COMMITTED_FILE_MISSING]:
         raise ForkRefused(
-            f"the state files of batch {batch} are gone ({len(errors)} store(s) have neither changelog nor "
-            "zip of its committed id): Spark's retention pruned them, or they were deleted; "
-            "fork a later batch",
+            f"the state files of batch {batch} are gone ({len(errors)} store(s) have no state file of "
+            "its committed version): Spark's retention pruned them, or they were deleted; fork a later batch",
             view.url,
         )
     first = errors[0]
@@ -171,8 +172,8 @@ def _refuse_on_errors(view: Checkpoint, batch: int) -> Validation:
 
 
 def _state_files(entry: StoreLineage):
-    """The files loading one store reads: the committed zip alone, else base zip and chain."""
-    if entry.committed_file is not None and entry.committed_file.kind == FileKind.ZIP:
+    """The files loading one store reads: the committed zip (snapshot) alone, else base and chain."""
+    if entry.committed_file is not None and entry.committed_file.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
         return (entry.committed_file,)
     return ((entry.base,) if entry.base is not None else ()) + entry.chain
 
@@ -225,7 +226,11 @@ def plan_fork(src: ForkSource, dest: Storage, query_id: str | None = None) -> Fo
         for f in _state_files(entry):
             sidecar = src.small.get(f"{f.rel}.crc")
             crc = parse_sidecar(sidecar, ckpt.storage.full(f"{f.rel}.crc")) if sidecar is not None else None
-            add(f.info, crc=None if crc is None else crc.value)
+            add(
+                f.info,
+                crc=None if crc is None else crc.value,
+                decode=f.kind if ckpt.format_version == 1 else None,
+            )
             if sidecar is not None:
                 add(FileInfo(f"{f.rel}.crc", len(sidecar), None), data=sidecar)
             if f.kind == FileKind.ZIP:
@@ -255,7 +260,9 @@ def plan_fork(src: ForkSource, dest: Storage, query_id: str | None = None) -> Fo
         original if new_id == ckpt.query_id else json.dumps({"id": new_id}, separators=(",", ":")).encode()
     )
     add(FileInfo("metadata", len(original), None), STEP_QUERY, metadata)
-    return ForkPlan(ckpt.url, dest.url, batch, new_id, ckpt.query_id, tuple(_unique(items)))
+    return ForkPlan(
+        ckpt.url, dest.url, batch, new_id, ckpt.query_id, tuple(_unique(items)), ckpt.changelog_codec
+    )
 
 
 def _zip_members(ckpt: Checkpoint, zf, sid: StoreId) -> list[ForkItem]:

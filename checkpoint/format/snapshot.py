@@ -117,6 +117,18 @@ def read_metadata_entry(zf: zipfile.ZipFile, path: str) -> bytes:
     return zf.read(info)
 
 
+def check_zip(fileobj: IO[bytes], path: str) -> None:
+    """Every entry of a zip read and checked against its CRC-32, as RocksDB's load unpacks them;
+    a snapshot zip holds only RocksDB's small files (its SSTs live beside it)."""
+    try:
+        with zipfile.ZipFile(fileobj) as zf:
+            bad = zf.testzip()
+    except ZIP_ERRORS as exc:
+        raise UnreadableZipError(f"unreadable zip: {exc}", path) from exc
+    if bad is not None:
+        raise UnreadableZipError(f"zip entry {bad!r} does not match its CRC-32", path)
+
+
 def read_snapshot(fileobj: IO[bytes], path: str) -> Snapshot:
     """Reads the central directory and the `metadata` entry only (a seekable file reads no more)."""
     try:

@@ -22,6 +22,7 @@ from checkpoint.analysis.validate import Severity, validate
 from checkpoint.errors import CheckpointError, RepartitionRefused
 from checkpoint.format.layout import FileKind
 from checkpoint.format.logs import OffsetEntry
+from checkpoint.format.providers import Provider
 from checkpoint.model.checkpoint import Checkpoint, state_partition_folders
 from checkpoint.model.lineage import checkpoint_lineage
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
@@ -96,8 +97,15 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
     """
     if partitions < 1:
         raise RepartitionRefused("--partitions must be at least 1", ckpt.url)
+    if ckpt.provider == Provider.HDFS and ckpt.operators:
+        why = (
+            "Spark's repartitioner reads RocksDB state only (it refuses this provider: UNSUPPORTED_PROVIDER)"
+        )
+        raise RepartitionRefused(f"the HDFS-backed state store: {why}", ckpt.url)
     if ckpt.format_version != 2:
-        raise RepartitionRefused("a format V1 checkpoint: repartition handles format V2 only", ckpt.url)
+        raise RepartitionRefused(
+            "a format V1 checkpoint: repartition handles RocksDB format V2 only", ckpt.url
+        )
     committed, planned = ckpt.latest_committed_batch, ckpt.latest_planned_batch
     if committed is None:
         raise RepartitionRefused("no committed batch: nothing to repartition yet", ckpt.url)
