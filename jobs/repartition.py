@@ -10,10 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.policy import POLICY
-from checkpoint.repartition.flow import StateEngine, undo_repartition
 from checkpoint.repartition.flow import repartition as guarded_repartition
+from checkpoint.repartition.flow import undo_repartition
 from checkpoint.repartition.guards import StateReader, partition_count, skew, state_readers
 from checkpoint.repartition.records import RepartitionResult, StoreDigest
 from checkpoint.storage import Storage
@@ -122,20 +120,10 @@ class SparkStateEngine:
         self.spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
 
 
-def repartition(
-    session: Callable[[], Any],
-    storage: Storage,
-    audit: AuditTrail,
-    partitions: int,
-    check: Callable[[], None] = lambda: None,
-    now: float | None = None,
-    quiet_seconds: float = POLICY.quiet_seconds,
-    after_rewrite: Callable[[], None] | None = None,
-) -> RepartitionResult:
-    """The guarded repartition (`flow.repartition`) with Spark's repartitioner; `session` makes
-    the SparkSession, once preflight passed."""
-    engine: Callable[[], StateEngine] = lambda: SparkStateEngine(session(), storage)  # noqa: E731
-    return guarded_repartition(engine, storage, audit, partitions, check, now, quiet_seconds, after_rewrite)
+def repartition(session: Callable[[], Any], storage: Storage, *args: Any, **kwargs: Any) -> RepartitionResult:
+    """The guarded repartition (`flow.repartition`, whose arguments follow these two) with Spark's
+    repartitioner; `session` makes the SparkSession, once preflight passed."""
+    return guarded_repartition(lambda: SparkStateEngine(session(), storage), storage, *args, **kwargs)
 
 
 def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:

@@ -347,10 +347,10 @@ SCENARIOS: tuple[Scenario, ...] = (
 )  # fmt: skip
 
 
-def scenario_named(name: str) -> Scenario:
+def scenario_named(name: str, scenarios: tuple[Scenario, ...] = SCENARIOS) -> Scenario:
     """The scenario that wrote a corpus checkpoint (`killed_before_restart` -> `killed`)."""
     base = name.split("_before")[0].split("_after")[0]
-    for scenario in SCENARIOS:
+    for scenario in scenarios:
         if scenario.name == base:
             return scenario
     raise KeyError(name)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from testbed import corpus
 from testbed.corpus import (
     JOIN_INPUTS,
     NO_SNAPSHOTS,
@@ -98,11 +99,7 @@ DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
 
 
 def scenario_named(name: str) -> Scenario:
-    base = name.split("_before")[0].split("_after")[0]
-    for scenario in DEFAULT_SCENARIOS:
-        if scenario.name == base:
-            return scenario
-    raise KeyError(name)
+    return corpus.scenario_named(name, DEFAULT_SCENARIOS)
 
 
 def default_cache_dir() -> Path:

@@ -98,10 +98,8 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
     if partitions < 1:
         raise RepartitionRefused("--partitions must be at least 1", ckpt.url)
     if ckpt.provider == Provider.HDFS and ckpt.operators:
-        why = (
-            "Spark's repartitioner reads RocksDB state only (it refuses this provider: UNSUPPORTED_PROVIDER)"
-        )
-        raise RepartitionRefused(f"the HDFS-backed state store: {why}", ckpt.url)
+        spark = "Spark's repartitioner reads RocksDB state only (it refuses this one: UNSUPPORTED_PROVIDER)"
+        raise RepartitionRefused(f"the HDFS-backed state store: {spark}", ckpt.url)
     if ckpt.format_version != 2:
         raise RepartitionRefused(
             "a format V1 checkpoint: repartition handles RocksDB format V2 only", ckpt.url
