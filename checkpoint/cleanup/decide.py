@@ -24,6 +24,7 @@ from checkpoint.cleanup.rules import (
 )
 from checkpoint.errors import CheckpointError, GcError
 from checkpoint.format.layout import FileKind
+from checkpoint.format.providers import StateFiles
 from checkpoint.model.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -52,7 +53,8 @@ class Context:
 
     base: Checkpoint
     window: list[int]
-    committed: dict[str, dict[int, dict[StoreId, str]]]  # partition folder -> batch -> store -> id
+    # partition folder -> batch -> store -> id (None in format V1)
+    committed: dict[str, dict[int, dict[StoreId, str | None]]]
     options: GcOptions
     now: float
     lister: Lister
@@ -149,7 +151,7 @@ def decide_apart(context: Context, folder: str) -> Decided:
 def scan_partition(
     base: Checkpoint,
     window: list[int],
-    committed: dict[int, dict[StoreId, str]],
+    committed: dict[int, dict[StoreId, str | None]],
     files: tuple[CheckpointFile, ...],
     options: GcOptions,
     now: float,
@@ -159,6 +161,8 @@ def scan_partition(
     to_read: dict[str, CheckpointFile] = {}  # the committed changelogs: their lineage headers
     for batch, stores in committed.items():
         for sid, uid in stores.items():
+            if uid is None:  # format V1: no lineage to read, the store's folder tells its chain
+                continue
             if index.get(sid, FileKind.ZIP, batch + 1, uid) is not None:
                 continue
             changelog = index.get(sid, FileKind.CHANGELOG, batch + 1, uid)
@@ -172,7 +176,12 @@ def scan_partition(
     zip_ssts = _ZipListings(base, {f.rel: f for f in index.of_kind[FileKind.ZIP]})
     try:
         scan = find_orphans(
-            RetentionInputs(files, window[-1], dict(committed), lineages, zip_ssts), options, now, index
+            RetentionInputs(
+                files, window[-1], dict(committed), lineages, zip_ssts, StateFiles.of(base.provider)
+            ),
+            options,
+            now,
+            index,
         )
     except UnsafeToPlan as exc:
         raise GcError(f"unsafe to plan: {exc}", base.url) from exc

@@ -41,6 +41,7 @@ from checkpoint.cleanup.rules import (
 from checkpoint.cleanup.spill import Spill
 from checkpoint.errors import GcError
 from checkpoint.format.layout import FileKind, classify
+from checkpoint.format.providers import Provider
 from checkpoint.model.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -131,7 +132,7 @@ def plan_gc(
 
 def _read_logs(
     storage: Storage, retain_batches: int | None
-) -> tuple[Checkpoint, list[str], list[int], dict[str, dict[int, dict[StoreId, str]]]]:
+) -> tuple[Checkpoint, list[str], list[int], dict[str, dict[int, dict[StoreId, str | None]]]]:
     """(the checkpoint's logs, its partition folders, the retained batches, each partition's
     committed ids over them): everything outside `state/<op>/<part>/`, listed and read strictly."""
     folders = state_partition_folders(storage)
@@ -201,15 +202,16 @@ class Recheck:
 
 
 # What a plan may name: the state files the rules decide. Never a log, metadata or schema file.
-_DELETABLE = frozenset({FileKind.ZIP, FileKind.CHANGELOG, FileKind.SST, FileKind.WAL_LOG, FileKind.SPARK_CRC,
-                        FileKind.HADOOP_CRC, FileKind.MAINT_TEMP})  # fmt: skip
+_DELETABLE = frozenset({FileKind.ZIP, FileKind.CHANGELOG, FileKind.DELTA, FileKind.SNAPSHOT, FileKind.SST,
+                        FileKind.WAL_LOG, FileKind.SPARK_CRC, FileKind.HADOOP_CRC, FileKind.MAINT_TEMP,
+                        FileKind.SPARK_TEMP})  # fmt: skip
 
 
 def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:
     """The retained batches, once the logs proved sound."""
-    if base.format_version != 2:
-        why = f"a format V1 checkpoint ({base.state_format}): gc handles RocksDB format V2 only, for now"
-        raise GcError(why, base.url)
+    if base.provider == Provider.OTHER and base.operators:
+        raise GcError(f"the state store provider {base.provider_class} is not Spark's: its files are not "
+                      "ours to delete", base.url)  # fmt: skip
     errors = [f for f in validate(base, categories=frozenset({Category.COMMIT_LOG})).findings
               if f.severity == Severity.ERROR]  # fmt: skip
     if errors:
@@ -224,15 +226,16 @@ def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:
 
 def _committed_by_partition(
     base: Checkpoint, window: list[int], folders: list[str]
-) -> dict[str, dict[int, dict[StoreId, str]]]:
-    """Partition folder -> batch -> store -> committed id, over the window: the one input of the
-    retained set that spans partitions, as large as retained batches x stores. A store the latest
-    batch committed must have its partition folder: a missing one stops the plan (fail closed)."""
-    out: dict[str, dict[int, dict[StoreId, str]]] = defaultdict(lambda: defaultdict(dict))
+) -> dict[str, dict[int, dict[StoreId, str | None]]]:
+    """Partition folder -> batch -> store -> committed id (None in format V1, whose names carry
+    none), over the window: the one input of the retained set that spans partitions, as large as
+    retained batches x stores. A store the latest batch committed must have its partition folder:
+    a missing one stops the plan (fail closed)."""
+    out: dict[str, dict[int, dict[StoreId, str | None]]] = defaultdict(lambda: defaultdict(dict))
     for batch in window:
         for sid in store_ids(base, batch):
             uid = base.committed_unique_id(batch, sid)
-            if uid is None:
+            if uid is None and base.format_version == 2:
                 raise GcError(
                     f"batch {batch} names no committed id for {sid}", base.storage.full(f"commits/{batch}")
                 )

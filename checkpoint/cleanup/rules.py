@@ -8,16 +8,18 @@ read, is `gc_plan`'s job.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
 from checkpoint.format.changelog import LineageEntry
 from checkpoint.format.layout import SIDECAR_MAIN, FileKind, classify
+from checkpoint.format.providers import ROCKSDB_FILES, StateFiles
 from checkpoint.model.checkpoint import CheckpointFile, StoreId
 from checkpoint.policy import POLICY
 
@@ -31,6 +33,7 @@ class Reason(str, Enum):
     UNREFERENCED_SST = "unreferenced_sst"  # no zip that stays lists it
     STALE_SIDECAR = "stale_sidecar"  # a .crc whose main file is gone or goes
     ABANDONED_TEMP = "abandoned_temp"  # this tool's temp file left by a crash while publishing
+    KILLED_WRITE = "killed_write"  # Spark's temp file of a write never renamed into place (format V1)
 
 
 class Kept(str, Enum):
@@ -68,14 +71,21 @@ _new = tuple.__new__
 class RetentionInputs:
     files: tuple[CheckpointFile, ...]
     latest_committed: int
-    # batch -> store -> committed id, for every batch in the retention window (format V2)
-    committed: dict[int, dict[StoreId, str]]
+    # batch -> store -> committed id, for every batch in the retention window; None in format V1,
+    # whose names carry no id: every store then loads from what its folder holds
+    committed: dict[int, dict[StoreId, str | None]]
     # rel of a committed changelog -> its lineage (the header), for the changelogs the window needs
     lineages: dict[str, tuple[LineageEntry, ...]]
     # rel of a zip -> the DFS names of the SSTs it lists; None for a zip that could not be read, which
     # then protects every SST of its store if it stays. Only zips that stay (retained, or orphans kept)
     # are looked up: a planner may read each on demand, and spare the reads of the zips that go.
     zip_ssts: Mapping[str, tuple[str, ...] | None]
+    # What the provider's recovery reads in format V1: the base it starts from, the steps after it
+    state_files: StateFiles = ROCKSDB_FILES
+
+    @property
+    def v1(self) -> bool:
+        return any(uid is None for stores in self.committed.values() for uid in stores.values())
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,8 @@ class GcOptions:
 @dataclass(frozen=True)
 class OrphanScan:
     retained: frozenset[str]
-    # Zips, changelogs, SSTs, Spark's sidecars, Hadoop's, then temp files: each kind in the order
+    # Zips, changelogs (deltas, snapshots), SSTs, Spark's temp files (V1), Spark's sidecars,
+    # Hadoop's, then this tool's temp files: each kind in the order
     # of `files` (a sorted listing gives each kind by path). A zip comes before the SSTs it lists
     # and a sidecar after its main file, the order a plan deletes them in.
     candidates: tuple[Candidate, ...]
@@ -137,12 +148,14 @@ class FileIndex:
         oldest: dict[tuple[int, int, str], int] = {}
         # Locals: on Python 3.11 `FileKind.ZIP` is a Python-level lookup, here three per file.
         changelog, zip_, sst = FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST
+        delta, snapshot = FileKind.DELTA, FileKind.SNAPSHOT
         for f in files:
             what = f.what
             kind = what.kind
             of_kind[kind].append(f)
             if kind is not changelog and kind is not zip_ and kind is not sst:
-                continue
+                if kind is not delta and kind is not snapshot:
+                    continue
             op, part, store = what.operator, what.partition, what.store
             if op is None or part is None or store is None:
                 continue
@@ -155,9 +168,21 @@ class FileIndex:
             if old is None or version < old:
                 oldest[(op, part, store)] = version
         self.oldest_version: dict[StoreId, int] = {_store_id(*k): v for k, v in oldest.items()}
+        self._versions_of: dict[tuple[StoreId, FileKind], list[int]] = {}  # `newest`'s, built on demand
 
     def get(self, sid: StoreId, kind: FileKind, version: int, uid: str | None) -> CheckpointFile | None:
         return self.by_key.get((sid.operator, sid.partition, sid.store, kind, version, uid))
+
+    def newest(self, sid: StoreId, kind: FileKind, version: int) -> CheckpointFile | None:
+        """Format V1: the file of `kind` with the highest version at or below `version`."""
+        found = self._versions_of.get((sid, kind))
+        if found is None:
+            found = self._versions_of[(sid, kind)] = sorted(
+                v for (op, part, store, k, v, uid) in self.by_key
+                if uid is None and k is kind and (op, part, store) == (sid.operator, sid.partition, sid.store)
+            )  # fmt: skip
+        at = bisect.bisect_right(found, version)
+        return self.get(sid, kind, found[at - 1], None) if at else None
 
 
 def _gap(sid: StoreId, batch: int, what: str, version: int, *, latest: bool, pruned_below: int) -> None:
@@ -186,6 +211,9 @@ def retained_set(inputs: RetentionInputs, index: FileIndex | None = None) -> tup
             def gap(what: str, v: int) -> None:
                 _gap(sid, batch, what, v, latest=latest, pruned_below=pruned_below)  # noqa: B023 - called inside this iteration
 
+            if uid is None:
+                _retain_listed(index, inputs.state_files, sid, version, retained, zips, gap)
+                continue
             zip_file = index.get(sid, FileKind.ZIP, version, uid)
             changelog = index.get(sid, FileKind.CHANGELOG, version, uid)
             for f in (zip_file, changelog):
@@ -226,6 +254,36 @@ def retained_set(inputs: RetentionInputs, index: FileIndex | None = None) -> tup
     return retained, zips
 
 
+def _retain_listed(
+    index: FileIndex,
+    kinds: StateFiles,
+    sid: StoreId,
+    version: int,
+    retained: set[str],
+    zips: set[str],
+    gap: Callable[[str, int], None],
+) -> None:
+    """Format V1: the newest base at or below the version, every step after it, and the step of
+    the version itself (as V2 keeps a committed changelog beside its zip)."""
+    base = index.newest(sid, kinds.base, version)
+    start = 0 if base is None else base.what.version_id
+    if base is not None:
+        retained.add(base.rel)
+        if base.kind == FileKind.ZIP:
+            zips.add(base.rel)
+    own = index.get(sid, kinds.step, version, None)
+    if own is not None:
+        retained.add(own.rel)
+    for v in range(version, start, -1):  # newest first: what was retained for a later batch stops it
+        step = index.get(sid, kinds.step, v, None)
+        if step is None:
+            gap(f"{kinds.step.value} {v} of the replay chain", v)
+            return
+        if step.rel in retained and v != version:
+            return
+        retained.add(step.rel)
+
+
 def find_orphans(
     inputs: RetentionInputs, options: GcOptions, now: float, index: FileIndex | None = None
 ) -> OrphanScan:
@@ -233,13 +291,15 @@ def find_orphans(
     given, is the FileIndex of `inputs.files`.
 
     Only files under `state/` are ever candidates, and only kinds this release understands:
-    changelogs and zips with an id (format V2), SSTs, and `.crc` files of either kind.
+    changelogs and zips with an id (format V2) or without (format V1, with the HDFS-backed store's
+    deltas and snapshots and Spark's temp files), SSTs, and `.crc` files of either kind.
     """
     index = index or FileIndex(inputs.files)
     retained, _ = retained_set(inputs, index)
     decider = _Decider(inputs, options, now, index, retained)
     decider.versions()
     oldest_retained_sst = decider.ssts()
+    decider.killed_writes()
     decider.sidecars()
     decider.temps()
     chosen = decider.chosen
@@ -259,6 +319,8 @@ class _Decider:
         self.inputs, self.options, self.now, self.index, self.retained = inputs, options, now, index, retained
         self.newest_version = inputs.latest_committed + 1
         self.live = options.live
+        # Format V1 names no ids: its files are the ones without (a V2 plan leaves those alone).
+        self.v1 = inputs.v1
         self.kept: dict[str, Kept] = {}
         self.chosen: dict[str, Candidate] = {}
         self.held: dict[str, float] = {}
@@ -274,12 +336,18 @@ class _Decider:
         return True
 
     def versions(self) -> None:
-        """1. changelogs and zips of (version, id) pairs that no retained batch reads"""
+        """1. changelogs and zips (deltas and snapshots) of versions that no retained batch reads"""
         inputs, index, retained, kept, chosen = self.inputs, self.index, self.retained, self.kept, self.chosen
-        newest_version, live, eligible = self.newest_version, self.live, self.eligible
-        for f in index.of_kind[FileKind.ZIP] + index.of_kind[FileKind.CHANGELOG]:
+        newest_version, live, eligible, v1 = self.newest_version, self.live, self.eligible, self.v1
+        of_kind = index.of_kind
+        for f in (
+            of_kind[FileKind.ZIP]
+            + of_kind[FileKind.CHANGELOG]
+            + of_kind[FileKind.DELTA]
+            + of_kind[FileKind.SNAPSHOT]
+        ):
             rel, what = f.info.rel, f.what
-            if not what.unique_id or rel in retained:
+            if (what.unique_id is None) != v1 or rel in retained:
                 continue
             version = what.version
             if version is None or version > newest_version or not rel.startswith("state/"):
@@ -333,7 +401,7 @@ class _Decider:
         """3. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)"""
         retained, kept, chosen, held = self.retained, self.kept, self.chosen, self.held
         newest_version, live, eligible = self.newest_version, self.live, self.eligible
-        by_rel, owners, versioned = self.index.by_rel, _SIDECAR_OWNERS, _VERSIONED
+        by_rel, owners, versioned, v1 = self.index.by_rel, _SIDECAR_OWNERS, _VERSIONED, self.v1
         for kind, main_of in SIDECAR_MAIN.items():
             for f in self.index.of_kind[kind]:
                 info = f.info
@@ -347,7 +415,8 @@ class _Decider:
                 if (
                     owner is None
                     or owner_kind not in owners
-                    or (owner_kind in versioned and not owner.unique_id)
+                    or (owner_kind in versioned and (owner.unique_id is None) != v1)
+                    or (owner_kind == FileKind.SPARK_TEMP and not v1)
                 ):
                     # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
                     kept[rel] = Kept.NOT_OURS
@@ -368,6 +437,16 @@ class _Decider:
                 else:
                     kept.setdefault(rel, Kept.MAIN_KEPT)
 
+    def killed_writes(self) -> None:
+        """2b. format V1: Spark's own temp files of a write never renamed into place (a killed
+        task or driver), once older than the grace period (a write in progress is younger); before
+        the sidecars, whose Hadoop .crc follows them"""
+        if not self.v1:
+            return
+        for f in self.index.of_kind[FileKind.SPARK_TEMP]:
+            if f.info.rel.startswith("state/") and self.eligible(f.info.rel, f.info.mtime):
+                self.chosen[f.info.rel] = _new(Candidate, (f, Reason.KILLED_WRITE))
+
     def temps(self) -> None:
         """4. this tool's own temp files, left by a crash while publishing a snapshot"""
         for f in self.index.of_kind[FileKind.MAINT_TEMP]:
@@ -375,9 +454,12 @@ class _Decider:
                 self.chosen[f.info.rel] = _new(Candidate, (f, Reason.ABANDONED_TEMP))
 
 
-# A .crc is a candidate only beside one of these: never beside temp files or unknown files.
-_SIDECAR_OWNERS = frozenset({FileKind.CHANGELOG, FileKind.ZIP, FileKind.SST, FileKind.SPARK_CRC})
-_VERSIONED = frozenset({FileKind.CHANGELOG, FileKind.ZIP})  # named by (version, id)
+# A .crc is a candidate only beside one of these: never beside this tool's temp files or unknown
+# files (Spark's temp files: format V1 only).
+_SIDECAR_OWNERS = frozenset({FileKind.CHANGELOG, FileKind.ZIP, FileKind.DELTA, FileKind.SNAPSHOT,
+                             FileKind.SST, FileKind.SPARK_CRC, FileKind.SPARK_TEMP})  # fmt: skip
+# Named by (version, id) in format V2, by version alone in format V1
+_VERSIONED = frozenset({FileKind.CHANGELOG, FileKind.ZIP, FileKind.DELTA, FileKind.SNAPSHOT})
 
 
 def _version_reason(inputs: RetentionInputs, index: FileIndex, f: CheckpointFile) -> Reason:

@@ -36,11 +36,11 @@ class StateFiles(NamedTuple):
 
     @staticmethod
     def of(provider: Provider) -> StateFiles:
-        return _HDFS_FILES if provider == Provider.HDFS else _ROCKSDB_FILES
+        return HDFS_FILES if provider == Provider.HDFS else ROCKSDB_FILES
 
     def name(self, kind: FileKind, version: int, unique_id: str | None = None) -> str:
         return f"{version}_{unique_id}.{kind.value}" if unique_id else f"{version}.{kind.value}"
 
 
-_HDFS_FILES = StateFiles(FileKind.SNAPSHOT, FileKind.DELTA)
-_ROCKSDB_FILES = StateFiles(FileKind.ZIP, FileKind.CHANGELOG)
+HDFS_FILES = StateFiles(FileKind.SNAPSHOT, FileKind.DELTA)
+ROCKSDB_FILES = StateFiles(FileKind.ZIP, FileKind.CHANGELOG)
