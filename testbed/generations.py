@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
+from testbed.defaults import DEFAULTS_VERSION
 
 # The newest patch release of each line before the project's own (4.3, the test session's).
 RELEASES = {"4.0": "4.0.5", "4.1": "4.1.4", "4.2": "4.2.1"}
@@ -25,6 +26,9 @@ RELEASES = {"4.0": "4.0.5", "4.1": "4.1.4", "4.2": "4.2.1"}
 # join whose stores sit on Spark's own snapshots, and transformWithStateInPandas (operator metadata
 # v2 naming its schema files, which a fork rewrites).
 SCENARIOS = ("long_chain", "join", "list_state")
+# Spark's defaults (`testbed.defaults`): the HDFS-backed store with its own snapshots, and RocksDB
+# format V1 with changelogs.
+DEFAULT_SCENARIOS = ("hdfs_agg", "rocksdb_v1_changelog")
 # What `testbed.corpus` needs besides PySpark: the project's storage and policy modules, and
 # PySpark's pandas API with its Spark Connect protobufs for transformWithStateInPandas.
 PACKAGES = ("fsspec", "humanfriendly", "pandas", "pyarrow", "protobuf", "grpcio")
@@ -57,16 +61,21 @@ def python_of(cache: Path, version: str) -> Path:
     return python
 
 
-def ensure_written_by(cache: Path, version: str) -> Path:
-    """`SCENARIOS` as PySpark `version` writes them (a corpus folder: `<name>/checkpoint`, the
-    inputs beside it), generated once per generator version."""
-    done = cache / f"written-by-{version}-v{CORPUS_VERSION}.{GENERATOR_VERSION}"
+def ensure_written_by(cache: Path, version: str, *, defaults: bool = False) -> Path:
+    """`SCENARIOS` (with `defaults`: `DEFAULT_SCENARIOS`) as PySpark `version` writes them (a
+    corpus folder: `<name>/checkpoint`, the inputs beside it), generated once per generator version."""
+    if defaults:
+        done = cache / f"written-by-{version}-defaults-v{DEFAULTS_VERSION}.{GENERATOR_VERSION}"
+        module, names = "testbed.defaults", DEFAULT_SCENARIOS
+    else:
+        done = cache / f"written-by-{version}-v{CORPUS_VERSION}.{GENERATOR_VERSION}"
+        module, names = "testbed.corpus", SCENARIOS
     if (done / "manifest.json").exists():
         return done
     python = python_of(cache, version)
     work = done.with_name(done.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
-    command = [str(python), "-m", "testbed.corpus", str(work), "--only", *SCENARIOS]
+    command = [str(python), "-m", module, str(work), "--only", *names]
     subprocess.run(command, check=True, env=child_env(), cwd=cache, timeout=1800)
     written = json.loads((work / "manifest.json").read_text())["spark_version"]
     if written != version:

@@ -67,8 +67,8 @@ def restart(
     `extra`); what it emitted and, unless not `read_state`, the state it ended with (Spark 4.0's
     state data source cannot read a format V2 checkpoint: it ignores the unique ids, and looks for
     `<v>.changelog`)."""
+    from jobs.spark_session import scoped_confs
     from testbed.corpus import write_inputs
-    from testbed.operators import scenario_named
 
     scenario = scenario_named(name)
     emitted: list[str] = []
@@ -81,7 +81,18 @@ def restart(
     scenario.run(spark, scenario_dir, checkpoint, max_files=100_000, sink=sink, extra=extra)
     if not read_state:
         return {"emitted": sorted(emitted)}
-    return {"emitted": sorted(emitted), "state": state_rows(spark, checkpoint, name)}
+    with scoped_confs(spark, scenario.confs):  # a format V1 checkpoint is read in a V1 session
+        return {"emitted": sorted(emitted), "state": state_rows(spark, checkpoint, name)}
+
+
+def scenario_named(name: str):
+    """The scenario of any corpus: the main one, the operators', Spark's defaults."""
+    from testbed import defaults, operators
+
+    try:
+        return operators.scenario_named(name)
+    except KeyError:
+        return defaults.scenario_named(name)
 
 
 def differences(changed: dict[str, Any], untouched: dict[str, Any]) -> list[str]:

@@ -77,13 +77,7 @@ def iter_files(
         yield f"offsets/{batch}", offset
         yield f"commits/{batch}", ("v2\n" + json.dumps({"nextBatchWatermarkMs": 0,
                                    "stateUniqueIds": {"0": ids}})).encode()  # fmt: skip
-    yield (
-        "state/0/_metadata/metadata",
-        (
-            'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"stateStoreSave"},'
-            f'"stateStoreInfo":[{{"storeName":"default","numColsPrefixKey":0,"numPartitions":{committed}}}]}}'
-        ).encode(),
-    )
+    yield "state/0/_metadata/metadata", _operator_metadata(committed)
     empty = b""
     for p in range(partitions):
         d = f"state/0/{p}"
@@ -115,6 +109,43 @@ def iter_files(
                 last_zip = v
 
 
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+def iter_hdfs_files(
+    partitions: int,
+    versions: int,
+    window: int = WINDOW,
+    snapshot_every: int = SNAPSHOT_EVERY,
+    committed_partitions: int | None = None,
+) -> Iterator[tuple[str, bytes]]:
+    """As `iter_files`, with Spark's defaults: format V1 and the HDFS-backed store (a `<v>.delta`
+    per version, a `<v>.snapshot` every `snapshot_every`, each with Hadoop's hidden crc). Deltas
+    and snapshots hold no records: cleanup planning reads none of them."""
+    committed = partitions if committed_partitions is None else committed_partitions
+    yield "metadata", b'{"id":"synthetic"}'
+    conf = json.dumps({"spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER})
+    offset = f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{conf}}}\n{{"logOffset":0}}'.encode()
+    for batch in range(versions - window, versions):
+        yield f"offsets/{batch}", offset
+        yield f"commits/{batch}", b'v1\n{"nextBatchWatermarkMs":0}'
+    yield "state/0/_metadata/metadata", _operator_metadata(committed)
+    empty = b""
+    for p in range(partitions):
+        for v in range(1, versions + 1):
+            kinds = ("delta", "snapshot") if v % snapshot_every == 0 else ("delta",)
+            for kind in kinds:
+                yield f"state/0/{p}/{v}.{kind}", empty
+                yield f"state/0/{p}/.{v}.{kind}.crc", empty
+
+
+def _operator_metadata(partitions: int) -> bytes:
+    return (
+        'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"stateStoreSave"},'
+        f'"stateStoreInfo":[{{"storeName":"default","numColsPrefixKey":0,"numPartitions":{partitions}}}]}}'
+    ).encode()
+
+
 def files(partitions: int, versions: int, **shape: int) -> dict[str, bytes]:
     """Relative path -> content of one checkpoint (see iter_files), held whole: small ones only."""
     return dict(iter_files(partitions, versions, **shape))
@@ -137,6 +168,7 @@ def write_local(
     return n
 
 
-def build(root: Path, partitions: int, versions: int, **shape: int) -> int:
-    """Writes one synthetic checkpoint to local disk; returns its file count."""
-    return write_local(root, iter_files(partitions, versions, **shape))
+def build(root: Path, partitions: int, versions: int, *, hdfs: bool = False, **shape: int) -> int:
+    """Writes one synthetic checkpoint to local disk (format V2 on RocksDB, or with `hdfs`
+    Spark's defaults); returns its file count."""
+    return write_local(root, (iter_hdfs_files if hdfs else iter_files)(partitions, versions, **shape))

@@ -111,11 +111,12 @@ def s3_copy_of(s3, corpus: dict[str, Path]):
 @pytest.fixture(scope="session")
 def written_by():
     """`written_by(version)`: the folder of `testbed.generations.SCENARIOS` as PySpark `version`
-    wrote them (format V2), generated once in a cached virtualenv of that version."""
+    wrote them (format V2), generated once in a cached virtualenv of that version; with
+    `defaults=True`, `DEFAULT_SCENARIOS` (Spark's default formats)."""
     from testbed.corpus import cache_home
     from testbed.generations import ensure_written_by
 
-    return lambda version: ensure_written_by(cache_home(), version)
+    return lambda version, defaults=False: ensure_written_by(cache_home(), version, defaults=defaults)
 
 
 # The tiers (docs/testing.md), told from what a test uses, transitively: a Spark session or

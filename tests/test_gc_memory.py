@@ -30,12 +30,15 @@ def _traced(path: Path, audit: AuditTrail) -> tuple[Plan, int]:
 
 
 @pytest.mark.stress
-def test_ten_times_the_history_costs_no_more_memory(tmp_path) -> None:
+@pytest.mark.parametrize("hdfs", [False, True], ids=["rocksdb_v2", "hdfs_v1"])
+def test_ten_times_the_history_costs_no_more_memory(tmp_path, hdfs) -> None:
     small, big = tmp_path / "small", tmp_path / "big"
-    n_small = synthetic.build(small, PARTITIONS, VERSIONS, window=WINDOW)
+    n_small = synthetic.build(small, PARTITIONS, VERSIONS, window=WINDOW, hdfs=hdfs)
     # The same retained set, ten times the files: nine partition folders of history for each one
     # the commit log names (what a repartition to fewer partitions leaves behind).
-    n_big = synthetic.build(big, 10 * PARTITIONS, VERSIONS, window=WINDOW, committed_partitions=PARTITIONS)
+    n_big = synthetic.build(
+        big, 10 * PARTITIONS, VERSIONS, window=WINDOW, committed_partitions=PARTITIONS, hdfs=hdfs
+    )
     assert n_big >= 9.5 * n_small
     audit = AuditTrail(str(tmp_path / "audit"))
     _traced(small, audit)  # warm: imports and first-use caches are not the plan's memory

@@ -25,7 +25,7 @@ from jobs.compact import run_compaction
 from jobs.repartition import repartition
 from testbed.copying import copy_checkpoint
 from testbed.corpus import cache_home
-from testbed.generations import RELEASES, SCENARIOS, restart_under
+from testbed.generations import DEFAULT_SCENARIOS, RELEASES, SCENARIOS, restart_under
 from testbed.restart import differences
 from tests.support import damage
 from tests.support.files import files_of
@@ -98,3 +98,41 @@ def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkp
                 for run, result in pairs if run["copy"] != "untouched"]  # fmt: skip
     assert [c for c in compared if c[2]] == []
     assert len(compared) == 2 * len(SCENARIOS) + (0 if spark_4_0 else 1)
+
+
+@pytest.mark.parametrize("version", sorted(RELEASES.values()))
+def test_default_formats_cleaned_and_forked_restart_under_the_spark_that_wrote_them(
+    written_by, tmp_path, version
+) -> None:
+    """Spark's defaults as each release writes them (`DEFAULT_SCENARIOS`: the HDFS-backed store on
+    its own snapshots, RocksDB V1 with changelogs): read healthy, cleaned to two batches and forked
+    by this release, then restarted under the Spark that wrote them beside an
+    untouched copy restarted the same way. Format V1 is read by every release's state reader."""
+    from checkpoint.analysis.validate import Severity, validate
+
+    corpus, runs = written_by(version, defaults=True), []
+    for name in DEFAULT_SCENARIOS:
+        work = tmp_path / name
+        copies = {
+            c: copy_checkpoint(corpus / name / "checkpoint", work / c) for c in ("untouched", "cleaned")
+        }
+        head = load_head(str(copies["cleaned"]), strict=False)
+        assert head.format_version == 1, name
+        assert [f for f in validate(head).findings if f.severity == Severity.ERROR] == [], name
+        trail = AuditTrail(str(work / "audit"))
+        plan = plan_of(copies["cleaned"], audit=trail, retain_batches=2, now=time.time() + 7 * 3600)
+        result = apply_plan(plan, Storage(str(copies["cleaned"])), trail)
+        assert plan.files > 0 and not result.failed.files and result.deleted.files == plan.files
+        # At the latest batch: restarted with its original input folder in a glob, PySpark 4.0.5's
+        # file source reads every file again (an untouched copy too), so a fork at an earlier
+        # batch would replay a different history (forks at earlier batches: test_default_formats).
+        fork(Storage(str(copies["untouched"])), Storage(str(work / "forked")))
+        copies["forked"] = work / "forked"
+        runs += [{"scenario": name, "scenario_dir": corpus / name, "checkpoint": path, "copy": copy,
+                  "extra": work / "more-input"} for copy, path in copies.items()]  # fmt: skip
+    restarted = restart_under(cache_home(), version, runs, tmp_path / "restarts")
+    pairs = list(zip(runs, restarted, strict=True))
+    control = {run["scenario"]: result for run, result in pairs if run["copy"] == "untouched"}
+    compared = [(run["scenario"], run["copy"], differences(result, control[run["scenario"]]))
+                for run, result in pairs if run["copy"] != "untouched"]  # fmt: skip
+    assert [c for c in compared if c[2]] == [] and len(compared) == 2 * len(DEFAULT_SCENARIOS)

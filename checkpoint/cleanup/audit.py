@@ -45,9 +45,11 @@ def _append(out: BinaryIO, path: str) -> None:
 
 
 def _sha256_of(path: str) -> str:
+    # In 64 KiB reads, the size of the copy's own buffer: a plan's memory is one partition's, and
+    # a larger read would be the peak of a small checkpoint's plan (as large as a 1 MiB manifest).
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
+        while chunk := f.read(1 << 16):
             digest.update(chunk)
     return digest.hexdigest()
 

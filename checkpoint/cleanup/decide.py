@@ -177,7 +177,13 @@ def scan_partition(
     try:
         scan = find_orphans(
             RetentionInputs(
-                files, window[-1], dict(committed), lineages, zip_ssts, StateFiles.of(base.provider)
+                files,
+                window[-1],
+                dict(committed),
+                lineages,
+                zip_ssts,
+                StateFiles.of(base.provider),
+                base.format_version,
             ),
             options,
             now,

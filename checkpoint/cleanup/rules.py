@@ -82,10 +82,13 @@ class RetentionInputs:
     zip_ssts: Mapping[str, tuple[str, ...] | None]
     # What the provider's recovery reads in format V1: the base it starts from, the steps after it
     state_files: StateFiles = ROCKSDB_FILES
+    # The checkpoint's format (its commit log's): in V1 its files are the ones without ids, and a
+    # folder no retained batch names (a partition count since lowered) holds history only
+    format_version: int = 2
 
     @property
     def v1(self) -> bool:
-        return any(uid is None for stores in self.committed.values() for uid in stores.values())
+        return self.format_version == 1
 
 
 @dataclass(frozen=True)
