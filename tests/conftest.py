@@ -91,8 +91,9 @@ def s3(tmp_path_factory):
 
 
 @pytest.fixture
-def s3_copy_of(s3, corpus: dict[str, Path]):
-    """Uploads a private copy of a corpus checkpoint; returns its s3:// URL (reached via the proxy)."""
+def s3_copy_of(s3, corpus: dict[str, Path], defaults: dict[str, Path]):
+    """Uploads a private copy of a corpus checkpoint (the main corpus', or one of Spark's default
+    formats); returns its s3:// URL (reached via the proxy)."""
     import uuid
 
     server, proxy, bucket = s3
@@ -101,7 +102,8 @@ def s3_copy_of(s3, corpus: dict[str, Path]):
     def upload(name: str, prefix: str | None = None) -> str:
         from testbed.copying import upload_checkpoint
 
-        return upload_checkpoint(fs, corpus[name], f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}")
+        local = corpus[name] if name in corpus else defaults[name]
+        return upload_checkpoint(fs, local, f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}")
 
     proxy.reset()  # faults armed by one test never leak into the next
     yield upload

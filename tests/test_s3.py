@@ -758,3 +758,45 @@ def test_spark_reaches_a_bucket_as_the_storage_does(spark) -> None:
         "aws.credentials.provider": "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider",
     }
     assert hadoop.get("fs.s3a.bucket.another-bucket.endpoint") is None
+
+
+@pytest.mark.parametrize("name", ["hdfs_agg", "rocksdb_v1_changelog"])
+def test_spark_default_formats_on_s3_read_clean_and_fork_as_locally(s3, s3_copy_of, defaults, name) -> None:
+    """The HDFS-backed store and RocksDB V1 on S3: lineage and `validate --deep` give the local
+    answers, head-first with one shallow listing per store folder and no recursive listing; a
+    cleanup deletes what the local plan names; a fork S3 to S3 copies server-side and validates."""
+    from checkpoint.analysis.validate import validate
+    from checkpoint.cleanup.apply import apply_plan
+    from checkpoint.fork.copy import fork
+    from checkpoint.model.head import load_head
+    from tests.support.planning import candidates_of, plan_of
+
+    _, proxy, bucket = s3
+    url = s3_copy_of(name)
+    for command in (["lineage"], ["validate", "--deep"]):
+        remote, local = (
+            _cli(proxy, *command, url, "--json"),
+            _cli(proxy, *command, str(defaults[name]), "--json"),
+        )
+        assert remote.returncode == local.returncode == 0, (command, remote.stderr)
+        assert _same(json.loads(remote.stdout), url, json.loads(local.stdout), str(defaults[name])), command
+    storage = Storage(url, _via_proxy(s3))
+    head = load_head(storage, strict=False)
+    assert validate(head).ok
+    calls = storage.calls.snapshot()
+    stores = len({e.store for e in validate(head).lineage})
+    assert calls["list"] == 0 and calls["list_dir"] <= 5 + stores, calls
+    later = time.time() + 7 * 3600
+    remote_plan = plan_of(Storage(url, _via_proxy(s3)), retain_batches=2, now=later)
+    local_plan = plan_of(defaults[name], retain_batches=2, now=later)
+    assert sorted(c.path for c in candidates_of(remote_plan)) == sorted(
+        c.path for c in candidates_of(local_plan)
+    )
+    audit = AuditTrail(f"s3://{bucket}/audit-{name}", _via_proxy(s3))
+    plan = plan_of(Storage(url, _via_proxy(s3)), audit=audit, retain_batches=2, now=later)
+    result = apply_plan(plan, Storage(url, _via_proxy(s3)), audit)
+    assert plan.files > 0 and result.deleted.files == plan.files and not result.failed.files
+    forked = f"s3://{bucket}/forked-{name}"
+    done = fork(Storage(url, _via_proxy(s3)), Storage(forked, _via_proxy(s3)))
+    assert done.server_side_files > 0 and done.files == done.copied_files
+    assert _cli(proxy, "validate", forked).returncode == 0

@@ -43,6 +43,7 @@ class Kept(str, Enum):
     NO_MTIME = "no_mtime"
     LIVE_RECENT_VERSION = "live_query_recent_version"
     LIVE_RECENT_SST = "live_query_sst_newer_than_retained"
+    LIVE_TEMP = "live_query_temp_file"  # Spark's temp file on a query that may be writing it
     MAIN_KEPT = "main_file_kept"
     NOT_OURS = "sidecar_of_a_file_not_ours"
     LISTED_BY_KEPT_ZIP = "listed_by_a_kept_zip"
@@ -419,7 +420,9 @@ class _Decider:
                     owner is None
                     or owner_kind not in owners
                     or (owner_kind in versioned and (owner.unique_id is None) != v1)
-                    or (owner_kind == FileKind.SPARK_TEMP and not v1)
+                    # A running query renames a temp file, then its crc: between the two, the
+                    # crc's main is gone (deleting it there broke a live query in testing)
+                    or (owner_kind == FileKind.SPARK_TEMP and (not v1 or live))
                 ):
                     # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
                     kept[rel] = Kept.NOT_OURS
@@ -442,13 +445,18 @@ class _Decider:
 
     def killed_writes(self) -> None:
         """2b. format V1: Spark's own temp files of a write never renamed into place (a killed
-        task or driver), once older than the grace period (a write in progress is younger); before
-        the sidecars, whose Hadoop .crc follows them"""
+        task or driver) of a stopped query, once older than the grace period; before the
+        sidecars, whose Hadoop .crc follows them"""
         if not self.v1:
             return
         for f in self.index.of_kind[FileKind.SPARK_TEMP]:
-            if f.info.rel.startswith("state/") and self.eligible(f.info.rel, f.info.mtime):
-                self.chosen[f.info.rel] = _new(Candidate, (f, Reason.KILLED_WRITE))
+            rel = f.info.rel
+            if not rel.startswith("state/"):
+                continue
+            if self.live:  # no age tells a killed write from one in progress: only a stopped query's go
+                self.kept[rel] = Kept.LIVE_TEMP
+            elif self.eligible(rel, f.info.mtime):
+                self.chosen[rel] = _new(Candidate, (f, Reason.KILLED_WRITE))
 
     def temps(self) -> None:
         """4. this tool's own temp files, left by a crash while publishing a snapshot"""

@@ -74,7 +74,11 @@ def plan_compaction(
     now = time.time() if now is None else now
     committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
     if ckpt.format_version != 2 or not committed:
-        why = "format V1 is not compacted" if ckpt.format_version != 2 else "no committed batch"
+        why = (
+            f"format V1 ({ckpt.state_format}) is not compacted yet: nothing written"
+            if ckpt.format_version != 2
+            else "no committed batch"
+        )
         return [], [Skip(-1, -1, "*", why)]
     _refuse_on_errors(
         ckpt, ValidationOptions(long_chain_threshold=min_chain, header_cap_ratio=header_cap_ratio)
