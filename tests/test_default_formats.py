@@ -364,3 +364,22 @@ def test_cleanup_rules_for_the_default_formats(defaults, tmp_path) -> None:
     going = {c.path for c in candidates_of(live)}
     assert going and not {p for p in going if (classify(p).version or 0) >= 24}  # two versions of margin
     assert live.kept["live_query_temp_file"] == 1  # a running query may be writing it: no age tells
+
+
+def test_the_provider_comes_from_the_offset_log_and_format_v2_is_rocksdb(defaults, tmp_path) -> None:
+    """An offset file that names no provider predates the pin: Spark's default then, the
+    HDFS-backed store, but never for format V2, which only RocksDB writes."""
+    from testbed import synthetic
+
+    v2 = tmp_path / "v2"
+    synthetic.build(v2, 1, 12, window=4)  # offsets with an empty conf, format V2 ids
+    assert load_head(str(v2)).provider == Provider.ROCKSDB
+    assert validate(load_head(str(v2), strict=False)).ok
+    hdfs = _copy(defaults, "hdfs_agg", tmp_path)
+    for offsets in (hdfs / "offsets").glob("[0-9]*"):
+        offsets.write_text(offsets.read_text().replace("HDFSBackedStateStoreProvider", "Unpinned"))
+        text = offsets.read_text()
+        offsets.write_text(text.replace('"spark.sql.streaming.stateStore.providerClass":"org.apache.spark.sql.'
+                                        'execution.streaming.state.Unpinned",', ""))  # fmt: skip
+    ckpt_ = load_checkpoint(str(hdfs))
+    assert ckpt_.provider_class is None and ckpt_.provider == Provider.HDFS

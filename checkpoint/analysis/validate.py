@@ -445,7 +445,7 @@ def _snapshot_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterabl
 def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
     for entry in lineage:
         for f in ([entry.base] if entry.base else []) + list(entry.chain):
-            if f.info.size == 0:
+            if f.info.size == 0 and f.kind in _UNREADABLE:
                 why = f"an empty file: Spark cannot read version {f.what.version} of the store"
                 yield _finding(_UNREADABLE[f.kind], ckpt.storage.full(f.rel), why)
 

@@ -275,7 +275,10 @@ class Checkpoint:
     @property
     def provider(self) -> Provider:
         """The provider recovery uses. Offset files pin it; a checkpoint with offsets that name
-        none predates the pin and has Spark's default."""
+        none predates the pin and has Spark's default, unless it is in format V2, which only
+        RocksDB writes (the HDFS-backed store refuses checkpoint ids)."""
+        if self.provider_class is None and self.format_version == 2:
+            return Provider.ROCKSDB
         return Provider.of_class(self.provider_class)
 
     @property
