@@ -133,12 +133,17 @@ def gc_text(doc: Doc) -> str:
     return "\n".join(lines)
 
 
+def _records(records: int | None) -> str:
+    # None: Spark's own provider replayed the chain (the HDFS-backed store), and counts nothing
+    return "" if records is None else f", {records:,} records"
+
+
 def compact_text(doc: Doc) -> str:
     lines = [
         f"materialized {len(doc['materialized'])}, skipped {len(doc['skipped'])}, failed {len(doc['failed'])}"
     ]
     lines += [f"  op {m['operator']} part {m['partition']} {m['store']}: version {m['version']} "
-              f"(chain of {m['chain_before']}, {m['records']:,} records) in {m['seconds']} s, {m['keys']:,} "
+              f"(chain of {m['chain_before']}{_records(m['records'])}) in {m['seconds']} s, {m['keys']:,} "
               f"keys, read {human_bytes(m['bytes_read'])}, wrote {human_bytes(m['bytes_written'])}, "
               f"peak RSS {human_bytes(m['peak_rss_bytes'])} -> {m['path']}"
               for m in doc["materialized"]]  # fmt: skip

@@ -1,4 +1,5 @@
-"""The Spark jobs that rebuild snapshots: one job of one task per target store, on any master.
+"""The Spark side of compaction: RocksDB zips rebuilt in Spark tasks, one job of one task per
+target store, on any master; the HDFS-backed store's snapshots written by Spark's own provider.
 
 The driver plans once from the head-first model and ships each task its store: the checkpoint
 narrowed to that store's files (logs, the committed lineage with its header, the base zip and its
@@ -12,13 +13,16 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checkpoint import crash
 from checkpoint.crash import crash_point
+from checkpoint.errors import RebuildError
 from checkpoint.progress import Progress, report
 
 if TYPE_CHECKING:
@@ -67,21 +71,27 @@ class StoreOutcome:
 _CRASH_PROPERTY = "ckpt.crash_at"
 
 
-def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
-    from checkpoint.compaction.rebuild import rebuild_store
+def _outcome(task: Task, work: Callable[[], RebuildResult]) -> StoreOutcome:
     from checkpoint.errors import CheckpointError
 
-    started, task = time.monotonic(), (ckpt, entry)
-    _maybe_die(entry.store)
+    started = time.monotonic()
     try:
-        rebuilt = rebuild_store(ckpt, entry)
+        rebuilt = work()
     except CheckpointError as exc:
         return StoreOutcome.of(task, time.monotonic() - started, error=str(exc))
-    except Exception as exc:  # noqa: BLE001 - a RocksDB or I/O failure fails this store, never the job
+    except Exception as exc:  # noqa: BLE001 - a RocksDB, JVM or I/O failure fails this store, never the job
         where = traceback.extract_tb(exc.__traceback__)[-1]
-        error = f"{type(exc).__name__}: {exc} (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})"
+        at = f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}"
+        error = f"{type(exc).__name__}: {_first_line(exc)} (at {at})"
         return StoreOutcome.of(task, time.monotonic() - started, error=error)
     return StoreOutcome.of(task, time.monotonic() - started, rebuilt=rebuilt)
+
+
+def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
+    from checkpoint.compaction.rebuild import rebuild_store
+
+    _maybe_die(entry.store)
+    return _outcome((ckpt, entry), lambda: rebuild_store(ckpt, entry))
 
 
 def _maybe_die(store: StoreId) -> None:
@@ -115,8 +125,12 @@ def run_compaction_tasks(
     further store is started and each is reported with its reason."""
     if not tasks:
         return []
+    from checkpoint.compaction.hdfs import materialize_snapshot
+    from checkpoint.format.providers import Provider
+
     sc = spark.sparkContext
     crash_at = crash.spec()
+    engine = SparkSnapshotEngine(spark)
     stop: list[str] = []
 
     def one(task: Task) -> StoreOutcome:
@@ -131,6 +145,9 @@ def run_compaction_tasks(
             return StoreOutcome.of(task, 0.0, error=f"not started: {exc}")
         s = entry.store
         sc.setJobDescription(f"compact {ckpt.url} op {s.operator} part {s.partition} {s.store}")
+        if ckpt.provider == Provider.HDFS:
+            # Spark's provider runs in the JVM, which a Python task cannot reach: the driver's
+            return _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine))
         sc.setLocalProperty(_CRASH_PROPERTY, crash_at)
         started = time.monotonic()
         try:
@@ -157,3 +174,69 @@ def _first_line(exc: Exception) -> str:
         if "Exception" in line or "Error" in line or "exited" in line.lower():
             return line.strip()[:300]
     return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+
+
+# Over the private copy of one store's chain (checkpoint.compaction.hdfs): the checkpoint's pinned
+# confs as a restart applies them, and these on top.
+_SNAPSHOT_CONFS = {
+    "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",  # the provider refuses any other
+    "spark.sql.streaming.stateStore.minDeltasForSnapshot": "0",  # the planner decided already
+    "spark.sql.streaming.maxBatchesToRetainInMemory": "1",  # maintenance snapshots a loaded map only
+    # Maintenance also deletes files below what it retains: nothing, even in the copy.
+    "spark.sql.streaming.minBatchesToRetain": str(2**31 - 1),
+    # The provider is given no schemas: rows go from the chain to the snapshot as Spark's bytes,
+    # and are checked against their schema by Spark's own reader at the restart.
+    "spark.sql.streaming.stateStore.formatValidation.enabled": "false",
+}
+_STATE = "org.apache.spark.sql.execution.streaming.state"
+
+
+class SparkSnapshotEngine:
+    """`checkpoint.compaction.hdfs.SnapshotEngine` by Spark's HDFSBackedStateStoreProvider in the
+    driver's JVM."""
+
+    def __init__(self, spark: Any):
+        self.spark = spark
+
+    def snapshot(self, state_root: str, store: StoreId, version: int, conf: Mapping[str, str]) -> int:
+        provider = self._provider(state_root, store, conf)
+        try:
+            rows = self._load(provider, store, version)
+            provider.doMaintenance()  # writes <version>.snapshot: it is the newest version there
+            return rows
+        finally:
+            provider.close()
+
+    def load(self, state_root: str, store: StoreId, version: int, conf: Mapping[str, str]) -> int:
+        provider = self._provider(state_root, store, conf)
+        try:
+            return self._load(provider, store, version)
+        finally:
+            provider.close()
+
+    def _provider(self, state_root: str, store: StoreId, conf: Mapping[str, str]) -> Any:
+        jvm, session = self.spark._jvm, self.spark._jsparkSession
+        sql_conf = session.sessionState().conf().clone()
+        for key, value in {**conf, **_SNAPSHOT_CONFS}.items():
+            sql_conf.setConfString(key, value)
+        hadoop = session.sessionState().newHadoopConf()
+        hadoop.set("sql.streaming.runId", str(uuid.uuid4()))  # the provider's id; no query runs
+        state = jvm
+        for part in _STATE.split("."):
+            state = getattr(state, part)
+        no_schema = jvm.org.apache.spark.sql.types.StructType()
+        sid = state.StateStoreId(Path(state_root).as_uri(), store.operator, store.partition, store.store)
+        store_conf, spec = state.StateStoreConf.apply(sql_conf), state.NoPrefixKeyStateEncoderSpec(no_schema)
+        provider = state.HDFSBackedStateStoreProvider()
+        none = jvm.scala.Option.empty()
+        provider.init(sid, no_schema, no_schema, spec, False, store_conf, hadoop, False, none)
+        return provider
+
+    def _load(self, provider: Any, store: StoreId, version: int) -> int:
+        """Loads `version` as recovery does (the newest snapshot at or below it, then the deltas);
+        the rows of the map the provider now holds."""
+        provider.getReadStore(version, self.spark._jvm.scala.Option.empty())
+        maps = provider.getLoadedMaps()  # newest version first
+        if maps.isEmpty() or maps.firstKey() != version:
+            raise RebuildError(f"{store}: Spark's provider did not load version {version}")
+        return int(maps.firstEntry().getValue().size())

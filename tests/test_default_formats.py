@@ -262,6 +262,90 @@ def test_a_fork_at_an_earlier_batch_restarts_alone_like_the_original(spark, defa
     assert final == scenario.batches
 
 
+# Chains of at least 3 with and without a base: Spark's snapshots at 22 leave hdfs_agg a chain of 3,
+# hdfs_deltas and hdfs_join have none (the join's four stores, the session window's prefix-scanned
+# map), and rocksdb_v1_changelog replays 5 changelogs onto its zip at 20.
+COMPACTED = ("hdfs_agg", "hdfs_deltas", "hdfs_join", "hdfs_session", "rocksdb_v1_changelog")
+HDFS_NAMES, ROCKSDB_NAMES = "snapshot", "zip"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", COMPACTED)
+def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_untouched(
+    spark, defaults, tmp_path, name
+) -> None:
+    """Every store of the stopped query gets the snapshot of its latest committed version
+    (`<v>.snapshot` by Spark's own provider, `<v>.zip` by the rebuild), under Spark's V1 name and
+    nothing else new; Spark's reader loads the same state from that snapshot alone, with the chain
+    before it gone; and the restarted query ends in the state of an untouched copy."""
+    from jobs.spark_session import scoped_confs
+    from testbed.defaults import scenario_named
+    from testbed.demo import date_back
+    from tests.support.files import files_of
+    from tests.support.state import read_state, restart_like_untouched
+
+    compacted, untouched = _copy(defaults, name, tmp_path / "c"), _copy(defaults, name, tmp_path / "u")
+    date_back(compacted, 2 * 3600)  # stopped for longer than the quiet period
+    before_files = files_of(compacted)
+    latest = load_checkpoint(str(compacted)).latest_committed_batch
+    entries = checkpoint_lineage(load_checkpoint(str(compacted)), latest)
+    out = ckpt("compact", str(compacted), "--min-chain", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    base = HDFS_NAMES if name.startswith("hdfs") else ROCKSDB_NAMES
+    published = {Path(m["path"]).relative_to(compacted).as_posix() for m in doc["materialized"]}
+    assert published == {f"{e.committed_file.rel.rsplit('/', 1)[0]}/{e.version}.{base}" for e in entries}
+    assert not doc["failed"] and len(published) == len(entries)
+    new = files_of(compacted).keys() - before_files.keys()
+    assert {n for n in new if not n.endswith(".sst")} == published  # no sidecar, no temp file left
+    after = checkpoint_lineage(load_checkpoint(str(compacted)), latest)
+    assert {e.chain_length for e in after} == {0}
+    with scoped_confs(spark, V1_SESSION):
+        expected = read_state(spark, untouched, latest, name)
+        assert read_state(spark, compacted, latest, name) == expected
+        alone = _copy({name: compacted}, name, tmp_path / "alone")
+        for f in (f for e in entries for f in (e.base, *e.chain) if f is not None):
+            remove(alone / f.rel)
+        assert read_state(spark, alone, latest, name) == expected
+        final = restart_like_untouched(
+            spark, scenario_named(name), defaults[name].parent, compacted, untouched, tmp_path / "more"
+        )
+    assert final > latest
+
+
+def test_v1_compaction_refuses_a_query_that_is_not_stopped_and_writes_nothing(defaults, tmp_path) -> None:
+    """V1 names carry no attempt id: a recent commit or an unfinished batch refuses, exit 2."""
+    from testbed.demo import date_back
+    from tests.support.files import files_of
+
+    recent = _copy(defaults, "hdfs_deltas", tmp_path)
+    (recent / "commits" / "11").touch()
+    unfinished = _copy(defaults, "hdfs_killed_before_restart", tmp_path)
+    date_back(unfinished, 2 * 3600)
+    for path, why in ((recent, "quiet period"), (unfinished, "is planned and not committed")):
+        before = files_of(path)
+        out = ckpt("compact", str(path), "--min-chain", "3")
+        assert out.returncode == 2 and why in out.stderr and "Nothing was written" in out.stderr, out.stderr
+        assert files_of(path) == before
+
+
+@pytest.mark.slow
+def test_a_leftover_hadoop_checksum_fails_its_store_alone(defaults, tmp_path) -> None:
+    """A stale `.<v>.snapshot.crc` would fail every read of the new snapshot: that store is not
+    compacted and says why; the others are."""
+    from testbed.demo import date_back
+
+    path = _copy(defaults, "hdfs_deltas", tmp_path)
+    date_back(path, 2 * 3600)
+    (path / "state/0/1/.12.snapshot.crc").write_bytes(b"stale")
+    out = ckpt("compact", str(path), "--min-chain", "3", "--json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 1 and len(doc["materialized"]) == 3
+    (failed,) = doc["failed"]
+    assert failed["partition"] == 1 and ".12.snapshot.crc already exist" in failed["error"], failed
+    assert not (path / "state/0/1/12.snapshot").exists()
+
+
 def test_a_v1_file_that_fails_its_read_stops_the_fork_before_any_log(defaults, tmp_path) -> None:
     """No sidecar to compare with: the copy is decoded as Spark's load decodes it, and a damaged
     delta stops the fork in its first step, DEST marked incomplete, no offset or commit written."""

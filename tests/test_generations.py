@@ -4,7 +4,9 @@ delta-only chain, a join on Spark's own snapshots, transformWithStateInPandas) a
 and 4.2; 4.0 is refused) and cleaned by this release, forked (markers and rewritten schema paths),
 and the join repartitioned (4.1 and 4.2; 4.0 is refused), then restarted under the Spark that
 wrote them beside an untouched copy restarted the same way (docs/safety.md: write only what the
-checkpoint's own Spark reads). The project's own Spark, 4.3, is proven so by the rest of the suite.
+checkpoint's own Spark reads). Spark's default formats as each release writes them are compacted,
+cleaned and forked and restarted the same way. The project's own Spark, 4.3, is proven so by the
+rest of the suite.
 """
 
 from __future__ import annotations
@@ -101,21 +103,27 @@ def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkp
 
 
 @pytest.mark.parametrize("version", sorted(RELEASES.values()))
-def test_default_formats_cleaned_and_forked_restart_under_the_spark_that_wrote_them(
-    written_by, tmp_path, version
+def test_default_formats_compacted_cleaned_and_forked_restart_under_the_spark_that_wrote_them(
+    spark, written_by, tmp_path, version
 ) -> None:
     """Spark's defaults as each release writes them (`DEFAULT_SCENARIOS`: the HDFS-backed store on
-    its own snapshots, RocksDB V1 with changelogs): read healthy, cleaned to two batches and forked
-    by this release, then restarted under the Spark that wrote them beside an
-    untouched copy restarted the same way. Format V1 is read by every release's state reader."""
+    its own snapshots, RocksDB V1 with changelogs): read healthy, compacted (the snapshot by this
+    release's Spark provider, the zip by the rebuild), cleaned to two batches and forked by this
+    release, then restarted under the Spark that wrote them beside an untouched copy restarted the
+    same way. Format V1 is read by every release's state reader."""
     from checkpoint.analysis.validate import Severity, validate
 
     corpus, runs = written_by(version, defaults=True), []
     for name in DEFAULT_SCENARIOS:
         work = tmp_path / name
         copies = {
-            c: copy_checkpoint(corpus / name / "checkpoint", work / c) for c in ("untouched", "cleaned")
+            c: copy_checkpoint(corpus / name / "checkpoint", work / c)
+            for c in ("untouched", "cleaned", "compacted")
         }
+        ckpt = load_head(str(copies["compacted"]))
+        targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+        outcomes = run_compaction(spark, ckpt, targets)
+        assert targets and all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
         head = load_head(str(copies["cleaned"]), strict=False)
         assert head.format_version == 1, name
         assert [f for f in validate(head).findings if f.severity == Severity.ERROR] == [], name
@@ -135,4 +143,4 @@ def test_default_formats_cleaned_and_forked_restart_under_the_spark_that_wrote_t
     control = {run["scenario"]: result for run, result in pairs if run["copy"] == "untouched"}
     compared = [(run["scenario"], run["copy"], differences(result, control[run["scenario"]]))
                 for run, result in pairs if run["copy"] != "untouched"]  # fmt: skip
-    assert [c for c in compared if c[2]] == [] and len(compared) == 2 * len(DEFAULT_SCENARIOS)
+    assert [c for c in compared if c[2]] == [] and len(compared) == 3 * len(DEFAULT_SCENARIOS)

@@ -22,7 +22,11 @@ def unproven_writer(ckpt: Checkpoint, entry: StoreLineage) -> str | None:
     """Why the Spark that wrote `entry`'s store is not one this release has proven, or None when it
     is. Its base zip's metadata line tells (`v2`: 4.0; `v1`: 4.1 or later: one ranged read of the
     zip); with no base, the committed file's `.crc` sidecar (one HEAD). A store that shows neither
-    cannot be told apart from 4.0's."""
+    cannot be told apart from 4.0's. Format V1 is proven whatever wrote it: Spark's own provider
+    writes the HDFS-backed store's snapshots, and every Spark 4.x writes V1 zips with metadata v1,
+    as this release does (seen in zips of 4.0.5, 4.1.4, 4.2.1 and 4.3)."""
+    if ckpt.format_version != 2:
+        return None
     if entry.base is not None:
         version = ckpt.read_snapshot(entry.base).metadata.version
         if version == WRITTEN_ZIP_METADATA_VERSION:

@@ -14,7 +14,8 @@ from typing import Any
 from checkpoint.crash import crash_point
 from checkpoint.errors import RebuildError
 from checkpoint.format.crc import crc32c_signed
-from checkpoint.format.layout import MAINT_TEMP_PREFIX
+from checkpoint.format.layout import MAINT_TEMP_PREFIX, FileKind
+from checkpoint.format.providers import ROCKSDB_FILES
 from checkpoint.format.snapshot import (
     WRITTEN_ZIP_METADATA_VERSION,
     SnapshotMetadata,
@@ -73,11 +74,12 @@ def publish(
         zf.writestr("metadata", f"v{WRITTEN_ZIP_METADATA_VERSION}\n{body}")
     data = buf.getvalue()
     crash_point("compaction.before_zip")  # SSTs are out, the zip is not
-    name = f"{entry.version}_{entry.unique_id}.zip"
+    name = ROCKSDB_FILES.name(FileKind.ZIP, entry.version, entry.unique_id)
     _publish_no_clobber(ckpt, f"{folder}/{name}", data)
-    sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
-               "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
-    _publish_no_clobber(ckpt, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
+    if ckpt.format_version == 2:  # Spark writes `.crc` sidecars in format V2 only
+        sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
+                   "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
+        _publish_no_clobber(ckpt, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
     return {
         "zip": f"{folder}/{name}",
         "bytes": bytes_written + len(data),
@@ -93,7 +95,7 @@ def _refuse_taken_names(ckpt: Checkpoint, folder: str, entry: StoreLineage) -> N
     its local file system checks on every read (seen: a ChecksumException at the restart, when a
     zip Spark had uploaded was gone and its checksum file not). Two stats (HEADs on S3), three
     on a local disk, whatever the folder holds."""
-    zip_name = f"{entry.version}_{entry.unique_id}.zip"
+    zip_name = ROCKSDB_FILES.name(FileKind.ZIP, entry.version, entry.unique_id)
     hadoop = [f".{zip_name}.crc"] if ckpt.storage.backend.hidden_checksums else []
     for name in (zip_name, f"{zip_name}.crc", *hadoop):
         if ckpt.storage.stat(f"{folder}/{name}") is not None:

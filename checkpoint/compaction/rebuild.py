@@ -1,4 +1,7 @@
-"""Materialising `<V>_<U>.zip` for a committed store version: base zip + changelog replay, in RocksDB.
+"""Materialising `<V>_<U>.zip` (`<V>.zip` in format V1) for a committed store version: base zip +
+changelog replay, in RocksDB. Spark's RocksDB provider cannot do this offline: it snapshots only
+at a commit, of the version the commit writes, so a snapshot of the latest version would mean
+writing the next one.
 
 Follows the rebuild notes in `docs/compaction.md`: the merge operator's delimiter is set from the offset conf
 before the base is opened (a wrong one corrupts list state silently), merges follow
@@ -41,6 +44,7 @@ from checkpoint.compaction.publish import publish
 from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import RecordRun
 from checkpoint.format.layout import FileKind
+from checkpoint.format.providers import Provider
 from checkpoint.format.snapshot import (
     ZIP_ERRORS,
     SnapshotMetadata,
@@ -90,18 +94,18 @@ class RebuildResult:
     partition: int
     store: str
     version: int
-    unique_id: str
+    unique_id: str | None  # None in format V1
     path: str  # the published zip
     seconds: float
     keys: int
     internal_keys: int
-    records: int
+    records: int | None  # changelog records replayed; None where Spark's provider replayed them
     chain_length: int
     bytes_read: int
     bytes_written: int
     ssts_reused: int
     ssts_written: int
-    touched_keys: int  # distinct keys the chain writes: what the rebuild holds in Python
+    touched_keys: int | None  # distinct keys the chain writes: what the rebuild holds in Python
     memtable_bytes: int
     block_cache_bytes: int
     peak_rss_bytes: int  # of the process that rebuilt the store, during the rebuild where Linux tells
@@ -278,7 +282,7 @@ def _point_reads(db, keys: list[bytes]):
         yield from zip(part, db.get(part), strict=True)
 
 
-def _reset_peak_rss() -> None:
+def reset_peak_rss() -> None:
     # A Spark worker runs many tasks: Linux resets the process's peak RSS (VmHWM) on this write,
     # so the figure reported is this rebuild's, not the worker's lifetime's.
     try:
@@ -287,7 +291,7 @@ def _reset_peak_rss() -> None:
         pass
 
 
-def _peak_rss() -> int:
+def peak_rss() -> int:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -311,9 +315,9 @@ def rebuild_store(
     import rocksdict
 
     started = time.monotonic()
-    _reset_peak_rss()
-    if ckpt.format_version != 2 or entry.unique_id is None:
-        raise RebuildError("only format V2 stores are compacted", ckpt.url)
+    reset_peak_rss()
+    if ckpt.provider != Provider.ROCKSDB or (ckpt.format_version == 2) != (entry.unique_id is not None):
+        raise RebuildError(f"{entry.store}: not a RocksDB store ({ckpt.state_format})", ckpt.url)
     if not entry.loadable:
         raise RebuildError(
             f"{entry.store}: the replay chain of version {entry.version} is incomplete", ckpt.url
@@ -340,7 +344,7 @@ def rebuild_store(
         chain_bytes = sum(f.info.size for f in entry.chain)
         base = _fetch_base(ckpt, entry.base, folder, tmp, policy, chain_bytes) if entry.base else None
         if base is None:
-            _check_free_disk(tmp, 0, chain_bytes, ckpt.url)
+            check_free_disk(tmp, 0, chain_bytes, ckpt.url)
         restore = {**_SPARK_OPTIONS, **_option_values(db_dir, _SPARK_OPTIONS)}
         _set_options(db_dir, _bulk_options(policy, delimiter))
         changelogs = [ckpt.read_changelog_runs(f, ckpt.read_verified(f.rel))[1] for f in entry.chain]
@@ -376,13 +380,13 @@ def rebuild_store(
             bytes_read=(base.bytes_read if base else 0) + chain_bytes,
             bytes_written=result["bytes"], ssts_reused=result["reused"], ssts_written=result["written"],
             touched_keys=len(touched), memtable_bytes=policy.rebuild_memtable_bytes,
-            block_cache_bytes=block_cache, peak_rss_bytes=_peak_rss(),
+            block_cache_bytes=block_cache, peak_rss_bytes=peak_rss(),
         )  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> None:
+def check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> None:
     """The base is on disk twice at most (downloaded, then the new SSTs beside it), plus the chain."""
     need = 2 * base_bytes + chain_bytes
     free = shutil.disk_usage(tmp).free
@@ -406,7 +410,7 @@ def _fetch_base(
     try:
         with zipfile.ZipFile(local_zip) as zf:
             meta = parse_zip_metadata(read_metadata_entry(zf, ckpt.storage.full(rel)), ckpt.storage.full(rel))
-            _check_free_disk(tmp, read + sum(s.size for s in meta.sst_files), chain_bytes, ckpt.url)
+            check_free_disk(tmp, read + sum(s.size for s in meta.sst_files), chain_bytes, ckpt.url)
             for info in zf.infolist():
                 name = info.filename
                 if "/" in name or name.startswith("."):

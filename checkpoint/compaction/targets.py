@@ -1,5 +1,8 @@
 """Which stores to compact: long replay chains, and lineage headers near the cap (rescue).
 
+Both formats and both providers: RocksDB zips (format V2 and V1) and the HDFS-backed store's
+snapshots. Format V1 only while the query is stopped (`_refuse_live_v1`).
+
 Planning is gated by validation: a checkpoint with an error finding at its latest committed batch
 is refused before anything is planned, so no entry point (CLI, Spark job, Dagster asset, sensor)
 can build a snapshot on a damaged checkpoint. The one error compaction exists to fix, a lineage
@@ -73,17 +76,14 @@ def plan_compaction(
     """
     now = time.time() if now is None else now
     committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
-    if ckpt.format_version != 2 or not committed:
-        why = (
-            f"format V1 ({ckpt.state_format}) is not compacted yet: nothing written"
-            if ckpt.format_version != 2
-            else "no committed batch"
-        )
-        return [], [Skip(-1, -1, "*", why)]
+    if not committed:
+        return [], [Skip(-1, -1, "*", "no committed batch")]
     _refuse_on_errors(
         ckpt, ValidationOptions(long_chain_threshold=min_chain, header_cap_ratio=header_cap_ratio)
     )
     live = ckpt.is_live(now, quiet_seconds)
+    if live and ckpt.format_version != 2:
+        _refuse_live_v1(ckpt, quiet_seconds)
     latest = checkpoint_lineage(ckpt, committed[-1])
     if live and not dead_on_the_cap(ckpt, latest):
         if len(committed) < 2:
@@ -113,6 +113,24 @@ def plan_compaction(
         else:
             skip(f"chain of {entry.chain_length} is below {min_chain}")
     return targets, skips
+
+
+def _refuse_live_v1(ckpt: Checkpoint, quiet_seconds: float) -> None:
+    """Format V1 names carry no attempt id: a running query, or one restarted meanwhile, writes
+    the very names a snapshot would take, and an unfinished batch's files sit above the newest
+    committed version. So V1 is compacted only once the query is stopped and quiet."""
+    unfinished = (ckpt.latest_planned_batch or -1) > (ckpt.latest_committed_batch or -1)
+    why = (
+        f"batch {ckpt.latest_planned_batch} is planned and not committed (a running query, or one "
+        "that died: let it finish a batch, then stop it)"
+        if unfinished
+        else f"a commit or offset is newer than the quiet period ({quiet_seconds:.0f} s)"
+    )
+    raise CompactionRefused(
+        f"refused: format V1 ({ckpt.state_format}) is compacted only while the query is stopped, "
+        f"because its file names carry no attempt id; {why}. Nothing was written",
+        ckpt.url,
+    )
 
 
 def _refuse_unproven_writer(ckpt: Checkpoint, entry: StoreLineage) -> None:

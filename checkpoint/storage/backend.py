@@ -65,6 +65,11 @@ class Backend(Protocol):
 
     def put_file(self, local_path: str, target: str, *, move: bool) -> None: ...
 
+    def put_new(self, local_path: str, target: str, temp_prefix: str) -> None:
+        """A local file uploaded to `target` streamed from disk, whole or not at all, never over
+        another: FileExistsError when `target` exists."""
+        ...
+
     def append(self, target: str, data: bytes) -> str: ...
 
     def copies_to(self, other: Backend) -> bool:

@@ -317,6 +317,13 @@ class Storage:
         with failing("upload", self.full(rel)):
             self.backend.put_file(local_path, self.full(rel), move=move)
 
+    def put_new(self, local_path: str, rel: str, temp_prefix: str) -> None:
+        """Uploads a local file of any size under a name that must be free, never overwriting
+        (FileExistsError): a local disk links a fsynced temp file into place, S3 makes one
+        conditional PUT streamed from the file."""
+        self.calls.add("write")
+        self.backend.put_new(local_path, self.full(rel), temp_prefix)
+
     def append(self, rel: str, data: bytes) -> str:
         """Appends to one of this tool's own logs; returns the path written: the file itself where
         the backend `appends`, else a part `<rel>.<ns>` of its own (object stores)."""

@@ -169,6 +169,14 @@ class FsspecBackend:
     def put_file(self, local_path: str, target: str, *, move: bool) -> None:
         self.fs.put_file(local_path, target)
 
+    def put_new(self, local_path: str, target: str, temp_prefix: str) -> None:
+        # fsspec has no conditional upload of a file: checked, then written. The window between
+        # the two is the caller's to close (compaction holds the checkpoint's lease).
+        if self.fs.exists(target):
+            raise FileExistsError(target)
+        with failing("upload", target):
+            self.fs.put_file(local_path, target)
+
     def append(self, target: str, data: bytes) -> str:
         """No append on object stores: each call writes its own part `<target>.<ns>` (nanoseconds,
         so parts sort in order) and returns that part's path."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, TypeVar
@@ -256,6 +257,9 @@ class LocalBackend(FsspecBackend):
 
     def write_from(self, target: str, temp_prefix: str, fill: Callable[[str], T]) -> T:
         return link_into_place(target, temp_prefix, fill)
+
+    def put_new(self, local_path: str, target: str, temp_prefix: str) -> None:
+        link_into_place(target, temp_prefix, lambda temp: shutil.copyfile(local_path, temp))
 
     def put_file(self, local_path: str, target: str, *, move: bool) -> None:
         # `move`: on the same file system the file is renamed into place rather than copied (a

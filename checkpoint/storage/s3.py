@@ -3,7 +3,8 @@ conditional writes and bulk deletes included."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, BinaryIO
 
 from checkpoint.errors import StorageError
 from checkpoint.storage.backend import Backend
@@ -12,6 +13,7 @@ from checkpoint.storage.generic import FsspecBackend
 
 DELETE_MAX_KEYS = 1000  # S3 DeleteObjects' limit per request
 _COPY_OBJECT_MAX = 5 << 30  # S3 copies larger objects only in parts
+_PUT_OBJECT_MAX = 5 << 30  # and takes larger objects only in parts
 
 
 class S3Backend(FsspecBackend):
@@ -66,12 +68,21 @@ class S3Backend(FsspecBackend):
         the store itself refuses to replace one, with no window between check and write."""
         return self._put(target, data, IfNoneMatch="*")
 
+    def put_new(self, local_path: str, target: str, temp_prefix: str) -> None:
+        """`write_new` streamed from the file: botocore sends a file object's bytes as it reads
+        them, so one conditional PutObject (5 GiB at most) needs no copy in memory."""
+        size = os.path.getsize(local_path)
+        if size > _PUT_OBJECT_MAX:
+            raise StorageError(f"{size:,} bytes is more than one conditional PUT takes", target)
+        with open(local_path, "rb") as body:
+            self._put(target, body, IfNoneMatch="*")
+
     def replace(self, target: str, data: bytes, etag: str | None, temp_prefix: str) -> str | None:
         """A conditional PUT `If-Match` on `etag`, so a file someone else rewrote or removed
         raises FileExistsError."""
         return self._put(target, data, **({"IfMatch": etag} if etag else {}))
 
-    def _put(self, target: str, data: bytes, **condition: str) -> str | None:
+    def _put(self, target: str, data: bytes | BinaryIO, **condition: str) -> str | None:
         bucket, _, key = target.partition("/")
         try:
             got = self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
