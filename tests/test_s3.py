@@ -519,7 +519,7 @@ def test_dagster_assets_on_an_s3_root_never_leak_credentials(s3, s3_copy_of) -> 
     assert "two_actions" in stored
 
 
-def test_the_lease_on_s3_is_a_conditional_put(s3) -> None:
+def test_the_lease_on_s3_is_a_conditional_put(s3, tmp_path) -> None:
     from checkpoint.errors import LeaseHeld
     from checkpoint.safety.lease import Lease
 
@@ -537,6 +537,12 @@ def test_the_lease_on_s3_is_a_conditional_put(s3) -> None:
     proxy.reset()
     with pytest.raises(FileExistsError):  # S3 itself refuses a second create of a generation
         b.storage.write_if_absent(a._rel(a.generation), b"{}", ".ckpt-maint-")
+    assert proxy.counts() == {"PutObject": 1} and proxy.requests[0].condition == "If-None-Match"
+    proxy.reset()
+    taken = tmp_path / "taken"
+    taken.write_bytes(b"not a generation")
+    with pytest.raises(FileExistsError):  # and so does a file put streamed from disk
+        b.storage.put_new(str(taken), a._rel(a.generation), ".ckpt-maint-")
     assert proxy.counts() == {"PutObject": 1} and proxy.requests[0].condition == "If-None-Match"
     a.release()
     b.acquire()
@@ -800,3 +806,42 @@ def test_spark_default_formats_on_s3_read_clean_and_fork_as_locally(s3, s3_copy_
     done = fork(Storage(url, _via_proxy(s3)), Storage(forked, _via_proxy(s3)))
     assert done.server_side_files > 0 and done.files == done.copied_files
     assert _cli(proxy, "validate", forked).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hdfs_deltas", "rocksdb_v1_changelog"])
+def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_snapshot_alone(
+    s3, s3_copy_of, spark, defaults, tmp_path, name
+) -> None:
+    """The chain downloaded by name (no listing), each snapshot or zip published by one PUT that
+    the store refuses over an existing object; copied back, Spark's reader loads the latest state
+    from the new snapshots with every chain file before them gone."""
+    from checkpoint.compaction.targets import plan_compaction
+    from jobs.compact import run_compaction
+    from jobs.spark_session import scoped_confs
+    from tests.support.damage import remove
+    from tests.support.state import read_state
+    from tests.test_default_formats import V1_SESSION
+
+    _, proxy, _ = s3
+    url = s3_copy_of(name)
+    ckpt = load_head(url, _via_proxy(s3), recent=2)
+    targets, _ = plan_compaction(ckpt, min_chain=3, quiet_seconds=0)
+    assert len(targets) == 4
+    proxy.reset()
+    results = run_compaction(spark, ckpt, targets)
+    assert all(r.ok for r in results), [r.error for r in results]
+    counts = proxy.counts()
+    assert counts["ListObjectsV2"] + counts["ListObjects"] == 0
+    assert counts["DeleteObject"] + counts["DeleteObjects"] == 0
+    written = sum(r.rebuilt.ssts_written for r in results)  # none for the HDFS-backed store
+    assert counts["PutObject"] == written + len(results)  # V1: no .crc sidecar
+    local = tmp_path / name
+    _direct(s3).get(url[len("s3://") :] + "/", str(local), recursive=True)
+    for t in targets:
+        for f in (t.entry.base, *t.entry.chain):
+            if f is not None:
+                remove(local / f.rel)
+    batch = ckpt.latest_committed_batch
+    with scoped_confs(spark, V1_SESSION):
+        assert read_state(spark, local, batch, name) == read_state(spark, defaults[name], batch, name)

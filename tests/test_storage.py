@@ -300,3 +300,21 @@ def test_a_storage_unpickled_elsewhere_keeps_one_retry_policy() -> None:
     s3fs.S3FileSystem.clear_instance_cache()  # as in another process: no instance to reuse
     elsewhere = pickle.loads(data)
     assert elsewhere.fs is not storage.fs and elsewhere.fs.retries == 1
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_a_file_is_put_under_a_new_name_only_and_never_over_another(tmp_path, where) -> None:
+    """`put_new` (a compacted snapshot's publish): the bytes land whole under a free name; over a
+    taken one it raises and the file there keeps its bytes, with no temp file left beside it."""
+    source = tmp_path / "source"
+    source.write_bytes(b"x" * 100_000)
+    url = str(tmp_path / "root") if where == "local" else f"memory://put-new-{uuid.uuid4().hex}"
+    storage = Storage(url)
+    storage.put_new(str(source), "state/0/0/12.snapshot", ".ckpt-maint-")
+    assert storage.read_bytes("state/0/0/12.snapshot") == source.read_bytes()
+    storage.write("state/0/0/13.snapshot", b"theirs")
+    with pytest.raises(FileExistsError):
+        storage.put_new(str(source), "state/0/0/13.snapshot", ".ckpt-maint-")
+    assert storage.read_bytes("state/0/0/13.snapshot") == b"theirs"
+    listed = sorted(f.rel for f in storage.list_files("state"))
+    assert listed == ["state/0/0/12.snapshot", "state/0/0/13.snapshot"]
