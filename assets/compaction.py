@@ -17,7 +17,8 @@ from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.analysis.report import human_bytes
 from checkpoint.compaction.rebuild import RebuildResult
-from checkpoint.errors import CheckpointError
+from checkpoint.compaction.targets import Skip
+from checkpoint.errors import CheckpointError, CompactionDeferred
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.model.lineage import checkpoint_lineage
 
@@ -35,7 +36,10 @@ class _Checkpoint:
 def _plan(roots: CheckpointRootsResource, key: str) -> _Checkpoint:
     # A live query is compacted at the batch below the newest: both are read, nothing else.
     ckpt = roots.load(key, strict=True, recent=2)
-    targets, skips = roots.compaction_plan(ckpt)
+    try:
+        targets, skips = roots.compaction_plan(ckpt)
+    except CompactionDeferred as exc:  # a running V1 query: skipped, not failed; compacted once stopped
+        return _Checkpoint(key, ckpt, [], [Skip(-1, -1, "*", str(exc))])
     return _Checkpoint(key, ckpt, targets, skips)
 
 
@@ -112,7 +116,8 @@ def checkpoint_compaction(
         "seconds": round(sum(r.seconds for r in done), 3),
         "bytes_written": sum(r.bytes_written for r in done),
         "bytes_read": sum(r.bytes_read for r in done),
-        "records": sum(r.records for r in done),
+        # changelog records replayed by the rebuild; Spark's provider counts none of its deltas
+        "records": sum(r.records or 0 for r in done),
         # one worker rebuilds one store at a time: the largest store's peak is what a worker needs
         "max_peak_rss_bytes": max((r.peak_rss_bytes for r in done), default=0),
         "compacted": dg.MetadataValue.md(table if done else "Nothing to compact."),

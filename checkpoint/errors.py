@@ -80,6 +80,12 @@ class CompactionRefused(Refused):
     release has not proven: nothing is planned, nothing is written."""
 
 
+class CompactionDeferred(CompactionRefused):
+    """A format V1 query that is running (or has not been quiet for long enough): its snapshot
+    names carry no attempt id, so it is compacted once stopped. Not an error of the checkpoint:
+    the orchestration skips it and looks again later; the CLI refuses (exit 2)."""
+
+
 class ForkRefused(Refused):
     """The fork was refused before anything was written."""
 

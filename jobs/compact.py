@@ -215,7 +215,11 @@ class SparkSnapshotEngine:
             provider.close()
 
     def _provider(self, state_root: str, store: StoreId, conf: Mapping[str, str]) -> Any:
-        jvm, session = self.spark._jvm, self.spark._jsparkSession
+        jvm, session = getattr(self.spark, "_jvm", None), getattr(self.spark, "_jsparkSession", None)
+        if jvm is None or session is None:
+            raise RebuildError(f"{store}: the HDFS-backed store's snapshot is written by Spark's provider "
+                               "in the driver's JVM, which a Spark Connect session does not give: "
+                               "compact it with a master (local[*], spark://, yarn)")  # fmt: skip
         sql_conf = session.sessionState().conf().clone()
         for key, value in {**conf, **_SNAPSHOT_CONFS}.items():
             sql_conf.setConfString(key, value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -210,3 +211,44 @@ def test_the_audit_schedule_requests_every_checkpoint(instance) -> None:
     requests = checkpoint_audit_schedule(ctx)
     assert sorted(r.partition_key for r in requests) == ["a:x", "b:y"]
     assert len({r.run_key for r in requests}) == 2
+
+
+@pytest.mark.slow
+def test_v1_compaction_in_dagster_compacts_a_stopped_query_and_skips_a_running_one(
+    instance, defaults, tmp_path
+) -> None:
+    """The same assets and sensor on the HDFS-backed store: a running query's crossing is neither
+    requested nor taken for an error by the commit sensor, and its compaction run succeeds having
+    skipped it and written nothing; the stopped copy's run gets every store its snapshot."""
+    from assets.compaction import checkpoint_compaction
+    from assets.resources import SparkResource
+    from orchestration.sensors import checkpoint_commit_sensor
+    from testbed.demo import date_back
+    from tests.support.files import files_of
+
+    for name in ("stopped", "running"):
+        copy_checkpoint(defaults["hdfs_deltas"], tmp_path / name)
+    date_back(tmp_path / "stopped", 2 * 3600)
+    (tmp_path / "running" / "commits" / "11").touch()
+    roots = _roots(tmp_path, "v1")
+    _tick(instance, roots)
+    keys = {parse_partition_key(k)[1]: k for k in instance.get_dynamic_partitions(CHECKPOINTS)}
+    tick = checkpoint_commit_sensor(
+        dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=None)
+    )
+    requested = {(r.job_name, r.partition_key) for r in tick.run_requests}
+    assert ("compact_checkpoints", keys["stopped"]) in requested, requested
+    assert ("compact_checkpoints", keys["running"]) not in requested, requested
+    assert json.loads(tick.cursor)["urgent"] == []
+    before = files_of(tmp_path / "running")
+    resources = {"roots": roots, "spark": SparkResource(master="local[2]")}
+    done = {}
+    for name, key in keys.items():
+        result = dg.materialize([*AUDIT, checkpoint_compaction], partition_key=key, instance=instance,
+                                resources=resources)  # fmt: skip
+        assert result.success, name
+        done[name] = _metadata(result, "checkpoint_compaction")
+    assert (done["stopped"]["stores_compacted"], done["stopped"]["max_chain_after"]) == (4, 0)
+    assert done["running"]["stores_compacted"] == 0
+    assert "only while the query is stopped" in done["running"]["skipped"]
+    assert files_of(tmp_path / "running") == before

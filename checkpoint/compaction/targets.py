@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from checkpoint.analysis.generation import unproven_writer
 from checkpoint.analysis.validate import FindingCode, Severity, ValidationOptions, validate
-from checkpoint.errors import CompactionRefused
+from checkpoint.errors import CompactionDeferred, CompactionRefused
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
@@ -126,7 +126,7 @@ def _refuse_live_v1(ckpt: Checkpoint, quiet_seconds: float) -> None:
         if unfinished
         else f"a commit or offset is newer than the quiet period ({quiet_seconds:.0f} s)"
     )
-    raise CompactionRefused(
+    raise CompactionDeferred(
         f"refused: format V1 ({ckpt.state_format}) is compacted only while the query is stopped, "
         f"because its file names carry no attempt id; {why}. Nothing was written",
         ckpt.url,
