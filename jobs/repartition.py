@@ -26,6 +26,10 @@ __all__ = ["SparkStateEngine", "digest_state", "predict", "repartition", "rows_p
 # Spark: the state data source and Spark's hash
 
 
+# Spark's repartitioner refuses a session whose format version is not the checkpoint's, and the
+# state data source reads the HDFS-backed store or format V1 only in a V1 session.
+FORMAT_VERSION = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+
 # With row tracking on, every put of a changelog replay reads its key first, to keep a row count
 # that these reads never use (they count rows themselves): off while they run, the state data
 # source's load costs half (2M keys: 11.1-12.4 s against 6.2-6.5 s, the same digests).
@@ -112,12 +116,14 @@ class SparkStateEngine:
         reach(spark, storage)
 
     def digest(
-        self, storage: Storage, batch: int, readers: list[StateReader], partitions: int
+        self, storage: Storage, batch: int, readers: list[StateReader], partitions: int, format_version: int
     ) -> list[StoreDigest]:
-        return digest_state(self.spark, storage.spark_url, batch, readers, partitions)
+        with scoped_confs(self.spark, {FORMAT_VERSION: str(format_version)}):
+            return digest_state(self.spark, storage.spark_url, batch, readers, partitions)
 
-    def rewrite(self, storage: Storage, partitions: int) -> None:
-        self.spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
+    def rewrite(self, storage: Storage, partitions: int, format_version: int) -> None:
+        with scoped_confs(self.spark, {FORMAT_VERSION: str(format_version)}):
+            self.spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
 
 
 def repartition(session: Callable[[], Any], storage: Storage, *args: Any, **kwargs: Any) -> RepartitionResult:
@@ -137,9 +143,10 @@ def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:
     out = []
     for reader in state_readers(ckpt):
         t = time.monotonic()
-        counts = rows_per_partition(
-            spark, ckpt.storage.spark_url, batch, reader, sorted({current, *candidates})
-        )
+        with scoped_confs(spark, {FORMAT_VERSION: str(ckpt.format_version)}):
+            counts = rows_per_partition(
+                spark, ckpt.storage.spark_url, batch, reader, sorted({current, *candidates})
+            )
         now = [counts[0].get(p, 0) for p in range(current)]
         off = [p for p in range(current) if counts[current][p] != now[p]]
         out.append({

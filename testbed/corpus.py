@@ -442,20 +442,41 @@ def big_base_chain_rows(batch: int, touch: int, records: int) -> list[dict]:
     return rows
 
 
-def _wait_for_snapshot(checkpoint: Path, seconds: float = 120) -> Path:
+def _wait_for_snapshot(checkpoint: Path, suffix: str = "zip", seconds: float = 300) -> Path:
     deadline = time.monotonic() + seconds
-    while not (zips := list((checkpoint / "state").rglob("*.zip"))):
+    while not (found := list((checkpoint / "state").rglob(f"*.{suffix}"))):
         if time.monotonic() > deadline:
             raise RuntimeError(f"Spark uploaded no snapshot of the base into {checkpoint} in {seconds:.0f} s")
         time.sleep(0.5)
-    return zips[0]
+    return found[0]
 
 
-def generate_big_base(out: Path, keys: int, touch: int, chain: int, records: int, log=print) -> dict:
+# The big base's state formats: the session's (RocksDB V2), and Spark's defaults. Each names the
+# base's file and the confs under which Spark's maintenance writes it after batch 0: the
+# HDFS-backed store snapshots a version once more than `minDeltasForSnapshot` deltas lead to it.
+_CLASSES = "org.apache.spark.sql.execution.streaming.state."
+_PROVIDER, _SNAPSHOT_AFTER = (
+    f"spark.sql.streaming.stateStore.{k}" for k in ("providerClass", "minDeltasForSnapshot")
+)
+BIG_BASE_FORMATS: dict[str, tuple[str, dict[str, str]]] = {
+    "rocksdb_v2": ("zip", {_SNAPSHOT_AFTER: "1"}),
+    "rocksdb_v1": ("zip", {**FORMAT_V1, _SNAPSHOT_AFTER: "1",
+                           _PROVIDER: _CLASSES + "RocksDBStateStoreProvider",
+                           "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}),
+    "hdfs": ("snapshot", {**FORMAT_V1, _SNAPSHOT_AFTER: "0",
+                          _PROVIDER: _CLASSES + "HDFSBackedStateStoreProvider"}),
+}  # fmt: skip
+
+
+def generate_big_base(
+    out: Path, keys: int, touch: int, chain: int, records: int, state: str = "rocksdb_v2", log=print
+) -> dict:
     """Batch 0 aggregates `keys` distinct keys and Spark snapshots it; then `chain` batches of
-    `records` rows each, snapshots off, leave a chain of that many changelogs on top of it."""
+    `records` rows each, snapshots off, leave a chain of that many changelogs (or deltas) on top of
+    it. `state`: one of BIG_BASE_FORMATS."""
     from jobs.spark_session import local_session
 
+    suffix, confs = BIG_BASE_FORMATS[state]
     out.mkdir(parents=True)
     inputs = out / "input"
     inputs.mkdir()
@@ -465,38 +486,46 @@ def generate_big_base(out: Path, keys: int, touch: int, chain: int, records: int
             f.write("".join(f'{{"id": {i}, "k": "{_base_key(i)}", "v": {i % 5}}}\n'
                             for i in range(start, min(keys, start + 100_000))))  # fmt: skip
     one = {"spark.sql.shuffle.partitions": "1"}
-    spark = local_session(master="local[2]", app_name="ckpt-big-base", extra_conf=one)
+    # The HDFS-backed store holds the map on the JVM's heap, twice while maintenance snapshots it.
+    session = {**one, "spark.driver.memory": "12g"} if state == "hdfs" else one
+    spark = local_session(master="local[2]", app_name="ckpt-big-base", extra_conf=session)
     try:
-        with scoped_confs(spark, {**one, "spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"}):
+        with scoped_confs(spark, {**one, **confs}):
             _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
-        base = _wait_for_snapshot(out / "checkpoint")
+        base = _wait_for_snapshot(out / "checkpoint", suffix)
         write_inputs(inputs, chain, lambda b: big_base_chain_rows(b, touch, records), start=1)
-        with scoped_confs(spark, {**one, **NO_SNAPSHOTS}):
+        with scoped_confs(spark, {**one, **confs, **NO_SNAPSHOTS}):
             _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
     finally:
         spark.stop()
     facts = {"keys": keys, "touch": touch, "chain": chain, "records_per_changelog": records,
-             "base": base.name, "seconds": round(time.monotonic() - started, 1),
+             "base": base.name, "state": state, "seconds": round(time.monotonic() - started, 1),
              "version": BIG_BASE_VERSION}  # fmt: skip
     (out / MANIFEST).write_text(json.dumps(facts, indent=2))
-    log(f"corpus: big base of {keys:,} keys generated in {facts['seconds']} s")
+    log(f"corpus: big base of {keys:,} keys ({state}) generated in {facts['seconds']} s")
     return facts
 
 
 def ensure_big_base(
-    keys: int, touch: int, chain: int = 20, records: int = 5_000, cache: Path | None = None, log=print
+    keys: int,
+    touch: int,
+    chain: int = 20,
+    records: int = 5_000,
+    cache: Path | None = None,
+    log=print,
+    state: str = "rocksdb_v2",
 ) -> Path:
     """The cached big-base checkpoint's scenario folder (`checkpoint/` inside), generated in a
     child process when missing."""
-    name = f"{keys}-keys-{chain}x{records}-touching-{touch}"
+    name = f"{keys}-keys-{chain}x{records}-touching-{touch}" + ("" if state == "rocksdb_v2" else f"-{state}")
     cache = cache or default_cache_dir().parent / f"big-base-v{BIG_BASE_VERSION}" / name
     if (cache / MANIFEST).exists():
         return cache
     if cache.exists():
         shutil.rmtree(cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    log(f"corpus: generating a checkpoint with a {keys:,}-key base into {cache}")
-    args = ["--big-base", str(keys), str(touch), str(chain), str(records)]
+    log(f"corpus: generating a checkpoint with a {keys:,}-key base ({state}) into {cache}")
+    args = ["--big-base", str(keys), str(touch), str(chain), str(records), "--state", state]
     result = subprocess.run([sys.executable, "-m", "testbed.corpus", str(cache), *args], check=False)
     if result.returncode != 0 or not (cache / MANIFEST).exists():
         raise RuntimeError(f"big-base generation failed (exit {result.returncode}); output in {cache}")
@@ -612,6 +641,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rescue", action="store_true", help="generate the lineage-overflow checkpoint only")
     parser.add_argument("--big-base", nargs=4, type=int, metavar=("KEYS", "TOUCH", "CHAIN", "RECORDS"),
                         help="generate one big-base checkpoint only")  # fmt: skip
+    parser.add_argument("--state", default="rocksdb_v2", choices=sorted(BIG_BASE_FORMATS),
+                        help="the big base's state format")  # fmt: skip
     args = parser.parse_args(argv)
     if args.killed_child:
         run_killed_child(args.out, scenario_named(args.out.name))
@@ -620,7 +651,7 @@ def main(argv: list[str] | None = None) -> None:
         generate_rescue(args.out)
         return
     if args.big_base:
-        generate_big_base(args.out, *args.big_base)
+        generate_big_base(args.out, *args.big_base, state=args.state)
         return
     generate(args.out, args.only)
 

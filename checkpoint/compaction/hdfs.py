@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -99,9 +100,13 @@ def materialize_snapshot(
                                "(its log says why)", ckpt.url)  # fmt: skip
         for f in sources:  # the snapshot alone is left for the second load to find
             (local / f.rel.rsplit("/", 1)[-1]).unlink()
-        reread = engine.load(str(tmp / "state"), sid, version, conf)
-        with open(written, "rb") as fh:
-            decoded = check_state_file(fh.read, ckpt.changelog_codec, str(written), snapshot=True)
+        with ThreadPoolExecutor(1) as pool, open(written, "rb") as fh:
+            # The decode runs while the JVM loads (a Py4J call waits without the GIL).
+            decoding = pool.submit(
+                check_state_file, fh.read, ckpt.changelog_codec, str(written), snapshot=True
+            )
+            reread = engine.load(str(tmp / "state"), sid, version, conf)
+            decoded = decoding.result()
         if not keys == reread == decoded:
             raise RebuildError(f"{sid}: the snapshot does not hold the store: Spark loaded {keys:,} rows "
                                f"from the chain, {reread:,} from the snapshot alone, which decodes to "

@@ -48,13 +48,14 @@ class StateEngine(Protocol):
     errors); the flow turns those into a refusal or an undo."""
 
     def digest(
-        self, storage: Storage, batch: int, readers: list[StateReader], partitions: int
+        self, storage: Storage, batch: int, readers: list[StateReader], partitions: int, format_version: int
     ) -> list[StoreDigest]:
         """Every store's rows at `batch`, as its state data source reads them."""
         ...
 
-    def rewrite(self, storage: Storage, partitions: int) -> None:
-        """Spark's repartitioner: one new batch with the state in `partitions` partitions."""
+    def rewrite(self, storage: Storage, partitions: int, format_version: int) -> None:
+        """Spark's repartitioner: one new batch with the state in `partitions` partitions. Both
+        run in a session of the checkpoint's format version, which Spark requires."""
         ...
 
 
@@ -126,7 +127,7 @@ def repartition(
         check()
         t = time.monotonic()
         if ckpt.latest_committed_batch != pre.batch:  # a killed run's batch Spark committed: proven below
-            spark.rewrite(storage, partitions)
+            spark.rewrite(storage, partitions, pre.format_version)
         seconds["rewrite"] = time.monotonic() - t
         report(log, Progress("repartition steps", 4, _STEPS), "%s: Spark rewrote the state in %.1f s",
                storage.url, seconds["rewrite"])  # fmt: skip
@@ -177,7 +178,7 @@ def _start(
            forked.linked_files)  # fmt: skip
     t = time.monotonic()
     try:
-        digests = spark.digest(storage, pre.latest_batch, readers, pre.from_partitions)
+        digests = spark.digest(storage, pre.latest_batch, readers, pre.from_partitions, pre.format_version)
     except Exception as exc:  # Spark fails with Py4J and analysis errors, not CheckpointErrors
         raise RepartitionRefused(f"Spark cannot read the state: {first_line(exc)}", storage.url) from exc
     off = next((d for d in digests if d.misplaced), None)
@@ -211,7 +212,7 @@ def _verify(
         raise _Mismatch(
             "validation after the rewrite: " + "; ".join(f"{f.code} {f.message}" for f in errors[:3])
         )
-    after = spark.digest(storage, pre.batch, readers, pre.to_partitions)
+    after = spark.digest(storage, pre.batch, readers, pre.to_partitions, pre.format_version)
     stores = []
     for b, a in zip(before, after, strict=True):
         where = f"operator {a.operator} store {a.store}"

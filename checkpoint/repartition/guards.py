@@ -57,6 +57,8 @@ class Preflight:
     operators: dict[int, str]
     # an earlier repartition to `to_partitions` that wrote its batch but no commit: finished now
     resumes: int | None = None
+    # Spark's repartitioner and state reader run in a session of the checkpoint's format version
+    format_version: int = 2
 
     @property
     def batch(self) -> int:
@@ -100,10 +102,6 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
     if ckpt.provider == Provider.HDFS and ckpt.operators:
         spark = "Spark's repartitioner reads RocksDB state only (it refuses this one: UNSUPPORTED_PROVIDER)"
         raise RepartitionRefused(f"the HDFS-backed state store: {spark}", ckpt.url)
-    if ckpt.format_version != 2:
-        raise RepartitionRefused(
-            "a format V1 checkpoint: repartition handles RocksDB format V2 only", ckpt.url
-        )
     committed, planned = ckpt.latest_committed_batch, ckpt.latest_planned_batch
     if committed is None:
         raise RepartitionRefused("no committed batch: nothing to repartition yet", ckpt.url)
@@ -151,6 +149,7 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
         to_partitions=partitions,
         operators={op: str(m.name) for op, m in sorted(ckpt.operators.items())},
         resumes=resumes,
+        format_version=ckpt.format_version or 2,
     )
 
 
