@@ -6,6 +6,7 @@ Every damaged case is derived from a checkpoint a real query wrote.
 from __future__ import annotations
 
 import io
+import re
 import struct
 from pathlib import Path
 
@@ -191,3 +192,33 @@ def test_folders_named_with_digits_spark_never_writes_are_not_ours(copy_of, list
     odd_files = [f for f in load_checkpoint(str(path), listing=listing).files if not f.rel.isascii()]
     assert len(odd_files) == 3  # listed either way (per partition: by the listing of the rest)
     assert all(f.kind == FileKind.UNKNOWN for f in odd_files)
+
+
+def _hadoop_crc(data: bytes, chunk: int = 512) -> bytes:
+    import zlib
+
+    sums = b"".join(zlib.crc32(data[i : i + chunk]).to_bytes(4, "big") for i in range(0, len(data), chunk))
+    return b"crc\0" + chunk.to_bytes(4, "big") + sums
+
+
+def test_hadoop_checksum_files_are_checked_chunk_by_chunk() -> None:
+    """What Hadoop's local file system writes beside a file (`.<name>.crc`): a good file passes;
+    a changed byte, a file cut or grown, and a malformed checksum file each fail by name."""
+    from checkpoint.format.crc import check_hadoop_crc
+
+    data = bytes(range(256)) * 7  # 1,792 bytes: three full chunks and a partial one
+    crc = _hadoop_crc(data)
+    assert check_hadoop_crc(io.BytesIO(data).read, crc, "x") == len(data)
+    flipped = bytearray(data)
+    flipped[1000] ^= 1
+    cases = {
+        "mismatch in bytes 512-1024": (bytes(flipped), crc),
+        "shorter than": (data[:1000], crc),
+        "longer than": (data[:1536] + b"!", _hadoop_crc(data[:1536])),
+        "no crc header": (data, b"CRC\0" + crc[4:]),
+        "chunk 0": (data, crc[:4] + (0).to_bytes(4, "big") + crc[8:]),
+        "malformed Hadoop checksum file (chunk 512": (data, crc[:-1]),
+    }
+    for why, (body, sums) in cases.items():
+        with pytest.raises(CorruptFileError, match=re.escape(why)):
+            check_hadoop_crc(io.BytesIO(body).read, sums, "x")

@@ -346,6 +346,28 @@ def test_a_leftover_hadoop_checksum_fails_its_store_alone(defaults, tmp_path) ->
     assert not (path / "state/0/1/12.snapshot").exists()
 
 
+@pytest.mark.slow
+def test_a_delta_that_fails_hadoops_checksum_fails_its_store_alone(defaults, tmp_path) -> None:
+    """One byte of a delta's LZ4 end mark changed, its length kept: neither validation nor Spark's
+    own load sees it (Spark's reader returns the state), Hadoop's checksum of the copy does; that
+    store gets no snapshot, the others do."""
+    from testbed.demo import date_back
+
+    path = _copy(defaults, "hdfs_deltas", tmp_path)
+    date_back(path, 2 * 3600)
+    victim = path / "state/0/2/5.delta"
+    data = bytearray(victim.read_bytes())
+    data[-3] ^= 0x01
+    victim.write_bytes(bytes(data))
+    date_back(path, 2 * 3600)
+    out = ckpt("compact", str(path), "--min-chain", "3", "--json")
+    doc = json.loads(out.stdout)
+    assert out.returncode == 1 and len(doc["materialized"]) == 3, out.stderr
+    (failed,) = doc["failed"]
+    assert failed["partition"] == 2 and "Hadoop checksum mismatch" in failed["error"], failed
+    assert not (path / "state/0/2/12.snapshot").exists()
+
+
 def test_a_v1_file_that_fails_its_read_stops_the_fork_before_any_log(defaults, tmp_path) -> None:
     """No sidecar to compare with: the copy is decoded as Spark's load decodes it, and a damaged
     delta stops the fork in its first step, DEST marked incomplete, no offset or commit written."""

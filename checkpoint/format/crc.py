@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -66,3 +67,35 @@ class Checksumming:
 
 def sidecar_matches(sidecar: Sidecar, data: bytes) -> bool:
     return sidecar_agrees(sidecar, len(data), crc32c_signed(data))
+
+
+# Hadoop's own checksum file `.<name>.crc`, which its local file system (a ChecksumFileSystem)
+# writes beside every file: the header `crc\0`, the bytes per checksum as a big-endian int, then
+# the zlib CRC-32 of each chunk of that many bytes, big-endian.
+_HADOOP_MAGIC = b"crc\0"
+_HADOOP_MAX_CHUNK = 1 << 24
+
+
+def check_hadoop_crc(read: Callable[[int], bytes], crc: bytes, path: str) -> int:
+    """Checks the bytes `read` yields against Hadoop's checksum file of them, a chunk at a time;
+    returns the bytes checked. Raises CorruptFileError on a mismatch, a malformed checksum file,
+    or a file longer or shorter than the checksums cover."""
+    if len(crc) < 8 or crc[:4] != _HADOOP_MAGIC:
+        raise CorruptFileError("malformed Hadoop checksum file (no crc header)", path)
+    chunk = int.from_bytes(crc[4:8], "big")
+    if not 0 < chunk <= _HADOOP_MAX_CHUNK or (len(crc) - 8) % 4:
+        raise CorruptFileError(f"malformed Hadoop checksum file (chunk {chunk}, {len(crc)} bytes)", path)
+    expected = [int.from_bytes(crc[i : i + 4], "big") for i in range(8, len(crc), 4)]
+    size = 0
+    for n, want in enumerate(expected):
+        block = read(chunk)
+        if not block or (len(block) < chunk and n < len(expected) - 1):
+            raise CorruptFileError(
+                f"shorter than its Hadoop checksums cover (chunk {n} of {len(expected)})", path
+            )
+        if zlib.crc32(block) != want:
+            raise CorruptFileError(f"Hadoop checksum mismatch in bytes {size}-{size + len(block)}", path)
+        size += len(block)
+    if read(1):
+        raise CorruptFileError("longer than its Hadoop checksums cover", path)
+    return size
