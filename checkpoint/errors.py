@@ -96,6 +96,17 @@ class ForkIncomplete(Stopped):
     label = "fork incomplete"
 
 
+class MigrationRefused(Refused):
+    """The migration was refused before anything was written."""
+
+
+class MigrationFailed(Stopped):
+    """The migration stopped part-way: the destination is marked incomplete (validation refuses
+    it), and the same migration run again starts it over."""
+
+    label = "incomplete"
+
+
 class RepartitionRefused(Refused):
     """Nothing was written: the message says why."""
 

@@ -16,11 +16,11 @@ import sys
 
 from checkpoint.errors import CheckpointError, Stopped
 
-from . import compact, fleet, fork, gc, read, repartition
+from . import compact, fleet, fork, gc, migrate, read, repartition
 from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result
 from .progress import shown
 
-FAMILIES = (read, fleet, gc, compact, fork, repartition)
+FAMILIES = (read, fleet, gc, compact, fork, migrate, repartition)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,37 @@ from checkpoint.format.snapshot import (
 )
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.model.lineage import StoreLineage
+from checkpoint.storage import Storage
 
 _ZIP_ORDER = ("MANIFEST-", "CURRENT", ".log", "OPTIONS-")
 
 
+@dataclass(frozen=True)
+class ZipTarget:
+    """Where a snapshot zip goes: a store folder of a checkpoint, under `<version>[_<id>].zip`, with
+    Spark's `.crc` sidecar where the format writes one (V2)."""
+
+    storage: Storage
+    folder: str
+    version: int
+    unique_id: str | None
+    sidecar: bool
+
+    @staticmethod
+    def of(ckpt: Checkpoint, entry: StoreLineage, folder: str) -> ZipTarget:
+        """The committed version of `entry`'s store in its own checkpoint (compaction)."""
+        return ZipTarget(ckpt.storage, folder, entry.version, entry.unique_id, ckpt.format_version == 2)
+
+    @property
+    def name(self) -> str:
+        return ROCKSDB_FILES.name(FileKind.ZIP, self.version, self.unique_id)
+
+
 def publish(
-    ckpt, entry, folder, checkpoint_dir: Path, base_meta: SnapshotMetadata | None, keys: int, internal: int
+    target: ZipTarget, checkpoint_dir: Path, base_meta: SnapshotMetadata | None, keys: int, internal: int
 ) -> dict:
-    storage = ckpt.storage
-    _refuse_taken_names(ckpt, folder, entry)  # before the first byte is written
+    storage, folder = target.storage, target.folder
+    _refuse_taken_names(target)  # before the first byte is written
     base_ssts = {s.local_name: s for s in base_meta.sst_files} if base_meta else {}
     listed: list[dict[str, Any]] = []
     reused, written, bytes_written = 0, 0, 0
@@ -74,12 +97,12 @@ def publish(
         zf.writestr("metadata", f"v{WRITTEN_ZIP_METADATA_VERSION}\n{body}")
     data = buf.getvalue()
     crash_point("compaction.before_zip")  # SSTs are out, the zip is not
-    name = ROCKSDB_FILES.name(FileKind.ZIP, entry.version, entry.unique_id)
-    _publish_no_clobber(ckpt, f"{folder}/{name}", data)
-    if ckpt.format_version == 2:  # Spark writes `.crc` sidecars in format V2 only
+    name = target.name
+    _publish_no_clobber(storage, f"{folder}/{name}", data)
+    if target.sidecar:  # Spark writes `.crc` sidecars in format V2 only
         sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
                    "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
-        _publish_no_clobber(ckpt, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
+        _publish_no_clobber(storage, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
     return {
         "zip": f"{folder}/{name}",
         "bytes": bytes_written + len(data),
@@ -88,25 +111,26 @@ def publish(
     }
 
 
-def _refuse_taken_names(ckpt: Checkpoint, folder: str, entry: StoreLineage) -> None:
+def _refuse_taken_names(target: ZipTarget) -> None:
     """The zip's name and its sidecars' must all be free. A leftover `<v>_<u>.zip.crc` would sit
     beside the new zip without matching it, and Spark prefers that zip to the replay chain: the
     store would no longer load. On a local disk so would Hadoop's hidden `.<v>_<u>.zip.crc`, which
     its local file system checks on every read (seen: a ChecksumException at the restart, when a
     zip Spark had uploaded was gone and its checksum file not). Two stats (HEADs on S3), three
     on a local disk, whatever the folder holds."""
-    zip_name = ROCKSDB_FILES.name(FileKind.ZIP, entry.version, entry.unique_id)
-    hadoop = [f".{zip_name}.crc"] if ckpt.storage.backend.hidden_checksums else []
+    storage, zip_name = target.storage, target.name
+    hadoop = [f".{zip_name}.crc"] if storage.backend.hidden_checksums else []
     for name in (zip_name, f"{zip_name}.crc", *hadoop):
-        if ckpt.storage.stat(f"{folder}/{name}") is not None:
-            raise RebuildError(f"{entry.store}: {name} already exists, so no snapshot is published for it "
+        where = f"{target.folder}/{name}"
+        if storage.stat(where) is not None:
+            raise RebuildError(f"{target.folder}: {name} already exists, so no snapshot is published for it "
                                "(a leftover of an earlier attempt? remove it if nothing names it)",
-                               ckpt.storage.full(f"{folder}/{name}"))  # fmt: skip
+                               storage.full(where))  # fmt: skip
 
 
-def _publish_no_clobber(ckpt: Checkpoint, rel: str, data: bytes) -> None:
+def _publish_no_clobber(storage: Storage, rel: str, data: bytes) -> None:
     """Atomic and never overwriting (Storage.write_if_absent): a crash leaves at most our temp file."""
     try:
-        ckpt.storage.write_if_absent(rel, data, MAINT_TEMP_PREFIX)
+        storage.write_if_absent(rel, data, MAINT_TEMP_PREFIX)
     except FileExistsError as exc:
-        raise RebuildError(f"{rel} already exists: never overwritten", ckpt.url) from exc
+        raise RebuildError(f"{rel} already exists: never overwritten", storage.full(rel)) from exc

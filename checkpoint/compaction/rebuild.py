@@ -40,7 +40,7 @@ from itertools import islice, repeat
 from pathlib import Path
 from typing import Any
 
-from checkpoint.compaction.publish import publish
+from checkpoint.compaction.publish import ZipTarget, publish
 from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import RecordRun
 from checkpoint.format.layout import FileKind
@@ -59,7 +59,7 @@ MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersio
 _DELIMITERS = {None: b",", "1": b",", "2": b""}  # StringAppendOperator's delimiter per version
 # What a Spark 4.x OPTIONS file says for the settings the rebuild changes; the published OPTIONS
 # get back the base's own values (these, for a store built without a base).
-_SPARK_OPTIONS = {
+SPARK_OPTIONS = {
     "memtable_factory": "SkipListFactory",
     "allow_concurrent_memtable_write": "true",
     "write_buffer_size": "67108864",
@@ -69,7 +69,7 @@ _SPARK_OPTIONS = {
 }
 
 
-def _bulk_options(policy: Policy, delimiter: bytes) -> dict[str, str]:
+def bulk_options(policy: Policy, delimiter: bytes) -> dict[str, str]:
     """The rebuild's own settings. A vector memtable takes appends and sorts once at flush (random
     inserts into Spark's skip list cost 1.7 times as much); a bounded memtable flushes a large chain
     to several SSTs; with compactions off the base's SSTs are never rewritten."""
@@ -132,7 +132,7 @@ def _new_db_options(policy: Policy):
     table.set_block_size(4096)
     table.set_bloom_filter(10, False)
     table.set_block_cache(rocksdict.Cache(policy.rebuild_block_cache_bytes))
-    table.set_cache_index_and_filter_blocks(True)  # as _bulk_options: the cache bounds them too
+    table.set_cache_index_and_filter_blocks(True)  # as bulk_options: the cache bounds them too
     opts.set_block_based_table_factory(table)
     opts.set_compression_type(rocksdict.DBCompressionType.lz4())
     opts.set_memtable_factory(rocksdict.MemtableFactory.vector())
@@ -144,7 +144,7 @@ def _new_db_options(policy: Policy):
     return opts
 
 
-def _open(folder: Path, policy: Policy, *, read_only: bool = False):
+def open_db(folder: Path, policy: Policy, *, read_only: bool = False):
     """RocksDB over `folder`. An existing DB takes its column-family options (merge operator,
     table format, memtable) from its newest OPTIONS file, which the rebuild rewrites first; the
     block cache, which OPTIONS files do not carry, is passed here so that its size is ours."""
@@ -174,7 +174,7 @@ def _option_values(folder: Path, names: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def _set_options(folder: Path, values: dict[str, str]) -> None:
+def set_options(folder: Path, values: dict[str, str]) -> None:
     """Sets `name=value` lines in every OPTIONS file of a RocksDB folder."""
     for options in folder.glob("OPTIONS-*"):
         text = options.read_text()
@@ -258,11 +258,11 @@ def _write_changes(db, base: dict[bytes, bytes], content: dict[bytes, bytes], me
     sample = list(islice(changed.items(), 1000))
     entry = max(1, sum(len(k) + len(v) for k, v in sample) // max(1, len(sample)))
     per_batch = min(_BATCH_RECORDS, max(1000, memtable_bytes // 8 // entry))
-    _write_in_batches(db, write_opts, per_batch, "put", list(changed), list(changed.values()))
-    _write_in_batches(db, write_opts, per_batch, "delete", list(base.keys() - content.keys()))
+    write_in_batches(db, write_opts, per_batch, "put", list(changed), list(changed.values()))
+    write_in_batches(db, write_opts, per_batch, "delete", list(base.keys() - content.keys()))
 
 
-def _write_in_batches(
+def write_in_batches(
     db, write_opts, per_batch: int, op: str, keys: list[bytes], *values: list[bytes]
 ) -> None:
     """Bounded batches, so a large chain is not one giant allocation; the calls are made in C."""
@@ -302,7 +302,7 @@ def peak_rss() -> int:
 
 
 @dataclass(frozen=True)
-class _Base:
+class FetchedBase:
     meta: SnapshotMetadata
     ssts: dict[str, int]  # local name -> CRC32C of the bytes copied, each checked against the zip's size
     bytes_read: int
@@ -342,17 +342,17 @@ def rebuild_store(
         db_dir, checkpoint_dir = tmp / "db", tmp / "checkpoint"
         db_dir.mkdir()
         chain_bytes = sum(f.info.size for f in entry.chain)
-        base = _fetch_base(ckpt, entry.base, folder, tmp, policy, chain_bytes) if entry.base else None
+        base = fetch_base(ckpt, entry.base, folder, tmp, policy, chain_bytes) if entry.base else None
         if base is None:
             check_free_disk(tmp, 0, chain_bytes, ckpt.url)
-        restore = {**_SPARK_OPTIONS, **_option_values(db_dir, _SPARK_OPTIONS)}
-        _set_options(db_dir, _bulk_options(policy, delimiter))
+        restore = {**SPARK_OPTIONS, **_option_values(db_dir, SPARK_OPTIONS)}
+        set_options(db_dir, bulk_options(policy, delimiter))
         changelogs = [ckpt.read_changelog_runs(f, ckpt.read_verified(f.rel))[1] for f in entry.chain]
         records = sum(len(run.keys) for runs in changelogs for run in runs)
         touched = list(set().union(*(run.keys for runs in changelogs for run in runs)))
         if base:  # looked up in the base: neighbouring keys share blocks (1.4 s for 561k keys, not 2.2)
             touched.sort()
-        db = _open(db_dir, policy)
+        db = open_db(db_dir, policy)
         try:
             block_cache = db.property_int_value("rocksdb.block-cache-capacity") or 0
             # What the chain builds on, read before any write: the base value of each touched key.
@@ -367,10 +367,11 @@ def rebuild_store(
         finally:
             db.close()
         del changelogs
-        _set_options(checkpoint_dir, restore)
+        set_options(checkpoint_dir, restore)
         _verify(ckpt, entry, checkpoint_dir, policy, base, touched, before, expected)
         keys, internal = _count_keys(base.meta if base else None, before, expected)
-        result = publish(ckpt, entry, folder, checkpoint_dir, base.meta if base else None, keys, internal)
+        target = ZipTarget.of(ckpt, entry, folder)
+        result = publish(target, checkpoint_dir, base.meta if base else None, keys, internal)
         sid = entry.store
         return RebuildResult(
             operator=sid.operator, partition=sid.partition, store=sid.store, version=entry.version,
@@ -398,9 +399,9 @@ def check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> N
         )
 
 
-def _fetch_base(
+def fetch_base(
     ckpt: Checkpoint, base: CheckpointFile, folder: str, tmp: Path, policy: Policy, chain_bytes: int
-) -> _Base:
+) -> FetchedBase:
     """The base zip's RocksDB files and SSTs in `tmp/db`, streamed to disk in chunks: the zip checked
     against its `.crc` sidecar, each SST against the size the zip lists."""
     rel = base.rel
@@ -431,7 +432,7 @@ def _fetch_base(
 
     with ThreadPoolExecutor(max(1, policy.copy_workers)) as pool:
         ssts = dict(pool.map(fetch, meta.sst_files))
-    return _Base(meta, ssts, read + sum(s.size for s in meta.sst_files))
+    return FetchedBase(meta, ssts, read + sum(s.size for s in meta.sst_files))
 
 
 def _verify(
@@ -439,7 +440,7 @@ def _verify(
     entry: StoreLineage,
     checkpoint_dir: Path,
     policy: Policy,
-    base: _Base | None,
+    base: FetchedBase | None,
     touched: list[bytes],
     before: dict[bytes, bytes],
     expected: dict[bytes, bytes],
@@ -453,7 +454,7 @@ def _verify(
 
     if any(p.stat().st_size for p in checkpoint_dir.glob("*.log")):
         raise refuse("the new checkpoint has a non-empty WAL; its SSTs do not hold all of the store")
-    db = _open(checkpoint_dir, policy, read_only=True)
+    db = open_db(checkpoint_dir, policy, read_only=True)
     try:
         live = {f["name"].lstrip("/"): f for f in db.live_files()}
         if base is None:

@@ -177,11 +177,13 @@ def apply_fork(
     since: tuple[float, int] | None = None,
     *,
     link: bool = False,
+    before_complete: Callable[[], None] = lambda: None,
 ) -> ForkResult:
-    """Writes the plan to DEST in its steps, resuming an interrupted run, then checks every file and
-    writes the completion marker. `check` runs before each step (the leases' `check`); `since` is
-    (monotonic time, requests so far) where the fork began, for its figures. Any failure raises
-    ForkIncomplete: DEST stays marked incomplete and the same fork run again finishes it."""
+    """Writes the plan to DEST in its steps, resuming an interrupted run, then checks every file,
+    runs `before_complete` (a migration's proof by Spark's reader) and writes the completion
+    marker. `check` runs before each step (the leases' `check`); `since` is (monotonic time,
+    requests so far) where the fork began, for its figures. Any failure raises ForkIncomplete:
+    DEST stays marked incomplete and the same fork run again finishes it."""
     started, before = since or (time.monotonic(), src.calls.total() + dest.calls.total())
     present = {rel: f for rel, f in state.files.items() if not _temp(rel)}
     todo = [i for i in plan.items if i.rel not in present]
@@ -219,6 +221,7 @@ def apply_fork(
             crash_point("fork.after_step", step)
         check()
         _verify(plan, dest, crcs, decoded)
+        before_complete()
         result = ForkResult(
             source=plan.source, dest=plan.dest, batch=plan.batch, query_id=plan.query_id,
             files=plan.files, total_bytes=plan.total_bytes, copied_files=len(copied),

@@ -1,0 +1,267 @@
+"""`ckpt migrate SRC DEST`: a new checkpoint on RocksDB format V2 whose recovery at a batch loads
+the state SRC's recovery loads there. SRC is never written.
+
+DEST is a fork of SRC at the batch (`checkpoint.fork`: its logs, schema and operator metadata,
+markers and checks) without SRC's state files, and with:
+- every store's state at the batch written as a V2 snapshot `<v>_<id>.zip` (`checkpoint.migrate.state`:
+  ours, because Spark's rewriter reads RocksDB only and writes the session's format);
+- the offset file of the batch pinning the RocksDB provider (SPARK-21192: the pin, not the
+  session, decides at a restart);
+- the commit of the batch in format V2, naming the new stores' ids in operator-metadata order.
+
+The steps, and what stops each:
+1. preflight (exit 2, nothing written): SRC stopped past the quiet period, no error finding
+   (the fork's own refusal), Spark's default formats only (a RocksDB V2 source is forked, not
+   migrated), operator metadata present, no column-family or prefix-encoded store the writer
+   cannot carry, DEST empty (or an interrupted migration of the same SRC and batch, started over);
+2. the fork's started marker, so validation refuses DEST (`INCOMPLETE_FORK`) until step 5;
+3. the state, store by store, the leases checked before each;
+4. the logs, through the fork's writer, which reads every file back;
+5. Spark's state data source reads every store of SRC and of DEST at the batch: the same rows (a
+   count and two 64-bit digests of each row's key and value) or the migration stops, DEST
+   marked incomplete; then the completion marker, and the audit record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.compaction.publish import ZipTarget
+from checkpoint.errors import CheckpointError, MigrationFailed, MigrationRefused
+from checkpoint.fork.copy import apply_fork, check_dest, inspect_dest, refuse_overlap
+from checkpoint.fork.plan import STEP_STATE, ForkItem, ForkPlan, ForkSource, plan_fork, read_source
+from checkpoint.format.crc import parse_sidecar
+from checkpoint.format.layout import FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
+from checkpoint.format.providers import Provider
+from checkpoint.migrate.state import StoreWritten, write_store
+from checkpoint.model.checkpoint import StoreId
+from checkpoint.model.head import store_folder
+from checkpoint.model.lineage import StoreLineage
+from checkpoint.policy import POLICY
+from checkpoint.progress import Progress, report
+from checkpoint.safety.naming import folder_name
+from checkpoint.storage import Storage
+
+log = logging.getLogger(__name__)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+# SRC's state files (and their sidecars): DEST gets its own. Schema, operator metadata and logs
+# are carried over.
+_STATE_KINDS = frozenset({FileKind.DELTA, FileKind.SNAPSHOT, FileKind.ZIP, FileKind.CHANGELOG, FileKind.SST,
+                          FileKind.WAL_LOG})  # fmt: skip
+
+
+def _is_state(rel: str) -> bool:
+    main = rel[: -len(".crc")] if rel.endswith(".crc") else rel
+    return classify(main).kind in _STATE_KINDS
+
+
+class StateDigests(Protocol):
+    """Spark's state data source (`jobs.migrate.SparkStateDigests`)."""
+
+    def digest(self, storage: Storage, batch: int, store: StoreId, format_version: int) -> tuple[int, str]:
+        """(rows, digest) of every partition of one operator's store at `batch`, read in a
+        session of `format_version`."""
+        ...
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    source: str
+    dest: str
+    batch: int
+    source_state: str  # "hdfs V1", "rocksdb V1"
+    stores: tuple[StoreWritten, ...]
+    proven: tuple[dict[str, Any], ...]  # per operator store: rows and the digests of SRC and DEST
+    log_files: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "dest": self.dest, "batch": self.batch,
+                "source_state": self.source_state, "target_state": "rocksdb V2",
+                "stores": [s.as_dict() for s in self.stores],
+                "keys": sum(s.keys for s in self.stores), "proven": list(self.proven),
+                "log_files": self.log_files, "seconds": self.seconds}  # fmt: skip
+
+
+def preflight(source: ForkSource, now: float, quiet_seconds: float) -> None:
+    """Refuses (MigrationRefused) what this migration cannot carry; the fork's reading of SRC
+    has refused error findings already."""
+    ckpt = source.ckpt
+    where = ckpt.url
+    if ckpt.provider == Provider.ROCKSDB and ckpt.format_version == 2:
+        raise MigrationRefused("already RocksDB format V2: `ckpt fork` relocates it as it is", where)
+    if ckpt.provider == Provider.OTHER:
+        raise MigrationRefused(f"the state store provider {ckpt.provider_class} is not Spark's", where)
+    if ckpt.is_live(now, quiet_seconds):
+        raise MigrationRefused(f"the query looks alive (a commit or offset within the quiet period "
+                               f"of {quiet_seconds:.0f} s, or an unfinished batch): stop it first",
+                               where)  # fmt: skip
+    for op in sorted({e.store.operator for e in source.lineage}):
+        meta = ckpt.operators.get(op)
+        if meta is None or meta.metadata is None:
+            raise MigrationRefused(f"operator {op} has no operator metadata (state/{op}/_metadata): the "
+                                   "checkpoint was last run before Spark 4.0; run the query once on Spark "
+                                   "4.x, stop it, and migrate then", where)  # fmt: skip
+        name = meta.metadata.name
+        if meta.metadata.version != 1 or name.startswith("transformWithState"):
+            raise MigrationRefused(f"operator {op} ({name}) keeps column families, which a migration does "
+                                   "not carry", where)  # fmt: skip
+        prefixed = [s.name for s in meta.metadata.stores if s.num_cols_prefix_key]
+        if prefixed and ckpt.provider == Provider.HDFS:
+            raise MigrationRefused(f"operator {op} ({name}): store {prefixed[0]} is prefix-scanned (a "
+                                   "session window), whose keys RocksDB lays out otherwise than the "
+                                   "HDFS-backed store; it is not migrated", where)  # fmt: skip
+
+
+def _store_order(source: ForkSource) -> dict[int, tuple[str, ...]]:
+    """Each operator's store names in operator-metadata order: the order of ids in a V2 commit."""
+    return {
+        op: tuple(s.name for s in o.metadata.stores) for op, o in source.ckpt.operators.items() if o.metadata
+    }
+
+
+def _offset_pinning_rocksdb(raw: bytes, path: str) -> bytes:
+    """The offset file with the RocksDB provider pinned in its conf; every other line as it was."""
+    lines = raw.decode("utf-8").split("\n")
+    try:
+        meta = json.loads(lines[1])
+        meta.setdefault("conf", {})[PROVIDER_CONF] = ROCKSDB_PROVIDER
+    except (IndexError, ValueError, AttributeError) as exc:
+        raise MigrationRefused(f"unreadable offset metadata: {exc}", path) from exc
+    lines[1] = json.dumps(meta, separators=(",", ":"))
+    return "\n".join(lines).encode()
+
+
+def _commit_v2(raw: bytes, ids: dict[int, list[list[str]]], path: str) -> bytes:
+    try:
+        body = json.loads(raw.decode("utf-8").split("\n", 1)[1])
+    except (IndexError, ValueError) as exc:
+        raise MigrationRefused(f"unreadable commit: {exc}", path) from exc
+    body["stateUniqueIds"] = {str(op): parts for op, parts in sorted(ids.items())}
+    return ("v2\n" + json.dumps(body, separators=(",", ":"))).encode()
+
+
+def plan_logs(source: ForkSource, dest: Storage, ids: dict[StoreId, str]) -> ForkPlan:
+    """The fork of SRC's logs, schema and operator metadata, with the batch's offset and commit
+    rewritten; no state file of SRC."""
+    fork = plan_fork(source, dest)
+    order, batch = _store_order(source), source.batch
+    partitions = max(s.partition for s in ids) + 1
+    commit_ids = {op: [[ids[StoreId(op, p, name)] for name in names] for p in range(partitions)]
+                  for op, names in order.items() if any(s.operator == op for s in ids)}  # fmt: skip
+    items: list[ForkItem] = []
+    for item in fork.items:
+        what = classify(item.rel)
+        if _is_state(item.rel):
+            continue
+        if what.kind in (FileKind.OFFSET, FileKind.COMMIT) and what.batch == batch:
+            raw = source.ckpt.storage.read_bytes(item.rel)
+            path = source.ckpt.storage.full(item.rel)
+            data = (_offset_pinning_rocksdb(raw, path) if what.kind == FileKind.OFFSET
+                    else _commit_v2(raw, commit_ids, path))  # fmt: skip
+            item = dataclasses.replace(item, data=data, size=len(data), crc=None)
+        items.append(item)
+    return dataclasses.replace(fork, items=tuple(items))
+
+
+def migrate(
+    digests: Callable[[], StateDigests],
+    src: Storage,
+    dest: Storage,
+    audit: AuditTrail,
+    batch: int | None = None,
+    *,
+    now: float | None = None,
+    quiet_seconds: float = POLICY.quiet_seconds,
+    check: Callable[[], None] = lambda: None,
+) -> MigrationResult:
+    """See the module docstring. The caller holds SRC's and DEST's leases and passes their
+    `check`; `digests` makes Spark's reader once the preflight has passed."""
+    started = time.monotonic()
+    now = time.time() if now is None else now
+    refuse_overlap(src, dest)
+    state = inspect_dest(dest)
+    if state.complete is not None:
+        raise MigrationRefused("the destination holds a complete checkpoint already", dest.url)
+    check_dest(state, src.url, batch, new_query_id=False, dest=dest)
+    if state.started is not None:  # an interrupted migration of this SRC: everything in DEST is ours
+        batch = state.started.batch
+        log.info("%s: starting an interrupted migration over (%d files removed)", dest.url, len(state.files))
+        dest.delete_batch(sorted(state.files))
+    source = read_source(src, batch)
+    preflight(source, now, quiet_seconds)
+    entries = list(source.lineage)
+    ids = {e.store: str(uuid.uuid4()) for e in entries}
+    plan = plan_logs(source, dest, ids)
+    engine = digests()
+    dest.write_if_absent(FORK_STARTED, plan.started().to_json(), MAINT_TEMP_PREFIX)
+    written = []
+    for i, entry in enumerate(entries, 1):
+        check()
+        written.append(_write(source, entry, dest, ids[entry.store]))
+        report(log, Progress("stores migrated", i, len(entries)), "%d of %d stores written", i, len(entries))
+
+    def prove() -> None:
+        proven.extend(_prove(engine, src, dest, source))
+
+    proven: list[dict[str, Any]] = []
+    plan = _with_written_state(plan, dest)
+    apply_fork(plan, src, dest, inspect_dest(dest), check=check, before_complete=prove)
+    result = MigrationResult(src.url, dest.url, source.batch, source.ckpt.state_format, tuple(written),
+                             tuple(proven), plan.files, round(time.monotonic() - started, 3))  # fmt: skip
+    rel = f"{folder_name(src.url)}/migrations/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}.json"
+    audit.storage.write(rel, json.dumps({"at": time.time(), **result.as_dict()}, indent=1).encode())
+    return result
+
+
+def _with_written_state(plan: ForkPlan, dest: Storage) -> ForkPlan:
+    """The plan with the state this migration wrote: the fork's writer then finds each file in
+    place (nothing is copied) and checks DEST holds exactly the plan, each zip against its `.crc`."""
+    planned = {i.rel for i in plan.items} | {FORK_STARTED}
+    items = []
+    for f in dest.list_files("state"):
+        if f.rel in planned:
+            continue
+        crc = None
+        if f.rel.endswith(".zip"):
+            sidecar = f"{f.rel}.crc"
+            crc = parse_sidecar(dest.read_bytes(sidecar), dest.full(sidecar)).value
+        items.append(ForkItem(f.rel, f.size, STEP_STATE, crc=crc))
+    return dataclasses.replace(plan, items=(*items, *plan.items))
+
+
+def _write(source: ForkSource, entry: StoreLineage, dest: Storage, unique_id: str) -> StoreWritten:
+    target = ZipTarget(dest, store_folder(entry.store), entry.version, unique_id, sidecar=True)
+    try:
+        return write_store(source.ckpt, entry, target)
+    except CheckpointError as exc:
+        raise MigrationFailed(f"{entry.store}: {exc}; the destination is marked incomplete: run the "
+                              "same migration again to start it over", dest.url) from exc  # fmt: skip
+
+
+def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource) -> list[dict[str, Any]]:
+    """Every operator store of SRC and DEST read by Spark at the batch: the same rows, or nothing is
+    marked complete."""
+    out = []
+    for op, names in sorted(_store_order(source).items()):
+        for name in names:
+            sid = StoreId(op, 0, name)
+            rows_src, digest_src = engine.digest(src, source.batch, sid, 1)
+            rows_dest, digest_dest = engine.digest(dest, source.batch, sid, 2)
+            if (rows_src, digest_src) != (rows_dest, digest_dest):
+                raise MigrationFailed(f"operator {op} store {name}: Spark reads {rows_src} rows "
+                                      f"({digest_src}) in the source and {rows_dest} ({digest_dest}) in the "
+                                      "destination; the destination stays marked incomplete",
+                                      dest.url)  # fmt: skip
+            out.append({"operator": op, "store": name, "rows": rows_src, "digest": digest_src})
+    return out

@@ -1,0 +1,125 @@
+"""One store's state at the migrated batch, written as a RocksDB format V2 snapshot in DEST.
+
+Spark cannot do this step: its state rewriter reads RocksDB only (the HDFS-backed store fails with
+`UNSUPPORTED_PROVIDER`), and it writes in the format of the session it runs in, which must be the
+read checkpoint's (V1). So the snapshot is written here, with the machinery compaction uses
+(`checkpoint.compaction.rebuild`): what recovery of the source loads (the base snapshot or zip,
+then the deltas or changelogs in order) is put into RocksDB with Spark 4.x's table format and
+published as `<v>_<id>.zip` plus its SSTs and `.crc`, each name checked free and written without
+overwriting. Spark's own reader then proves it (`checkpoint.migrate.flow`).
+
+The RocksDB provider stores a row as its UnsafeRow bytes behind one encoding-version byte (0),
+key and value alike, where the HDFS-backed store keeps the bare UnsafeRow (seen: the same
+aggregation's records in a delta, a V1 changelog and a V2 changelog differ by that byte only).
+A store whose key is prefix-encoded (session windows: `numColsPrefixKey` > 0) is laid out
+otherwise by RocksDB and is refused from the HDFS-backed store; from RocksDB V1 its bytes are
+already RocksDB's and are carried as they are.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from checkpoint.compaction.publish import ZipTarget, publish
+from checkpoint.compaction.rebuild import (
+    SPARK_OPTIONS,
+    bulk_options,
+    check_free_disk,
+    fetch_base,
+    merge_delimiter,
+    open_db,
+    set_options,
+    write_in_batches,
+)
+from checkpoint.errors import RebuildError
+from checkpoint.format.layout import FileKind
+from checkpoint.format.providers import Provider
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.lineage import StoreLineage
+from checkpoint.policy import POLICY, Policy
+
+ROCKSDB_ENCODING = b"\x00"  # the version byte in front of every key and value RocksDB stores
+_BATCH = 50_000
+
+
+@dataclass(frozen=True)
+class StoreWritten:
+    operator: int
+    partition: int
+    store: str
+    unique_id: str
+    keys: int
+    files: int  # read from the source
+    bytes_read: int
+    bytes_written: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def write_store(
+    ckpt: Checkpoint,
+    entry: StoreLineage,
+    target: ZipTarget,
+    workdir: str | None = None,
+    policy: Policy = POLICY,
+) -> StoreWritten:
+    """Writes what recovery of `entry`'s version loads in SRC (`ckpt`) as `target`'s zip."""
+    import rocksdict
+
+    started = time.monotonic()
+    sid = entry.store
+    if not entry.loadable:
+        raise RebuildError(f"{sid}: the replay chain of version {entry.version} is incomplete", ckpt.url)
+    hdfs = ckpt.provider == Provider.HDFS
+    base, chain = entry.base, list(entry.chain)
+    if entry.committed_file is not None and entry.committed_file.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
+        base, chain = entry.committed_file, []  # the version's own snapshot: nothing to replay
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-migrate-", dir=workdir))
+    try:
+        db_dir, checkpoint_dir = tmp / "db", tmp / "checkpoint"
+        db_dir.mkdir()
+        chain_bytes = sum(f.info.size for f in chain)
+        if base is not None and not hdfs:  # a RocksDB zip: its files become the DB the chain goes into
+            fetched = fetch_base(ckpt, base, base.rel.rsplit("/", 1)[0], tmp, policy, chain_bytes)
+            offset = ckpt.batches[entry.batch].offset
+            set_options(db_dir, bulk_options(policy, merge_delimiter(offset.conf if offset else {})))
+            steps, read = chain, fetched.bytes_read + chain_bytes
+        else:
+            steps = ([base] if base is not None else []) + chain
+            read = sum(f.info.size for f in steps)
+            check_free_disk(tmp, 0, read, ckpt.url)
+        db = open_db(db_dir, policy)
+        try:
+            write_opts = rocksdict.WriteOptions()
+            write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
+            for f in steps:
+                runs = ckpt.read_changelog_runs(f, ckpt.read_verified(f.rel))[1]
+                for run in runs:
+                    if run.op == "merge":
+                        raise RebuildError(f"{sid}: {f.rel} holds merge records (list state), which a "
+                                           "migration does not carry", ckpt.url)  # fmt: skip
+                    keys = [ROCKSDB_ENCODING + k for k in run.keys] if hdfs else list(run.keys)
+                    if run.op == "put":
+                        values = [ROCKSDB_ENCODING + v for v in run.written] if hdfs else list(run.written)
+                        write_in_batches(db, write_opts, _BATCH, "put", keys, values)
+                    else:
+                        write_in_batches(db, write_opts, _BATCH, "delete", keys)
+            db.flush()
+            keys_now = sum(1 for _ in db.keys())
+            rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
+        finally:
+            db.close()
+        set_options(checkpoint_dir, SPARK_OPTIONS)
+        # The base's SSTs are not in DEST: every SST is uploaded under a new name (base_meta None).
+        result = publish(target, checkpoint_dir, None, keys_now, 0)
+        files = len(steps) + (0 if hdfs or base is None else 1)
+        return StoreWritten(sid.operator, sid.partition, sid.store, str(target.unique_id), keys_now, files,
+                            read, result["bytes"], round(time.monotonic() - started, 3))  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,48 @@
+"""`ckpt migrate`: a new checkpoint on RocksDB format V2 with the state of a checkpoint in Spark's
+default formats (the HDFS-backed store, RocksDB format V1)."""
+
+from __future__ import annotations
+
+import argparse
+
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.fork.copy import refuse_overlap
+from checkpoint.policy import POLICY
+from checkpoint.storage import Storage
+
+from . import render
+from .common import WHERE, Result, leased, quiet_period_option, takes_the_lease
+
+
+def migrate_command(args: argparse.Namespace) -> Result:
+    from jobs.migrate import migrate  # Spark starts only once the preflight passed
+    from jobs.spark_session import session_for
+
+    src, dest = Storage(args.source), Storage(args.dest)
+    refuse_overlap(src, dest)
+    audit = AuditTrail(args.audit or AuditTrail.default_for(src.url))
+    with leased(args, src, "migrate (source)") as held, leased(args, dest, "migrate") as lease:
+
+        def check() -> None:
+            held.check()
+            lease.check()
+
+        result = migrate(lambda: session_for(args.master), src, dest, audit, args.batch,
+                         quiet_seconds=args.quiet_period, check=check)  # fmt: skip
+    return Result(result.as_dict(), render.migrate_text)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("migrate", help="a new checkpoint on RocksDB format V2 carrying the state of one in "
+                       "Spark's default formats")  # fmt: skip
+    p.add_argument("source", help=WHERE)
+    p.add_argument("dest", help="an empty folder or URL")
+    p.add_argument("--batch", type=int, help="a committed batch (default: the latest committed)")
+    p.add_argument("--provider", default="rocksdb", choices=["rocksdb"], help="the target provider")
+    p.add_argument("--format-version", type=int, default=2, choices=[2], help="the target format version")
+    quiet_period_option(p)
+    p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
+    p.add_argument("--audit", metavar="URL", help="where the migration's record goes (default: the "
+                   "source's audit trail, _ckpt_audit beside it)")  # fmt: skip
+    takes_the_lease(p)
+    p.set_defaults(run=migrate_command)

@@ -1,0 +1,91 @@
+"""`ckpt migrate`: checkpoints in Spark's default formats (the HDFS-backed store, RocksDB format
+V1) carried to RocksDB format V2 with their state, proven by the real query restarted on the
+destination beside an untouched copy of the source restarted with the same input."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from checkpoint.format.providers import Provider
+from checkpoint.model.head import load_head
+from testbed.copying import copy_checkpoint
+from tests.support.cli import ckpt
+from tests.support.files import files_of
+
+NAMED_V2 = re.compile(r"^\d+_[0-9a-f-]{36}\.(zip|changelog)$")
+V2_SESSION = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
+# aggregation, dedup then aggregation, stream-stream join, windowed aggregation, applyInPandasWithState,
+# and RocksDB V1 with and without changelogs
+MIGRATED = ("hdfs_agg", "hdfs_dedup", "hdfs_join", "hdfs_window", "hdfs_pandas", "rocksdb_v1",
+            "rocksdb_v1_changelog")  # fmt: skip
+
+
+def _stopped(defaults, name: str, where: Path) -> Path:
+    from testbed.demo import date_back
+
+    path = copy_checkpoint(defaults[name], where)
+    date_back(path, 2 * 3600)  # stopped for longer than the quiet period
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MIGRATED)
+def test_a_migrated_checkpoint_restarts_on_rocksdb_v2_like_its_source(
+    spark, defaults, tmp_path, name
+) -> None:
+    """DEST validates as RocksDB V2 with no finding; restarted with one more input file, the real
+    query emits what the untouched source emits and ends in the same state (Spark's reader, each in
+    its own format), writing `<v>_<id>` files; SRC's bytes never change."""
+    from jobs.spark_session import scoped_confs
+    from testbed.restart import differences, restart, state_rows
+    from tests.test_default_formats import V1_SESSION
+
+    src, control = _stopped(defaults, name, tmp_path / "src"), copy_checkpoint(defaults[name], tmp_path / "c")
+    dest = tmp_path / "dest"
+    before = files_of(src)
+    out = ckpt("migrate", str(src), str(dest), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert files_of(src) == before
+    migrated = load_head(str(dest))
+    assert (migrated.format_version, migrated.provider) == (2, Provider.ROCKSDB)
+    assert ckpt("validate", str(dest)).returncode == 0
+    stores = sum(len(o.store_names) for o in migrated.operators.values())
+    assert len(doc["proven"]) == stores and len(doc["stores"]) == 4 * stores
+    extra = tmp_path / "more"
+    runs = {label: restart(spark, name, defaults[name].parent, path, extra, read_state=False)
+            for label, path in (("migrated", dest), ("control", control))}  # fmt: skip
+    with scoped_confs(spark, V2_SESSION):
+        runs["migrated"]["state"] = state_rows(spark, dest, name)
+    with scoped_confs(spark, V1_SESSION):
+        runs["control"]["state"] = state_rows(spark, control, name)
+    assert not differences(runs["migrated"], runs["control"])
+    after = load_head(str(dest))
+    assert after.latest_committed_batch > doc["batch"] and after.format_version == 2
+    newer = [p.name for p in (dest / "state").rglob("*") if p.suffix in (".zip", ".changelog")
+             and int(p.name.split("_")[0].split(".")[0]) > doc["batch"] + 1]  # fmt: skip
+    assert newer and all(NAMED_V2.match(n) for n in newer), newer
+
+
+def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
+    """A live source, a destination that is not empty, a source already on RocksDB V2 (fork it), a
+    session window on the HDFS-backed store: one line each, exit 2, neither side changed."""
+    live = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "live")
+    (live / "commits" / "24").touch()
+    stopped = _stopped(defaults, "hdfs_agg", tmp_path / "stopped")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "something").write_text("theirs")
+    v2 = _stopped({"snapshots": corpus["snapshots"]}, "snapshots", tmp_path / "v2")
+    session = _stopped(defaults, "hdfs_session", tmp_path / "session")
+    cases = [(live, tmp_path / "d1", "looks alive"), (stopped, full, "not empty"),
+             (v2, tmp_path / "d3", "ckpt fork"), (session, tmp_path / "d4", "prefix-scanned")]  # fmt: skip
+    for src, dest, why in cases:
+        before = files_of(src), files_of(dest) if dest.exists() else {}
+        out = ckpt("migrate", str(src), str(dest))
+        assert out.returncode == 2 and why in out.stderr and out.stderr.count("\n") == 1, (why, out.stderr)
+        assert (files_of(src), files_of(dest) if dest.exists() else {}) == before, why
