@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,52 @@ def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
         out = ckpt("migrate", str(src), str(dest))
         assert out.returncode == 2 and why in out.stderr and out.stderr.count("\n") == 1, (why, out.stderr)
         assert (files_of(src), files_of(dest) if dest.exists() else {}) == before, why
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["migrate.after_store:2", "fork.after_step:1"])
+def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finishes_it(
+    defaults, tmp_path, point
+) -> None:
+    """kill -9 after two stores' state, and after the offsets: DEST is not a checkpoint to this
+    tool (validation refuses the interrupted fork it is), and the same command starts it over and
+    finishes, with the same state as a migration that was never interrupted."""
+    from checkpoint.crash import CRASH_ENV
+
+    src = _stopped(defaults, "hdfs_dedup", tmp_path / "src")
+    dest = tmp_path / "dest"
+    killed = ckpt("migrate", str(src), str(dest), "--lease-ttl", "1s", env={CRASH_ENV: point})
+    assert killed.returncode == -9, killed.stderr
+    refused = ckpt("validate", str(dest))
+    assert refused.returncode != 0  # an interrupted fork (exit 2) or INCOMPLETE_FORK (exit 1)
+    assert "interrupted fork" in refused.stderr or "INCOMPLETE_FORK" in refused.stdout
+    time.sleep(1.5)  # the killed run's leases expire
+    again = ckpt("migrate", str(src), str(dest), "--json")
+    assert again.returncode == 0, again.stderr
+    assert ckpt("validate", str(dest)).returncode == 0
+    clean = ckpt("migrate", str(src), str(tmp_path / "clean"), "--json")
+    proven = [json.loads(out.stdout)["proven"] for out in (again, clean)]
+    assert proven[0] == proven[1] and proven[0]
+
+
+@pytest.mark.slow
+def test_the_tools_actions_run_on_a_migrated_checkpoint(spark, defaults, tmp_path) -> None:
+    """Once the query has run on it, a migrated checkpoint is compacted, cleaned and forked as any
+    RocksDB V2 checkpoint, and validates after each."""
+    from testbed.demo import date_back
+    from testbed.restart import restart
+
+    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    assert ckpt("migrate", str(src), str(dest)).returncode == 0
+    restart(spark, "hdfs_agg", defaults["hdfs_agg"].parent, dest, tmp_path / "more", read_state=False)
+    date_back(dest, 2 * 3600)
+    compacted = ckpt("compact", str(dest), "--min-chain", "1", "--json")
+    assert compacted.returncode == 0 and len(json.loads(compacted.stdout)["materialized"]) == 4, (
+        compacted.stderr
+    )
+    cleaned = ckpt("gc", str(dest), "--retain-batches", "1", "--apply", "--json")
+    assert cleaned.returncode == 0, cleaned.stderr
+    forked = ckpt("fork", str(dest), str(tmp_path / "forked"))
+    assert forked.returncode == 0, forked.stderr
+    for path in (dest, tmp_path / "forked"):
+        assert ckpt("validate", str(path)).returncode == 0

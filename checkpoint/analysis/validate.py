@@ -208,8 +208,8 @@ def _fork_findings(ckpt: Checkpoint) -> Iterable[Finding]:
         yield _finding(
             FindingCode.INCOMPLETE_FORK,
             ckpt.storage.full(FORK_STARTED),
-            "this checkpoint is a fork that stopped part-way: run the same `ckpt fork` again to finish it "
-            "before any query starts here",
+            "this checkpoint is a fork (or a migration) that stopped part-way: run the same `ckpt fork` "
+            "(or `ckpt migrate`) again to finish it before any query starts here",
         )
 
 

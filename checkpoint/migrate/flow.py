@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.compaction.publish import ZipTarget
+from checkpoint.crash import crash_point
 from checkpoint.errors import CheckpointError, MigrationFailed, MigrationRefused
 from checkpoint.fork.copy import apply_fork, check_dest, inspect_dest, refuse_overlap
 from checkpoint.fork.plan import STEP_STATE, ForkItem, ForkPlan, ForkSource, plan_fork, read_source
@@ -209,6 +210,7 @@ def migrate(
     for i, entry in enumerate(entries, 1):
         check()
         written.append(_write(source, entry, dest, ids[entry.store]))
+        crash_point("migrate.after_store", i)
         report(log, Progress("stores migrated", i, len(entries)), "%d of %d stores written", i, len(entries))
 
     def prove() -> None:

@@ -460,7 +460,8 @@ def build_checkpoint(
     if not by_kind[FileKind.QUERY_METADATA] and not by_kind[FileKind.OFFSET]:
         if by_kind[FileKind.FORK_MARKER]:
             raise NotACheckpointError(
-                "an interrupted fork, not a checkpoint yet: run the same `ckpt fork` again to finish it",
+                "an interrupted fork, not a checkpoint yet: run the same `ckpt fork` (or `ckpt migrate`) "
+                "again to finish it",
                 storage.url,
             )
         raise NotACheckpointError(

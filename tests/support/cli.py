@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -10,5 +11,7 @@ from pathlib import Path
 CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 
 
-def ckpt(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([CKPT, *args], capture_output=True, text=True, timeout=timeout)
+def ckpt(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`env`: variables set on top of this process's environment (a crash point)."""
+    environ = {**os.environ, **env} if env else None
+    return subprocess.run([CKPT, *args], capture_output=True, text=True, timeout=timeout, env=environ)
