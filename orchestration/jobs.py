@@ -9,6 +9,7 @@ from assets.cleanup import APPLY_TAG
 from assets.cleanup import GROUP as CLEANUP_GROUP
 from assets.compaction import GROUP as COMPACTION_GROUP
 from orchestration.fork import fork_op
+from orchestration.migrate import migrate_op
 from orchestration.repartition import repartition_op
 from orchestration.validation import validate_each
 
@@ -76,5 +77,15 @@ def repartition_job():
     repartition_op()
 
 
+@dg.job(
+    name="migrate_checkpoint",
+    description="Carry a stopped checkpoint in Spark's default formats (the HDFS-backed store, RocksDB "
+    "format V1) to RocksDB format V2 with its state, in an empty destination (launch from the Launchpad)",
+    tags={"ckpt/kind": "migrate"},
+)
+def migrate_job():
+    migrate_op()
+
+
 ALL_JOBS = (audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job,
-            validate_checkpoints_job, repartition_job)  # fmt: skip
+            validate_checkpoints_job, repartition_job, migrate_job)  # fmt: skip

@@ -139,3 +139,37 @@ def test_the_tools_actions_run_on_a_migrated_checkpoint(spark, defaults, tmp_pat
     assert forked.returncode == 0, forked.stderr
     for path in (dest, tmp_path / "forked"):
         assert ckpt("validate", str(path)).returncode == 0
+
+
+@pytest.mark.slow
+def test_the_dagster_job_migrates_a_partition_into_a_new_one(defaults, tmp_path) -> None:
+    """`migrate_checkpoint` from the Launchpad's config: the destination, under a configured root,
+    becomes a V2 partition; one under no root is refused with nothing written."""
+    import dagster as dg
+
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot, SparkResource
+    from orchestration.location import build_definitions
+
+    root = tmp_path / "root"
+    _stopped(defaults, "hdfs_dedup", root / "orders")
+    defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
+    job = defs.resolve_job_def("migrate_checkpoint")
+
+    def launch(destination: Path) -> dg.ExecuteInProcessResult:
+        config = {"source_partition": partition_key("prod", "orders"), "destination": str(destination)}
+        return job.execute_in_process(run_config={"ops": {"migrate": {"config": config}}}, instance=instance,
+                                      resources={"spark": SparkResource(master="local[2]")},
+                                      raise_on_error=False)  # fmt: skip
+
+    with dg.instance_for_test() as instance:
+        result = launch(root / "v2" / "orders")
+        assert result.success
+        output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
+        meta = {k: v.value for k, v in output.event_specific_data.metadata.items()}
+        assert (meta["source_state"], meta["stores"]) == ("hdfs V1", 8)  # two operators, four partitions
+        assert meta["partition"] in instance.get_dynamic_partitions("checkpoints")
+        assert load_head(str(root / "v2" / "orders")).format_version == 2
+        outside = tmp_path / "elsewhere"
+        refused = launch(outside)
+        assert not refused.success and not outside.exists()

@@ -1,0 +1,80 @@
+"""The `migrate_checkpoint` job: a checkpoint in Spark's default formats carried to RocksDB format
+V2 with its state, launched from the UI.
+
+The op only translates: configuration in, `jobs.migrate.migrate` under both maintenance leases,
+figures out as metadata. As for a fork, the destination must lie under a configured root, and
+becomes a partition at once.
+"""
+
+# No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import dagster as dg
+from pydantic import Field
+
+from assets.partitions import CHECKPOINTS
+from assets.resources import CheckpointRootsResource, SparkResource
+from checkpoint.errors import CheckpointError
+from checkpoint.fork.copy import refuse_overlap
+
+
+class MigrateConfig(dg.Config):
+    source_partition: str = Field(
+        description="The checkpoint to migrate (the HDFS-backed store or RocksDB format V1): its partition "
+        "key, e.g. prod:team-a/orders"
+    )
+    destination: str = Field(description="An empty folder or URL under a configured root")
+    batch: int | None = Field(default=None, description="A committed batch; default: the latest committed")
+    quiet_period: str | None = Field(
+        default=None, description="How long the source must have been idle; never below the root's"
+    )
+
+
+@dg.op(name="migrate", tags={"kind": "spark"})
+def migrate_op(
+    context: dg.OpExecutionContext,
+    config: MigrateConfig,
+    roots: CheckpointRootsResource,
+    spark: SparkResource,
+):
+    """Every store's state written as RocksDB V2 snapshots, the logs forked with the batch's offset
+    pinning RocksDB and its commit naming the new stores, proven by Spark's reader on both sides."""
+    from jobs.migrate import migrate  # Spark only when this op runs
+
+    src = roots.checkpoint_storage(config.source_partition)
+    try:
+        dest_key = roots.under_a_root(config.destination)
+        dest = roots.checkpoint_storage(dest_key)
+        refuse_overlap(src, dest)
+        with roots.take_lease(context, config.source_partition, "migrate_checkpoint (source)") as held:
+            with roots.take_lease(context, dest_key, "migrate_checkpoint") as lease:
+
+                def check() -> None:
+                    held.check()
+                    lease.check()
+
+                quiet = roots.quiet_seconds_at_least(config.quiet_period)
+                audit = roots.audit_trail(config.source_partition)
+                result = migrate(spark.session, src, dest, audit, config.batch, quiet_seconds=quiet,
+                                 check=check)  # fmt: skip
+    except CheckpointError as exc:
+        raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
+    context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])
+    doc = result.as_dict()
+    return dg.Output(
+        doc,
+        metadata={
+            "source": src.url,
+            "destination": dest.url,
+            "batch": result.batch,
+            "source_state": result.source_state,
+            "stores": len(result.stores),
+            "keys": doc["keys"],
+            "seconds": result.seconds,
+            "partition": dest_key,
+            "proven": dg.MetadataValue.md(
+                "\n".join(
+                    f"- operator {p['operator']} store {p['store']}: {p['rows']:,} rows, the same in both"
+                    for p in result.proven
+                )  # fmt: skip
+            ),
+        },
+    )
