@@ -28,7 +28,7 @@ from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
-from tests.support.cli import CKPT
+from tests.support.cli import CKPT, ckpt
 from tests.support.planning import candidates_of, plan_of
 
 LATER = 7 * 3600  # planning "seven hours from now": the just-uploaded objects are past the grace period
@@ -845,3 +845,43 @@ def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_s
     batch = ckpt.latest_committed_batch
     with scoped_confs(spark, V1_SESSION):
         assert read_state(spark, local, batch, name) == read_state(spark, defaults[name], batch, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["s3-to-s3", "local-to-s3"])
+def test_a_migration_onto_s3_restarts_like_its_source(
+    s3, s3_copy_of, spark, defaults, tmp_path, where
+) -> None:
+    """SeaweedFS to SeaweedFS (the logs copied server-side, no listing of SRC's state) and a local
+    source to S3: DEST, copied back, validates as V2 and the real query restarts on it like an
+    untouched copy of the source."""
+    from jobs.migrate import migrate
+    from jobs.spark_session import scoped_confs
+    from testbed.restart import differences, restart, state_rows
+    from tests.test_default_formats import V1_SESSION
+    from tests.test_migrate import V2_SESSION
+
+    _, proxy, bucket = s3
+    name = "hdfs_agg"
+    src = Storage(s3_copy_of(name), _via_proxy(s3)) if where == "s3-to-s3" else Storage(str(defaults[name]))
+    dest = Storage(f"s3://{bucket}/migrated-{where}", _via_proxy(s3))
+    audit = AuditTrail(f"s3://{bucket}/audit-migrate-{where}", _via_proxy(s3))
+    proxy.reset()
+    result = migrate(lambda: spark, src, dest, audit, quiet_seconds=0)
+    assert result.proven and len(result.stores) == 4
+    if where == "s3-to-s3":  # every log file but the batch's rewritten two is copied server-side
+        ours = [r.path for r in proxy.requests if r.op == "CopyObject" and f"migrated-{where}" in r.path]
+        copied = {"/".join(p.rsplit("/", 2)[-2:]) for p in ours}
+        logs = {f"{kind}/{b}" for kind in ("offsets", "commits") for b in range(result.batch)}
+        assert logs <= copied and not {f"offsets/{result.batch}", f"commits/{result.batch}"} & copied
+    local, control = tmp_path / "dest", copy_checkpoint(defaults[name], tmp_path / "control")
+    _direct(s3).get(dest.url[len("s3://") :] + "/", str(local), recursive=True)
+    assert ckpt("validate", str(local)).returncode == 0
+    extra = tmp_path / "more"
+    runs = {label: restart(spark, name, defaults[name].parent, path, extra, read_state=False)
+            for label, path in (("migrated", local), ("control", control))}  # fmt: skip
+    with scoped_confs(spark, V2_SESSION):
+        runs["migrated"]["state"] = state_rows(spark, local, name)
+    with scoped_confs(spark, V1_SESSION):
+        runs["control"]["state"] = state_rows(spark, control, name)
+    assert not differences(runs["migrated"], runs["control"])
