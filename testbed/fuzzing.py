@@ -17,7 +17,7 @@ from pathlib import Path
 from checkpoint.errors import CheckpointError
 from checkpoint.format.changelog import check_changelog, read_changelog
 from checkpoint.format.codec import Lz4BlockReader
-from checkpoint.format.crc import parse_sidecar
+from checkpoint.format.crc import check_hadoop_crc, parse_sidecar
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.format.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
 from checkpoint.format.snapshot import parse_zip_metadata, read_snapshot
@@ -32,6 +32,13 @@ def _checked_changelog(body: bytes) -> object:
     return check_changelog(io.BytesIO(frame(body)).read, "lz4", "1_x.changelog", chunk=64)
 
 
+def _hadoop_checked(b: bytes) -> object:
+    """A Hadoop checksum file and the bytes it covers, mutated together: a 4-byte length, the
+    checksum file, then the data."""
+    n = int.from_bytes(b[:4], "big")
+    return check_hadoop_crc(io.BytesIO(b[4 + n :]).read, b[4 : 4 + n], "1.delta")
+
+
 # target -> what reads it, from bytes
 TARGETS: dict[str, Callable[[bytes], object]] = {
     "commit": lambda b: parse_commit(7, b, "commits/7"),
@@ -44,6 +51,7 @@ TARGETS: dict[str, Callable[[bytes], object]] = {
     "changelog_check": _checked_changelog,  # validation's deep read, a small window
     "changelog_stream": lambda b: read_changelog(io.BytesIO(b).read, "lz4", "1_x.changelog"),
     "sidecar": lambda b: parse_sidecar(b, "1_x.changelog.crc"),
+    "hadoop_crc": _hadoop_checked,
 }
 
 
@@ -71,7 +79,14 @@ def seeds(checkpoint: Path) -> dict[str, bytes]:
         "changelog_check": body,
         "changelog_stream": changelog,
         "sidecar": found[FileKind.SPARK_CRC].read_bytes(),
+        "hadoop_crc": _with_hadoop_crc(found[FileKind.CHANGELOG]),
     }
+
+
+def _with_hadoop_crc(path: Path) -> bytes:
+    """`_hadoop_checked`'s input: the checksum file Hadoop wrote beside `path`, and its bytes."""
+    crc = path.with_name(f".{path.name}.crc").read_bytes()
+    return len(crc).to_bytes(4, "big") + crc + path.read_bytes()
 
 
 # A mutation: (kind, position, value). Positions wrap around the data; values are bytes or lengths.
