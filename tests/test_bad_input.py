@@ -222,3 +222,26 @@ def test_hadoop_checksum_files_are_checked_chunk_by_chunk() -> None:
     for why, (body, sums) in cases.items():
         with pytest.raises(CorruptFileError, match=re.escape(why)):
             check_hadoop_crc(io.BytesIO(body).read, sums, "x")
+
+
+def test_a_v1_state_file_streamed_in_parts_gives_the_records_a_whole_read_gives() -> None:
+    """`stream_untyped_runs` (a migration's read of a big snapshot) cuts the decoded bytes at record
+    boundaries: any part size gives the records of one whole parse, in order; a file cut short or
+    followed by bytes after its marker is refused as a whole parse refuses it."""
+    from checkpoint.format.changelog import parse_runs, records_of, stream_untyped_runs
+
+    records = []
+    for i in range(300):
+        key = b"k%05d" % i * (1 + i % 7)
+        value = None if i % 11 == 5 else b"v" * (i % 40)
+        records.append(struct.pack(">i", len(key)) + key + (struct.pack(">i", -1) if value is None
+                       else struct.pack(">i", len(value)) + value))  # fmt: skip
+    body = b"".join(records) + struct.pack(">i", -1)
+    whole = list(records_of(parse_runs(body, False, "1.delta")))
+    for chunk in (1, 7, 64, 1000, 1 << 20):
+        parts = stream_untyped_runs(io.BytesIO(frame(body)).read, "lz4", "1.delta", chunk=chunk)
+        assert [r for runs in parts for r in records_of(runs)] == whole, chunk
+    cut = (body[:-9], "bad value length|truncated")
+    for bad, why in (cut, (body[:-4], "truncated"), (body + b"x", "after the end-of-records marker")):
+        with pytest.raises(CorruptFileError, match=why):
+            list(stream_untyped_runs(io.BytesIO(frame(bad)).read, "lz4", "1.delta", chunk=64))

@@ -29,7 +29,6 @@ from typing import Protocol
 from checkpoint.compaction.rebuild import RebuildResult, check_free_disk, peak_rss, reset_peak_rss
 from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import check_state_file
-from checkpoint.format.crc import check_hadoop_crc
 from checkpoint.format.layout import MAINT_TEMP_PREFIX, FileKind
 from checkpoint.format.providers import HDFS_FILES, Provider
 from checkpoint.model.checkpoint import Checkpoint, StoreId
@@ -94,7 +93,7 @@ def materialize_snapshot(
         for f in sources:
             name = f.rel.rsplit("/", 1)[-1]
             ckpt.download_verified(f.rel, str(local / name), f.info.size or None, policy.copy_chunk_bytes)
-            _check_hadoop_checksum(ckpt, f.rel, local / name)
+            ckpt.check_hadoop_checksum(f.rel, str(local / name))
         keys = engine.snapshot(str(tmp / "state"), sid, version, conf)
         written = local / HDFS_FILES.name(FileKind.SNAPSHOT, version)
         if not written.exists():
@@ -131,14 +130,3 @@ def materialize_snapshot(
         )  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _check_hadoop_checksum(ckpt: Checkpoint, rel: str, local: Path) -> None:
-    """The copy against Hadoop's hidden `.<name>.crc`, where the checkpoint's file system keeps
-    them (a local disk). Spark's provider reads state files without checking it (seen: a delta
-    with a byte changed in its LZ4 end mark loads), so this is the only check of those bytes."""
-    folder, name = rel.rsplit("/", 1)
-    hidden = f"{folder}/.{name}.crc"
-    if ckpt.storage.backend.hidden_checksums and (crc := ckpt.storage.read_if_exists(hidden)) is not None:
-        with open(local, "rb") as fh:
-            check_hadoop_crc(fh.read, crc, ckpt.storage.full(rel))

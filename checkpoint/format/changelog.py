@@ -389,3 +389,46 @@ def column_family_id(key: bytes) -> int:
     if len(key) < 2:
         raise ValueError("key shorter than its column-family prefix")
     return int.from_bytes(key[:2], "little")
+
+
+_UNTYPED_EOF = _I32.pack(-1)
+
+
+def stream_untyped_runs(read, codec: str, path: str, chunk: int = 8 << 20) -> Iterator[list[RecordRun]]:
+    """The records of a headerless changelog (format V1), delta or snapshot, a part at a time:
+    each part is `parse_runs` of about `chunk` decoded bytes cut at a record boundary, so memory
+    follows `chunk` and the largest record, not the file (a snapshot of a 10M-key store is a file
+    of about 100 MB)."""
+    reader = decompressing_reader(read, codec, path)
+    unpack, buf, eof, want = _I32.unpack_from, b"", False, chunk
+    while True:
+        while len(buf) < want and not eof:
+            more = reader.read(max(chunk, want - len(buf)))
+            eof, buf = not more, buf + more
+        pos, end, last = 0, len(buf), False
+        while pos < chunk or eof:  # whole records up to about `chunk`; all of them at the end
+            if pos + 4 > end:
+                break
+            (klen,) = unpack(buf, pos)
+            if klen == -1:
+                last = True
+                break
+            if klen < 0 or pos + 8 + klen > end:
+                break  # parse_runs names a bad length; a record cut by the buffer waits for more
+            (vlen,) = unpack(buf, pos + 4 + klen)
+            if pos + 8 + klen + max(vlen, 0) > end:
+                break
+            pos += 8 + klen + max(vlen, 0)
+        if not last and not eof and pos == 0:  # one record longer than what is at hand
+            want = len(buf) + chunk
+            continue
+        if not last and eof:  # the data ends without the marker: parse_runs says where
+            parse_runs(buf, False, path)
+            raise CorruptFileError("truncated changelog: no end-of-records marker", path)
+        runs = parse_runs(buf[:pos] + _UNTYPED_EOF, False, path)
+        if last and (len(buf) > pos + 4 or reader.read(1)):
+            raise CorruptFileError("bytes after the end-of-records marker", path)
+        yield runs
+        if last:
+            return
+        buf, want = buf[pos:], chunk

@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,9 +37,10 @@ from checkpoint.compaction.rebuild import (
     write_in_batches,
 )
 from checkpoint.errors import RebuildError
+from checkpoint.format.changelog import RecordRun, stream_untyped_runs
 from checkpoint.format.layout import FileKind
 from checkpoint.format.providers import Provider
-from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.checkpoint import Checkpoint, CheckpointFile
 from checkpoint.model.lineage import StoreLineage
 from checkpoint.policy import POLICY, Policy
 
@@ -99,8 +101,7 @@ def write_store(
             write_opts = rocksdict.WriteOptions()
             write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
             for f in steps:
-                runs = ckpt.read_changelog_runs(f, ckpt.read_verified(f.rel))[1]
-                for run in runs:
+                for run in _runs(ckpt, f, tmp, policy):
                     if run.op == "merge":
                         raise RebuildError(f"{sid}: {f.rel} holds merge records (list state), which a "
                                            "migration does not carry", ckpt.url)  # fmt: skip
@@ -123,3 +124,18 @@ def write_store(
                             read, result["bytes"], round(time.monotonic() - started, 3))  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _runs(ckpt: Checkpoint, f: CheckpointFile, tmp: Path, policy: Policy) -> Iterator[RecordRun]:
+    """The records of one source file in order, a part at a time: the file downloaded and checked
+    (its Spark sidecar where it has one, Hadoop's hidden checksum on a local disk), then decoded
+    from disk, so that a base snapshot of any size never sits in memory."""
+    local = tmp / "step"
+    try:
+        ckpt.download_verified(f.rel, str(local), f.info.size or None, policy.copy_chunk_bytes)
+        ckpt.check_hadoop_checksum(f.rel, str(local))
+        with open(local, "rb") as fh:
+            for runs in stream_untyped_runs(fh.read, ckpt.changelog_codec, ckpt.storage.full(f.rel)):
+                yield from runs
+    finally:
+        local.unlink(missing_ok=True)
