@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
@@ -187,6 +188,19 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         the holder; without `retry`, raises LeaseHeld after the wait. Nothing is planned or
         written without it."""
         return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry=retry)
+
+    @contextmanager
+    def take_both_leases(self, context: StepContext, src_key: str, dest_key: str, what: str):
+        """SRC's lease (no cleanup deletes what is read) and DEST's (no two writers meet there),
+        as `take_lease`; yields the `check` of both."""
+        with self.take_lease(context, src_key, f"{what} (source)") as held:
+            with self.take_lease(context, dest_key, what) as lease:
+
+                def check() -> None:
+                    held.check()
+                    lease.check()
+
+                yield check
 
     def take_lease_at(
         self, context: StepContext, storage: Storage, what: str, label: str = "", *, retry: bool = True

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,21 @@ def duration(text: str) -> float:
 def leased(args: argparse.Namespace, storage: Storage, what: str) -> Lease:
     """The checkpoint's maintenance lease for a command that changes it, taken before it plans."""
     return lease_for(storage, owner=f"ckpt {what}", ttl=args.lease_ttl).acquire(wait=args.wait)
+
+
+@contextmanager
+def both_leased(
+    args: argparse.Namespace, src: Storage, dest: Storage, what: str
+) -> Iterator[Callable[[], None]]:
+    """SRC's lease (no cleanup deletes what is read) and DEST's (no two writers meet there);
+    yields the `check` of both."""
+    with leased(args, src, f"{what} (source)") as held, leased(args, dest, what) as lease:
+
+        def check() -> None:
+            held.check()
+            lease.check()
+
+        yield check
 
 
 def quiet_period_option(p: argparse.ArgumentParser) -> None:

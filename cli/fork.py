@@ -9,19 +9,14 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, leased, takes_the_lease
+from .common import WHERE, Result, both_leased, takes_the_lease
 
 
 def fork_command(args: argparse.Namespace) -> Result | int:
     src, dest = Storage(args.source), Storage(args.dest)
     refuse_overlap(src, dest)
     # SRC's lease keeps a cleanup from deleting what is being copied; DEST's keeps two forks apart.
-    with leased(args, src, "fork (source)") as held, leased(args, dest, "fork") as lease:
-
-        def check() -> None:
-            held.check()
-            lease.check()
-
+    with both_leased(args, src, dest, "fork") as check:
         result = fork(
             src, dest, args.batch, new_query_id=args.new_query_id, workers=args.workers, check=check
         )

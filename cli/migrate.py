@@ -11,7 +11,7 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, leased, quiet_period_option, takes_the_lease
+from .common import WHERE, Result, both_leased, quiet_period_option, takes_the_lease
 
 
 def migrate_command(args: argparse.Namespace) -> Result:
@@ -21,12 +21,7 @@ def migrate_command(args: argparse.Namespace) -> Result:
     src, dest = Storage(args.source), Storage(args.dest)
     refuse_overlap(src, dest)
     audit = AuditTrail(args.audit or AuditTrail.default_for(src.url))
-    with leased(args, src, "migrate (source)") as held, leased(args, dest, "migrate") as lease:
-
-        def check() -> None:
-            held.check()
-            lease.check()
-
+    with both_leased(args, src, dest, "migrate") as check:
         result = migrate(lambda: session_for(args.master), src, dest, audit, args.batch,
                          quiet_seconds=args.quiet_period, check=check)  # fmt: skip
     return Result(result.as_dict(), render.migrate_text)

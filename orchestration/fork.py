@@ -40,14 +40,8 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
         dest_key = roots.under_a_root(config.destination)
         dest = roots.checkpoint_storage(dest_key)
         refuse_overlap(src, dest)
-        with roots.take_lease(context, config.source_partition, "fork_checkpoint (source)") as held:
-            with roots.take_lease(context, dest_key, "fork_checkpoint") as lease:
-
-                def check() -> None:
-                    held.check()
-                    lease.check()
-
-                result = fork(src, dest, config.batch, new_query_id=config.new_query_id, check=check)
+        with roots.take_both_leases(context, config.source_partition, dest_key, "fork_checkpoint") as check:
+            result = fork(src, dest, config.batch, new_query_id=config.new_query_id, check=check)
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
     context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])

@@ -44,17 +44,13 @@ def migrate_op(
         dest_key = roots.under_a_root(config.destination)
         dest = roots.checkpoint_storage(dest_key)
         refuse_overlap(src, dest)
-        with roots.take_lease(context, config.source_partition, "migrate_checkpoint (source)") as held:
-            with roots.take_lease(context, dest_key, "migrate_checkpoint") as lease:
-
-                def check() -> None:
-                    held.check()
-                    lease.check()
-
-                quiet = roots.quiet_seconds_at_least(config.quiet_period)
-                audit = roots.audit_trail(config.source_partition)
-                result = migrate(spark.session, src, dest, audit, config.batch, quiet_seconds=quiet,
-                                 check=check)  # fmt: skip
+        with roots.take_both_leases(
+            context, config.source_partition, dest_key, "migrate_checkpoint"
+        ) as check:
+            quiet = roots.quiet_seconds_at_least(config.quiet_period)
+            audit = roots.audit_trail(config.source_partition)
+            result = migrate(spark.session, src, dest, audit, config.batch, quiet_seconds=quiet,
+                             check=check)  # fmt: skip
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
     context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])

@@ -25,6 +25,22 @@ MIGRATED = ("hdfs_agg", "hdfs_dedup", "hdfs_join", "hdfs_window", "hdfs_pandas",
             "rocksdb_v1_changelog")  # fmt: skip
 
 
+def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, control: Path, extra: Path):
+    """The real query restarted on a migrated checkpoint and on an untouched copy of its source with
+    the same new input: where what they emit and the state they end with (each read by Spark in a
+    session of its format) differ; nothing when they are the same."""
+    from jobs.spark_session import scoped_confs
+    from testbed.restart import differences, restart, state_rows
+    from tests.test_default_formats import V1_SESSION
+
+    runs = {label: restart(spark, name, scenario_dir, path, extra, read_state=False)
+            for label, path in (("migrated", migrated), ("control", control))}  # fmt: skip
+    for label, path, confs in (("migrated", migrated, V2_SESSION), ("control", control, V1_SESSION)):
+        with scoped_confs(spark, confs):
+            runs[label]["state"] = state_rows(spark, path, name)
+    return differences(runs["migrated"], runs["control"])
+
+
 def _stopped(defaults, name: str, where: Path) -> Path:
     from testbed.demo import date_back
 
@@ -41,10 +57,6 @@ def test_a_migrated_checkpoint_restarts_on_rocksdb_v2_like_its_source(
     """DEST validates as RocksDB V2 with no finding; restarted with one more input file, the real
     query emits what the untouched source emits and ends in the same state (Spark's reader, each in
     its own format), writing `<v>_<id>` files; SRC's bytes never change."""
-    from jobs.spark_session import scoped_confs
-    from testbed.restart import differences, restart, state_rows
-    from tests.test_default_formats import V1_SESSION
-
     src, control = _stopped(defaults, name, tmp_path / "src"), copy_checkpoint(defaults[name], tmp_path / "c")
     dest = tmp_path / "dest"
     before = files_of(src)
@@ -57,14 +69,7 @@ def test_a_migrated_checkpoint_restarts_on_rocksdb_v2_like_its_source(
     assert ckpt("validate", str(dest)).returncode == 0
     stores = sum(len(o.store_names) for o in migrated.operators.values())
     assert len(doc["proven"]) == stores and len(doc["stores"]) == 4 * stores
-    extra = tmp_path / "more"
-    runs = {label: restart(spark, name, defaults[name].parent, path, extra, read_state=False)
-            for label, path in (("migrated", dest), ("control", control))}  # fmt: skip
-    with scoped_confs(spark, V2_SESSION):
-        runs["migrated"]["state"] = state_rows(spark, dest, name)
-    with scoped_confs(spark, V1_SESSION):
-        runs["control"]["state"] = state_rows(spark, control, name)
-    assert not differences(runs["migrated"], runs["control"])
+    assert not restarted_differently(spark, name, defaults[name].parent, dest, control, tmp_path / "more")
     after = load_head(str(dest))
     assert after.latest_committed_batch > doc["batch"] and after.format_version == 2
     newer = [p.name for p in (dest / "state").rglob("*") if p.suffix in (".zip", ".changelog")

@@ -856,10 +856,7 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     source to S3: DEST, copied back, validates as V2 and the real query restarts on it like an
     untouched copy of the source."""
     from jobs.migrate import migrate
-    from jobs.spark_session import scoped_confs
-    from testbed.restart import differences, restart, state_rows
-    from tests.test_default_formats import V1_SESSION
-    from tests.test_migrate import V2_SESSION
+    from tests.test_migrate import restarted_differently
 
     _, proxy, bucket = s3
     name = "hdfs_agg"
@@ -877,11 +874,4 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     local, control = tmp_path / "dest", copy_checkpoint(defaults[name], tmp_path / "control")
     _direct(s3).get(dest.url[len("s3://") :] + "/", str(local), recursive=True)
     assert ckpt("validate", str(local)).returncode == 0
-    extra = tmp_path / "more"
-    runs = {label: restart(spark, name, defaults[name].parent, path, extra, read_state=False)
-            for label, path in (("migrated", local), ("control", control))}  # fmt: skip
-    with scoped_confs(spark, V2_SESSION):
-        runs["migrated"]["state"] = state_rows(spark, local, name)
-    with scoped_confs(spark, V1_SESSION):
-        runs["control"]["state"] = state_rows(spark, control, name)
-    assert not differences(runs["migrated"], runs["control"])
+    assert not restarted_differently(spark, name, defaults[name].parent, local, control, tmp_path / "more")
