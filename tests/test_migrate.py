@@ -79,7 +79,8 @@ def test_a_migrated_checkpoint_restarts_on_rocksdb_v2_like_its_source(
 
 def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
     """A live source, a destination that is not empty, a source already on RocksDB V2 (fork it), a
-    session window on the HDFS-backed store: one line each, exit 2, neither side changed."""
+    session window on the HDFS-backed store, an operator without its metadata: one line each,
+    exit 2, neither side changed."""
     live = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "live")
     (live / "commits" / "24").touch()
     stopped = _stopped(defaults, "hdfs_agg", tmp_path / "stopped")
@@ -88,8 +89,11 @@ def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
     (full / "something").write_text("theirs")
     v2 = _stopped({"snapshots": corpus["snapshots"]}, "snapshots", tmp_path / "v2")
     session = _stopped(defaults, "hdfs_session", tmp_path / "session")
+    old = _stopped(defaults, "hdfs_agg", tmp_path / "old")  # as a checkpoint last run before Spark 4.0
+    (old / "state/0/_metadata/metadata").unlink()
     cases = [(live, tmp_path / "d1", "looks alive"), (stopped, full, "not empty"),
-             (v2, tmp_path / "d3", "ckpt fork"), (session, tmp_path / "d4", "prefix-scanned")]  # fmt: skip
+             (v2, tmp_path / "d3", "ckpt fork"), (session, tmp_path / "d4", "prefix-scanned"),
+             (old, tmp_path / "d5", "run the query once on Spark 4.x")]  # fmt: skip
     for src, dest, why in cases:
         before = files_of(src), files_of(dest) if dest.exists() else {}
         out = ckpt("migrate", str(src), str(dest))

@@ -107,7 +107,15 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> None:
         raise MigrationRefused(f"the query looks alive (a commit or offset within the quiet period "
                                f"of {quiet_seconds:.0f} s, or an unfinished batch): stop it first",
                                where)  # fmt: skip
-    for op in sorted({e.store.operator for e in source.lineage}):
+    # The stores come from the operator metadata: an operator folder without it would be left out.
+    on_disk = {
+        int(n) for f in ckpt.storage.list_dir("state").folders if (n := f.rsplit("/", 1)[-1]).isdigit()
+    }
+    if not on_disk:
+        raise MigrationRefused(
+            "a query without state: nothing is provider-specific, `ckpt fork` moves it", where
+        )
+    for op in sorted(on_disk | {e.store.operator for e in source.lineage}):
         meta = ckpt.operators.get(op)
         if meta is None or meta.metadata is None:
             raise MigrationRefused(f"operator {op} has no operator metadata (state/{op}/_metadata): the "
