@@ -509,3 +509,27 @@ def test_the_provider_comes_from_the_offset_log_and_format_v2_is_rocksdb(default
                                         'execution.streaming.state.Unpinned",', ""))  # fmt: skip
     ckpt_ = load_checkpoint(str(hdfs))
     assert ckpt_.provider_class is None and ckpt_.provider == Provider.HDFS
+
+
+def test_an_operator_without_its_metadata_is_an_error_and_no_action_touches_the_checkpoint(
+    defaults, tmp_path
+) -> None:
+    """A checkpoint last run before Spark 4.0 has no operator metadata, from which every store's
+    files are named: read as it was, its whole state was invisible, so a cleanup planned every
+    state file away (the retained chains included) and a fork copied none. Now validation names
+    it, and cleanup, fork, compaction and migration refuse with the remedy, nothing changed."""
+    from tests.support.files import files_of
+
+    path = _copy(defaults, "hdfs_agg", tmp_path)
+    (path / "state/0/_metadata/metadata").unlink()
+    before = files_of(path)
+    assert "OPERATOR_METADATA_MISSING" in _codes(path)
+    for args in (
+        ["gc", str(path), "--retain-batches", "2", "--apply"],
+        ["fork", str(path), str(tmp_path / "f")],
+        ["compact", str(path)],
+        ["migrate", str(path), str(tmp_path / "m"), "--quiet-period", "0s"],
+    ):
+        out = ckpt(*args)
+        assert out.returncode == 2 and "run the query once on Spark 4.x" in out.stderr, (args, out.stderr)
+    assert files_of(path) == before and not (tmp_path / "f").exists() and not (tmp_path / "m").exists()

@@ -112,6 +112,8 @@ CASES = {
     # Checkpoints Spark writes by default (`testbed.defaults`): the HDFS-backed store.
     "SNAPSHOT_UNREADABLE": ("hdfs_agg", True, lambda p: _corrupt_lz4(_base_zip(p))),
     "DELTA_UNREADABLE": ("hdfs_agg", True, lambda p: _corrupt_lz4(_chain_changelog(p, 0))),
+    # As a checkpoint last run before Spark 4.0 is: state, and no operator metadata naming it.
+    "OPERATOR_METADATA_MISSING": ("hdfs_agg", False, lambda p: (p / "state/0/_metadata/metadata").unlink()),
 }  # fmt: skip
 
 

@@ -70,6 +70,7 @@ class FindingCode(StrEnum):
     SNAPSHOT_UNREADABLE = "SNAPSHOT_UNREADABLE"
     DELTA_UNREADABLE = "DELTA_UNREADABLE"
     UNKNOWN_PROVIDER = "UNKNOWN_PROVIDER"
+    OPERATOR_METADATA_MISSING = "OPERATOR_METADATA_MISSING"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ F = FindingCode
 # fmt: off
 CODES = _codes(
     Code(F.INCOMPLETE_FORK, E, LOG, "an interrupted fork: a query started here would lose state"),
+    Code(F.OPERATOR_METADATA_MISSING, E, LOG, "an operator's state folder has no operator metadata: its "
+         "stores cannot be named (written before Spark 4.0)"),
     Code(F.MOVED_CHECKPOINT, E, LOG, "operator metadata names schema files under another root: moved"),
     Code(F.SCHEMA_FILE_MISSING, E, LOG, "a schema file that operator metadata names does not exist"),
     Code(F.UNREADABLE_LOG_FILE, E, LOG, "a commit, offset or metadata file cannot be parsed"),
@@ -181,6 +184,7 @@ def validate(
     findings: list[Finding] = []
     if Category.COMMIT_LOG in categories:
         findings += _fork_findings(ckpt)
+        findings += _bare_operators(ckpt)
         findings += _file_problems(ckpt)
         findings += _log_findings(ckpt)
         findings += _path_findings(ckpt)
@@ -248,6 +252,22 @@ def _path_findings(ckpt: Checkpoint) -> Iterable[Finding]:
             yield _finding(FindingCode.SCHEMA_FILE_MISSING, ckpt.storage.full(rel),
                            f"the state schema file that {meta_path} names does not exist: Spark cannot "
                            "restart the query")  # fmt: skip
+
+
+def _bare_operators(ckpt: Checkpoint) -> Iterable[Finding]:
+    """Every store and file this tool reads, keeps or writes is named from operator metadata.
+    Without it an operator's state is invisible: a cleanup would take its files for orphans and a
+    fork or migration would leave them out. Spark 4.x writes it on the query's first run."""
+    named = {op for op, o in ckpt.operators.items() if o.metadata is not None}
+    unreadable = {f.rel.split("/")[1] for f in ckpt.problems if f.rel.startswith("state/")}
+    for op in sorted(ckpt.operator_folders - named):
+        if str(op) in unreadable:
+            continue  # reported as an unreadable file
+        where = ckpt.storage.full(f"state/{op}/_metadata/metadata")
+        yield _finding(FindingCode.OPERATOR_METADATA_MISSING, where,
+                       f"operator {op} has state and no operator metadata (a checkpoint last run before "
+                       "Spark 4.0?): its stores cannot be named, so no action touches this checkpoint; run "
+                       "the query once on Spark 4.x, which writes it")  # fmt: skip
 
 
 def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:

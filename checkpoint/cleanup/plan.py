@@ -138,7 +138,10 @@ def _read_logs(
     folders = state_partition_folders(storage)
     inside = tuple(f + "/" for f in folders)
     outside = [f for f in storage.list_outside(folders) if not f.rel.startswith(inside)]
-    base = build_checkpoint(storage, CheckpointFile.of_listing(outside), strict=True)
+    operators = {int(f.split("/")[1]) for f in folders}  # state/<op>/<part>
+    base = build_checkpoint(
+        storage, CheckpointFile.of_listing(outside), strict=True, operator_folders=operators
+    )
     window = _window(base, retain_batches)
     return base, folders, window, _committed_by_partition(base, window, folders)
 

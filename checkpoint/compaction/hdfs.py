@@ -26,7 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
-from checkpoint.compaction.rebuild import RebuildResult, check_free_disk, peak_rss, reset_peak_rss
+from checkpoint.compaction.rebuild import (
+    RebuildResult,
+    check_free_disk,
+    check_hadoop_checksum,
+    peak_rss,
+    reset_peak_rss,
+)
 from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import check_state_file
 from checkpoint.format.layout import MAINT_TEMP_PREFIX, FileKind
@@ -93,7 +99,7 @@ def materialize_snapshot(
         for f in sources:
             name = f.rel.rsplit("/", 1)[-1]
             ckpt.download_verified(f.rel, str(local / name), f.info.size or None, policy.copy_chunk_bytes)
-            ckpt.check_hadoop_checksum(f.rel, str(local / name))
+            check_hadoop_checksum(ckpt, f.rel, str(local / name))
         keys = engine.snapshot(str(tmp / "state"), sid, version, conf)
         written = local / HDFS_FILES.name(FileKind.SNAPSHOT, version)
         if not written.exists():

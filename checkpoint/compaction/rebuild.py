@@ -43,6 +43,7 @@ from typing import Any
 from checkpoint.compaction.publish import ZipTarget, publish
 from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import RecordRun
+from checkpoint.format.crc import check_hadoop_crc
 from checkpoint.format.layout import FileKind
 from checkpoint.format.providers import Provider
 from checkpoint.format.snapshot import (
@@ -397,6 +398,18 @@ def check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> N
             f"chain), {free:,} free; point TMPDIR at a larger disk",
             url,
         )
+
+
+def check_hadoop_checksum(ckpt: Checkpoint, rel: str, local: str) -> None:
+    """A local copy of `rel` against Hadoop's hidden `.<name>.crc`, where the storage keeps
+    them (a local disk) and one was written. Spark's providers read state files without it
+    (seen: a delta with a byte changed in its LZ4 end mark loads), so a copy that this tool
+    writes from is checked here. Raises CorruptFileError."""
+    folder, _, name = rel.rpartition("/")
+    hidden = f"{folder}/.{name}.crc" if folder else f".{name}.crc"
+    if ckpt.storage.backend.hidden_checksums and (crc := ckpt.storage.read_if_exists(hidden)) is not None:
+        with open(local, "rb") as fh:
+            check_hadoop_crc(fh.read, crc, ckpt.storage.full(rel))
 
 
 def fetch_base(

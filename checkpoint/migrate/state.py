@@ -30,6 +30,7 @@ from checkpoint.compaction.rebuild import (
     SPARK_OPTIONS,
     bulk_options,
     check_free_disk,
+    check_hadoop_checksum,
     fetch_base,
     merge_delimiter,
     open_db,
@@ -133,7 +134,7 @@ def _runs(ckpt: Checkpoint, f: CheckpointFile, tmp: Path, policy: Policy) -> Ite
     local = tmp / "step"
     try:
         ckpt.download_verified(f.rel, str(local), f.info.size or None, policy.copy_chunk_bytes)
-        ckpt.check_hadoop_checksum(f.rel, str(local))
+        check_hadoop_checksum(ckpt, f.rel, str(local))
         with open(local, "rb") as fh:
             for runs in stream_untyped_runs(fh.read, ckpt.changelog_codec, ckpt.storage.full(f.rel)):
                 yield from runs

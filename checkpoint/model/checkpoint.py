@@ -18,7 +18,6 @@ import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from functools import cached_property
 from itertools import repeat
 from typing import Any, NamedTuple, cast
@@ -35,7 +34,6 @@ from checkpoint.format.changelog import (
     read_header,
 )
 from checkpoint.format.crc import (
-    check_hadoop_crc,
     crc32c_signed,
     parse_sidecar,
     sidecar_agrees,
@@ -54,28 +52,12 @@ from checkpoint.format.logs import (
 )
 from checkpoint.format.providers import Provider
 from checkpoint.format.snapshot import Snapshot, read_snapshot
+from checkpoint.model.scopes import Listing as Listing  # re-exported: callers take them from here
+from checkpoint.model.scopes import Scope as Scope
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
 
 DEFAULT_STORE = "default"
-
-
-class Scope(StrEnum):
-    """What a model's `files` hold."""
-
-    LISTING = "listing"  # every file of the checkpoint
-    RECOVERY = "recovery"  # the logs and what recovery reads at `resolved_batches`
-
-
-class Listing(StrEnum):
-    """How `load_checkpoint` lists: one recursive listing, each state partition folder on its own
-    and concurrently (object stores, where wall time is round trips), or whichever suits the
-    backend (per partition on object stores, flat on local disk, where threads only contend for
-    the GIL; measured in bench/gc_plan.py, figures in bench/README.md)."""
-
-    FLAT = "flat"
-    PER_PARTITION = "per_partition"
-    AUTO = "auto"
 
 
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
@@ -205,6 +187,9 @@ class Checkpoint:
     storage: Storage = field(repr=False, compare=False)
     problems: tuple[FileProblem, ...] = ()
     scope: Scope = Scope.LISTING
+    # The operator folders `state/<op>` found: one without operator metadata has stores this
+    # tool cannot name (a checkpoint last run before Spark 4.0), which validation reports.
+    operator_folders: frozenset[int] = frozenset()
     resolved_batches: frozenset[int] = frozenset()  # Scope.RECOVERY: the batches whose files are known
     # Parsed headers and snapshots (or the error reading them) that the loader already read.
     prefetched: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -389,17 +374,6 @@ class Checkpoint:
         self._check_sidecar(rel, len(data), crc32c_signed(data))
         return data
 
-    def check_hadoop_checksum(self, rel: str, local: str) -> None:
-        """A local copy of `rel` against Hadoop's hidden `.<name>.crc`, where the storage keeps
-        them (a local disk) and one was written. Spark's providers read state files without it
-        (seen: a delta with a byte changed in its LZ4 end mark loads), so a copy that this tool
-        writes from is checked here. Raises CorruptFileError."""
-        folder, _, name = rel.rpartition("/")
-        hidden = f"{folder}/.{name}.crc" if folder else f".{name}.crc"
-        if self.storage.backend.hidden_checksums and (crc := self.storage.read_if_exists(hidden)) is not None:
-            with open(local, "rb") as fh:
-                check_hadoop_crc(fh.read, crc, self.storage.full(rel))
-
     def download_verified(
         self, rel: str, dest: str, size: int | None = None, chunk: int = POLICY.copy_chunk_bytes
     ) -> int:
@@ -470,8 +444,14 @@ def state_partition_folders(storage: Storage) -> list[str]:
 
 
 def build_checkpoint(
-    storage: Storage, files: tuple[CheckpointFile, ...], *, strict: bool = True
+    storage: Storage,
+    files: tuple[CheckpointFile, ...],
+    *,
+    strict: bool = True,
+    operator_folders: Iterable[int] | None = None,
 ) -> Checkpoint:
+    """The model of `files`; `operator_folders` are the `state/<op>` folders listed (default: those
+    that hold any of `files`, which a full listing gives)."""
     by_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
     for f in files:
         by_kind[f.kind].append(f)
@@ -515,6 +495,7 @@ def build_checkpoint(
     batches = {b: Batch(b, offsets.get(b), commits.get(b)) for b in sorted(set(offsets) | set(commits))}
     metadata = [(f, m) for f in by_kind[FileKind.OPERATOR_METADATA] if (m := parse(f, _operator_metadata(f)))]
     operators = _operators(metadata, files, commits, problems, strict=strict)
+    folders = _operator_folders(files) if operator_folders is None else operator_folders
 
     return Checkpoint(
         url=storage.url,
@@ -526,7 +507,13 @@ def build_checkpoint(
         stores=group_stores(files),
         storage=storage,
         problems=tuple(problems),
+        operator_folders=frozenset(folders),
     )
+
+
+def _operator_folders(files: Iterable[CheckpointFile]) -> set[int]:
+    parts = (f.rel.split("/", 2) for f in files)
+    return {int(p[1]) for p in parts if len(p) == 3 and p[0] == "state" and is_number(p[1], 10)}
 
 
 def group_stores(files: Iterable[CheckpointFile]) -> dict[StoreId, Store]:

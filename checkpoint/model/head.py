@@ -81,9 +81,11 @@ def load_head(
     """
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
     for attempt in range(_LOG_ATTEMPTS):
-        logs = _log_files(storage)
+        logs, operators = _log_files(storage)
         try:
-            base = build_checkpoint(storage, CheckpointFile.of_listing(logs), strict=strict)
+            base = build_checkpoint(
+                storage, CheckpointFile.of_listing(logs), strict=strict, operator_folders=operators
+            )
             break
         except StorageError as exc:
             # A live query's log retention deletes the oldest commit and offset files: one listed
@@ -117,12 +119,14 @@ def _order(sid: StoreId) -> tuple[int, int, str]:
     return sid.operator, sid.partition, sid.store
 
 
-def _log_files(storage: Storage) -> list[FileInfo]:
-    """The query metadata, both logs and the operator metadata, from shallow listings only."""
+def _log_files(storage: Storage) -> tuple[list[FileInfo], set[int]]:
+    """The query metadata, both logs and the operator metadata, from shallow listings only; and
+    the operator folders under `state/`."""
     top = storage.list_dir("")
     if not top.exists:
         raise NotACheckpointError("no such directory", storage.url)
     files = [f for f in top.files if f.rel in ("metadata", FORK_STARTED, FORK_COMPLETE)]
+    operators: set[int] = set()
     for log_dir in ("offsets", "commits"):
         if log_dir in top.folders:
             files += storage.list_dir(log_dir).files
@@ -130,11 +134,12 @@ def _log_files(storage: Storage) -> list[FileInfo]:
         for op in storage.list_dir("state").folders:
             if not is_number(op.rsplit("/", 1)[1], 10):
                 continue
+            operators.add(int(op.rsplit("/", 1)[1]))
             meta = storage.list_dir(f"{op}/_metadata")
             files += meta.files
             if f"{op}/_metadata/v2" in meta.folders:
                 files += storage.list_dir(f"{op}/_metadata/v2").files
-    return files
+    return files, operators
 
 
 class _Resolver:
