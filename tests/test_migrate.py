@@ -182,3 +182,31 @@ def test_the_dagster_job_migrates_a_partition_into_a_new_one(defaults, tmp_path)
         outside = tmp_path / "elsewhere"
         refused = launch(outside)
         assert not refused.success and not outside.exists()
+
+
+@pytest.mark.slow
+def test_a_destination_spark_reads_otherwise_is_never_marked_complete(spark, defaults, tmp_path) -> None:
+    """The proof is what stands between the state written and a complete DEST: Spark's reader
+    made to see one row fewer in DEST stops the migration (MigrationFailed), DEST stays refused by
+    validation, and a run with the real reader finishes it."""
+    from checkpoint.cleanup.audit import AuditTrail
+    from checkpoint.errors import MigrationFailed
+    from checkpoint.migrate.flow import migrate as flow
+    from checkpoint.storage import Storage
+    from jobs.migrate import SparkStateDigests
+    from jobs.migrate import migrate as run
+
+    class OneRowShort(SparkStateDigests):
+        def digest(self, storage, batch, store, format_version):
+            rows, digest = super().digest(storage, batch, store, format_version)
+            return (rows - 1, digest) if format_version == 2 else (rows, digest)
+
+    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    storages = Storage(str(src)), Storage(str(dest))
+    audit = AuditTrail(str(tmp_path / "audit"))
+    with pytest.raises(MigrationFailed, match="Spark reads 9 rows .* and 8 .* in the destination"):
+        flow(lambda: OneRowShort(spark, *storages), *storages, audit)
+    refused = ckpt("validate", str(dest))
+    assert refused.returncode != 0 and "INCOMPLETE_FORK" in refused.stdout
+    assert run(lambda: spark, *storages, audit).proven
+    assert ckpt("validate", str(dest)).returncode == 0

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.compaction.publish import ZipTarget
 from checkpoint.crash import crash_point
-from checkpoint.errors import CheckpointError, MigrationFailed, MigrationRefused
+from checkpoint.errors import CheckpointError, ForkIncomplete, MigrationFailed, MigrationRefused
 from checkpoint.fork.copy import apply_fork, check_dest, inspect_dest, refuse_overlap
 from checkpoint.fork.plan import STEP_STATE, ForkItem, ForkPlan, ForkSource, plan_fork, read_source
 from checkpoint.format.crc import parse_sidecar
@@ -82,7 +82,7 @@ class MigrationResult:
     batch: int
     source_state: str  # "hdfs V1", "rocksdb V1"
     stores: tuple[StoreWritten, ...]
-    proven: tuple[dict[str, Any], ...]  # per operator store: rows and the digests of SRC and DEST
+    proven: tuple[dict[str, Any], ...]  # per operator store: the rows and the digest SRC and DEST share
     log_files: int
     seconds: float
 
@@ -226,7 +226,12 @@ def migrate(
 
     proven: list[dict[str, Any]] = []
     plan = _with_written_state(plan, dest)
-    apply_fork(plan, src, dest, inspect_dest(dest), check=check, before_complete=prove)
+    try:
+        apply_fork(plan, src, dest, inspect_dest(dest), check=check, before_complete=prove)
+    except ForkIncomplete as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, MigrationFailed) else exc
+        raise MigrationFailed(f"the migration stopped ({cause}); the destination is marked incomplete: run "
+                              "the same migration again to start it over", dest.url) from exc  # fmt: skip
     result = MigrationResult(src.url, dest.url, source.batch, source.ckpt.state_format, tuple(written),
                              tuple(proven), plan.files, round(time.monotonic() - started, 3))  # fmt: skip
     rel = f"{folder_name(src.url)}/migrations/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}.json"
