@@ -27,7 +27,7 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
 test: lint browser
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest --durations=25
 
 # The quick loop: unit tests only, with no Java (JAVA_HOME points nowhere, so a test that starts a
 # JVM fails instead of passing by luck), the others in parallel where they are independent.

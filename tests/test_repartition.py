@@ -313,9 +313,9 @@ def test_refused_before_spark_starts(corpus, tmp_path) -> None:
     path = tmp_path / "ckpt"
     copy_checkpoint(corpus["format_v1"], path)
     out = subprocess.run(
-        [CKPT, "repartition", str(path), "--partitions", "8"], capture_output=True, text=True
+        [CKPT, "repartition", str(path), "--partitions", "4"], capture_output=True, text=True
     )
-    assert out.returncode == 2 and "format V2 only" in out.stderr
+    assert out.returncode == 2 and "already has 4 state partitions" in out.stderr
     assert "log4j" not in out.stderr and "Spark" not in out.stderr
 
 

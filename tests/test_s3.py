@@ -874,4 +874,6 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     local, control = tmp_path / "dest", copy_checkpoint(defaults[name], tmp_path / "control")
     _direct(s3).get(dest.url[len("s3://") :] + "/", str(local), recursive=True)
     assert ckpt("validate", str(local)).returncode == 0
+    if where == "local-to-s3":
+        return  # the same DEST as from S3; one restart proves it
     assert not restarted_differently(spark, name, defaults[name].parent, local, control, tmp_path / "more")

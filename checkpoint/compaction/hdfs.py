@@ -92,7 +92,7 @@ def materialize_snapshot(
     read = sum(f.info.size for f in sources)
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-snapshot-", dir=workdir))
     try:
-        # The chain, then a snapshot of at most the chain's size per delta replayed onto the base.
+        # The chain's copy, and beside it a snapshot of about the same size.
         check_free_disk(tmp, read, read, ckpt.url)
         local = tmp / folder
         local.mkdir(parents=True)
