@@ -195,7 +195,7 @@ def migrate(
     check: Callable[[], None] = lambda: None,
 ) -> MigrationResult:
     """See the module docstring. The caller holds SRC's and DEST's leases and passes their
-    `check`; `digests` makes Spark's reader once the preflight has passed."""
+    `check`; `digests` makes Spark's reader once DEST holds what it reads."""
     started = time.monotonic()
     now = time.time() if now is None else now
     refuse_overlap(src, dest)
@@ -212,7 +212,6 @@ def migrate(
     entries = list(source.lineage)
     ids = {e.store: str(uuid.uuid4()) for e in entries}
     plan = plan_logs(source, dest, ids)
-    engine = digests()
     dest.write_if_absent(FORK_STARTED, plan.started().to_json(), MAINT_TEMP_PREFIX)
     written = []
     for i, entry in enumerate(entries, 1):
@@ -221,8 +220,8 @@ def migrate(
         crash_point("migrate.after_store", i)
         report(log, Progress("stores migrated", i, len(entries)), "%d of %d stores written", i, len(entries))
 
-    def prove() -> None:
-        proven.extend(_prove(engine, src, dest, source))
+    def prove() -> None:  # Spark starts here, once there is something for its reader to prove
+        proven.extend(_prove(digests(), src, dest, source))
 
     proven: list[dict[str, Any]] = []
     plan = _with_written_state(plan, dest)
