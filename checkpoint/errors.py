@@ -48,6 +48,10 @@ class UnknownFormatVersionError(CheckpointError):
         )
 
 
+class UnsupportedLayoutError(CheckpointError):
+    """A readable file holds what this release cannot carry (a type it does not re-lay)."""
+
+
 class CorruptFileError(CheckpointError):
     """A file is empty, truncated, or fails its checksum or parse."""
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.migrate.flow import MigrationResult
+from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead
 from checkpoint.migrate.flow import migrate as guarded_migrate
 from checkpoint.model.checkpoint import StoreId
 from checkpoint.storage import Storage
@@ -25,23 +25,29 @@ class SparkStateDigests:
         for storage in storages:
             reach(spark, storage)
 
-    def digest(self, storage: Storage, batch: int, store: StoreId, format_version: int) -> tuple[int, str]:
+    def digest(self, storage: Storage, batch: int, store: StoreId, format_version: int,
+               placement: Placement) -> StoreRead:  # fmt: skip
         """Rows, and two 64-bit hashes of each row's key and value summed (neither order nor the
         partition counts, every field does): what the source and the migrated store must share.
         The key and value columns, not the raw bytes: the HDFS-backed store keeps no RocksDB
-        encoding byte, and the state data source reads raw bytes of RocksDB only."""
+        encoding byte, and the state data source reads raw bytes of RocksDB only. The partition
+        of each row against `HashPartitioning`'s: pmod of Murmur3 (seed 42, SQL's `hash`) of the
+        partitioning fields, a struct hashing as its fields in order."""
         from pyspark.sql import functions as F
 
         with scoped_confs(self.spark, {FORMAT_VERSION: str(format_version)}):
             state = (self.spark.read.format("statestore").option("batchId", batch)
                      .option("operatorId", store.operator).option("storeName", store.store)
                      .load(storage.spark_url))  # fmt: skip
+            fields = state.schema["key"].dataType.fieldNames()[: placement.leading]
+            placed = F.pmod(F.hash(*(F.col("key").getField(f) for f in fields)), F.lit(placement.partitions))
             row = state.agg(
                 F.count(F.lit(1)).alias("rows"),
                 F.coalesce(F.sum(F.xxhash64("key", "value").cast("decimal(38,0)")), F.lit(0)).alias("a"),
                 F.coalesce(F.sum(F.hash("key", "value").cast("decimal(38,0)")), F.lit(0)).alias("b"),
+                F.coalesce(F.sum((placed != F.col("partition_id")).cast("long")), F.lit(0)).alias("away"),
             ).first()
-        return int(row["rows"]), f"{row['a']}:{row['b']}"
+        return StoreRead(int(row["rows"]), f"{row['a']}:{row['b']}", int(row["away"]))
 
 
 def migrate(session: Callable[[], Any], src: Storage, dest: Storage, audit: AuditTrail, *args: Any,

@@ -40,7 +40,7 @@ from testbed.corpus import (
 )
 from testbed.operators import _events, pandas_with_state, session_window_count
 
-DEFAULTS_VERSION = 1
+DEFAULTS_VERSION = 2
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -95,6 +95,8 @@ DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
              aggregation, 12, ROCKSDB_V1),
     Scenario("rocksdb_v1_changelog", "RocksDB format V1 with changelog checkpointing: zips from maintenance",
              aggregation, LONG, {**ROCKSDB_V1, **CHANGELOGS}),
+    Scenario("rocksdb_v1_session", "RocksDB format V1: session windows, prefix-encoded keys",
+             session_window_count, 8, ROCKSDB_V1, output_mode="append"),
 )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from checkpoint.format.crc import check_hadoop_crc, parse_sidecar
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.format.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
 from checkpoint.format.snapshot import parse_zip_metadata, read_snapshot
+from checkpoint.format.unsaferow import read_schema_file, row_shape
 from testbed.lz4java import frame
 
 
@@ -52,6 +53,7 @@ TARGETS: dict[str, Callable[[bytes], object]] = {
     "changelog_stream": lambda b: read_changelog(io.BytesIO(b).read, "lz4", "1_x.changelog"),
     "sidecar": lambda b: parse_sidecar(b, "1_x.changelog.crc"),
     "hadoop_crc": _hadoop_checked,
+    "state_schema": lambda b: row_shape(read_schema_file(b, "_metadata/schema")[0], "_metadata/schema"),
 }
 
 
@@ -80,6 +82,7 @@ def seeds(checkpoint: Path) -> dict[str, bytes]:
         "changelog_stream": changelog,
         "sidecar": found[FileKind.SPARK_CRC].read_bytes(),
         "hadoop_crc": _with_hadoop_crc(found[FileKind.CHANGELOG]),
+        "state_schema": found[FileKind.STATE_SCHEMA].read_bytes(),
     }
 
 

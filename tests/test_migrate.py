@@ -4,9 +4,12 @@ destination beside an untouched copy of the source restarted with the same input
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shutil
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,10 +22,10 @@ from tests.support.files import files_of
 
 NAMED_V2 = re.compile(r"^\d+_[0-9a-f-]{36}\.(zip|changelog)$")
 V2_SESSION = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
-# aggregation, dedup then aggregation, stream-stream join, windowed aggregation, applyInPandasWithState,
-# and RocksDB V1 with and without changelogs
-MIGRATED = ("hdfs_agg", "hdfs_dedup", "hdfs_join", "hdfs_window", "hdfs_pandas", "rocksdb_v1",
-            "rocksdb_v1_changelog")  # fmt: skip
+# aggregation, dedup then aggregation, stream-stream join, windowed aggregation, session windows,
+# applyInPandasWithState, and RocksDB V1 with and without changelogs and with session windows
+MIGRATED = ("hdfs_agg", "hdfs_dedup", "hdfs_join", "hdfs_window", "hdfs_session", "hdfs_pandas", "rocksdb_v1",
+            "rocksdb_v1_changelog", "rocksdb_v1_session")  # fmt: skip
 
 
 def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, control: Path, extra: Path):
@@ -84,9 +87,54 @@ def test_a_migrated_checkpoint_restarts_on_rocksdb_v2_like_its_source(
     assert newer and all(NAMED_V2.match(n) for n in newer), newer
 
 
+def _rows(zip_path: Path, db: Path) -> dict[bytes, bytes]:
+    """Every key and value of a RocksDB zip (its SSTs from the store folder's `SSTs/`), opened in `db`."""
+    import rocksdict
+
+    from checkpoint.format.snapshot import parse_zip_metadata
+
+    db.mkdir()
+    with zipfile.ZipFile(zip_path) as zf:
+        meta = parse_zip_metadata(zf.read("metadata"), str(zip_path))
+        zf.extractall(db, [n for n in zf.namelist() if n != "metadata"])
+    for sst in meta.sst_files:
+        shutil.copy(zip_path.parent / "SSTs" / sst.dfs_name, db / sst.local_name)
+    opened = rocksdict.Rdict(str(db), options=rocksdict.Options(raw_mode=True),
+                             access_type=rocksdict.AccessType.read_only())  # fmt: skip
+    try:
+        return dict(opened.items())
+    finally:
+        opened.close()
+
+
+def test_session_window_keys_are_laid_out_as_rocksdb_lays_them(defaults, tmp_path) -> None:
+    """The HDFS-backed store keeps a session window's key whole; RocksDB cuts it for its prefix
+    scan. The same query's state written by Spark's RocksDB provider (format V1) and migrated from
+    the HDFS-backed store holds the same bytes, key and value, in every partition."""
+    from checkpoint.compaction.publish import ZipTarget
+    from checkpoint.fork.plan import read_source
+    from checkpoint.migrate.flow import preflight
+    from checkpoint.migrate.state import write_store
+    from checkpoint.model.head import store_folder
+    from checkpoint.storage import Storage
+
+    source = read_source(Storage(str(_stopped(defaults, "hdfs_session", tmp_path / "src"))))
+    prefixed = preflight(source, time.time(), 3600)
+    assert [(op, name, p.leading) for (op, name), p in prefixed.items()] == [(0, "default", 1)]
+    dest = tmp_path / "dest"
+    for entry in source.lineage:
+        target = ZipTarget(Storage(str(dest)), store_folder(entry.store), entry.version, "id", sidecar=True)
+        write_store(source.ckpt, entry, target, prefix=prefixed[0, entry.store.store])
+    for entry in source.lineage:
+        folder, p = store_folder(entry.store), entry.store.partition
+        ours = _rows(dest / folder / f"{entry.version}_id.zip", tmp_path / f"ours-{p}")
+        by_spark = defaults["rocksdb_v1_session"] / folder / f"{entry.version}.zip"
+        assert ours and ours == _rows(by_spark, tmp_path / f"spark-{p}"), p
+
+
 def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
     """A live source, a destination that is not empty, a source already on RocksDB V2 (fork it), a
-    session window on the HDFS-backed store, an operator without its metadata: one line each,
+    session window whose key schema cannot be read, an operator without its metadata: one line each,
     exit 2, neither side changed."""
     live = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "live")
     (live / "commits" / "24").touch()
@@ -96,10 +144,11 @@ def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
     (full / "something").write_text("theirs")
     v2 = _stopped({"snapshots": corpus["snapshots"]}, "snapshots", tmp_path / "v2")
     session = _stopped(defaults, "hdfs_session", tmp_path / "session")
+    (session / "state/0/0/_metadata/schema").write_bytes(b"\x00\x02v9")
     old = _stopped(defaults, "hdfs_agg", tmp_path / "old")  # as a checkpoint last run before Spark 4.0
     (old / "state/0/_metadata/metadata").unlink()
     cases = [(live, tmp_path / "d1", "looks alive"), (stopped, full, "not empty"),
-             (v2, tmp_path / "d3", "ckpt fork"), (session, tmp_path / "d4", "prefix-scanned"),
+             (v2, tmp_path / "d3", "ckpt fork"), (session, tmp_path / "d4", "cannot be laid out"),
              (old, tmp_path / "d5", "run the query once on Spark 4.x")]  # fmt: skip
     for src, dest, why in cases:
         before = files_of(src), files_of(dest) if dest.exists() else {}
@@ -192,10 +241,19 @@ def test_the_dagster_job_migrates_a_partition_into_a_new_one(defaults, tmp_path)
 
 
 @pytest.mark.slow
-def test_a_destination_spark_reads_otherwise_is_never_marked_complete(spark, defaults, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("seen", "error"),
+    [
+        ("rows", "Spark reads 9 rows .* and 8 .* in the destination"),
+        ("misplaced", "1 rows of the destination .* another partition"),
+    ],
+)
+def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
+    spark, defaults, tmp_path, seen: str, error: str
+) -> None:
     """The proof is what stands between the state written and a complete DEST: Spark's reader
-    made to see one row fewer in DEST stops the migration (MigrationFailed), DEST stays refused by
-    validation, and a run with the real reader finishes it."""
+    made to see one row fewer in DEST, or one row away from its partition, stops the migration
+    (MigrationFailed), DEST stays refused by validation, and a run with the real reader finishes it."""
     from checkpoint.cleanup.audit import AuditTrail
     from checkpoint.errors import MigrationFailed
     from checkpoint.migrate.flow import migrate as flow
@@ -203,17 +261,57 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(spark, def
     from jobs.migrate import SparkStateDigests
     from jobs.migrate import migrate as run
 
-    class OneRowShort(SparkStateDigests):
-        def digest(self, storage, batch, store, format_version):
-            rows, digest = super().digest(storage, batch, store, format_version)
-            return (rows - 1, digest) if format_version == 2 else (rows, digest)
+    class OneRowOff(SparkStateDigests):
+        def digest(self, storage, batch, store, format_version, placement):
+            read = super().digest(storage, batch, store, format_version, placement)
+            off = {"rows": read.rows - 1} if seen == "rows" else {"misplaced": 1}
+            return dataclasses.replace(read, **off) if format_version == 2 else read
 
     src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
     storages = Storage(str(src)), Storage(str(dest))
     audit = AuditTrail(str(tmp_path / "audit"))
-    with pytest.raises(MigrationFailed, match="Spark reads 9 rows .* and 8 .* in the destination"):
-        flow(lambda: OneRowShort(spark, *storages), *storages, audit)
+    with pytest.raises(MigrationFailed, match=error):
+        flow(lambda: OneRowOff(spark, *storages), *storages, audit)
     refused = ckpt("validate", str(dest))
     assert refused.returncode != 0 and "INCOMPLETE_FORK" in refused.stdout
     assert run(lambda: spark, *storages, audit).proven
     assert ckpt("validate", str(dest)).returncode == 0
+
+
+def _swap_state_files(one: Path, other: Path) -> None:
+    """The state files of two partitions swapped, each keeping its schema (`_metadata`)."""
+    moves = [(f, other / f.relative_to(one)) for f in one.rglob("*") if f.is_file()]
+    moves += [(f, one / f.relative_to(other)) for f in other.rglob("*") if f.is_file()]
+    staged = [(f.rename(f.with_name(f.name + ".swap")), to) for f, to in moves if "_metadata" not in f.parts]
+    for f, to in staged:
+        f.rename(to)
+
+
+@pytest.mark.parametrize("name", ["hdfs_join", "hdfs_session"])
+def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
+    spark, defaults, tmp_path, name
+) -> None:
+    """The placement the proof checks, on state Spark placed (none away, in every store: a join's
+    keyWithIndexToValue and a session window hash fewer fields than their key) and on the same
+    state with two partitions' folders swapped (every row of both away)."""
+    from checkpoint.fork.plan import read_source
+    from checkpoint.migrate.flow import placement_of
+    from checkpoint.model.checkpoint import StoreId
+    from checkpoint.storage import Storage
+    from jobs.migrate import SparkStateDigests
+
+    path = copy_checkpoint(defaults[name], tmp_path / "c")
+    source = read_source(Storage(str(path)))
+    reads = {}
+    for label in ("placed", "swapped"):
+        engine = SparkStateDigests(spark, Storage(str(path)))
+        for store in source.ckpt.operators[0].metadata.stores:
+            placement = placement_of(store.num_partitions, store)
+            reads[label, store.name] = engine.digest(Storage(str(path)), source.batch,
+                                                     StoreId(0, 0, store.name), 1, placement)  # fmt: skip
+        _swap_state_files(path / "state/0/0", path / "state/0/1")
+    for store in source.ckpt.operators[0].metadata.stores:
+        placed, swapped = reads["placed", store.name], reads["swapped", store.name]
+        assert placed.rows > 0 and placed.misplaced == 0, (store.name, placed)
+        assert swapped.rows == placed.rows and swapped.digest == placed.digest, store.name
+        assert 0 < swapped.misplaced < swapped.rows, (store.name, swapped)

@@ -29,7 +29,7 @@ from typing import Protocol
 from checkpoint.compaction.rebuild import (
     RebuildResult,
     check_free_disk,
-    check_hadoop_checksum,
+    download_checked,
     peak_rss,
     reset_peak_rss,
 )
@@ -98,8 +98,7 @@ def materialize_snapshot(
         local.mkdir(parents=True)
         for f in sources:
             name = f.rel.rsplit("/", 1)[-1]
-            ckpt.download_verified(f.rel, str(local / name), f.info.size or None, policy.copy_chunk_bytes)
-            check_hadoop_checksum(ckpt, f.rel, str(local / name))
+            download_checked(ckpt, f.rel, str(local / name), f.info.size, policy)
         keys = engine.snapshot(str(tmp / "state"), sid, version, conf)
         written = local / HDFS_FILES.name(FileKind.SNAPSHOT, version)
         if not written.exists():

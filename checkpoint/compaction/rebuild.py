@@ -412,15 +412,23 @@ def check_hadoop_checksum(ckpt: Checkpoint, rel: str, local: str) -> None:
             check_hadoop_crc(fh.read, crc, ckpt.storage.full(rel))
 
 
+def download_checked(ckpt: Checkpoint, rel: str, local: str, size: int | None, policy: Policy) -> int:
+    """A state file copied to local disk in chunks and checked against every checksum it has:
+    Spark's `.crc` sidecar (format V2) and Hadoop's hidden one (a local disk). Returns the bytes;
+    `size`, when known, spares a HEAD on object stores."""
+    read = ckpt.download_verified(rel, local, size or None, policy.copy_chunk_bytes)
+    check_hadoop_checksum(ckpt, rel, local)
+    return read
+
+
 def fetch_base(
     ckpt: Checkpoint, base: CheckpointFile, folder: str, tmp: Path, policy: Policy, chain_bytes: int
 ) -> FetchedBase:
     """The base zip's RocksDB files and SSTs in `tmp/db`, streamed to disk in chunks: the zip checked
-    against its `.crc` sidecar, each SST against the size the zip lists."""
+    against its checksums, each SST against the size the zip lists and Hadoop's checksum."""
     rel = base.rel
     db_dir, local_zip = tmp / "db", tmp / "base.zip"
-    known = base.info.size or None  # spares a HEAD on object stores
-    read = ckpt.download_verified(rel, str(local_zip), known, policy.copy_chunk_bytes)
+    read = download_checked(ckpt, rel, str(local_zip), base.info.size, policy)
     try:
         with zipfile.ZipFile(local_zip) as zf:
             meta = parse_zip_metadata(read_metadata_entry(zf, ckpt.storage.full(rel)), ckpt.storage.full(rel))
@@ -439,9 +447,11 @@ def fetch_base(
 
     def fetch(sst) -> tuple[str, int]:
         # Spark writes no sidecars for SSTs: the size the zip lists is the check (a file longer or
-        # shorter than that fails the download).
+        # shorter than that fails the download), with Hadoop's checksum where there is one.
         dfs, local = f"{folder}/SSTs/{sst.dfs_name}", str(db_dir / sst.local_name)
-        return sst.local_name, ckpt.storage.download(dfs, local, sst.size, policy.copy_chunk_bytes)[1]
+        crc = ckpt.storage.download(dfs, local, sst.size, policy.copy_chunk_bytes)[1]
+        check_hadoop_checksum(ckpt, dfs, local)
+        return sst.local_name, crc
 
     with ThreadPoolExecutor(max(1, policy.copy_workers)) as pool:
         ssts = dict(pool.map(fetch, meta.sst_files))

@@ -12,14 +12,16 @@ markers and checks) without SRC's state files, and with:
 The steps, and what stops each:
 1. preflight (exit 2, nothing written): SRC stopped past the quiet period, no error finding
    (the fork's own refusal), Spark's default formats only (a RocksDB V2 source is forked, not
-   migrated), operator metadata present, no column-family or prefix-encoded store the writer
-   cannot carry, DEST empty (or an interrupted migration of the same SRC and batch, started over);
+   migrated), operator metadata present, no column-family store, a prefix-scanned store's key
+   schema readable (its keys are re-laid), DEST empty (or an interrupted migration of the same
+   SRC and batch, started over);
 2. the fork's started marker, so validation refuses DEST (`INCOMPLETE_FORK`) until step 5;
 3. the state, store by store, the leases checked before each;
 4. the logs, through the fork's writer, which reads every file back;
 5. Spark's state data source reads every store of SRC and of DEST at the batch: the same rows (a
-   count and two 64-bit digests of each row's key and value) or the migration stops, DEST
-   marked incomplete; then the completion marker, and the audit record.
+   count and two 64-bit digests of each row's key and value), each in the partition Spark's hash
+   puts it in, or the migration stops, DEST marked incomplete; then the completion marker, and
+   the audit record.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from checkpoint.fork.copy import apply_fork, check_dest, inspect_dest, refuse_ov
 from checkpoint.fork.plan import STEP_STATE, ForkItem, ForkPlan, ForkSource, plan_fork, read_source
 from checkpoint.format.crc import parse_sidecar
 from checkpoint.format.layout import FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
+from checkpoint.format.logs import StoreInfo
 from checkpoint.format.providers import Provider
-from checkpoint.migrate.state import StoreWritten, write_store
-from checkpoint.model.checkpoint import StoreId
+from checkpoint.format.unsaferow import MAX_SCHEMA_BYTES, read_schema_file, row_shape
+from checkpoint.migrate.state import PrefixKey, StoreWritten, write_store
+from checkpoint.model.checkpoint import Checkpoint, StoreId
 from checkpoint.model.head import store_folder
 from checkpoint.model.lineage import StoreLineage
 from checkpoint.policy import POLICY
@@ -66,13 +70,42 @@ def _is_state(rel: str) -> bool:
     return classify(main).kind in _STATE_KINDS
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where Spark's hash puts a store's rows: partition pmod(murmur3(key[:leading]), partitions),
+    the key fields taken as Python slices them (None: all)."""
+
+    partitions: int
+    leading: int | None
+
+
+@dataclass(frozen=True)
+class StoreRead:
+    """One operator store, every partition, as Spark's state data source reads it."""
+
+    rows: int
+    digest: str  # two 64-bit hashes of each row's key and value, summed: order-free, every field counts
+    misplaced: int  # rows in another partition than `Placement` names
+
+
 class StateDigests(Protocol):
     """Spark's state data source (`jobs.migrate.SparkStateDigests`)."""
 
-    def digest(self, storage: Storage, batch: int, store: StoreId, format_version: int) -> tuple[int, str]:
-        """(rows, digest) of every partition of one operator's store at `batch`, read in a
-        session of `format_version`."""
+    def digest(self, storage: Storage, batch: int, store: StoreId, format_version: int,
+               placement: Placement) -> StoreRead:  # fmt: skip
+        """Every partition of one operator's store at `batch`, read in a session of `format_version`."""
         ...
+
+
+def placement_of(partitions: int, store: StoreInfo) -> Placement:
+    """The key fields a store's operator partitions its input by: all of them, but the session
+    start of a session window (its prefix-scanned grouping fields lead) and the index of a join's
+    keyWithIndexToValue store."""
+    if store.num_cols_prefix_key:
+        return Placement(partitions, store.num_cols_prefix_key)
+    if store.name.endswith("keyWithIndexToValue"):
+        return Placement(partitions, -1)
+    return Placement(partitions, None)
 
 
 @dataclass(frozen=True)
@@ -94,9 +127,9 @@ class MigrationResult:
                 "log_files": self.log_files, "seconds": self.seconds}  # fmt: skip
 
 
-def preflight(source: ForkSource, now: float, quiet_seconds: float) -> None:
-    """Refuses (MigrationRefused) what this migration cannot carry; the fork's reading of SRC
-    has refused error findings already."""
+def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tuple[int, str], PrefixKey]:
+    """Refuses (MigrationRefused) what this migration cannot carry (the fork's reading of SRC
+    has refused error findings already); the key layout of each prefix-scanned store to re-lay."""
     ckpt = source.ckpt
     where = ckpt.url
     if ckpt.provider == Provider.ROCKSDB and ckpt.format_version == 2:
@@ -107,15 +140,13 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> None:
         raise MigrationRefused(f"the query looks alive (a commit or offset within the quiet period "
                                f"of {quiet_seconds:.0f} s, or an unfinished batch): stop it first",
                                where)  # fmt: skip
-    # The stores come from the operator metadata: an operator folder without it would be left out.
-    on_disk = {
-        int(n) for f in ckpt.storage.list_dir("state").folders if (n := f.rsplit("/", 1)[-1]).isdigit()
-    }
-    if not on_disk:
-        raise MigrationRefused(
-            "a query without state: nothing is provider-specific, `ckpt fork` moves it", where
-        )
-    for op in sorted(on_disk | {e.store.operator for e in source.lineage}):
+    if not ckpt.operator_folders:
+        raise MigrationRefused("a query without state: nothing is provider-specific, `ckpt fork` moves it",
+                               where)  # fmt: skip
+    prefixed: dict[tuple[int, str], PrefixKey] = {}
+    # The stores come from the operator metadata: an operator folder without it would be left out
+    # (validation refuses such a checkpoint first; this holds if it did not).
+    for op in sorted(ckpt.operator_folders | {e.store.operator for e in source.lineage}):
         meta = ckpt.operators.get(op)
         if meta is None or meta.metadata is None:
             raise MigrationRefused(f"operator {op} has no operator metadata (state/{op}/_metadata): the "
@@ -125,11 +156,28 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> None:
         if meta.metadata.version != 1 or name.startswith("transformWithState"):
             raise MigrationRefused(f"operator {op} ({name}) keeps column families, which a migration does "
                                    "not carry", where)  # fmt: skip
-        prefixed = [s.name for s in meta.metadata.stores if s.num_cols_prefix_key]
-        if prefixed and ckpt.provider == Provider.HDFS:
-            raise MigrationRefused(f"operator {op} ({name}): store {prefixed[0]} is prefix-scanned (a "
-                                   "session window), whose keys RocksDB lays out otherwise than the "
-                                   "HDFS-backed store; it is not migrated", where)  # fmt: skip
+        for store in meta.metadata.stores:
+            if store.num_cols_prefix_key and ckpt.provider == Provider.HDFS:
+                prefixed[op, store.name] = _prefix_key(ckpt, op, store.name, store.num_cols_prefix_key)
+    return prefixed
+
+
+def _prefix_key(ckpt: Checkpoint, op: int, name: str, leading: int) -> PrefixKey:
+    """A prefix-scanned store's key layout, from its key schema (the HDFS-backed store keeps the
+    key whole; RocksDB cuts it after `leading` fields)."""
+    rel = f"{store_folder(StoreId(op, 0, name))}/_metadata/schema"
+    path = ckpt.storage.full(rel)
+    try:
+        key, _ = read_schema_file(ckpt.storage.read_bytes(rel, 0, MAX_SCHEMA_BYTES + 1), path)
+        shape = row_shape(key, path)
+    except CheckpointError as exc:
+        raise MigrationRefused(f"operator {op} store {name} is prefix-scanned (a session window) and "
+                               f"its key cannot be laid out for RocksDB: {exc}",
+                               ckpt.url) from exc  # fmt: skip
+    if not 0 < leading < len(shape.fixed):
+        raise MigrationRefused(f"operator {op} store {name}: {leading} prefix fields of a key of "
+                               f"{len(shape.fixed)}", ckpt.url)  # fmt: skip
+    return PrefixKey(shape, leading)
 
 
 def _store_order(source: ForkSource) -> dict[int, tuple[str, ...]]:
@@ -208,7 +256,7 @@ def migrate(
         log.info("%s: starting an interrupted migration over (%d files removed)", dest.url, len(state.files))
         dest.delete_batch(sorted(state.files))
     source = read_source(src, batch)
-    preflight(source, now, quiet_seconds)
+    prefixed = preflight(source, now, quiet_seconds)
     entries = list(source.lineage)
     ids = {e.store: str(uuid.uuid4()) for e in entries}
     plan = plan_logs(source, dest, ids)
@@ -216,7 +264,8 @@ def migrate(
     written = []
     for i, entry in enumerate(entries, 1):
         check()
-        written.append(_write(source, entry, dest, ids[entry.store]))
+        prefix = prefixed.get((entry.store.operator, entry.store.store))
+        written.append(_write(source, entry, dest, ids[entry.store], prefix))
         crash_point("migrate.after_store", i)
         report(log, Progress("stores migrated", i, len(entries)), "%d of %d stores written", i, len(entries))
 
@@ -254,10 +303,11 @@ def _with_written_state(plan: ForkPlan, dest: Storage) -> ForkPlan:
     return dataclasses.replace(plan, items=(*items, *plan.items))
 
 
-def _write(source: ForkSource, entry: StoreLineage, dest: Storage, unique_id: str) -> StoreWritten:
+def _write(source: ForkSource, entry: StoreLineage, dest: Storage, unique_id: str,
+           prefix: PrefixKey | None) -> StoreWritten:  # fmt: skip
     target = ZipTarget(dest, store_folder(entry.store), entry.version, unique_id, sidecar=True)
     try:
-        return write_store(source.ckpt, entry, target)
+        return write_store(source.ckpt, entry, target, prefix=prefix)
     except CheckpointError as exc:
         raise MigrationFailed(f"{entry.store}: {exc}; the destination is marked incomplete: run the "
                               "same migration again to start it over", dest.url) from exc  # fmt: skip
@@ -267,15 +317,23 @@ def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource
     """Every operator store of SRC and DEST read by Spark at the batch: the same rows, or nothing is
     marked complete."""
     out = []
-    for op, names in sorted(_store_order(source).items()):
-        for name in names:
-            sid = StoreId(op, 0, name)
-            rows_src, digest_src = engine.digest(src, source.batch, sid, 1)
-            rows_dest, digest_dest = engine.digest(dest, source.batch, sid, 2)
-            if (rows_src, digest_src) != (rows_dest, digest_dest):
-                raise MigrationFailed(f"operator {op} store {name}: Spark reads {rows_src} rows "
-                                      f"({digest_src}) in the source and {rows_dest} ({digest_dest}) in the "
-                                      "destination; the destination stays marked incomplete",
+    for op, meta in sorted(source.ckpt.operators.items()):
+        for store in meta.metadata.stores if meta.metadata else ():
+            sid, placement = StoreId(op, 0, store.name), placement_of(store.num_partitions, store)
+            was = engine.digest(src, source.batch, sid, 1, placement)
+            now = engine.digest(dest, source.batch, sid, 2, placement)
+            where = f"operator {op} store {store.name}"
+            if (was.rows, was.digest) != (now.rows, now.digest):
+                raise MigrationFailed(f"{where}: Spark reads {was.rows} rows ({was.digest}) in the source "
+                                      f"and {now.rows} ({now.digest}) in the destination; the destination "
+                                      "stays marked incomplete", dest.url)  # fmt: skip
+            if was.misplaced or now.misplaced:
+                # In the source, Spark itself placed every row: a count there means the hash is not
+                # the one this operator partitions by, and nothing can be said of DEST's placement.
+                raise MigrationFailed(f"{where}: {now.misplaced} rows of the destination (and "
+                                      f"{was.misplaced} of the source) are in another partition than "
+                                      "Spark's hash puts them in; the destination stays marked incomplete",
                                       dest.url)  # fmt: skip
-            out.append({"operator": op, "store": name, "rows": rows_src, "digest": digest_src})
+            out.append({"operator": op, "store": store.name, "rows": was.rows, "digest": was.digest,
+                        "partitions_checked": placement.partitions})  # fmt: skip
     return out

@@ -11,9 +11,13 @@ overwriting. Spark's own reader then proves it (`checkpoint.migrate.flow`).
 The RocksDB provider stores a row as its UnsafeRow bytes behind one encoding-version byte (0),
 key and value alike, where the HDFS-backed store keeps the bare UnsafeRow (seen: the same
 aggregation's records in a delta, a V1 changelog and a V2 changelog differ by that byte only).
-A store whose key is prefix-encoded (session windows: `numColsPrefixKey` > 0) is laid out
-otherwise by RocksDB and is refused from the HDFS-backed store; from RocksDB V1 its bytes are
-already RocksDB's and are carried as they are.
+A store whose key is prefix-scanned (session windows: `numColsPrefixKey` > 0) is laid out by
+Spark's prefix-scan encoder in RocksDB: the byte length of the encoded leading fields (a
+native-order, i.e. little-endian, int), the row of those fields behind the encoding byte, then the
+row of the others behind it (`PrefixKey`; seen on the same session-window query's state in both
+providers, byte for byte). The HDFS-backed store keeps the key whole, so its keys are cut by the
+key schema (`checkpoint.format.unsaferow`); from RocksDB V1 the bytes are RocksDB's already and
+are carried as they are.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from checkpoint.compaction.rebuild import (
     SPARK_OPTIONS,
     bulk_options,
     check_free_disk,
-    check_hadoop_checksum,
+    download_checked,
     fetch_base,
     merge_delimiter,
     open_db,
@@ -41,12 +45,26 @@ from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import RecordRun, stream_untyped_runs
 from checkpoint.format.layout import FileKind
 from checkpoint.format.providers import Provider
+from checkpoint.format.unsaferow import RowShape, split_row
 from checkpoint.model.checkpoint import Checkpoint, CheckpointFile
 from checkpoint.model.lineage import StoreLineage
 from checkpoint.policy import POLICY, Policy
 
 ROCKSDB_ENCODING = b"\x00"  # the version byte in front of every key and value RocksDB stores
 _BATCH = 50_000
+
+
+@dataclass(frozen=True)
+class PrefixKey:
+    """A prefix-scanned store's key layout: the key row's shape and how many fields lead."""
+
+    shape: RowShape
+    leading: int
+
+    def encode(self, key: bytes, path: str) -> bytes:
+        """The key as RocksDB's prefix-scan encoder stores it, from the whole key row."""
+        head, rest = split_row(key, self.shape, self.leading, path)
+        return (len(head) + 1).to_bytes(4, "little") + ROCKSDB_ENCODING + head + ROCKSDB_ENCODING + rest
 
 
 @dataclass(frozen=True)
@@ -71,8 +89,10 @@ def write_store(
     target: ZipTarget,
     workdir: str | None = None,
     policy: Policy = POLICY,
+    prefix: PrefixKey | None = None,
 ) -> StoreWritten:
-    """Writes what recovery of `entry`'s version loads in SRC (`ckpt`) as `target`'s zip."""
+    """Writes what recovery of `entry`'s version loads in SRC (`ckpt`) as `target`'s zip; `prefix`
+    is the key layout of a prefix-scanned store of the HDFS-backed store."""
     import rocksdict
 
     started = time.monotonic()
@@ -102,11 +122,17 @@ def write_store(
             write_opts = rocksdict.WriteOptions()
             write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
             for f in steps:
+                where = ckpt.storage.full(f.rel)
                 for run in _runs(ckpt, f, tmp, policy):
                     if run.op == "merge":
                         raise RebuildError(f"{sid}: {f.rel} holds merge records (list state), which a "
                                            "migration does not carry", ckpt.url)  # fmt: skip
-                    keys = [ROCKSDB_ENCODING + k for k in run.keys] if hdfs else list(run.keys)
+                    if not hdfs:
+                        keys = list(run.keys)
+                    elif prefix is None:
+                        keys = [ROCKSDB_ENCODING + k for k in run.keys]
+                    else:
+                        keys = [prefix.encode(k, where) for k in run.keys]
                     if run.op == "put":
                         values = [ROCKSDB_ENCODING + v for v in run.written] if hdfs else list(run.written)
                         write_in_batches(db, write_opts, _BATCH, "put", keys, values)
@@ -133,8 +159,7 @@ def _runs(ckpt: Checkpoint, f: CheckpointFile, tmp: Path, policy: Policy) -> Ite
     from disk, so that a base snapshot of any size never sits in memory."""
     local = tmp / "step"
     try:
-        ckpt.download_verified(f.rel, str(local), f.info.size or None, policy.copy_chunk_bytes)
-        check_hadoop_checksum(ckpt, f.rel, str(local))
+        download_checked(ckpt, f.rel, str(local), f.info.size, policy)
         with open(local, "rb") as fh:
             for runs in stream_untyped_runs(fh.read, ckpt.changelog_codec, ckpt.storage.full(f.rel)):
                 yield from runs
