@@ -35,6 +35,9 @@ class Policy:
     # copies of base files to local disk (chunk size x concurrent copies).
     rebuild_memtable_bytes: int = 64 << 20
     rebuild_block_cache_bytes: int = 32 << 20
+    # Keys a migration tracks (about 200 bytes each) to count a store without reading it back;
+    # past it, the store's keys are counted once written.
+    migrate_tracked_keys: int = 250_000
     copy_chunk_bytes: int = 4 << 20
     copy_workers: int = 4
     # Files a fork copies at once: each a round trip on S3 (or a server-side copy), one copy chunk

@@ -231,9 +231,10 @@ def test_a_v1_state_file_streamed_in_parts_gives_the_records_a_whole_read_gives(
     from checkpoint.format.changelog import parse_runs, records_of, stream_untyped_runs
 
     records = []
-    for i in range(300):
-        key = b"k%05d" % i * (1 + i % 7)
-        value = None if i % 11 == 5 else b"v" * (i % 40)
+    for i in range(1200):  # varied records; one shape of puts, then of deletes (skipped in steps); varied
+        varied = i < 300 or i >= 1000
+        key = b"k%05d" % i * (1 + i % 7 if varied else 1)
+        value = (None if i % 11 == 5 else b"v" * (i % 40)) if varied else None if i >= 800 else b"v" * 8
         records.append(struct.pack(">i", len(key)) + key + (struct.pack(">i", -1) if value is None
                        else struct.pack(">i", len(value)) + value))  # fmt: skip
     body = b"".join(records) + struct.pack(">i", -1)

@@ -246,16 +246,19 @@ def test_the_dagster_job_migrates_a_partition_into_a_new_one(defaults, tmp_path)
     [
         ("rows", "Spark reads 9 rows .* and 8 .* in the destination"),
         ("misplaced", "1 rows of the destination .* another partition"),
+        ("count", "count 10 keys and Spark reads 9 rows"),
     ],
 )
 def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
-    spark, defaults, tmp_path, seen: str, error: str
+    spark, defaults, tmp_path, monkeypatch, seen: str, error: str
 ) -> None:
     """The proof is what stands between the state written and a complete DEST: Spark's reader
-    made to see one row fewer in DEST, or one row away from its partition, stops the migration
-    (MigrationFailed), DEST stays refused by validation, and a run with the real reader finishes it."""
+    made to see one row fewer in DEST, or one row away from its partition, or a snapshot's key
+    count one off, stops the migration (MigrationFailed), DEST stays refused by validation, and a
+    run with the real reader finishes it."""
     from checkpoint.cleanup.audit import AuditTrail
     from checkpoint.errors import MigrationFailed
+    from checkpoint.migrate import state
     from checkpoint.migrate.flow import migrate as flow
     from checkpoint.storage import Storage
     from jobs.migrate import SparkStateDigests
@@ -264,14 +267,20 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     class OneRowOff(SparkStateDigests):
         def digest(self, storage, batch, store, format_version, placement):
             read = super().digest(storage, batch, store, format_version, placement)
-            off = {"rows": read.rows - 1} if seen == "rows" else {"misplaced": 1}
+            off = {"rows": {"rows": read.rows - 1}, "misplaced": {"misplaced": 1}}.get(seen, {})
             return dataclasses.replace(read, **off) if format_version == 2 else read
+
+    counted = state._KeyCount.total
+    if seen == "count":  # one partition's snapshot counts a key more than it holds
+        extra = iter([1])
+        monkeypatch.setattr(state._KeyCount, "total", lambda self, db: counted(self, db) + next(extra, 0))
 
     src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
     storages = Storage(str(src)), Storage(str(dest))
     audit = AuditTrail(str(tmp_path / "audit"))
     with pytest.raises(MigrationFailed, match=error):
         flow(lambda: OneRowOff(spark, *storages), *storages, audit)
+    monkeypatch.setattr(state._KeyCount, "total", counted)
     refused = ckpt("validate", str(dest))
     assert refused.returncode != 0 and "INCOMPLETE_FORK" in refused.stdout
     assert run(lambda: spark, *storages, audit).proven
@@ -315,3 +324,37 @@ def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
         assert placed.rows > 0 and placed.misplaced == 0, (store.name, placed)
         assert swapped.rows == placed.rows and swapped.digest == placed.digest, store.name
         assert 0 < swapped.misplaced < swapped.rows, (store.name, swapped)
+
+
+@pytest.mark.parametrize("limit", [1_000, 10])
+def test_a_store_is_counted_without_reading_it_back(tmp_path, limit: int) -> None:
+    """Puts of new and present keys, deletes of present and absent ones, a key touched twice in a
+    run: the tracked count is the DB's; past the tracking bound it is the DB's too, counted."""
+    import random
+
+    import rocksdict
+
+    from checkpoint.migrate.state import _KeyCount
+    from checkpoint.policy import POLICY
+
+    db = rocksdict.Rdict(str(tmp_path / "db"), options=rocksdict.Options(raw_mode=True))
+    rng = random.Random(7)
+    base = [b"k%03d" % i for i in range(50)]
+    for k in base:
+        db[k] = b"v"
+    db.flush()
+    count = _KeyCount(len(base), dataclasses.replace(POLICY, migrate_tracked_keys=limit))
+    count.look_in(rocksdict.Rdict(str(tmp_path / "db"), options=rocksdict.Options(raw_mode=True),
+                                  access_type=rocksdict.AccessType.read_only()))  # fmt: skip
+    for _ in range(40):
+        op, keys = rng.choice(["put", "delete"]), [b"k%03d" % rng.randrange(120) for _ in range(8)]
+        count.touch(op, keys)
+        for k in keys:
+            if op == "put":
+                db[k] = b"w"
+            else:
+                db.delete(k)
+    assert count.total(db) == sum(1 for _ in db.keys()) > 0
+    assert (count.before is None) == (limit == 10)
+    count.close()
+    db.close()

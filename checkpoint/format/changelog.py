@@ -406,6 +406,8 @@ def stream_untyped_runs(read, codec: str, path: str, chunk: int = 8 << 20) -> It
             more = reader.read(max(chunk, want - len(buf)))
             eof, buf = not more, buf + more
         pos, end, last = 0, len(buf), False
+        # Runs of one shape are skipped in steps, as parse_runs reads them.
+        shape, repeats, need = None, 0, _TRY_AFTER
         while pos < chunk or eof:  # whole records up to about `chunk`; all of them at the end
             if pos + 4 > end:
                 break
@@ -416,9 +418,18 @@ def stream_untyped_runs(read, codec: str, path: str, chunk: int = 8 << 20) -> It
             if klen < 0 or pos + 8 + klen > end:
                 break  # parse_runs names a bad length; a record cut by the buffer waits for more
             (vlen,) = unpack(buf, pos + 4 + klen)
-            if pos + 8 + klen + max(vlen, 0) > end:
+            stride = 8 + klen + max(vlen, 0)
+            if pos + stride > end:
                 break
-            pos += 8 + klen + max(vlen, 0)
+            start, pos = pos, pos + stride
+            if (klen, vlen) != shape:
+                shape, repeats = (klen, vlen), 1
+                continue
+            repeats += 1
+            if repeats >= need:
+                n = _same_shape(buf, start, pos, 4, klen, stride)
+                pos += n * stride
+                need, repeats = _TRY_AFTER if n >= _WORTH_IT else min(need * 4, _BACK_OFF_LIMIT), 0
         if not last and not eof and pos == 0:  # one record longer than what is at hand
             want = len(buf) + chunk
             continue

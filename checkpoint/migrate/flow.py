@@ -270,7 +270,7 @@ def migrate(
         report(log, Progress("stores migrated", i, len(entries)), "%d of %d stores written", i, len(entries))
 
     def prove() -> None:  # Spark starts here, once there is something for its reader to prove
-        proven.extend(_prove(digests(), src, dest, source))
+        proven.extend(_prove(digests(), src, dest, source, written))
 
     proven: list[dict[str, Any]] = []
     plan = _with_written_state(plan, dest)
@@ -313,9 +313,10 @@ def _write(source: ForkSource, entry: StoreLineage, dest: Storage, unique_id: st
                               "same migration again to start it over", dest.url) from exc  # fmt: skip
 
 
-def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource) -> list[dict[str, Any]]:
-    """Every operator store of SRC and DEST read by Spark at the batch: the same rows, or nothing is
-    marked complete."""
+def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource,
+           written: list[StoreWritten]) -> list[dict[str, Any]]:  # fmt: skip
+    """Every operator store of SRC and DEST read by Spark at the batch: the same rows, each where
+    Spark's hash puts it, as many as the snapshots' key counts say; or nothing is marked complete."""
     out = []
     for op, meta in sorted(source.ckpt.operators.items()):
         for store in meta.metadata.stores if meta.metadata else ():
@@ -327,6 +328,11 @@ def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource
                 raise MigrationFailed(f"{where}: Spark reads {was.rows} rows ({was.digest}) in the source "
                                       f"and {now.rows} ({now.digest}) in the destination; the destination "
                                       "stays marked incomplete", dest.url)  # fmt: skip
+            counted = sum(w.keys for w in written if (w.operator, w.store) == (op, store.name))
+            if counted != now.rows:
+                raise MigrationFailed(f"{where}: the snapshots written count {counted} keys and Spark reads "
+                                      f"{now.rows} rows; the destination stays marked incomplete",
+                                      dest.url)  # fmt: skip
             if was.misplaced or now.misplaced:
                 # In the source, Spark itself placed every row: a count there means the hash is not
                 # the one this operator partitions by, and nothing can be said of DEST's placement.

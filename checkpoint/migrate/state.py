@@ -118,11 +118,16 @@ def write_store(
             read = sum(f.info.size for f in steps)
             check_free_disk(tmp, 0, read, ckpt.url)
         db = open_db(db_dir, policy)
+        count = _KeyCount(fetched.meta.num_keys if base is not None and not hdfs else 0, policy)
         try:
             write_opts = rocksdict.WriteOptions()
             write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
-            for f in steps:
+            if base is not None and not hdfs:
+                count.look_in(open_db(db_dir, policy, read_only=True))
+            for i, f in enumerate(steps):
                 where = ckpt.storage.full(f.rel)
+                # A snapshot is a dump of Spark's map into an empty DB: each record a distinct key.
+                snapshot = hdfs and i == 0 and f.kind == FileKind.SNAPSHOT
                 for run in _runs(ckpt, f, tmp, policy):
                     if run.op == "merge":
                         raise RebuildError(f"{sid}: {f.rel} holds merge records (list state), which a "
@@ -133,15 +138,23 @@ def write_store(
                         keys = [ROCKSDB_ENCODING + k for k in run.keys]
                     else:
                         keys = [prefix.encode(k, where) for k in run.keys]
+                    if snapshot:
+                        count.add(len(keys))
+                    else:
+                        count.touch(run.op, keys)
                     if run.op == "put":
                         values = [ROCKSDB_ENCODING + v for v in run.written] if hdfs else list(run.written)
                         write_in_batches(db, write_opts, _BATCH, "put", keys, values)
                     else:
                         write_in_batches(db, write_opts, _BATCH, "delete", keys)
+                if snapshot:
+                    db.flush()
+                    count.look_in(open_db(db_dir, policy, read_only=True))
             db.flush()
-            keys_now = sum(1 for _ in db.keys())
+            keys_now = count.total(db)
             rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
         finally:
+            count.close()
             db.close()
         set_options(checkpoint_dir, SPARK_OPTIONS)
         # The base's SSTs are not in DEST: every SST is uploaded under a new name (base_meta None).
@@ -151,6 +164,57 @@ def write_store(
                             read, result["bytes"], round(time.monotonic() - started, 3))  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _KeyCount:
+    """A store's key count (its zip's `numKeys`) without reading the store back: the base's (a
+    RocksDB zip's own count, or a snapshot's records), then, for each key a later file touches,
+    whether the base holds it and whether it is there after the last touch. The base is looked up
+    in a read-only view of the DB as the base left it (the writer's vector memtable would make a
+    lookup a scan). Memory follows the keys touched; past the policy's bound it falls back to
+    counting the DB once it is written. The proof checks the sum over partitions against the
+    rows Spark's reader finds."""
+
+    def __init__(self, base: int, policy: Policy):
+        self.base, self.limit, self.view = base, policy.migrate_tracked_keys, None
+        self.before: dict[bytes, bool] | None = {}
+        self.after: dict[bytes, bool] = {}
+
+    def add(self, records: int) -> None:
+        self.base += records
+
+    def look_in(self, view) -> None:
+        self.view = view
+
+    def touch(self, op: str, keys: list[bytes]) -> None:
+        """Called before `keys` are written."""
+        if self.before is None:
+            return
+        unseen = [k for k in dict.fromkeys(keys) if k not in self.before]
+        if unseen:
+            found = self.view.get(unseen) if self.view is not None else [None] * len(unseen)
+            self.before.update(zip(unseen, (v is not None for v in found), strict=True))
+        self.after.update(dict.fromkeys(keys, op == "put"))
+        if len(self.before) > self.limit:
+            self.before = None
+            self.after.clear()
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.close()
+            self.view = None
+
+    def total(self, db) -> int:
+        """The count, once every file is written into `db`."""
+        if self.before is None:
+            return sum(1 for _ in db.keys())
+        before = self.before
+        gained = sum(1 for k, alive in self.after.items() if alive and not before[k])
+        lost = sum(1 for k, alive in self.after.items() if not alive and before[k])
+        if self.base + gained - lost < 0:
+            raise RebuildError(f"the key count comes out negative ({self.base} + {gained} - {lost}): the "
+                               "base's is wrong")  # fmt: skip
+        return self.base + gained - lost
 
 
 def _runs(ckpt: Checkpoint, f: CheckpointFile, tmp: Path, policy: Policy) -> Iterator[RecordRun]:
