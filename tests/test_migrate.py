@@ -265,10 +265,10 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     from jobs.migrate import migrate as run
 
     class OneRowOff(SparkStateDigests):
-        def digest(self, storage, batch, store, format_version, placement):
-            read = super().digest(storage, batch, store, format_version, placement)
-            off = {"rows": {"rows": read.rows - 1}, "misplaced": {"misplaced": 1}}.get(seen, {})
-            return dataclasses.replace(read, **off) if format_version == 2 else read
+        def compare(self, src, dest, batch, store, placement):
+            was, now = super().compare(src, dest, batch, store, placement)
+            off = {"rows": {"rows": now.rows - 1}, "misplaced": {"misplaced": 1}}.get(seen, {})
+            return was, dataclasses.replace(now, **off)
 
     counted = state._KeyCount.total
     if seen == "count":  # one partition's snapshot counts a key more than it holds

@@ -91,9 +91,9 @@ class StoreRead:
 class StateDigests(Protocol):
     """Spark's state data source (`jobs.migrate.SparkStateDigests`)."""
 
-    def digest(self, storage: Storage, batch: int, store: StoreId, format_version: int,
-               placement: Placement) -> StoreRead:  # fmt: skip
-        """Every partition of one operator's store at `batch`, read in a session of `format_version`."""
+    def compare(self, src: Storage, dest: Storage, batch: int, store: StoreId,
+                placement: Placement) -> tuple[StoreRead, StoreRead]:  # fmt: skip
+        """Every partition of one operator's store at `batch`, in SRC (format V1) and in DEST (V2)."""
         ...
 
 
@@ -321,8 +321,7 @@ def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource
     for op, meta in sorted(source.ckpt.operators.items()):
         for store in meta.metadata.stores if meta.metadata else ():
             sid, placement = StoreId(op, 0, store.name), placement_of(store.num_partitions, store)
-            was = engine.digest(src, source.batch, sid, 1, placement)
-            now = engine.digest(dest, source.batch, sid, 2, placement)
+            was, now = engine.compare(src, dest, source.batch, sid, placement)
             where = f"operator {op} store {store.name}"
             if (was.rows, was.digest) != (now.rows, now.digest):
                 raise MigrationFailed(f"{where}: Spark reads {was.rows} rows ({was.digest}) in the source "
