@@ -9,7 +9,7 @@ those defaults, or under RocksDB with format V1:
   every 10 deltas, as by default) and without (a delta-only chain), for every operator the
   provider supports;
 - RocksDB format V1 with changelog checkpointing (`<v>.changelog`, a `<v>.zip` every 10 versions)
-  and without (a `<v>.zip` for every version);
+  and without (a `<v>.zip` for every version), and every operator a migration carries from it;
 - a driver killed mid-batch and a task retried after its state commit, on the HDFS-backed store.
 
 Kept apart from the other corpora (its own version and cache), generated once and cached.
@@ -40,7 +40,7 @@ from testbed.corpus import (
 )
 from testbed.operators import _events, pandas_with_state, session_window_count
 
-DEFAULTS_VERSION = 2
+DEFAULTS_VERSION = 3
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -97,6 +97,14 @@ DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
              aggregation, LONG, {**ROCKSDB_V1, **CHANGELOGS}),
     Scenario("rocksdb_v1_session", "RocksDB format V1: session windows, prefix-encoded keys",
              session_window_count, 8, ROCKSDB_V1, output_mode="append"),
+    Scenario("rocksdb_v1_dedup", "RocksDB format V1: dropDuplicates then aggregation, two operators",
+             dedup_then_aggregation, 12, ROCKSDB_V1),
+    Scenario("rocksdb_v1_join", "RocksDB format V1: stream-stream join, four stores per partition",
+             stream_join, 8, ROCKSDB_V1, inputs=JOIN_INPUTS, output_mode="append"),
+    Scenario("rocksdb_v1_window", "RocksDB format V1: windowed aggregation with a watermark",
+             windowed_aggregation, 12, ROCKSDB_V1, output_mode="append"),
+    Scenario("rocksdb_v1_pandas", "RocksDB format V1: applyInPandasWithState",
+             pandas_with_state, 8, ROCKSDB_V1),
 )  # fmt: skip
 
 

@@ -21,8 +21,10 @@ from typing import Any
 USER_READERS: dict[str, list[dict[str, str]]] = {
     "dedup_agg": [{"operatorId": "0"}, {"operatorId": "1"}],
     "hdfs_dedup": [{"operatorId": "0"}, {"operatorId": "1"}],
+    "rocksdb_v1_dedup": [{"operatorId": "0"}, {"operatorId": "1"}],
     "join": [{"joinSide": "left"}, {"joinSide": "right"}],
     "hdfs_join": [{"joinSide": "left"}, {"joinSide": "right"}],
+    "rocksdb_v1_join": [{"joinSide": "left"}, {"joinSide": "right"}],
     "join_cf": [{"joinSide": "left"}, {"joinSide": "right"}],
     "list_state": [{"stateVarName": "items"}],
     "every_state": [{"stateVarName": v} for v in ("count", "items", "last")],

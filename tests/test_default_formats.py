@@ -29,7 +29,14 @@ ROCKSDB_V1 = ("rocksdb_v1", "rocksdb_v1_changelog")
 
 
 def test_the_corpus_holds_every_default_format(defaults) -> None:
-    assert sorted(defaults) == sorted((*HDFS, *ROCKSDB_V1, "rocksdb_v1_session"))
+    operators = (
+        "rocksdb_v1_session",
+        "rocksdb_v1_dedup",
+        "rocksdb_v1_join",
+        "rocksdb_v1_window",
+        "rocksdb_v1_pandas",
+    )
+    assert sorted(defaults) == sorted((*HDFS, *ROCKSDB_V1, *operators))
     for name, path in defaults.items():
         ckpt_ = load_checkpoint(str(path))
         assert ckpt_.format_version == 1, name
