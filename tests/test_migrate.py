@@ -160,13 +160,14 @@ def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["migrate.after_store:2", "fork.after_step:1"])
+@pytest.mark.parametrize("point", ["migrate.after_store:2", "fork.after_step:1", "fork.after_step:3"])
 def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finishes_it(
     defaults, tmp_path, point
 ) -> None:
-    """kill -9 after two stores' state, and after the offsets: DEST is not a checkpoint to this
-    tool (validation refuses the interrupted fork it is), and the same command starts it over and
-    finishes, with the same state as a migration that was never interrupted."""
+    """kill -9 after two stores' state, after the offsets, and after every log (all of DEST but
+    the proof and the completion marker): DEST is not a checkpoint to this tool (validation
+    refuses the interrupted fork it is), and the same command starts it over and finishes, with
+    the same state as a migration that was never interrupted."""
     from checkpoint.crash import CRASH_ENV
 
     src = _stopped(defaults, "hdfs_dedup", tmp_path / "src")
