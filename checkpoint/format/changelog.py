@@ -286,26 +286,38 @@ _TRY_AFTER, _WORTH_IT, _BACK_OFF_LIMIT = 4, 64, 1 << 12
 
 
 def parse_runs(data: bytes, typed: bool, path: str) -> list[RecordRun]:
-    """The records after the header, up to the end-of-records marker, which must end the data.
+    """The records after the header, up to the end-of-records marker, which must end the data."""
+    runs, pos, _ = _parse(data, typed, path)
+    if pos != len(data):
+        raise CorruptFileError(f"{len(data) - pos} bytes after the end-of-records marker", path)
+    return runs
+
+
+def _parse(data: bytes, typed: bool, path: str, upto: int | None = None) -> tuple[list[RecordRun], int, bool]:
+    """The records from the start of `data`: their runs, where they end, and whether the
+    end-of-records marker ended them. With `upto`, `data` is a part of the records: the parse stops
+    at the first record boundary at or past `upto`, or before a record the part cuts short.
 
     It runs once per record of every changelog a rebuild replays, hence one flat loop.
     """
     runs: list[RecordRun] = []
     unpack, ops, head = _I32.unpack_from, _TYPED, 5 if typed else 4
     pos, end = 0, len(data)
+    part, stop = upto is not None, end + 1 if upto is None else upto
     op: Op | None = None  # the current run
     keys: list[bytes] = []
     values: list[bytes] | None = None
     rop: Op | None
     shape, repeats, need = None, 0, _TRY_AFTER
+    start = 0
     try:
-        while True:
+        while pos < stop:
             start = pos
             if typed:
                 rtype = data[pos]
                 pos += 1
                 if rtype == EOF_RECORD:
-                    break
+                    return runs, pos, True
                 rop = ops.get(rtype)
                 if rop is None:
                     raise CorruptFileError(f"unknown record type 0x{rtype:02x} at byte {pos - 1}", path)
@@ -315,9 +327,11 @@ def parse_runs(data: bytes, typed: bool, path: str) -> list[RecordRun]:
                 (klen,) = unpack(data, pos)
                 pos += 4
                 if klen == -1:
-                    break
+                    return runs, pos, True
                 rop = "put"
             if klen < 0 or pos + klen + 4 > end:
+                if part and klen >= 0:
+                    return runs, start, False
                 raise CorruptFileError(f"bad key length {klen} at byte {pos - 4}", path)
             key = data[pos : pos + klen]
             pos += klen
@@ -329,6 +343,8 @@ def parse_runs(data: bytes, typed: bool, path: str) -> list[RecordRun]:
                 rop, value = "delete", None
             else:
                 if vlen < 0 or pos + vlen > end:
+                    if part and vlen >= 0:
+                        return runs, start, False
                     raise CorruptFileError(f"bad value length {vlen} at byte {pos - 4}", path)
                 if rop == "delete":
                     raise CorruptFileError("delete record with a value", path)
@@ -358,10 +374,10 @@ def parse_runs(data: bytes, typed: bool, path: str) -> list[RecordRun]:
             need = _TRY_AFTER if n >= _WORTH_IT else min(need * 4, _BACK_OFF_LIMIT)
             repeats = 0
     except (struct.error, IndexError) as exc:
+        if part:
+            return runs, start, False
         raise CorruptFileError("truncated changelog: no end-of-records marker", path) from exc
-    if pos != end:
-        raise CorruptFileError(f"{end - pos} bytes after the end-of-records marker", path)
-    return runs
+    return runs, pos, False
 
 
 def _same_shape(data: bytes, model: int, pos: int, head: int, klen: int, stride: int) -> int:
@@ -391,55 +407,27 @@ def column_family_id(key: bytes) -> int:
     return int.from_bytes(key[:2], "little")
 
 
-_UNTYPED_EOF = _I32.pack(-1)
-
-
 def stream_untyped_runs(read, codec: str, path: str, chunk: int = 8 << 20) -> Iterator[list[RecordRun]]:
-    """The records of a headerless changelog (format V1), delta or snapshot, a part at a time:
-    each part is `parse_runs` of about `chunk` decoded bytes cut at a record boundary, so memory
-    follows `chunk` and the largest record, not the file (a snapshot of a 10M-key store is a file
-    of about 100 MB)."""
+    """The records of a headerless changelog (format V1), delta or snapshot, a part at a time: the
+    runs of the whole records in about `chunk` decoded bytes, so memory follows `chunk` and the
+    largest record, not the file (a snapshot of a 10M-key store is a file of about 100 MB)."""
     reader = decompressing_reader(read, codec, path)
-    unpack, buf, eof, want = _I32.unpack_from, b"", False, chunk
+    buf, eof, want = b"", False, chunk
     while True:
         while len(buf) < want and not eof:
             more = reader.read(max(chunk, want - len(buf)))
             eof, buf = not more, buf + more
-        pos, end, last = 0, len(buf), False
-        # Runs of one shape are skipped in steps, as parse_runs reads them.
-        shape, repeats, need = None, 0, _TRY_AFTER
-        while pos < chunk or eof:  # whole records up to about `chunk`; all of them at the end
-            if pos + 4 > end:
-                break
-            (klen,) = unpack(buf, pos)
-            if klen == -1:
-                last = True
-                break
-            if klen < 0 or pos + 8 + klen > end:
-                break  # parse_runs names a bad length; a record cut by the buffer waits for more
-            (vlen,) = unpack(buf, pos + 4 + klen)
-            stride = 8 + klen + max(vlen, 0)
-            if pos + stride > end:
-                break
-            start, pos = pos, pos + stride
-            if (klen, vlen) != shape:
-                shape, repeats = (klen, vlen), 1
-                continue
-            repeats += 1
-            if repeats >= need:
-                n = _same_shape(buf, start, pos, 4, klen, stride)
-                pos += n * stride
-                need, repeats = _TRY_AFTER if n >= _WORTH_IT else min(need * 4, _BACK_OFF_LIMIT), 0
-        if not last and not eof and pos == 0:  # one record longer than what is at hand
+        if eof:  # the rest: parsed as a whole file is, its end checked
+            yield parse_runs(buf, False, path)
+            return
+        runs, pos, last = _parse(buf, False, path, upto=chunk)
+        if last:
+            if len(buf) > pos or reader.read(1):
+                raise CorruptFileError("bytes after the end-of-records marker", path)
+            yield runs
+            return
+        if pos == 0:  # one record longer than what is at hand
             want = len(buf) + chunk
             continue
-        if not last and eof:  # the data ends without the marker: parse_runs says where
-            parse_runs(buf, False, path)
-            raise CorruptFileError("truncated changelog: no end-of-records marker", path)
-        runs = parse_runs(buf[:pos] + _UNTYPED_EOF, False, path)
-        if last and (len(buf) > pos + 4 or reader.read(1)):
-            raise CorruptFileError("bytes after the end-of-records marker", path)
         yield runs
-        if last:
-            return
         buf, want = buf[pos:], chunk
