@@ -11,7 +11,8 @@ Unset, a point costs one environment lookup. The points:
 - `compaction.before_zip`: once a rebuild's SSTs are out, before its zip;
 - `compaction.task:<op>/<part>/<store>`: the Spark task rebuilding that store, as it starts;
 - `migrate.after_store:<n>`: once a migration has written n stores' state, before the next (its
-  logs are then written by the fork's steps, `fork.after_step`).
+  logs are then written by the fork's steps, `fork.after_step`);
+- `migrate.task:<op>/<part>/<store>`: the Spark task writing that store's state, as it starts.
 """
 
 from __future__ import annotations

@@ -155,9 +155,11 @@ def compact_text(doc: Doc) -> str:
 
 def migrate_text(doc: Doc) -> str:
     stores = doc["stores"]
-    lines = [f"migrated {doc['source']} ({doc['source_state']}) at batch {doc['batch']} -> {doc['dest']} "
-             f"(rocksdb V2): {len(stores)} stores, {doc['keys']:,} keys, {doc['log_files']} log files, "
-             f"in {doc['seconds']} s"]  # fmt: skip
+    lines = [
+        f"migrated {doc['source']} ({doc['source_state']}) at batch {doc['batch']} -> {doc['dest']} "
+        f"(rocksdb V2): {len(stores)} stores, {doc['keys']:,} keys, {doc['log_files']} log files, "
+        f"in {doc['seconds']} s (the state {doc['state_seconds']} s, its proof {doc['proof_seconds']} s)"
+    ]
     lines += [f"  proven by Spark's reader: operator {p['operator']} store {p['store']}: {p['rows']:,} rows"
               for p in doc["proven"]]  # fmt: skip
     lines.append("restart the query on the destination with the same code; the source is unchanged "

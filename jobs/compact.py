@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from checkpoint import crash
-from checkpoint.crash import crash_point
 from checkpoint.errors import RebuildError
 from checkpoint.progress import Progress, report
+
+from .spark_session import first_line, hand_on_crash_spec, task_crash_point
 
 if TYPE_CHECKING:
     from checkpoint.compaction.rebuild import RebuildResult
@@ -66,11 +66,6 @@ class StoreOutcome:
                 "task_seconds": round(self.task_seconds, 3), **where, **done}  # fmt: skip
 
 
-# The crash tests' spec (checkpoint.crash), read on the driver and handed to each task as a Spark
-# local property: a Python worker does not see the driver's environment as it is now.
-_CRASH_PROPERTY = "ckpt.crash_at"
-
-
 def _outcome(task: Task, work: Callable[[], RebuildResult]) -> StoreOutcome:
     from checkpoint.errors import CheckpointError
 
@@ -82,7 +77,7 @@ def _outcome(task: Task, work: Callable[[], RebuildResult]) -> StoreOutcome:
     except Exception as exc:  # noqa: BLE001 - a RocksDB, JVM or I/O failure fails this store, never the job
         where = traceback.extract_tb(exc.__traceback__)[-1]
         at = f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}"
-        error = f"{type(exc).__name__}: {_first_line(exc)} (at {at})"
+        error = f"{type(exc).__name__}: {first_line(exc)} (at {at})"
         return StoreOutcome.of(task, time.monotonic() - started, error=error)
     return StoreOutcome.of(task, time.monotonic() - started, rebuilt=rebuilt)
 
@@ -90,16 +85,8 @@ def _outcome(task: Task, work: Callable[[], RebuildResult]) -> StoreOutcome:
 def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
     from checkpoint.compaction.rebuild import rebuild_store
 
-    _maybe_die(entry.store)
+    task_crash_point("compaction.task", entry.store)
     return _outcome((ckpt, entry), lambda: rebuild_store(ckpt, entry))
-
-
-def _maybe_die(store: StoreId) -> None:
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is not None:
-        crash_point("compaction.task", store.label, context.getLocalProperty(_CRASH_PROPERTY) or "")
 
 
 def tasks_for(ckpt: Checkpoint, targets: list[Target]) -> list[Task]:
@@ -129,7 +116,6 @@ def run_compaction_tasks(
     from checkpoint.format.providers import Provider
 
     sc = spark.sparkContext
-    crash_at = crash.spec()
     engine = SparkSnapshotEngine(spark)
     stop: list[str] = []
 
@@ -148,12 +134,12 @@ def run_compaction_tasks(
         if ckpt.provider == Provider.HDFS:
             # Spark's provider runs in the JVM, which a Python task cannot reach: the driver's
             return _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine))
-        sc.setLocalProperty(_CRASH_PROPERTY, crash_at)
+        hand_on_crash_spec(sc)
         started = time.monotonic()
         try:
             return sc.parallelize([task], 1).map(lambda t: _rebuild_one(*t)).collect()[0]
         except Exception as exc:  # noqa: BLE001 - the task itself died: this store's job failed alone
-            why = _first_line(exc)
+            why = first_line(exc)
             return StoreOutcome.of(task, time.monotonic() - started, error=f"the Spark task died: {why}")
 
     workers = max(1, min(len(tasks), sc.defaultParallelism))
@@ -165,15 +151,6 @@ def run_compaction_tasks(
             report(log, done, "%d of %d stores compacted (%s)", done.done, done.total,
                    "ok" if outcome.ok else "failed")  # fmt: skip
     return outcomes
-
-
-def _first_line(exc: Exception) -> str:
-    """What a failed Spark job says, without the JVM's stack trace."""
-    text = str(exc)
-    for line in text.splitlines():
-        if "Exception" in line or "Error" in line or "exited" in line.lower():
-            return line.strip()[:300]
-    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
 
 
 # Over the private copy of one store's chain (checkpoint.compaction.hdfs): the checkpoint's pinned

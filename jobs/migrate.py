@@ -1,21 +1,77 @@
-"""The Spark side of a migration (`checkpoint/migrate/flow.py` is the guarded flow): Spark's state
-data source reads every store of the source and of the destination, each in a session of its
-own format version, and their rows are compared by count and digest."""
+"""The Spark side of a migration (`checkpoint/migrate/flow.py` is the guarded flow): each store
+written in a Spark task of its own, and Spark's state data source reading every store of the
+source and of the destination, each in a session of its own format version, their rows compared
+by count and digest."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import reduce
 from typing import Any
 
 from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead
+from checkpoint.errors import CheckpointError
+from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead, store_failed
 from checkpoint.migrate.flow import migrate as guarded_migrate
+from checkpoint.migrate.state import StoreJob, StoreWritten
 from checkpoint.model.checkpoint import StoreId
 from checkpoint.storage import Storage
 
-from .repartition import FORMAT_VERSION
-from .spark_session import reach, scoped_confs
+from .repartition import FORMAT_VERSION, digest_aggregates, digest_of
+from .spark_session import first_line, hand_on_crash_spec, reach, scoped_confs, task_crash_point
+
+
+def _write_in_task(job: StoreJob) -> StoreWritten | str:
+    """In a Spark task: what the store's job wrote, or why it failed (an exception would come back
+    to the driver inside the JVM's stack trace)."""
+    task_crash_point("migrate.task", job.entry.store)
+    try:
+        return job.run()
+    except CheckpointError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a RocksDB or I/O failure fails the migration, said in one line
+        return f"{type(exc).__name__}: {exc}"
+
+
+class SparkStoreWriter:
+    """`checkpoint.migrate.flow.StoreWriter` in Spark: a job of one task per store, as many at once
+    as the cluster has cores, as compaction runs its rebuilds. A store's RocksDB and its chain's
+    decoding are its task's, so the driver's memory does not follow the state's size, and the
+    stores of a query's partitions are written side by side."""
+
+    def __init__(self, spark: Any):
+        self.spark = spark
+
+    def __call__(self, jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
+        sc = self.spark.sparkContext
+        failed: list[Exception] = []  # the first stops every job not yet started
+
+        def one(job: StoreJob) -> StoreWritten | None:
+            try:
+                if failed:
+                    return None
+                check()
+                sc.setJobDescription(f"migrate {job.target.storage.url} {job.entry.store}")
+                hand_on_crash_spec(sc)
+                try:
+                    out = sc.parallelize([job.to_ship()], 1).map(_write_in_task).collect()[0]
+                except Exception as exc:  # noqa: BLE001 - the task itself died (OOM killer, a segfault)
+                    out = f"the Spark task died: {first_line(exc)}"
+                if isinstance(out, str):
+                    raise store_failed(job, out)
+                return out
+            except Exception as exc:  # noqa: BLE001 - said once no job runs any more
+                failed.append(exc)
+                return None
+
+        with ThreadPoolExecutor(max(1, min(len(jobs), sc.defaultParallelism))) as pool:
+            for future in as_completed([pool.submit(one, job) for job in jobs]):
+                if (written := future.result()) is not None:
+                    yield written
+        if failed:
+            raise failed[0]
 
 
 class SparkStateDigests:
@@ -32,22 +88,18 @@ class SparkStateDigests:
         side is resolved (`load`) under its own format version, which the state data source
         takes then (a side read under the other's fails: it finds no files or no ids), and
         their union runs a side a core."""
-        src_read, dest_read = self._summarize([(src, 1), (dest, 2)], batch, store, placement)
+        src_read, dest_read = self.summarize([(src, 1), (dest, 2)], batch, store, placement)
         return src_read, dest_read
 
-    def digest(self, storage: Storage, batch: int, store: StoreId, format_version: int,
-               placement: Placement) -> StoreRead:  # fmt: skip
-        """One checkpoint's store, read in a session of `format_version`."""
-        return self._summarize([(storage, format_version)], batch, store, placement)[0]
-
-    def _summarize(self, sides: list[tuple[Storage, int]], batch: int, store: StoreId,
-                   placement: Placement) -> list[StoreRead]:  # fmt: skip
-        """Per side: rows, and two 64-bit hashes of each row's key and value summed (neither order
-        nor the partition counts, every field does): what the source and the migrated store must
-        share. The key and value columns, not the raw bytes: the HDFS-backed store keeps no
-        RocksDB encoding byte, and the state data source reads raw bytes of RocksDB only. The
-        partition of each row against `HashPartitioning`'s: pmod of Murmur3 (seed 42, SQL's
-        `hash`) of the partitioning fields, a struct hashing as its fields in order."""
+    def summarize(self, sides: list[tuple[Storage, int]], batch: int, store: StoreId,
+                  placement: Placement) -> list[StoreRead]:  # fmt: skip
+        """Per side (a checkpoint and the format version its session reads it in): rows, and the digest
+        (`digest_aggregates`) of each row's key and value (neither order nor the partition counts,
+        every field does): what the source and the migrated store must share. The key and value
+        columns, not the raw bytes: the HDFS-backed store keeps no RocksDB encoding byte, and the state
+        data source reads raw bytes of RocksDB only. The partition of each row against
+        `HashPartitioning`'s: pmod of Murmur3 (seed 42, SQL's `hash`) of the partitioning fields, a
+        struct hashing as its fields in order."""
         from pyspark.sql import functions as F
 
         frames = []
@@ -61,16 +113,17 @@ class SparkStateDigests:
         placed = F.pmod(F.hash(*(F.col("key").getField(f) for f in fields)), F.lit(placement.partitions))
         found = {r["side"]: r for r in state.groupBy("side").agg(
             F.count(F.lit(1)).alias("rows"),
-            F.sum(F.xxhash64("key", "value").cast("decimal(38,0)")).alias("a"),
-            F.sum(F.hash("key", "value").cast("decimal(38,0)")).alias("b"),
+            *digest_aggregates("key", "value"),
             F.sum((placed != F.col("partition_id")).cast("long")).alias("away"),
         ).collect()}  # fmt: skip
-        return [StoreRead(int(r["rows"]), f"{r['a']}:{r['b']}", int(r["away"])) if (r := found.get(side))
+        return [StoreRead(int(r["rows"]), digest_of(r), int(r["away"])) if (r := found.get(side))
                 else StoreRead(0, "0:0", 0) for side in range(len(sides))]  # fmt: skip
 
 
 def migrate(session: Callable[[], Any], src: Storage, dest: Storage, audit: AuditTrail, *args: Any,
             **kwargs: Any) -> MigrationResult:  # fmt: skip
-    """The guarded migration (`flow.migrate`, whose arguments follow these) with Spark's reader;
-    `session` makes the SparkSession, once the preflight passed."""
-    return guarded_migrate(lambda: SparkStateDigests(session(), src, dest), src, dest, audit, *args, **kwargs)
+    """The guarded migration (`flow.migrate`, whose arguments follow these) with Spark's tasks and
+    reader; `session` makes the SparkSession, once the preflight passed."""
+    spark = functools.cache(session)
+    return guarded_migrate(lambda: SparkStateDigests(spark(), src, dest), src, dest, audit, *args,
+                           writer=lambda: SparkStoreWriter(spark()), **kwargs)  # fmt: skip

@@ -56,11 +56,30 @@ def _placed(partitions):
     return F.pmod(F.hash(F.col("partition_key")), partitions)
 
 
+def digest_aggregates(*cols) -> list:
+    """The aggregates of an order-free digest of rows: xxhash64 and Murmur3 of `cols`, each summed
+    exactly (`digest_of` reads them). xxhash64's sum is taken as the sums of its signed high and
+    unsigned low 32 bits, as longs: a decimal sum costs a BigDecimal per row (11.4 s against 7.2 s
+    over 20M rows of state, 5.7 s of which is reading them). Longs hold these sums up to 2^31 rows;
+    past that, Spark's ANSI arithmetic fails the job rather than wrap."""
+    from pyspark.sql import functions as F
+
+    x = F.xxhash64(*cols)
+    return [F.coalesce(F.sum(F.shiftright(x, 32)), F.lit(0)).alias("digest_hi"),
+            F.coalesce(F.sum(x.bitwiseAND(F.lit(0xFFFFFFFF))), F.lit(0)).alias("digest_lo"),
+            F.coalesce(F.sum(F.hash(*cols).cast("long")), F.lit(0)).alias("digest_b")]  # fmt: skip
+
+
+def digest_of(row) -> str:
+    """The digest of a row holding `digest_aggregates`: `<xxhash64 sum>:<Murmur3 sum>`."""
+    return f"{row['digest_hi'] * 2**32 + row['digest_lo']}:{row['digest_b']}"
+
+
 def digest_state(
     spark, url: str, batch: int, readers: list[StateReader], partitions: int
 ) -> list[StoreDigest]:
     """Per store, in one pass: how many rows (over every column family); a digest of their
-    multiset, two 64-bit hashes of (column family, key bytes, value bytes) summed, so neither order
+    multiset (`digest_aggregates` of column family, key bytes and value bytes), so neither order
     nor placement counts and every byte does; and how many rows sit outside the partition Spark's
     hash gives them under `partitions`."""
     from pyspark.sql import functions as F
@@ -75,13 +94,12 @@ def digest_state(
                 )  # projected first: an aggregate takes no such input
                 .agg(
                     F.count(F.lit(1)).alias("rows"),
-                    F.coalesce(F.sum(F.xxhash64(*row_cols).cast("decimal(38,0)")), F.lit(0)).alias("a"),
-                    F.coalesce(F.sum(F.hash(*row_cols).cast("decimal(38,0)")), F.lit(0)).alias("b"),
+                    *digest_aggregates(*row_cols),
                     F.count(F.when(F.col("sits_in") != _placed(F.lit(partitions)), 1)).alias("misplaced"),
                 )
                 .first()
             )
-        out.append(StoreDigest(reader.operator, reader.store, int(row["rows"]), f"{row['a']}:{row['b']}",
+        out.append(StoreDigest(reader.operator, reader.store, int(row["rows"]), digest_of(row),
                                int(row["misplaced"])))  # fmt: skip
     return out
 

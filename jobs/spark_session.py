@@ -1,4 +1,5 @@
-"""Local SparkSessions configured the way the product's users run stateful queries.
+"""Local SparkSessions configured the way the product's users run stateful queries, and what our
+jobs' Spark tasks share: the crash spec handed on to them, a failed job said in one line.
 
 Only confs common to Spark 4.1-4.3 are set here; anything a scenario varies (snapshot cadence,
 retention, join state format) is set on the session right before that query starts, because
@@ -12,9 +13,14 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
+from checkpoint import crash
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
+
+if TYPE_CHECKING:
+    from checkpoint.model.checkpoint import StoreId
 
 log = logging.getLogger(__name__)
 
@@ -135,3 +141,31 @@ def session_for(
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+# The crash tests' spec (checkpoint.crash), read on the driver and handed to each task as a Spark
+# local property: a Python worker does not see the driver's environment as it is now.
+_CRASH_PROPERTY = "ckpt.crash_at"
+
+
+def hand_on_crash_spec(sc) -> None:
+    """The driver's crash spec, for the tasks this thread starts next (`task_crash_point`)."""
+    sc.setLocalProperty(_CRASH_PROPERTY, crash.spec())
+
+
+def task_crash_point(point: str, store: StoreId) -> None:
+    """In a Spark task: `crash_point(point, <the store's label>)` under the spec its driver handed on."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None:
+        crash.crash_point(point, store.label, context.getLocalProperty(_CRASH_PROPERTY) or "")
+
+
+def first_line(exc: Exception) -> str:
+    """What a failed Spark job says, without the JVM's stack trace."""
+    text = str(exc)
+    for line in text.splitlines():
+        if "Exception" in line or "Error" in line or "exited" in line.lower():
+            return line.strip()[:300]
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__

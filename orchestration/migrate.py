@@ -65,6 +65,8 @@ def migrate_op(
             "stores": len(result.stores),
             "keys": doc["keys"],
             "seconds": result.seconds,
+            "state_seconds": result.state_seconds,
+            "proof_seconds": result.proof_seconds,
             "partition": dest_key,
             "proven": dg.MetadataValue.md(
                 "\n".join(

@@ -442,9 +442,10 @@ def big_base_chain_rows(batch: int, touch: int, records: int) -> list[dict]:
     return rows
 
 
-def _wait_for_snapshot(checkpoint: Path, suffix: str = "zip", seconds: float = 300) -> Path:
+def _wait_for_snapshot(checkpoint: Path, suffix: str = "zip", seconds: float = 300, stores: int = 1) -> Path:
+    """The first of the base's snapshots, once Spark's maintenance uploaded one in each of `stores`."""
     deadline = time.monotonic() + seconds
-    while not (found := list((checkpoint / "state").rglob(f"*.{suffix}"))):
+    while len(found := sorted((checkpoint / "state").rglob(f"*.{suffix}"))) < stores:
         if time.monotonic() > deadline:
             raise RuntimeError(f"Spark uploaded no snapshot of the base into {checkpoint} in {seconds:.0f} s")
         time.sleep(0.5)
@@ -469,11 +470,18 @@ BIG_BASE_FORMATS: dict[str, tuple[str, dict[str, str]]] = {
 
 
 def generate_big_base(
-    out: Path, keys: int, touch: int, chain: int, records: int, state: str = "rocksdb_v2", log=print
+    out: Path,
+    keys: int,
+    touch: int,
+    chain: int,
+    records: int,
+    state: str = "rocksdb_v2",
+    log=print,
+    partitions: int = 1,
 ) -> dict:
     """Batch 0 aggregates `keys` distinct keys and Spark snapshots it; then `chain` batches of
     `records` rows each, snapshots off, leave a chain of that many changelogs (or deltas) on top of
-    it. `state`: one of BIG_BASE_FORMATS."""
+    it, in each of `partitions` stores. `state`: one of BIG_BASE_FORMATS."""
     from jobs.spark_session import local_session
 
     suffix, confs = BIG_BASE_FORMATS[state]
@@ -485,22 +493,22 @@ def generate_big_base(
         for start in range(0, keys, 100_000):
             f.write("".join(f'{{"id": {i}, "k": "{_base_key(i)}", "v": {i % 5}}}\n'
                             for i in range(start, min(keys, start + 100_000))))  # fmt: skip
-    one = {"spark.sql.shuffle.partitions": "1"}
+    one = {"spark.sql.shuffle.partitions": str(partitions)}
     # The HDFS-backed store holds the map on the JVM's heap, twice while maintenance snapshots it.
     session = {**one, "spark.driver.memory": "12g"} if state == "hdfs" else one
     spark = local_session(master="local[2]", app_name="ckpt-big-base", extra_conf=session)
     try:
         with scoped_confs(spark, {**one, **confs}):
             _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
-        base = _wait_for_snapshot(out / "checkpoint", suffix)
+        base = _wait_for_snapshot(out / "checkpoint", suffix, stores=partitions)
         write_inputs(inputs, chain, lambda b: big_base_chain_rows(b, touch, records), start=1)
         with scoped_confs(spark, {**one, **confs, **NO_SNAPSHOTS}):
             _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
     finally:
         spark.stop()
     facts = {"keys": keys, "touch": touch, "chain": chain, "records_per_changelog": records,
-             "base": base.name, "state": state, "seconds": round(time.monotonic() - started, 1),
-             "version": BIG_BASE_VERSION}  # fmt: skip
+             "base": base.name, "state": state, "partitions": partitions,
+             "seconds": round(time.monotonic() - started, 1), "version": BIG_BASE_VERSION}  # fmt: skip
     (out / MANIFEST).write_text(json.dumps(facts, indent=2))
     log(f"corpus: big base of {keys:,} keys ({state}) generated in {facts['seconds']} s")
     return facts
@@ -514,10 +522,12 @@ def ensure_big_base(
     cache: Path | None = None,
     log=print,
     state: str = "rocksdb_v2",
+    partitions: int = 1,
 ) -> Path:
     """The cached big-base checkpoint's scenario folder (`checkpoint/` inside), generated in a
     child process when missing."""
     name = f"{keys}-keys-{chain}x{records}-touching-{touch}" + ("" if state == "rocksdb_v2" else f"-{state}")
+    name += "" if partitions == 1 else f"-{partitions}-partitions"
     cache = cache or default_cache_dir().parent / f"big-base-v{BIG_BASE_VERSION}" / name
     if (cache / MANIFEST).exists():
         return cache
@@ -525,7 +535,17 @@ def ensure_big_base(
         shutil.rmtree(cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
     log(f"corpus: generating a checkpoint with a {keys:,}-key base ({state}) into {cache}")
-    args = ["--big-base", str(keys), str(touch), str(chain), str(records), "--state", state]
+    args = [
+        "--big-base",
+        str(keys),
+        str(touch),
+        str(chain),
+        str(records),
+        "--state",
+        state,
+        "--partitions",
+        str(partitions),
+    ]
     result = subprocess.run([sys.executable, "-m", "testbed.corpus", str(cache), *args], check=False)
     if result.returncode != 0 or not (cache / MANIFEST).exists():
         raise RuntimeError(f"big-base generation failed (exit {result.returncode}); output in {cache}")
@@ -643,6 +663,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="generate one big-base checkpoint only")  # fmt: skip
     parser.add_argument("--state", default="rocksdb_v2", choices=sorted(BIG_BASE_FORMATS),
                         help="the big base's state format")  # fmt: skip
+    parser.add_argument("--partitions", type=int, default=1, help="the big base's partitions")
     args = parser.parse_args(argv)
     if args.killed_child:
         run_killed_child(args.out, scenario_named(args.out.name))
@@ -651,7 +672,7 @@ def main(argv: list[str] | None = None) -> None:
         generate_rescue(args.out)
         return
     if args.big_base:
-        generate_big_base(args.out, *args.big_base, state=args.state)
+        generate_big_base(args.out, *args.big_base, state=args.state, partitions=args.partitions)
         return
     generate(args.out, args.only)
 

@@ -186,6 +186,34 @@ def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finish
     assert proven[0] == proven[1] and proven[0]
 
 
+def test_a_store_task_killed_with_9_stops_the_migration_and_a_rerun_finishes_it(
+    spark, defaults, tmp_path, monkeypatch
+) -> None:
+    """Each store is written in a Spark task: the Python worker writing one dies as an OOM kill
+    would end it. The migration stops with that store's reason in one line, DEST is refused by
+    validation and holds no proof, and the same migration, run again, finishes it."""
+    from checkpoint.crash import CRASH_ENV
+    from checkpoint.errors import MigrationFailed
+
+    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    monkeypatch.setenv(CRASH_ENV, "migrate.task:0/1/default")
+    with pytest.raises(MigrationFailed, match="op 0 / part 1 / default: the Spark task died") as failed:
+        _migrate(spark, src, dest, tmp_path / "audit")
+    monkeypatch.delenv(CRASH_ENV)
+    assert "\n" not in str(failed.value)
+    refused = ckpt("validate", str(dest))  # no log is written before every store is
+    assert refused.returncode == 2 and "interrupted fork" in refused.stderr
+    assert not list((tmp_path / "audit").rglob("*.json"))
+    again = _migrate(spark, src, dest, tmp_path / "audit")
+    assert len(again.stores) == 4 and again.proven
+    assert (
+        0 < again.state_seconds
+        and 0 < again.proof_seconds
+        and again.state_seconds + again.proof_seconds < again.seconds
+    )
+    assert ckpt("validate", str(dest)).returncode == 0
+
+
 @pytest.mark.slow
 def test_the_tools_actions_run_on_a_migrated_checkpoint(spark, defaults, tmp_path) -> None:
     """Once the query has run on it, a migrated checkpoint is compacted, cleaned and forked as any
@@ -320,14 +348,32 @@ def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
         engine = SparkStateDigests(spark, Storage(str(path)))
         for store in source.ckpt.operators[0].metadata.stores:
             placement = placement_of(store.num_partitions, store)
-            reads[label, store.name] = engine.digest(Storage(str(path)), source.batch,
-                                                     StoreId(0, 0, store.name), 1, placement)  # fmt: skip
+            (reads[label, store.name],) = engine.summarize([(Storage(str(path)), 1)], source.batch,
+                                                           StoreId(0, 0, store.name), placement)  # fmt: skip
         _swap_state_files(path / "state/0/0", path / "state/0/1")
     for store in source.ckpt.operators[0].metadata.stores:
         placed, swapped = reads["placed", store.name], reads["swapped", store.name]
         assert placed.rows > 0 and placed.misplaced == 0, (store.name, placed)
         assert swapped.rows == placed.rows and swapped.digest == placed.digest, store.name
         assert 0 < swapped.misplaced < swapped.rows, (store.name, swapped)
+
+
+def test_the_digest_sums_exactly_what_a_decimal_sum_gives(spark) -> None:
+    """The digest's xxhash64 sum, taken as two long sums of its halves, is the exact sum a decimal
+    sum gives, negative hashes and all; and an empty side digests as zero."""
+    from pyspark.sql import functions as F
+
+    from jobs.repartition import digest_aggregates, digest_of
+
+    rows = spark.range(20_000).select(F.struct((F.col("id") * 7919).alias("k")).alias("key"),
+                                      F.struct((F.col("id") % 13).alias("v")).alias("value"))  # fmt: skip
+    ours = rows.agg(*digest_aggregates("key", "value")).first()
+    exact = rows.agg(F.sum(F.xxhash64("key", "value").cast("decimal(38,0)")).alias("a"),
+                     F.sum(F.hash("key", "value").cast("decimal(38,0)")).alias("b"),
+                     F.min(F.xxhash64("key", "value")).alias("low")).first()  # fmt: skip
+    assert exact["low"] < 0
+    assert digest_of(ours) == f"{exact['a']}:{exact['b']}"
+    assert digest_of(rows.where("false").agg(*digest_aggregates("key", "value")).first()) == "0:0"
 
 
 @pytest.mark.parametrize("limit", [1_000, 10])

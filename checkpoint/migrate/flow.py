@@ -16,10 +16,11 @@ The steps, and what stops each:
    schema readable (its keys are re-laid), DEST empty (or an interrupted migration of the same
    SRC and batch, started over);
 2. the fork's started marker, so validation refuses DEST (`INCOMPLETE_FORK`) until step 5;
-3. the state, store by store, the leases checked before each;
+3. the state, a store a job (`StoreWriter`: here, or in Spark tasks as `jobs.migrate` runs it), the
+   leases checked before each;
 4. the logs, through the fork's writer, which reads every file back;
 5. Spark's state data source reads every store of SRC and of DEST at the batch: the same rows (a
-   count and two 64-bit digests of each row's key and value), each in the partition Spark's hash
+   count and two hashes of each row's key and value, summed), each in the partition Spark's hash
    puts it in, or the migration stops, DEST marked incomplete; then the completion marker, and
    the audit record.
 """
@@ -31,7 +32,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,10 +47,9 @@ from checkpoint.format.layout import FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, 
 from checkpoint.format.logs import StoreInfo
 from checkpoint.format.providers import Provider
 from checkpoint.format.unsaferow import MAX_SCHEMA_BYTES, read_schema_file, row_shape
-from checkpoint.migrate.state import PrefixKey, StoreWritten, write_store
+from checkpoint.migrate.state import PrefixKey, StoreJob, StoreWritten
 from checkpoint.model.checkpoint import Checkpoint, StoreId
 from checkpoint.model.head import store_folder
-from checkpoint.model.lineage import StoreLineage
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.safety.naming import folder_name
@@ -84,7 +84,7 @@ class StoreRead:
     """One operator store, every partition, as Spark's state data source reads it."""
 
     rows: int
-    digest: str  # two 64-bit hashes of each row's key and value, summed: order-free, every field counts
+    digest: str  # xxhash64 and Murmur3 of each row's key and value, summed: order-free, every field counts
     misplaced: int  # rows in another partition than `Placement` names
 
 
@@ -95,6 +95,31 @@ class StateDigests(Protocol):
                 placement: Placement) -> tuple[StoreRead, StoreRead]:  # fmt: skip
         """Every partition of one operator's store at `batch`, in SRC (format V1) and in DEST (V2)."""
         ...
+
+
+class StoreWriter(Protocol):
+    """Runs a migration's store jobs (`jobs.migrate.SparkStoreWriter`: in Spark tasks)."""
+
+    def __call__(self, jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
+        """What each job wrote, as it finishes, `check` (the leases') called before each starts.
+        Once one fails, no further job starts, and when none runs any more, `store_failed` (or what
+        `check` raised) is raised."""
+        ...
+
+
+def write_here(jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
+    """`StoreWriter` in this process, a store after another."""
+    for job in jobs:
+        check()
+        try:
+            yield job.run()
+        except CheckpointError as exc:
+            raise store_failed(job, str(exc)) from exc
+
+
+def store_failed(job: StoreJob, why: str) -> MigrationFailed:
+    return MigrationFailed(f"{job.entry.store}: {why}; the destination is marked incomplete: run the same "
+                           "migration again to start it over", job.target.storage.url)  # fmt: skip
 
 
 def placement_of(partitions: int, store: StoreInfo) -> Placement:
@@ -118,13 +143,16 @@ class MigrationResult:
     proven: tuple[dict[str, Any], ...]  # per operator store: the rows and the digest SRC and DEST share
     log_files: int
     seconds: float
+    state_seconds: float  # writing every store's state (side by side in Spark tasks)
+    proof_seconds: float  # Spark's reader over both sides
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "dest": self.dest, "batch": self.batch,
                 "source_state": self.source_state, "target_state": "rocksdb V2",
                 "stores": [s.as_dict() for s in self.stores],
                 "keys": sum(s.keys for s in self.stores), "proven": list(self.proven),
-                "log_files": self.log_files, "seconds": self.seconds}  # fmt: skip
+                "log_files": self.log_files, "seconds": self.seconds, "state_seconds": self.state_seconds,
+                "proof_seconds": self.proof_seconds}  # fmt: skip
 
 
 def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tuple[int, str], PrefixKey]:
@@ -241,9 +269,11 @@ def migrate(
     now: float | None = None,
     quiet_seconds: float = POLICY.quiet_seconds,
     check: Callable[[], None] = lambda: None,
+    writer: Callable[[], StoreWriter] = lambda: write_here,
 ) -> MigrationResult:
     """See the module docstring. The caller holds SRC's and DEST's leases and passes their
-    `check`; `digests` makes Spark's reader once DEST holds what it reads."""
+    `check`; `writer` makes what writes the state, once the preflight passed, and `digests` Spark's
+    reader, once DEST holds what it reads."""
     started = time.monotonic()
     now = time.time() if now is None else now
     refuse_overlap(src, dest)
@@ -261,18 +291,24 @@ def migrate(
     ids = {e.store: str(uuid.uuid4()) for e in entries}
     plan = plan_logs(source, dest, ids)
     dest.write_if_absent(FORK_STARTED, plan.started().to_json(), MAINT_TEMP_PREFIX)
-    written = []
-    for i, entry in enumerate(entries, 1):
-        check()
-        prefix = prefixed.get((entry.store.operator, entry.store.store))
-        written.append(_write(source, entry, dest, ids[entry.store], prefix))
+    jobs = [StoreJob(source.ckpt, e,
+                     ZipTarget(dest, store_folder(e.store), e.version, ids[e.store], sidecar=True),
+                     prefixed.get((e.store.operator, e.store.store))) for e in entries]  # fmt: skip
+    written, writing = [], time.monotonic()
+    for i, store in enumerate(writer()(jobs, check), 1):
+        written.append(store)
         crash_point("migrate.after_store", i)
-        report(log, Progress("stores migrated", i, len(entries)), "%d of %d stores written", i, len(entries))
+        report(log, Progress("stores migrated", i, len(jobs)), "%d of %d stores written", i, len(jobs))
 
-    def prove() -> None:  # Spark starts here, once there is something for its reader to prove
+    state_seconds = round(time.monotonic() - writing, 3)
+
+    def prove() -> None:  # Spark's reader, once DEST holds what it reads
+        proving = time.monotonic()
         proven.extend(_prove(digests(), src, dest, source, written))
+        proof_seconds.append(round(time.monotonic() - proving, 3))
 
     proven: list[dict[str, Any]] = []
+    proof_seconds: list[float] = []
     plan = _with_written_state(plan, dest)
     try:
         apply_fork(plan, src, dest, inspect_dest(dest), check=check, before_complete=prove)
@@ -281,7 +317,8 @@ def migrate(
         raise MigrationFailed(f"the migration stopped ({cause}); the destination is marked incomplete: run "
                               "the same migration again to start it over", dest.url) from exc  # fmt: skip
     result = MigrationResult(src.url, dest.url, source.batch, source.ckpt.state_format, tuple(written),
-                             tuple(proven), plan.files, round(time.monotonic() - started, 3))  # fmt: skip
+                             tuple(proven), plan.files, round(time.monotonic() - started, 3), state_seconds,
+                             proof_seconds[0])  # fmt: skip
     rel = f"{folder_name(src.url)}/migrations/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}.json"
     audit.storage.write(rel, json.dumps({"at": time.time(), **result.as_dict()}, indent=1).encode())
     return result
@@ -301,16 +338,6 @@ def _with_written_state(plan: ForkPlan, dest: Storage) -> ForkPlan:
             crc = parse_sidecar(dest.read_bytes(sidecar), dest.full(sidecar)).value
         items.append(ForkItem(f.rel, f.size, STEP_STATE, crc=crc))
     return dataclasses.replace(plan, items=(*items, *plan.items))
-
-
-def _write(source: ForkSource, entry: StoreLineage, dest: Storage, unique_id: str,
-           prefix: PrefixKey | None) -> StoreWritten:  # fmt: skip
-    target = ZipTarget(dest, store_folder(entry.store), entry.version, unique_id, sidecar=True)
-    try:
-        return write_store(source.ckpt, entry, target, prefix=prefix)
-    except CheckpointError as exc:
-        raise MigrationFailed(f"{entry.store}: {exc}; the destination is marked incomplete: run the "
-                              "same migration again to start it over", dest.url) from exc  # fmt: skip
 
 
 def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource,

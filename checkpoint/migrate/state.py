@@ -22,6 +22,7 @@ are carried as they are.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -83,6 +84,25 @@ class StoreWritten:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True)
+class StoreJob:
+    """One store's part of a migration: SRC, the lineage entry whose version recovery loads, DEST's
+    zip, the key layout."""
+
+    ckpt: Checkpoint
+    entry: StoreLineage
+    target: ZipTarget
+    prefix: PrefixKey | None = None
+
+    def run(self) -> StoreWritten:
+        return write_store(self.ckpt, self.entry, self.target, prefix=self.prefix)
+
+    def to_ship(self) -> StoreJob:
+        """The job with SRC narrowed to its store's files, for a task (built per job as it is
+        shipped: every job shares the one model until then)."""
+        return dataclasses.replace(self, ckpt=self.ckpt.for_store(self.entry.store))
+
+
 def write_store(
     ckpt: Checkpoint,
     entry: StoreLineage,
@@ -108,8 +128,9 @@ def write_store(
         db_dir, checkpoint_dir = tmp / "db", tmp / "checkpoint"
         db_dir.mkdir()
         chain_bytes = sum(f.info.size for f in chain)
-        if base is not None and not hdfs:  # a RocksDB zip: its files become the DB the chain goes into
-            fetched = fetch_base(ckpt, base, base.rel.rsplit("/", 1)[0], tmp, policy, chain_bytes)
+        zip_base = None if hdfs else base  # a RocksDB zip: its files become the DB the chain goes into
+        if zip_base is not None:
+            fetched = fetch_base(ckpt, zip_base, zip_base.rel.rsplit("/", 1)[0], tmp, policy, chain_bytes)
             offset = ckpt.batches[entry.batch].offset
             set_options(db_dir, bulk_options(policy, merge_delimiter(offset.conf if offset else {})))
             steps, read = chain, fetched.bytes_read + chain_bytes
@@ -118,11 +139,11 @@ def write_store(
             read = sum(f.info.size for f in steps)
             check_free_disk(tmp, 0, read, ckpt.url)
         db = open_db(db_dir, policy)
-        count = _KeyCount(fetched.meta.num_keys if base is not None and not hdfs else 0, policy)
+        count = _KeyCount(fetched.meta.num_keys if zip_base is not None else 0, policy)
         try:
             write_opts = rocksdict.WriteOptions()
             write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
-            if base is not None and not hdfs:
+            if zip_base is not None:
                 count.look_in(open_db(db_dir, policy, read_only=True))
             for i, f in enumerate(steps):
                 where = ckpt.storage.full(f.rel)
@@ -159,7 +180,7 @@ def write_store(
         set_options(checkpoint_dir, SPARK_OPTIONS)
         # The base's SSTs are not in DEST: every SST is uploaded under a new name (base_meta None).
         result = publish(target, checkpoint_dir, None, keys_now, 0)
-        files = len(steps) + (0 if hdfs or base is None else 1)
+        files = len(steps) + (0 if zip_base is None else 1)
         return StoreWritten(sid.operator, sid.partition, sid.store, str(target.unique_id), keys_now, files,
                             read, result["bytes"], round(time.monotonic() - started, 3))  # fmt: skip
     finally:
