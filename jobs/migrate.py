@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import reduce
 from typing import Any
 
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.errors import CheckpointError
-from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead, store_failed
+from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead, store_failed, write_side_by_side
 from checkpoint.migrate.flow import migrate as guarded_migrate
 from checkpoint.migrate.state import StoreJob, StoreWritten
 from checkpoint.model.checkpoint import StoreId
@@ -32,7 +31,7 @@ def _write_in_task(job: StoreJob) -> StoreWritten | str:
     except CheckpointError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - a RocksDB or I/O failure fails the migration, said in one line
-        return f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {first_line(exc)}"
 
 
 class SparkStoreWriter:
@@ -46,32 +45,19 @@ class SparkStoreWriter:
 
     def __call__(self, jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
         sc = self.spark.sparkContext
-        failed: list[Exception] = []  # the first stops every job not yet started
 
-        def one(job: StoreJob) -> StoreWritten | None:
+        def run(job: StoreJob) -> StoreWritten:
+            sc.setJobDescription(f"migrate {job.target.storage.url} {job.entry.store}")
+            hand_on_crash_spec(sc)
             try:
-                if failed:
-                    return None
-                check()
-                sc.setJobDescription(f"migrate {job.target.storage.url} {job.entry.store}")
-                hand_on_crash_spec(sc)
-                try:
-                    out = sc.parallelize([job.to_ship()], 1).map(_write_in_task).collect()[0]
-                except Exception as exc:  # noqa: BLE001 - the task itself died (OOM killer, a segfault)
-                    out = f"the Spark task died: {first_line(exc)}"
-                if isinstance(out, str):
-                    raise store_failed(job, out)
-                return out
-            except Exception as exc:  # noqa: BLE001 - said once no job runs any more
-                failed.append(exc)
-                return None
+                out = sc.parallelize([job.to_ship()], 1).map(_write_in_task).collect()[0]
+            except Exception as exc:  # noqa: BLE001 - the task itself died (OOM killer, a segfault)
+                out = f"the Spark task died: {first_line(exc)}"
+            if isinstance(out, str):
+                raise store_failed(job, out)
+            return out
 
-        with ThreadPoolExecutor(max(1, min(len(jobs), sc.defaultParallelism))) as pool:
-            for future in as_completed([pool.submit(one, job) for job in jobs]):
-                if (written := future.result()) is not None:
-                    yield written
-        if failed:
-            raise failed[0]
+        return write_side_by_side(jobs, check, run, sc.defaultParallelism)
 
 
 class SparkStateDigests:

@@ -493,16 +493,16 @@ def generate_big_base(
         for start in range(0, keys, 100_000):
             f.write("".join(f'{{"id": {i}, "k": "{_base_key(i)}", "v": {i % 5}}}\n'
                             for i in range(start, min(keys, start + 100_000))))  # fmt: skip
-    one = {"spark.sql.shuffle.partitions": str(partitions)}
+    shuffle = {"spark.sql.shuffle.partitions": str(partitions)}
     # The HDFS-backed store holds the map on the JVM's heap, twice while maintenance snapshots it.
-    session = {**one, "spark.driver.memory": "12g"} if state == "hdfs" else one
+    session = {**shuffle, "spark.driver.memory": "12g"} if state == "hdfs" else shuffle
     spark = local_session(master="local[2]", app_name="ckpt-big-base", extra_conf=session)
     try:
-        with scoped_confs(spark, {**one, **confs}):
+        with scoped_confs(spark, {**shuffle, **confs}):
             _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
         base = _wait_for_snapshot(out / "checkpoint", suffix, stores=partitions)
         write_inputs(inputs, chain, lambda b: big_base_chain_rows(b, touch, records), start=1)
-        with scoped_confs(spark, {**one, **confs, **NO_SNAPSHOTS}):
+        with scoped_confs(spark, {**shuffle, **confs, **NO_SNAPSHOTS}):
             _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
     finally:
         spark.stop()
@@ -535,17 +535,8 @@ def ensure_big_base(
         shutil.rmtree(cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
     log(f"corpus: generating a checkpoint with a {keys:,}-key base ({state}) into {cache}")
-    args = [
-        "--big-base",
-        str(keys),
-        str(touch),
-        str(chain),
-        str(records),
-        "--state",
-        state,
-        "--partitions",
-        str(partitions),
-    ]
+    args = ["--big-base", *map(str, (keys, touch, chain, records)), "--state", state]
+    args += ["--partitions", str(partitions)]
     result = subprocess.run([sys.executable, "-m", "testbed.corpus", str(cache), *args], check=False)
     if result.returncode != 0 or not (cache / MANIFEST).exists():
         raise RuntimeError(f"big-base generation failed (exit {result.returncode}); output in {cache}")

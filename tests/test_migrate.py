@@ -191,7 +191,7 @@ def test_a_store_task_killed_with_9_stops_the_migration_and_a_rerun_finishes_it(
 ) -> None:
     """Each store is written in a Spark task: the Python worker writing one dies as an OOM kill
     would end it. The migration stops with that store's reason in one line, DEST is refused by
-    validation and holds no proof, and the same migration, run again, finishes it."""
+    validation and no audit record is written, and the same migration, run again, finishes it."""
     from checkpoint.crash import CRASH_ENV
     from checkpoint.errors import MigrationFailed
 
@@ -356,6 +356,34 @@ def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
         assert placed.rows > 0 and placed.misplaced == 0, (store.name, placed)
         assert swapped.rows == placed.rows and swapped.digest == placed.digest, store.name
         assert 0 < swapped.misplaced < swapped.rows, (store.name, swapped)
+
+
+def test_stores_written_side_by_side_start_no_store_once_one_failed() -> None:
+    """Two stores at a time: the first fails while the second is being written. The second is
+    finished and handed on, no later store starts, and the failure is raised once none runs."""
+    import threading
+
+    from checkpoint.errors import MigrationFailed
+    from checkpoint.migrate.flow import write_side_by_side
+
+    started, second_started, first_failed = [], threading.Event(), threading.Event()
+
+    def run(job):
+        started.append(job)
+        if job == 0:
+            assert second_started.wait(10)
+            first_failed.set()
+            raise MigrationFailed("store 0 failed")
+        second_started.set()
+        assert first_failed.wait(10)
+        time.sleep(0.2)  # the failure is recorded before this job ends
+        return f"written {job}"
+
+    out = []
+    with pytest.raises(MigrationFailed, match="store 0 failed"):
+        for written in write_side_by_side(list(range(6)), lambda: None, run, workers=2):
+            out.append(written)
+    assert out == ["written 1"] and sorted(started) == [0, 1]
 
 
 def test_the_digest_sums_exactly_what_a_decimal_sum_gives(spark) -> None:
