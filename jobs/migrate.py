@@ -6,13 +6,21 @@ by count and digest."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from functools import reduce
 from typing import Any
 
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.errors import CheckpointError
-from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead, store_failed, write_side_by_side
+from checkpoint.migrate.flow import (
+    MigrationResult,
+    Placement,
+    StoreRead,
+    store_failed,
+    write_here,
+    write_side_by_side,
+)
 from checkpoint.migrate.flow import migrate as guarded_migrate
 from checkpoint.migrate.state import StoreJob, StoreWritten
 from checkpoint.model.checkpoint import StoreId
@@ -20,6 +28,8 @@ from checkpoint.storage import Storage
 
 from .repartition import FORMAT_VERSION, digest_aggregates, digest_of
 from .spark_session import first_line, hand_on_crash_spec, reach, scoped_confs, task_crash_point
+
+log = logging.getLogger(__name__)
 
 
 def _write_in_task(job: StoreJob) -> StoreWritten | str:
@@ -44,7 +54,12 @@ class SparkStoreWriter:
         self.spark = spark
 
     def __call__(self, jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
-        sc = self.spark.sparkContext
+        try:
+            sc = self.spark.sparkContext
+        except AttributeError:  # Spark Connect: no SparkContext on this side to start Python tasks with
+            log.warning("a Spark Connect session runs no Python task of ours: the %d stores are written "
+                        "in this process, one after another", len(jobs))  # fmt: skip
+            return write_here(jobs, check)
 
         def run(job: StoreJob) -> StoreWritten:
             sc.setJobDescription(f"migrate {job.target.storage.url} {job.entry.store}")

@@ -386,6 +386,27 @@ def test_stores_written_side_by_side_start_no_store_once_one_failed() -> None:
     assert out == ["written 1"] and sorted(started) == [0, 1]
 
 
+def test_a_spark_connect_session_has_the_stores_written_in_this_process() -> None:
+    """A Spark Connect session has no SparkContext to start Python tasks with: the writer says so
+    and writes every store here, in order."""
+    from jobs.migrate import SparkStoreWriter
+
+    class Connect:  # as PySpark's remote session answers
+        def __getattr__(self, name):
+            raise AttributeError(f"[JVM_ATTRIBUTE_NOT_SUPPORTED] {name}")
+
+    class Job:
+        def __init__(self, n: int):
+            self.n = n
+
+        def run(self) -> str:
+            return f"written {self.n}"
+
+    checked = []
+    written = SparkStoreWriter(Connect())([Job(n) for n in range(3)], lambda: checked.append(1))
+    assert list(written) == ["written 0", "written 1", "written 2"] and len(checked) == 3
+
+
 def test_the_digest_sums_exactly_what_a_decimal_sum_gives(spark) -> None:
     """The digest's xxhash64 sum, taken as two long sums of its halves, is the exact sum a decimal
     sum gives, negative hashes and all; and an empty side digests as zero."""
