@@ -109,13 +109,18 @@ def run_compaction_tasks(
     others: an exception in the rebuild, and a task that died (its Python worker killed by the OOM
     killer, a segfault in RocksDB), which fails only that store's job. `check(checkpoint)` (its
     lease's) runs on the driver before each store's job, whose task publishes: once it raises, no
-    further store is started and each is reported with its reason."""
+    further store is started and each is reported with its reason. A Spark Connect session starts
+    no Python task of ours: there RocksDB stores are rebuilt in this process, one after another, and
+    each HDFS-backed store is told it needs the driver's JVM."""
     if not tasks:
         return []
     from checkpoint.compaction.hdfs import materialize_snapshot
     from checkpoint.format.providers import Provider
 
-    sc = spark.sparkContext
+    sc = getattr(spark, "sparkContext", None)  # Spark Connect: none
+    if sc is None:
+        log.warning("a Spark Connect session runs no Python task of ours: RocksDB stores are rebuilt "
+                    "in this process, one after another")  # fmt: skip
     engine = SparkSnapshotEngine(spark)
     stop: list[str] = []
 
@@ -130,10 +135,13 @@ def run_compaction_tasks(
             stop.append(str(exc))
             return StoreOutcome.of(task, 0.0, error=f"not started: {exc}")
         s = entry.store
-        sc.setJobDescription(f"compact {ckpt.url} op {s.operator} part {s.partition} {s.store}")
+        if sc is not None:
+            sc.setJobDescription(f"compact {ckpt.url} op {s.operator} part {s.partition} {s.store}")
         if ckpt.provider == Provider.HDFS:
             # Spark's provider runs in the JVM, which a Python task cannot reach: the driver's
             return _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine))
+        if sc is None:
+            return _rebuild_one(ckpt, entry)
         hand_on_crash_spec(sc)
         started = time.monotonic()
         try:
@@ -142,7 +150,7 @@ def run_compaction_tasks(
             why = first_line(exc)
             return StoreOutcome.of(task, time.monotonic() - started, error=f"the Spark task died: {why}")
 
-    workers = max(1, min(len(tasks), sc.defaultParallelism))
+    workers = max(1, min(len(tasks), sc.defaultParallelism if sc is not None else 1))
     outcomes = []
     with ThreadPoolExecutor(workers) as pool:
         for outcome in pool.map(one, tasks):

@@ -100,6 +100,33 @@ def test_a_damaged_sst_fails_its_store_and_the_others_go_on(spark, copy_of, hidd
     assert all(o.ok for o in outcomes if o.store != victim) and len(outcomes) == len(targets)
 
 
+def test_a_spark_connect_session_rebuilds_rocksdb_stores_here_and_tells_hdfs_ones_why(
+    defaults, copy_of, tmp_path
+) -> None:
+    """A Spark Connect session has no SparkContext to start Python tasks with, nor a driver JVM on
+    this side: RocksDB stores are rebuilt in this process and published; each HDFS-backed store is
+    told why it is not compacted, and nothing is written into its checkpoint."""
+
+    class Connect:  # as PySpark's remote session answers
+        def __getattr__(self, name):
+            raise AttributeError(f"[JVM_ATTRIBUTE_NOT_SUPPORTED] {name}")
+
+    path = copy_of("long_chain")
+    ckpt = load_head(str(path), recent=2)
+    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    outcomes = run_compaction(Connect(), ckpt, targets)
+    assert len(outcomes) == 4 and all(o.ok for o in outcomes), [o.error for o in outcomes]
+    assert len({p.parent for p in (path / "state").rglob("*.zip")}) == 4
+    hdfs = copy_checkpoint(defaults["hdfs_deltas"], tmp_path / "hdfs")
+    date_back(hdfs, 2 * 3600)
+    before = files_of(hdfs)
+    ckpt = load_head(str(hdfs), recent=2)
+    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    outcomes = run_compaction(Connect(), ckpt, targets)
+    assert outcomes and all("Spark Connect" in (o.error or "") for o in outcomes), [o.error for o in outcomes]
+    assert files_of(hdfs) == before
+
+
 def test_a_task_killed_with_9_fails_its_store_alone(
     spark, corpus, corpus_root, copy_of, tmp_path, monkeypatch
 ):
