@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.errors import RebuildError
 from checkpoint.progress import Progress, report
 
-from .spark_session import first_line, hand_on_crash_spec, task_crash_point
+from .spark_session import failure_line, first_line, hand_on_crash_spec, task_crash_point
 
 if TYPE_CHECKING:
     from checkpoint.compaction.rebuild import RebuildResult
@@ -67,18 +66,11 @@ class StoreOutcome:
 
 
 def _outcome(task: Task, work: Callable[[], RebuildResult]) -> StoreOutcome:
-    from checkpoint.errors import CheckpointError
-
     started = time.monotonic()
     try:
         rebuilt = work()
-    except CheckpointError as exc:
-        return StoreOutcome.of(task, time.monotonic() - started, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - a RocksDB, JVM or I/O failure fails this store, never the job
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        at = f"{where.filename.rsplit('/', 1)[-1]}:{where.lineno}"
-        error = f"{type(exc).__name__}: {first_line(exc)} (at {at})"
-        return StoreOutcome.of(task, time.monotonic() - started, error=error)
+        return StoreOutcome.of(task, time.monotonic() - started, error=failure_line(exc))
     return StoreOutcome.of(task, time.monotonic() - started, rebuilt=rebuilt)
 
 

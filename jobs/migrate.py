@@ -12,7 +12,6 @@ from functools import reduce
 from typing import Any
 
 from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.errors import CheckpointError
 from checkpoint.migrate.flow import (
     MigrationResult,
     Placement,
@@ -27,7 +26,7 @@ from checkpoint.model.checkpoint import StoreId
 from checkpoint.storage import Storage
 
 from .repartition import FORMAT_VERSION, digest_aggregates, digest_of
-from .spark_session import first_line, hand_on_crash_spec, reach, scoped_confs, task_crash_point
+from .spark_session import failure_line, first_line, hand_on_crash_spec, reach, scoped_confs, task_crash_point
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +37,8 @@ def _write_in_task(job: StoreJob) -> StoreWritten | str:
     task_crash_point("migrate.task", job.entry.store)
     try:
         return job.run()
-    except CheckpointError as exc:
-        return str(exc)
     except Exception as exc:  # noqa: BLE001 - a RocksDB or I/O failure fails the migration, said in one line
-        return f"{type(exc).__name__}: {first_line(exc)}"
+        return failure_line(exc)
 
 
 class SparkStoreWriter:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from checkpoint import crash
+from checkpoint.errors import CheckpointError
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
@@ -160,6 +162,16 @@ def task_crash_point(point: str, store: StoreId) -> None:
     context = TaskContext.get()
     if context is not None:
         crash.crash_point(point, store.label, context.getLocalProperty(_CRASH_PROPERTY) or "")
+
+
+def failure_line(exc: Exception) -> str:
+    """A store's failure in one line: ours as we worded it; anything else (RocksDB, the JVM, I/O)
+    by its type, its first line and where it was raised."""
+    if isinstance(exc, CheckpointError):
+        return str(exc)
+    tb = traceback.extract_tb(exc.__traceback__)
+    at = f" (at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {first_line(exc)}{at}"
 
 
 def first_line(exc: Exception) -> str:
