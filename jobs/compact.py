@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.errors import RebuildError
 from checkpoint.progress import Progress, report
 
-from .spark_session import failure_line, first_line, hand_on_crash_spec, task_crash_point
+from .spark_session import failure_line, first_line, hand_on_crash_spec, task_context, task_crash_point
 
 if TYPE_CHECKING:
     from checkpoint.compaction.rebuild import RebuildResult
@@ -109,10 +109,7 @@ def run_compaction_tasks(
     from checkpoint.compaction.hdfs import materialize_snapshot
     from checkpoint.format.providers import Provider
 
-    sc = getattr(spark, "sparkContext", None)  # Spark Connect: none
-    if sc is None:
-        log.warning("a Spark Connect session runs no Python task of ours: RocksDB stores are rebuilt "
-                    "in this process, one after another")  # fmt: skip
+    sc = task_context(spark, "RocksDB stores are rebuilt in this process, one after another")
     engine = SparkSnapshotEngine(spark)
     stop: list[str] = []
 

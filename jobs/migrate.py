@@ -6,7 +6,6 @@ by count and digest."""
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Iterator
 from functools import reduce
 from typing import Any
@@ -26,9 +25,15 @@ from checkpoint.model.checkpoint import StoreId
 from checkpoint.storage import Storage
 
 from .repartition import FORMAT_VERSION, digest_aggregates, digest_of
-from .spark_session import failure_line, first_line, hand_on_crash_spec, reach, scoped_confs, task_crash_point
-
-log = logging.getLogger(__name__)
+from .spark_session import (
+    failure_line,
+    first_line,
+    hand_on_crash_spec,
+    reach,
+    scoped_confs,
+    task_context,
+    task_crash_point,
+)
 
 
 def _write_in_task(job: StoreJob) -> StoreWritten | str:
@@ -51,11 +56,10 @@ class SparkStoreWriter:
         self.spark = spark
 
     def __call__(self, jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
-        try:
-            sc = self.spark.sparkContext
-        except AttributeError:  # Spark Connect: no SparkContext on this side to start Python tasks with
-            log.warning("a Spark Connect session runs no Python task of ours: the %d stores are written "
-                        "in this process, one after another", len(jobs))  # fmt: skip
+        sc = task_context(
+            self.spark, f"the {len(jobs)} stores are written in this process, one after another"
+        )
+        if sc is None:
             return write_here(jobs, check)
 
         def run(job: StoreJob) -> StoreWritten:

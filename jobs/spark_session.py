@@ -145,6 +145,15 @@ def session_for(
     return builder.getOrCreate()
 
 
+def task_context(spark, instead: str):
+    """The session's SparkContext, which our Python tasks are started with; None under Spark
+    Connect, which has none on this side, and `instead` (what is done then) is logged."""
+    sc = getattr(spark, "sparkContext", None)  # a remote session raises AttributeError
+    if sc is None:
+        log.warning("a Spark Connect session runs no Python task of ours: %s", instead)
+    return sc
+
+
 # The crash tests' spec (checkpoint.crash), read on the driver and handed to each task as a Spark
 # local property: a Python worker does not see the driver's environment as it is now.
 _CRASH_PROPERTY = "ckpt.crash_at"
