@@ -27,6 +27,7 @@ from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from jobs.repartition import repartition, rows_per_partition
 from testbed.copying import copy_checkpoint
+from testbed.demo import date_back
 from testbed.operators import ensure_operator_corpus, scenario_named
 from testbed.restart import differences, restart
 from tests.support.planning import candidates_of, plan_of
@@ -312,6 +313,7 @@ def test_refused_before_spark_starts(corpus, tmp_path) -> None:
     """A refusal costs no Spark session: preflight runs first."""
     path = tmp_path / "ckpt"
     copy_checkpoint(corpus["format_v1"], path)
+    date_back(path, 2 * 3600)  # stopped two hours ago, however old the cached corpus is
     out = subprocess.run(
         [CKPT, "repartition", str(path), "--partitions", "4"], capture_output=True, text=True
     )
