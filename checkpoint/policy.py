@@ -86,6 +86,18 @@ class Policy:
     # When the read-only audit and the fleet report run, and a root's maintenance pass by default.
     audit_cron: str = "0 */6 * * *"
     maintenance_cron: str = "30 3 * * *"
+    # What a checkpoint may declare about itself (`spark.sql.shuffle.partitions`, an operator's
+    # `numPartitions` and stores, its schema files, the size of a log or metadata file): past
+    # these, the file is refused in one line before anything is built from it, so a forged count
+    # costs no memory. Far above any real query (Spark's own default is 200 partitions).
+    max_state_partitions: int = 100_000
+    max_stores_per_operator: int = 64
+    max_schema_paths: int = 1_000
+    max_log_file_bytes: int = 16 << 20
+    # The HDFS-backed store's compaction loads the whole map on the driver's heap, which every
+    # other store shares: a store whose map would take more than this share of the heap free is
+    # refused alone, before it is loaded.
+    hdfs_heap_share: float = 0.6
     # Where rebuild jobs run when nothing else is said (CLI --master, Dagster CKPT_SPARK_MASTER).
     spark_master: str = "local[*]"
 

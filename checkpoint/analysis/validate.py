@@ -19,8 +19,8 @@ from checkpoint.format.crc import Checksumming, parse_sidecar
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, FileKind
 from checkpoint.format.providers import Provider, StateFiles
 from checkpoint.format.snapshot import Snapshot, UnreadableZipError
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, StoreId
-from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
+from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, StateFolders, StoreId
+from checkpoint.model.lineage import StoreLineage, checkpoint_lineage, partitions_named, state_partitions
 from checkpoint.policy import POLICY
 from checkpoint.storage import normalize_url
 
@@ -71,6 +71,8 @@ class FindingCode(StrEnum):
     DELTA_UNREADABLE = "DELTA_UNREADABLE"
     UNKNOWN_PROVIDER = "UNKNOWN_PROVIDER"
     OPERATOR_METADATA_MISSING = "OPERATOR_METADATA_MISSING"
+    STORES_DISAGREE = "STORES_DISAGREE"
+    UNNAMED_STATE_FOLDER = "UNNAMED_STATE_FOLDER"
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,10 @@ CODES = _codes(
     Code(F.COMMIT_LOG_GAP, E, LOG, "a planned batch below the latest committed one has no commit"),
     Code(F.MULTIPLE_UNFINISHED_BATCHES, E, LOG, "more than one planned batch after the latest commit"),
     Code(F.PARTITION_COUNT_MISMATCH, E, LOG, "state partitions in the commit log differ from the offsets"),
+    Code(F.STORES_DISAGREE, E, LOG, "what names the stores disagrees: the operator metadata's partitions and "
+         "stores, the offsets' spark.sql.shuffle.partitions, the commit's ids and the state folders"),
+    Code(F.UNNAMED_STATE_FOLDER, W, LOG, "a partition folder that no batch in the logs names: kept, never "
+         "cleaned"),
     Code(F.COMMITTED_FILE_MISSING, E, LIN, "the committed version of a store has no state file (changelog or "
          "zip; delta or snapshot for the HDFS-backed store)"),
     Code(F.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read"),
@@ -335,9 +341,57 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     yield from _partition_findings(ckpt, latest)
 
 
+def _store_findings(ckpt: Checkpoint, latest: int) -> Iterable[Finding]:
+    """What names the stores (metadata, offsets, commit ids, folders) agrees; in V1 only metadata does."""
+    entry, ever = ckpt.batches[latest], partitions_named(ckpt)
+    for op in ckpt.operators.values():
+        # A run's first batch writes it, Spark's repartitioning leaves it: some batch's count.
+        counts = {state_partitions(ckpt, op, b) for b in ckpt.batches}
+        declared = sorted({s.num_partitions for s in op.metadata.stores}) if op.metadata else []
+        if declared and (len(declared) > 1 or declared[0] not in counts):
+            yield _finding(
+                F.STORES_DISAGREE,
+                ckpt.storage.full(f"state/{op.id}/_metadata"),
+                f"operator {op.id}'s metadata declares {_listed(declared)} partition(s), and no batch in the "
+                f"logs has that many (batch {latest} has {state_partitions(ckpt, op, latest)}: its offsets' "
+                "spark.sql.shuffle.partitions or commit ids)",
+            )
+        ids = None if entry.commit is None else (entry.commit.state_unique_ids or {}).get(op.id)
+        widths = sorted({len(p) for p in ids or ()})
+        if widths and widths != [len(op.store_names)]:
+            yield _finding(
+                F.STORES_DISAGREE,
+                ckpt.storage.full(f"commits/{latest}"),
+                f"operator {op.id} has {len(op.store_names)} store(s) ({_listed(op.store_names)}) and "
+                f"commits/{latest} names {_listed(widths)} id(s) a partition",
+            )
+        seen = ckpt.state_folders.get(op.id) or StateFolders()
+        unnamed = sorted((seen.stores or frozenset()) - set(op.store_names))
+        if unnamed:
+            yield _finding(
+                F.STORES_DISAGREE,
+                ckpt.storage.full(f"state/{op.id}"),
+                f"operator {op.id} has store folder(s) {_listed(unnamed)} that its metadata does not name "
+                f"(it names {_listed(op.store_names)})",
+            )
+        beyond = {p for p in seen.partitions or () if p >= ever[op.id]}
+        if beyond:
+            yield _finding(
+                F.UNNAMED_STATE_FOLDER,
+                ckpt.storage.full(f"state/{op.id}"),
+                f"operator {op.id} has partition folder(s) {batch_spans(beyond)}, and no batch in the logs "
+                f"has more than {ever[op.id]} partitions: they are kept, not cleaned",
+            )
+
+
+def _listed(values: Iterable[object]) -> str:
+    return ", ".join(map(str, values))
+
+
 def _partition_findings(ckpt: Checkpoint, latest: int | None) -> Iterable[Finding]:
     if latest is None:
         return
+    yield from _store_findings(ckpt, latest)
     batch = ckpt.batches[latest]
     if batch.commit is None or batch.commit.state_unique_ids is None or batch.offset is None:
         return

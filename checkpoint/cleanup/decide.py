@@ -30,6 +30,7 @@ from checkpoint.model.checkpoint import (
     CheckpointFile,
     StoreId,
 )
+from checkpoint.model.lineage import partitions_named
 from checkpoint.storage import FileInfo, Storage
 
 if TYPE_CHECKING:
@@ -156,7 +157,12 @@ def scan_partition(
     options: GcOptions,
     now: float,
 ) -> OrphanScan:
-    """One partition decided alone: its stores' committed ids, lineages and zip listings."""
+    """One partition decided alone: its stores' committed ids, lineages and zip listings.
+
+    Only the stores the logs and the operator metadata name are decided: a partition folder that
+    no batch names keeps every file (fail closed), and a store folder beside named ones that the
+    metadata leaves out refuses the plan, as validation does."""
+    files = _named_only(base, files)
     index = FileIndex(files)  # built once: for the lineage reads here, then for the rules
     to_read: dict[str, CheckpointFile] = {}  # the committed changelogs: their lineage headers
     for batch, stores in committed.items():
@@ -193,6 +199,36 @@ def scan_partition(
         raise GcError(f"unsafe to plan: {exc}", base.url) from exc
     _guard_paths(base, [c.file for c in scan.candidates])
     return scan
+
+
+def _named_only(base: Checkpoint, files: tuple[CheckpointFile, ...]) -> tuple[CheckpointFile, ...]:
+    counts = partitions_named(base)
+    stores: set[tuple[int, int, str]] = set()
+    for f in files:
+        w = f.what
+        if w.operator is not None and w.partition is not None and w.store is not None:
+            stores.add((w.operator, w.partition, w.store))
+    unnamed = [
+        (op, part, store)
+        for op, part, store in stores
+        if op not in base.operators or part >= counts[op] or store not in base.operators[op].store_names
+    ]
+    if not unnamed:
+        return files
+    for op_id, partition, store in sorted(unnamed):
+        op = base.operators.get(op_id)
+        if op is not None and partition < counts[op_id]:
+            names = ", ".join(op.store_names)
+            raise GcError(
+                f"unsafe to plan: state/{op_id}/{partition} holds store {store!r}, which operator {op_id}'s "
+                f"metadata does not name ({names})",
+                base.url,
+            )
+    gone = set(unnamed)
+    out = tuple(f for f in files if (f.what.operator, f.what.partition, f.what.store) not in gone)
+    # A Hadoop crc names no store: it stays with its main file, or would read as a stale sidecar.
+    kept = {f.rel for f in out}
+    return tuple(f for f in out if f.what.main is None or f.what.main in kept or f.what.operator is not None)
 
 
 class _ZipListings(Mapping[str, "tuple[str, ...] | None"]):

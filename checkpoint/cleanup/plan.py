@@ -45,11 +45,12 @@ from checkpoint.format.providers import Provider
 from checkpoint.model.checkpoint import (
     Checkpoint,
     CheckpointFile,
+    StateFolders,
     StoreId,
     build_checkpoint,
     state_partition_folders,
 )
-from checkpoint.model.lineage import store_ids
+from checkpoint.model.lineage import maintained_batches, store_ids
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
@@ -138,10 +139,11 @@ def _read_logs(
     folders = state_partition_folders(storage)
     inside = tuple(f + "/" for f in folders)
     outside = [f for f in storage.list_outside(folders) if not f.rel.startswith(inside)]
-    operators = {int(f.split("/")[1]) for f in folders}  # state/<op>/<part>
-    base = build_checkpoint(
-        storage, CheckpointFile.of_listing(outside), strict=True, operator_folders=operators
-    )
+    partitions: dict[int, set[int]] = defaultdict(set)
+    for folder in folders:  # state/<op>/<part>
+        partitions[int(folder.split("/")[1])].add(int(folder.split("/")[2]))
+    seen = {op: StateFolders(frozenset(parts)) for op, parts in partitions.items()}
+    base = build_checkpoint(storage, CheckpointFile.of_listing(outside), strict=True, state_folders=seen)
     window = _window(base, retain_batches)
     return base, folders, window, _committed_by_partition(base, window, folders)
 
@@ -221,7 +223,7 @@ def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:
         raise GcError(
             "the commit log is inconsistent: " + "; ".join(f"{f.code} {f.message}" for f in errors), base.url
         )
-    committed = sorted(b.id for b in base.batches.values() if b.committed)
+    committed = maintained_batches(base)
     if not committed:
         raise GcError("no committed batch: nothing can be told apart from a batch in flight", base.url)
     return committed[-retain_batches:] if retain_batches else committed

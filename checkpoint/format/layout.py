@@ -79,7 +79,7 @@ FORK_STARTED = "_ckpt_fork.json"
 FORK_COMPLETE = "_ckpt_fork.complete.json"
 
 # Folders inside a partition (or store) folder that are not store names.
-_RESERVED = {"SSTs", "logs", "_metadata"}
+RESERVED_FOLDERS = {"SSTs", "logs", "_metadata"}
 
 
 class Classified(NamedTuple):
@@ -263,7 +263,7 @@ def _folder(folder: str) -> _Shape:
     part = int(parts[2])
     # After the partition: [store/]name, [store/]SSTs/name, [store/]logs/name, [store/]_metadata/schema
     store, first = "default", 3
-    if n >= 4 and parts[3] not in _RESERVED:
+    if n >= 4 and parts[3] not in RESERVED_FOLDERS:
         store, first = sys.intern(parts[3]), 4
     if n == first:
         return (_STATE, op, part, store)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.policy import POLICY
 
 COMMIT_VERSIONS = (1, 2, 3)  # v3 (Spark 4.2+) adds sink metadata
 OFFSET_VERSIONS = (1, 2)  # v2 (Spark 4.2+) names its sources
@@ -107,8 +108,25 @@ class OffsetEntry:
 
     @property
     def shuffle_partitions(self) -> int | None:
-        value = self.conf.get("spark.sql.shuffle.partitions")
+        """The state partitions of this batch: Spark pins the count in every offset file (checked
+        and bounded when the file is parsed)."""
+        value = self.conf.get(SHUFFLE_PARTITIONS)
         return int(value) if value is not None else None
+
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def bounded_count(value: Any, what: str, path: str, limit: int = POLICY.max_state_partitions) -> int:
+    """A count a checkpoint declares (partitions, stores), as an int from 1 to `limit`: anything
+    else is a damaged or forged file, refused before anything is sized by it."""
+    try:
+        count = int(value)
+    except MALFORMED as exc:
+        raise CorruptFileError(f"{what} is not a number: {str(value)[:40]!r}", path) from exc
+    if not 1 <= count <= limit:
+        raise CorruptFileError(f"{what} is {str(count)[:40]}, outside 1-{limit}", path)
+    return count
 
 
 def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
@@ -121,6 +139,8 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
         watermark, timestamp = int(meta.get("batchWatermarkMs", 0)), int(meta.get("batchTimestampMs", 0))
     except MALFORMED as exc:
         raise CorruptFileError(f"malformed offset metadata: {exc}", path) from exc
+    if SHUFFLE_PARTITIONS in conf:
+        bounded_count(conf[SHUFFLE_PARTITIONS], SHUFFLE_PARTITIONS, path)
     return OffsetEntry(batch, version, watermark, timestamp, {str(k): str(v) for k, v in conf.items()},
                        tuple(lines[1:]))  # fmt: skip
 
@@ -152,21 +172,42 @@ def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
     body = _json_object(lines, 0, path, "operator metadata")
     try:
         info = body["operatorInfo"]
-        stores = tuple(
-            StoreInfo(
-                str(s["storeName"]),
-                int(s["numPartitions"]),
-                int(s.get("numColsPrefixKey", 0)),
-                tuple(s.get("stateSchemaFilePaths") or ()),
+        declared = body["stateStoreInfo"]
+        if not isinstance(declared, list) or len(declared) > POLICY.max_stores_per_operator:
+            raise CorruptFileError(
+                f"stateStoreInfo is not a list of at most {POLICY.max_stores_per_operator} stores", path
             )
-            for s in body["stateStoreInfo"]
-        )
+        stores = tuple(_store_info(s, path) for s in declared)
         op_id, name = int(info["operatorId"]), str(info["operatorName"])
     except MALFORMED as exc:
         raise CorruptFileError(f"malformed operator metadata: missing or bad {exc}", path) from exc
+    if not 0 <= op_id < 2**31:
+        raise CorruptFileError(f"operatorId {str(op_id)[:40]} is not an operator id", path)
+    if len({s.name for s in stores}) != len(stores):
+        raise CorruptFileError("stateStoreInfo names a store twice", path)
     props = body.get("operatorPropertiesJson")
     properties = _json(props, path) if isinstance(props, str) and props else None
     return OperatorMetadata(op_id, name, version, stores, properties)
+
+
+# A store's name becomes a folder (`state/<op>/<part>/<name>`): data, never a path.
+_STORE_NAME = re.compile(r"^(?!\.{1,2}\Z)(?!SSTs\Z|logs\Z|_metadata\Z)[A-Za-z0-9_.-]{1,255}\Z")
+
+
+def _store_info(s: dict[str, Any], path: str) -> StoreInfo:
+    name = str(s["storeName"])
+    if not _STORE_NAME.match(name):
+        raise CorruptFileError(f"storeName {name[:60]!r} is not a store name Spark writes", path)
+    paths = s.get("stateSchemaFilePaths") or []
+    if not isinstance(paths, list) or len(paths) > POLICY.max_schema_paths:
+        raise CorruptFileError(f"stateSchemaFilePaths is not a list of at most {POLICY.max_schema_paths}",
+                               path)  # fmt: skip
+    return StoreInfo(
+        name,
+        bounded_count(s["numPartitions"], "numPartitions", path),
+        int(s.get("numColsPrefixKey", 0)),
+        tuple(str(p) for p in paths),
+    )
 
 
 def parse_query_metadata(data: bytes, path: str) -> str:

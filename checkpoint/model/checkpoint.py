@@ -54,6 +54,8 @@ from checkpoint.format.providers import Provider
 from checkpoint.format.snapshot import Snapshot, read_snapshot
 from checkpoint.model.scopes import Listing as Listing  # re-exported: callers take them from here
 from checkpoint.model.scopes import Scope as Scope
+from checkpoint.model.scopes import StateFolders as StateFolders
+from checkpoint.model.scopes import state_folders_of
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
 
@@ -187,9 +189,10 @@ class Checkpoint:
     storage: Storage = field(repr=False, compare=False)
     problems: tuple[FileProblem, ...] = ()
     scope: Scope = Scope.LISTING
-    # The operator folders `state/<op>` found: one without operator metadata has stores this
-    # tool cannot name (a checkpoint last run before Spark 4.0), which validation reports.
-    operator_folders: frozenset[int] = frozenset()
+    # The operator folders `state/<op>` found and what they hold: one without operator metadata
+    # has stores this tool cannot name (a checkpoint last run before Spark 4.0), and a partition or
+    # store folder that the logs and metadata do not name is state no action may guess about.
+    state_folders: dict[int, StateFolders] = field(default_factory=dict)
     resolved_batches: frozenset[int] = frozenset()  # Scope.RECOVERY: the batches whose files are known
     # Parsed headers and snapshots (or the error reading them) that the loader already read.
     prefetched: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -204,6 +207,10 @@ class Checkpoint:
             stores={sid: store},
             prefetched={rel: v for rel, v in self.prefetched.items() if rel in mine},
         )
+
+    @property
+    def operator_folders(self) -> frozenset[int]:
+        return frozenset(self.state_folders)
 
     def knows_files_of(self, batch: int) -> bool:
         """Whether the state files recovery reads at `batch` are in `files` (always, for a listing)."""
@@ -448,10 +455,10 @@ def build_checkpoint(
     files: tuple[CheckpointFile, ...],
     *,
     strict: bool = True,
-    operator_folders: Iterable[int] | None = None,
+    state_folders: dict[int, StateFolders] | None = None,
 ) -> Checkpoint:
-    """The model of `files`; `operator_folders` are the `state/<op>` folders listed (default: those
-    that hold any of `files`, which a full listing gives)."""
+    """The model of `files`; `state_folders` are the `state/<op>` folders listed and what was seen
+    in them (default: what `files` show, which a full listing gives)."""
     by_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
     for f in files:
         by_kind[f.kind].append(f)
@@ -466,14 +473,19 @@ def build_checkpoint(
             "not a streaming checkpoint (no 'metadata' file and no offsets/)", storage.url
         )
 
-    small = by_kind[FileKind.QUERY_METADATA] + by_kind[FileKind.OFFSET] + by_kind[FileKind.COMMIT]
-    small += by_kind[FileKind.OPERATOR_METADATA]
-    contents = storage.read_many(f.rel for f in small)
+    logs = by_kind[FileKind.QUERY_METADATA] + by_kind[FileKind.OFFSET] + by_kind[FileKind.COMMIT]
+    logs += by_kind[FileKind.OPERATOR_METADATA]
+    # Spark's log files are a few KB: a huge one is refused by its listed size, never read.
+    contents = storage.read_many(f.rel for f in logs if f.info.size <= POLICY.max_log_file_bytes)
 
     problems: list[FileProblem] = []
 
     def parse(f: CheckpointFile, parser):
         try:
+            if f.rel not in contents:
+                limit = POLICY.max_log_file_bytes
+                why = f"{f.info.size} bytes, more than the {limit} a log or metadata file of Spark's holds"
+                raise CorruptFileError(why, storage.full(f.rel))
             return parser(contents[f.rel], storage.full(f.rel))
         except CheckpointError as exc:
             if strict:
@@ -495,7 +507,7 @@ def build_checkpoint(
     batches = {b: Batch(b, offsets.get(b), commits.get(b)) for b in sorted(set(offsets) | set(commits))}
     metadata = [(f, m) for f in by_kind[FileKind.OPERATOR_METADATA] if (m := parse(f, _operator_metadata(f)))]
     operators = _operators(metadata, files, commits, problems, strict=strict)
-    folders = _operator_folders(files) if operator_folders is None else operator_folders
+    folders = state_folders_of(f.what for f in files) if state_folders is None else state_folders
 
     return Checkpoint(
         url=storage.url,
@@ -507,13 +519,8 @@ def build_checkpoint(
         stores=group_stores(files),
         storage=storage,
         problems=tuple(problems),
-        operator_folders=frozenset(folders),
+        state_folders=dict(folders),
     )
-
-
-def _operator_folders(files: Iterable[CheckpointFile]) -> set[int]:
-    parts = (f.rel.split("/", 2) for f in files)
-    return {int(p[1]) for p in parts if len(p) == 3 and p[0] == "state" and is_number(p[1], 10)}
 
 
 def group_stores(files: Iterable[CheckpointFile]) -> dict[StoreId, Store]:

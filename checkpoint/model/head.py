@@ -28,13 +28,22 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from checkpoint.errors import CheckpointError, NotACheckpointError, StorageError
-from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, FileKind, classify, is_batch_id, is_number
+from checkpoint.format.layout import (
+    FORK_COMPLETE,
+    FORK_STARTED,
+    RESERVED_FOLDERS,
+    FileKind,
+    classify,
+    is_batch_id,
+    is_number,
+)
 from checkpoint.format.providers import StateFiles
 from checkpoint.format.snapshot import Snapshot, read_snapshot
 from checkpoint.model.checkpoint import (
     Checkpoint,
     CheckpointFile,
     Scope,
+    StateFolders,
     Store,
     StoreId,
     build_checkpoint,
@@ -81,10 +90,10 @@ def load_head(
     """
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
     for attempt in range(_LOG_ATTEMPTS):
-        logs, operators = _log_files(storage)
+        logs, folders = _log_files(storage)
         try:
             base = build_checkpoint(
-                storage, CheckpointFile.of_listing(logs), strict=strict, operator_folders=operators
+                storage, CheckpointFile.of_listing(logs), strict=strict, state_folders=folders
             )
             break
         except StorageError as exc:
@@ -94,6 +103,8 @@ def load_head(
             if "vanished" not in str(exc) or attempt == _LOG_ATTEMPTS - 1:
                 raise
             log.info("%s: %s; reading the logs again", storage.url, exc)
+    if base.format_version == 1:
+        base = dataclasses.replace(base, state_folders=_with_store_folders(storage, base.state_folders))
     committed = sorted(b.id for b in base.batches.values() if b.committed)
     wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
     targets = sorted({sid for b in wanted for sid in store_ids(base, b)}, key=_order)
@@ -119,14 +130,15 @@ def _order(sid: StoreId) -> tuple[int, int, str]:
     return sid.operator, sid.partition, sid.store
 
 
-def _log_files(storage: Storage) -> tuple[list[FileInfo], set[int]]:
+def _log_files(storage: Storage) -> tuple[list[FileInfo], dict[int, StateFolders]]:
     """The query metadata, both logs and the operator metadata, from shallow listings only; and
-    the operator folders under `state/`."""
+    the operator folders under `state/` with their partition folders (one listing an operator,
+    whatever the history: what the logs declare is checked against what is there)."""
     top = storage.list_dir("")
     if not top.exists:
         raise NotACheckpointError("no such directory", storage.url)
     files = [f for f in top.files if f.rel in ("metadata", FORK_STARTED, FORK_COMPLETE)]
-    operators: set[int] = set()
+    operators: dict[int, StateFolders] = {}
     for log_dir in ("offsets", "commits"):
         if log_dir in top.folders:
             files += storage.list_dir(log_dir).files
@@ -134,12 +146,32 @@ def _log_files(storage: Storage) -> tuple[list[FileInfo], set[int]]:
         for op in storage.list_dir("state").folders:
             if not is_number(op.rsplit("/", 1)[1], 10):
                 continue
-            operators.add(int(op.rsplit("/", 1)[1]))
+            inside = storage.list_dir(op)
+            names = (p.rsplit("/", 1)[1] for p in inside.folders)
+            partitions = frozenset(int(n) for n in names if is_number(n, 10))
+            operators[int(op.rsplit("/", 1)[1])] = StateFolders(partitions)
+            if f"{op}/_metadata" not in inside.folders:
+                continue
             meta = storage.list_dir(f"{op}/_metadata")
             files += meta.files
             if f"{op}/_metadata/v2" in meta.folders:
                 files += storage.list_dir(f"{op}/_metadata/v2").files
     return files, operators
+
+
+def _with_store_folders(storage: Storage, folders: dict[int, StateFolders]) -> dict[int, StateFolders]:
+    """Format V1 names its stores from operator metadata alone (its commits carry no ids): the
+    store folders of each operator's first partition are listed to check them against it. Its
+    recovery lists that folder anyway (its file names carry no id to look up)."""
+    out = {}
+    for op, seen in folders.items():
+        stores: frozenset[str] | None = None
+        if seen.partitions:
+            listed = storage.list_dir(f"state/{op}/{min(seen.partitions)}")
+            names = (f.rsplit("/", 1)[1] for f in listed.folders)
+            stores = frozenset(n for n in names if n not in RESERVED_FOLDERS)
+        out[op] = StateFolders(seen.partitions, stores)
+    return out
 
 
 class _Resolver:

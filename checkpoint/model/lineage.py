@@ -18,7 +18,7 @@ from checkpoint.errors import CheckpointError
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP, ChangelogHeader, LineageEntry
 from checkpoint.format.layout import FileKind
 from checkpoint.format.providers import StateFiles
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, Store, StoreId
+from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, Operator, Store, StoreId
 
 
 @dataclass(frozen=True)
@@ -81,13 +81,50 @@ class StoreLineage:
         }
 
 
+def state_partitions(ckpt: Checkpoint, op: Operator, batch: int) -> int:
+    """How many partitions Spark loads of an operator at a batch, read as Spark reads it: the
+    commit's ids (format V2), else the count pinned in the batch's offsets, which Spark's own
+    repartitioning changes per batch. The operator metadata only when the batch says neither: it
+    is one file for every batch, and what it declares is cross-checked by validation."""
+    entry = ckpt.batches.get(batch)
+    ids = None if entry is None or entry.commit is None else (entry.commit.state_unique_ids or {}).get(op.id)
+    if ids is not None:
+        return len(ids)
+    pinned = None if entry is None or entry.offset is None else entry.offset.shuffle_partitions
+    return pinned if pinned is not None else (op.num_partitions or 0)
+
+
+def partitions_named(ckpt: Checkpoint) -> dict[int, int]:
+    """Operator -> the most partitions any batch in the logs has: a partition folder at or above
+    it is one that nothing names."""
+    return {
+        op.id: max((state_partitions(ckpt, op, b) for b in ckpt.batches), default=op.num_partitions or 0)
+        for op in ckpt.operators.values()
+    }
+
+
+def maintained_batches(ckpt: Checkpoint) -> list[int]:
+    """The committed batches whose state this checkpoint's format reads. A migrated checkpoint
+    (`ckpt migrate`) keeps the V1 commits of the batches before its migration batch: Spark's
+    restart reads only the newest, and they name no ids, so they are history that no V2 rule
+    needs (their state was never copied), until Spark's log retention drops them."""
+    committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
+    if ckpt.format_version != 2:
+        return committed
+    history = [b for b in committed if _v1_commit(ckpt, b)]
+    return [b for b in committed if b > history[-1]] if history else committed
+
+
+def _v1_commit(ckpt: Checkpoint, batch: int) -> bool:
+    commit = ckpt.batches[batch].commit
+    return commit is not None and commit.version == 1 and commit.state_unique_ids is None
+
+
 def store_ids(ckpt: Checkpoint, batch: int) -> list[StoreId]:
     """Every store Spark loads at a batch: operators x partitions x stores, files present or not."""
-    commit = ckpt.batches[batch].commit
     out = []
     for op in ckpt.operators.values():
-        ids = (commit.state_unique_ids or {}).get(op.id) if commit else None
-        partitions = len(ids) if ids is not None else (op.num_partitions or 0)
+        partitions = state_partitions(ckpt, op, batch)
         out += [StoreId(op.id, p, name) for p in range(partitions) for name in op.store_names]
     return out
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
+
+from checkpoint.format.layout import Classified, is_number
 
 
 class Scope(StrEnum):
@@ -21,3 +26,30 @@ class Listing(StrEnum):
     FLAT = "flat"
     PER_PARTITION = "per_partition"
     AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class StateFolders:
+    """What `state/<op>` holds on disk, as far as it was listed: its partition folders, and the
+    store folders (`<part>/<store>/`) seen inside them; None where that was not listed. What the
+    logs and the operator metadata say about the stores is checked against it."""
+
+    partitions: frozenset[int] | None = None
+    stores: frozenset[str] | None = None
+
+
+def state_folders_of(listed: Iterable[Classified]) -> dict[int, StateFolders]:
+    """What a full listing shows under `state/`: every operator, partition and store folder."""
+    partitions: dict[int, set[int]] = defaultdict(set)
+    stores: dict[int, set[str]] = defaultdict(set)
+    for what in listed:
+        parts = what.rel.split("/", 2)
+        if len(parts) < 3 or parts[0] != "state" or not is_number(parts[1], 10):
+            continue
+        op = int(parts[1])
+        partitions[op]  # an operator folder with nothing but metadata is still one
+        if what.partition is not None:
+            partitions[op].add(what.partition)
+            if what.store is not None and what.store != "default":
+                stores[op].add(what.store)
+    return {op: StateFolders(frozenset(parts), frozenset(stores[op])) for op, parts in partitions.items()}
