@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.format.providers import Provider
 from checkpoint.model.head import load_head
+from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from tests.support.cli import ckpt
 from tests.support.files import files_of
@@ -215,26 +217,74 @@ def test_a_store_task_killed_with_9_stops_the_migration_and_a_rerun_finishes_it(
 
 
 @pytest.mark.slow
-def test_the_tools_actions_run_on_a_migrated_checkpoint(spark, defaults, tmp_path) -> None:
-    """Once the query has run on it, a migrated checkpoint is compacted, cleaned and forked as any
-    RocksDB V2 checkpoint, and validates after each."""
+def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
+    spark, defaults, tmp_path
+) -> None:
+    """Right after `ckpt migrate`, with the V1 batches before the migration batch still in DEST's
+    logs: compaction, cleanup with the default retention, a fork and a repartition work on it as
+    on any RocksDB V2 checkpoint, and DEST, maintained, restarts like an untouched copy."""
+    from jobs.repartition import repartition
     from testbed.demo import date_back
-    from testbed.restart import restart
 
     src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
-    _migrate(spark, src, dest, tmp_path / "audit")
-    restart(spark, "hdfs_agg", defaults["hdfs_agg"].parent, dest, tmp_path / "more", read_state=False)
-    date_back(dest, 2 * 3600)
+    control = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "control")
+    doc = _migrate(spark, src, dest, tmp_path / "audit").as_dict()
+    assert (dest / "commits" / "0").read_text().startswith("v1")  # the history DEST keeps
+    date_back(dest, 8 * 3600)  # past the grace: cleanup decides every file
     compacted = ckpt("compact", str(dest), "--min-chain", "1", "--json")
-    assert compacted.returncode == 0 and len(json.loads(compacted.stdout)["materialized"]) == 4, (
-        compacted.stderr
-    )
-    cleaned = ckpt("gc", str(dest), "--retain-batches", "1", "--apply", "--json")
+    assert compacted.returncode == 0, compacted.stderr
+    cleaned = ckpt("gc", str(dest), "--query-stopped", "--apply", "--json")
     assert cleaned.returncode == 0, cleaned.stderr
+    assert json.loads(cleaned.stdout)["plan"]["against_batch"] == doc["batch"]
     forked = ckpt("fork", str(dest), str(tmp_path / "forked"))
     assert forked.returncode == 0, forked.stderr
-    for path in (dest, tmp_path / "forked"):
-        assert ckpt("validate", str(path)).returncode == 0
+    moved = copy_checkpoint(dest, tmp_path / "repartitioned")
+    audit = AuditTrail(AuditTrail.default_for(str(moved)))
+    assert repartition(lambda: spark, Storage(str(moved)), audit, 2, quiet_seconds=0).to_partitions == 2
+    for path in (dest, tmp_path / "forked", moved):
+        assert ckpt("validate", str(path)).returncode == 0, path
+    assert not restarted_differently(
+        spark, "hdfs_agg", defaults["hdfs_agg"].parent, dest, control, tmp_path / "more"
+    )
+
+
+def test_the_maintenance_schedule_runs_on_a_fresh_migration(spark, defaults, tmp_path) -> None:
+    """The root's maintenance schedule, evaluated and its runs executed by Dagster, on a checkpoint
+    migrated a moment ago: every run succeeds and cleanup applies, and the query restarts like an
+    untouched copy of its source."""
+    import datetime
+
+    import dagster as dg
+
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot, SparkResource
+    from orchestration.location import build_definitions
+    from testbed.demo import date_back
+
+    root = tmp_path / "root"
+    src = _stopped(defaults, "hdfs_agg", tmp_path / "src")
+    control = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "control")
+    _migrate(spark, src, root / "orders", tmp_path / "audit")
+    date_back(root, 8 * 3600)
+    prod = CheckpointRoot(name="prod", url=str(root), apply_cleanup=True, queries_stopped=True)
+    defs = build_definitions([prod], spark=SparkResource(master="local[2]"))
+    schedule = defs.get_schedule_def("maintenance_prod")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", [partition_key("prod", "orders")])
+        when = datetime.datetime.now(datetime.UTC)
+        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
+                                            repository_def=defs.get_repository_def())  # fmt: skip
+        requests = list(schedule.evaluate_tick(context).run_requests or [])
+        assert [r.partition_key for r in requests] == [partition_key("prod", "orders")]
+        job = defs.resolve_job_def("checkpoint_maintenance")
+        for request in requests:
+            result = job.execute_in_process(partition_key=request.partition_key, tags=request.tags,
+                                            instance=instance, raise_on_error=False)  # fmt: skip
+            assert result.success
+            cleanup = [m for m in result.asset_materializations_for_node("checkpoint_orphan_cleanup")]
+            assert cleanup and cleanup[0].metadata["applied"].value is True
+    assert not restarted_differently(spark, "hdfs_agg", defaults["hdfs_agg"].parent, root / "orders", control,
+                                     tmp_path / "more")  # fmt: skip
 
 
 @pytest.mark.slow
