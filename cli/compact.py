@@ -28,7 +28,10 @@ def compact(args: argparse.Namespace) -> Result:
         targets, skips = plan_compaction(ckpt, min_chain=args.min_chain)
         results = []
         if targets:
-            results = run_compaction(session_for(args.master), ckpt, targets, lambda _: lease.check())
+            conf = {"spark.driver.memory": args.driver_memory} if args.driver_memory else None
+            results = run_compaction(
+                session_for(args.master, conf=conf), ckpt, targets, lambda _: lease.check()
+            )
     doc = {
         "materialized": [{k: r.as_dict()[k] for k in _SHOWN} for r in results if r.ok],
         "failed": [r.as_dict() for r in results if not r.ok],
@@ -44,5 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"compact from this chain length ({POLICY.long_chain})")  # fmt: skip
     p.add_argument("--master", default=POLICY.spark_master,
                    help=f"Spark master for the rebuild job ({POLICY.spark_master})")  # fmt: skip
+    p.add_argument("--driver-memory", metavar="SIZE",
+                   help="the driver's heap (spark.driver.memory, e.g. 8g): the HDFS-backed store's map is "
+                   "loaded there")  # fmt: skip
     takes_the_lease(p, writes_no_plan=True)
     p.set_defaults(run=compact)

@@ -188,6 +188,13 @@ class SparkSnapshotEngine:
         finally:
             provider.close()
 
+    def free_heap(self) -> int | None:
+        jvm = getattr(self.spark, "_jvm", None)
+        if jvm is None:
+            return None
+        runtime = jvm.java.lang.Runtime.getRuntime()
+        return int(runtime.maxMemory()) - (int(runtime.totalMemory()) - int(runtime.freeMemory()))
+
     def _provider(self, state_root: str, store: StoreId, conf: Mapping[str, str]) -> Any:
         jvm, session = getattr(self.spark, "_jvm", None), getattr(self.spark, "_jsparkSession", None)
         if jvm is None or session is None:

@@ -177,3 +177,42 @@ def test_a_checkpoint_spark_4_0_wrote_is_refused_and_nothing_is_written(written_
     assert ("metadata v2" if name == "join" else "cannot tell which Spark") in out.stderr
     assert out.stderr.strip().count("\n") == 0
     assert files_of(path) == before
+
+
+def _big_delta(path: Path, records: int, value_bytes: int) -> None:
+    """A delta of the HDFS-backed store's framing (`i32 klen, key, i32 vlen, value`, ended by -1) in
+    lz4-java's blocks, written as it streams: a store too large for a small driver's heap, standing
+    in for the 10^7-key stores of a real fleet."""
+    import struct
+
+    from testbed.lz4java import frame
+
+    value = b"v" * value_bytes
+    with path.open("wb") as out:
+        batch = 4096
+        for start in range(0, records, batch):
+            rows = b"".join(
+                struct.pack(">i", 8) + struct.pack(">q", n) + struct.pack(">i", value_bytes) + value
+                for n in range(start, min(records, start + batch))
+            )
+            out.write(frame(rows)[: -len(frame(b""))])  # every block but the end marker
+        out.write(frame(struct.pack(">i", -1)))
+
+
+def test_an_hdfs_store_larger_than_the_drivers_heap_is_refused_alone(defaults, tmp_path) -> None:
+    """Spark's provider holds the whole map on the driver's heap, which every store shares: a store
+    whose map would not fit is refused before it is loaded, saying what it needs and which setting
+    to raise; the three other stores are compacted."""
+    path = copy_checkpoint(defaults["hdfs_deltas"], tmp_path / "hdfs")
+    victim = path / "state/0/0/1.delta"
+    _big_delta(victim, records=700_000, value_bytes=1000)  # about 700 MB as a map
+    (victim.parent / ".1.delta.crc").unlink()
+    date_back(path, 2 * 3600)
+    before = files_of(path / "state/0/0")
+    out = _compact(path, "--min-chain", "1", "--driver-memory", "1g")
+    assert out.returncode == 1, out.stderr
+    doc = json.loads(out.stdout)
+    assert len(doc["materialized"]) == 3 and len(doc["failed"]) == 1, doc
+    error = doc["failed"][0]["error"]
+    assert "spark.driver.memory" in error and "MiB" in error and "--driver-memory" in error, error
+    assert files_of(path / "state/0/0") == before

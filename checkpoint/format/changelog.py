@@ -209,6 +209,25 @@ def check_state_file(read, codec: str, path: str, *, snapshot: bool, chunk: int 
     return check_records(decompressing_reader(read, codec, path), False, path, chunk, deletes=not snapshot)
 
 
+class _Counted:
+    """A reader that counts the bytes it hands on."""
+
+    def __init__(self, reader: Reader) -> None:
+        self.reader, self.bytes = reader, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.reader.read(n)
+        self.bytes += len(data)
+        return data
+
+
+def measure_state_file(read, codec: str, path: str, *, snapshot: bool) -> tuple[int, int]:
+    """(records, decoded bytes) of an HDFS-backed delta or snapshot, checked as `check_state_file`
+    checks it, holding a chunk at a time: what Spark's provider would hold of it."""
+    counted = _Counted(decompressing_reader(read, codec, path))
+    return check_records(counted, False, path, deletes=not snapshot), counted.bytes
+
+
 def check_records(
     reader: Reader, typed: bool, path: str, chunk: int = 1 << 20, *, deletes: bool = True
 ) -> int:
