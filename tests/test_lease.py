@@ -351,6 +351,47 @@ def test_a_symlinked_spelling_waits_for_the_lease(copy_of, tmp_path) -> None:
     holder.release()
 
 
+@pytest.fixture
+def bind(tmp_path):
+    """`mount --bind`, undone after the test: one folder under a second path (root, as CI runs)."""
+    mounted: list[Path] = []
+
+    def mount(folder: Path, at: Path) -> Path:
+        at.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "--bind", str(folder), str(at)], capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"bind mounts need root and the mount syscall: {done.stderr.strip()}")
+        mounted.append(at)
+        return at
+
+    yield mount
+    for at in reversed(mounted):
+        subprocess.run(["umount", str(at)], check=True)
+
+
+def test_bind_mounts_of_a_checkpoint_or_its_folder_meet_one_lease(copy_of, tmp_path, bind) -> None:
+    """The reproduction: through a second mount point of the same folder, `gc --apply` ran while
+    another action held the lease through the first. The lease's identity is now the folder the
+    storage finds (device and inode), whichever mount reaches it."""
+    real = copy_of("two_actions")
+    via_parent = bind(real.parent, tmp_path / "mnt" / "share") / real.name  # a share mounted twice
+    via_itself = bind(real, tmp_path / "mnt" / "ckpt")  # the checkpoint folder bound elsewhere
+    assert os.path.samestat(os.stat(via_parent), os.stat(real)) and str(via_parent) != str(real)
+    before = _files(real)
+    holder = lease_for(Storage(str(real)), "ckpt compact").acquire()
+    for spelling in (via_parent, via_itself):
+        with pytest.raises(LeaseHeld, match="ckpt compact"):
+            lease_for(Storage(str(spelling)), "another").acquire()
+        gc = [str(spelling), "--apply", "--grace", "0s", "--unsafe-short-grace", "--quiet-period", "0s"]
+        refused = subprocess.run([CKPT, "gc", *gc], capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and "ckpt compact" in refused.stderr, refused.stderr
+    assert _files(real) == before
+    holder.release()
+    other = lease_for(Storage(str(via_itself)), "through the mount").acquire()
+    assert other.location == lease_for(Storage(str(real)), "x").location
+    other.release()
+
+
 def test_protocol_aliases_are_one_spelling() -> None:
     from checkpoint.storage import normalize_url
 

@@ -12,6 +12,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from checkpoint.storage.files import VANISHED, Calls, FileInfo, failing
 from checkpoint.storage.generic import FsspecBackend
+from checkpoint.storage.mounts import canonical_path
 
 T = TypeVar("T")
 
@@ -306,9 +307,10 @@ class LocalBackend(FsspecBackend):
         return escapes(full, folder, files)
 
     def identity(self, root: str) -> str:
-        """Symlinks resolved (`/x/alias/q` with alias -> real is `/x/real/q`), and the spelling
+        """Symlinks resolved (`/x/alias/q` with alias -> real is `/x/real/q`), bind mounts and a
+        file system mounted twice taken back to one mount (`mounts`), and the spelling
         lower-cased where the file system ignores case."""
-        real = os.path.realpath(root)
+        real = canonical_path(root)
         return real.lower() if ignores_case(real) else real
 
     def spark_url(self, root: str) -> str:
