@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from assets.partitions import parse_partition_key, partition_key
 from checkpoint.cleanup.audit import AuditTrail
@@ -24,34 +24,50 @@ from checkpoint.model.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.model.head import latest_commit, load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from checkpoint.safety.lease import Lease, lease_for
-from checkpoint.storage import Storage, scheme_of
+from checkpoint.storage import Storage, credentials_in, refuse_userinfo, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
 
 
-# Option names that carry a credential, at any depth of the options (s3fs' key/secret/token,
-# botocore's aws_*, adlfs' account_key/sas_token/connection_string, gcsfs' token, passwords).
-_CREDENTIAL = re.compile(r"(^key$|secret|token|password|passwd|credential|connection_string|account_key"
-                         r"|access_key|private_key|^sas)", re.IGNORECASE)  # fmt: skip
-
-
-def refuse_credentials(options: dict[str, Any] | None, where: str) -> None:
+def refuse_credentials(options: Any, where: str) -> None:
     """Dagster keeps a resource's configuration in every run's job snapshot and shows it to every
-    UI user: a credential there is a credential published. They come from the environment."""
-    for name, value in (options or {}).items():
-        if _CREDENTIAL.search(str(name)):
-            raise ValueError(
-                f"{where} holds a credential ({name!r}): Dagster would store it with every run and show "
-                "it in its UI. Give it through botocore's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a "
-                "profile, an instance role) or the file system's own environment variables, or set it "
-                "with dagster.EnvVar in a resource of your own"
-            )
-        if isinstance(value, dict):
-            refuse_credentials(value, where)
+    UI user: a credential there is a credential published. They come from the environment. The
+    message names where the credential sits, never its value."""
+    found = credentials_in(options)
+    if found:
+        raise ValueError(
+            f"{where} holds a credential ({', '.join(found)}): Dagster would store it with every run and "
+            "show it in its UI. Give it through botocore's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a "
+            "profile, an instance role) or the file system's own environment variables, or set it with "
+            "dagster.EnvVar in a resource of your own"
+        )
+
+
+def _refuse_userinfo(url: str | None, where: str) -> None:
+    try:
+        refuse_userinfo(url or "", where)
+    except CheckpointError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def fixed(resource: dg.ConfigurableResource) -> dg.ResourceDefinition:
+    """A resource as the deployment set it, taking no run config: a Launchpad run that tries to
+    set any field (another root, another Spark, a conf) fails its config check before anything
+    runs, and no job snapshot holds its values."""
+    return dg.ResourceDefinition(
+        resource_fn=lambda _: resource, config_schema=dg.Shape({}), description="Fixed by the deployment"
+    )
+
+
+# pydantic's validation errors echo the input, and Dagster shows them wherever the code location's
+# load error is shown: a refused credential would be printed by the refusal.
+_HIDE_INPUT = ConfigDict(hide_input_in_errors=True)
 
 
 class CheckpointRoot(dg.Config):
     """A folder (any fsspec URL) under which checkpoints are found at any depth."""
+
+    model_config = _HIDE_INPUT
 
     name: str = Field(description="Short, stable name: the first part of every partition key under it")
     url: str = Field(description="file:///..., s3://bucket/prefix, or any fsspec URL")
@@ -68,6 +84,7 @@ class CheckpointRoot(dg.Config):
     @model_validator(mode="after")
     def _no_credentials(self) -> CheckpointRoot:
         refuse_credentials(self.storage_options, f"the storage_options of root {self.name!r}")
+        _refuse_userinfo(self.url, f"the url of root {self.name!r}")
         return self
 
     queries_stopped: bool = Field(
@@ -81,6 +98,8 @@ class CheckpointRootsResource(dg.ConfigurableResource):
     """What maintenance may touch and the floors it keeps. Set by the deployment only: the code
     location wraps it in `fixed` so that no run's config can name another root, storage options,
     audit location, grace, quiet period or retention (docs/safety.md, "run config narrows")."""
+
+    model_config = _HIDE_INPUT
 
     roots: list[CheckpointRoot]
     long_chain_threshold: int = Field(
@@ -119,6 +138,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
     @model_validator(mode="after")
     def _above_the_floors(self) -> CheckpointRootsResource:
         refuse_credentials(self.audit_storage_options, "audit_storage_options")
+        _refuse_userinfo(self.audit_url, "audit_url")
         if self.unsafe_floors:
             return self
         floors = (("grace", self.grace, POLICY.min_grace_seconds),
@@ -129,13 +149,6 @@ class CheckpointRootsResource(dg.ConfigurableResource):
                                  "query's files could be taken for orphans (set unsafe_floors only where "
                                  "nothing writes to the checkpoints)")  # fmt: skip
         return self
-
-    def fixed(self) -> dg.ResourceDefinition:
-        """This resource as the deployment set it, taking no run config: a Launchpad run that
-        tries to set any field fails its config check before anything runs."""
-        return dg.ResourceDefinition(
-            resource_fn=lambda _: self, config_schema=dg.Shape({}), description="Fixed by the deployment"
-        )
 
     def quiet_seconds_at_least(self, asked: str | None) -> float:
         """A run may ask for a longer quiet period than the deployment's, never a shorter one."""
@@ -280,11 +293,27 @@ def roots_from_env() -> list[CheckpointRoot]:
 
 
 class SparkResource(dg.ConfigurableResource):
-    """The Spark that runs rebuild jobs: local by default, any master, or a Spark Connect remote."""
+    """The Spark that runs rebuild jobs: local by default, any master, or a Spark Connect remote.
+    Set by the deployment only (`fixed`): a run's config cannot choose which cluster reads and
+    writes the state, and credentials (s3a keys, a Connect token) come from the environment,
+    never from a value Dagster stores."""
+
+    model_config = _HIDE_INPUT
 
     master: str = Field(default=POLICY.spark_master, description="e.g. local[*], spark://host:7077, yarn")
     remote: str | None = Field(default=None, description="Spark Connect URL (sc://host:15002), over master")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf")
+
+    @model_validator(mode="after")
+    def _no_credentials(self) -> SparkResource:
+        refuse_credentials(self.conf, "the Spark conf")
+        if self.remote and re.search(r";\s*token\s*=|://[^/]*@", self.remote, re.IGNORECASE):
+            raise ValueError(
+                "the Spark Connect URL carries a token or a user: give it through the environment "
+                "(SPARK_CONNECT_AUTHENTICATE_TOKEN, read by PySpark's Connect client), never in the "
+                "deployment's configuration"
+            )
+        return self
 
     def session(self):
         from jobs.spark_session import session_for

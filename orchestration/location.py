@@ -7,7 +7,7 @@ from __future__ import annotations
 import dagster as dg
 
 import assets
-from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
+from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, fixed
 from orchestration.jobs import ALL_JOBS
 from orchestration.maintenance import maintenance_schedule
 from orchestration.schedules import checkpoint_audit_schedule, checkpoint_fleet_schedule
@@ -25,8 +25,9 @@ def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None =
         ],
         sensors=[checkpoint_discovery_sensor, checkpoint_commit_sensor],
         resources={
-            # Fixed: no run's config reaches what maintenance may touch or the floors it keeps.
-            "roots": CheckpointRootsResource(roots=roots, **roots_options).fixed(),
-            "spark": spark or SparkResource(),
+            # Fixed: no run's config reaches what maintenance may touch, the floors it keeps, or
+            # the Spark that reads and writes the state.
+            "roots": fixed(CheckpointRootsResource(roots=roots, **roots_options)),
+            "spark": fixed(spark or SparkResource()),
         },
     )

@@ -19,7 +19,7 @@ from assets.cleanup import (
     checkpoint_orphan_plan,
 )
 from assets.partitions import partition_key
-from assets.resources import CheckpointRoot, CheckpointRootsResource
+from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from checkpoint.cleanup.manifest import PlannedFile
 from checkpoint.safety.lease import lease_for
 from orchestration.location import build_definitions
@@ -191,6 +191,76 @@ def test_a_launchpad_run_config_aimed_at_another_root_changes_nothing(instance, 
                         "ops": {"checkpoint_orphan_cleanup": {"config": {"apply": True}}}},
         )  # fmt: skip
     assert (_files(aged_root), _files(other)) == before
+
+
+@pytest.mark.parametrize(
+    "spark",
+    [{"remote": "sc://elsewhere:15002"}, {"master": "spark://elsewhere:7077"},
+     {"conf": {"spark.hadoop.fs.s3a.endpoint": "http://elsewhere"}}],
+    ids=["remote", "master", "conf"],
+)  # fmt: skip
+def test_a_launchpad_run_config_cannot_re_aim_spark(instance, aged_root, spark) -> None:
+    """The Spark resource is the deployment's, as the roots are: a run that sets its master,
+    remote or conf fails its config check in every job, and a run of one changes nothing."""
+    _, key = _setup(instance, aged_root)
+    defs = build_definitions([CheckpointRoot(name="t", url=str(aged_root))])
+    before = _files(aged_root)
+    hostile = {"resources": {"spark": {"config": spark}}}
+    jobs = [job for job in defs.resolve_all_job_defs() if "spark" in job.resource_defs]
+    assert {"checkpoint_maintenance", "compact_checkpoints", "migrate_checkpoint"} <= {j.name for j in jobs}
+    for job in jobs:
+        with pytest.raises(dg.DagsterInvalidConfigError):
+            dg.validate_run_config(job, hostile)
+    with pytest.raises(dg.DagsterInvalidConfigError):
+        defs.resolve_job_def("checkpoint_maintenance").execute_in_process(
+            partition_key=key, instance=instance, run_config=hostile
+        )
+    assert _files(aged_root) == before
+
+
+SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+
+
+def _root_with(**options) -> CheckpointRoot:
+    return CheckpointRoot(name="t", url="s3://b/x", storage_options=options)
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        lambda: SparkResource(conf={"spark.hadoop.fs.s3a.secret.key": SECRET}),
+        lambda: SparkResource(conf={"spark.hadoop.fs.s3a.access.key": SECRET}),
+        lambda: SparkResource(remote=f"sc://host:443/;token={SECRET}"),
+        lambda: _root_with(client_kwargs={"x": [{"aws_secret_access_key": SECRET}]}),
+        lambda: _root_with(headers={"Authorization": SECRET}),
+        lambda: _root_with(headers={"Cookie": SECRET}),
+        lambda: _root_with(client_kwargs={"endpoint_url": f"http://admin:{SECRET}@h:9000"}),
+        lambda: CheckpointRoot(name="t", url=f"s3://admin:{SECRET}@b/x"),
+        lambda: _root_with(s3_additional_kwargs={"SSECustomerKey": SECRET}),
+        lambda: _root_with(passphrase=SECRET),
+        lambda: _root_with(api_key=SECRET),
+        lambda: CheckpointRootsResource(roots=[CheckpointRoot(name="t", url="/x")], audit_url=f"s3://u:{SECRET}@b/a"),
+    ],
+)  # fmt: skip
+def test_a_credential_in_any_shape_is_refused_and_never_printed(resource) -> None:
+    with pytest.raises(Exception) as refused:
+        resource()
+    assert (
+        "credential" in str(refused.value)
+        or "user or password" in str(refused.value)
+        or "token" in str(refused.value)
+    )
+    assert SECRET not in str(refused.value) and SECRET not in repr(refused.value)
+
+
+def test_a_url_with_a_password_is_refused_by_every_command_and_never_printed(tmp_path) -> None:
+    from tests.test_cli import ckpt
+
+    for args in (["validate", f"s3://admin:{SECRET}@bucket/ckpt"], ["scan", f"s3://admin:{SECRET}@bucket"],
+                 ["fork", str(tmp_path), f"s3://admin:{SECRET}@bucket/dest"]):  # fmt: skip
+        out = ckpt(*args)
+        assert out.returncode == 2 and "user or password" in out.stderr, (args, out.stderr)
+        assert SECRET not in out.stderr + out.stdout and "Traceback" not in out.stderr
 
 
 def test_the_deployment_keeps_the_floors_and_a_run_only_narrows(tmp_path) -> None:

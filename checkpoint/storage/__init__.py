@@ -18,7 +18,14 @@ tests and benchmarks can compare what two checkpoints cost on any backend.
 from checkpoint.storage.files import Calls, FileInfo, Folder, mtime_of
 from checkpoint.storage.front import Storage
 from checkpoint.storage.s3 import DELETE_MAX_KEYS
-from checkpoint.storage.urls import normalize_url, options_from_env, scheme_of
+from checkpoint.storage.urls import (
+    credentials_in,
+    normalize_url,
+    options_from_env,
+    redact,
+    refuse_userinfo,
+    scheme_of,
+)
 
-__all__ = ["DELETE_MAX_KEYS", "Calls", "FileInfo", "Folder", "Storage", "mtime_of",
-           "normalize_url", "options_from_env", "scheme_of"]  # fmt: skip
+__all__ = ["DELETE_MAX_KEYS", "Calls", "FileInfo", "Folder", "Storage", "credentials_in", "mtime_of",
+           "normalize_url", "options_from_env", "redact", "refuse_userinfo", "scheme_of"]  # fmt: skip

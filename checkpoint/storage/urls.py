@@ -11,6 +11,53 @@ from fsspec.core import split_protocol
 from checkpoint.errors import StorageError
 from checkpoint.policy import POLICY
 
+# Option names that carry a credential, at any depth of the options: s3fs' key/secret/token,
+# botocore's aws_* and SSECustomerKey, adlfs' account_key/sas_token/connection_string, gcsfs'
+# token, passwords and passphrases, API keys, and headers that authenticate (Authorization,
+# Cookie, security tokens).
+_CREDENTIAL = re.compile(
+    r"(^key$|secret|token|password|passwd|passphrase|credential|connection.?string|account.?key|access.?key"
+    r"|private.?key|customer.?key|api.?key|^sas|authorization|cookie)",
+    re.IGNORECASE,
+)
+# `scheme://user:password@host/...`: user info before the first slash of the authority.
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/@]*@)")
+
+
+def redact(url: str) -> str:
+    """The URL with any user info hidden: what a message may show of it."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}***@", url.strip())
+
+
+def refuse_userinfo(url: str, where: str = "a URL") -> None:
+    """A URL that carries a user or password prints it in every message, log line and finding
+    that names a path: refused, and never echoed."""
+    if _USERINFO.match(url.strip()):
+        raise StorageError(
+            f"{where} carries a user or password: give credentials through the environment "
+            "(botocore's chain, the file system's own variables), never in a URL",
+            redact(url),
+        )
+
+
+def credentials_in(options: Any, path: str = "") -> list[str]:
+    """Where a credential sits in options of any shape (dicts and lists, at any depth): a key
+    named like one, or a URL with user info. The places are named, the values never."""
+    found: list[str] = []
+    if isinstance(options, dict):
+        for name, value in options.items():
+            here = f"{path}.{name}" if path else str(name)
+            if _CREDENTIAL.search(str(name)):
+                found.append(here)
+            else:
+                found += credentials_in(value, here)
+    elif isinstance(options, (list, tuple)):
+        for i, value in enumerate(options):
+            found += credentials_in(value, f"{path}[{i}]")
+    elif isinstance(options, str) and _USERINFO.match(options.strip()):
+        found.append(path or "a URL")
+    return found
+
 
 def normalize_url(url: str) -> str:
     """The one spelling of a URL, given once at the door (Storage) and used for every identity
@@ -33,6 +80,7 @@ def normalize_url(url: str) -> str:
     if protocol in ("file", "local"):
         path = os.path.abspath(os.path.expanduser(path))
         return re.sub("/{2,}", "/", path)  # abspath keeps a leading "//" (POSIX allows it)
+    refuse_userinfo(url, "the location")
     protocol = _PROTOCOL_ALIASES.get(protocol, protocol)
     path = re.sub("/{2,}", "/", path)
     return f"{protocol}://{path.rstrip('/') or path}"
@@ -73,6 +121,7 @@ def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[s
     client_kwargs = dict(options.get("client_kwargs") or {})
     for env, name in (("AWS_ENDPOINT_URL", "endpoint_url"), ("AWS_REGION", "region_name")):
         if os.environ.get(env) and name not in client_kwargs and name not in options:
+            refuse_userinfo(os.environ[env], env)
             client_kwargs[name] = os.environ[env]
     if client_kwargs:
         options["client_kwargs"] = client_kwargs
