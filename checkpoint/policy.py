@@ -92,6 +92,7 @@ class Policy:
     # costs no memory. Far above any real query (Spark's own default is 200 partitions).
     max_state_partitions: int = 100_000
     max_stores_per_operator: int = 64
+    max_state_stores: int = 100_000  # partitions x stores, over a batch's operators
     max_schema_paths: int = 1_000
     max_log_file_bytes: int = 16 << 20
     # The HDFS-backed store's compaction loads the whole map on the driver's heap, which every

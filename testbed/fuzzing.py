@@ -10,6 +10,7 @@ checksum that would refuse them first.
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +20,16 @@ from checkpoint.format.changelog import check_changelog, read_changelog
 from checkpoint.format.codec import Lz4BlockReader
 from checkpoint.format.crc import check_hadoop_crc, parse_sidecar
 from checkpoint.format.layout import FileKind, classify
-from checkpoint.format.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
+from checkpoint.format.logs import (
+    SHUFFLE_PARTITIONS,
+    parse_commit,
+    parse_offset,
+    parse_operator_metadata,
+    parse_query_metadata,
+)
 from checkpoint.format.snapshot import parse_zip_metadata, read_snapshot
 from checkpoint.format.unsaferow import read_schema_file, row_shape
+from checkpoint.policy import POLICY
 from testbed.lz4java import frame
 
 
@@ -40,11 +48,33 @@ def _hadoop_checked(b: bytes) -> object:
     return check_hadoop_crc(io.BytesIO(b[4 + n :]).read, b[4 : 4 + n], "1.delta")
 
 
+def _bounded_metadata(b: bytes) -> object:
+    """Operator metadata as the model takes it: whatever parses declares a bounded layout."""
+    meta = parse_operator_metadata(b, "state/0/_metadata/metadata")
+    assert len(meta.stores) <= POLICY.max_stores_per_operator, len(meta.stores)
+    for store in meta.stores:
+        assert 1 <= store.num_partitions <= POLICY.max_state_partitions, store.num_partitions
+        assert "/" not in store.name and store.name not in (".", ".."), store.name
+        assert len(store.schema_paths) <= POLICY.max_schema_paths
+    return meta
+
+
+def _offset_conf(b: bytes) -> object:
+    """An offset file around a mutated `conf`: a count it pins is a count the model is sized by."""
+    entry = parse_offset(
+        7, b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":' + b + b"}\n", "offsets/7"
+    )
+    count = entry.shuffle_partitions
+    assert count is None or 1 <= count <= POLICY.max_state_partitions, count
+    return entry
+
+
 # target -> what reads it, from bytes
 TARGETS: dict[str, Callable[[bytes], object]] = {
     "commit": lambda b: parse_commit(7, b, "commits/7"),
     "offset": lambda b: parse_offset(7, b, "offsets/7"),
-    "operator_metadata": lambda b: parse_operator_metadata(b, "state/0/_metadata/metadata"),
+    "operator_metadata": _bounded_metadata,
+    "offset_conf": _offset_conf,
     "query_metadata": lambda b: parse_query_metadata(b, "metadata"),
     "zip": lambda b: read_snapshot(io.BytesIO(b), "8_x.zip"),
     "zip_metadata": lambda b: parse_zip_metadata(b, "metadata"),
@@ -73,6 +103,7 @@ def seeds(checkpoint: Path) -> dict[str, bytes]:
     return {
         "commit": found[FileKind.COMMIT].read_bytes(),
         "offset": found[FileKind.OFFSET].read_bytes(),
+        "offset_conf": _state_conf(found[FileKind.OFFSET].read_bytes()),
         "operator_metadata": found[FileKind.OPERATOR_METADATA].read_bytes(),
         "query_metadata": found[FileKind.QUERY_METADATA].read_bytes(),
         "zip": zip_bytes,
@@ -84,6 +115,18 @@ def seeds(checkpoint: Path) -> dict[str, bytes]:
         "hadoop_crc": _with_hadoop_crc(found[FileKind.CHANGELOG]),
         "state_schema": found[FileKind.STATE_SCHEMA].read_bytes(),
     }
+
+
+def _state_conf(offset: bytes) -> bytes:
+    """The confs of an offset file that size or shape the state, alone: short, so that mutations
+    land on them (the count of partitions above all)."""
+    conf = json.loads(offset.decode().split("\n")[1])["conf"]
+    kept = {
+        k: v
+        for k, v in conf.items()
+        if k.startswith("spark.sql.streaming.stateStore") or k == SHUFFLE_PARTITIONS
+    }
+    return json.dumps(kept, separators=(",", ":")).encode()
 
 
 def _with_hadoop_crc(path: Path) -> bytes:

@@ -10,144 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum, StrEnum
 from itertools import pairwise
 
+from checkpoint.analysis.findings import CODES as CODES
+from checkpoint.analysis.findings import Category as Category
+from checkpoint.analysis.findings import Code as Code
+from checkpoint.analysis.findings import Finding, FindingCode, batch_spans
+from checkpoint.analysis.findings import Severity as Severity
+from checkpoint.analysis.findings import finding as _finding
+from checkpoint.analysis.stores import store_findings
 from checkpoint.errors import CheckpointError, UnknownFormatVersionError
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from checkpoint.format.crc import Checksumming, parse_sidecar
 from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, FileKind
 from checkpoint.format.providers import Provider, StateFiles
 from checkpoint.format.snapshot import Snapshot, UnreadableZipError
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, StateFolders, StoreId
-from checkpoint.model.lineage import StoreLineage, checkpoint_lineage, partitions_named, state_partitions
+from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, StoreId
+from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
 from checkpoint.policy import POLICY
 from checkpoint.storage import normalize_url
-
-
-class Severity(str, Enum):
-    ERROR = "error"
-    WARNING = "warning"
-    INFO = "info"
-
-
-class Category(str, Enum):
-    """Which blocking check a finding belongs to."""
-
-    COMMIT_LOG = "commit_log"
-    LINEAGE = "lineage"
-    SNAPSHOT = "snapshot"
-
-
-class FindingCode(StrEnum):
-    """Every finding validation reports (`CODES` says what each means). A StrEnum: a code compares,
-    hashes, prints and serialises as its name, so documents and tests read plain strings."""
-
-    INCOMPLETE_FORK = "INCOMPLETE_FORK"
-    MOVED_CHECKPOINT = "MOVED_CHECKPOINT"
-    SCHEMA_FILE_MISSING = "SCHEMA_FILE_MISSING"
-    UNREADABLE_LOG_FILE = "UNREADABLE_LOG_FILE"
-    UNKNOWN_FORMAT_VERSION = "UNKNOWN_FORMAT_VERSION"
-    COMMIT_WITHOUT_OFFSETS = "COMMIT_WITHOUT_OFFSETS"
-    OFFSET_LOG_GAP = "OFFSET_LOG_GAP"
-    COMMIT_LOG_GAP = "COMMIT_LOG_GAP"
-    MULTIPLE_UNFINISHED_BATCHES = "MULTIPLE_UNFINISHED_BATCHES"
-    PARTITION_COUNT_MISMATCH = "PARTITION_COUNT_MISMATCH"
-    COMMITTED_FILE_MISSING = "COMMITTED_FILE_MISSING"
-    CHANGELOG_UNREADABLE = "CHANGELOG_UNREADABLE"
-    LINEAGE_NOT_CONTIGUOUS = "LINEAGE_NOT_CONTIGUOUS"
-    LINEAGE_BAD_END = "LINEAGE_BAD_END"
-    REPLAY_CHAIN_BROKEN = "REPLAY_CHAIN_BROKEN"
-    REPLAY_CHAIN_NO_BASE = "REPLAY_CHAIN_NO_BASE"
-    LINEAGE_HEADER_NEAR_CAP = "LINEAGE_HEADER_NEAR_CAP"
-    LONG_REPLAY_CHAIN = "LONG_REPLAY_CHAIN"
-    ZIP_UNREADABLE = "ZIP_UNREADABLE"
-    ZIP_METADATA_INVALID = "ZIP_METADATA_INVALID"
-    SST_MISSING = "SST_MISSING"
-    SST_SIZE_MISMATCH = "SST_SIZE_MISMATCH"
-    CRC_MISMATCH = "CRC_MISMATCH"
-    CHANGELOG_CORRUPT = "CHANGELOG_CORRUPT"
-    SNAPSHOT_UNREADABLE = "SNAPSHOT_UNREADABLE"
-    DELTA_UNREADABLE = "DELTA_UNREADABLE"
-    UNKNOWN_PROVIDER = "UNKNOWN_PROVIDER"
-    OPERATOR_METADATA_MISSING = "OPERATOR_METADATA_MISSING"
-    STORES_DISAGREE = "STORES_DISAGREE"
-    UNNAMED_STATE_FOLDER = "UNNAMED_STATE_FOLDER"
-
-
-@dataclass(frozen=True)
-class Code:
-    name: FindingCode
-    severity: Severity
-    category: Category
-    summary: str
-
-
-def _codes(*codes: Code) -> dict[str, Code]:
-    return {c.name: c for c in codes}
-
-
-E, W = Severity.ERROR, Severity.WARNING
-LOG, LIN, SNAP = Category.COMMIT_LOG, Category.LINEAGE, Category.SNAPSHOT
-F = FindingCode
-# fmt: off
-CODES = _codes(
-    Code(F.INCOMPLETE_FORK, E, LOG, "an interrupted fork: a query started here would lose state"),
-    Code(F.OPERATOR_METADATA_MISSING, E, LOG, "an operator's state folder has no operator metadata: its "
-         "stores cannot be named (written before Spark 4.0)"),
-    Code(F.MOVED_CHECKPOINT, E, LOG, "operator metadata names schema files under another root: moved"),
-    Code(F.SCHEMA_FILE_MISSING, E, LOG, "a schema file that operator metadata names does not exist"),
-    Code(F.UNREADABLE_LOG_FILE, E, LOG, "a commit, offset or metadata file cannot be parsed"),
-    Code(F.UNKNOWN_FORMAT_VERSION, E, LOG, "a file declares a format version this release does not know"),
-    Code(F.COMMIT_WITHOUT_OFFSETS, E, LOG, "a batch is committed but its offsets file is missing"),
-    Code(F.OFFSET_LOG_GAP, E, LOG, "batch ids missing inside the offset log"),
-    Code(F.COMMIT_LOG_GAP, E, LOG, "a planned batch below the latest committed one has no commit"),
-    Code(F.MULTIPLE_UNFINISHED_BATCHES, E, LOG, "more than one planned batch after the latest commit"),
-    Code(F.PARTITION_COUNT_MISMATCH, E, LOG, "state partitions in the commit log differ from the offsets"),
-    Code(F.STORES_DISAGREE, E, LOG, "what names the stores disagrees: the operator metadata's partitions and "
-         "stores, the offsets' spark.sql.shuffle.partitions, the commit's ids and the state folders"),
-    Code(F.UNNAMED_STATE_FOLDER, W, LOG, "a partition folder that no batch in the logs names: kept, never "
-         "cleaned"),
-    Code(F.COMMITTED_FILE_MISSING, E, LIN, "the committed version of a store has no state file (changelog or "
-         "zip; delta or snapshot for the HDFS-backed store)"),
-    Code(F.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read"),
-    Code(F.LINEAGE_NOT_CONTIGUOUS, E, LIN, "a changelog's lineage skips or repeats versions"),
-    Code(F.LINEAGE_BAD_END, E, LIN, "a changelog's lineage does not end at version - 1"),
-    Code(F.REPLAY_CHAIN_BROKEN, E, LIN, "a changelog (or delta) the replay chain needs is missing"),
-    Code(F.REPLAY_CHAIN_NO_BASE, E, LIN, "no zip in the lineage and the lineage does not start at version 1"),
-    Code(F.LINEAGE_HEADER_NEAR_CAP, E, LIN, "the lineage header is near the 65,535-byte cap"),
-    Code(F.LONG_REPLAY_CHAIN, W, LIN, "recovery replays a long chain of changelogs (or deltas)"),
-    Code(F.ZIP_UNREADABLE, E, SNAP, "a snapshot zip cannot be opened"),
-    Code(F.ZIP_METADATA_INVALID, E, SNAP, "a snapshot zip's metadata is invalid"),
-    Code(F.SST_MISSING, E, SNAP, "an SST a snapshot lists does not exist"),
-    Code(F.SST_SIZE_MISMATCH, E, SNAP, "an SST a snapshot lists has another size"),
-    Code(F.CRC_MISMATCH, E, SNAP, "a file does not match its .crc sidecar (deep)"),
-    Code(F.CHANGELOG_CORRUPT, E, SNAP, "a changelog fails to decompress or parse (deep)"),
-    Code(F.SNAPSHOT_UNREADABLE, E, SNAP, "an HDFS-backed store's snapshot is empty, or fails to "
-         "decompress or parse (deep)"),
-    Code(F.DELTA_UNREADABLE, E, SNAP, "a delta the replay chain needs is empty, or fails to decompress or "
-         "parse (deep)"),
-    Code(F.UNKNOWN_PROVIDER, E, LIN, "the state store provider is not Spark's: its state files are neither "
-         "read nor changed"),
-)
-# fmt: on
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: FindingCode
-    severity: Severity
-    path: str
-    message: str
-    category: Category  # the check it belongs to: a code's own, or where an unknown version turned up
-
-    def as_dict(self) -> dict:
-        return {
-            "severity": self.severity.value,
-            "code": self.code,
-            "path": self.path,
-            "message": self.message,
-        }
 
 
 @dataclass(frozen=True)
@@ -168,10 +49,6 @@ class Validation:
 
     def of(self, category: Category) -> list[Finding]:
         return [f for f in self.findings if f.category == category]
-
-
-def _finding(code: FindingCode, path: str, message: str, category: Category | None = None) -> Finding:
-    return Finding(code, CODES[code].severity, path, message, category or CODES[code].category)
 
 
 ALL_CATEGORIES = frozenset(Category)
@@ -341,57 +218,10 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     yield from _partition_findings(ckpt, latest)
 
 
-def _store_findings(ckpt: Checkpoint, latest: int) -> Iterable[Finding]:
-    """What names the stores (metadata, offsets, commit ids, folders) agrees; in V1 only metadata does."""
-    entry, ever = ckpt.batches[latest], partitions_named(ckpt)
-    for op in ckpt.operators.values():
-        # A run's first batch writes it, Spark's repartitioning leaves it: some batch's count.
-        counts = {state_partitions(ckpt, op, b) for b in ckpt.batches}
-        declared = sorted({s.num_partitions for s in op.metadata.stores}) if op.metadata else []
-        if declared and (len(declared) > 1 or declared[0] not in counts):
-            yield _finding(
-                F.STORES_DISAGREE,
-                ckpt.storage.full(f"state/{op.id}/_metadata"),
-                f"operator {op.id}'s metadata declares {_listed(declared)} partition(s), and no batch in the "
-                f"logs has that many (batch {latest} has {state_partitions(ckpt, op, latest)}: its offsets' "
-                "spark.sql.shuffle.partitions or commit ids)",
-            )
-        ids = None if entry.commit is None else (entry.commit.state_unique_ids or {}).get(op.id)
-        widths = sorted({len(p) for p in ids or ()})
-        if widths and widths != [len(op.store_names)]:
-            yield _finding(
-                F.STORES_DISAGREE,
-                ckpt.storage.full(f"commits/{latest}"),
-                f"operator {op.id} has {len(op.store_names)} store(s) ({_listed(op.store_names)}) and "
-                f"commits/{latest} names {_listed(widths)} id(s) a partition",
-            )
-        seen = ckpt.state_folders.get(op.id) or StateFolders()
-        unnamed = sorted((seen.stores or frozenset()) - set(op.store_names))
-        if unnamed:
-            yield _finding(
-                F.STORES_DISAGREE,
-                ckpt.storage.full(f"state/{op.id}"),
-                f"operator {op.id} has store folder(s) {_listed(unnamed)} that its metadata does not name "
-                f"(it names {_listed(op.store_names)})",
-            )
-        beyond = {p for p in seen.partitions or () if p >= ever[op.id]}
-        if beyond:
-            yield _finding(
-                F.UNNAMED_STATE_FOLDER,
-                ckpt.storage.full(f"state/{op.id}"),
-                f"operator {op.id} has partition folder(s) {batch_spans(beyond)}, and no batch in the logs "
-                f"has more than {ever[op.id]} partitions: they are kept, not cleaned",
-            )
-
-
-def _listed(values: Iterable[object]) -> str:
-    return ", ".join(map(str, values))
-
-
 def _partition_findings(ckpt: Checkpoint, latest: int | None) -> Iterable[Finding]:
     if latest is None:
         return
-    yield from _store_findings(ckpt, latest)
+    yield from store_findings(ckpt, latest)
     batch = ckpt.batches[latest]
     if batch.commit is None or batch.commit.state_unique_ids is None or batch.offset is None:
         return
@@ -404,20 +234,6 @@ def _partition_findings(ckpt: Checkpoint, latest: int | None) -> Iterable[Findin
                 f"operator {op} has {len(partitions)} partitions in the commit log but "
                 f"spark.sql.shuffle.partitions is {expected} in offsets/{latest}",
             )
-
-
-def batch_spans(ids: set[int]) -> str:
-    """`0-11, 14`: ids as runs, so a gap shows."""
-    ordered, spans = sorted(ids), []
-    start = prev = ordered[0]
-    for n in ordered[1:] + [None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ", ".join(spans)
 
 
 def _store_path(ckpt: Checkpoint, sid: StoreId) -> str:

@@ -107,7 +107,10 @@ def load_head(
         base = dataclasses.replace(base, state_folders=_with_store_folders(storage, base.state_folders))
     committed = sorted(b.id for b in base.batches.values() if b.committed)
     wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
-    targets = sorted({sid for b in wanted for sid in store_ids(base, b)}, key=_order)
+    # A store whose partition folder is not there has no file to look up: it reads as missing.
+    listed = {op: seen.partitions for op, seen in base.state_folders.items() if seen.partitions is not None}
+    named = {sid for b in wanted for sid in store_ids(base, b)}
+    targets = sorted((s for s in named if s.partition in listed.get(s.operator, (s.partition,))), key=_order)
     resolver = _Resolver(base, wanted, sidecars=sidecars)
     with ThreadPoolExecutor(max(1, min(workers, len(targets) or 1))) as pool:
         for n, _ in enumerate(pool.map(resolver.resolve, targets), 1):

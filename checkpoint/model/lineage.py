@@ -19,6 +19,7 @@ from checkpoint.format.changelog import LINEAGE_HEADER_CAP, ChangelogHeader, Lin
 from checkpoint.format.layout import FileKind
 from checkpoint.format.providers import StateFiles
 from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, Operator, Store, StoreId
+from checkpoint.policy import POLICY
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,18 @@ def _v1_commit(ckpt: Checkpoint, batch: int) -> bool:
 
 def store_ids(ckpt: Checkpoint, batch: int) -> list[StoreId]:
     """Every store Spark loads at a batch: operators x partitions x stores, files present or not."""
-    out = []
-    for op in ckpt.operators.values():
-        partitions = state_partitions(ckpt, op, batch)
-        out += [StoreId(op.id, p, name) for p in range(partitions) for name in op.store_names]
-    return out
+    counts = {op.id: state_partitions(ckpt, op, batch) for op in ckpt.operators.values()}
+    total = sum(counts[op.id] * len(op.store_names) for op in ckpt.operators.values())
+    if total > POLICY.max_state_stores:
+        per_op = ", ".join(f"operator {o}: {n:,} partitions" for o, n in counts.items())
+        limit = POLICY.max_state_stores
+        raise CheckpointError(
+            f"batch {batch} names {total:,} stores ({per_op}), more than the {limit:,} this tool sizes "
+            "anything by: refused before loading them",
+            ckpt.url,
+        )
+    return [StoreId(op.id, p, name) for op in ckpt.operators.values() for p in range(counts[op.id])
+            for name in op.store_names]  # fmt: skip
 
 
 def checkpoint_lineage(ckpt: Checkpoint, batch: int | None = None) -> list[StoreLineage]:
