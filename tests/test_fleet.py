@@ -154,3 +154,22 @@ def test_the_fleet_checks_pass_or_warn_at_the_right_level(fleet_root, tmp_path) 
     assert checks[NO_ERRORS_CHECK].passed
     assert not checks[HEADROOM_CHECK].passed and checks[HEADROOM_CHECK].severity == dg.AssetCheckSeverity.WARN
     assert meta["worst_header_fraction"] == pytest.approx(NEAR / LINEAGE_HEADER_CAP, abs=1e-3)
+
+
+def test_the_table_ranks_by_the_need_the_attention_list_names() -> None:
+    """The reproduction: 15 healthy checkpoints (no finding, chains of 4-5, headers at 0-1 % of
+    the cap) were listed above every checkpoint with a LONG_REPLAY_CHAIN warning and a chain of
+    30-35, because the ranking sorted on the raw header fraction first. The table now ranks by the
+    need `needs_attention` names, in the same order."""
+    from checkpoint.analysis.fleet import FleetRow, needs_attention, ranked
+
+    def row(key: str, chain: int, header: float, warnings: tuple[str, ...] = (), errors=()) -> FleetRow:
+        return FleetRow(key, f"/f/{key}", 10, 60.0, False, errors, warnings, chain, "0/0/default", header)
+
+    healthy = [row(f"healthy{i:02d}", 4 + i % 2, (i % 2) / 100) for i in range(15)]
+    long = [row(f"long{i}", 30 + i, 0.0, ("LONG_REPLAY_CHAIN",)) for i in range(5)]
+    broken = row("broken", 3, 0.0, errors=("REPLAY_CHAIN_BROKEN",))
+    order = [r.key for r in ranked([*healthy, *long, broken])]
+    assert order[:6] == ["broken", "long4", "long3", "long2", "long1", "long0"], order
+    attention = [a.row.key for a in needs_attention([*healthy, *long, broken], limit=100)]
+    assert attention == order[: len(attention)] and len(attention) == 6

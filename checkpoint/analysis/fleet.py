@@ -108,14 +108,15 @@ def unreadable_row(key: str, url: str, problem: str, **known: Any) -> FleetRow:
 
 
 def urgency(row: FleetRow, policy: Policy = POLICY) -> tuple:
-    """Sort key, most urgent first: unreadable, errors, headroom, chains, then wasted bytes."""
+    """Sort key, most urgent first, by the same need `needs_attention` names (unreadable, a header
+    at the cap, moved, errors, a header past the warning, a long chain, wasted bytes, warnings,
+    healthy); within one need, headroom, then chains, then bytes. A healthy checkpoint's header
+    fraction never ranks it above a long chain."""
     return (
-        UNREADABLE not in row.errors,
-        not row.errors,
+        _need(row, policy)[0],
         -row.max_lineage_header_fraction,
-        -(row.max_chain_length if row.max_chain_length >= policy.long_chain else 0),
+        -row.max_chain_length,
         -(row.reclaimable_bytes or 0),
-        not row.warnings,
         row.key,
     )
 
@@ -136,41 +137,49 @@ def needs_attention(rows: list[FleetRow], policy: Policy = POLICY, limit: int = 
     reason and the action that fixes it; healthy ones are left out."""
     out = []
     for row in ranked(rows, policy):
-        found = _why(row, policy)
-        if found is not None:
-            out.append(Attention(row, *found))
+        rank, reason, action = _need(row, policy)
+        if reason:
+            out.append(Attention(row, reason, action))
     return out[:limit]
 
 
-def _why(row: FleetRow, policy: Policy) -> tuple[str, str] | None:
+_HEALTHY = (8, "", "")
+
+
+def _need(row: FleetRow, policy: Policy) -> tuple[int, str, str]:
+    """(rank, reason, action) of the most pressing need of a checkpoint; the ranking and the
+    attention list both read it, so they agree."""
     header = f"{row.max_lineage_header_fraction:.0%} of the lineage header cap"
     if row.problem is not None:
-        return f"cannot be read: {row.problem}", "check the path, the credentials and `ckpt inspect`"
+        return 0, f"cannot be read: {row.problem}", "check the path, the credentials and `ckpt inspect`"
     if FindingCode.LINEAGE_HEADER_NEAR_CAP in row.errors:
-        return header, "compact now (`ckpt compact`): the query dies when a header passes 65,535 bytes"
+        return 1, header, "compact now (`ckpt compact`): the query dies when a header passes 65,535 bytes"
     if FindingCode.MOVED_CHECKPOINT in row.errors:
         return (
+            2,
             "moved or copied: its operator metadata names schema files under another root",
             f"`ckpt fork {row.url} NEW` and start the query on NEW, or move it back: Spark cannot "
             "restart here",
         )
     if row.errors:
         return (
+            3,
             f"error findings: {', '.join(row.errors)}",
             "read `ckpt validate --deep`; maintenance refuses this checkpoint until it is fixed",
         )
     if row.max_lineage_header_fraction >= policy.fleet_header_warn_ratio:
-        return header, "compact (`ckpt compact`) before the header nears the cap"
+        return 4, header, "compact (`ckpt compact`) before the header nears the cap"
     if row.max_chain_length >= policy.long_chain:
         return (
+            5,
             f"recovery replays a chain of {row.max_chain_length} files ({row.max_chain_store})",
             "compact (`ckpt compact`): recovery then loads one snapshot",
         )
     if row.reclaimable_bytes:
-        return f"{human_bytes(row.reclaimable_bytes)} reclaimable", "clean up (`ckpt gc --apply`)"
+        return 6, f"{human_bytes(row.reclaimable_bytes)} reclaimable", "clean up (`ckpt gc --apply`)"
     if row.warnings:
-        return f"warnings: {', '.join(row.warnings)}", "read `ckpt validate`"
-    return None
+        return 7, f"warnings: {', '.join(row.warnings)}", "read `ckpt validate`"
+    return _HEALTHY
 
 
 @dataclass(frozen=True)

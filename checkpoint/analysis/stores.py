@@ -15,8 +15,8 @@ def store_findings(ckpt: Checkpoint, latest: int) -> Iterable[Finding]:
     """What names the stores (metadata, offsets, commit ids, folders) agrees; in V1 only metadata does."""
     entry, ever = ckpt.batches[latest], partitions_named(ckpt)
     for op in ckpt.operators.values():
-        # A run's first batch writes it, Spark's repartitioning leaves it: some batch's count.
         count = state_partitions(ckpt, op, latest)
+        # A run's first batch writes the metadata, Spark's repartitioning leaves it: some batch's count.
         counts = {state_partitions(ckpt, op, b) for b in ckpt.batches}
         declared = sorted({s.num_partitions for s in op.metadata.stores}) if op.metadata else []
         if declared and (len(declared) > 1 or declared[0] not in counts):
