@@ -52,6 +52,9 @@ class Policy:
     sensor_max_runs_per_tick: int = 10
     sensor_max_queued_per_job: int = 8
     validation_run_max_checkpoints: int = 500
+    # Discovery audits new checkpoints in batched validation runs, at most so many runs a tick;
+    # the checkpoints beyond are added by the next ticks.
+    discovery_max_runs_per_tick: int = 100
     # Requests in flight at once; each is a round trip on S3, so latency, not CPU, bounds them: one
     # tree listed as several prefixes, stores resolved by a head-first load, checkpoints read by
     # the fleet report and by the commit sensor's tick.

@@ -14,7 +14,7 @@ from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from orchestration.due import Caps, Look, SensorState, plan_tick
-from orchestration.jobs import audit_job, compaction_job, validate_checkpoints_job
+from orchestration.jobs import compaction_job, validate_checkpoints_job
 
 # How often the daemon looks for new commits; tests and busy fleets set it through the environment.
 COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", POLICY.sensor_interval_seconds))
@@ -31,7 +31,7 @@ def _root_of(key: str) -> str | None:
 
 
 @dg.sensor(
-    job=audit_job,
+    job=validate_checkpoints_job,
     minimum_interval_seconds=int(POLICY.discovery_interval_seconds),
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
@@ -54,22 +54,44 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
             context.log.warning(f"root {root.name!r} could not be listed, its partitions are kept: {exc}")
     ours = {key for key in existing - found if _root_of(key) is not None}
     vanished = {key for key in ours if _root_of(key) in listed or _root_of(key) not in configured}
-    added = found - existing
+    # A fleet onboarded at once is audited in batched runs, as many as a tick may ask for; the
+    # checkpoints beyond them are added, in order, by the next ticks (found again, still new): the
+    # backlog lives in the roots, not in the cursor.
+    new = sorted(found - existing)
+    size = max(1, POLICY.validation_run_max_checkpoints)
+    added = new[: size * DISCOVERY_MAX_RUNS]
     cursor = hashlib.sha256("\n".join(sorted(found)).encode()).hexdigest()[:16]
     if not added and not vanished:
         return dg.SkipReason(f"{len(found)} checkpoints under {len(listed)} root(s); none new or vanished")
     requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     if added:
-        requests.append(checkpoint_partitions.build_add_request(sorted(added)))
+        requests.append(checkpoint_partitions.build_add_request(added))
     if vanished:
         requests.append(checkpoint_partitions.build_delete_request(sorted(vanished)))
+    if len(new) > len(added):
+        context.log.info(f"{len(new) - len(added)} new checkpoint(s) wait for the next ticks: {len(added)} "
+                         f"added and audited in {-(-len(added) // size)} run(s) this tick")  # fmt: skip
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=key, run_key=f"discovered:{key}") for key in sorted(added)],
+        run_requests=[
+            _validation_request(added[i : i + size], "discovered") for i in range(0, len(added), size)
+        ],
         dynamic_partitions_requests=requests,
         cursor=cursor,
     )
 
 
+def _validation_request(keys: list[str] | tuple[str, ...], why: str) -> dg.RunRequest:
+    """One run that validates many checkpoints (orchestration/validation.py); its run key names
+    its checkpoints, so a repeated tick asks for it once."""
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
+    config = {"ops": {"validate_each": {"config": {"partitions": list(keys)}}}}
+    return dg.RunRequest(job_name=validate_checkpoints_job.name, run_config=config, run_key=f"{why}:{digest}",
+                         tags={"ckpt/checkpoints": str(len(keys))})  # fmt: skip
+
+
+# Discovery audits new checkpoints in batched runs, at most so many a tick: a fleet of 10,000
+# found at once is 20 runs of 500, not 10,000 runs.
+DISCOVERY_MAX_RUNS = int(os.environ.get("CKPT_DISCOVERY_MAX_RUNS", POLICY.discovery_max_runs_per_tick))
 # Settings of the commit sensor, from the environment where a deployment sets them (default: Policy).
 SENSOR_CAPS = Caps(
     max_runs_per_tick=int(os.environ.get("CKPT_COMMIT_SENSOR_MAX_RUNS", POLICY.sensor_max_runs_per_tick)),
@@ -134,12 +156,7 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     job = compaction_job.name
     requests = [dg.RunRequest(partition_key=key, job_name=job, run_key=f"compact:{key}:{batch}")
                 for key, batch in plan.compact]  # fmt: skip
-    for run in plan.validate:
-        digest = hashlib.sha256("\n".join(run).encode()).hexdigest()[:12]
-        config = {"ops": {"validate_each": {"config": {"partitions": list(run)}}}}
-        requests.append(dg.RunRequest(job_name=validate_checkpoints_job.name, run_config=config,
-                                      run_key=f"validate:{int(time.time())}:{digest}",
-                                      tags={"ckpt/checkpoints": str(len(run))}))  # fmt: skip
+    requests += [_validation_request(run, f"validate:{int(time.time())}") for run in plan.validate]
     cursor = plan.state.to_json()
     if not requests:
         if cursor != context.cursor:

@@ -70,7 +70,10 @@ def test_discovery_sensor_adds_then_idles_then_removes(instance, corpus, tmp_pat
     first = _tick(instance, roots)
     assert isinstance(first, dg.SensorResult)
     assert sorted(instance.get_dynamic_partitions("checkpoints")) == ["local:a/orders", "local:b/clicks"]
-    assert sorted(r.partition_key for r in first.run_requests) == ["local:a/orders", "local:b/clicks"]
+    # One batched audit run for both, as the commit sensor's validation is.
+    assert [r.job_name for r in first.run_requests] == ["validate_checkpoints"]
+    audited = first.run_requests[0].run_config["ops"]["validate_each"]["config"]["partitions"]
+    assert audited == ["local:a/orders", "local:b/clicks"]
 
     second = _tick(instance, roots, first.cursor)
     assert isinstance(second, dg.SkipReason)
@@ -81,6 +84,34 @@ def test_discovery_sensor_adds_then_idles_then_removes(instance, corpus, tmp_pat
     third = _tick(instance, roots, first.cursor)
     assert isinstance(third, dg.SensorResult) and not third.run_requests and third.cursor != first.cursor
     assert sorted(instance.get_dynamic_partitions("checkpoints")) == ["added-by-hand", "local:a/orders"]
+
+
+def test_a_fleet_found_at_once_is_audited_in_capped_batches_over_ticks(
+    instance, tmp_path, monkeypatch
+) -> None:
+    """10 new checkpoints, runs of 3, 2 runs a tick: 6 are added and audited in the first tick, the
+    4 others in the next, in order; then nothing. No run is asked for per checkpoint."""
+    import dataclasses
+
+    from checkpoint.policy import POLICY
+    from orchestration import sensors
+    from testbed import synthetic
+
+    for i in range(10):
+        synthetic.write_local(tmp_path / f"q{i}", synthetic.files(1, 3, window=3, snapshot_every=5))
+    monkeypatch.setattr(sensors, "DISCOVERY_MAX_RUNS", 2)
+    monkeypatch.setattr(sensors, "POLICY", dataclasses.replace(POLICY, validation_run_max_checkpoints=3))
+    roots = _roots(tmp_path, "f")
+    audited: list[list[str]] = []
+    for _ in range(3):
+        result = _tick(instance, roots)
+        if isinstance(result, dg.SkipReason):
+            break
+        assert len(result.run_requests) <= 2
+        audited += [r.run_config["ops"]["validate_each"]["config"]["partitions"] for r in result.run_requests]
+    assert [len(run) for run in audited] == [3, 3, 3, 1]
+    assert [key for run in audited for key in run] == [f"f:q{i}" for i in range(10)]
+    assert sorted(instance.get_dynamic_partitions("checkpoints")) == [f"f:q{i}" for i in range(10)]
 
 
 def test_a_root_that_fails_to_list_keeps_its_partitions(instance, corpus, tmp_path) -> None:
