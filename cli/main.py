@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from checkpoint.errors import CheckpointError, Stopped
@@ -51,8 +52,17 @@ def main(argv: list[str] | None = None) -> int:
         progress.finish()
     if isinstance(result, int):
         return result
-    print(json.dumps(result.doc, indent=2) if args.json else result.text(result.doc))
+    try:
+        print(json.dumps(result.doc, indent=2) if args.json else result.text(result.doc), flush=True)
+    except BrokenPipeError:
+        # The reader went away (`ckpt lineage PATH | head -5`): quiet, as a tool killed by SIGPIPE
+        # is, and with its status. Python would report the pipe again when it flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return result.exit_code
+
+
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE
 
 
 def run() -> None:

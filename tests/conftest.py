@@ -25,6 +25,14 @@ def corpus(corpus_root: Path) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def rescue() -> Path:
+    """The scenario folder of the query that died on the lineage header cap (`testbed.corpus`)."""
+    from testbed.corpus import ensure_rescue_corpus
+
+    return ensure_rescue_corpus()
+
+
+@pytest.fixture(scope="session")
 def defaults() -> dict[str, Path]:
     """The checkpoints Spark writes with its defaults (`testbed.defaults`): HDFS-backed, RocksDB V1."""
     from testbed.defaults import ensure_defaults_corpus
@@ -126,8 +134,9 @@ def written_by():
 # cache); the S3 server; real queries restarted (`slow`); long proofs at scale or under contention
 # (`stress`: no Java, but a minute each). A test that uses none is a unit test: it
 # runs without Java, from synthetic checkpoints and the lz4 writer (`make test-unit`).
+_CORPORA = {"corpus_root", "corpus", "defaults", "manifest", "loaded", "copy_of", "rescue"}
 _TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spark", "written_by"}),
-          ("corpus", {"corpus_root", "corpus", "defaults", "manifest", "loaded", "copy_of"}))  # fmt: skip
+          ("corpus", _CORPORA))  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items) -> None:

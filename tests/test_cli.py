@@ -171,3 +171,20 @@ def test_long_work_shows_a_bar_on_a_terminal_and_log_lines_elsewhere(tmp_path) -
     lines = piped.stderr.splitlines()
     assert piped.returncode == 0 and len(lines) == 1
     assert re.fullmatch(f"ckpt: {re.escape(str(path))}: 100 of 120 stores read, \\d+ requests", lines[0])
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path) -> None:
+    """`ckpt lineage PATH | head -5` ended in a BrokenPipeError traceback; a command-line tool exits
+    quietly when its reader goes away, with the status SIGPIPE gives."""
+    from testbed import synthetic
+
+    synthetic.write_local(tmp_path / "wide", synthetic.files(3000, 2, window=2, snapshot_every=5))
+    reader = subprocess.Popen([CKPT, "lineage", str(tmp_path / "wide")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)  # fmt: skip
+    assert reader.stdout is not None and reader.stderr is not None
+    head = [reader.stdout.readline() for _ in range(5)]
+    reader.stdout.close()  # as `head -5` does: the rest of the 3,000 lines has nowhere to go
+    status, stderr = reader.wait(timeout=120), reader.stderr.read().decode()
+    assert len(head) == 5 and head[0].startswith(b"op")
+    assert status == 141, (status, stderr[-2000:])
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr[-2000:]

@@ -202,11 +202,11 @@ def test_the_job_runs_unchanged_on_a_standalone_cluster(spark, corpus, copy_of, 
         assert _snapshot_rows(spark, path, b, m["partition"], {}) == expected
 
 
-def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, tmp_path) -> None:
+def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, rescue, tmp_path) -> None:
     from checkpoint.analysis.validate import validate
-    from testbed.corpus import RESCUE, died_on_lineage_cap, ensure_rescue_corpus
+    from testbed.corpus import RESCUE, died_on_lineage_cap
 
-    scenario_dir = ensure_rescue_corpus()
+    scenario_dir = rescue
     dead, rescued = tmp_path / "dead", tmp_path / "rescued"
     shutil.copytree(scenario_dir / "checkpoint", dead)
     shutil.copytree(scenario_dir / "checkpoint", rescued)
