@@ -50,6 +50,9 @@ class Policy:
     sensor_interval_seconds: float = 60  # between commit-sensor ticks
     discovery_interval_seconds: float = 300  # between discovery-sensor ticks
     sensor_max_runs_per_tick: int = 10
+    # A commit-sensor tick looks at checkpoints for this long at most (in turn, from where the
+    # last tick stopped): Dagster kills a tick at 60 s, and deployments often cut it at 15 s.
+    sensor_tick_budget_seconds: float = 30
     sensor_max_queued_per_job: int = 8
     validation_run_max_checkpoints: int = 500
     # Discovery audits new checkpoints in batched validation runs, at most so many runs a tick;

@@ -13,12 +13,25 @@ holds; this decides. Tests drive it with a manual clock.
   run (split only past `max_per_validation_run`). A compaction run validates first, so it counts.
 - Per job, no more runs are requested than the queue has room for, and no more than
   `max_runs_per_tick` in all.
+- A tick looks at checkpoints until its time budget is spent, in turn: it starts where the last
+  tick stopped (`looking_order`), so every checkpoint is looked at within ceil(fleet / what a tick
+  looks at) ticks, whatever the fleet's size. A checkpoint not looked at keeps its state.
+- The cursor is packed (zlib, base64): at 10,000 checkpoints it stays under 64 KB (the sensor's
+  benchmark says how far under). A cursor of an earlier release is read, then replaced.
 """
 
 from __future__ import annotations
 
+import base64
+import bisect
 import json
+import os
+import zlib
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+_PACKED = "z1:"  # a packed cursor's prefix: earlier releases wrote plain JSON
 
 
 @dataclass(frozen=True)
@@ -49,18 +62,94 @@ class SensorState:
     unvalidated: dict[str, float] = field(default_factory=dict)  # a commit not validated yet, since
     crossings: dict[str, float] = field(default_factory=dict)  # compaction due, since
     urgent: list[str] = field(default_factory=list)  # an error found: validate at once
+    next_key: str = ""  # where the next tick starts looking: the round goes on from there
 
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, sort_keys=True)
+        """Packed: one sorted, front-coded list of the checkpoints, and per checkpoint its batch
+        and times (to the second: the periods are minutes) as columns, equal runs folded, then
+        zlib and base64. Checkpoints onboarded together share prefixes, and are validated together."""
+        keys = sorted(set(self.seen) | set(self.validated) | set(self.unvalidated))
+        body = {
+            "keys": _front_coded(keys),
+            "seen": _runs([self.seen.get(k) for k in keys]),
+            "validated": _runs([_second(self.validated.get(k)) for k in keys]),
+            "unvalidated": _runs([_second(self.unvalidated.get(k)) for k in keys]),
+            "crossings": {k: int(t) for k, t in self.crossings.items()},
+            "urgent": self.urgent,
+            "next_key": self.next_key,
+        }
+        packed = zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 9)
+        return _PACKED + base64.b64encode(packed).decode()
 
     @classmethod
     def from_json(cls, text: str | None) -> SensorState:
         if not text:
             return cls()
+        if text.startswith(_PACKED):
+            body = json.loads(zlib.decompress(base64.b64decode(text[len(_PACKED) :])))
+            keys = _front_decoded(body["keys"])
+
+            def column(name: str) -> dict[str, Any]:
+                return {k: v for k, v in zip(keys, _unrun(body[name]), strict=True) if v is not None}
+
+            return cls(column("seen"), column("validated"), column("unvalidated"), dict(body["crossings"]),
+                       list(body["urgent"]), str(body["next_key"]))  # fmt: skip
         raw = json.loads(text)
         if raw and all(isinstance(v, int) for v in raw.values()):
-            return cls(seen=dict(raw))  # the cursor of releases before this one: seen batches only
+            return cls(seen=dict(raw))  # the cursor of releases before the last: seen batches only
         return cls(**{k: raw.get(k, type(v)()) for k, v in cls().__dict__.items()})
+
+
+def _second(t: float | None) -> int | None:
+    return None if t is None else int(t)
+
+
+def _front_coded(keys: list[str]) -> list[Any]:
+    """Sorted keys as (length shared with the previous key, the rest), flattened."""
+    out: list[Any] = []
+    prev = ""
+    for key in keys:
+        shared = len(os.path.commonprefix([prev, key]))
+        out += [shared, key[shared:]]
+        prev = key
+    return out
+
+
+def _front_decoded(coded: list[Any]) -> list[str]:
+    keys, prev = [], ""
+    for shared, rest in zip(coded[::2], coded[1::2], strict=True):
+        prev = prev[:shared] + rest
+        keys.append(prev)
+    return keys
+
+
+def _runs(values: list[Any]) -> list[Any]:
+    """Equal neighbours folded: [value, count, value, count, ...]."""
+    out: list[Any] = []
+    for value in values:
+        if out and out[-2] == value:
+            out[-1] += 1
+        else:
+            out += [value, 1]
+    return out
+
+
+def _unrun(runs: list[Any]) -> list[Any]:
+    return [value for value, count in zip(runs[::2], runs[1::2], strict=True) for _ in range(count)]
+
+
+def looking_order(keys: Collection[str], state: SensorState) -> list[str]:
+    """Every checkpoint, in the order this tick looks at them: sorted, from where the last tick
+    stopped, round the end and back. A checkpoint added since is looked at when the round reaches
+    its place, as any other is."""
+    ordered = sorted(keys)
+    start = bisect.bisect_left(ordered, state.next_key)
+    return ordered[start:] + ordered[:start]
+
+
+def resume_at(order: Sequence[str], looked: int) -> str:
+    """The key the next tick starts at, once this one looked at the first `looked` of `order`."""
+    return order[looked] if looked < len(order) else (order[0] if order else "")
 
 
 @dataclass(frozen=True)
@@ -78,17 +167,21 @@ def plan_tick(
     caps: Caps,
     queued: dict[str, int],
     compacting: set[str],
+    keys: Collection[str] | None = None,
+    next_key: str = "",
 ) -> TickPlan:
-    """`looks` covers every partition (those missing drop out of the state); `queued` counts runs
-    waiting in Dagster's queue per kind ("compact", "validate"); `compacting` names the partitions
-    whose compaction run is queued or running."""
-    keep = set(looks)
+    """`keys` names every partition (those missing drop out of the state; default: the ones in
+    `looks`), `looks` the ones this tick looked at (the others keep their state); `queued` counts
+    runs waiting in Dagster's queue per kind ("compact", "validate"); `compacting` names the
+    partitions whose compaction run is queued or running; `next_key`, where the next tick starts."""
+    keep = set(looks if keys is None else keys)
     state = SensorState(
         seen={k: v for k, v in before.seen.items() if k in keep},
         validated={k: v for k, v in before.validated.items() if k in keep},
         unvalidated={k: v for k, v in before.unvalidated.items() if k in keep},
         crossings={k: v for k, v in before.crossings.items() if k in keep},
         urgent=[k for k in before.urgent if k in keep],
+        next_key=next_key,
     )
     for key, look in sorted(looks.items()):
         if look.problem is not None or not look.new or look.latest is None:

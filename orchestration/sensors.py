@@ -4,7 +4,8 @@
 import hashlib
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import dagster as dg
 from dagster import DagsterRunStatus
@@ -13,11 +14,14 @@ from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partitio
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
 from checkpoint.policy import POLICY, duration_text, parse_duration
-from orchestration.due import Caps, Look, SensorState, plan_tick
+from orchestration.due import Caps, Look, SensorState, looking_order, plan_tick, resume_at
 from orchestration.jobs import compaction_job, validate_checkpoints_job
 
 # How often the daemon looks for new commits; tests and busy fleets set it through the environment.
 COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", POLICY.sensor_interval_seconds))
+# How long a tick looks at checkpoints: Dagster kills a tick at 60 s, and a killed tick saves no
+# cursor. The checkpoints not reached are looked at first by the next tick.
+COMMIT_SENSOR_BUDGET = float(os.environ.get("CKPT_COMMIT_SENSOR_BUDGET", POLICY.sensor_tick_budget_seconds))
 # Checkpoints looked at side by side in one tick: an idle look is one LIST round trip on S3, so
 # 1,000 checkpoints take about 1000 / 32 round trips.
 COMMIT_SENSOR_WORKERS = int(os.environ.get("CKPT_COMMIT_SENSOR_WORKERS", POLICY.sensor_workers))
@@ -123,6 +127,36 @@ def _look(roots: CheckpointRootsResource, key: str, seen: int | None) -> Look:
         return Look(None, problem=str(exc))
 
 
+def look_within(
+    order: list[str],
+    look: Callable[[str], Look],
+    budget: float,
+    workers: int,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Look]:
+    """Looks at checkpoints in `order`, `workers` at a time, starting no look once `budget`
+    seconds have passed: the looks made are a prefix of `order`, and the tick ends within the
+    budget and the longest look in flight, whatever the fleet's size."""
+    deadline = clock() + budget
+    looks: dict[str, Look] = {}
+    pending: dict[Future[Look], str] = {}
+    keys = iter(order)
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        while True:
+            while (
+                len(pending) < max(1, workers)
+                and clock() < deadline
+                and (key := next(keys, None)) is not None
+            ):
+                pending[pool.submit(look, key)] = key
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                looks[pending.pop(future)] = future.result()
+    return {key: looks[key] for key in order if key in looks}
+
+
 def _queue(instance: dg.DagsterInstance) -> tuple[dict[str, int], set[str]]:
     """Runs waiting in the queue per kind, and the partitions whose compaction is queued or running."""
     waiting = {
@@ -146,13 +180,20 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     kept in the cursor and named in the skip reason."""
     keys = context.instance.get_dynamic_partitions(CHECKPOINTS)
     before = SensorState.from_json(context.cursor)
-    with ThreadPoolExecutor(max(1, min(COMMIT_SENSOR_WORKERS, len(keys) or 1))) as pool:
-        looks = dict(zip(keys, pool.map(lambda k: _look(roots, k, before.seen.get(k)), keys), strict=True))
+    order = looking_order(keys, before)
+    started = time.monotonic()
+    looks = look_within(order, lambda k: _look(roots, k, before.seen.get(k)), COMMIT_SENSOR_BUDGET,
+                        COMMIT_SENSOR_WORKERS)  # fmt: skip
     for key, look in looks.items():
         if look.problem is not None:
             context.log.warning(f"{key}: skipped this tick: {look.problem}")
+    if len(looks) < len(order):
+        spent, resume = time.monotonic() - started, order[len(looks)]
+        context.log.info(f"looked at {len(looks)} of {len(order)} checkpoints in {spent:.1f} s (budget "
+                         f"{COMMIT_SENSOR_BUDGET:g} s); the next tick goes on from {resume}")  # fmt: skip
     queued, compacting = _queue(context.instance)
-    plan = plan_tick(before, looks, time.time(), SENSOR_CAPS, queued, compacting)
+    plan = plan_tick(before, looks, time.time(), SENSOR_CAPS, queued, compacting, keys=keys,
+                     next_key=resume_at(order, len(looks)))  # fmt: skip
     job = compaction_job.name
     requests = [dg.RunRequest(partition_key=key, job_name=job, run_key=f"compact:{key}:{batch}")
                 for key, batch in plan.compact]  # fmt: skip

@@ -7,6 +7,7 @@ whose queue holds real runs.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -136,3 +137,83 @@ def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path) -> N
         instance.delete_run(instance.get_runs(limit=1)[0].run_id)  # room for one
         served = tick(cursors[-1])
         assert [r.job_name for r in served.run_requests] == ["compact_checkpoints"]
+
+
+class _Clock:
+    """A manual clock that a look advances, as a look's round trips would."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_tick_starts_no_look_once_its_budget_is_spent() -> None:
+    from orchestration.sensors import look_within
+
+    clock = _Clock()
+
+    def look(key: str) -> Look:
+        clock.now += 1.0  # every look costs a second
+        return Look(1)
+
+    order = [f"k{i:03d}" for i in range(100)]
+    looks = look_within(order, look, budget=10.0, workers=1, clock=clock)
+    assert list(looks) == order[:10] and clock.now == 10.0  # a prefix, and no look past the budget
+    clock.now = 0.0
+    wide = look_within(order, look, budget=10.0, workers=4, clock=clock)
+    assert list(wide) == order[: len(wide)] and 10 <= len(wide) <= 10 + 4
+
+
+def test_every_checkpoint_is_looked_at_within_its_bound_and_due_work_is_found() -> None:
+    """1,000 checkpoints, 70 looks a tick: each is looked at within ceil(1000 / 70) = 15 ticks,
+    however many were added meanwhile, and a crossing is requested at its first look."""
+    from orchestration.due import looking_order, resume_at
+
+    keys = [f"r:q{i:04d}" for i in range(1000)]
+    state, last_look, worst = SensorState(), {}, 0
+    crossing = "r:q0777"
+    requested_at = None
+    for tick in range(40):
+        if tick == 20:
+            added = [f"r:new{i:02d}" for i in range(30)]  # onboarded meanwhile, before the round's place
+            keys += added
+            last_look.update(dict.fromkeys(added, tick - 1))
+        order = looking_order(keys, state)
+        looked = order[:70]
+        looks = {k: _new(1 + tick, crossing=(k == crossing and tick >= 3)) for k in looked}
+        plan = plan_tick(state, looks, 1000.0 * tick, CAPS, NOTHING_QUEUED, set(), keys=keys,
+                         next_key=resume_at(order, len(looked)))  # fmt: skip
+        if requested_at is None and any(k == crossing for k, _ in plan.compact):
+            requested_at = tick
+        for k in looked:
+            worst = max(worst, tick - last_look.get(k, -1))
+            last_look[k] = tick
+        state = plan.state
+    assert worst <= -(-len(keys) // 70) and set(last_look) == set(keys)
+    assert requested_at is not None and requested_at <= 3 + 15
+
+
+def test_the_cursor_stays_small_at_10000_checkpoints_and_an_old_one_is_read() -> None:
+    keys = [f"prod:team-{i % 37:02d}/query-{i:05d}" for i in range(10_000)]
+    state = SensorState(
+        seen={k: 100_000 + i * 7 % 5000 for i, k in enumerate(keys)},
+        validated={k: 1_790_000_000.123 + (i // 500) * 60 for i, k in enumerate(keys)},
+        unvalidated={k: 1_790_000_900.0 for k in keys[:300]},
+        crossings={k: 1_790_000_950.0 for k in keys[:10]},
+        urgent=keys[:3],
+        next_key=keys[4000],
+    )
+    cursor = state.to_json()
+    assert len(cursor) <= 64 * 1024, len(cursor)
+    back = SensorState.from_json(cursor)
+    assert back.seen == state.seen and back.next_key == keys[4000] and back.crossings == state.crossings
+    # What the release before this one wrote: plain JSON, read, then replaced by a packed one.
+    old = json.dumps(
+        {"seen": {"a": 3}, "validated": {"a": 1.5}, "unvalidated": {}, "crossings": {}, "urgent": []}
+    )
+    read = SensorState.from_json(old)
+    assert read.seen == {"a": 3} and read.validated == {"a": 1.5}
+    assert read.to_json().startswith("z1:")
+    assert SensorState.from_json(json.dumps({"a": 3})).seen == {"a": 3}  # and the one before that
