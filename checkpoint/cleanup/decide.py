@@ -16,6 +16,7 @@ from checkpoint.cleanup.manifest import PlannedFile, Totals, _line, _line_tail
 from checkpoint.cleanup.rules import (
     FileIndex,
     GcOptions,
+    Kept,
     OrphanScan,
     Reason,
     RetentionInputs,
@@ -162,7 +163,9 @@ def scan_partition(
     Only the stores the logs and the operator metadata name are decided: a partition folder that
     no batch names keeps every file (fail closed), and a store folder beside named ones that the
     metadata leaves out refuses the plan, as validation does."""
-    files = _named_only(base, files)
+    named = _named_only(base, files)
+    unnamed = [f.rel for f in files] if len(named) < len(files) else []
+    files = named
     index = FileIndex(files)  # built once: for the lineage reads here, then for the rules
     to_read: dict[str, CheckpointFile] = {}  # the committed changelogs: their lineage headers
     for batch, stores in committed.items():
@@ -198,6 +201,9 @@ def scan_partition(
     except UnsafeToPlan as exc:
         raise GcError(f"unsafe to plan: {exc}", base.url) from exc
     _guard_paths(base, [c.file for c in scan.candidates])
+    if unnamed:
+        decided = {f.rel for f in files}
+        scan.kept.update({rel: Kept.UNNAMED for rel in unnamed if rel not in decided})
     return scan
 
 

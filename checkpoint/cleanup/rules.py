@@ -47,6 +47,7 @@ class Kept(str, Enum):
     MAIN_KEPT = "main_file_kept"
     NOT_OURS = "sidecar_of_a_file_not_ours"
     LISTED_BY_KEPT_ZIP = "listed_by_a_kept_zip"
+    UNNAMED = "in_a_folder_no_batch_names"  # a partition beyond every count the logs pin: fail closed
 
 
 class UnsafeToPlan(Exception):
