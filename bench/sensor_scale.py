@@ -1,0 +1,115 @@
+"""Benchmark: discovery and the commit sensor over a fleet of thousands of checkpoints.
+
+`--checkpoints` synthetic format V2 checkpoints (testbed/synthetic.py naming, one store, a snapshot
+every 5 versions) under one local root, the project's own sensors evaluated as the daemon evaluates
+them, against a real Dagster instance. Reported, each with the command's figures:
+
+- discovery's first tick: its time, the runs it requests (batched audits), the partitions it adds;
+- the commit sensor's first tick (every checkpoint new: a head-first read and a compaction plan
+  each), then idle ticks (nothing committed), then a busy tick after a tenth of the fleet
+  committed: each tick's time against its budget, how many checkpoints it looked at, how many ticks
+  a full round takes;
+- the cursor's size;
+- an idle look against a bare listing of every `commits/` folder through the same storage door,
+  as many at once, in this process: the ratio (target at most 3).
+
+    python -m bench.sensor_scale [--checkpoints 1000] [--budget 30] [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from testbed import synthetic
+
+
+def _write(root: Path, count: int, versions: int) -> None:
+    started = time.monotonic()
+    for i in range(count):
+        folder = root / f"team-{i % 40:02d}" / f"query-{i:05d}"
+        if not (folder / "metadata").exists():
+            synthetic.write_local(folder, synthetic.iter_files(1, versions, window=3, snapshot_every=5))
+    print(f"fleet: {count} checkpoints under {root} ({time.monotonic() - started:.0f} s to write)")
+
+
+def _bare_listing(root: Path, keys: list[str], workers: int) -> float:
+    from checkpoint.storage import Storage
+
+    folders = [str(root / key.split(":", 1)[1] / "commits") for key in keys]
+    started = time.monotonic()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda f: Storage(f).list_dir(""), folders))
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--checkpoints", type=int, default=1000)
+    parser.add_argument("--budget", type=float, default=30.0, help="the commit sensor's tick budget (s)")
+    parser.add_argument("--root", type=Path, help="where the fleet is written (kept for a re-run)")
+    parser.add_argument("--idle-ticks", type=int, default=3)
+    args = parser.parse_args()
+    os.environ["CKPT_COMMIT_SENSOR_BUDGET"] = str(args.budget)
+
+    import dagster as dg
+
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
+    from orchestration import sensors
+    from orchestration.due import SensorState
+
+    root = args.root or Path(tempfile.mkdtemp(prefix="ckpt-sensor-scale-"))
+    _write(root, args.checkpoints, 9)
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(root))])
+    with dg.instance_for_test() as instance:
+        context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
+        started = time.monotonic()
+        found = sensors.checkpoint_discovery_sensor(context)
+        took = time.monotonic() - started
+        added = [k for r in found.dynamic_partitions_requests for k in r.partition_keys]
+        audits = len(found.run_requests)
+        print(f"discovery, first tick: {took:.1f} s, {len(added)} partitions added, {audits} audit run(s) "
+              f"requested (the release before: {len(added)} runs, one each)")  # fmt: skip
+        instance.add_dynamic_partitions("checkpoints", added)
+        keys = sorted(added)
+
+        def tick(cursor: str | None, label: str) -> str | None:
+            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+            began = time.monotonic()
+            result = sensors.checkpoint_commit_sensor(ctx)
+            spent = time.monotonic() - began
+            after = result.cursor if isinstance(result, dg.SensorResult) else ctx.cursor
+            state = SensorState.from_json(after)
+            runs = len(result.run_requests) if isinstance(result, dg.SensorResult) else 0
+            print(f"commit sensor, {label}: {spent:.1f} s (budget {args.budget:g} s), next round from "
+                  f"{state.next_key or keys[0]}, {runs} run(s), cursor {len(after or '')} bytes")  # fmt: skip
+            return after
+
+        cursor = tick(None, "first tick")
+        rounds = 1
+        while SensorState.from_json(cursor).next_key not in ("", keys[0]) and rounds < 50:
+            cursor = tick(cursor, f"first round, tick {rounds + 1}")
+            rounds += 1
+        print(f"a first look at every checkpoint took {rounds} tick(s)")
+        idle = []
+        for n in range(args.idle_ticks):
+            began = time.monotonic()
+            cursor = tick(cursor, f"idle tick {n + 1}")
+            idle.append(time.monotonic() - began)
+        bare = min(_bare_listing(root, keys, sensors.COMMIT_SENSOR_WORKERS) for _ in range(args.idle_ticks))
+        width = sensors.COMMIT_SENSOR_WORKERS
+        print(f"idle tick {min(idle):.2f} s against a bare listing of every commits/ folder {bare:.2f} s "
+              f"({width} at once): {min(idle) / bare:.2f}x (target <= 3)")  # fmt: skip
+        busy = keys[:: max(1, len(keys) // max(1, len(keys) // 10))]
+        for key in busy:
+            newer = synthetic.iter_files(1, 10, window=3, snapshot_every=5)
+            synthetic.write_local(root / key.split(":", 1)[1], newer, time.time())
+        tick(cursor, f"busy tick ({len(busy)} new commits)")
+
+
+if __name__ == "__main__":
+    main()
