@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -20,6 +19,7 @@ from assets.checkpoints import (
 from assets.partitions import CHECKPOINTS, parse_partition_key, partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.model.head import load_head
+from orchestration.due import SensorState
 from orchestration.location import build_definitions
 from orchestration.sensors import checkpoint_discovery_sensor
 from testbed.copying import copy_checkpoint
@@ -270,7 +270,7 @@ def test_v1_compaction_in_dagster_compacts_a_stopped_query_and_skips_a_running_o
     requested = {(r.job_name, r.partition_key) for r in tick.run_requests}
     assert ("compact_checkpoints", keys["stopped"]) in requested, requested
     assert ("compact_checkpoints", keys["running"]) not in requested, requested
-    assert json.loads(tick.cursor)["urgent"] == []
+    assert SensorState.from_json(tick.cursor).urgent == []
     before = files_of(tmp_path / "running")
     resources = {"roots": roots, "spark": SparkResource(master="local[2]")}
     done = {}
