@@ -22,6 +22,9 @@ COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", POLIC
 # How long a tick looks at checkpoints: Dagster kills a tick at 60 s, and a killed tick saves no
 # cursor. The checkpoints not reached are looked at first by the next tick.
 COMMIT_SENSOR_BUDGET = float(os.environ.get("CKPT_COMMIT_SENSOR_BUDGET", POLICY.sensor_tick_budget_seconds))
+# Discovery audits new checkpoints in batched runs, at most so many a tick: a fleet of 10,000
+# found at once is 20 runs of 500, not 10,000 runs.
+DISCOVERY_MAX_RUNS = int(os.environ.get("CKPT_DISCOVERY_MAX_RUNS", POLICY.discovery_max_runs_per_tick))
 # Checkpoints looked at side by side in one tick: an idle look is one LIST round trip on S3, so
 # 1,000 checkpoints take about 1000 / 32 round trips.
 COMMIT_SENSOR_WORKERS = int(os.environ.get("CKPT_COMMIT_SENSOR_WORKERS", POLICY.sensor_workers))
@@ -93,9 +96,6 @@ def _validation_request(keys: list[str] | tuple[str, ...], why: str) -> dg.RunRe
                          tags={"ckpt/checkpoints": str(len(keys))})  # fmt: skip
 
 
-# Discovery audits new checkpoints in batched runs, at most so many a tick: a fleet of 10,000
-# found at once is 20 runs of 500, not 10,000 runs.
-DISCOVERY_MAX_RUNS = int(os.environ.get("CKPT_DISCOVERY_MAX_RUNS", POLICY.discovery_max_runs_per_tick))
 # Settings of the commit sensor, from the environment where a deployment sets them (default: Policy).
 SENSOR_CAPS = Caps(
     max_runs_per_tick=int(os.environ.get("CKPT_COMMIT_SENSOR_MAX_RUNS", POLICY.sensor_max_runs_per_tick)),
@@ -140,14 +140,10 @@ def look_within(
     deadline = clock() + budget
     looks: dict[str, Look] = {}
     pending: dict[Future[Look], str] = {}
-    keys = iter(order)
-    with ThreadPoolExecutor(max(1, workers)) as pool:
+    keys, workers = iter(order), max(1, workers)
+    with ThreadPoolExecutor(workers) as pool:
         while True:
-            while (
-                len(pending) < max(1, workers)
-                and clock() < deadline
-                and (key := next(keys, None)) is not None
-            ):
+            while len(pending) < workers and clock() < deadline and (key := next(keys, None)) is not None:
                 pending[pool.submit(look, key)] = key
             if not pending:
                 break
