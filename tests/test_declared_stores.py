@@ -186,8 +186,9 @@ def test_both_sensors_tick_past_a_checkpoint_that_declares_the_absurd(defaults, 
     with dg.instance_for_test() as instance:
         context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
         found = sensors.checkpoint_discovery_sensor(context)
-        assert sorted(r.partition_key for r in found.run_requests) == ["r:forged", "r:healthy", "r:pinned"]
-        instance.add_dynamic_partitions("checkpoints", ["r:forged", "r:healthy", "r:pinned"])
+        everyone = ["r:forged", "r:healthy", "r:pinned"]
+        assert sorted(key for r in found.run_requests for key in _keys(r)) == everyone  # audited
+        instance.add_dynamic_partitions("checkpoints", everyone)
         context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
         result = sensors.checkpoint_commit_sensor(context)
         requested = {key for r in result.run_requests for key in _keys(r)}
