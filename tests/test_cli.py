@@ -178,12 +178,13 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path) -> None:
     quietly when its reader goes away, with the status SIGPIPE gives."""
     from testbed import synthetic
 
-    synthetic.write_local(tmp_path / "wide", synthetic.files(3000, 2, window=2, snapshot_every=5))
+    synthetic.write_local(tmp_path / "wide", synthetic.files(2000, 2, window=2, snapshot_every=5))
     reader = subprocess.Popen([CKPT, "lineage", str(tmp_path / "wide")], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)  # fmt: skip
     assert reader.stdout is not None and reader.stderr is not None
     head = [reader.stdout.readline() for _ in range(5)]
-    reader.stdout.close()  # as `head -5` does: the rest of the 3,000 lines has nowhere to go
+    # As `head -5` does: the rest of the 2,000 lines (120 KB, over a pipe's 64 KB) has nowhere to go.
+    reader.stdout.close()
     status, stderr = reader.wait(timeout=120), reader.stderr.read().decode()
     assert len(head) == 5 and head[0].startswith(b"op")
     assert status == 141, (status, stderr[-2000:])
