@@ -69,16 +69,19 @@ def test_a_join_store_left_out_of_the_metadata_is_never_cleaned(defaults, tmp_pa
     _refused_everywhere(path, tmp_path, "STORES_DISAGREE")
 
 
-def test_the_fork_copies_every_partition_its_offsets_pin(defaults, tmp_path) -> None:
-    """Read per batch, as Spark reads it: the count a batch's offsets pin names its stores."""
+def test_the_stores_of_a_batch_are_the_ones_its_offsets_pin(defaults, tmp_path) -> None:
+    """Read per batch, as Spark reads it: with the metadata saying 2 partitions (the reproduction
+    where a fork copied partitions 0-1 only and Spark's restart failed), the batch's offsets pin 4,
+    and every store a fork or a cleanup sizes by is one of 4 partitions."""
     from checkpoint.model.head import load_head
     from checkpoint.model.lineage import store_ids
 
     path = _stopped_copy(defaults, "hdfs_agg", tmp_path / "agg")
-    head = load_head(str(path))
-    assert {sid.partition for sid in store_ids(head, head.latest_committed_batch)} == {0, 1, 2, 3}
+    _edit_metadata(path, 0, _declare_partitions(2))
+    head = load_head(str(path), strict=False)
     offsets = path / "offsets" / str(head.latest_committed_batch)
     assert '"spark.sql.shuffle.partitions":"4"' in offsets.read_text()
+    assert {sid.partition for sid in store_ids(head, head.latest_committed_batch)} == {0, 1, 2, 3}
 
 
 def test_a_partition_folder_no_batch_names_is_kept_and_said(defaults, tmp_path) -> None:
