@@ -174,12 +174,14 @@ def test_an_absurd_declaration_is_one_line_in_bounded_memory(defaults, tmp_path,
 
 
 def test_both_sensors_tick_past_a_checkpoint_that_declares_the_absurd(defaults, tmp_path) -> None:
-    """A forged count in one checkpoint of a root: the discovery and commit sensors' ticks end, and
-    say what they could not read, instead of sizing anything by it."""
+    """Forged counts in two checkpoints of a root: the discovery and commit sensors' ticks end
+    without sizing anything by them, and ask for their validation, whose findings say what is
+    wrong."""
     import dagster as dg
 
     from assets.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration import sensors
+    from orchestration.due import SensorState
 
     root = tmp_path / "root"
     _stopped_copy(defaults, "hdfs_agg", root / "healthy")
@@ -195,7 +197,9 @@ def test_both_sensors_tick_past_a_checkpoint_that_declares_the_absurd(defaults, 
         context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
         result = sensors.checkpoint_commit_sensor(context)
         requested = {key for r in result.run_requests for key in _keys(r)}
-        assert "r:healthy" in requested, result.run_requests
+        assert requested == set(everyone), result.run_requests  # each validated: its findings say it
+        state = SensorState.from_json(result.cursor)
+        assert set(state.seen) == set(everyone) and {"r:forged", "r:pinned"} <= set(state.validated)
 
 
 def _keys(request) -> list[str]:
