@@ -8,12 +8,12 @@ from collections.abc import Iterable
 
 from checkpoint.analysis.findings import F, Finding, batch_spans, finding
 from checkpoint.model.checkpoint import Checkpoint, StateFolders
-from checkpoint.model.lineage import partitions_named, state_partitions
+from checkpoint.model.lineage import state_partitions
 
 
 def store_findings(ckpt: Checkpoint, latest: int) -> Iterable[Finding]:
     """What names the stores (metadata, offsets, commit ids, folders) agrees; in V1 only metadata does."""
-    entry, ever = ckpt.batches[latest], partitions_named(ckpt)
+    entry = ckpt.batches[latest]
     for op in ckpt.operators.values():
         count = state_partitions(ckpt, op, latest)
         # A run's first batch writes the metadata, Spark's repartitioning leaves it: some batch's count.
@@ -52,13 +52,14 @@ def store_findings(ckpt: Checkpoint, latest: int) -> Iterable[Finding]:
                 f"operator {op.id} has store folder(s) {_listed(unnamed)} that its metadata does not name "
                 f"(it names {_listed(op.store_names)})",
             )
-        beyond = {p for p in seen.partitions or () if p >= ever[op.id]}
+        ever = max(counts)  # the most partitions any batch has: a folder at or above it, nothing names
+        beyond = {p for p in seen.partitions or () if p >= ever}
         if beyond:
             yield finding(
                 F.UNNAMED_STATE_FOLDER,
                 ckpt.storage.full(f"state/{op.id}"),
                 f"operator {op.id} has partition folder(s) {batch_spans(beyond)}, and no batch in the logs "
-                f"has more than {ever[op.id]} partitions: they are kept, not cleaned",
+                f"has more than {ever} partitions: they are kept, not cleaned",
             )
 
 

@@ -14,7 +14,6 @@ from itertools import pairwise
 
 from checkpoint.analysis.findings import CODES as CODES
 from checkpoint.analysis.findings import Category as Category
-from checkpoint.analysis.findings import Code as Code
 from checkpoint.analysis.findings import Finding, FindingCode, batch_spans
 from checkpoint.analysis.findings import Severity as Severity
 from checkpoint.analysis.findings import finding as _finding

@@ -163,9 +163,7 @@ def scan_partition(
     Only the stores the logs and the operator metadata name are decided: a partition folder that
     no batch names keeps every file (fail closed), and a store folder beside named ones that the
     metadata leaves out refuses the plan, as validation does."""
-    named = _named_only(base, files)
-    unnamed = [f.rel for f in files] if len(named) < len(files) else []
-    files = named
+    files, unnamed = _named_only(base, files)
     index = FileIndex(files)  # built once: for the lineage reads here, then for the rules
     to_read: dict[str, CheckpointFile] = {}  # the committed changelogs: their lineage headers
     for batch, stores in committed.items():
@@ -201,13 +199,14 @@ def scan_partition(
     except UnsafeToPlan as exc:
         raise GcError(f"unsafe to plan: {exc}", base.url) from exc
     _guard_paths(base, [c.file for c in scan.candidates])
-    if unnamed:
-        decided = {f.rel for f in files}
-        scan.kept.update({rel: Kept.UNNAMED for rel in unnamed if rel not in decided})
+    scan.kept.update(dict.fromkeys(unnamed, Kept.UNNAMED))
     return scan
 
 
-def _named_only(base: Checkpoint, files: tuple[CheckpointFile, ...]) -> tuple[CheckpointFile, ...]:
+def _named_only(
+    base: Checkpoint, files: tuple[CheckpointFile, ...]
+) -> tuple[tuple[CheckpointFile, ...], list[str]]:
+    """(the files of stores the logs and metadata name, the rels of the others, kept)."""
     counts = partitions_named(base)
     stores: set[tuple[int, int, str]] = set()
     for f in files:
@@ -220,7 +219,7 @@ def _named_only(base: Checkpoint, files: tuple[CheckpointFile, ...]) -> tuple[Ch
         if op not in base.operators or part >= counts[op] or store not in base.operators[op].store_names
     ]
     if not unnamed:
-        return files
+        return files, []
     for op_id, partition, store in sorted(unnamed):
         op = base.operators.get(op_id)
         if op is not None and partition < counts[op_id]:
@@ -234,7 +233,9 @@ def _named_only(base: Checkpoint, files: tuple[CheckpointFile, ...]) -> tuple[Ch
     out = tuple(f for f in files if (f.what.operator, f.what.partition, f.what.store) not in gone)
     # A Hadoop crc names no store: it stays with its main file, or would read as a stale sidecar.
     kept = {f.rel for f in out}
-    return tuple(f for f in out if f.what.main is None or f.what.main in kept or f.what.operator is not None)
+    named = tuple(f for f in out if f.what.main is None or f.what.main in kept or f.what.operator is not None)
+    decided = {f.rel for f in named}
+    return named, [f.rel for f in files if f.rel not in decided]
 
 
 class _ZipListings(Mapping[str, "tuple[str, ...] | None"]):

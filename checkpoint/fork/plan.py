@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint.analysis.validate import FindingCode, Severity, Validation, batch_spans, validate
+from checkpoint.analysis.findings import batch_spans
+from checkpoint.analysis.validate import FindingCode, Severity, Validation, validate
 from checkpoint.errors import CorruptFileError, ForkRefused
 from checkpoint.fork.markers import ForkStarted
 from checkpoint.format.crc import parse_sidecar
