@@ -157,12 +157,7 @@ def parse_state_file(name: str) -> tuple[int, str | None, FileKind] | None:
     if not m:
         return None
     version, uid, ext, hdfs = m.groups()
-    return _state_fields(version, uid, ext or hdfs)
-
-
-def _state_fields(version: str, uid: str | None, ext: str) -> tuple[int, str | None, FileKind]:
-    # Interned: a version's changelog, zip and their sidecars name one id, held once.
-    return int(version), None if uid is None else sys.intern(uid), _STATE_KINDS[ext]
+    return int(version), uid, _STATE_KINDS[ext or hdfs]
 
 
 # A state file or its Spark sidecar in one match: a partition folder is mostly these. The
@@ -177,7 +172,11 @@ _STATE_FILE_OR_CRC = re.compile(
 _new = tuple.__new__
 
 
-def classify(rel: str) -> Classified:
+def classify(rel: str, ids: dict[str, str] | None = None) -> Classified:
+    """What `rel` is. `ids`, given by a caller classifying a whole listing, holds each state file id
+    once: a version's changelog, zip and their sidecars name one id. A dict of the listing's own,
+    not `sys.intern`: the interpreter's table holds every interned string of the process, and
+    growing it reallocates the whole of it (4 MB in a Dagster process) in the middle of a plan."""
     folder, slash, name = rel.rpartition("/")
     if name.startswith(".") and name.endswith(".crc") and len(name) > len(".crc") + 1:
         # Hadoop's local checksum file system hides `.<name>.crc` beside every file it writes (on
@@ -189,8 +188,10 @@ def classify(rel: str) -> Classified:
         m = _STATE_FILE_OR_CRC.match(name)
         if m:
             version, uid, ext, hdfs, crc = m.groups()
-            v, u, kind = _state_fields(version, uid, ext or hdfs)
-            return _new(Classified, (rel, _SPARK_CRC if crc else kind, None, op, part, store, v, u))
+            if uid is not None and ids is not None:
+                uid = ids.setdefault(uid, uid)
+            kind = _SPARK_CRC if crc else _STATE_KINDS[ext or hdfs]
+            return _new(Classified, (rel, kind, None, op, part, store, int(version), uid))
         if name.startswith(MAINT_TEMP_PREFIX) and name.endswith(".tmp"):
             return Classified(rel, FileKind.MAINT_TEMP, None, op, part, store)
     elif shape == _SSTS:

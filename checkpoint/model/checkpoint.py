@@ -89,7 +89,7 @@ class CheckpointFile(NamedTuple):
     def of_listing(infos: Sequence[FileInfo]) -> tuple[CheckpointFile, ...]:
         """Each listed file with what its path is, in the listing's order. `tuple.__new__` over
         zipped pairs: no Python frame per file but classify's own."""
-        pairs = zip(infos, map(classify, map(_info_rel, infos)), strict=True)
+        pairs = zip(infos, map(classify, map(_info_rel, infos), repeat({})), strict=True)
         return cast("tuple[CheckpointFile, ...]", tuple(map(tuple.__new__, repeat(CheckpointFile), pairs)))
 
 

@@ -19,6 +19,7 @@ lineage, validation and compaction planning run on it unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import logging
@@ -112,8 +113,12 @@ def load_head(
     named = {sid for b in wanted for sid in store_ids(base, b)}
     targets = sorted((s for s in named if s.partition in listed.get(s.operator, (s.partition,))), key=_order)
     resolver = _Resolver(base, wanted, sidecars=sidecars)
-    with ThreadPoolExecutor(max(1, min(workers, len(targets) or 1))) as pool:
-        for n, _ in enumerate(pool.map(resolver.resolve, targets), 1):
+    width = max(1, min(workers, len(targets)))
+    # One store (most checkpoints a fleet view or a sensor looks at) is read in this thread: a pool
+    # per checkpoint costs more than its reads when thousands are loaded side by side.
+    with contextlib.nullcontext(None) if width == 1 else ThreadPoolExecutor(width) as pool:
+        done = map(resolver.resolve, targets) if pool is None else pool.map(resolver.resolve, targets)
+        for n, _ in enumerate(done, 1):
             if n % _PROGRESS_EVERY == 0:
                 report(log, Progress("stores read", n, len(targets)), "%s: %d of %d stores read, %d requests",
                        storage.url, n, len(targets), storage.calls.total())  # fmt: skip
