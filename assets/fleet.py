@@ -8,9 +8,9 @@ cleanup plan of each checkpoint found, and when compaction and cleanup last ran 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import escape
 
 import dagster as dg
@@ -19,22 +19,27 @@ import pandas as pd
 
 from assets import markdown
 from assets.checkpoints import FLEET_ASSET, GROUP
-from assets.partitions import CHECKPOINTS
+from assets.partitions import CHECKPOINTS, parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis.fleet import (
     FleetRow,
-    fleet_row,
     headroom,
+    look_at,
     needs_attention,
     ranked,
     totals,
-    unreadable_row,
 )
 from checkpoint.analysis.report import human_bytes
 from checkpoint.analysis.validate import Severity
-from checkpoint.errors import CheckpointError
+from checkpoint.format.layout import AUDIT_FOLDER
+from checkpoint.model.discovery import each_checkpoint
 from checkpoint.policy import POLICY, Policy
+from checkpoint.storage import Storage
+from checkpoint.storage.urls import normalize_url
 
+_PLAN, _COMPACTION, _CLEANUP = "checkpoint_orphan_plan", "checkpoint_compaction", "checkpoint_orphan_cleanup"
+_COMPACTION_JOBS: tuple[str, ...] = ("compact_checkpoints", "checkpoint_maintenance")
+_CLEANUP_JOBS: tuple[str, ...] = ("checkpoint_cleanup", "checkpoint_maintenance")
 NO_ERRORS_CHECK = "fleet_no_errors"
 HEADROOM_CHECK = "fleet_lineage_headroom"
 _COLUMNS = [  # (name, Dagster column type) of the table shown in the UI
@@ -63,31 +68,59 @@ def _age(seconds: float | None) -> str:
 
 
 class _History:
-    """What this Dagster instance recorded about one checkpoint's maintenance."""
+    """What this Dagster instance recorded about every checkpoint's maintenance, read in bulk: for
+    each asset the newest materialization of every partition (one query for their ids, then the
+    records a thousand at a time), and the failed maintenance runs of each job (one query each).
+    Asked per checkpoint, that was five queries a checkpoint: 50,000 at 10,000 checkpoints."""
 
-    def __init__(self, instance: dg.DagsterInstance):
+    _CHUNK = 1000
+    _FAILED_RUNS = 5000  # per job, newest first: an older failure has a newer run after it
+
+    def __init__(self, instance: dg.DagsterInstance, keys: list[str]):
         self.instance = instance
+        wanted = set(keys)
+        self.latest = {asset: self._latest(asset, wanted) for asset in (_PLAN, _COMPACTION, _CLEANUP)}
+        self.failed = {jobs: self._failed(jobs, wanted) for jobs in (_COMPACTION_JOBS, _CLEANUP_JOBS)}
 
-    def _latest(self, asset: str, key: str):
-        found = self.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[key]), limit=1
-        ).records
-        return found[0] if found else None
-
-    def _failed_since(self, jobs: tuple[str, ...], key: str, since: float) -> float | None:
-        runs = self.instance.get_run_records(
-            dg.RunsFilter(tags={"dagster/partition": key}, statuses=[dg.DagsterRunStatus.FAILURE]), limit=20
+    def _latest(self, asset: str, keys: set[str]) -> dict[str, Any]:
+        key = dg.AssetKey(asset)
+        ids = self.instance.get_latest_storage_id_by_partition(
+            key, dg.DagsterEventType.ASSET_MATERIALIZATION, keys
         )
-        ended = (r.end_time for r in runs if r.dagster_run.job_name in jobs)
-        times = [t for t in ended if t is not None and t > since]
-        return max(times, default=None)
+        by_id = {storage_id: partition for partition, storage_id in ids.items()}
+        found: dict[str, Any] = {}
+        wanted = sorted(by_id)
+        for i in range(0, len(wanted), self._CHUNK):
+            chunk = wanted[i : i + self._CHUNK]
+            got = self.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)
+            ).records
+            found.update((by_id[r.storage_id], r) for r in got)
+        return found
+
+    def _failed(self, jobs: tuple[str, ...], keys: set[str]) -> dict[str, float]:
+        newest: dict[str, float] = {}
+        for job in jobs:
+            runs = self.instance.get_run_records(
+                dg.RunsFilter(job_name=job, statuses=[dg.DagsterRunStatus.FAILURE]), limit=self._FAILED_RUNS
+            )
+            for r in runs:
+                key = r.dagster_run.tags.get("dagster/partition")
+                if key in keys and r.end_time is not None and r.end_time > newest.get(key, 0.0):
+                    newest[key] = r.end_time
+        return newest
 
     def known(self, key: str) -> dict:
-        plan = self._latest("checkpoint_orphan_plan", key)
-        compaction = self._latest("checkpoint_compaction", key)
-        cleanup = self._latest("checkpoint_orphan_cleanup", key)
+        plan = self.latest[_PLAN].get(key)
+        compaction = self.latest[_COMPACTION].get(key)
+        cleanup = self.latest[_CLEANUP].get(key)
         reclaimable = _int(plan, "bytes")
-        if reclaimable is not None and cleanup is not None and cleanup.timestamp >= plan.timestamp:
+        if (
+            reclaimable is not None
+            and plan is not None
+            and cleanup is not None
+            and cleanup.timestamp >= plan.timestamp
+        ):
             # the plan's bytes, less what a cleanup applied after it deleted: what is left to reclaim
             deleted = _int_of(cleanup.asset_materialization.metadata, "deleted_bytes")
             reclaimable = max(0, reclaimable - deleted)
@@ -95,20 +128,19 @@ class _History:
             "reclaimable_bytes": reclaimable,
             "reclaimable_planned_at": plan.timestamp if plan is not None else None,
             "last_compaction": self._describe(
-                compaction, ("compact_checkpoints", "checkpoint_maintenance"), key,
+                compaction, _COMPACTION_JOBS, key,
                 lambda m: f"{_int_of(m, 'stores_compacted')} stores compacted",
             ),
             "last_cleanup": self._describe(
-                cleanup, ("cleanup_checkpoints", "checkpoint_maintenance"), key,
+                cleanup, _CLEANUP_JOBS, key,
                 lambda m: (f"deleted {_int_of(m, 'deleted_files')} files" if _value(m, "applied")
                            else "dry run"),
             ),
         }  # fmt: skip
 
     def _describe(self, record, jobs: tuple[str, ...], key: str, what) -> str | None:
-        since = record.timestamp if record else 0.0
-        failed = self._failed_since(jobs, key, since)
-        if failed is not None:
+        failed = self.failed[jobs].get(key)
+        if failed is not None and failed > (record.timestamp if record else 0.0):
             return f"{_when(failed)}: FAILED"
         if record is None:
             return None
@@ -131,11 +163,22 @@ def _int(record, name: str) -> int | None:
     return None if value is None else int(value)
 
 
-def _row(roots: CheckpointRootsResource, key: str, known: dict) -> FleetRow:
-    try:
-        return fleet_row(key, roots.load(key), roots.policy(), **known)
-    except CheckpointError as exc:  # one unreadable checkpoint is a row, never a failed report
-        return unreadable_row(key, roots.url_of(key), str(exc), **known)
+def _rows(roots: CheckpointRootsResource, keys: list[str], history: _History) -> list[FleetRow]:
+    """Every checkpoint's row, side by side (`each_checkpoint`: threads on object stores, worker
+    processes on local disks), most urgent first."""
+    policy = roots.policy()
+    storages = {r.name: roots.storage(r.name) for r in roots.roots}
+    looks = []
+    for key in keys:
+        name, rel = parse_partition_key(key)
+        options = roots.root(name).storage_options
+        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key)))
+    latency_bound = any(s.backend.latency_bound for s in storages.values())
+    return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound), policy)
+
+
+def _look(item: tuple) -> FleetRow:
+    return look_at(*item)
 
 
 def _or(value, default):
@@ -186,22 +229,25 @@ def checkpoint_fleet_report(
     """One row per checkpoint: latest batch and its age, live or stopped, findings, the longest replay
     chain, lineage-header headroom, reclaimable bytes, and the last compaction and cleanup."""
     keys = sorted(context.instance.get_dynamic_partitions(CHECKPOINTS))
-    history = _History(context.instance)
-    known = {key: history.known(key) for key in keys}
-    with ThreadPoolExecutor(POLICY.fleet_workers) as pool:
-        rows = ranked(list(pool.map(lambda k: _row(roots, k, known[k]), keys)), roots.policy())
+    rows = _rows(roots, keys, _History(context.instance, keys))
     context.log.info(f"read {len(rows)} checkpoints head-first")
     fleet = totals(rows)
     chart = _write_chart(context, rows, roots)
+    frame = pd.DataFrame([r.as_dict() for r in rows])
+    # The UI shows the most urgent rows; every row is in the file (a table event of 10,000 rows
+    # would be megabytes in the instance's database, each run).
+    shown = rows[: POLICY.fleet_table_rows]
     yield dg.Output(
-        pd.DataFrame([r.as_dict() for r in rows]),
+        frame,
         metadata={
             "checkpoints": fleet.checkpoints,
             "unhealthy_checkpoints": fleet.unhealthy,
             "longest_chain": fleet.longest_chain,
             "reclaimable_bytes": fleet.reclaimable_bytes,
             "worst_header_fraction": round(fleet.worst_header_fraction, 4),
-            "fleet": _table(rows),
+            "fleet": _table(shown),
+            "rows_not_shown": len(rows) - len(shown),
+            "fleet_table": dg.MetadataValue.path(_write_table(context, frame, roots)),
             "needs_attention": dg.MetadataValue.md(attention_markdown(rows, roots.policy())),
             "chart": dg.MetadataValue.path(str(chart)),
         },
@@ -240,6 +286,22 @@ def _write_chart(context: dg.AssetExecutionContext, rows: list[FleetRow], roots)
     return path
 
 
+def _write_table(context: dg.AssetExecutionContext, frame: pd.DataFrame, roots) -> str:
+    """Every row, most urgent first, as CSV in the audit root (`audit_url`, or the first root's
+    audit folder, where each checkpoint's trail lies by default): `fleet/<run id>.csv`. Returns
+    its URL."""
+    first = roots.roots[0]
+    url = roots.audit_url or f"{normalize_url(first.url)}/{AUDIT_FOLDER}"
+    options = roots.audit_storage_options if roots.audit_url else first.storage_options
+    flat = (
+        frame.assign(**{c: frame[c].map(", ".join) for c in ("errors", "warnings")}) if len(frame) else frame
+    )
+    storage = Storage(url, options)
+    rel = f"fleet/{context.run.run_id}.csv"
+    storage.write(rel, flat.to_csv(index=False).encode())
+    return storage.full(rel) if storage.protocol == "file" else f"{storage.url}/{rel}"
+
+
 def attention_markdown(rows: list[FleetRow], policy: Policy = POLICY, limit: int = 10) -> str:
     items = needs_attention(rows, policy, limit)
     if not items:
@@ -248,12 +310,47 @@ def attention_markdown(rows: list[FleetRow], policy: Policy = POLICY, limit: int
     return markdown.table(("#", "checkpoint", "why", "what fixes it"), cells)
 
 
+_HISTOGRAM_HEIGHT, _BINS = 110, 30
+
+
+def _chain_histogram(rows: list[FleetRow], policy: Policy, width: int) -> list[str]:
+    """SVG parts of a histogram over every checkpoint, however many: how many replay a chain of
+    each length, the bins at or past the policy's threshold in red."""
+    longest = max([policy.long_chain, *(r.max_chain_length for r in rows)])
+    step = -(-(longest + 1) // _BINS)
+    counts = [0] * (-(-(longest + 1) // step))
+    for r in rows:
+        counts[r.max_chain_length // step] += 1
+    tallest = max(counts, default=0) or 1
+    left, span = 40, width - 60
+    w = span / len(counts)
+    parts = [f'<text x="10" y="14">{len(rows)} checkpoints by their longest replay chain '
+             f"(bins of {step}; red: at or past {policy.long_chain})</text>"]  # fmt: skip
+    base = _HISTOGRAM_HEIGHT + 4
+    for i, n in enumerate(counts):
+        h = (_HISTOGRAM_HEIGHT - 30) * n / tallest
+        colour = "#e74c3c" if (i + 1) * step > policy.long_chain else "#95a5a6"
+        x = left + i * w
+        tip = f"chain {i * step}-{(i + 1) * step - 1}: {n}"
+        parts.append(f'<rect x="{x:.1f}" y="{base - h:.1f}" width="{max(w - 1, 1):.1f}" height="{h:.1f}" '
+                     f'fill="{colour}"><title>{tip}</title></rect>')  # fmt: skip
+        if n:
+            parts.append(f'<text x="{x + w / 2:.1f}" y="{base - h - 2:.1f}" text-anchor="middle" '
+                         f'font-size="9">{n}</text>')  # fmt: skip
+    parts.append(f'<text x="{left}" y="{base + 12}" font-size="9">0</text>')
+    parts.append(f'<text x="{left + span}" y="{base + 12}" font-size="9" text-anchor="end">{longest}</text>')
+    return parts
+
+
 def chart_svg(rows: list[FleetRow], policy: Policy = POLICY, width: int = 900) -> str:
     """Two horizontal bars per checkpoint (longest chain, reclaimable bytes), most urgent first: an
     SVG a browser shows as is, with no plotting library to install."""
+    histogram = _chain_histogram(rows, policy, width)
+    every = len(rows)
     rows = ranked(rows, policy)[:40]
     bar, gap, label = 9, 8, 260
-    height = 40 + len(rows) * (2 * bar + gap)
+    head = _HISTOGRAM_HEIGHT + 24
+    height = head + 40 + len(rows) * (2 * bar + gap)
     chain_max = max([policy.long_chain, *(r.max_chain_length for r in rows)])
     bytes_max = max([1, *((r.reclaimable_bytes or 0) for r in rows)])
     span = width - label - 120
@@ -261,14 +358,16 @@ def chart_svg(rows: list[FleetRow], policy: Policy = POLICY, width: int = 900) -
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
         'font-size="11">',
         '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{label}" y="14" fill="#c0392b">chain length (changelogs replayed)</text>',
-        f'<text x="{label + 260}" y="14" fill="#2e86c1">reclaimable bytes</text>',
+        *histogram,
+        f'<text x="10" y="{head + 14}">the {len(rows)} most urgent of {every}, by need</text>',
+        f'<text x="{label}" y="{head + 28}" fill="#c0392b">chain length (changelogs replayed)</text>',
+        f'<text x="{label + 260}" y="{head + 28}" fill="#2e86c1">reclaimable bytes</text>',
     ]
     threshold = label + span * policy.long_chain / chain_max
-    parts.append(f'<line x1="{threshold:.1f}" y1="20" x2="{threshold:.1f}" y2="{height}" stroke="#c0392b" '
-                 'stroke-dasharray="3,3"/>')  # fmt: skip
+    parts.append(f'<line x1="{threshold:.1f}" y1="{head + 34}" x2="{threshold:.1f}" y2="{height}" '
+                 'stroke="#c0392b" stroke-dasharray="3,3"/>')  # fmt: skip
     for i, row in enumerate(rows):
-        y = 28 + i * (2 * bar + gap)
+        y = head + 42 + i * (2 * bar + gap)
         name = row.key if len(row.key) <= 38 else "…" + row.key[-37:]
         colour = "#c0392b" if row.errors else "#333"
         parts.append(

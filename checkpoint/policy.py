@@ -70,6 +70,10 @@ class Policy:
     plan_processes_from: int = 16
     store_workers: int = 16
     fleet_workers: int = 16
+    # On local disks a look at a checkpoint is Python work one core bounds: from this many
+    # checkpoints, the fleet view reads them in `plan_processes` worker processes instead.
+    fleet_processes_from: int = 400
+    fleet_table_rows: int = 100  # the most urgent rows the fleet asset shows; every row is in its file
     sensor_workers: int = 32
     # Keys per delete request: S3's DeleteObjects takes 1000 at most (storage.DELETE_MAX_KEYS).
     delete_batch_size: int = 1000

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ThreadPoolExecutor
+import functools
 from typing import Any
 
-from checkpoint.analysis.fleet import FleetRow, fleet_row, needs_attention, ranked, unreadable_row
+from checkpoint.analysis.fleet import FleetRow, look_at, needs_attention, ranked
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.plan import plan_gc
-from checkpoint.errors import CheckpointError, GcError
-from checkpoint.model.discovery import scan
+from checkpoint.errors import GcError
+from checkpoint.model.discovery import each_checkpoint, scan
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
@@ -19,30 +19,28 @@ from .common import EXIT_FINDINGS, Result
 
 
 def fleet(args: argparse.Namespace) -> Result:
-    found: list[tuple[Storage, Any]] = []
+    found: list[str] = []
+    latency_bound = False
     for root in args.roots:
         storage, checkpoints = scan(root)
-        found += [(storage, f) for f in checkpoints]
-
-    def row(item: tuple[Storage, Any]) -> FleetRow:
-        storage, f = item
-        known: dict[str, Any] = {}
-        try:
-            if not args.no_cleanup_plan:
-                known = _reclaimable(f.url, fresh=args.plan)
-            return fleet_row(f.url, f.load(storage, strict=False), **known)
-        except CheckpointError as exc:  # one unreadable checkpoint is a row, never the end
-            return unreadable_row(f.url, f.url, str(exc), **known)
-
-    # Side by side, as the fleet asset reads them: each look is round trips (on S3) or a few
-    # small reads, and one after another they add up to minutes at 10,000 checkpoints.
-    with ThreadPoolExecutor(max(1, min(POLICY.fleet_workers, len(found) or 1))) as pool:
-        rows = ranked(list(pool.map(row, found)))
+        found += [f.url for f in checkpoints]
+        latency_bound |= storage.backend.latency_bound
+    cleanup = None if args.no_cleanup_plan else ("fresh" if args.plan else "newest")
+    rows = ranked(
+        each_checkpoint(functools.partial(_row, cleanup=cleanup), found, latency_bound=latency_bound)
+    )
     attention = [(a.row.url, a.reason, a.action) for a in needs_attention(rows)]
     code = EXIT_FINDINGS if any(r.errors for r in rows) else 0
     return Result(
         {"checkpoints": [r.as_dict() for r in rows]}, lambda d: render.fleet_text(d, attention), code
     )
+
+
+def _row(url: str, cleanup: str | None) -> FleetRow:
+    """One checkpoint's row; module-level, with plain arguments, so that a worker process can be
+    given it."""
+    known = {} if cleanup is None else _reclaimable(url, fresh=cleanup == "fresh")
+    return look_at(url, url, None, POLICY, known)
 
 
 def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:

@@ -144,6 +144,38 @@ def test_the_fleet_report_reads_every_partition_and_dagster_history(fleet_root) 
     )
 
 
+def test_the_report_shows_the_most_urgent_rows_and_files_every_row(fleet_root, monkeypatch) -> None:
+    """At 10,000 checkpoints the metadata table would be megabytes a run: the UI gets the most
+    urgent rows and the count of the rest; the CSV in the audit root has every row, in the same
+    order; the chart's histogram counts every checkpoint. A failed cleanup run of a checkpoint
+    (its blocking audit failed) shows in its row."""
+    import dataclasses
+
+    import pandas as pd
+
+    import assets.fleet
+    from orchestration.location import build_definitions
+
+    monkeypatch.setattr(assets.fleet, "POLICY", dataclasses.replace(assets.fleet.POLICY, fleet_table_rows=2))
+
+    def fail_cleanup(instance, roots):
+        defs = build_definitions(list(roots.roots))
+        job = defs.resolve_job_def("checkpoint_cleanup")
+        result = job.execute_in_process(partition_key="f:teams/broken", instance=instance, raise_on_error=False)
+        assert not result.success
+
+    keys, meta, _ = _report(fleet_root, fail_cleanup)
+    shown = [r.data["checkpoint"] for r in meta["fleet"].records]
+    assert shown == ["f:teams/at-cap", "f:teams/broken"] and meta["rows_not_shown"] == 3
+    table = Path(meta["fleet_table"])
+    assert table.parent == fleet_root / "_ckpt_audit" / "fleet"
+    every = pd.read_csv(table)
+    assert list(every["key"][:2]) == shown and sorted(every["key"]) == keys
+    broken = every.set_index("key").loc["f:teams/broken"]
+    assert broken["last_cleanup"].endswith(": FAILED") and "CHAIN" in broken["errors"]
+    assert "5 checkpoints by their longest replay chain" in meta["chart"]
+
+
 def test_the_fleet_checks_pass_or_warn_at_the_right_level(fleet_root, tmp_path) -> None:
     healthy = tmp_path / "healthy"
     shutil.copytree(fleet_root / "chain", healthy / "chain")

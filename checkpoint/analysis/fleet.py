@@ -14,9 +14,12 @@ from typing import Any
 
 from checkpoint.analysis.report import human_bytes
 from checkpoint.analysis.validate import FindingCode, Severity, ValidationOptions, validate
+from checkpoint.errors import CheckpointError
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY, Policy
+from checkpoint.storage import Storage
 
 UNREADABLE = "UNREADABLE"
 
@@ -92,6 +95,17 @@ def fleet_row(
         state_format=ckpt.state_format,
         **known,
     )
+
+
+def look_at(
+    key: str, url: str, storage_options: dict[str, Any] | None, policy: Policy, known: dict
+) -> FleetRow:
+    """The row of one checkpoint read head-first, or, when it cannot be read, a row that says why.
+    Plain arguments, so that a worker process can be given it (`discovery.each_checkpoint`)."""
+    try:
+        return fleet_row(key, load_head(Storage(url, storage_options), strict=False), policy, **known)
+    except CheckpointError as exc:  # one unreadable checkpoint is a row, never the end
+        return unreadable_row(key, url, str(exc), **known)
 
 
 def headroom(fraction: float, policy: Policy = POLICY) -> Severity | None:

@@ -8,9 +8,13 @@ the folders above the checkpoints, not with their files. Folders are listed conc
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from checkpoint.errors import NotACheckpointError
 from checkpoint.format.layout import AUDIT_FOLDER
@@ -20,6 +24,8 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import Folder, Storage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -66,3 +72,24 @@ def find_checkpoints(root: Storage, workers: int = POLICY.list_workers) -> list[
 def scan(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, list[FoundCheckpoint]]:
     storage = Storage(url, storage_options)
     return storage, find_checkpoints(storage)
+
+
+def each_checkpoint(look: Callable[[T], R], items: Sequence[T], *, latency_bound: bool) -> list[R]:
+    """`look` at every item (one checkpoint each), the results in the items' order.
+
+    On object stores a look is round trips: `fleet_workers` threads. On local disks it is Python
+    work one core bounds, and threads only contend (10,000 checkpoints: 25-35 s in 16 threads,
+    13 s in one): from `fleet_processes_from` items, worker processes, one a core. `look` and the
+    items then travel by pickle (a module-level function, plain values). The workers are forked
+    when this process runs no other thread; with others, a fork could copy a lock one of them
+    holds, so they are spawned (they import this package first: a second or so)."""
+    processes = min(POLICY.plan_processes, os.cpu_count() or 1)
+    if latency_bound or processes < 2 or len(items) < POLICY.fleet_processes_from:
+        with ThreadPoolExecutor(max(1, min(POLICY.fleet_workers, len(items)))) as threads:
+            return list(threads.map(look, items))
+    method = "fork" if threading.active_count() == 1 else "spawn"
+    pool: Executor = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(method))
+    with pool:
+        # Chunks of a few dozen: a result's pickle costs less than a round trip per item, and
+        # workers that finish early take more.
+        return list(pool.map(look, items, chunksize=max(1, len(items) // (processes * 16))))
