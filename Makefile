@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-unit lint venv bench ui browser
+.PHONY: demo test test-unit lint venv bench ui browser postgres
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ lint: $(STAMP)
 browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
-test: lint browser
+# The end-to-end test runs Dagster on Debian's PostgreSQL server, which the test starts on loopback.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1 || \
+		{ apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
+
+test: lint browser postgres
 	$(VENV)/bin/pytest --durations=25
 
 # The quick loop: unit tests only, with no Java (JAVA_HOME points nowhere, so a test that starts a

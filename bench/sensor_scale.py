@@ -11,7 +11,9 @@ them, against a real Dagster instance. Reported, each with the command's figures
   a full round takes;
 - the cursor's size;
 - an idle tick against a bare listing of every `commits/` folder (`os.listdir`, as many at once),
-  in this process: the ratio (target at most 3).
+  in this process: the ratio (target at most 3);
+- `ckpt fleet` and the fleet asset against the same bare listing (target at most 20), and this
+  process's peak RSS after the asset.
 
     python -m bench.sensor_scale [--checkpoints 1000] [--budget 30] [--root DIR]
 """
@@ -58,6 +60,23 @@ def _fleet_command(root: Path) -> float:
     with contextlib.redirect_stdout(io.StringIO()):
         ckpt(["fleet", str(root), "--no-cleanup-plan", "--json"])
     return time.monotonic() - started
+
+
+def _fleet_asset(instance, roots) -> float:
+    """The fleet asset materialized by Dagster over every partition discovery added."""
+    import dagster as dg
+
+    from assets.fleet import checkpoint_fleet_report
+
+    started = time.monotonic()
+    assert dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots}).success
+    return time.monotonic() - started
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:
@@ -120,6 +139,9 @@ def main() -> None:
         fleet_cli = _fleet_command(root)
         print(f"ckpt fleet --no-cleanup-plan: {fleet_cli:.1f} s, {fleet_cli / bare:.1f}x the bare listing "
               "(target <= 20)")  # fmt: skip
+        report = _fleet_asset(instance, roots)
+        print(f"fleet asset: {report:.1f} s, {report / bare:.1f}x the bare listing, peak RSS of this process "
+              f"{_peak_rss_mb():.0f} MB")  # fmt: skip
         busy = keys[:: max(1, len(keys) // max(1, len(keys) // 10))]
         for key in busy:
             newer = synthetic.iter_files(1, 10, window=3, snapshot_every=5)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.errors import RebuildError
+from checkpoint.format.spark import FORMAT_VERSION_CONF
 from checkpoint.progress import Progress, report
 
 from .spark_session import failure_line, first_line, hand_on_crash_spec, task_context, task_crash_point
@@ -153,7 +154,7 @@ def run_compaction_tasks(
 # Over the private copy of one store's chain (checkpoint.compaction.hdfs): the checkpoint's pinned
 # confs as a restart applies them, and these on top.
 _SNAPSHOT_CONFS = {
-    "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",  # the provider refuses any other
+    FORMAT_VERSION_CONF: "1",  # the provider refuses any other
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "0",  # the planner decided already
     "spark.sql.streaming.maxBatchesToRetainInMemory": "1",  # maintenance snapshots a loaded map only
     # Maintenance also deletes files below what it retains: nothing, even in the copy.

@@ -11,6 +11,7 @@ from functools import reduce
 from typing import Any
 
 from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.format.spark import FORMAT_VERSION_CONF
 from checkpoint.migrate.flow import (
     MigrationResult,
     Placement,
@@ -24,7 +25,7 @@ from checkpoint.migrate.state import StoreJob, StoreWritten
 from checkpoint.model.checkpoint import StoreId
 from checkpoint.storage import Storage
 
-from .repartition import FORMAT_VERSION, digest_aggregates, digest_of
+from .repartition import digest_aggregates, digest_of
 from .spark_session import (
     failure_line,
     first_line,
@@ -106,7 +107,7 @@ class SparkStateDigests:
 
         frames = []
         for side, (storage, format_version) in enumerate(sides):
-            with scoped_confs(self.spark, {FORMAT_VERSION: str(format_version)}):
+            with scoped_confs(self.spark, {FORMAT_VERSION_CONF: str(format_version)}):
                 frames.append(self.spark.read.format("statestore").option("batchId", batch)
                               .option("operatorId", store.operator).option("storeName", store.store)
                               .load(storage.spark_url).withColumn("side", F.lit(side)))  # fmt: skip

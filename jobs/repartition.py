@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from checkpoint.format.spark import FORMAT_VERSION_CONF
 from checkpoint.repartition.flow import repartition as guarded_repartition
 from checkpoint.repartition.flow import undo_repartition
 from checkpoint.repartition.guards import StateReader, partition_count, skew, state_readers
@@ -25,10 +26,6 @@ __all__ = ["SparkStateEngine", "digest_state", "predict", "repartition", "rows_p
 # ------------------------------------------------------------------------------------------------
 # Spark: the state data source and Spark's hash
 
-
-# Spark's repartitioner refuses a session whose format version is not the checkpoint's, and the
-# state data source reads the HDFS-backed store or format V1 only in a V1 session.
-FORMAT_VERSION = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 
 # With row tracking on, every put of a changelog replay reads its key first, to keep a row count
 # that these reads never use (they count rows themselves): off while they run, the state data
@@ -136,11 +133,13 @@ class SparkStateEngine:
     def digest(
         self, storage: Storage, batch: int, readers: list[StateReader], partitions: int, format_version: int
     ) -> list[StoreDigest]:
-        with scoped_confs(self.spark, {FORMAT_VERSION: str(format_version)}):
+        # Spark's repartitioner refuses a session whose format version is not the checkpoint's, and
+        # the state data source reads the HDFS-backed store or format V1 only in a V1 session.
+        with scoped_confs(self.spark, {FORMAT_VERSION_CONF: str(format_version)}):
             return digest_state(self.spark, storage.spark_url, batch, readers, partitions)
 
     def rewrite(self, storage: Storage, partitions: int, format_version: int) -> None:
-        with scoped_confs(self.spark, {FORMAT_VERSION: str(format_version)}):
+        with scoped_confs(self.spark, {FORMAT_VERSION_CONF: str(format_version)}):
             self.spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
 
 
@@ -161,7 +160,7 @@ def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:
     out = []
     for reader in state_readers(ckpt):
         t = time.monotonic()
-        with scoped_confs(spark, {FORMAT_VERSION: str(ckpt.format_version)}):
+        with scoped_confs(spark, {FORMAT_VERSION_CONF: str(ckpt.format_version)}):
             counts = rows_per_partition(
                 spark, ckpt.storage.spark_url, batch, reader, sorted({current, *candidates})
             )

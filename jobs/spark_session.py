@@ -18,6 +18,13 @@ from typing import TYPE_CHECKING
 
 from checkpoint import crash
 from checkpoint.errors import CheckpointError
+from checkpoint.format.spark import (
+    CHANGELOG_CONF,
+    FORMAT_VERSION_CONF,
+    PROVIDER_CONF,
+    ROCKSDB_PROVIDER,
+    SHUFFLE_PARTITIONS,
+)
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
@@ -26,15 +33,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 # The defaults of the state store as the product's users run it: RocksDB, changelog checkpointing,
 # checkpoint format V2. Scenarios override single keys with `spark.conf.set`.
 STATEFUL_DEFAULTS: dict[str, str] = {
-    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
-    "spark.sql.shuffle.partitions": "4",
+    PROVIDER_CONF: ROCKSDB_PROVIDER,
+    CHANGELOG_CONF: "true",
+    FORMAT_VERSION_CONF: "2",
+    SHUFFLE_PARTITIONS: "4",
 }
 
 

@@ -22,6 +22,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checkpoint.format.spark import (
+    CHANGELOG_CONF,
+    FORMAT_VERSION_CONF,
+    HDFS_PROVIDER,
+    PROVIDER_CONF,
+    ROCKSDB_PROVIDER,
+)
 from jobs.spark_session import scoped_confs
 
 # Bump whenever a scenario, its inputs or its Spark confs change: it keys the on-disk cache.
@@ -313,7 +320,7 @@ def run_killed_child(folder: Path, scenario: Scenario) -> None:
 
 
 JOIN_INPUTS = {"left": _keyed_rows, "right": _join_right_rows}
-FORMAT_V1 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "1"}
+FORMAT_V1 = {FORMAT_VERSION_CONF: "1"}
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("long_chain", "aggregation with snapshots disabled: a delta-only chain of changelogs",
@@ -455,17 +462,13 @@ def _wait_for_snapshot(checkpoint: Path, suffix: str = "zip", seconds: float = 3
 # The big base's state formats: the session's (RocksDB V2), and Spark's defaults. Each names the
 # base's file and the confs under which Spark's maintenance writes it after batch 0: the
 # HDFS-backed store snapshots a version once more than `minDeltasForSnapshot` deltas lead to it.
-_CLASSES = "org.apache.spark.sql.execution.streaming.state."
-_PROVIDER, _SNAPSHOT_AFTER = (
-    f"spark.sql.streaming.stateStore.{k}" for k in ("providerClass", "minDeltasForSnapshot")
-)
+_SNAPSHOT_AFTER = "spark.sql.streaming.stateStore.minDeltasForSnapshot"
 BIG_BASE_FORMATS: dict[str, tuple[str, dict[str, str]]] = {
     "rocksdb_v2": ("zip", {_SNAPSHOT_AFTER: "1"}),
     "rocksdb_v1": ("zip", {**FORMAT_V1, _SNAPSHOT_AFTER: "1",
-                           _PROVIDER: _CLASSES + "RocksDBStateStoreProvider",
-                           "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}),
+                           PROVIDER_CONF: ROCKSDB_PROVIDER, CHANGELOG_CONF: "true"}),
     "hdfs": ("snapshot", {**FORMAT_V1, _SNAPSHOT_AFTER: "0",
-                          _PROVIDER: _CLASSES + "HDFSBackedStateStoreProvider"}),
+                          PROVIDER_CONF: HDFS_PROVIDER}),
 }  # fmt: skip
 
 

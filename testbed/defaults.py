@@ -22,6 +22,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from checkpoint.format.spark import (
+    CHANGELOG_CONF,
+    FORMAT_VERSION_CONF,
+    HDFS_PROVIDER,
+    PROVIDER_CONF,
+    ROCKSDB_PROVIDER,
+)
 from testbed import corpus
 from testbed.corpus import (
     JOIN_INPUTS,
@@ -41,22 +48,20 @@ from testbed.corpus import (
 from testbed.operators import _events, pandas_with_state, session_window_count
 
 DEFAULTS_VERSION = 3
-HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 # Spark's own defaults, stated rather than left out: the generator's session sets RocksDB V2.
 HDFS = {
-    "spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER,
-    "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",
+    PROVIDER_CONF: HDFS_PROVIDER,
+    FORMAT_VERSION_CONF: "1",
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "10",
 }
 ROCKSDB_V1 = {
-    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-    "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",
-    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
+    PROVIDER_CONF: ROCKSDB_PROVIDER,
+    FORMAT_VERSION_CONF: "1",
+    CHANGELOG_CONF: "false",
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "10",
 }
-CHANGELOGS = {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+CHANGELOGS = {CHANGELOG_CONF: "true"}
 # Enough batches for Spark's maintenance to write two snapshots at its default of every 10 deltas.
 LONG = 25
 

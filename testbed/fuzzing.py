@@ -21,13 +21,13 @@ from checkpoint.format.codec import Lz4BlockReader
 from checkpoint.format.crc import check_hadoop_crc, parse_sidecar
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.format.logs import (
-    SHUFFLE_PARTITIONS,
     parse_commit,
     parse_offset,
     parse_operator_metadata,
     parse_query_metadata,
 )
 from checkpoint.format.snapshot import parse_zip_metadata, read_snapshot
+from checkpoint.format.spark import SHUFFLE_PARTITIONS
 from checkpoint.format.unsaferow import read_schema_file, row_shape
 from checkpoint.policy import POLICY
 from testbed.lz4java import frame

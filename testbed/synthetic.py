@@ -21,6 +21,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from checkpoint.format.spark import HDFS_PROVIDER, PROVIDER_CONF
 from testbed.lz4java import frame, java_utf
 
 WINDOW = 100  # committed batches still in the commit log (Spark's default minBatchesToRetain)
@@ -109,9 +110,6 @@ def iter_files(
                 last_zip = v
 
 
-HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-
-
 def iter_hdfs_files(
     partitions: int,
     versions: int,
@@ -124,7 +122,7 @@ def iter_hdfs_files(
     and snapshots hold no records: cleanup planning reads none of them."""
     committed = partitions if committed_partitions is None else committed_partitions
     yield "metadata", b'{"id":"synthetic"}'
-    conf = json.dumps({"spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER})
+    conf = json.dumps({PROVIDER_CONF: HDFS_PROVIDER})
     offset = f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{conf}}}\n{{"logOffset":0}}'.encode()
     for batch in range(versions - window, versions):
         yield f"offsets/{batch}", offset

@@ -8,6 +8,7 @@ whose queue holds real runs.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -217,3 +218,62 @@ def test_the_cursor_stays_small_at_10000_checkpoints_and_an_old_one_is_read() ->
     assert read.seen == {"a": 3} and read.validated == {"a": 1.5}
     assert read.to_json().startswith("z1:")
     assert SensorState.from_json(json.dumps({"a": 3})).seen == {"a": 3}  # and the one before that
+
+
+@pytest.mark.stress
+def test_10000_checkpoints_every_tick_within_its_budget_and_every_due_compaction_requested(
+    tmp_path, monkeypatch
+) -> None:
+    """The fleet of issue 49 on a local disk: 10,000 checkpoints, every one new to the sensor, a
+    3 s budget. Discovery asks for 20 audit runs, not 10,000. No tick runs past its budget by more
+    than a margin (the looks in flight and the cursor's packing). Twelve checkpoints, spread over
+    the fleet, carry a chain past the threshold: each is requested within the ticks a round takes
+    plus those the caps need to serve twelve, whatever the validation runs ask for meanwhile."""
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
+    from orchestration import sensors
+
+    budget, margin, count = 3.0, 4.0, 10_000
+    monkeypatch.setattr(sensors, "COMMIT_SENSOR_BUDGET", budget)
+    crossing = {f"query-{i:05d}" for i in range(417, count, count // 12)}
+    assert len(crossing) == 12
+    for i in range(count):
+        name = f"query-{i:05d}"
+        # The crossing ones: 12 versions, never a snapshot, a chain of 12; the others 3 versions.
+        shape = (12, 1000) if name in crossing else (3, 5)
+        files = synthetic.iter_files(1, shape[0], window=3, snapshot_every=shape[1])
+        synthetic.write_local(tmp_path / f"team-{i % 40:02d}" / name, files)
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(tmp_path))])
+
+    with dg.instance_for_test() as instance:
+        found = sensors.checkpoint_discovery_sensor(
+            dg.build_sensor_context(instance=instance, resources={"roots": roots})
+        )
+        keys = [k for r in found.dynamic_partitions_requests for k in r.partition_keys]
+        assert len(keys) == count and len(found.run_requests) == 20
+        instance.add_dynamic_partitions("checkpoints", keys)
+
+        cursor, spans, requested, ticks, looked_first_round = None, [], {}, 0, []
+        while len(requested) < len(crossing) and ticks < 60:
+            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+            began = time.monotonic()
+            result = sensors.checkpoint_commit_sensor(ctx)
+            spans.append(time.monotonic() - began)
+            cursor = result.cursor if isinstance(result, dg.SensorResult) else ctx.cursor
+            ticks += 1
+            seen = len(SensorState.from_json(cursor).seen)
+            if not looked_first_round or looked_first_round[-1] < count:
+                looked_first_round.append(seen)
+            for run in result.run_requests if isinstance(result, dg.SensorResult) else ():
+                if run.job_name == "compact_checkpoints":
+                    requested.setdefault(run.partition_key.split("/", 1)[1], ticks)
+        assert max(spans) <= budget + margin, spans
+        round_ticks = len(looked_first_round)
+        assert looked_first_round[-1] == count
+        cap = sensors.SENSOR_CAPS.max_queued_per_job
+        bound = round_ticks + -(-len(crossing) // cap) + 1
+        assert set(requested) == crossing and max(requested.values()) <= bound, (
+            requested,
+            round_ticks,
+            spans,
+        )
+        assert len(cursor or "") <= 64 * 1024

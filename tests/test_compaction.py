@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from checkpoint.compaction import rebuild
-from checkpoint.compaction.rebuild import merge_delimiter, rebuild_store
+from checkpoint.compaction.rebuild import rebuild_store
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.crash import CRASH_ENV
 from checkpoint.errors import RebuildError
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.rocksdb import merge_delimiter
 from jobs.compact import run_compaction
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named

@@ -161,8 +161,8 @@ def test_the_report_shows_the_most_urgent_rows_and_files_every_row(fleet_root, m
     def fail_cleanup(instance, roots):
         defs = build_definitions(list(roots.roots))
         job = defs.resolve_job_def("checkpoint_cleanup")
-        result = job.execute_in_process(partition_key="f:teams/broken", instance=instance, raise_on_error=False)
-        assert not result.success
+        key = "f:teams/broken"
+        assert not job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False).success
 
     keys, meta, _ = _report(fleet_root, fail_cleanup)
     shown = [r.data["checkpoint"] for r in meta["fleet"].records]

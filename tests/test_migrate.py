@@ -115,11 +115,11 @@ def test_session_window_keys_are_laid_out_as_rocksdb_lays_them(defaults, tmp_pat
     """The HDFS-backed store keeps a session window's key whole; RocksDB cuts it for its prefix
     scan. The same query's state written by Spark's RocksDB provider (format V1) and migrated from
     the HDFS-backed store holds the same bytes, key and value, in every partition."""
-    from checkpoint.compaction.publish import ZipTarget
     from checkpoint.fork.plan import read_source
     from checkpoint.migrate.flow import preflight
     from checkpoint.migrate.state import write_store
     from checkpoint.model.head import store_folder
+    from checkpoint.rocksdb.publish import ZipTarget
     from checkpoint.storage import Storage
 
     source = read_source(Storage(str(_stopped(defaults, "hdfs_session", tmp_path / "src"))))

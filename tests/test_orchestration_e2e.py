@@ -26,6 +26,7 @@ from testbed.copying import copy_checkpoint
 from testbed.corpus import NO_SNAPSHOTS, _keyed_rows, aggregation, write_inputs
 from testbed.demo import date_back
 from tests.support.dagster_dev import PROJECT, dagster_dev
+from tests.support.postgres import postgres_server
 from tests.support.state import control_state, latest_state
 
 pytestmark = pytest.mark.slow
@@ -88,7 +89,9 @@ def setup(spark, corpus, tmp_path_factory):
         "CKPT_SPARK_MASTER": "local[1]",
     }
     try:
-        with dagster_dev(base / "dagster_home", env) as dev:
+        # On Postgres, as deployments run Dagster (`make demo` keeps SQLite, and the in-process
+        # Dagster tests run on SQLite): the run queue's tag limits are its queries there.
+        with postgres_server() as url, dagster_dev(base / "dagster_home", env, url) as dev:
             keys = dev.wait_for("discovery of the three checkpoints", lambda: _partitions(dev) or None, 180)
             assert keys == ["e2e:chain", "e2e:orders", "e2e:stream"]
             yield dev, root, live, base
@@ -340,3 +343,25 @@ def test_the_live_query_survives_maintenance_fired_by_the_commit_sensor(setup, s
 
     state = latest_state(spark, root / "stream", "aggregation")
     assert state and state == control_state(spark, live.inputs, base / "control", NO_SNAPSHOTS)
+
+
+TIMES = """{ runsOrError { ... on Runs { results { runId jobName startTime endTime status
+  tags { key value } } } } }"""
+
+
+def test_no_two_runs_of_one_checkpoint_overlapped(setup) -> None:
+    """The run queue's tag limit (dagster/partition, one at a time: dagster_home/dagster.yaml),
+    kept by Dagster's Postgres storage: every run of the module so far, on each checkpoint,
+    started after the one before it had ended."""
+    dev, *_ = setup
+    runs = dev.graphql(TIMES)["runsOrError"]["results"]
+    by_key: dict[str, list[tuple[float, float]]] = {}
+    for run in runs:
+        key = _tag(run, "dagster/partition")
+        if key and run["startTime"]:
+            by_key.setdefault(key, []).append((run["startTime"], run["endTime"] or float("inf")))
+    assert sum(map(len, by_key.values())) >= 4, runs  # audits, maintenance and sensor runs
+    for key, spans in by_key.items():
+        spans.sort()
+        for (_, ended), (began, _) in zip(spans, spans[1:], strict=False):
+            assert began >= ended, (key, spans)

@@ -13,7 +13,8 @@ import pytest
 
 from checkpoint.analysis.validate import CODES, Severity, ValidationOptions, validate
 from checkpoint.format.layout import FORK_STARTED
-from checkpoint.model.checkpoint import PROVIDER_CONF, load_checkpoint
+from checkpoint.format.spark import PROVIDER_CONF
+from checkpoint.model.checkpoint import load_checkpoint
 from testbed.copying import copy_checkpoint
 from tests.support import damage
 

@@ -26,19 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
-from checkpoint.compaction.rebuild import (
-    RebuildResult,
-    check_free_disk,
-    download_checked,
-    peak_rss,
-    reset_peak_rss,
-)
+from checkpoint.compaction.rebuild import RebuildResult, peak_rss, reset_peak_rss
 from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import check_state_file, measure_state_file
 from checkpoint.format.layout import MAINT_TEMP_PREFIX, FileKind
 from checkpoint.format.providers import HDFS_FILES, Provider
 from checkpoint.model.checkpoint import Checkpoint, StoreId
 from checkpoint.model.lineage import StoreLineage
+from checkpoint.model.transfer import check_free_disk, download_checked
 from checkpoint.policy import POLICY, Policy
 
 

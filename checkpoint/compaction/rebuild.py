@@ -26,67 +26,41 @@ then its `.crc`.
 
 from __future__ import annotations
 
-import re
 import resource
 import shutil
 import tempfile
 import time
-import zipfile
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice, repeat
 from pathlib import Path
-from typing import Any
 
-from checkpoint.compaction.publish import ZipTarget, publish
 from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import RecordRun
-from checkpoint.format.crc import check_hadoop_crc
 from checkpoint.format.layout import FileKind
 from checkpoint.format.providers import Provider
 from checkpoint.format.snapshot import (
-    ZIP_ERRORS,
     SnapshotMetadata,
-    parse_zip_metadata,
-    read_metadata_entry,
 )
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile
+from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.model.lineage import StoreLineage
+from checkpoint.model.transfer import check_free_disk
 from checkpoint.policy import POLICY, Policy
-
-MERGE_VERSION_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
-_DELIMITERS = {None: b",", "1": b",", "2": b""}  # StringAppendOperator's delimiter per version
-# What a Spark 4.x OPTIONS file says for the settings the rebuild changes; the published OPTIONS
-# get back the base's own values (these, for a store built without a base).
-SPARK_OPTIONS = {
-    "memtable_factory": "SkipListFactory",
-    "allow_concurrent_memtable_write": "true",
-    "write_buffer_size": "67108864",
-    "max_write_buffer_number": "2",
-    "disable_auto_compactions": "false",
-    "cache_index_and_filter_blocks": "false",
-}
-
-
-def bulk_options(policy: Policy, delimiter: bytes) -> dict[str, str]:
-    """The rebuild's own settings. A vector memtable takes appends and sorts once at flush (random
-    inserts into Spark's skip list cost 1.7 times as much); a bounded memtable flushes a large chain
-    to several SSTs; with compactions off the base's SSTs are never rewritten."""
-    return {
-        # docs/compaction.md, rebuild note 1: RocksDB reads the merge operator from the newest
-        # OPTIONS file, and Spark's says StringAppendOperator without a delimiter, which means ","
-        # - not what mergeOperatorVersion 2 uses.
-        "merge_operator": f"{{id=StringAppendOperator;delimiter={delimiter.decode()};}}",
-        "memtable_factory": "{id=VectorRepFactory;count=0;}",
-        "allow_concurrent_memtable_write": "false",
-        "write_buffer_size": str(policy.rebuild_memtable_bytes),
-        "max_write_buffer_number": "2",
-        "disable_auto_compactions": "true",
-        # Index and bloom-filter blocks grow with the store: in the bounded block cache, not beside it.
-        "cache_index_and_filter_blocks": "true",
-    }
+from checkpoint.rocksdb import (
+    SPARK_OPTIONS,
+    FetchedBase,
+    ZipTarget,
+    bulk_options,
+    fetch_base,
+    merge_delimiter,
+    open_db,
+    publish,
+    set_options,
+    write_in_batches,
+)
+from checkpoint.rocksdb.writer import option_values
 
 
 @dataclass(frozen=True)
@@ -113,76 +87,6 @@ class RebuildResult:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-def merge_delimiter(conf: dict[str, str]) -> bytes:
-    version = conf.get(MERGE_VERSION_CONF)
-    if version not in _DELIMITERS:
-        raise RebuildError(f"unknown {MERGE_VERSION_CONF}={version!r}: the merge semantics are not known")
-    return _DELIMITERS[version]
-
-
-def _new_db_options(policy: Policy):
-    """A store without a base starts from an empty RocksDB: Spark 4.x's table format (block-based,
-    format_version 5, 4 KiB blocks, 10-bit bloom filter, LZ4) with the rebuild's bounded memory."""
-    import rocksdict
-
-    opts = rocksdict.Options(raw_mode=True)
-    table = rocksdict.BlockBasedOptions()
-    table.set_format_version(5)
-    table.set_block_size(4096)
-    table.set_bloom_filter(10, False)
-    table.set_block_cache(rocksdict.Cache(policy.rebuild_block_cache_bytes))
-    table.set_cache_index_and_filter_blocks(True)  # as bulk_options: the cache bounds them too
-    opts.set_block_based_table_factory(table)
-    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
-    opts.set_memtable_factory(rocksdict.MemtableFactory.vector())
-    opts.set_allow_concurrent_memtable_write(False)  # a vector memtable refuses concurrent writes
-    opts.set_write_buffer_size(policy.rebuild_memtable_bytes)
-    opts.set_max_write_buffer_number(2)
-    opts.set_disable_auto_compactions(True)
-    opts.create_if_missing(True)
-    return opts
-
-
-def open_db(folder: Path, policy: Policy, *, read_only: bool = False):
-    """RocksDB over `folder`. An existing DB takes its column-family options (merge operator,
-    table format, memtable) from its newest OPTIONS file, which the rebuild rewrites first; the
-    block cache, which OPTIONS files do not carry, is passed here so that its size is ours."""
-    import rocksdict
-
-    kwargs: dict[str, Any] = {}
-    if read_only:
-        kwargs["access_type"] = rocksdict.AccessType.read_only(False)
-    if not any(folder.glob("OPTIONS-*")):
-        return rocksdict.Rdict(str(folder), options=_new_db_options(policy), **kwargs)
-    cache = rocksdict.Cache(policy.rebuild_block_cache_bytes)
-    _, families = rocksdict.Options.load_latest(str(folder), rocksdict.Env(), False, cache)
-    options = rocksdict.Options(raw_mode=True)
-    options.set_allow_concurrent_memtable_write(False)  # a DB option that the vector memtable needs
-    return rocksdict.Rdict(str(folder), options=options, column_families=families, **kwargs)
-
-
-def _option_values(folder: Path, names: Iterable[str]) -> dict[str, str]:
-    """The values of `name=value` lines in a RocksDB folder's newest OPTIONS file."""
-    files = sorted(folder.glob("OPTIONS-*"))
-    text = files[-1].read_text() if files else ""
-    found = {}
-    for name in names:
-        m = re.search(rf"^\s*{name}=(.*)$", text, re.MULTILINE)
-        if m:
-            found[name] = m.group(1)
-    return found
-
-
-def set_options(folder: Path, values: dict[str, str]) -> None:
-    """Sets `name=value` lines in every OPTIONS file of a RocksDB folder."""
-    for options in folder.glob("OPTIONS-*"):
-        text = options.read_text()
-        for name, value in values.items():
-            line = re.compile(rf"^(\s*){name}=.*$", re.MULTILINE)
-            text = line.sub(lambda m: f"{m.group(1)}{name}={value}", text)  # noqa: B023 - used at once
-        options.write_text(text)
 
 
 _BATCH_RECORDS = 100_000
@@ -263,19 +167,6 @@ def _write_changes(db, base: dict[bytes, bytes], content: dict[bytes, bytes], me
     write_in_batches(db, write_opts, per_batch, "delete", list(base.keys() - content.keys()))
 
 
-def write_in_batches(
-    db, write_opts, per_batch: int, op: str, keys: list[bytes], *values: list[bytes]
-) -> None:
-    """Bounded batches, so a large chain is not one giant allocation; the calls are made in C."""
-    import rocksdict
-
-    for start in range(0, len(keys), per_batch):
-        batch = rocksdict.WriteBatch(raw_mode=True)  # a written batch is consumed: one per write
-        end = start + per_batch
-        deque(map(getattr(batch, op), keys[start:end], *(v[start:end] for v in values)), maxlen=0)
-        db.write(batch, write_opts)
-
-
 def _point_reads(db, keys: list[bytes]):
     """(key, value or None) for each key, by multi-gets of bounded size."""
     for start in range(0, len(keys), _BATCH_RECORDS):
@@ -300,13 +191,6 @@ def peak_rss() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-@dataclass(frozen=True)
-class FetchedBase:
-    meta: SnapshotMetadata
-    ssts: dict[str, int]  # local name -> CRC32C of the bytes copied, each checked against the zip's size
-    bytes_read: int
 
 
 def rebuild_store(
@@ -346,7 +230,7 @@ def rebuild_store(
         base = fetch_base(ckpt, entry.base, folder, tmp, policy, chain_bytes) if entry.base else None
         if base is None:
             check_free_disk(tmp, 0, chain_bytes, ckpt.url)
-        restore = {**SPARK_OPTIONS, **_option_values(db_dir, SPARK_OPTIONS)}
+        restore = {**SPARK_OPTIONS, **option_values(db_dir, SPARK_OPTIONS)}
         set_options(db_dir, bulk_options(policy, delimiter))
         changelogs = [ckpt.read_changelog_runs(f, ckpt.read_verified(f.rel))[1] for f in entry.chain]
         records = sum(len(run.keys) for runs in changelogs for run in runs)
@@ -386,76 +270,6 @@ def rebuild_store(
         )  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> None:
-    """The base is on disk twice at most (downloaded, then the new SSTs beside it), plus the chain."""
-    need = 2 * base_bytes + chain_bytes
-    free = shutil.disk_usage(tmp).free
-    if free < need:
-        raise RebuildError(
-            f"not enough free disk in {tmp.parent} for this store: about {need:,} bytes needed (base x 2 + "
-            f"chain), {free:,} free; point TMPDIR at a larger disk",
-            url,
-        )
-
-
-def check_hadoop_checksum(ckpt: Checkpoint, rel: str, local: str) -> None:
-    """A local copy of `rel` against Hadoop's hidden `.<name>.crc`, where the storage keeps
-    them (a local disk) and one was written. Spark's providers read state files without it
-    (seen: a delta with a byte changed in its LZ4 end mark loads), so a copy that this tool
-    writes from is checked here. Raises CorruptFileError."""
-    folder, _, name = rel.rpartition("/")
-    hidden = f"{folder}/.{name}.crc" if folder else f".{name}.crc"
-    if ckpt.storage.backend.hidden_checksums and (crc := ckpt.storage.read_if_exists(hidden)) is not None:
-        with open(local, "rb") as fh:
-            check_hadoop_crc(fh.read, crc, ckpt.storage.full(rel))
-
-
-def download_checked(ckpt: Checkpoint, rel: str, local: str, size: int | None, policy: Policy) -> int:
-    """A state file copied to local disk in chunks and checked against every checksum it has:
-    Spark's `.crc` sidecar (format V2) and Hadoop's hidden one (a local disk). Returns the bytes;
-    `size`, when known, spares a HEAD on object stores."""
-    read = ckpt.download_verified(rel, local, size or None, policy.copy_chunk_bytes)
-    check_hadoop_checksum(ckpt, rel, local)
-    return read
-
-
-def fetch_base(
-    ckpt: Checkpoint, base: CheckpointFile, folder: str, tmp: Path, policy: Policy, chain_bytes: int
-) -> FetchedBase:
-    """The base zip's RocksDB files and SSTs in `tmp/db`, streamed to disk in chunks: the zip checked
-    against its checksums, each SST against the size the zip lists and Hadoop's checksum."""
-    rel = base.rel
-    db_dir, local_zip = tmp / "db", tmp / "base.zip"
-    read = download_checked(ckpt, rel, str(local_zip), base.info.size, policy)
-    try:
-        with zipfile.ZipFile(local_zip) as zf:
-            meta = parse_zip_metadata(read_metadata_entry(zf, ckpt.storage.full(rel)), ckpt.storage.full(rel))
-            check_free_disk(tmp, read + sum(s.size for s in meta.sst_files), chain_bytes, ckpt.url)
-            for info in zf.infolist():
-                name = info.filename
-                if "/" in name or name.startswith("."):
-                    raise RebuildError(f"unexpected entry {name!r} in {rel}", ckpt.url)
-                if name != "metadata":
-                    with zf.open(info) as src, open(db_dir / name, "wb") as out:
-                        shutil.copyfileobj(src, out, policy.copy_chunk_bytes)
-    except ZIP_ERRORS as exc:
-        raise RebuildError(f"unreadable base zip: {exc}", ckpt.storage.full(rel)) from exc
-    finally:
-        local_zip.unlink(missing_ok=True)
-
-    def fetch(sst) -> tuple[str, int]:
-        # Spark writes no sidecars for SSTs: the size the zip lists is the check (a file longer or
-        # shorter than that fails the download), with Hadoop's checksum where there is one.
-        dfs, local = f"{folder}/SSTs/{sst.dfs_name}", str(db_dir / sst.local_name)
-        crc = ckpt.storage.download(dfs, local, sst.size, policy.copy_chunk_bytes)[1]
-        check_hadoop_checksum(ckpt, dfs, local)
-        return sst.local_name, crc
-
-    with ThreadPoolExecutor(max(1, policy.copy_workers)) as pool:
-        ssts = dict(pool.map(fetch, meta.sst_files))
-    return FetchedBase(meta, ssts, read + sum(s.size for s in meta.sst_files))
 
 
 def _verify(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.format.spark import SHUFFLE_PARTITIONS
 from checkpoint.policy import POLICY
 
 COMMIT_VERSIONS = (1, 2, 3)  # v3 (Spark 4.2+) adds sink metadata
@@ -112,9 +113,6 @@ class OffsetEntry:
         and bounded when the file is parsed)."""
         value = self.conf.get(SHUFFLE_PARTITIONS)
         return int(value) if value is not None else None
-
-
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 def bounded_count(value: Any, what: str, path: str, limit: int = POLICY.max_state_partitions) -> int:

@@ -7,6 +7,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from checkpoint.format.layout import FileKind
+from checkpoint.format.spark import HDFS_PROVIDER, ROCKSDB_PROVIDER
 
 
 class Provider(StrEnum):
@@ -20,9 +21,9 @@ class Provider(StrEnum):
     @staticmethod
     def of_class(name: str | None) -> Provider:
         # An offset file without the key was written before Spark pinned it, under its default.
-        if name is None or name.endswith(".HDFSBackedStateStoreProvider"):
+        if name is None or name.endswith(HDFS_PROVIDER.rsplit(".", 1)[1]):
             return Provider.HDFS
-        if name.endswith(".RocksDBStateStoreProvider"):
+        if name.endswith(ROCKSDB_PROVIDER.rsplit(".", 1)[1]):
             return Provider.ROCKSDB
         return Provider.OTHER
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.compaction.publish import ZipTarget
 from checkpoint.crash import crash_point
 from checkpoint.errors import CheckpointError, ForkIncomplete, MigrationFailed, MigrationRefused
 from checkpoint.fork.copy import apply_fork, check_dest, inspect_dest, refuse_overlap
@@ -47,19 +46,19 @@ from checkpoint.format.crc import parse_sidecar
 from checkpoint.format.layout import FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
 from checkpoint.format.logs import StoreInfo
 from checkpoint.format.providers import Provider
+from checkpoint.format.spark import PROVIDER_CONF, ROCKSDB_PROVIDER
 from checkpoint.format.unsaferow import MAX_SCHEMA_BYTES, read_schema_file, row_shape
 from checkpoint.migrate.state import PrefixKey, StoreJob, StoreWritten
 from checkpoint.model.checkpoint import Checkpoint, StoreId
 from checkpoint.model.head import store_folder
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
+from checkpoint.rocksdb import ZipTarget
 from checkpoint.safety.naming import folder_name
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
 
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 # SRC's state files (and their sidecars): DEST gets its own. Schema, operator metadata and logs
 # are carried over.
 _STATE_KINDS = frozenset({FileKind.DELTA, FileKind.SNAPSHOT, FileKind.ZIP, FileKind.CHANGELOG, FileKind.SST,

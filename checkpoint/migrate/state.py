@@ -2,8 +2,8 @@
 
 Spark cannot do this step: its state rewriter reads RocksDB only (the HDFS-backed store fails with
 `UNSUPPORTED_PROVIDER`), and it writes in the format of the session it runs in, which must be the
-read checkpoint's (V1). So the snapshot is written here, with the machinery compaction uses
-(`checkpoint.compaction.rebuild`): what recovery of the source loads (the base snapshot or zip,
+read checkpoint's (V1). So the snapshot is written here, on the ground compaction's rebuild
+stands on too (`checkpoint.rocksdb`): what recovery of the source loads (the base snapshot or zip,
 then the deltas or changelogs in order) is put into RocksDB with Spark 4.x's table format and
 published as `<v>_<id>.zip` plus its SSTs and `.crc`, each name checked free and written without
 overwriting. Spark's own reader then proves it (`checkpoint.migrate.flow`).
@@ -30,18 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from checkpoint.compaction.publish import ZipTarget, publish
-from checkpoint.compaction.rebuild import (
-    SPARK_OPTIONS,
-    bulk_options,
-    check_free_disk,
-    download_checked,
-    fetch_base,
-    merge_delimiter,
-    open_db,
-    set_options,
-    write_in_batches,
-)
 from checkpoint.errors import RebuildError
 from checkpoint.format.changelog import RecordRun, stream_untyped_runs
 from checkpoint.format.layout import FileKind
@@ -49,7 +37,19 @@ from checkpoint.format.providers import Provider
 from checkpoint.format.unsaferow import RowShape, split_row
 from checkpoint.model.checkpoint import Checkpoint, CheckpointFile
 from checkpoint.model.lineage import StoreLineage
+from checkpoint.model.transfer import check_free_disk, download_checked
 from checkpoint.policy import POLICY, Policy
+from checkpoint.rocksdb import (
+    SPARK_OPTIONS,
+    ZipTarget,
+    bulk_options,
+    fetch_base,
+    merge_delimiter,
+    open_db,
+    publish,
+    set_options,
+    write_in_batches,
+)
 
 ROCKSDB_ENCODING = b"\x00"  # the version byte in front of every key and value RocksDB stores
 _BATCH = 50_000

@@ -52,6 +52,7 @@ from checkpoint.format.logs import (
 )
 from checkpoint.format.providers import Provider
 from checkpoint.format.snapshot import Snapshot, read_snapshot
+from checkpoint.format.spark import CODEC_CONF, PROVIDER_CONF
 from checkpoint.model.scopes import Listing as Listing  # re-exported: callers take them from here
 from checkpoint.model.scopes import Scope as Scope
 from checkpoint.model.scopes import StateFolders as StateFolders
@@ -62,8 +63,6 @@ from checkpoint.storage import FileInfo, Storage
 DEFAULT_STORE = "default"
 
 
-PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
-CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
 _HEADER_PREFETCH = 32 * 1024  # the first lz4 block, where a lineage header starts (and most end)

@@ -23,6 +23,7 @@ from checkpoint.errors import CheckpointError, RepartitionRefused
 from checkpoint.format.layout import FileKind
 from checkpoint.format.logs import OffsetEntry
 from checkpoint.format.providers import Provider
+from checkpoint.format.spark import SHUFFLE_PARTITIONS
 from checkpoint.model.checkpoint import Checkpoint, state_partition_folders
 from checkpoint.model.lineage import checkpoint_lineage
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
@@ -41,7 +42,6 @@ SUPPORTED_OPERATORS = frozenset({
     "transformWithStateInPandasExec",
     "transformWithStateInPySparkExec",
 })  # fmt: skip
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 _LOG_FOLDERS = ("offsets", "commits")
 _OPERATOR_FOLDERS = ("_metadata", "_stateSchema")  # state/<op>/...: operator metadata v1 and v2, schemas
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -53,10 +52,15 @@ def _free_port() -> int:
 
 
 @contextmanager
-def dagster_dev(home: Path, env: dict[str, str]) -> Iterator[DagsterDev]:
-    """The project's workspace with the project's dagster.yaml in a fresh DAGSTER_HOME."""
+def dagster_dev(home: Path, env: dict[str, str], postgres_url: str | None = None) -> Iterator[DagsterDev]:
+    """The project's workspace with the project's dagster.yaml in a fresh DAGSTER_HOME; with
+    `postgres_url`, its runs, event logs and schedules in that database (dagster-postgres), as
+    docs/dagster.md shows a deployment's."""
     home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(PROJECT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    config = (PROJECT / "dagster_home" / "dagster.yaml").read_text()
+    if postgres_url is not None:
+        config += f"storage:\n  postgres:\n    postgres_url: {json.dumps(postgres_url)}\n"
+    (home / "dagster.yaml").write_text(config)
     port = _free_port()
     log = home / "dagster-dev.log"
     exe = Path(sys.executable).parent / "dagster"

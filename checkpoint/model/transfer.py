@@ -1,0 +1,45 @@
+"""A checkpoint's files copied to local disk for a rewrite, checked against every checksum they
+have, and the room on the disk checked before: what compaction and migration copy state with."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from checkpoint.errors import RebuildError
+from checkpoint.format.crc import check_hadoop_crc
+from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.policy import Policy
+
+
+def check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> None:
+    """The base is on disk twice at most (downloaded, then the new SSTs beside it), plus the chain."""
+    need = 2 * base_bytes + chain_bytes
+    free = shutil.disk_usage(tmp).free
+    if free < need:
+        raise RebuildError(
+            f"not enough free disk in {tmp.parent} for this store: about {need:,} bytes needed (base x 2 + "
+            f"chain), {free:,} free; point TMPDIR at a larger disk",
+            url,
+        )
+
+
+def check_hadoop_checksum(ckpt: Checkpoint, rel: str, local: str) -> None:
+    """A local copy of `rel` against Hadoop's hidden `.<name>.crc`, where the storage keeps
+    them (a local disk) and one was written. Spark's providers read state files without it
+    (seen: a delta with a byte changed in its LZ4 end mark loads), so a copy that this tool
+    writes from is checked here. Raises CorruptFileError."""
+    folder, _, name = rel.rpartition("/")
+    hidden = f"{folder}/.{name}.crc" if folder else f".{name}.crc"
+    if ckpt.storage.backend.hidden_checksums and (crc := ckpt.storage.read_if_exists(hidden)) is not None:
+        with open(local, "rb") as fh:
+            check_hadoop_crc(fh.read, crc, ckpt.storage.full(rel))
+
+
+def download_checked(ckpt: Checkpoint, rel: str, local: str, size: int | None, policy: Policy) -> int:
+    """A state file copied to local disk in chunks and checked against every checksum it has:
+    Spark's `.crc` sidecar (format V2) and Hadoop's hidden one (a local disk). Returns the bytes;
+    `size`, when known, spares a HEAD on object stores."""
+    read = ckpt.download_verified(rel, local, size or None, policy.copy_chunk_bytes)
+    check_hadoop_checksum(ckpt, rel, local)
+    return read
