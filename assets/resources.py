@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import re
-from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
@@ -23,7 +22,7 @@ from checkpoint.model.checkpoint import Checkpoint, Listing, load_checkpoint
 from checkpoint.model.discovery import FoundCheckpoint, find_checkpoints
 from checkpoint.model.head import latest_commit, load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from checkpoint.safety.lease import Lease, lease_for
+from checkpoint.safety.lease import Lease, both_held, lease_for
 from checkpoint.storage import Storage, credentials_in, refuse_userinfo, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
@@ -202,18 +201,10 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         written without it."""
         return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry=retry)
 
-    @contextmanager
     def take_both_leases(self, context: StepContext, src_key: str, dest_key: str, what: str):
-        """SRC's lease (no cleanup deletes what is read) and DEST's (no two writers meet there),
-        as `take_lease`; yields the `check` of both."""
-        with self.take_lease(context, src_key, f"{what} (source)") as held:
-            with self.take_lease(context, dest_key, what) as lease:
-
-                def check() -> None:
-                    held.check()
-                    lease.check()
-
-                yield check
+        """Both leases, as `take_lease` takes each (`lease.both_held`); the context yields the
+        `check` of both."""
+        return both_held(lambda key, doing: self.take_lease(context, key, doing), src_key, dest_key, what)
 
     def take_lease_at(
         self, context: StepContext, storage: Storage, what: str, label: str = "", *, retry: bool = True

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.policy import POLICY, duration_text, parse_duration
-from checkpoint.safety.lease import Lease, lease_for
+from checkpoint.safety.lease import Lease, both_held, lease_for
 from checkpoint.storage import Storage
 
 EXIT_OK = 0
@@ -41,19 +41,12 @@ def leased(args: argparse.Namespace, storage: Storage, what: str) -> Lease:
     return lease_for(storage, owner=f"ckpt {what}", ttl=args.lease_ttl).acquire(wait=args.wait)
 
 
-@contextmanager
 def both_leased(
     args: argparse.Namespace, src: Storage, dest: Storage, what: str
-) -> Iterator[Callable[[], None]]:
-    """SRC's lease (no cleanup deletes what is read) and DEST's (no two writers meet there);
-    yields the `check` of both."""
-    with leased(args, src, f"{what} (source)") as held, leased(args, dest, what) as lease:
-
-        def check() -> None:
-            held.check()
-            lease.check()
-
-        yield check
+) -> AbstractContextManager[Callable[[], None]]:
+    """Both leases, SRC's and DEST's (`lease.both_held`); the context yields the `check` of both."""
+    where = {"src": src, "dest": dest}
+    return both_held(lambda at, doing: leased(args, where[at], doing), "src", "dest", what)
 
 
 def quiet_period_option(p: argparse.ArgumentParser) -> None:

@@ -14,7 +14,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +22,8 @@ from checkpoint.errors import RebuildError
 from checkpoint.format.spark import FORMAT_VERSION_CONF
 from checkpoint.progress import Progress, report
 
-from .spark_session import failure_line, first_line, hand_on_crash_spec, task_context, task_crash_point
+from .per_store import PerStore, each_store
+from .spark_session import failure_line, task_crash_point
 
 if TYPE_CHECKING:
     from checkpoint.compaction.rebuild import RebuildResult
@@ -97,58 +97,48 @@ def run_compaction(
 def run_compaction_tasks(
     spark, tasks: list[Task], check: Callable[[Checkpoint], None] | None = None
 ) -> list[StoreOutcome]:
-    """One Spark job per store, as many at once as the cluster has cores, for any number of
-    checkpoints. A failed store is reported in its outcome, whatever failed, and never stops the
-    others: an exception in the rebuild, and a task that died (its Python worker killed by the OOM
-    killer, a segfault in RocksDB), which fails only that store's job. `check(checkpoint)` (its
+    """One Spark job per store (`jobs.per_store`), for any number of checkpoints. A failed store is
+    reported in its outcome, whatever failed, and never stops the others. `check(checkpoint)` (its
     lease's) runs on the driver before each store's job, whose task publishes: once it raises, no
-    further store is started and each is reported with its reason. A Spark Connect session starts
-    no Python task of ours: there RocksDB stores are rebuilt in this process, one after another, and
-    each HDFS-backed store is told it needs the driver's JVM."""
-    if not tasks:
-        return []
+    further store is started and each is reported with its reason. Each HDFS-backed store's
+    snapshot is written by Spark's provider in the driver's JVM; under Spark Connect, which has
+    none on this side, it is told so, and RocksDB stores are rebuilt in this process."""
     from checkpoint.compaction.hdfs import materialize_snapshot
     from checkpoint.format.providers import Provider
 
-    sc = task_context(spark, "RocksDB stores are rebuilt in this process, one after another")
     engine = SparkSnapshotEngine(spark)
-    stop: list[str] = []
 
-    def one(task: Task) -> StoreOutcome:
+    def here(task: Task) -> StoreOutcome:
         ckpt, entry = task
-        try:
-            if stop:
-                return StoreOutcome.of(task, 0.0, error=f"not started: {stop[0]}")
-            if check is not None:
-                check(ckpt)
-        except Exception as exc:  # noqa: BLE001 - LeaseLost: nothing more may be published
-            stop.append(str(exc))
-            return StoreOutcome.of(task, 0.0, error=f"not started: {exc}")
-        s = entry.store
-        if sc is not None:
-            sc.setJobDescription(f"compact {ckpt.url} op {s.operator} part {s.partition} {s.store}")
         if ckpt.provider == Provider.HDFS:
-            # Spark's provider runs in the JVM, which a Python task cannot reach: the driver's
             return _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine))
-        if sc is None:
-            return _rebuild_one(ckpt, entry)
-        hand_on_crash_spec(sc)
-        started = time.monotonic()
-        try:
-            return sc.parallelize([task], 1).map(lambda t: _rebuild_one(*t)).collect()[0]
-        except Exception as exc:  # noqa: BLE001 - the task itself died: this store's job failed alone
-            why = first_line(exc)
-            return StoreOutcome.of(task, time.monotonic() - started, error=f"the Spark task died: {why}")
+        return _rebuild_one(ckpt, entry)
 
-    workers = max(1, min(len(tasks), sc.defaultParallelism if sc is not None else 1))
+    def describe(task: Task) -> str:
+        s = task[1].store
+        return f"compact {task[0].url} op {s.operator} part {s.partition} {s.store}"
+
+    how = PerStore(
+        in_task=_rebuild_in_task, here=here, describe=describe,
+        on_driver=lambda task: task[0].provider == Provider.HDFS,
+        instead="RocksDB stores are rebuilt in this process, one after another",
+    )  # fmt: skip
     outcomes = []
-    with ThreadPoolExecutor(workers) as pool:
-        for outcome in pool.map(one, tasks):
-            outcomes.append(outcome)
-            done = Progress("stores compacted", len(outcomes), len(tasks))
-            report(log, done, "%d of %d stores compacted (%s)", done.done, done.total,
-                   "ok" if outcome.ok else "failed")  # fmt: skip
+    done = each_store(spark, tasks, how, check=None if check is None else lambda t: check(t[0]),
+                      stop_on_failure=False)  # fmt: skip
+    for task, out in done:
+        outcome = (
+            out if isinstance(out, StoreOutcome) else StoreOutcome.of(task, out.seconds, error=out.reason)
+        )
+        outcomes.append(outcome)
+        progress = Progress("stores compacted", len(outcomes), len(tasks))
+        report(log, progress, "%d of %d stores compacted (%s)", progress.done, progress.total,
+               "ok" if outcome.ok else "failed")  # fmt: skip
     return outcomes
+
+
+def _rebuild_in_task(task: Task) -> StoreOutcome:
+    return _rebuild_one(*task)
 
 
 # Over the private copy of one store's chain (checkpoint.compaction.hdfs): the checkpoint's pinned

@@ -11,28 +11,20 @@ from functools import reduce
 from typing import Any
 
 from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.errors import CheckpointError
 from checkpoint.format.spark import FORMAT_VERSION_CONF
-from checkpoint.migrate.flow import (
-    MigrationResult,
-    Placement,
-    StoreRead,
-    store_failed,
-    write_here,
-    write_side_by_side,
-)
+from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead, store_failed
 from checkpoint.migrate.flow import migrate as guarded_migrate
 from checkpoint.migrate.state import StoreJob, StoreWritten
 from checkpoint.model.checkpoint import StoreId
 from checkpoint.storage import Storage
 
+from .per_store import NotDone, PerStore, each_store
 from .repartition import digest_aggregates, digest_of
 from .spark_session import (
     failure_line,
-    first_line,
-    hand_on_crash_spec,
     reach,
     scoped_confs,
-    task_context,
     task_crash_point,
 )
 
@@ -48,33 +40,31 @@ def _write_in_task(job: StoreJob) -> StoreWritten | str:
 
 
 class SparkStoreWriter:
-    """`checkpoint.migrate.flow.StoreWriter` in Spark: a job of one task per store, as many at once
-    as the cluster has cores, as compaction runs its rebuilds. A store's RocksDB and its chain's
-    decoding are its task's, so the driver's memory does not follow the state's size, and the
-    stores of a query's partitions are written side by side."""
+    """`checkpoint.migrate.flow.StoreWriter` in Spark: a job of one task per store
+    (`jobs.per_store`), as compaction runs its rebuilds, stopping at the first failure. A store's
+    RocksDB and its chain's decoding are its task's, so the driver's memory does not follow the
+    state's size, and the stores of a query's partitions are written side by side."""
 
     def __init__(self, spark: Any):
         self.spark = spark
 
     def __call__(self, jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
-        sc = task_context(
-            self.spark, f"the {len(jobs)} stores are written in this process, one after another"
-        )
-        if sc is None:
-            return write_here(jobs, check)
-
-        def run(job: StoreJob) -> StoreWritten:
-            sc.setJobDescription(f"migrate {job.target.storage.url} {job.entry.store}")
-            hand_on_crash_spec(sc)
-            try:
-                out = sc.parallelize([job.to_ship()], 1).map(_write_in_task).collect()[0]
-            except Exception as exc:  # noqa: BLE001 - the task itself died (OOM killer, a segfault)
-                out = f"the Spark task died: {first_line(exc)}"
-            if isinstance(out, str):
-                raise store_failed(job, out)
-            return out
-
-        return write_side_by_side(jobs, check, run, sc.defaultParallelism)
+        how = PerStore(
+            in_task=_write_in_task, here=StoreJob.run, ship=StoreJob.to_ship,
+            describe=lambda job: f"migrate {job.target.storage.url} {job.entry.store}",
+            instead=f"the {len(jobs)} stores are written in this process, one after another",
+        )  # fmt: skip
+        failed: tuple[StoreJob, NotDone] | None = None
+        for job, out in each_store(self.spark, jobs, how, check=lambda _: check(), stop_on_failure=True):
+            if isinstance(out, NotDone):
+                failed = failed or (job, out)
+            else:
+                yield out
+        if failed is not None:
+            job, why = failed
+            if why.error is not None and not (why.started and isinstance(why.error, CheckpointError)):
+                raise why.error  # the lease's, or a bug's: as raised
+            raise store_failed(job, why.reason)
 
 
 class SparkStateDigests:

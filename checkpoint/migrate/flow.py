@@ -33,7 +33,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -107,40 +106,14 @@ class StoreWriter(Protocol):
         ...
 
 
-def write_side_by_side(
-    jobs: list[StoreJob], check: Callable[[], None], run: Callable[[StoreJob], StoreWritten], workers: int
-) -> Iterator[StoreWritten]:
-    """`StoreWriter` by `run` (which raises `store_failed`), `workers` jobs at once."""
-    failed: list[BaseException] = []  # the first stops every job not yet started
-
-    def one(job: StoreJob) -> StoreWritten | None:
-        if failed:
-            return None
-        try:
-            check()
-            return run(job)
-        except Exception as exc:  # noqa: BLE001 - raised once no job runs any more
-            failed.append(exc)
-            return None
-
-    with ThreadPoolExecutor(max(1, min(len(jobs), workers))) as pool:
-        for future in as_completed([pool.submit(one, job) for job in jobs]):
-            if (written := future.result()) is not None:
-                yield written
-    if failed:
-        raise failed[0]
-
-
 def write_here(jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
-    """`StoreWriter` in this process, a store after another."""
-
-    def run(job: StoreJob) -> StoreWritten:
+    """`StoreWriter` in this process, a store after another, stopping at the first failure."""
+    for job in jobs:
+        check()
         try:
-            return job.run()
+            yield job.run()
         except CheckpointError as exc:
             raise store_failed(job, str(exc)) from exc
-
-    return write_side_by_side(jobs, check, run, workers=1)
 
 
 def store_failed(job: StoreJob, why: str) -> MigrationFailed:

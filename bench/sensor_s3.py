@@ -1,0 +1,137 @@
+"""Benchmark: discovery, the commit sensor and the fleet view over a fleet on S3 (SeaweedFS on
+loopback, every request counted at the proxy in front of it).
+
+`--checkpoints` synthetic format V2 checkpoints (as `bench.sensor_scale` writes them locally, less
+Hadoop's hidden checksums, which S3 has not) under one bucket, the project's own sensors evaluated
+as the daemon evaluates them. Reported, each with its time and its requests: discovery's first tick;
+the commit sensor's first round; idle ticks (requests per checkpoint per tick); a busy tick after a
+tenth of the fleet committed; the cursor's size; `ckpt fleet`; and the floor: a bare listing of every
+`commits/` folder, as many at once as the sensor looks.
+
+    python -m bench.sensor_s3 [--checkpoints 1000] [--budget 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from testbed import synthetic
+from testbed.s3server import s3_services
+
+BUCKET = "fleet"
+
+
+def _put(fs, folder: str, versions: int) -> None:
+    """One checkpoint, its files at once (s3fs sends them concurrently)."""
+    files = synthetic.iter_files(1, versions, window=3, snapshot_every=5)
+    fs.pipe({f"{folder}/{rel}": data for rel, data in files if not rel.rsplit("/", 1)[-1].startswith(".")})
+
+
+def _upload(fs, count: int, versions: int) -> None:
+    started = time.monotonic()
+    for i in range(count):
+        _put(fs, f"{BUCKET}/team-{i % 40:02d}/query-{i:05d}", versions)
+    print(f"uploaded {count} checkpoints ({time.monotonic() - started:.0f} s)")
+
+
+def _per_checkpoint(counts, checkpoints: int) -> str:
+    total = sum(counts.values())
+    detail = ", ".join(f"{op} {n}" for op, n in sorted(counts.items()))
+    return f"{total} requests ({detail}), {total / max(1, checkpoints):.2f} a checkpoint"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--checkpoints", type=int, default=1000)
+    parser.add_argument("--budget", type=float, default=30.0, help="the commit sensor's tick budget (s)")
+    args = parser.parse_args()
+    os.environ["CKPT_COMMIT_SENSOR_BUDGET"] = str(args.budget)
+
+    import dagster as dg
+
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
+    from cli.main import main as ckpt
+    from orchestration import sensors
+    from orchestration.due import SensorState
+
+    with tempfile.TemporaryDirectory() as work, s3_services(Path(work), BUCKET) as (server, proxy):
+        fs = server.filesystem()
+        _upload(fs, args.checkpoints, 9)
+        # Where the server is, never who we are: the credentials are the environment's (botocore).
+        options = {
+            k: v for k, v in server.storage_options(proxy.endpoint).items() if k not in ("key", "secret")
+        }
+        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+        roots = CheckpointRootsResource(
+            roots=[CheckpointRoot(name="s", url=f"s3://{BUCKET}", storage_options=options)]
+        )
+        with dg.instance_for_test() as instance:
+            proxy.reset()
+            began = time.monotonic()
+            found = sensors.checkpoint_discovery_sensor(
+                dg.build_sensor_context(instance=instance, resources={"roots": roots})
+            )
+            took = time.monotonic() - began
+            keys = sorted(k for r in found.dynamic_partitions_requests for k in r.partition_keys)
+            runs = len(found.run_requests)
+            print(f"discovery, first tick: {took:.1f} s, {len(keys)} partitions, {runs} audit run(s); "
+                  f"{_per_checkpoint(proxy.counts(), len(keys))}")  # fmt: skip
+            instance.add_dynamic_partitions("checkpoints", keys)
+
+            def tick(cursor: str | None, label: str) -> str | None:
+                ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+                proxy.reset()
+                began = time.monotonic()
+                result = sensors.checkpoint_commit_sensor(ctx)
+                spent = time.monotonic() - began
+                after = result.cursor if isinstance(result, dg.SensorResult) else ctx.cursor
+                print(f"commit sensor, {label}: {spent:.1f} s (budget {args.budget:g} s), cursor "
+                      f"{len(after or '')} bytes; {_per_checkpoint(proxy.counts(), len(keys))}")  # fmt: skip
+                return after
+
+            cursor = tick(None, "first tick")
+            ticks = 1
+            while len(SensorState.from_json(cursor).seen) < len(keys) and ticks < 50:
+                cursor = tick(cursor, f"first round, tick {ticks + 1}")
+                ticks += 1
+            print(f"a first look at every checkpoint took {ticks} tick(s)")
+            idle = []
+            for n in range(3):
+                began = time.monotonic()
+                cursor = tick(cursor, f"idle tick {n + 1}")
+                idle.append(time.monotonic() - began)
+
+            s3 = roots.storage("s")
+            folders = [f"{k.split(':', 1)[1]}/commits" for k in keys]
+            proxy.reset()
+            began = time.monotonic()
+            with ThreadPoolExecutor(sensors.COMMIT_SENSOR_WORKERS) as pool:
+                list(pool.map(s3.list_dir, folders))
+            bare = time.monotonic() - began
+            floor = _per_checkpoint(proxy.counts(), len(keys))
+            print(f"bare listing of every commits/ folder: {bare:.2f} s; {floor}")
+            print(f"idle tick {min(idle):.2f} s: {min(idle) / bare:.2f}x the bare listing (target <= 3)")
+
+            proxy.reset()
+            began = time.monotonic()
+            with contextlib.redirect_stdout(io.StringIO()):
+                ckpt(["fleet", f"s3://{BUCKET}", "--no-cleanup-plan", "--json"])
+            took = time.monotonic() - began
+            print(f"ckpt fleet --no-cleanup-plan: {took:.1f} s, {took / bare:.1f}x the bare listing; "
+                  f"{_per_checkpoint(proxy.counts(), len(keys))}")  # fmt: skip
+
+            busy = keys[:: max(1, len(keys) // max(1, len(keys) // 10))]
+            for key in busy:  # one more version: a new commit each (the older files written again)
+                _put(fs, f"{BUCKET}/{key.split(':', 1)[1]}", 10)
+            tick(cursor, f"busy tick ({len(busy)} new commits)")
+
+
+if __name__ == "__main__":
+    main()
