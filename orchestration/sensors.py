@@ -13,7 +13,9 @@ from dagster import DagsterRunStatus
 from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
+from checkpoint.model.head import latest_commit
 from checkpoint.policy import POLICY, duration_text, parse_duration
+from checkpoint.storage import Storage
 from orchestration.due import Caps, Look, SensorState, looking_order, plan_tick, resume_at
 from orchestration.jobs import compaction_job, validate_checkpoints_job
 
@@ -109,11 +111,15 @@ _WAITING = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED)
 _IN_FLIGHT = (*_WAITING, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
 
 
-def _look(roots: CheckpointRootsResource, key: str, seen: int | None) -> Look:
+def _look(roots: CheckpointRootsResource, key: str, seen: int | None, storages: dict[str, Storage]) -> Look:
     """One checkpoint: idle, one shallow listing of `commits/`; a new commit adds the head-first
-    reads of the two newest batches and the compaction asset's own plan of them."""
+    reads of the two newest batches and the compaction asset's own plan of them. `storages` are
+    the roots', opened once a tick: a checkpoint's is a child of its root's, sharing its client."""
     try:
-        latest = roots.latest_commit(key)
+        name, rel = parse_partition_key(key)
+        if name not in storages:
+            raise CheckpointError(f"no configured checkpoint root named {name!r}")
+        latest = latest_commit(storages[name].child(rel))
         if latest is None or latest == seen:
             return Look(latest)
         try:
@@ -139,8 +145,14 @@ def look_within(
     budget and the longest look in flight, whatever the fleet's size."""
     deadline = clock() + budget
     looks: dict[str, Look] = {}
+    if workers <= 1:
+        for one in order:
+            if clock() >= deadline:
+                break
+            looks[one] = look(one)
+        return looks
     pending: dict[Future[Look], str] = {}
-    keys, workers = iter(order), max(1, workers)
+    keys = iter(order)
     with ThreadPoolExecutor(workers) as pool:
         while True:
             while len(pending) < workers and clock() < deadline and (key := next(keys, None)) is not None:
@@ -178,8 +190,12 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     before = SensorState.from_json(context.cursor)
     order = looking_order(keys, before)
     started = time.monotonic()
-    looks = look_within(order, lambda k: _look(roots, k, before.seen.get(k)), COMMIT_SENSOR_BUDGET,
-                        COMMIT_SENSOR_WORKERS)  # fmt: skip
+    storages = {r.name: roots.storage(r.name) for r in roots.roots}
+    # Side by side where a look waits on round trips; on local disks a look is a system call or
+    # two and Python work, which threads only contend for.
+    remote = any(s.backend.latency_bound for s in storages.values())
+    looks = look_within(order, lambda k: _look(roots, k, before.seen.get(k), storages), COMMIT_SENSOR_BUDGET,
+                        COMMIT_SENSOR_WORKERS if remote else 1)  # fmt: skip
     for key, look in looks.items():
         if look.problem is not None:
             context.log.warning(f"{key}: skipped this tick: {look.problem}")
