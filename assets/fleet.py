@@ -74,7 +74,7 @@ class _History:
     Asked per checkpoint, that was five queries a checkpoint: 50,000 at 10,000 checkpoints."""
 
     _CHUNK = 1000
-    _FAILED_RUNS = 5000  # per job, newest first: an older failure has a newer run after it
+    _FAILED_RUNS = 5000  # per job, newest first: a failure older than its job's 5,000 newest is not shown
 
     def __init__(self, instance: dg.DagsterInstance, keys: list[str]):
         self.instance = instance

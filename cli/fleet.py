@@ -6,10 +6,10 @@ import argparse
 import functools
 from typing import Any
 
-from checkpoint.analysis.fleet import FleetRow, look_at, needs_attention, ranked
+from checkpoint.analysis.fleet import FleetRow, look_at, needs_attention, ranked, unreadable_row
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.plan import plan_gc
-from checkpoint.errors import GcError
+from checkpoint.errors import CheckpointError, GcError
 from checkpoint.model.discovery import each_checkpoint, scan
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
@@ -39,7 +39,10 @@ def fleet(args: argparse.Namespace) -> Result:
 def _row(url: str, cleanup: str | None) -> FleetRow:
     """One checkpoint's row; module-level, with plain arguments, so that a worker process can be
     given it."""
-    known = {} if cleanup is None else _reclaimable(url, fresh=cleanup == "fresh")
+    try:
+        known = {} if cleanup is None else _reclaimable(url, fresh=cleanup == "fresh")
+    except CheckpointError as exc:  # its audit trail cannot be read: a row that says so
+        return unreadable_row(url, url, str(exc))
     return look_at(url, url, None, POLICY, known)
 
 

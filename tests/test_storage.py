@@ -193,6 +193,16 @@ def test_a_local_listing_is_what_fsspec_finds(tmp_path, corpus) -> None:
     links = {f.rel: f.size for f in storage.list_files() if f.link}
     assert set(links) == {"state/0/0/9_link.zip", "state/0/linked-folder", "commits/99"}
     assert (links["state/0/0/9_link.zip"], links["commits/99"]) == (1234, 0)
+    # One folder (os.scandir too): what fsspec's `ls` shows, a link as a file; a stat as its `info`.
+    fsspec_backend = FsspecBackend(fs)
+    for under in ("", "state/0", "state/0/0", "commits", "commits/0", "no-such-folder"):
+        mine, theirs = storage.list_dir(under), fsspec_backend.ls(storage.full(under), prefix)
+        assert (mine.exists, mine.folders) == (theirs.exists, theirs.folders), under
+        assert [(f.rel, f.size, f.mtime) for f in mine.files] == [
+            (f.rel, f.size, f.mtime) for f in theirs.files
+        ]
+    for rel in ("metadata", "state/0/0/9_link.zip", "commits/99", "state/0", "no-such-file"):
+        assert storage.stat(rel) == fsspec_backend.stat(storage.full(rel), rel), rel
 
 
 def test_a_file_is_outside_when_it_or_its_folder_leads_out(tmp_path) -> None:

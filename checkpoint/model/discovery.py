@@ -80,10 +80,10 @@ def each_checkpoint(look: Callable[[T], R], items: Sequence[T], *, latency_bound
     On object stores a look is round trips: `fleet_workers` threads. On local disks it is Python
     work one core bounds, and threads only contend (10,000 checkpoints: 25-35 s in 16 threads,
     13 s in one): one after another in this thread, and from `fleet_processes_from` items in
-    worker processes, one a core. `look` and the
-    items then travel by pickle (a module-level function, plain values). The workers are forked
-    when this process runs no other thread; with others, a fork could copy a lock one of them
-    holds, so they are spawned (they import this package first: a second or so)."""
+    worker processes, one a core. `look` and the items then travel by pickle (a module-level
+    function, plain values). The workers are forked when this process runs no other thread; with
+    others, a fork could copy a lock one of them holds, so they are spawned (they import this
+    package first: a second or so)."""
     processes = min(POLICY.plan_processes, os.cpu_count() or 1)
     if latency_bound:
         with ThreadPoolExecutor(max(1, min(POLICY.fleet_workers, len(items)))) as threads:
