@@ -10,8 +10,8 @@ them, against a real Dagster instance. Reported, each with the command's figures
   committed: each tick's time against its budget, how many checkpoints it looked at, how many ticks
   a full round takes;
 - the cursor's size;
-- an idle tick against a bare listing of every `commits/` folder (`os.listdir`, as many at once),
-  in this process: the ratio (target at most 3);
+- an idle tick against a bare listing of every `commits/` folder (`os.listdir`, the faster of one
+  at a time and 32 at once), in this process: the ratio (target at most 3);
 - `ckpt fleet` and the fleet asset against the same bare listing (target at most 20), and this
   process's peak RSS after the asset.
 
@@ -40,8 +40,8 @@ def _write(root: Path, count: int, versions: int) -> None:
 
 
 def _bare_listing(root: Path, keys: list[str], workers: int) -> float:
-    """The kernel's listing of every `commits/` folder, as many at once as the sensor looks: the
-    floor of an idle tick, with nothing of this project in it."""
+    """The kernel's listing of every `commits/` folder, `workers` at once: the floor of an idle
+    tick, with nothing of this project in it."""
     folders = [root / key.split(":", 1)[1] / "commits" for key in keys]
     started = time.monotonic()
     with ThreadPoolExecutor(workers) as pool:
@@ -132,10 +132,11 @@ def main() -> None:
             began = time.monotonic()
             cursor = tick(cursor, f"idle tick {n + 1}")
             idle.append(time.monotonic() - began)
-        bare = min(_bare_listing(root, keys, sensors.COMMIT_SENSOR_WORKERS) for _ in range(args.idle_ticks))
-        width = sensors.COMMIT_SENSOR_WORKERS
-        print(f"idle tick {min(idle):.2f} s against a bare listing of every commits/ folder {bare:.2f} s "
-              f"({width} at once): {min(idle) / bare:.2f}x (target <= 3)")  # fmt: skip
+        # The floor: the faster of one listing after another (as the sensor looks on a local disk)
+        # and 32 at once, each the best of a few, the kernel's dentries warm from the ticks.
+        bare = min(_bare_listing(root, keys, w) for w in (1, sensors.COMMIT_SENSOR_WORKERS) for _ in range(3))
+        print(f"idle tick {min(idle):.2f} s against a bare listing of every commits/ folder {bare:.2f} s: "
+              f"{min(idle) / bare:.2f}x (target <= 3)")  # fmt: skip
         fleet_cli = _fleet_command(root)
         print(f"ckpt fleet --no-cleanup-plan: {fleet_cli:.1f} s, {fleet_cli / bare:.1f}x the bare listing "
               "(target <= 20)")  # fmt: skip

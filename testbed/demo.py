@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -17,6 +18,9 @@ from pathlib import Path
 from testbed.corpus import MANIFEST
 
 DEMO_SCENARIOS = ("long_chain", "snapshots", "killed", "join", "list_state", "two_actions")
+# Spark's own defaults, which most fleets hold: the HDFS-backed store, maintained, then migrated.
+DEFAULTS_SCENARIOS = ("hdfs_agg",)
+DEFAULTS_FOLDER = "spark-defaults"
 PROJECT = Path(__file__).resolve().parent.parent
 # The demo's checkpoints were just written; dating them back is the demo's stand-in for time
 # passing, so that the cleanup's grace period (6 h) has run out and orphans really are deleted.
@@ -24,25 +28,49 @@ AGE_SECONDS = 8 * 3600
 
 
 def _generate(out: Path) -> bool:
-    """Runs the generator, showing its progress lines; Spark's and PySpark's chatter goes to a log."""
+    """Runs both generators side by side (the RocksDB V2 scenarios, and Spark's defaults under
+    `spark-defaults/`), showing their progress lines; Spark's and PySpark's chatter goes to a log.
+    Their queries wait on triggers as much as they compute, so two JVMs share two cores well."""
     log_path = out.parent / "generate.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-u", "-m", "testbed.corpus", str(out), "--only", *DEMO_SCENARIOS]
-    with (
-        open(log_path, "w") as log,
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc,
-    ):
-        for line in proc.stdout:
+    commands = [
+        [sys.executable, "-u", "-m", "testbed.corpus", str(out), "--only", *DEMO_SCENARIOS],
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "testbed.defaults",
+            str(out / DEFAULTS_FOLDER),
+            "--only",
+            *DEFAULTS_SCENARIOS,
+        ],
+    ]
+    with open(log_path, "w") as log:
+        procs = [
+            subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for c in commands
+        ]
+        threads = [threading.Thread(target=_echo, args=(p, log)) for p in procs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    codes = [p.wait() for p in procs]
+    if any(codes) or not (out / MANIFEST).exists() or not (out / DEFAULTS_FOLDER / MANIFEST).exists():
+        print(f"demo: generating the checkpoints failed (exits {codes}); see {log_path}", file=sys.stderr)
+        return False
+    return True
+
+
+_ECHO = threading.Lock()
+
+
+def _echo(proc: subprocess.Popen, log) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        with _ECHO:
             log.write(line)
             if line.startswith("corpus:"):
                 print("  " + line.rstrip(), flush=True)
-    if proc.returncode != 0 or not (out / MANIFEST).exists():
-        print(
-            f"demo: generating the checkpoints failed (exit {proc.returncode}); see {log_path}",
-            file=sys.stderr,
-        )
-        return False
-    return True
 
 
 def date_back(root: Path, seconds: float) -> None:
@@ -104,6 +132,28 @@ def _report_line(key: str, r: dict) -> list[str]:
             f" ({clean['failed_files']} failed); audit trail: {clean['outcomes']}"
         )
     return lines
+
+
+def _migrate(defs, instance, out: Path, keys: list[str]) -> tuple[str | None, str]:
+    """The HDFS-backed checkpoint carried to RocksDB format V2 with its state, by the
+    `migrate_checkpoint` job (what the Launchpad runs); its partition added as discovery would."""
+    from assets.partitions import CHECKPOINTS, partition_key
+
+    source = next(k for k in keys if k.startswith(f"demo:{DEFAULTS_FOLDER}/"))
+    rel = f"migrated/{source.split('/')[1]}"
+    print(f"demo: migrating {source} to RocksDB format V2 ...", flush=True)
+    t = time.monotonic()
+    config = {"ops": {"migrate": {"config": {"source_partition": source, "destination": str(out / rel)}}},
+              "loggers": {"console": {"config": {"log_level": "WARNING"}}}}  # fmt: skip
+    result = defs.resolve_job_def("migrate_checkpoint").execute_in_process(
+        instance=instance, run_config=config, raise_on_error=False
+    )
+    print(f"  {source} -> demo:{rel}: {time.monotonic() - t:.0f} s", flush=True)
+    if not result.success:
+        return None, f"  {source}  migration FAILED (run {result.run_id[:8]}); nothing was changed in it"
+    key = partition_key("demo", rel)
+    instance.add_dynamic_partitions(CHECKPOINTS, [key])
+    return key, f"  {source}  migrated to RocksDB format V2 as {key}, proven by Spark's reader"
 
 
 def _fleet(defs, instance) -> list[str]:
@@ -169,6 +219,14 @@ def main(argv: list[str] | None = None) -> int:
             results[key] = _maintain(defs, instance, key)
             print(f"  [{i}/{len(keys)}] {key}: {time.monotonic() - t:.0f} s", flush=True)
             report += _report_line(key, results[key])
+        key, line = _migrate(defs, instance, out, keys)
+        report.append(line)
+        migrated = key is not None
+        if key is not None:
+            t = time.monotonic()
+            results[key] = _maintain(defs, instance, key)  # maintainable at once, as any V2 checkpoint
+            print(f"  {key}: {time.monotonic() - t:.0f} s", flush=True)
+            report += _report_line(key, results[key])
         print("demo: the fleet report over every checkpoint ...", flush=True)
         fleet = _fleet(defs, instance)
     print("\nMaintenance report\n" + "\n".join(report))
@@ -177,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nThe runs are in the Dagster instance at {args.dagster_home}. Open the UI with:\n"
         f"  make ui      (DAGSTER_HOME={args.dagster_home.resolve()} .venv/bin/dagster dev -w workspace.yaml)"
     )
-    return 0 if all(r["success"] for r in results.values()) else 1
+    return 0 if migrated and all(r["success"] for r in results.values()) else 1
 
 
 if __name__ == "__main__":
