@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench.sensor_scale import first_round_then_idle
 from testbed import synthetic
 from testbed.s3server import s3_services
 
@@ -59,7 +60,6 @@ def main() -> None:
     from assets.resources import CheckpointRoot, CheckpointRootsResource
     from cli.main import main as ckpt
     from orchestration import sensors
-    from orchestration.due import SensorState
 
     with tempfile.TemporaryDirectory() as work, s3_services(Path(work), BUCKET) as (server, proxy):
         fs = server.filesystem()
@@ -96,17 +96,7 @@ def main() -> None:
                       f"{len(after or '')} bytes; {_per_checkpoint(proxy.counts(), len(keys))}")  # fmt: skip
                 return after
 
-            cursor = tick(None, "first tick")
-            ticks = 1
-            while len(SensorState.from_json(cursor).seen) < len(keys) and ticks < 50:
-                cursor = tick(cursor, f"first round, tick {ticks + 1}")
-                ticks += 1
-            print(f"a first look at every checkpoint took {ticks} tick(s)")
-            idle = []
-            for n in range(3):
-                began = time.monotonic()
-                cursor = tick(cursor, f"idle tick {n + 1}")
-                idle.append(time.monotonic() - began)
+            cursor, idle = first_round_then_idle(tick, len(keys), 3)
 
             s3 = roots.storage("s")
             folders = [f"{k.split(':', 1)[1]}/commits" for k in keys]

@@ -49,6 +49,25 @@ def _bare_listing(root: Path, keys: list[str], workers: int) -> float:
     return time.monotonic() - started
 
 
+def first_round_then_idle(tick, count: int, idle_ticks: int) -> tuple[str | None, list[float]]:
+    """Ticks until every one of `count` checkpoints was looked at once, then `idle_ticks` more:
+    the cursor after them, and the idle ticks' times."""
+    from orchestration.due import SensorState
+
+    cursor = tick(None, "first tick")
+    rounds = 1
+    while len(SensorState.from_json(cursor).seen) < count and rounds < 50:
+        cursor = tick(cursor, f"first round, tick {rounds + 1}")
+        rounds += 1
+    print(f"a first look at every checkpoint took {rounds} tick(s)")
+    idle = []
+    for n in range(idle_ticks):
+        began = time.monotonic()
+        cursor = tick(cursor, f"idle tick {n + 1}")
+        idle.append(time.monotonic() - began)
+    return cursor, idle
+
+
 def _fleet_command(root: Path) -> float:
     """`ckpt fleet` over the root, in this process, its document thrown away."""
     import contextlib
@@ -121,17 +140,7 @@ def main() -> None:
                   f"{state.next_key or keys[0]}, {runs} run(s), cursor {len(after or '')} bytes")  # fmt: skip
             return after
 
-        cursor = tick(None, "first tick")
-        rounds = 1
-        while len(SensorState.from_json(cursor).seen) < len(keys) and rounds < 50:
-            cursor = tick(cursor, f"first round, tick {rounds + 1}")
-            rounds += 1
-        print(f"a first look at every checkpoint took {rounds} tick(s)")
-        idle = []
-        for n in range(args.idle_ticks):
-            began = time.monotonic()
-            cursor = tick(cursor, f"idle tick {n + 1}")
-            idle.append(time.monotonic() - began)
+        cursor, idle = first_round_then_idle(tick, len(keys), args.idle_ticks)
         # The floor: the faster of one listing after another (as the sensor looks on a local disk)
         # and 32 at once, each the best of a few, the kernel's dentries warm from the ticks.
         bare = min(_bare_listing(root, keys, w) for w in (1, sensors.COMMIT_SENSOR_WORKERS) for _ in range(3))
