@@ -33,25 +33,24 @@ def _generate(out: Path) -> bool:
     Their queries wait on triggers as much as they compute, so two JVMs share two cores well."""
     log_path = out.parent / "generate.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    defaults = [str(out / DEFAULTS_FOLDER), "--only", *DEFAULTS_SCENARIOS]
     commands = [
         [sys.executable, "-u", "-m", "testbed.corpus", str(out), "--only", *DEMO_SCENARIOS],
-        [
-            sys.executable,
-            "-u",
-            "-m",
-            "testbed.defaults",
-            str(out / DEFAULTS_FOLDER),
-            "--only",
-            *DEFAULTS_SCENARIOS,
-        ],
+        [sys.executable, "-u", "-m", "testbed.defaults", *defaults],
     ]
+    procs: list[subprocess.Popen] = []
+    threads = []
     with open(log_path, "w") as log:
-        procs = [
-            subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for c in commands
-        ]
-        threads = [threading.Thread(target=_echo, args=(p, log)) for p in procs]
-        for t in threads:
-            t.start()
+        for command in commands:
+            procs.append(
+                subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            )
+            threads.append(threading.Thread(target=_echo, args=(procs[-1], log)))
+            threads[-1].start()
+            # The first makes `out` (and refuses one that exists); the second writes inside it.
+            deadline = time.monotonic() + 60
+            while not out.exists() and procs[0].poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
         for t in threads:
             t.join()
     codes = [p.wait() for p in procs]
