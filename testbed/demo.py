@@ -185,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if out.exists():
         shutil.rmtree(out)
-    print(f"demo: running {len(DEMO_SCENARIOS)} streaming queries into {out} ...", flush=True)
+    print(
+        f"demo: running {len(DEMO_SCENARIOS) + len(DEFAULTS_SCENARIOS)} streaming queries into {out} ...",
+        flush=True,
+    )
     started = time.monotonic()
     if not _generate(out):
         return 1
