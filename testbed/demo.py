@@ -1,6 +1,8 @@
-"""The main job on the embedded default: real streaming queries write checkpoints locally, then
-one full maintenance pass runs through Dagster (audit with blocking checks, compaction, orphan
-cleanup with its audit trail), into the project's Dagster instance so the UI shows the runs.
+"""The main job on the embedded default: real streaming queries write checkpoints locally (RocksDB
+format V2, and Spark's defaults: the HDFS-backed store), then one full maintenance pass runs
+through Dagster (audit with blocking checks, compaction, orphan cleanup with its audit trail), the
+HDFS-backed checkpoint is migrated to RocksDB V2 and its copy maintained at once, all into the
+project's Dagster instance so the UI shows the runs.
 """
 
 from __future__ import annotations
