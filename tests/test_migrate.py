@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import time
+import types
 import zipfile
 from pathlib import Path
 
@@ -408,32 +409,66 @@ def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
         assert 0 < swapped.misplaced < swapped.rows, (store.name, swapped)
 
 
+class _LocalContext:
+    """A SparkContext as `jobs.per_store` uses one, running each one-task job in this process."""
+
+    defaultParallelism = 2
+
+    def setJobDescription(self, _: str) -> None:
+        pass
+
+    def setLocalProperty(self, *_: str) -> None:
+        pass
+
+    def parallelize(self, items: list, _: int):
+        class Rdd:
+            def map(self, f):
+                self.f = f
+                return self
+
+            def collect(self):
+                return [self.f(item) for item in items]
+
+        return Rdd()
+
+
 def test_stores_written_side_by_side_start_no_store_once_one_failed() -> None:
-    """Two stores at a time: the first fails while the second is being written. The second is
-    finished and handed on, no later store starts, and the failure is raised once none runs."""
+    """Two stores at a time (`jobs.per_store`, migration's policy): the first fails while the
+    second is being written. The second is finished and handed on, no later store starts, and
+    the failure is raised once none runs."""
     import threading
 
     from checkpoint.errors import MigrationFailed
-    from checkpoint.migrate.flow import write_side_by_side
+    from jobs.migrate import SparkStoreWriter
 
     started, second_started, first_failed = [], threading.Event(), threading.Event()
 
-    def run(job):
-        started.append(job)
-        if job == 0:
-            assert second_started.wait(10)
-            first_failed.set()
-            raise MigrationFailed("store 0 failed")
-        second_started.set()
-        assert first_failed.wait(10)
-        time.sleep(0.2)  # the failure is recorded before this job ends
-        return f"written {job}"
+    class Job:
+        def __init__(self, n: int):
+            self.n = n
+            self.entry = types.SimpleNamespace(store=f"store {n}")
+            self.target = types.SimpleNamespace(storage=types.SimpleNamespace(url="file:///dest"))
 
+        def to_ship(self):
+            return self
+
+        def run(self) -> tuple[str, int]:  # a task's `str` says why its store failed
+            started.append(self.n)
+            if self.n == 0:
+                assert second_started.wait(10)
+                first_failed.set()
+                raise MigrationFailed("store 0 failed")
+            second_started.set()
+            assert first_failed.wait(10)
+            time.sleep(0.2)  # the failure is recorded before this job ends
+            return ("written", self.n)
+
+    spark = types.SimpleNamespace(sparkContext=_LocalContext())
     out = []
     with pytest.raises(MigrationFailed, match="store 0 failed"):
-        for written in write_side_by_side(list(range(6)), lambda: None, run, workers=2):
+        for written in SparkStoreWriter(spark)([Job(n) for n in range(6)], lambda: None):
             out.append(written)
-    assert out == ["written 1"] and sorted(started) == [0, 1]
+    assert out == [("written", 1)] and sorted(started) == [0, 1]
 
 
 def test_a_spark_connect_session_has_the_stores_written_in_this_process() -> None:
