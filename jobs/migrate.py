@@ -49,7 +49,7 @@ class SparkStoreWriter:
         self.spark = spark
 
     def __call__(self, jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
-        how = PerStore(
+        how: PerStore[StoreJob, StoreWritten] = PerStore(
             in_task=_write_in_task, here=lambda job: job.run(), ship=lambda job: job.to_ship(),
             describe=lambda job: f"migrate {job.target.storage.url} {job.entry.store}",
             instead=f"the {len(jobs)} stores are written in this process, one after another",
