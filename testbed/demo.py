@@ -139,7 +139,8 @@ def _migrate(defs, instance, out: Path, keys: list[str]) -> tuple[str | None, st
         return None, f"  {source}  migration FAILED (run {result.run_id[:8]}); nothing was changed in it"
     key = partition_key("demo", rel)
     instance.add_dynamic_partitions(CHECKPOINTS, [key])
-    return key, f"  {source}  migrated to RocksDB format V2 as {key}, proven by Spark's reader"
+    run = result.run_id[:8]
+    return key, f"    migrated from {source} to RocksDB format V2 (run {run}), proven by Spark's reader"
 
 
 def _fleet(defs, instance) -> list[str]:
@@ -215,13 +216,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  [{i}/{len(keys)}] {key}: {time.monotonic() - t:.0f} s", flush=True)
             report += _report_line(key, results[key])
         key, line = _migrate(defs, instance, out, keys)
-        report.append(line)
         migrated = key is not None
-        if key is not None:
+        if key is None:
+            report.append(line)
+        else:
             t = time.monotonic()
             results[key] = _maintain(defs, instance, key)  # maintainable at once, as any V2 checkpoint
             print(f"  {key}: {time.monotonic() - t:.0f} s", flush=True)
-            report += _report_line(key, results[key])
+            first, *rest = _report_line(key, results[key])
+            report += [first, line, *rest]
         print("demo: the fleet report over every checkpoint ...", flush=True)
         fleet = _fleet(defs, instance)
     print("\nMaintenance report\n" + "\n".join(report))

@@ -148,22 +148,30 @@ def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
     assert set(sections) == {
         "join/checkpoint", "killed/checkpoint_after_restart", "killed/checkpoint_before_restart",
         "list_state/checkpoint", "long_chain/checkpoint", "snapshots/checkpoint", "two_actions/checkpoint",
+        "hdfs_agg/checkpoint", "migrated/hdfs_agg",
     }  # fmt: skip
+    # Spark's defaults too: the HDFS-backed checkpoint maintained, migrated to RocksDB V2, and its
+    # copy maintained at once.
+    assert "migrated from demo:hdfs_agg/checkpoint to RocksDB format V2" in sections["migrated/hdfs_agg"]
+    assert "(ok, run" in sections["migrated/hdfs_agg"] and "(ok, run" in sections["hdfs_agg/checkpoint"]
+    migrated = load_checkpoint(str(tmp_path / "demo" / "migrated" / "hdfs_agg"))
+    assert load_checkpoint(str(tmp_path / "demo" / "hdfs_agg" / "checkpoint")).state_format == "hdfs V1"
+    assert migrated.state_format == "rocksdb V2"
     assert "4 stores compacted, longest replay chain 32 -> 0" in sections["long_chain/checkpoint"]
     assert "LONG_REPLAY_CHAIN" in sections["long_chain/checkpoint"]
     assert "reclaimed: 16 files" in sections["killed/checkpoint_after_restart"]  # lost attempts
     assert re.search(r"reclaimed: [1-9]\d* files", sections["two_actions/checkpoint"])  # superseded files
     assert "dagster dev -w workspace.yaml" in out.stdout
-    # It ends with the fleet report over the seven, after the maintenance pass.
+    # It ends with the fleet report over the nine, after the maintenance pass.
     fleet = out.stdout.split("Fleet report", 1)[1]
-    assert re.search(r"7 checkpoints, \d+ with errors, longest replay chain \d+", fleet), fleet
+    assert re.search(r"9 checkpoints, \d+ with errors, longest replay chain \d+", fleet), fleet
     assert "check fleet_no_errors:" in fleet and "checkpoint_fleet_report" in fleet
     assert Path(re.search(r"chart: (\S+)", fleet).group(1)).read_text().startswith("<svg")
     # The runs were Dagster's, recorded in the instance the UI opens.
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs()
         jobs = sorted(r.job_name for r in runs)
-        assert jobs == ["checkpoint_fleet"] + ["checkpoint_maintenance"] * 7
+        assert jobs == ["checkpoint_fleet"] + ["checkpoint_maintenance"] * 9 + ["migrate_checkpoint"]
         assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
     chain = tmp_path / "demo" / "long_chain" / "checkpoint"
     newest = load_checkpoint(str(chain)).latest_committed_batch + 1  # the committed version
