@@ -20,7 +20,7 @@ from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError, LeaseHeld
 from checkpoint.model.checkpoint import Checkpoint, Listing, load_checkpoint
 from checkpoint.model.discovery import FoundCheckpoint, find_checkpoints
-from checkpoint.model.head import latest_commit, load_head
+from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from checkpoint.safety.lease import Lease, both_held, lease_for
 from checkpoint.storage import Storage, credentials_in, refuse_userinfo, scheme_of
@@ -262,10 +262,6 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         """Every file (cleanup planning), read strictly; on object stores one listing per state
         partition, concurrently."""
         return load_checkpoint(self.checkpoint_storage(key), listing=Listing.AUTO)
-
-    def latest_commit(self, key: str) -> int | None:
-        """The newest committed batch: one shallow listing of `commits/`."""
-        return latest_commit(self.checkpoint_storage(key))
 
 
 def roots_from_env() -> list[CheckpointRoot]:

@@ -10,7 +10,6 @@ session starts no Python task of ours: there every store runs in this process, o
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +18,6 @@ from typing import Any, Generic, TypeVar
 
 from .spark_session import failure_line, first_line, hand_on_crash_spec, task_context
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
