@@ -31,13 +31,15 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1 || \
 		{ apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; }
 
+# Test files run in three worker processes (pytest-xdist), a file's tests together in one: most of
+# the suite waits on JVMs, servers and Dagster's daemons, so three workers share two cores well.
 test: lint browser postgres
-	$(VENV)/bin/pytest --durations=25
+	$(VENV)/bin/pytest -n 3 --dist loadfile --durations=25
 
 # The quick loop: unit tests only, with no Java (JAVA_HOME points nowhere, so a test that starts a
-# JVM fails instead of passing by luck), the others in parallel where they are independent.
+# JVM fails instead of passing by luck).
 test-unit: $(STAMP)
-	JAVA_HOME=/nonexistent/no-java-in-the-unit-tier $(VENV)/bin/pytest -m unit -q
+	JAVA_HOME=/nonexistent/no-java-in-the-unit-tier $(VENV)/bin/pytest -m unit -q -n 3 --dist loadfile
 
 # The Dagster UI on the project's instance (dagster_home/dagster.yaml), with the runs `make demo` made.
 ui: $(STAMP)

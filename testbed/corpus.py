@@ -11,6 +11,7 @@ Run `python -m testbed.corpus OUT_DIR` to generate into OUT_DIR.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -416,15 +418,8 @@ def generate_rescue(out: Path, log=print) -> dict:
 def ensure_rescue_corpus(cache: Path | None = None, log=print) -> Path:
     """The cached rescue checkpoint's scenario folder, generated in a child process when missing."""
     cache = cache or default_cache_dir().parent / f"rescue-v{RESCUE_VERSION}"
-    if (cache / MANIFEST).exists():
-        return cache
-    if cache.exists():
-        shutil.rmtree(cache)
-    log(f"corpus: generating the rescue checkpoint into {cache} (about 900 micro-batches)")
-    result = subprocess.run([sys.executable, "-m", "testbed.corpus", "--rescue", str(cache)], check=False)
-    if result.returncode != 0 or not (cache / MANIFEST).exists():
-        raise RuntimeError(f"rescue generation failed (exit {result.returncode}); partial output in {cache}")
-    return cache
+    what = "the rescue checkpoint (about 900 micro-batches)"
+    return ensure_generated(cache, ["-m", "testbed.corpus", "--rescue"], what, log)
 
 
 # --------------------------------------------------------------------------------------------
@@ -532,8 +527,10 @@ def ensure_big_base(
     name = f"{keys}-keys-{chain}x{records}-touching-{touch}" + ("" if state == "rocksdb_v2" else f"-{state}")
     name += "" if partitions == 1 else f"-{partitions}-partitions"
     cache = cache or default_cache_dir().parent / f"big-base-v{BIG_BASE_VERSION}" / name
-    if (cache / MANIFEST).exists():
-        return cache
+    args = ["--big-base", *map(str, (keys, touch, chain, records)), "--state", state]
+    args += ["--partitions", str(partitions)]
+    what = f"a checkpoint with a {keys:,}-key base ({state})"
+    return ensure_generated(cache, ["-m", "testbed.corpus", *args], what, log)
     if cache.exists():
         shutil.rmtree(cache)
     cache.parent.mkdir(parents=True, exist_ok=True)
@@ -629,21 +626,36 @@ def ensure_corpus(cache: Path | None = None, log=print) -> Path:
     )
 
 
+@contextmanager
+def cache_lock(target: Path) -> Iterator[None]:
+    """Held while `target` is filled: test workers (pytest-xdist) and concurrent runs on one cache
+    wait for the first to finish, then find its output, instead of writing over each other."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def ensure_generated(cache: Path, command: list[str], what: str, log=print) -> Path:
     """`cache`, generated first by `python <command> <cache>` in a child process when it has no
     manifest (an incomplete one is removed first); the child writes the manifest last."""
     if (cache / MANIFEST).exists():
         return cache
-    if cache.exists():
-        log(f"corpus: removing the incomplete corpus at {cache}")
-        shutil.rmtree(cache)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    log(f"corpus: generating {what} into {cache}; this runs real queries")
-    result = subprocess.run([sys.executable, *command, str(cache)], check=False)
-    if result.returncode != 0 or not (cache / MANIFEST).exists():
-        raise RuntimeError(f"generating {what} failed (exit {result.returncode}); partial output in {cache}")
-    log(f"corpus: {what} generated in {time.monotonic() - started:.0f} s")
+    with cache_lock(cache):
+        if (cache / MANIFEST).exists():  # another process generated it while this one waited
+            return cache
+        if cache.exists():
+            log(f"corpus: removing the incomplete corpus at {cache}")
+            shutil.rmtree(cache)
+        started = time.monotonic()
+        log(f"corpus: generating {what} into {cache}; this runs real queries")
+        result = subprocess.run([sys.executable, *command, str(cache)], check=False)
+        if result.returncode != 0 or not (cache / MANIFEST).exists():
+            raise RuntimeError(f"generating {what} failed (exit {result.returncode}); output in {cache}")
+        log(f"corpus: {what} generated in {time.monotonic() - started:.0f} s")
     return cache
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
+from testbed.corpus import cache_lock
 from testbed.defaults import DEFAULTS_VERSION
 
 # The newest patch release of each line before the project's own (4.3, the test session's).
@@ -52,12 +53,16 @@ def python_of(cache: Path, version: str) -> Path:
     venv = cache / f"pyspark-{version}"
     python = venv / "bin" / "python"
     marker = venv / f"ok-v{GENERATOR_VERSION}"
-    if not marker.exists():
-        if not python.exists():
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        packages = [f"pyspark=={version}", *PACKAGES]
-        subprocess.run([str(python), "-m", "pip", "install", "--quiet", *packages], check=True, timeout=1800)
-        marker.write_text(version)
+    if marker.exists():
+        return python
+    with cache_lock(venv):
+        if not marker.exists():
+            if not python.exists():
+                subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            packages = [f"pyspark=={version}", *PACKAGES]
+            install = [str(python), "-m", "pip", "install", "--quiet", *packages]
+            subprocess.run(install, check=True, timeout=1800)
+            marker.write_text(version)
     return python
 
 
@@ -73,14 +78,17 @@ def ensure_written_by(cache: Path, version: str, *, defaults: bool = False) -> P
     if (done / "manifest.json").exists():
         return done
     python = python_of(cache, version)
-    work = done.with_name(done.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
-    command = [str(python), "-m", module, str(work), "--only", *names]
-    subprocess.run(command, check=True, env=child_env(), cwd=cache, timeout=1800)
-    written = json.loads((work / "manifest.json").read_text())["spark_version"]
-    if written != version:
-        raise RuntimeError(f"{python} wrote with Spark {written}, not {version}")
-    work.rename(done)
+    with cache_lock(done):
+        if (done / "manifest.json").exists():
+            return done
+        work = done.with_name(done.name + ".partial")
+        shutil.rmtree(work, ignore_errors=True)
+        command = [str(python), "-m", module, str(work), "--only", *names]
+        subprocess.run(command, check=True, env=child_env(), cwd=cache, timeout=1800)
+        written = json.loads((work / "manifest.json").read_text())["spark_version"]
+        if written != version:
+            raise RuntimeError(f"{python} wrote with Spark {written}, not {version}")
+        work.rename(done)
     return done
 
 

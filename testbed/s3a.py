@@ -18,7 +18,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
-from testbed.corpus import cache_home
+from testbed.corpus import cache_home, cache_lock
 
 _PACKAGE, _VERSION = "sagemaker-pyspark", "1.4.5"
 _JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
@@ -38,6 +38,13 @@ def s3a_jars() -> list[Path]:
     jars = [folder / name for name in _JARS]
     if all(j.exists() for j in jars):
         return jars
+    with cache_lock(folder):
+        if not all(j.exists() for j in jars):  # another process fetched them while this one waited
+            _fetch(folder, jars)
+    return jars
+
+
+def _fetch(folder: Path, jars: list[Path]) -> None:
     with urllib.request.urlopen(f"https://pypi.org/pypi/{_PACKAGE}/json", timeout=60) as r:
         sdist = next(u for u in json.load(r)["releases"][_VERSION] if u["packagetype"] == "sdist")
     folder.mkdir(parents=True, exist_ok=True)
@@ -64,7 +71,6 @@ def s3a_jars() -> list[Path]:
     missing = [j.name for j in jars if not j.exists()]
     if missing:
         raise RuntimeError(f"{sdist['filename']} does not hold {missing}")
-    return jars
 
 
 def session_conf() -> dict[str, str]:
