@@ -14,10 +14,17 @@ import pandas as pd
 from assets import markdown
 from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource
-from checkpoint.analysis.report import human_bytes, inventory
-from checkpoint.analysis.validate import Category, Finding, Severity, ValidationOptions, validate
+from checkpoint.analysis import (
+    Category,
+    Finding,
+    Severity,
+    ValidationOptions,
+    human_bytes,
+    inventory,
+    validate,
+)
 from checkpoint.errors import CheckpointError
-from checkpoint.model.checkpoint import Checkpoint
+from checkpoint.model import Checkpoint
 
 GROUP = "checkpoint_audit"
 # The fleet report is in this group but not partitioned: the per-checkpoint jobs leave it out.

@@ -16,10 +16,8 @@ from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
 from assets.partitions import checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
-from checkpoint.analysis.report import human_bytes
-from checkpoint.cleanup.apply import Kind, Outcome, apply_plan, check_plan
-from checkpoint.cleanup.manifest import Plan
-from checkpoint.cleanup.plan import plan_gc
+from checkpoint.analysis import human_bytes
+from checkpoint.cleanup import Kind, Outcome, Plan, apply_plan, check_plan, plan_gc
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
 

@@ -15,12 +15,10 @@ from tabulate import tabulate
 from assets.checkpoints import checkpoint_lineage_report
 from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource, SparkResource
-from checkpoint.analysis.report import human_bytes
-from checkpoint.compaction.rebuild import RebuildResult
-from checkpoint.compaction.targets import Skip
+from checkpoint.analysis import human_bytes
+from checkpoint.compaction import RebuildResult, Skip
 from checkpoint.errors import CheckpointError, CompactionDeferred
-from checkpoint.model.checkpoint import Checkpoint
-from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.model import Checkpoint, checkpoint_lineage
 
 GROUP = "checkpoint_compaction"
 

@@ -21,21 +21,20 @@ from assets import markdown
 from assets.checkpoints import FLEET_ASSET, GROUP
 from assets.partitions import CHECKPOINTS, parse_partition_key
 from assets.resources import CheckpointRootsResource
-from checkpoint.analysis.fleet import (
+from checkpoint.analysis import (
     FleetRow,
+    Severity,
     headroom,
+    human_bytes,
     look_at,
     needs_attention,
     ranked,
     totals,
 )
-from checkpoint.analysis.report import human_bytes
-from checkpoint.analysis.validate import Severity
-from checkpoint.format.layout import AUDIT_FOLDER
-from checkpoint.model.discovery import each_checkpoint
+from checkpoint.format import AUDIT_FOLDER
+from checkpoint.model import each_checkpoint
 from checkpoint.policy import POLICY, Policy
-from checkpoint.storage import Storage
-from checkpoint.storage.urls import normalize_url
+from checkpoint.storage import Storage, normalize_url
 
 _PLAN, _COMPACTION, _CLEANUP = "checkpoint_orphan_plan", "checkpoint_compaction", "checkpoint_orphan_cleanup"
 _COMPACTION_JOBS: tuple[str, ...] = ("compact_checkpoints", "checkpoint_maintenance")

@@ -9,9 +9,9 @@ from pydantic import Field
 from assets import markdown
 from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource, SparkResource
-from checkpoint.analysis.report import human_bytes
+from checkpoint.analysis import human_bytes
 from checkpoint.errors import CheckpointError
-from checkpoint.repartition.guards import head_profile
+from checkpoint.repartition import head_profile
 
 GROUP = "checkpoint_repartition"
 _BAR = 24  # characters of the longest bar

@@ -15,14 +15,19 @@ import dagster as dg
 from pydantic import ConfigDict, Field, model_validator
 
 from assets.partitions import parse_partition_key, partition_key
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.compaction.targets import plan_compaction
+from checkpoint.cleanup import AuditTrail
+from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError, LeaseHeld
-from checkpoint.model.checkpoint import Checkpoint, Listing, load_checkpoint
-from checkpoint.model.discovery import FoundCheckpoint, find_checkpoints
-from checkpoint.model.head import load_head
+from checkpoint.model import (
+    Checkpoint,
+    FoundCheckpoint,
+    Listing,
+    find_checkpoints,
+    load_checkpoint,
+    load_head,
+)
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from checkpoint.safety.lease import Lease, both_held, lease_for
+from checkpoint.safety import Lease, both_held, lease_for
 from checkpoint.storage import Storage, credentials_in, refuse_userinfo, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext

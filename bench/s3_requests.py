@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.analysis.validate import ValidationOptions, validate
+from checkpoint.analysis.checks import ValidationOptions, validate
 from checkpoint.cleanup.apply import apply_plan
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.plan import plan_gc

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from checkpoint.analysis.validate import validate
+from checkpoint.analysis.checks import validate
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.discovery import find_checkpoints

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.policy import POLICY, duration_text, parse_duration
-from checkpoint.safety.lease import Lease, both_held, lease_for
+from checkpoint.safety import Lease, both_held, lease_for
 from checkpoint.storage import Storage
 
 EXIT_OK = 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.compaction.targets import plan_compaction
-from checkpoint.model.head import load_head
+from checkpoint.compaction import plan_compaction
+from checkpoint.model import load_head
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 

@@ -6,11 +6,10 @@ import argparse
 import functools
 from typing import Any
 
-from checkpoint.analysis.fleet import FleetRow, look_at, needs_attention, ranked, unreadable_row
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.plan import plan_gc
+from checkpoint.analysis import FleetRow, look_at, needs_attention, ranked, unreadable_row
+from checkpoint.cleanup import AuditTrail, plan_gc
 from checkpoint.errors import CheckpointError, GcError
-from checkpoint.model.discovery import each_checkpoint, scan
+from checkpoint.model import each_checkpoint, scan
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.fork.copy import fork, refuse_overlap
+from checkpoint.fork import fork, refuse_overlap
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 

@@ -7,10 +7,7 @@ import json
 import sys
 from contextlib import nullcontext
 
-from checkpoint.cleanup.apply import apply_plan, check_plan
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.manifest import Plan
-from checkpoint.cleanup.plan import plan_gc
+from checkpoint.cleanup import AuditTrail, Plan, apply_plan, check_plan, plan_gc
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.storage import Storage
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.fork.copy import refuse_overlap
+from checkpoint.cleanup import AuditTrail
+from checkpoint.fork import refuse_overlap
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.analysis.report import inspect_summary, lineage_document, scan_entry, validation_document
-from checkpoint.analysis.validate import ValidationOptions, validate
+from checkpoint.analysis import (
+    ValidationOptions,
+    inspect_summary,
+    lineage_document,
+    scan_entry,
+    validate,
+    validation_document,
+)
 from checkpoint.errors import CheckpointError
-from checkpoint.model.checkpoint import load_checkpoint
-from checkpoint.model.discovery import scan as find
-from checkpoint.model.head import load_head
-from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.model import checkpoint_lineage, load_checkpoint, load_head
+from checkpoint.model import scan as find
 from checkpoint.policy import POLICY
 
 from . import render

@@ -9,7 +9,7 @@ from typing import Any
 import humanfriendly
 from tabulate import tabulate
 
-from checkpoint.analysis.report import human_bytes
+from checkpoint.analysis import human_bytes
 
 Doc = dict[str, Any]
 

@@ -19,17 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.errors import RebuildError
-from checkpoint.format.spark import FORMAT_VERSION_CONF
+from checkpoint.format import FORMAT_VERSION_CONF
 from checkpoint.progress import Progress, report
 
 from .per_store import PerStore, each_store
 from .spark_session import failure_line, task_crash_point
 
 if TYPE_CHECKING:
-    from checkpoint.compaction.rebuild import RebuildResult
-    from checkpoint.compaction.targets import Target
-    from checkpoint.model.checkpoint import Checkpoint, StoreId
-    from checkpoint.model.lineage import StoreLineage
+    from checkpoint.compaction import RebuildResult, Target
+    from checkpoint.model import Checkpoint, StoreId, StoreLineage
 
 log = logging.getLogger(__name__)
 Task = tuple["Checkpoint", "StoreLineage"]
@@ -76,7 +74,7 @@ def _outcome(task: Task, work: Callable[[], RebuildResult]) -> StoreOutcome:
 
 
 def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
-    from checkpoint.compaction.rebuild import rebuild_store
+    from checkpoint.compaction import rebuild_store
 
     task_crash_point("compaction.task", entry.store)
     return _outcome((ckpt, entry), lambda: rebuild_store(ckpt, entry))
@@ -103,14 +101,13 @@ def run_compaction_tasks(
     further store is started and each is reported with its reason. Each HDFS-backed store's
     snapshot is written by Spark's provider in the driver's JVM; under Spark Connect, which has
     none on this side, it is told so, and RocksDB stores are rebuilt in this process."""
-    from checkpoint.compaction.hdfs import materialize_snapshot
-    from checkpoint.format.providers import Provider
+    from checkpoint.compaction import materialize_snapshot
 
     engine = SparkSnapshotEngine(spark)
 
     def here(task: Task) -> StoreOutcome:
         ckpt, entry = task
-        if ckpt.provider == Provider.HDFS:
+        if ckpt.states.snapshot_by_provider:
             return _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine))
         return _rebuild_one(ckpt, entry)
 
@@ -120,7 +117,7 @@ def run_compaction_tasks(
 
     how = PerStore(
         in_task=_rebuild_in_task, here=here, describe=describe,
-        on_driver=lambda task: task[0].provider == Provider.HDFS,
+        on_driver=lambda task: task[0].states.snapshot_by_provider,
         instead="RocksDB stores are rebuilt in this process, one after another",
     )  # fmt: skip
     outcomes = []

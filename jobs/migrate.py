@@ -10,13 +10,12 @@ from collections.abc import Callable, Iterator
 from functools import reduce
 from typing import Any
 
-from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError
-from checkpoint.format.spark import FORMAT_VERSION_CONF
-from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead, store_failed
-from checkpoint.migrate.flow import migrate as guarded_migrate
-from checkpoint.migrate.state import StoreJob, StoreWritten
-from checkpoint.model.checkpoint import StoreId
+from checkpoint.format import FORMAT_VERSION_CONF
+from checkpoint.migrate import MigrationResult, Placement, StoreJob, StoreRead, StoreWritten, store_failed
+from checkpoint.migrate import migrate as guarded_migrate
+from checkpoint.model import StoreId
 from checkpoint.storage import Storage
 
 from .per_store import NotDone, PerStore, each_store

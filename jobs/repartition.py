@@ -10,11 +10,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from checkpoint.format.spark import FORMAT_VERSION_CONF
-from checkpoint.repartition.flow import repartition as guarded_repartition
-from checkpoint.repartition.flow import undo_repartition
-from checkpoint.repartition.guards import StateReader, partition_count, skew, state_readers
-from checkpoint.repartition.records import RepartitionResult, StoreDigest
+from checkpoint.format import FORMAT_VERSION_CONF
+from checkpoint.repartition import (
+    RepartitionResult,
+    StateReader,
+    StoreDigest,
+    partition_count,
+    skew,
+    state_readers,
+    undo_repartition,
+)
+from checkpoint.repartition import repartition as guarded_repartition
 from checkpoint.storage import Storage
 
 from .spark_session import reach, scoped_confs

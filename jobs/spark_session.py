@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from checkpoint import crash
 from checkpoint.errors import CheckpointError
-from checkpoint.format.spark import (
+from checkpoint.format import (
     CHANGELOG_CONF,
     FORMAT_VERSION_CONF,
     PROVIDER_CONF,
@@ -29,7 +29,7 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 if TYPE_CHECKING:
-    from checkpoint.model.checkpoint import StoreId
+    from checkpoint.model import StoreId
 
 log = logging.getLogger(__name__)
 

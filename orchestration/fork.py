@@ -11,9 +11,9 @@ from pydantic import Field
 
 from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource
-from checkpoint.analysis.report import human_bytes
+from checkpoint.analysis import human_bytes
 from checkpoint.errors import CheckpointError
-from checkpoint.fork.copy import fork, refuse_overlap
+from checkpoint.fork import fork, refuse_overlap
 
 
 class ForkConfig(dg.Config):

@@ -13,7 +13,7 @@ from pydantic import Field
 from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
-from checkpoint.fork.copy import refuse_overlap
+from checkpoint.fork import refuse_overlap
 
 
 class MigrateConfig(dg.Config):

@@ -13,7 +13,7 @@ from dagster import DagsterRunStatus
 from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
-from checkpoint.model.head import latest_commit
+from checkpoint.model import latest_commit
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.storage import Storage
 from orchestration.due import Caps, Look, SensorState, looking_order, plan_tick, resume_at

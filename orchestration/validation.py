@@ -13,7 +13,7 @@ from pydantic import Field
 
 from assets import markdown
 from assets.resources import CheckpointRootsResource
-from checkpoint.analysis.validate import Severity, ValidationOptions, validate
+from checkpoint.analysis import Severity, ValidationOptions, validate
 from checkpoint.errors import CheckpointError
 
 

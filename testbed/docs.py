@@ -11,7 +11,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 def findings_table() -> str:
     """Every finding code validation knows, in the order it checks them."""
-    from checkpoint.analysis.validate import CODES
+    from checkpoint.analysis.checks import CODES
 
     rows = ["| code | severity | check | meaning |", "|---|---|---|---|"]
     rows += [f"| `{c.name}` | {c.severity.value} | {c.category.value} | {c.summary} |"

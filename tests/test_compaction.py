@@ -204,7 +204,7 @@ def test_the_job_runs_unchanged_on_a_standalone_cluster(spark, corpus, copy_of, 
 
 
 def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, rescue, tmp_path) -> None:
-    from checkpoint.analysis.validate import validate
+    from checkpoint.analysis.checks import validate
     from testbed.corpus import RESCUE, died_on_lineage_cap
 
     scenario_dir = rescue

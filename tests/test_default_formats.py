@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.analysis.validate import Severity, ValidationOptions, validate
+from checkpoint.analysis.checks import Severity, ValidationOptions, validate
+from checkpoint.format import states
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.format.providers import Provider
 from checkpoint.model.checkpoint import Scope, load_checkpoint
@@ -41,6 +42,7 @@ def test_the_corpus_holds_every_default_format(defaults) -> None:
         ckpt_ = load_checkpoint(str(path))
         assert ckpt_.format_version == 1, name
         assert ckpt_.provider == (Provider.HDFS if name.startswith("hdfs") else Provider.ROCKSDB), name
+        assert ckpt_.states is (states.HDFS if name.startswith("hdfs") else states.ROCKSDB_V1), name
     kinds = {name: load_checkpoint(str(path)).count_by_kind() for name, path in defaults.items()}
     assert kinds["hdfs_agg"]["snapshot"] > 0 and "snapshot" not in kinds["hdfs_deltas"]  # Spark's own
     assert "changelog" not in kinds["rocksdb_v1"] and kinds["rocksdb_v1_changelog"]["changelog"] > 0

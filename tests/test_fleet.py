@@ -16,8 +16,8 @@ from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
 from assets.cleanup import checkpoint_orphan_cleanup, checkpoint_orphan_plan
 from assets.fleet import HEADROOM_CHECK, NO_ERRORS_CHECK, checkpoint_fleet_report
 from assets.resources import CheckpointRoot, CheckpointRootsResource
+from checkpoint.analysis.checks import Severity
 from checkpoint.analysis.fleet import headroom
-from checkpoint.analysis.validate import Severity
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back

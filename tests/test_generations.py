@@ -111,7 +111,7 @@ def test_default_formats_compacted_cleaned_and_forked_restart_under_the_spark_th
     release's Spark provider, the zip by the rebuild), cleaned to two batches and forked by this
     release, then restarted under the Spark that wrote them beside an untouched copy restarted the
     same way. Format V1 is read by every release's state reader."""
-    from checkpoint.analysis.validate import Severity, validate
+    from checkpoint.analysis.checks import Severity, validate
 
     corpus, runs = written_by(version, defaults=True), []
     for name in DEFAULT_SCENARIOS:

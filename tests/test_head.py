@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.analysis.validate import ValidationOptions, validate
+from checkpoint.analysis.checks import ValidationOptions, validate
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.model.checkpoint import Scope, load_checkpoint

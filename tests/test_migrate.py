@@ -120,7 +120,7 @@ def test_session_window_keys_are_laid_out_as_rocksdb_lays_them(defaults, tmp_pat
     from checkpoint.migrate.flow import preflight
     from checkpoint.migrate.state import write_store
     from checkpoint.model.head import store_folder
-    from checkpoint.rocksdb.publish import ZipTarget
+    from checkpoint.rocksdb.publishing import ZipTarget
     from checkpoint.storage import Storage
 
     source = read_source(Storage(str(_stopped(defaults, "hdfs_session", tmp_path / "src"))))

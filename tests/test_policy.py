@@ -12,7 +12,7 @@ import humanfriendly
 import pytest
 
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
-from checkpoint.analysis.validate import ValidationOptions, validate
+from checkpoint.analysis.checks import ValidationOptions, validate
 from checkpoint.cleanup.plan import plan_gc
 from checkpoint.cleanup.rules import GcOptions
 from checkpoint.compaction.targets import plan_compaction

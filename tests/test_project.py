@@ -41,7 +41,8 @@ def _planted(tmp_path: Path, plant: dict[str, str]) -> Path:
 def test_the_import_contracts_hold() -> None:
     out = _lint_imports(ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    assert out.stdout.count("KEPT") == 5
+    # The layers, the CLI's two, compaction and migration apart, and one face per core package.
+    assert out.stdout.count("KEPT") == 5 + 11
 
 
 def test_the_contracts_see_an_upward_import(tmp_path) -> None:
@@ -52,12 +53,17 @@ def test_the_contracts_see_an_upward_import(tmp_path) -> None:
         "bench/gc_plan.py": "from tests.support import damage",
         # Compaction and migration are siblings on checkpoint.rocksdb: layers alone would allow it.
         "checkpoint/migrate/state.py": "from checkpoint.compaction.rebuild import replay",
+        # Past a package's face: layers and independence alone would allow both.
+        "orchestration/due.py": "from checkpoint.model.head import load_head",
+        "checkpoint/cleanup/plan.py": "from checkpoint.format.changelog import read_header",
     })  # fmt: skip
     out = _lint_imports(root)
     assert out.returncode == 1
     for edge in ("checkpoint.format.layout -> checkpoint.cleanup.plan", "jobs.compact -> orchestration.jobs",
                  "cli.gc -> assets.cleanup", "bench.gc_plan -> tests.support",
-                 "checkpoint.migrate.state -> checkpoint.compaction.rebuild"):  # fmt: skip
+                 "checkpoint.migrate.state -> checkpoint.compaction.rebuild",
+                 "orchestration.due -> checkpoint.model.head",
+                 "checkpoint.cleanup.plan -> checkpoint.format.changelog"):  # fmt: skip
         assert edge in out.stdout, (edge, out.stdout[-3000:])
 
 
@@ -75,6 +81,26 @@ def test_a_planted_cycle_is_found(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
                          env={**os.environ, "PYTHONPATH": str(root)}, check=True)  # fmt: skip
     assert "checkpoint.cleanup.manifest -> checkpoint.cleanup.audit" in out.stdout.splitlines()
+
+
+def test_formats_are_asked_not_compared() -> None:
+    """Outside `checkpoint/format/`, code asks the checkpoint's state format what it needs to know;
+    at most three comparisons on a provider or a format version may remain."""
+    from tests.support.branches import format_branches
+
+    found = format_branches(ROOT)
+    assert len(found) <= 3, found
+
+
+def test_a_planted_format_branch_is_counted(tmp_path) -> None:
+    from tests.support.branches import format_branches
+
+    root = _planted(tmp_path, {
+        "checkpoint/cleanup/plan.py": "def f(ckpt):\n    return ckpt.provider == Provider.HDFS",
+        "jobs/compact.py": "def g(ckpt):\n    return ckpt.format_version != 2",
+    })  # fmt: skip
+    planted = [b for b in format_branches(root) if b not in format_branches(ROOT)]
+    assert [b.split(":")[0] for b in planted] == ["checkpoint/cleanup/plan.py", "jobs/compact.py"], planted
 
 
 def test_the_wheel_ships_no_test_scaffolding() -> None:

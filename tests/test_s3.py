@@ -775,7 +775,7 @@ def test_spark_default_formats_on_s3_read_clean_and_fork_as_locally(s3, s3_copy_
     """The HDFS-backed store and RocksDB V1 on S3: lineage and `validate --deep` give the local
     answers, head-first with one shallow listing per store folder and no recursive listing; a
     cleanup deletes what the local plan names; a fork S3 to S3 copies server-side and validates."""
-    from checkpoint.analysis.validate import validate
+    from checkpoint.analysis.checks import validate
     from checkpoint.cleanup.apply import apply_plan
     from checkpoint.fork.copy import fork
     from checkpoint.model.head import load_head

@@ -126,7 +126,7 @@ def test_unknown_protocol_is_a_clear_error() -> None:
 
 
 def test_validation_reads_headers_and_zip_metadata_only(in_memory) -> None:
-    from checkpoint.analysis.validate import ValidationOptions, validate
+    from checkpoint.analysis.checks import ValidationOptions, validate
 
     storage = Storage(in_memory("long_chain"))
     ckpt = load_checkpoint(storage, strict=False)
@@ -142,7 +142,7 @@ def test_validation_reads_headers_and_zip_metadata_only(in_memory) -> None:
 
 
 def test_snapshot_validation_opens_zips_not_ssts(in_memory) -> None:
-    from checkpoint.analysis.validate import validate
+    from checkpoint.analysis.checks import validate
 
     storage = Storage(in_memory("watermark"))
     ckpt = load_checkpoint(storage, strict=False)

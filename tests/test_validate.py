@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.analysis.validate import CODES, Severity, ValidationOptions, validate
+from checkpoint.analysis.checks import CODES, Severity, ValidationOptions, validate
 from checkpoint.format.layout import FORK_STARTED
 from checkpoint.format.spark import PROVIDER_CONF
 from checkpoint.model.checkpoint import load_checkpoint
@@ -225,7 +225,7 @@ def test_header_just_below_the_threshold_is_not_a_finding(copy_of) -> None:
 
 
 def test_an_unknown_changelog_version_is_a_lineage_finding(copy_of) -> None:
-    from checkpoint.analysis.validate import Category
+    from checkpoint.analysis.checks import Category
 
     path = copy_of("long_chain")
     target = _committed(path)

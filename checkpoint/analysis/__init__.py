@@ -1,8 +1,57 @@
 """What the model says: findings (`validate`), the documents `--json` and Dagster show
 (`report`), the fleet's ranking (`fleet`), and which Spark wrote a store (`generation`)."""
 
+from checkpoint.analysis.checks import (
+    Category,
+    Finding,
+    FindingCode,
+    Severity,
+    Validation,
+    ValidationOptions,
+    validate,
+)
+from checkpoint.analysis.findings import batch_spans
+from checkpoint.analysis.fleet import (
+    FleetRow,
+    headroom,
+    look_at,
+    needs_attention,
+    ranked,
+    totals,
+    unreadable_row,
+)
 from checkpoint.analysis.generation import PROVEN_SPARKS, unproven_writer
-from checkpoint.analysis.validate import Finding, Severity, Validation, ValidationOptions, validate
+from checkpoint.analysis.report import (
+    human_bytes,
+    inspect_summary,
+    inventory,
+    lineage_document,
+    scan_entry,
+    validation_document,
+)
 
-__all__ = ["PROVEN_SPARKS", "Finding", "Severity", "Validation", "ValidationOptions", "unproven_writer",
-           "validate"]  # fmt: skip
+__all__ = [
+    "Category",
+    "Finding",
+    "FindingCode",
+    "FleetRow",
+    "PROVEN_SPARKS",
+    "Severity",
+    "Validation",
+    "ValidationOptions",
+    "batch_spans",
+    "headroom",
+    "human_bytes",
+    "inspect_summary",
+    "inventory",
+    "lineage_document",
+    "look_at",
+    "needs_attention",
+    "ranked",
+    "scan_entry",
+    "totals",
+    "unproven_writer",
+    "unreadable_row",
+    "validate",
+    "validation_document",
+]

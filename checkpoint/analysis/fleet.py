@@ -12,12 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoint.analysis.checks import FindingCode, Severity, ValidationOptions, validate
 from checkpoint.analysis.report import human_bytes
-from checkpoint.analysis.validate import FindingCode, Severity, ValidationOptions, validate
 from checkpoint.errors import CheckpointError
-from checkpoint.format.changelog import LINEAGE_HEADER_CAP
-from checkpoint.model.checkpoint import Checkpoint
-from checkpoint.model.head import load_head
+from checkpoint.format import LINEAGE_HEADER_CAP
+from checkpoint.model import Checkpoint, load_head
 from checkpoint.policy import POLICY, Policy
 from checkpoint.storage import Storage
 

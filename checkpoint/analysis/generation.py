@@ -10,9 +10,8 @@ Spark) asks here first; `tests/test_generations.py` restarts each proven generat
 
 from __future__ import annotations
 
-from checkpoint.format.snapshot import WRITTEN_ZIP_METADATA_VERSION
-from checkpoint.model.checkpoint import Checkpoint
-from checkpoint.model.lineage import StoreLineage
+from checkpoint.format import WRITTEN_ZIP_METADATA_VERSION
+from checkpoint.model import Checkpoint, StoreLineage
 
 # The Sparks proven by a restart to read what this release writes into a format V2 checkpoint.
 PROVEN_SPARKS = "4.1 to 4.3"
@@ -25,7 +24,7 @@ def unproven_writer(ckpt: Checkpoint, entry: StoreLineage) -> str | None:
     cannot be told apart from 4.0's. Format V1 is proven whatever wrote it: Spark's own provider
     writes the HDFS-backed store's snapshots, and every Spark 4.x writes V1 zips with metadata v1,
     as this release does (seen in zips of 4.0.5, 4.1.4, 4.2.1 and 4.3)."""
-    if ckpt.format_version != 2:
+    if ckpt.states.any_writer_proven:
         return None
     if entry.base is not None:
         version = ckpt.read_snapshot(entry.base).metadata.version

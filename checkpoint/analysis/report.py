@@ -10,9 +10,8 @@ from typing import Any
 
 import humanfriendly
 
-from checkpoint.analysis.validate import Validation
-from checkpoint.model.checkpoint import Checkpoint
-from checkpoint.model.lineage import StoreLineage
+from checkpoint.analysis.checks import Validation
+from checkpoint.model import Checkpoint, StoreLineage
 
 
 def _identity(ckpt: Checkpoint) -> dict[str, Any]:

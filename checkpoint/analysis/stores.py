@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from checkpoint.analysis.findings import F, Finding, batch_spans, finding
-from checkpoint.model.checkpoint import Checkpoint, StateFolders
-from checkpoint.model.lineage import state_partitions
+from checkpoint.model import Checkpoint, StateFolders, state_partitions
 
 
 def store_findings(ckpt: Checkpoint, latest: int) -> Iterable[Finding]:

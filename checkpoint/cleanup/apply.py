@@ -26,10 +26,9 @@ from checkpoint.cleanup.manifest import Plan, PlannedFile, Totals
 from checkpoint.cleanup.plan import Recheck
 from checkpoint.crash import crash_point
 from checkpoint.errors import GcError
-from checkpoint.format.layout import FileKind, classify
-from checkpoint.format.logs import commit_digest
+from checkpoint.format import FileKind, classify, commit_digest
 from checkpoint.policy import POLICY
-from checkpoint.safety.lease import Lease
+from checkpoint.safety import Lease
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 

@@ -19,9 +19,9 @@ from typing import Any, BinaryIO, Protocol
 
 from checkpoint.cleanup.manifest import Plan, PlannedFile
 from checkpoint.errors import GcError
-from checkpoint.format.layout import AUDIT_FOLDER, is_number
+from checkpoint.format import AUDIT_FOLDER, is_number
 from checkpoint.policy import POLICY
-from checkpoint.safety.naming import folder_name
+from checkpoint.safety import folder_name
 from checkpoint.storage import FileInfo, Storage, normalize_url
 
 

@@ -24,14 +24,13 @@ from checkpoint.cleanup.rules import (
     find_orphans,
 )
 from checkpoint.errors import CheckpointError, GcError
-from checkpoint.format.layout import FileKind
-from checkpoint.format.providers import StateFiles
-from checkpoint.model.checkpoint import (
+from checkpoint.format import FileKind
+from checkpoint.model import (
     Checkpoint,
     CheckpointFile,
     StoreId,
+    partitions_named,
 )
-from checkpoint.model.lineage import partitions_named
 from checkpoint.storage import FileInfo, Storage
 
 if TYPE_CHECKING:
@@ -189,8 +188,7 @@ def scan_partition(
                 dict(committed),
                 lineages,
                 zip_ssts,
-                StateFiles.of(base.provider),
-                base.format_version,
+                base.states,
             ),
             options,
             now,

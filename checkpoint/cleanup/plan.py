@@ -31,7 +31,7 @@ import uuid
 from collections import defaultdict
 from typing import TYPE_CHECKING, NoReturn
 
-from checkpoint.analysis.validate import Category, Severity, validate
+from checkpoint.analysis import Category, Severity, validate
 from checkpoint.cleanup.decide import Context, Lister, list_folder, scan_partition
 from checkpoint.cleanup.manifest import Plan, PlannedFile
 from checkpoint.cleanup.pool import in_order, planning_workers
@@ -40,17 +40,17 @@ from checkpoint.cleanup.rules import (
 )
 from checkpoint.cleanup.spill import Spill
 from checkpoint.errors import GcError
-from checkpoint.format.layout import FileKind, classify
-from checkpoint.format.providers import Provider
-from checkpoint.model.checkpoint import (
+from checkpoint.format import FileKind, classify
+from checkpoint.model import (
     Checkpoint,
     CheckpointFile,
     StateFolders,
     StoreId,
     build_checkpoint,
+    maintained_batches,
     state_partition_folders,
+    store_ids,
 )
-from checkpoint.model.lineage import maintained_batches, store_ids
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
@@ -214,7 +214,7 @@ _DELETABLE = frozenset({FileKind.ZIP, FileKind.CHANGELOG, FileKind.DELTA, FileKi
 
 def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:
     """The retained batches, once the logs proved sound."""
-    if base.provider == Provider.OTHER and base.operators:
+    if not base.states.spark and base.operators:
         raise GcError(f"the state store provider {base.provider_class} is not Spark's: its files are not "
                       "ours to delete", base.url)  # fmt: skip
     errors = [f for f in validate(base, categories=frozenset({Category.COMMIT_LOG})).findings
@@ -240,7 +240,7 @@ def _committed_by_partition(
     for batch in window:
         for sid in store_ids(base, batch):
             uid = base.committed_unique_id(batch, sid)
-            if uid is None and base.format_version == 2:
+            if uid is None and base.states.named_by_commits:
                 raise GcError(
                     f"batch {batch} names no committed id for {sid}", base.storage.full(f"commits/{batch}")
                 )

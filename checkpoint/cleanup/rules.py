@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from checkpoint.format.changelog import LineageEntry
-from checkpoint.format.layout import SIDECAR_MAIN, FileKind, classify
-from checkpoint.format.providers import ROCKSDB_FILES, StateFiles
-from checkpoint.model.checkpoint import CheckpointFile, StoreId
+from checkpoint.format import (
+    ROCKSDB_V2,
+    SIDECAR_MAIN,
+    FileKind,
+    LineageEntry,
+    StateFiles,
+    StateFormat,
+    classify,
+)
+from checkpoint.model import CheckpointFile, StoreId
 from checkpoint.policy import POLICY
 
 
@@ -82,15 +88,10 @@ class RetentionInputs:
     # then protects every SST of its store if it stays. Only zips that stay (retained, or orphans kept)
     # are looked up: a planner may read each on demand, and spare the reads of the zips that go.
     zip_ssts: Mapping[str, tuple[str, ...] | None]
-    # What the provider's recovery reads in format V1: the base it starts from, the steps after it
-    state_files: StateFiles = ROCKSDB_FILES
-    # The checkpoint's format (its commit log's): in V1 its files are the ones without ids, and a
-    # folder no retained batch names (a partition count since lowered) holds history only
-    format_version: int = 2
-
-    @property
-    def v1(self) -> bool:
-        return self.format_version == 1
+    # The checkpoint's state format: the files its recovery reads, and whether the commit log names
+    # them (V2) or they are the ones without ids (V1), where a folder no retained batch names (a
+    # partition count since lowered) holds history only
+    states: StateFormat = ROCKSDB_V2
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ def retained_set(inputs: RetentionInputs, index: FileIndex | None = None) -> tup
                 _gap(sid, batch, what, v, latest=latest, pruned_below=pruned_below)  # noqa: B023 - called inside this iteration
 
             if uid is None:
-                _retain_listed(index, inputs.state_files, sid, version, retained, zips, gap)
+                _retain_listed(index, inputs.states.files, sid, version, retained, zips, gap)
                 continue
             zip_file = index.get(sid, FileKind.ZIP, version, uid)
             changelog = index.get(sid, FileKind.CHANGELOG, version, uid)
@@ -325,7 +326,7 @@ class _Decider:
         self.newest_version = inputs.latest_committed + 1
         self.live = options.live
         # Format V1 names no ids: its files are the ones without (a V2 plan leaves those alone).
-        self.v1 = inputs.v1
+        self.v1 = not inputs.states.named_by_commits
         self.kept: dict[str, Kept] = {}
         self.chosen: dict[str, Candidate] = {}
         self.held: dict[str, float] = {}

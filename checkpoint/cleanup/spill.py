@@ -15,7 +15,7 @@ from checkpoint.cleanup.manifest import PlannedFile, Totals
 from checkpoint.cleanup.rules import (
     Kept,
 )
-from checkpoint.format.layout import FileKind, classify
+from checkpoint.format import FileKind, classify
 from checkpoint.progress import Progress, report
 
 if TYPE_CHECKING:

@@ -2,8 +2,18 @@
 store's committed version, replayed, verified and published (`rebuild`). The Spark job that runs
 rebuilds in parallel is `jobs.compact`."""
 
+from checkpoint.compaction.hdfs import materialize_snapshot
 from checkpoint.compaction.rebuild import RebuildResult, rebuild_store
-from checkpoint.compaction.targets import Target, plan_compaction
+from checkpoint.compaction.targets import Skip, Target, plan_compaction
 from checkpoint.errors import CompactionRefused, RebuildError
 
-__all__ = ["CompactionRefused", "RebuildError", "RebuildResult", "Target", "plan_compaction", "rebuild_store"]
+__all__ = [
+    "CompactionRefused",
+    "RebuildError",
+    "RebuildResult",
+    "Skip",
+    "Target",
+    "materialize_snapshot",
+    "plan_compaction",
+    "rebuild_store",
+]

@@ -28,12 +28,8 @@ from typing import Protocol
 
 from checkpoint.compaction.rebuild import RebuildResult, peak_rss, reset_peak_rss
 from checkpoint.errors import RebuildError
-from checkpoint.format.changelog import check_state_file, measure_state_file
-from checkpoint.format.layout import MAINT_TEMP_PREFIX, FileKind
-from checkpoint.format.providers import HDFS_FILES, Provider
-from checkpoint.model.checkpoint import Checkpoint, StoreId
-from checkpoint.model.lineage import StoreLineage
-from checkpoint.model.transfer import check_free_disk, download_checked
+from checkpoint.format import HDFS_FILES, MAINT_TEMP_PREFIX, FileKind, check_state_file, measure_state_file
+from checkpoint.model import Checkpoint, StoreId, StoreLineage, check_free_disk, download_checked
 from checkpoint.policy import POLICY, Policy
 
 
@@ -109,7 +105,7 @@ def materialize_snapshot(
     started = time.monotonic()
     reset_peak_rss()
     sid, version = entry.store, entry.version
-    if ckpt.provider != Provider.HDFS or ckpt.format_version != 1:
+    if not ckpt.states.snapshot_by_provider:
         raise RebuildError(f"{sid}: not an HDFS-backed store in format V1 ({ckpt.state_format})", ckpt.url)
     if not entry.loadable or entry.committed_file is None:
         raise RebuildError(f"{sid}: the replay chain of version {version} is incomplete", ckpt.url)

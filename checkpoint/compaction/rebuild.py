@@ -38,15 +38,12 @@ from itertools import islice, repeat
 from pathlib import Path
 
 from checkpoint.errors import RebuildError
-from checkpoint.format.changelog import RecordRun
-from checkpoint.format.layout import FileKind
-from checkpoint.format.providers import Provider
-from checkpoint.format.snapshot import (
+from checkpoint.format import (
+    FileKind,
+    RecordRun,
     SnapshotMetadata,
 )
-from checkpoint.model.checkpoint import Checkpoint
-from checkpoint.model.lineage import StoreLineage
-from checkpoint.model.transfer import check_free_disk
+from checkpoint.model import Checkpoint, StoreLineage, check_free_disk
 from checkpoint.policy import POLICY, Policy
 from checkpoint.rocksdb import (
     SPARK_OPTIONS,
@@ -56,11 +53,11 @@ from checkpoint.rocksdb import (
     fetch_base,
     merge_delimiter,
     open_db,
+    option_values,
     publish,
     set_options,
     write_in_batches,
 )
-from checkpoint.rocksdb.writer import option_values
 
 
 @dataclass(frozen=True)
@@ -201,7 +198,7 @@ def rebuild_store(
 
     started = time.monotonic()
     reset_peak_rss()
-    if ckpt.provider != Provider.ROCKSDB or (ckpt.format_version == 2) != (entry.unique_id is not None):
+    if not ckpt.states.in_rocksdb or ckpt.states.named_by_commits != (entry.unique_id is not None):
         raise RebuildError(f"{entry.store}: not a RocksDB store ({ckpt.state_format})", ckpt.url)
     if not entry.loadable:
         raise RebuildError(

@@ -14,12 +14,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from checkpoint.analysis.generation import unproven_writer
-from checkpoint.analysis.validate import FindingCode, Severity, ValidationOptions, validate
+from checkpoint.analysis import FindingCode, Severity, ValidationOptions, unproven_writer, validate
 from checkpoint.errors import CompactionDeferred, CompactionRefused
-from checkpoint.format.changelog import LINEAGE_HEADER_CAP
-from checkpoint.model.checkpoint import Checkpoint
-from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
+from checkpoint.format import LINEAGE_HEADER_CAP
+from checkpoint.model import Checkpoint, StoreLineage, checkpoint_lineage
 from checkpoint.policy import POLICY
 
 # Error findings that compaction repairs instead of refusing.
@@ -82,7 +80,7 @@ def plan_compaction(
         ckpt, ValidationOptions(long_chain_threshold=min_chain, header_cap_ratio=header_cap_ratio)
     )
     live = ckpt.is_live(now, quiet_seconds)
-    if live and ckpt.format_version != 2:
+    if live and not ckpt.states.compacts_while_running:
         _refuse_live_v1(ckpt, quiet_seconds)
     latest = checkpoint_lineage(ckpt, committed[-1])
     if live and not dead_on_the_cap(ckpt, latest):

@@ -48,10 +48,17 @@ from checkpoint.errors import (
 )
 from checkpoint.fork.markers import ForkResult, ForkStarted
 from checkpoint.fork.plan import STEP_OFFSETS, STEP_STATE, ForkItem, ForkPlan, plan_fork, read_source
-from checkpoint.format.changelog import check_changelog, check_state_file
-from checkpoint.format.crc import crc32c_signed, signed
-from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, MAINT_TEMP_PREFIX, FileKind
-from checkpoint.format.snapshot import check_zip
+from checkpoint.format import (
+    FORK_COMPLETE,
+    FORK_STARTED,
+    MAINT_TEMP_PREFIX,
+    FileKind,
+    check_changelog,
+    check_state_file,
+    check_zip,
+    crc32c_signed,
+    signed,
+)
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.storage import FileInfo, Storage, normalize_url

@@ -12,16 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint.analysis.findings import batch_spans
-from checkpoint.analysis.validate import FindingCode, Severity, Validation, validate
+from checkpoint.analysis import FindingCode, Severity, Validation, batch_spans, validate
 from checkpoint.errors import CorruptFileError, ForkRefused
 from checkpoint.fork.markers import ForkStarted
-from checkpoint.format.crc import parse_sidecar
-from checkpoint.format.layout import FileKind, classify
-from checkpoint.format.logs import parse_operator_metadata
-from checkpoint.model.checkpoint import Checkpoint, StoreId
-from checkpoint.model.head import load_head, store_folder
-from checkpoint.model.lineage import StoreLineage
+from checkpoint.format import FileKind, classify, parse_operator_metadata, parse_sidecar
+from checkpoint.model import Checkpoint, StoreId, StoreLineage, load_head, store_folder
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
 
@@ -123,7 +118,7 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
     # one GET each, a 404 for a file Spark wrote no sidecar for; side by side, as head-first reads.
     # Format V1 has no sidecars to ask for.
     v2 = [f.rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA and f.what.batch is not None]
-    chain = [f for e in lineage for f in _state_files(e) if view.format_version == 2]
+    chain = [f for e in lineage for f in _state_files(e) if view.states.sidecars]
     wanted = ["metadata", *v2, *(f"{f.rel}.crc" for f in chain)]
     with ThreadPoolExecutor(POLICY.store_workers) as pool:
         got = zip(wanted, pool.map(storage.read_if_exists, wanted), strict=True)
@@ -230,7 +225,7 @@ def plan_fork(src: ForkSource, dest: Storage, query_id: str | None = None) -> Fo
             add(
                 f.info,
                 crc=None if crc is None else crc.value,
-                decode=f.kind if ckpt.format_version == 1 else None,
+                decode=ckpt.states.fork_decode(f.kind),
             )
             if sidecar is not None:
                 add(FileInfo(f"{f.rel}.crc", len(sidecar), None), data=sidecar)

@@ -36,24 +36,40 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup import AuditTrail
 from checkpoint.crash import crash_point
 from checkpoint.errors import CheckpointError, ForkIncomplete, MigrationFailed, MigrationRefused
-from checkpoint.fork.copy import apply_fork, check_dest, inspect_dest, refuse_overlap
-from checkpoint.fork.plan import STEP_STATE, ForkItem, ForkPlan, ForkSource, plan_fork, read_source
-from checkpoint.format.crc import parse_sidecar
-from checkpoint.format.layout import FORK_STARTED, MAINT_TEMP_PREFIX, FileKind, classify
-from checkpoint.format.logs import StoreInfo
-from checkpoint.format.providers import Provider
-from checkpoint.format.spark import PROVIDER_CONF, ROCKSDB_PROVIDER
-from checkpoint.format.unsaferow import MAX_SCHEMA_BYTES, read_schema_file, row_shape
+from checkpoint.fork import (
+    STEP_STATE,
+    ForkItem,
+    ForkPlan,
+    ForkSource,
+    apply_fork,
+    check_dest,
+    inspect_dest,
+    plan_fork,
+    read_source,
+    refuse_overlap,
+)
+from checkpoint.format import (
+    FORK_STARTED,
+    MAINT_TEMP_PREFIX,
+    MAX_SCHEMA_BYTES,
+    PROVIDER_CONF,
+    ROCKSDB_PROVIDER,
+    FileKind,
+    StoreInfo,
+    classify,
+    parse_sidecar,
+    read_schema_file,
+    row_shape,
+)
 from checkpoint.migrate.state import PrefixKey, StoreJob, StoreWritten
-from checkpoint.model.checkpoint import Checkpoint, StoreId
-from checkpoint.model.head import store_folder
+from checkpoint.model import Checkpoint, StoreId, store_folder
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.rocksdb import ZipTarget
-from checkpoint.safety.naming import folder_name
+from checkpoint.safety import folder_name
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -159,9 +175,9 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tupl
     has refused error findings already); the key layout of each prefix-scanned store to re-lay."""
     ckpt = source.ckpt
     where = ckpt.url
-    if ckpt.provider == Provider.ROCKSDB and ckpt.format_version == 2:
-        raise MigrationRefused("already RocksDB format V2: `ckpt fork` relocates it as it is", where)
-    if ckpt.provider == Provider.OTHER:
+    if ckpt.states.migration_refused:
+        raise MigrationRefused(ckpt.states.migration_refused, where)
+    if not ckpt.states.spark:
         raise MigrationRefused(f"the state store provider {ckpt.provider_class} is not Spark's", where)
     if ckpt.is_live(now, quiet_seconds):
         raise MigrationRefused(f"the query looks alive (a commit or offset within the quiet period "
@@ -184,7 +200,7 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tupl
             raise MigrationRefused(f"operator {op} ({name}) keeps column families, which a migration does "
                                    "not carry", where)  # fmt: skip
         for store in meta.metadata.stores:
-            if store.num_cols_prefix_key and ckpt.provider == Provider.HDFS:
+            if store.num_cols_prefix_key and ckpt.states.migration_relays_prefix_keys:
                 prefixed[op, store.name] = _prefix_key(ckpt, op, store.name, store.num_cols_prefix_key)
     return prefixed
 

@@ -31,13 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoint.errors import RebuildError
-from checkpoint.format.changelog import RecordRun, stream_untyped_runs
-from checkpoint.format.layout import FileKind
-from checkpoint.format.providers import Provider
-from checkpoint.format.unsaferow import RowShape, split_row
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile
-from checkpoint.model.lineage import StoreLineage
-from checkpoint.model.transfer import check_free_disk, download_checked
+from checkpoint.format import FileKind, RecordRun, RowShape, split_row, stream_untyped_runs
+from checkpoint.model import Checkpoint, CheckpointFile, StoreLineage, check_free_disk, download_checked
 from checkpoint.policy import POLICY, Policy
 from checkpoint.rocksdb import (
     SPARK_OPTIONS,
@@ -119,7 +114,7 @@ def write_store(
     sid = entry.store
     if not entry.loadable:
         raise RebuildError(f"{sid}: the replay chain of version {entry.version} is incomplete", ckpt.url)
-    hdfs = ckpt.provider == Provider.HDFS
+    hdfs = not ckpt.states.in_rocksdb
     base, chain = entry.base, list(entry.chain)
     if entry.committed_file is not None and entry.committed_file.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
         base, chain = entry.committed_file, []  # the version's own snapshot: nothing to replay

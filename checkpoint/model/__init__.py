@@ -2,10 +2,51 @@
 head-first loading (`head`), each store's replay chain (`lineage`) and finding checkpoints under
 a root (`discovery`)."""
 
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, StoreId, load_checkpoint
-from checkpoint.model.discovery import FoundCheckpoint, find_checkpoints, scan
-from checkpoint.model.head import latest_commit, load_head
-from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
+from checkpoint.model.checkpoint import (
+    Checkpoint,
+    CheckpointFile,
+    StoreId,
+    build_checkpoint,
+    load_checkpoint,
+    state_partition_folders,
+)
+from checkpoint.model.discovery import FoundCheckpoint, each_checkpoint, find_checkpoints, scan
+from checkpoint.model.head import latest_commit, load_head, store_folder
+from checkpoint.model.lineage import (
+    StoreLineage,
+    checkpoint_lineage,
+    maintained_batches,
+    partitions_named,
+    state_partitions,
+    store_ids,
+)
+from checkpoint.model.scopes import Listing, Scope, StateFolders
+from checkpoint.model.transfer import check_free_disk, check_hadoop_checksum, download_checked
 
-__all__ = ["Checkpoint", "CheckpointFile", "FoundCheckpoint", "StoreId", "StoreLineage", "checkpoint_lineage",
-           "find_checkpoints", "latest_commit", "load_checkpoint", "load_head", "scan"]  # fmt: skip
+__all__ = [
+    "Checkpoint",
+    "CheckpointFile",
+    "FoundCheckpoint",
+    "Listing",
+    "Scope",
+    "StateFolders",
+    "StoreId",
+    "StoreLineage",
+    "build_checkpoint",
+    "check_free_disk",
+    "check_hadoop_checksum",
+    "checkpoint_lineage",
+    "download_checked",
+    "each_checkpoint",
+    "find_checkpoints",
+    "latest_commit",
+    "load_checkpoint",
+    "load_head",
+    "maintained_batches",
+    "partitions_named",
+    "scan",
+    "state_partition_folders",
+    "state_partitions",
+    "store_folder",
+    "store_ids",
+]

@@ -23,40 +23,40 @@ from itertools import repeat
 from typing import Any, NamedTuple, cast
 
 from checkpoint.errors import CheckpointError, CorruptFileError, NotACheckpointError
-from checkpoint.format.changelog import (
+from checkpoint.format import (
+    CODEC_CONF,
+    PROVIDER_CONF,
     ChangelogHeader,
     ChangeRecord,
+    Classified,
+    CommitEntry,
+    FileKind,
+    OffsetEntry,
+    OperatorMetadata,
+    Provider,
     RecordRun,
+    Snapshot,
+    StateFormat,
     change_records,
     check_changelog,
     check_state_file,
-    read_changelog_runs,
-    read_header,
-)
-from checkpoint.format.crc import (
+    classify,
     crc32c_signed,
-    parse_sidecar,
-    sidecar_agrees,
-    sidecar_matches,
-    signed,
-)
-from checkpoint.format.layout import Classified, FileKind, classify, is_number
-from checkpoint.format.logs import (
-    CommitEntry,
-    OffsetEntry,
-    OperatorMetadata,
+    is_number,
     parse_commit,
     parse_offset,
     parse_operator_metadata,
     parse_query_metadata,
+    parse_sidecar,
+    read_changelog_runs,
+    read_header,
+    read_snapshot,
+    sidecar_agrees,
+    sidecar_matches,
+    signed,
+    state_format_of,
 )
-from checkpoint.format.providers import Provider
-from checkpoint.format.snapshot import Snapshot, read_snapshot
-from checkpoint.format.spark import CODEC_CONF, PROVIDER_CONF
-from checkpoint.model.scopes import Listing as Listing  # re-exported: callers take them from here
-from checkpoint.model.scopes import Scope as Scope
-from checkpoint.model.scopes import StateFolders as StateFolders
-from checkpoint.model.scopes import state_folders_of
+from checkpoint.model.scopes import Listing, Scope, StateFolders, state_folders_of
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
 
@@ -270,20 +270,22 @@ class Checkpoint:
                 return batch.offset.conf[PROVIDER_CONF]
         return None
 
+    @cached_property
+    def states(self) -> StateFormat:
+        """How its state is kept (`checkpoint.format.states`), from its own logs: the provider the
+        newest offset file pins, and the format its commit log and file names say."""
+        return state_format_of(self.provider_class, self.format_version)
+
     @property
     def provider(self) -> Provider:
-        """The provider recovery uses. Offset files pin it; a checkpoint with offsets that name
-        none predates the pin and has Spark's default, unless it is in format V2, which only
-        RocksDB writes (the HDFS-backed store refuses checkpoint ids)."""
-        if self.provider_class is None and self.format_version == 2:
-            return Provider.ROCKSDB
-        return Provider.of_class(self.provider_class)
+        """The provider recovery uses."""
+        return self.states.provider
 
     @property
     def state_format(self) -> str:
         """`<provider> V<format>` (`hdfs V1`, `rocksdb V2`): how its state is kept; `stateless`
         for a query with no stateful operator."""
-        return f"{self.provider.value} V{self.format_version}" if self.operators else "stateless"
+        return self.states.name if self.operators else "stateless"
 
     @cached_property
     def changelog_codec(self) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from checkpoint.errors import NotACheckpointError
-from checkpoint.format.layout import AUDIT_FOLDER
+from checkpoint.format import AUDIT_FOLDER
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY

@@ -29,17 +29,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from checkpoint.errors import CheckpointError, NotACheckpointError, StorageError
-from checkpoint.format.layout import (
+from checkpoint.format import (
     FORK_COMPLETE,
     FORK_STARTED,
     RESERVED_FOLDERS,
     FileKind,
+    Snapshot,
     classify,
     is_batch_id,
     is_number,
+    read_snapshot,
 )
-from checkpoint.format.providers import StateFiles
-from checkpoint.format.snapshot import Snapshot, read_snapshot
 from checkpoint.model.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -104,7 +104,7 @@ def load_head(
             if "vanished" not in str(exc) or attempt == _LOG_ATTEMPTS - 1:
                 raise
             log.info("%s: %s; reading the logs again", storage.url, exc)
-    if base.format_version == 1:
+    if not base.states.named_by_commits:
         base = dataclasses.replace(base, state_folders=_with_store_folders(storage, base.state_folders))
     committed = sorted(b.id for b in base.batches.values() if b.committed)
     wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
@@ -195,10 +195,10 @@ class _Resolver:
         # Per store, sequential: a store's lookups depend on each other (header, then zips, then
         # chain); the pool runs stores side by side. Two batches of one store share lookups.
         look = _Lookups(self.ckpt.storage, store_folder(sid))
-        if self.ckpt.format_version == 1:
-            self._listed(look, sid)
-        else:
+        if self.ckpt.states.named_by_commits:
             self._named(look, sid)
+        else:
+            self._listed(look, sid)
         for snap in look.prefetched.values():
             if isinstance(snap, Snapshot):
                 for ref in snap.metadata.sst_files:
@@ -240,7 +240,7 @@ class _Resolver:
     def _listed(self, look: _Lookups, sid: StoreId) -> None:
         """Format V1: the store folder's one listing, then what recovery reads of it."""
         store = Store(sid, CheckpointFile.of_listing(self.ckpt.storage.list_dir(look.folder).files))
-        kinds = StateFiles.of(self.ckpt.provider)
+        kinds = self.ckpt.states.files
         for batch in self.batches:
             entry = listed_lineage(store, batch, kinds)
             if entry.base is not None and entry.base.kind == FileKind.ZIP:

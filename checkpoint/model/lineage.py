@@ -15,9 +15,7 @@ from itertools import pairwise
 from typing import Any
 
 from checkpoint.errors import CheckpointError
-from checkpoint.format.changelog import LINEAGE_HEADER_CAP, ChangelogHeader, LineageEntry
-from checkpoint.format.layout import FileKind
-from checkpoint.format.providers import StateFiles
+from checkpoint.format import LINEAGE_HEADER_CAP, ChangelogHeader, FileKind, LineageEntry, StateFiles
 from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, Operator, Store, StoreId
 from checkpoint.policy import POLICY
 
@@ -110,7 +108,7 @@ def maintained_batches(ckpt: Checkpoint) -> list[int]:
     restart reads only the newest, and they name no ids, so they are history that no V2 rule
     needs (their state was never copied), until Spark's log retention drops them."""
     committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
-    if ckpt.format_version != 2:
+    if not ckpt.states.named_by_commits:
         return committed
     history = [b for b in committed if _v1_commit(ckpt, b)]
     return [b for b in committed if b > history[-1]] if history else committed
@@ -159,8 +157,8 @@ def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
         )
     version = batch + 1
     store = ckpt.stores.get(sid) or Store(sid, ())
-    if ckpt.format_version == 1:
-        return listed_lineage(store, batch, StateFiles.of(ckpt.provider))
+    if not ckpt.states.named_by_commits:
+        return listed_lineage(store, batch, ckpt.states.files)
     uid = ckpt.committed_unique_id(batch, sid)
     zip_file = store.file(FileKind.ZIP, version, uid)
     changelog = store.file(FileKind.CHANGELOG, version, uid)

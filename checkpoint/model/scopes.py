@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from checkpoint.format.layout import Classified, is_number
+from checkpoint.format import Classified, is_number
 
 
 class Scope(StrEnum):

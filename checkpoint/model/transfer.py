@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from checkpoint.errors import RebuildError
-from checkpoint.format.crc import check_hadoop_crc
+from checkpoint.format import check_hadoop_crc
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.policy import Policy
 

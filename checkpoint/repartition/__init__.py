@@ -4,10 +4,30 @@
 
 from checkpoint.errors import RepartitionFailed, RepartitionRefused
 from checkpoint.repartition.flow import StateEngine, repartition, undo_repartition
-from checkpoint.repartition.guards import head_profile, preflight
+from checkpoint.repartition.guards import (
+    StateReader,
+    head_profile,
+    partition_count,
+    preflight,
+    skew,
+    state_readers,
+)
 from checkpoint.repartition.records import RepartitionResult, StoreDigest, StoreProof, Undone
 
 __all__ = [
-    "RepartitionFailed", "RepartitionRefused", "RepartitionResult", "StateEngine", "StoreDigest",
-    "StoreProof", "Undone", "head_profile", "preflight", "repartition", "undo_repartition",
-]  # fmt: skip
+    "RepartitionFailed",
+    "RepartitionRefused",
+    "RepartitionResult",
+    "StateEngine",
+    "StateReader",
+    "StoreDigest",
+    "StoreProof",
+    "Undone",
+    "head_profile",
+    "partition_count",
+    "preflight",
+    "repartition",
+    "skew",
+    "state_readers",
+    "undo_repartition",
+]

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from checkpoint.analysis.validate import Severity, validate
-from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.analysis import Severity, validate
+from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError, LeaseLost, RepartitionFailed, RepartitionRefused
-from checkpoint.fork.copy import fork
-from checkpoint.model.head import load_head
+from checkpoint.fork import fork
+from checkpoint.model import load_head
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.repartition.guards import (

@@ -17,15 +17,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from checkpoint.analysis.generation import unproven_writer
-from checkpoint.analysis.validate import Severity, validate
+from checkpoint.analysis import Severity, unproven_writer, validate
 from checkpoint.errors import CheckpointError, RepartitionRefused
-from checkpoint.format.layout import FileKind
-from checkpoint.format.logs import OffsetEntry
-from checkpoint.format.providers import Provider
-from checkpoint.format.spark import SHUFFLE_PARTITIONS
-from checkpoint.model.checkpoint import Checkpoint, state_partition_folders
-from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.format import SHUFFLE_PARTITIONS, FileKind, OffsetEntry
+from checkpoint.model import Checkpoint, checkpoint_lineage, state_partition_folders
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 # The operators whose state Spark's repartitioner can re-key (its StatePartitionKeyExtractorFactory
@@ -99,9 +94,8 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
     """
     if partitions < 1:
         raise RepartitionRefused("--partitions must be at least 1", ckpt.url)
-    if ckpt.provider == Provider.HDFS and ckpt.operators:
-        spark = "Spark's repartitioner reads RocksDB state only (it refuses this one: UNSUPPORTED_PROVIDER)"
-        raise RepartitionRefused(f"the HDFS-backed state store: {spark}", ckpt.url)
+    if ckpt.states.repartition_refused and ckpt.operators:
+        raise RepartitionRefused(ckpt.states.repartition_refused, ckpt.url)
     committed, planned = ckpt.latest_committed_batch, ckpt.latest_planned_batch
     if committed is None:
         raise RepartitionRefused("no committed batch: nothing to repartition yet", ckpt.url)

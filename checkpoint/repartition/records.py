@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError
 from checkpoint.repartition.guards import Before, Preflight
-from checkpoint.safety.naming import folder_name
+from checkpoint.safety import folder_name
 
 REPARTITIONED, UNDONE = "repartitioned", "undone"
 

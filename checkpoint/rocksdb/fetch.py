@@ -11,14 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoint.errors import RebuildError
-from checkpoint.format.snapshot import (
+from checkpoint.format import (
     ZIP_ERRORS,
     SnapshotMetadata,
     parse_zip_metadata,
     read_metadata_entry,
 )
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile
-from checkpoint.model.transfer import check_free_disk, check_hadoop_checksum, download_checked
+from checkpoint.model import (
+    Checkpoint,
+    CheckpointFile,
+    check_free_disk,
+    check_hadoop_checksum,
+    download_checked,
+)
 from checkpoint.policy import Policy
 
 

@@ -2,7 +2,7 @@
 live (`naming`). It sits below the model: it needs storage and names, nothing of a checkpoint."""
 
 from checkpoint.errors import LeaseHeld, LeaseLost
-from checkpoint.safety.lease import Lease, lease_for
+from checkpoint.safety.lease import Lease, both_held, lease_for
 from checkpoint.safety.naming import folder_name
 
-__all__ = ["Lease", "LeaseHeld", "LeaseLost", "folder_name", "lease_for"]
+__all__ = ["Lease", "LeaseHeld", "LeaseLost", "both_held", "folder_name", "lease_for"]

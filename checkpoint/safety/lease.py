@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from typing import NoReturn
 
 from checkpoint.errors import CheckpointError, LeaseHeld, LeaseLost
-from checkpoint.format.layout import MAINT_TEMP_PREFIX, is_number
+from checkpoint.format import MAINT_TEMP_PREFIX, is_number
 from checkpoint.policy import POLICY
 from checkpoint.safety.naming import AUDIT_FOLDER, folder_name
 from checkpoint.storage import Storage

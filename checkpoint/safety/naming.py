@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from checkpoint.format.layout import AUDIT_FOLDER
+from checkpoint.format import AUDIT_FOLDER
 from checkpoint.storage import normalize_url
 
 __all__ = ["AUDIT_FOLDER", "folder_name"]

@@ -12,8 +12,7 @@ backend what it is like (`latency_bound`, `appends`, `hidden_checksums`), never 
 Reads come in the sizes the work needs: a shallow listing of one folder (one delimiter LIST on S3),
 a stat (one HEAD), a whole or ranged read (one GET), and the recursive listing that only cleanup
 planning and `inspect` need. Every call is counted in `calls`, shared by a root and its children, so
-tests and benchmarks can compare what two checkpoints cost on any backend.
-"""
+tests and benchmarks can compare what two checkpoints cost on any backend."""
 
 from checkpoint.storage.files import Calls, FileInfo, Folder, mtime_of
 from checkpoint.storage.front import Storage
@@ -27,5 +26,17 @@ from checkpoint.storage.urls import (
     scheme_of,
 )
 
-__all__ = ["DELETE_MAX_KEYS", "Calls", "FileInfo", "Folder", "Storage", "credentials_in", "mtime_of",
-           "normalize_url", "options_from_env", "redact", "refuse_userinfo", "scheme_of"]  # fmt: skip
+__all__ = [
+    "Calls",
+    "DELETE_MAX_KEYS",
+    "FileInfo",
+    "Folder",
+    "Storage",
+    "credentials_in",
+    "mtime_of",
+    "normalize_url",
+    "options_from_env",
+    "redact",
+    "refuse_userinfo",
+    "scheme_of",
+]

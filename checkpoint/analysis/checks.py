@@ -19,13 +19,17 @@ from checkpoint.analysis.findings import Severity as Severity
 from checkpoint.analysis.findings import finding as _finding
 from checkpoint.analysis.stores import store_findings
 from checkpoint.errors import CheckpointError, UnknownFormatVersionError
-from checkpoint.format.changelog import LINEAGE_HEADER_CAP
-from checkpoint.format.crc import Checksumming, parse_sidecar
-from checkpoint.format.layout import FORK_COMPLETE, FORK_STARTED, FileKind
-from checkpoint.format.providers import Provider, StateFiles
-from checkpoint.format.snapshot import Snapshot, UnreadableZipError
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, StoreId
-from checkpoint.model.lineage import StoreLineage, checkpoint_lineage
+from checkpoint.format import (
+    FORK_COMPLETE,
+    FORK_STARTED,
+    LINEAGE_HEADER_CAP,
+    Checksumming,
+    FileKind,
+    Snapshot,
+    UnreadableZipError,
+    parse_sidecar,
+)
+from checkpoint.model import Checkpoint, CheckpointFile, StoreId, StoreLineage, checkpoint_lineage
 from checkpoint.policy import POLICY
 from checkpoint.storage import normalize_url
 
@@ -71,7 +75,7 @@ def validate(
         findings += _log_findings(ckpt)
         findings += _path_findings(ckpt)
     lineage: list[StoreLineage] = []
-    if ckpt.provider == Provider.OTHER and ckpt.operators and Category.LINEAGE in categories:
+    if not ckpt.states.spark and ckpt.operators and Category.LINEAGE in categories:
         unknown = _finding(FindingCode.UNKNOWN_PROVIDER, ckpt.storage.full("offsets"),
                            f"the state store provider {ckpt.provider_class} is not Spark's: its state files "
                            "are neither read nor changed")  # fmt: skip
@@ -243,7 +247,7 @@ def _store_path(ckpt: Checkpoint, sid: StoreId) -> str:
 def _lineage_findings(ckpt: Checkpoint, entry: StoreLineage, options: ValidationOptions) -> Iterable[Finding]:
     where = _store_path(ckpt, entry.store)
     name = f"version {entry.version}" + (f" id {entry.unique_id}" if entry.unique_id else "")
-    kinds = StateFiles.of(ckpt.provider)
+    kinds = ckpt.states.files
     if entry.committed_file is None:
         yield _finding(
             FindingCode.COMMITTED_FILE_MISSING,
@@ -312,7 +316,7 @@ def _snapshot_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterabl
     """Every zip Spark could load for the latest batch: each one the committed lineages name. The
     HDFS-backed store's snapshots and deltas are read whole by recovery: here only an empty one is
     told (what the listing says); `deep` reads them."""
-    if ckpt.provider == Provider.HDFS:
+    if not ckpt.states.in_rocksdb:
         yield from _empty_state_files(ckpt, lineage)
         return
     checked: set[str] = set()

@@ -14,15 +14,15 @@ from typing import Any
 
 from checkpoint.crash import crash_point
 from checkpoint.errors import RebuildError
-from checkpoint.format.crc import crc32c_signed
-from checkpoint.format.layout import MAINT_TEMP_PREFIX, FileKind
-from checkpoint.format.providers import ROCKSDB_FILES
-from checkpoint.format.snapshot import (
+from checkpoint.format import (
+    MAINT_TEMP_PREFIX,
+    ROCKSDB_FILES,
     WRITTEN_ZIP_METADATA_VERSION,
+    FileKind,
     SnapshotMetadata,
+    crc32c_signed,
 )
-from checkpoint.model.checkpoint import Checkpoint
-from checkpoint.model.lineage import StoreLineage
+from checkpoint.model import Checkpoint, StoreLineage
 from checkpoint.storage import Storage
 
 _ZIP_ORDER = ("MANIFEST-", "CURRENT", ".log", "OPTIONS-")
@@ -42,7 +42,7 @@ class ZipTarget:
     @staticmethod
     def of(ckpt: Checkpoint, entry: StoreLineage, folder: str) -> ZipTarget:
         """The committed version of `entry`'s store in its own checkpoint (compaction)."""
-        return ZipTarget(ckpt.storage, folder, entry.version, entry.unique_id, ckpt.format_version == 2)
+        return ZipTarget(ckpt.storage, folder, entry.version, entry.unique_id, ckpt.states.sidecars)
 
     @property
     def name(self) -> str:
