@@ -27,7 +27,7 @@ from checkpoint.model import (
     load_head,
 )
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from checkpoint.safety import Lease, both_held, lease_for
+from checkpoint.safety import Lease, Request, lease_for
 from checkpoint.storage import Storage, credentials_in, refuse_userinfo, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
@@ -206,10 +206,14 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         written without it."""
         return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry=retry)
 
-    def take_both_leases(self, context: StepContext, src_key: str, dest_key: str, what: str):
-        """Both leases, as `take_lease` takes each (`lease.both_held`); the context yields the
-        `check` of both."""
-        return both_held(lambda key, doing: self.take_lease(context, key, doing), src_key, dest_key, what)
+    def two_sided(self, context: StepContext, src: Storage, dest: Storage) -> Request:
+        """The request of a step that writes DEST from SRC, its leases taken as `take_lease` takes one
+        (the checkpoints' partition keys in its messages)."""
+
+        def take(storage: Storage, what: str) -> Lease:
+            return self.take_lease_at(context, storage, what, self.key_of(storage.url) or "")
+
+        return Request(src, dest, take)
 
     def take_lease_at(
         self, context: StepContext, storage: Storage, what: str, label: str = "", *, retry: bool = True

@@ -68,13 +68,15 @@ def _migrate_in_place(src: str, dest: str, audit: str) -> dict:
     """In a fresh interpreter: the migration, its figures, the driver's peak RSS and its Python
     workers' (they write the stores)."""
     from checkpoint.cleanup.audit import AuditTrail
+    from checkpoint.safety import Request, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
 
     spark = local_session(master="local[2]", app_name="bench-migrate", extra_conf=SESSION)
     Path("/proc/self/clear_refs").write_text("5")  # the peak from here on: not the session's start
     workers_before = set(_python_workers(os.getpid()))
-    result = migrate(lambda: spark, Storage(src), Storage(dest), AuditTrail(audit), quiet_seconds=0)
+    request = Request(Storage(src), Storage(dest), taken_at_once("bench"))
+    result = migrate(lambda: spark, request, AuditTrail(audit), quiet_seconds=0)
     workers = [w for w in _python_workers(os.getpid()) if w not in workers_before]
     return {**result.as_dict(), "peak_rss_bytes": _vm_hwm(os.getpid()),
             "worker_peak_rss_bytes": max((_vm_hwm(w) for w in workers), default=0)}  # fmt: skip
@@ -93,12 +95,13 @@ def _fresh(checkpoint: Path, work: Path) -> dict:
 
 def _in_session(spark, checkpoint: Path, work: Path) -> dict:
     from checkpoint.cleanup.audit import AuditTrail
+    from checkpoint.safety import Request, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
 
     started = time.perf_counter()
-    result = migrate(lambda: spark, Storage(str(checkpoint)), Storage(str(work / "dest")),
-                     AuditTrail(str(work / "audit")), quiet_seconds=0)  # fmt: skip
+    request = Request(Storage(str(checkpoint)), Storage(str(work / "dest")), taken_at_once("bench"))
+    result = migrate(lambda: spark, request, AuditTrail(str(work / "audit")), quiet_seconds=0)
     seconds = time.perf_counter() - started
     shutil.rmtree(work)
     return {**result.as_dict(), "seconds": seconds}

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.policy import POLICY, duration_text, parse_duration
-from checkpoint.safety import Lease, both_held, lease_for
+from checkpoint.safety import Lease, Request, lease_for
 from checkpoint.storage import Storage
 
 EXIT_OK = 0
@@ -41,12 +40,9 @@ def leased(args: argparse.Namespace, storage: Storage, what: str) -> Lease:
     return lease_for(storage, owner=f"ckpt {what}", ttl=args.lease_ttl).acquire(wait=args.wait)
 
 
-def both_leased(
-    args: argparse.Namespace, src: Storage, dest: Storage, what: str
-) -> AbstractContextManager[Callable[[], None]]:
-    """Both leases, SRC's and DEST's (`lease.both_held`); the context yields the `check` of both."""
-    where = {"src": src, "dest": dest}
-    return both_held(lambda at, doing: leased(args, where[at], doing), "src", "dest", what)
+def two_sided(args: argparse.Namespace, src: Storage, dest: Storage) -> Request:
+    """The request of a command that writes DEST from SRC, its leases taken as `leased` takes one."""
+    return Request(src, dest, lambda storage, what: leased(args, storage, what))
 
 
 def quiet_period_option(p: argparse.ArgumentParser) -> None:

@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.fork import fork, refuse_overlap
+from checkpoint.fork import fork_checkpoint
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, both_leased, takes_the_lease
+from .common import WHERE, Result, takes_the_lease, two_sided
 
 
 def fork_command(args: argparse.Namespace) -> Result | int:
-    src, dest = Storage(args.source), Storage(args.dest)
-    refuse_overlap(src, dest)
-    # SRC's lease keeps a cleanup from deleting what is being copied; DEST's keeps two forks apart.
-    with both_leased(args, src, dest, "fork") as check:
-        result = fork(
-            src, dest, args.batch, new_query_id=args.new_query_id, workers=args.workers, check=check
-        )
+    request = two_sided(args, Storage(args.source), Storage(args.dest))
+    result = fork_checkpoint(request, args.batch, new_query_id=args.new_query_id, workers=args.workers)
     return Result(result.as_dict(), render.fork_text)
 
 

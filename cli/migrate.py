@@ -6,24 +6,22 @@ from __future__ import annotations
 import argparse
 
 from checkpoint.cleanup import AuditTrail
-from checkpoint.fork import refuse_overlap
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, both_leased, quiet_period_option, takes_the_lease
+from .common import WHERE, Result, quiet_period_option, takes_the_lease, two_sided
 
 
 def migrate_command(args: argparse.Namespace) -> Result:
     from jobs.migrate import migrate  # Spark starts only once the preflight passed
     from jobs.spark_session import session_for
 
-    src, dest = Storage(args.source), Storage(args.dest)
-    refuse_overlap(src, dest)
-    audit = AuditTrail(args.audit or AuditTrail.default_for(src.url))
-    with both_leased(args, src, dest, "migrate") as check:
-        result = migrate(lambda: session_for(args.master), src, dest, audit, args.batch,
-                         quiet_seconds=args.quiet_period, check=check)  # fmt: skip
+    request = two_sided(args, Storage(args.source), Storage(args.dest))
+    audit = AuditTrail(args.audit or AuditTrail.default_for(request.src.url))
+    result = migrate(
+        lambda: session_for(args.master), request, audit, args.batch, quiet_seconds=args.quiet_period
+    )
     return Result(result.as_dict(), render.migrate_text)
 
 

@@ -13,9 +13,17 @@ from typing import Any
 from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError
 from checkpoint.format import FORMAT_VERSION_CONF
-from checkpoint.migrate import MigrationResult, Placement, StoreJob, StoreRead, StoreWritten, store_failed
-from checkpoint.migrate import migrate as guarded_migrate
+from checkpoint.migrate import (
+    MigrationResult,
+    Placement,
+    StoreJob,
+    StoreRead,
+    StoreWritten,
+    migrate_checkpoint,
+    store_failed,
+)
 from checkpoint.model import StoreId
+from checkpoint.safety import Request
 from checkpoint.storage import Storage
 
 from .per_store import NotDone, PerStore, each_store
@@ -112,10 +120,10 @@ class SparkStateDigests:
                 else StoreRead(0, "0:0", 0) for side in range(len(sides))]  # fmt: skip
 
 
-def migrate(session: Callable[[], Any], src: Storage, dest: Storage, audit: AuditTrail, *args: Any,
+def migrate(session: Callable[[], Any], request: Request, audit: AuditTrail, *args: Any,
             **kwargs: Any) -> MigrationResult:  # fmt: skip
-    """The guarded migration (`flow.migrate`, whose arguments follow these) with Spark's tasks and
-    reader; `session` makes the SparkSession, once the preflight passed."""
+    """The migration's door (`checkpoint.migrate.migrate_checkpoint`, whose arguments follow these)
+    with Spark's tasks and reader; `session` makes the SparkSession, once the preflight passed."""
     spark = functools.cache(session)
-    return guarded_migrate(lambda: SparkStateDigests(spark(), src, dest), src, dest, audit, *args,
-                           writer=lambda: SparkStoreWriter(spark()), **kwargs)  # fmt: skip
+    return migrate_checkpoint(lambda src, dest: SparkStateDigests(spark(), src, dest), request, audit, *args,
+                              writer=lambda: SparkStoreWriter(spark()), **kwargs)  # fmt: skip

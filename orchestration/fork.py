@@ -1,8 +1,9 @@
 """The `fork_checkpoint` job: a checkpoint forked at a committed batch, launched from the UI.
 
-The op only translates: configuration in, `checkpoint.fork.copy.fork` under both maintenance leases,
-figures out as metadata. The destination must lie under a configured root, and becomes a partition
-at once, so the audit and maintenance jobs see the fork without waiting for the discovery sensor.
+The op only translates: configuration in, the fork's door (`checkpoint.fork.fork_checkpoint`: the
+overlap refused, both maintenance leases), figures out as metadata. The destination must lie under
+a configured root, and becomes a partition at once, so the audit and maintenance jobs see the fork
+without waiting for the discovery sensor.
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
@@ -13,7 +14,7 @@ from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import human_bytes
 from checkpoint.errors import CheckpointError
-from checkpoint.fork import fork, refuse_overlap
+from checkpoint.fork import fork_checkpoint
 
 
 class ForkConfig(dg.Config):
@@ -39,9 +40,10 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
         # with credentials, of its own choosing.
         dest_key = roots.under_a_root(config.destination)
         dest = roots.checkpoint_storage(dest_key)
-        refuse_overlap(src, dest)
-        with roots.take_both_leases(context, config.source_partition, dest_key, "fork_checkpoint") as check:
-            result = fork(src, dest, config.batch, new_query_id=config.new_query_id, check=check)
+        request = roots.two_sided(context, src, dest)
+        result = fork_checkpoint(
+            request, config.batch, new_query_id=config.new_query_id, what="fork_checkpoint"
+        )
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
     context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])

@@ -1,9 +1,9 @@
 """The `migrate_checkpoint` job: a checkpoint in Spark's default formats carried to RocksDB format
 V2 with its state, launched from the UI.
 
-The op only translates: configuration in, `jobs.migrate.migrate` under both maintenance leases,
-figures out as metadata. As for a fork, the destination must lie under a configured root, and
-becomes a partition at once.
+The op only translates: configuration in, the migration's door (`jobs.migrate.migrate`: the
+overlap refused, both maintenance leases), figures out as metadata. As for a fork, the destination
+must lie under a configured root, and becomes a partition at once.
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
@@ -13,7 +13,6 @@ from pydantic import Field
 from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
-from checkpoint.fork import refuse_overlap
 
 
 class MigrateConfig(dg.Config):
@@ -43,14 +42,11 @@ def migrate_op(
     try:
         dest_key = roots.under_a_root(config.destination)
         dest = roots.checkpoint_storage(dest_key)
-        refuse_overlap(src, dest)
-        with roots.take_both_leases(
-            context, config.source_partition, dest_key, "migrate_checkpoint"
-        ) as check:
-            quiet = roots.quiet_seconds_at_least(config.quiet_period)
-            audit = roots.audit_trail(config.source_partition)
-            result = migrate(spark.session, src, dest, audit, config.batch, quiet_seconds=quiet,
-                             check=check)  # fmt: skip
+        quiet = roots.quiet_seconds_at_least(config.quiet_period)
+        audit = roots.audit_trail(config.source_partition)
+        request = roots.two_sided(context, src, dest)
+        result = migrate(spark.session, request, audit, config.batch, quiet_seconds=quiet,
+                         what="migrate_checkpoint")  # fmt: skip
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
     context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])

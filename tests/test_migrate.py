@@ -51,10 +51,12 @@ def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, 
 
 def _migrate(spark, src: Path, dest: Path, audit: Path):
     from checkpoint.cleanup.audit import AuditTrail
+    from checkpoint.safety import Request, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
 
-    return migrate(lambda: spark, Storage(str(src)), Storage(str(dest)), AuditTrail(str(audit)))
+    request = Request(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"))
+    return migrate(lambda: spark, request, AuditTrail(str(audit)))
 
 
 def _stopped(defaults, name: str, where: Path) -> Path:
@@ -342,6 +344,7 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     from checkpoint.errors import MigrationFailed
     from checkpoint.migrate import state
     from checkpoint.migrate.flow import migrate as flow
+    from checkpoint.safety import Request, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import SparkStateDigests
     from jobs.migrate import migrate as run
@@ -365,7 +368,7 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     monkeypatch.setattr(state._KeyCount, "total", counted)
     refused = ckpt("validate", str(dest))
     assert refused.returncode != 0 and "INCOMPLETE_FORK" in refused.stdout
-    assert run(lambda: spark, *storages, audit).proven
+    assert run(lambda: spark, Request(*storages, taken_at_once("tests")), audit).proven
     assert ckpt("validate", str(dest)).returncode == 0
 
 

@@ -862,6 +862,7 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     """SeaweedFS to SeaweedFS (the logs copied server-side, no listing of SRC's state) and a local
     source to S3: DEST, copied back, validates as V2 and the real query restarts on it like an
     untouched copy of the source."""
+    from checkpoint.safety import Request, taken_at_once
     from jobs.migrate import migrate
     from tests.test_migrate import restarted_differently
 
@@ -871,7 +872,7 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     dest = Storage(f"s3://{bucket}/migrated-{where}", _via_proxy(s3))
     audit = AuditTrail(f"s3://{bucket}/audit-migrate-{where}", _via_proxy(s3))
     proxy.reset()
-    result = migrate(lambda: spark, src, dest, audit, quiet_seconds=0)
+    result = migrate(lambda: spark, Request(src, dest, taken_at_once("tests")), audit, quiet_seconds=0)
     assert result.proven and len(result.stores) == 4
     if where == "s3-to-s3":  # every log file but the batch's rewritten two is copied server-side
         ours = [r.path for r in proxy.requests if r.op == "CopyObject" and f"migrated-{where}" in r.path]

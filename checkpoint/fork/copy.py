@@ -61,6 +61,7 @@ from checkpoint.format import (
 )
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
+from checkpoint.safety import Request, refuse_overlap
 from checkpoint.storage import FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
@@ -94,14 +95,6 @@ def inspect_dest(dest: Storage) -> DestState:
     if FORK_COMPLETE in files:
         complete = ForkResult.parse(dest.read_bytes(FORK_COMPLETE), dest.full(FORK_COMPLETE))
     return DestState(files, started, complete)
-
-
-def refuse_overlap(src: Storage, dest: Storage) -> None:
-    """A destination inside the source (or around it) would copy into what it reads: refused before
-    anything, leases included, is written."""
-    a, b = src.root.rstrip("/") + "/", dest.root.rstrip("/") + "/"
-    if src.protocol == dest.protocol and (a.startswith(b) or b.startswith(a)):
-        raise ForkRefused(f"the destination and the source overlap ({src.url})", dest.url)
 
 
 def check_dest(
@@ -327,6 +320,20 @@ def _corrupt(dest: Storage, item: ForkItem) -> None:
 
 # ------------------------------------------------------------------------------------------------
 # The whole operation, for the CLI and Dagster
+
+
+def fork_checkpoint(
+    request: Request,
+    batch: int | None = None,
+    *,
+    new_query_id: bool = False,
+    workers: int = POLICY.fork_workers,
+    what: str = "fork",
+) -> ForkResult:
+    """The fork's door: `request`'s overlap refused and both leases taken (`safety.door`), then
+    `fork` under them."""
+    with request.held(what) as check:
+        return fork(request.src, request.dest, batch, new_query_id=new_query_id, workers=workers, check=check)
 
 
 def fork(

@@ -1,4 +1,15 @@
-from checkpoint.migrate.flow import MigrationResult, Placement, StoreRead, migrate, store_failed
+"""A checkpoint in Spark's default formats carried to RocksDB format V2 with its state: the guarded
+flow and its door (`flow`), and one store's recovery written as a V2 snapshot (`state`)."""
+
+from checkpoint.migrate.flow import (
+    MigrationResult,
+    Placement,
+    StoreRead,
+    migrate,
+    migrate_checkpoint,
+    store_failed,
+)
 from checkpoint.migrate.state import StoreJob, StoreWritten
 
-__all__ = ["MigrationResult", "Placement", "StoreJob", "StoreRead", "StoreWritten", "migrate", "store_failed"]
+__all__ = ["MigrationResult", "Placement", "StoreJob", "StoreRead", "StoreWritten", "migrate",
+           "migrate_checkpoint", "store_failed"]  # fmt: skip

@@ -49,7 +49,6 @@ from checkpoint.fork import (
     inspect_dest,
     plan_fork,
     read_source,
-    refuse_overlap,
 )
 from checkpoint.format import (
     FORK_STARTED,
@@ -69,7 +68,7 @@ from checkpoint.model import Checkpoint, StoreId, store_folder
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.rocksdb import ZipTarget
-from checkpoint.safety import folder_name
+from checkpoint.safety import Request, folder_name, refuse_overlap
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -272,6 +271,24 @@ def plan_logs(source: ForkSource, dest: Storage, ids: dict[StoreId, str]) -> For
             item = dataclasses.replace(item, data=data, size=len(data), crc=None)
         items.append(item)
     return dataclasses.replace(fork, items=tuple(items))
+
+
+def migrate_checkpoint(
+    digests: Callable[[Storage, Storage], StateDigests],
+    request: Request,
+    audit: AuditTrail,
+    batch: int | None = None,
+    *,
+    what: str = "migrate",
+    quiet_seconds: float = POLICY.quiet_seconds,
+    writer: Callable[[], StoreWriter] = lambda: write_here,
+) -> MigrationResult:
+    """The migration's door: `request`'s overlap refused and both leases taken (`safety.door`),
+    then `migrate` under them; `digests(src, dest)` makes Spark's reader of both sides."""
+    src, dest = request.src, request.dest
+    with request.held(what) as check:
+        return migrate(lambda: digests(src, dest), src, dest, audit, batch, quiet_seconds=quiet_seconds,
+                       check=check, writer=writer)  # fmt: skip
 
 
 def migrate(

@@ -40,8 +40,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import NoReturn
 
@@ -313,19 +312,3 @@ class Lease:
 
     def __exit__(self, *exc) -> None:
         self.release()
-
-
-@contextmanager
-def both_held(
-    take: Callable[[str, str], Lease], src: str, dest: str, what: str
-) -> Iterator[Callable[[], None]]:
-    """SRC's lease (no cleanup deletes what is read), then DEST's (no two writers meet there), each
-    taken by `take(where, what)` as the adapter takes one (the CLI's wait, Dagster's retries);
-    yields the `check` of both, which an action calls before each thing it publishes."""
-    with take(src, f"{what} (source)") as held, take(dest, what) as lease:
-
-        def check() -> None:
-            held.check()
-            lease.check()
-
-        yield check
