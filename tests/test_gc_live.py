@@ -48,16 +48,24 @@ def test_live_query_survives_repeated_cleanup(spark, tmp_path, confs, retain) ->
             .start()
         )
 
-    def feed() -> None:
-        for b in range(2, FILES):
-            time.sleep(0.7)
-            write_inputs(inputs, 1, _keyed_rows, start=b)
+    def newest_commit() -> int:
+        names = (live_ckpt / "commits").glob("[0-9]*") if (live_ckpt / "commits").exists() else ()
+        return max((int(p.name) for p in names), default=-1)
 
+    def feed() -> None:
+        # One file a batch, each once the query committed the one before: as many batches (and
+        # superseded files) however slowly a loaded machine runs the query.
+        for b in range(2, FILES):
+            before = newest_commit()
+            write_inputs(inputs, 1, _keyed_rows, start=b)
+            while newest_commit() <= before and time.monotonic() < deadline and query.exception() is None:
+                time.sleep(0.1)
+
+    deadline = time.monotonic() + 240
     feeder = threading.Thread(target=feed)
     feeder.start()
     audit = AuditTrail(str(tmp_path / "audit"))
     runs = deleted = 0
-    deadline = time.monotonic() + 240
     try:
         while (feeder.is_alive() or runs < 5) and time.monotonic() < deadline:
             assert query.exception() is None

@@ -103,6 +103,12 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
     assert [b.split(":")[0] for b in planted] == ["checkpoint/cleanup/plan.py", "jobs/compact.py"], planted
 
 
+def test_the_scheduling_order_names_test_files() -> None:
+    from tests.conftest import _LONGEST_FIRST
+
+    assert [n for n in _LONGEST_FIRST if not (ROOT / "tests" / f"{n}.py").exists()] == []
+
+
 def test_the_wheel_ships_no_test_scaffolding() -> None:
     shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     assert {name.rstrip("*") for name in shipped["include"]} == {
