@@ -1,4 +1,5 @@
-"""What the model says: findings (`validate`), the documents `--json` and Dagster show
+"""What the model says: the finding codes (`findings`) and the checks that find them (`checks`:
+`validate`), what names the stores (`stores`), the documents `--json` and Dagster show
 (`report`), the fleet's ranking (`fleet`), and which Spark wrote a store (`generation`)."""
 
 from checkpoint.analysis.checks import (

@@ -1,7 +1,10 @@
 """The bytes Spark writes, read and (where the project must) written: where files live and what
 their names say (`layout`), the metadata logs (`logs`), changelogs and their codecs (`changelog`,
-`codec`), snapshot zips (`snapshot`) and Spark's checksum sidecars (`crc`). Nothing here reaches
-storage: every reader takes bytes or a read function, so the fuzzers and the model share them."""
+`codec`), snapshot zips (`snapshot`), Spark's checksum sidecars (`crc`), state schema files and
+key rows (`unsaferow`), Spark's class and conf names (`spark`), the files each provider's
+recovery reads (`providers`) and the state formats (`states`). Nothing here reaches storage:
+every reader takes bytes or a read function, so the fuzzers and the model share them. This face
+is what the rest of the project imports."""
 
 from checkpoint.format.changelog import (
     LINEAGE_HEADER_CAP,

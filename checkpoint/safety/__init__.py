@@ -1,6 +1,7 @@
 """One writing action per checkpoint at a time (`lease`), the door of an action that writes one
 checkpoint from another (`door`: the overlap refused, both leases), and where a checkpoint's own
-records live (`naming`). It sits below the model: it needs storage and names, nothing of a checkpoint."""
+records live (`naming`). It sits below the model: it needs storage and names, nothing of a
+checkpoint."""
 
 from checkpoint.errors import LeaseHeld, LeaseLost
 from checkpoint.safety.door import Request, TakeLease, refuse_overlap, taken_at_once

@@ -33,7 +33,7 @@ def state_format_of(provider_class: str | None, version: int) -> StateFormat:
     return dataclasses.replace(FOREIGN, provider=provider, version=version, named_by_commits=version == 2)
 
 
-# Provider and version are filled in by `of`; the files are never read.
+# Provider and version are filled in by `state_format_of`; its files are never read.
 FOREIGN = StateFormat(Provider.OTHER, 1, ROCKSDB_FILES, spark=False)
 
 __all__ = ["FOREIGN", "HDFS", "KNOWN", "ROCKSDB_V1", "ROCKSDB_V2", "StateFormat", "state_format_of"]
