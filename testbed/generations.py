@@ -30,10 +30,12 @@ SCENARIOS = ("long_chain", "join", "list_state")
 # Spark's defaults (`testbed.defaults`): the HDFS-backed store with its own snapshots, and RocksDB
 # format V1 with changelogs.
 DEFAULT_SCENARIOS = ("hdfs_agg", "rocksdb_v1_changelog")
-# What `testbed.corpus` needs besides PySpark: the project's storage and policy modules, and
-# PySpark's pandas API with its Spark Connect protobufs for transformWithStateInPandas.
-PACKAGES = ("fsspec", "humanfriendly", "pandas", "pyarrow", "protobuf", "grpcio")
-# Bump when what a venv holds or how the checkpoints are written changes: it keys the caches.
+# What `testbed.corpus` needs besides PySpark: the project's storage and policy modules, the
+# format package's readers (its face imports them all: lz4, zstd, xxhash, crc32c), and PySpark's
+# pandas API with its Spark Connect protobufs for transformWithStateInPandas.
+PACKAGES = ("fsspec", "humanfriendly", "pandas", "pyarrow", "protobuf", "grpcio", "lz4", "zstandard",
+            "xxhash", "crc32c")  # fmt: skip
+# Bump when how the checkpoints are written changes: it keys the caches of what the venvs wrote.
 GENERATOR_VERSION = 2
 
 _PROJECT = Path(__file__).resolve().parent.parent
@@ -52,7 +54,8 @@ def python_of(cache: Path, version: str) -> Path:
     """The interpreter of a cached virtualenv with PySpark `version`."""
     venv = cache / f"pyspark-{version}"
     python = venv / "bin" / "python"
-    marker = venv / f"ok-v{GENERATOR_VERSION}"
+    # A venv is completed when PACKAGES grows; what it wrote stays valid (keyed by GENERATOR_VERSION).
+    marker = venv / f"ok-v{GENERATOR_VERSION}-{len(PACKAGES)}"
     if marker.exists():
         return python
     with cache_lock(venv):
