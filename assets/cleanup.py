@@ -17,14 +17,13 @@ from assets.compaction import checkpoint_compaction
 from assets.partitions import checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import human_bytes
-from checkpoint.cleanup import Kind, Outcome, Plan, apply_plan, check_plan, plan_gc
+from checkpoint.cleanup import Plan, apply_cleanup, check_plan, plan_gc
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
 
 GROUP = "checkpoint_cleanup"
 PLAN_CHECK = "plan_matches_commit_log"
 APPLY_TAG = "ckpt/apply"
-REPLANNED = "superseded: the query moved on since this plan; planned again under the lease"
 MANIFEST = "manifest"  # the plan asset's metadata entry that names its manifest
 # ... and the one that pins its bytes: the apply checks the manifest against this record in
 # Dagster's event log, never against anything the manifest says of itself.
@@ -139,22 +138,14 @@ def checkpoint_orphan_cleanup(
             }
         )
     audit = roots.audit_trail(context.partition_key)
-    storage = roots.checkpoint_storage(context.partition_key)
-    replanned = None
-    with roots.take_lease(context, context.partition_key, "checkpoint_orphan_cleanup") as lease:
-        try:
-            # The plan step ran before this lease was taken. When the query ran since (a new
-            # commit or offset), its rules may have changed (a live query keeps more): plan again
-            # under the lease, a second listing that only then is paid (docs/safety.md: re-plan).
-            verdict = check_plan(plan, storage)
-            if verdict.ok and verdict.moved:
-                context.log.info(f"{verdict.message}: planning again under the lease")
-                replanned, plan = plan, _plan(roots, context.partition_key)
-                audit.record(replanned, [Outcome("-", 0, "-", Kind.SKIPPED, f"{REPLANNED}: {plan.manifest}")])
-            # A new plan is checked by the apply; the one checked above is not read again.
-            result = apply_plan(plan, storage, audit, lease=lease, checked=None if replanned else verdict)
-        except CheckpointError as exc:
-            raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
+    try:
+        # The plan step ran before this lease was taken: planned again under it when the query ran since.
+        cleaned = apply_cleanup(roots.in_place(context, context.partition_key), audit,
+                                lambda: _plan(roots, context.partition_key), what="checkpoint_orphan_cleanup",
+                                planned=plan)  # fmt: skip
+    except CheckpointError as exc:
+        raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
+    plan, result = cleaned.plan, cleaned.result
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed.sample[:25])
     if result.failed.files:
         context.log.error(f"{result.failed.files} deletions failed; see {audit.outcomes_url(plan)}")
@@ -165,7 +156,7 @@ def checkpoint_orphan_cleanup(
             "deleted_bytes": result.deleted.total_bytes,
             "skipped_files": result.skipped.files,
             "failed_files": result.failed.files,
-            "replanned": replanned is not None,
+            "replanned": cleaned.replanned is not None,
             "plan": dg.MetadataValue.path(plan.manifest),
             "reclaimed_by_reason": dg.MetadataValue.md(
                 _totals_markdown(result.reclaimed_by_reason(), "reason")

@@ -5,9 +5,8 @@ sensor requests it when a store of a checkpoint crosses the chain threshold or n
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
-from contextlib import ExitStack
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from tabulate import tabulate
@@ -16,36 +15,20 @@ from assets.checkpoints import checkpoint_lineage_report
 from assets.partitions import checkpoint_partitions
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.analysis import human_bytes
-from checkpoint.compaction import RebuildResult, Skip
-from checkpoint.errors import CheckpointError, CompactionDeferred
+from checkpoint.compaction import Planned, RebuildResult, Task, compact_checkpoints
 from checkpoint.model import Checkpoint, checkpoint_lineage
+
+if TYPE_CHECKING:
+    from jobs.compact import StoreOutcome
 
 GROUP = "checkpoint_compaction"
 
 
-@dataclass
-class _Checkpoint:
-    key: str
-    ckpt: Checkpoint
-    targets: list
-    skips: list
-
-
-def _plan(roots: CheckpointRootsResource, key: str) -> _Checkpoint:
-    # A live query is compacted at the batch below the newest: both are read, nothing else.
-    ckpt = roots.load(key, strict=True, recent=2)
-    try:
-        targets, skips = roots.compaction_plan(ckpt)
-    except CompactionDeferred as exc:  # a running V1 query: skipped, not failed; compacted once stopped
-        return _Checkpoint(key, ckpt, [], [Skip(-1, -1, "*", str(exc))])
-    return _Checkpoint(key, ckpt, targets, skips)
-
-
-def _chains_after(roots: CheckpointRootsResource, planned: _Checkpoint) -> dict[tuple, int]:
+def _chains_after(roots: CheckpointRootsResource, planned: Planned) -> dict[tuple, int]:
     if not planned.targets:
         return {}
     batch = planned.targets[0].entry.batch
-    reloaded = roots.load(planned.key, strict=True, batches=[batch])
+    reloaded = roots.load(planned.name, strict=True, batches=[batch])
     return {(e.store.operator, e.store.partition, e.store.store): e.chain_length
             for e in checkpoint_lineage(reloaded, batch)}  # fmt: skip
 
@@ -65,26 +48,22 @@ def checkpoint_compaction(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource, spark: SparkResource
 ):
     """Snapshots materialised for every store whose recovery replays a long chain of changelogs."""
-    from jobs.compact import run_compaction_tasks, tasks_for  # Spark only when compaction runs
+    from jobs.compact import run_compaction_tasks  # Spark only when compaction runs
 
-    planned, unreadable, held = [], [], {}
-    with ExitStack() as leases:
-        for key in context.partition_keys:
-            try:
-                # One checkpoint: wait, retry, then fail. A backfill: a checkpoint held elsewhere
-                # is reported (LeaseHeld) and the others go on.
-                alone = len(context.partition_keys) == 1
-                lease = leases.enter_context(
-                    roots.take_lease(context, key, "checkpoint_compaction", retry=alone)
-                )
-                planned.append(_plan(roots, key))
-                held[planned[-1].ckpt.url] = lease
-            except CheckpointError as exc:  # one unreadable or refused checkpoint holds back no other
-                unreadable.append(f"{key}: {exc}")
-        tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
-        context.log.info(f"{len(tasks)} stores to compact in {len(planned)} checkpoint(s), a Spark job each")
-        # Each store's lease is checked on the driver right before the job that publishes it.
-        results = run_compaction_tasks(spark.session(), tasks, lambda c: held[c.url].check()) if tasks else []
+    def rebuild(tasks: list[Task], check: Callable[[Checkpoint], None]) -> "list[StoreOutcome]":
+        checkpoints = len({ckpt.url for ckpt, _ in tasks})
+        context.log.info(f"{len(tasks)} stores to compact in {checkpoints} checkpoint(s), a Spark job each")
+        return run_compaction_tasks(spark.session(), tasks, check)
+
+    # One checkpoint: its lease waited for, the step retried, then failed. A backfill: a checkpoint
+    # held elsewhere is reported (LeaseHeld) with the unreadable ones, and the others go on.
+    alone = len(context.partition_keys) == 1
+    compaction = compact_checkpoints(
+        context.partition_keys,
+        lambda key: roots.in_place(context, key, retry=alone),
+        "checkpoint_compaction", rebuild, strict=True, go_on=True, **roots.compaction_thresholds(),
+    )  # fmt: skip
+    planned, results = compaction.planned, compaction.outcomes
     rows: list[list] = []
     done: list[RebuildResult] = []
     failed, chains_after = [r for r in results if not r.ok], []
@@ -97,13 +76,13 @@ def checkpoint_compaction(
             store = (r.store.operator, r.store.partition, r.store.store)
             done.append(rebuilt)
             chains_after.append(after.get(store, 0))
-            rows.append([p.key, "/".join(map(str, store)), rebuilt.version, r.chain_before,
+            rows.append([p.name, "/".join(map(str, store)), rebuilt.version, r.chain_before,
                          after.get(store), rebuilt.seconds, rebuilt.records, rebuilt.keys,
                          human_bytes(rebuilt.bytes_read), human_bytes(rebuilt.bytes_written),
                          human_bytes(rebuilt.peak_rss_bytes)])  # fmt: skip
     table = tabulate(rows, tablefmt="github", headers=["checkpoint", "store", "version", "chain before",
                      "chain after", "seconds", "records", "keys", "read", "written", "peak RSS"])  # fmt: skip
-    skips = [f"- {p.key} {s.operator}/{s.partition}/{s.store}: {s.reason}" for p in planned for s in p.skips]
+    skips = [f"- {p.name} {s.operator}/{s.partition}/{s.store}: {s.reason}" for p in planned for s in p.skips]
     metadata: dict[str, Any] = {
         "checkpoints": len(context.partition_keys),
         "stores_compacted": len(done),
@@ -124,7 +103,7 @@ def checkpoint_compaction(
             "\n".join(f"- {r.url} {r.store.label}: {r.error}" for r in failed) or "none"
         ),
     }
-    problems = unreadable + [f"{r.url} {r.store}: {r.error}" for r in failed]
+    problems = [*compaction.refused, *(f"{r.url} {r.store}: {r.error}" for r in failed)]
     if problems:
         raise dg.Failure(
             description=f"{len(problems)} problem(s): " + "; ".join(problems[:5]), metadata=metadata

@@ -27,7 +27,7 @@ from checkpoint.model import (
     load_head,
 )
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from checkpoint.safety import Lease, Request, lease_for
+from checkpoint.safety import InPlace, Lease, Request, lease_for
 from checkpoint.storage import Storage, credentials_in, refuse_userinfo, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
@@ -206,6 +206,14 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         written without it."""
         return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry=retry)
 
+    def in_place(self, context: StepContext, key: str, *, retry: bool = True) -> InPlace:
+        """The request of a step that changes the checkpoint `key`, its lease taken as `take_lease`
+        takes it."""
+        return InPlace(
+            self.checkpoint_storage(key),
+            lambda storage, what: self.take_lease_at(context, storage, what, key, retry=retry),
+        )
+
     def two_sided(self, context: StepContext, src: Storage, dest: Storage) -> Request:
         """The request of a step that writes DEST from SRC, its leases taken as `take_lease` takes one
         (the checkpoints' partition keys in its messages)."""
@@ -253,12 +261,16 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             quiet_seconds=parse_duration(self.quiet_period),
         )
 
-    def compaction_plan(self, ckpt: Checkpoint):
-        """(targets, skips) with this deployment's threshold and quiet period: what the compaction
-        asset does and what the commit sensor decides by, so the two never disagree. Raises
-        CompactionRefused on error findings."""
+    def compaction_thresholds(self) -> dict[str, Any]:
+        """This deployment's chain threshold and quiet period: what the compaction asset plans by
+        and what the commit sensor decides by (`compaction_plan`), so the two never disagree."""
         policy = self.policy()
-        return plan_compaction(ckpt, min_chain=policy.long_chain, quiet_seconds=policy.quiet_seconds)
+        return {"min_chain": policy.long_chain, "quiet_seconds": policy.quiet_seconds}
+
+    def compaction_plan(self, ckpt: Checkpoint):
+        """(targets, skips) as the compaction asset plans them. Raises CompactionRefused on error
+        findings."""
+        return plan_compaction(ckpt, **self.compaction_thresholds())
 
     def url_of(self, key: str) -> str:
         return self.checkpoint_storage(key).url

@@ -26,6 +26,7 @@ from pathlib import Path
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.model.head import load_head
 from checkpoint.repartition.guards import head_profile, state_readers
+from checkpoint.safety import InPlace, taken_at_once
 from checkpoint.storage import Storage
 from jobs.repartition import predict, repartition, rows_per_partition
 from jobs.spark_session import local_session, scoped_confs
@@ -39,6 +40,10 @@ from testbed.restart import differences, restart
 OPERATORS = ("snapshots", "watermark", "dedup_agg", "join", "join_cf", "list_state", "session_window",
              "pandas_state", "every_state", "timers")  # fmt: skip
 _COMPAT_SCENARIOS = ("snapshots", "watermark", "dedup_agg", "join", "list_state")
+
+
+def _request(storage: Storage) -> InPlace:
+    return InPlace(storage, taken_at_once("bench"))
 
 
 def main() -> None:
@@ -107,7 +112,7 @@ def bench(work: Path, keys: int, to: int) -> None:
     storage = Storage(str(guarded))
     t = time.perf_counter()
     result = repartition(
-        lambda: spark, storage, AuditTrail(AuditTrail.default_for(storage.url)), to, quiet_seconds=0
+        lambda: spark, _request(storage), AuditTrail(AuditTrail.default_for(storage.url)), to, quiet_seconds=0
     )
     guarded_seconds = time.perf_counter() - t
 
@@ -148,7 +153,7 @@ def check(work: Path, to: int) -> int:
         t = time.perf_counter()
         storage = Storage(str(changed))
         result = repartition(
-            lambda: spark, storage, AuditTrail(str(work / name / "audit")), to, quiet_seconds=0
+            lambda: spark, _request(storage), AuditTrail(str(work / name / "audit")), to, quiet_seconds=0
         )
         extra = work / name / "more-input"
         diff = differences(*(restart(spark, name, root / name, p, extra) for p in (changed, untouched)))
@@ -180,7 +185,7 @@ def compat(work: Path, python: str) -> int:
                 copy_checkpoint(original, base / "untouched"),
             )
             storage = Storage(str(changed))
-            repartition(lambda: spark, storage, AuditTrail(str(base / "audit")), 8, quiet_seconds=0)
+            repartition(lambda: spark, _request(storage), AuditTrail(str(base / "audit")), 8, quiet_seconds=0)
             extra = base / "more-input"
             if restarted_by == spark.version:
                 after = [restart(spark, name, out / name, p, extra) for p in (changed, untouched)]

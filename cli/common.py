@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.policy import POLICY, duration_text, parse_duration
-from checkpoint.safety import Lease, Request, lease_for
+from checkpoint.safety import InPlace, Lease, Request, lease_for
 from checkpoint.storage import Storage
 
 EXIT_OK = 0
@@ -38,6 +38,12 @@ def duration(text: str) -> float:
 def leased(args: argparse.Namespace, storage: Storage, what: str) -> Lease:
     """The checkpoint's maintenance lease for a command that changes it, taken before it plans."""
     return lease_for(storage, owner=f"ckpt {what}", ttl=args.lease_ttl).acquire(wait=args.wait)
+
+
+def in_place(args: argparse.Namespace, storage: Storage) -> InPlace:
+    """The request of a command that changes the checkpoint at `storage`, its lease taken as `leased`
+    takes it."""
+    return InPlace(storage, lambda storage, what: leased(args, storage, what))
 
 
 def two_sided(args: argparse.Namespace, src: Storage, dest: Storage) -> Request:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.compaction import plan_compaction
-from checkpoint.model import load_head
+from checkpoint.compaction import compact_checkpoints
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, leased, takes_the_lease
+from .common import EXIT_FINDINGS, WHERE, Result, in_place, takes_the_lease
 
 # The figures of each rebuild: what it read and wrote, and the memory it took.
 _SHOWN = ("operator", "partition", "store", "version", "unique_id", "path", "seconds", "keys", "chain_before",
@@ -19,23 +18,21 @@ _SHOWN = ("operator", "partition", "store", "version", "unique_id", "path", "sec
 
 
 def compact(args: argparse.Namespace) -> Result:
-    from jobs.compact import run_compaction  # Spark starts only for this command
+    from jobs.compact import run_compaction_tasks  # Spark starts only for this command
     from jobs.spark_session import session_for
 
-    storage = Storage(args.path)
-    with leased(args, storage, "compact") as lease:
-        ckpt = load_head(storage, recent=2)  # a live query is compacted at the batch below the newest
-        targets, skips = plan_compaction(ckpt, min_chain=args.min_chain)
-        results = []
-        if targets:
-            conf = {"spark.driver.memory": args.driver_memory} if args.driver_memory else None
-            results = run_compaction(
-                session_for(args.master, conf=conf), ckpt, targets, lambda _: lease.check()
-            )
+    conf = {"spark.driver.memory": args.driver_memory} if args.driver_memory else None
+    done = compact_checkpoints(
+        [args.path],
+        lambda path: in_place(args, Storage(path)),
+        "compact",
+        lambda tasks, check: run_compaction_tasks(session_for(args.master, conf=conf), tasks, check),
+        min_chain=args.min_chain, quiet_seconds=POLICY.quiet_seconds, strict=False, go_on=False,
+    )  # fmt: skip
     doc = {
-        "materialized": [{k: r.as_dict()[k] for k in _SHOWN} for r in results if r.ok],
-        "failed": [r.as_dict() for r in results if not r.ok],
-        "skipped": [s.as_dict() for s in skips],
+        "materialized": [{k: r.as_dict()[k] for k in _SHOWN} for r in done.outcomes if r.ok],
+        "failed": [r.as_dict() for r in done.outcomes if not r.ok],
+        "skipped": [s.as_dict() for p in done.planned for s in p.skips],
     }
     return Result(doc, render.compact_text, EXIT_FINDINGS if doc["failed"] else 0)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import nullcontext
 
-from checkpoint.cleanup import AuditTrail, Plan, apply_plan, check_plan, plan_gc
+from checkpoint.cleanup import AuditTrail, Plan, apply_cleanup, plan_gc
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.storage import Storage
 
@@ -18,7 +17,7 @@ from .common import (
     WHERE,
     Result,
     duration,
-    leased,
+    in_place,
     quiet_period_option,
     takes_the_lease,
 )
@@ -42,30 +41,22 @@ def gc(args: argparse.Namespace) -> Result | int:
                        quiet_seconds=args.quiet_period, allow_short_grace=args.unsafe_short_grace,
                        query_stopped=args.query_stopped)  # fmt: skip
 
-    with leased(args, storage, "gc --apply") if args.apply else nullcontext() as lease:
+    result, replanned = None, False
+    if args.apply:  # planned under the lease, and again when the query moved on meanwhile
+        cleaned = apply_cleanup(in_place(args, storage), audit, plan, what="gc --apply",
+                                batch_size=args.batch_size)  # fmt: skip
+        planned, result, replanned = cleaned.plan, cleaned.result, cleaned.replanned is not None
+    else:
         planned = plan()
-        replanned = False
-        if args.apply:
-            # The query ran between the plan and the apply: its rules may have changed (a live
-            # query keeps more), so plan once more under the lease (docs/safety.md: re-plan or refuse).
-            checked = check_plan(planned, storage)
-            if checked.ok and checked.moved:
-                planned, replanned = plan(), True
         if args.candidates:
             _stream_candidates(audit, planned)
             return EXIT_OK
-        summary = planned.summary()  # the totals: the candidates are in the manifest (plan_file)
-        doc = {"plan": summary, "plan_file": planned.manifest, "applied": False, "replanned": replanned,
-               "deleted": 0, "failed": 0, "skipped": 0}  # fmt: skip
-        audit.prune(storage.url, planned.planned_at)
-        if args.apply:
-            result = apply_plan(planned, storage, audit, batch_size=args.batch_size, lease=lease)
-            doc.update(
-                applied=True,
-                check=result.check.message,
-                outcomes_file=audit.outcomes_url(planned),
-                **result.summary(),
-            )
+    doc = {"plan": planned.summary(), "plan_file": planned.manifest, "applied": False,
+           "replanned": replanned, "deleted": 0, "failed": 0, "skipped": 0}  # fmt: skip
+    audit.prune(storage.url, planned.planned_at)
+    if result is not None:
+        doc.update(applied=True, check=result.check.message, outcomes_file=audit.outcomes_url(planned),
+                   **result.summary())  # fmt: skip
     return Result(doc, render.gc_text, EXIT_FINDINGS if doc["failed"] else 0)
 
 

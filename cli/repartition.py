@@ -13,7 +13,7 @@ from checkpoint.repartition import head_profile
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, leased, quiet_period_option, takes_the_lease
+from .common import EXIT_FINDINGS, WHERE, Result, in_place, quiet_period_option, takes_the_lease
 
 
 def state_profile(args: argparse.Namespace) -> Result:
@@ -34,17 +34,15 @@ def repartition_command(args: argparse.Namespace) -> Result | int:
 
     storage = Storage(args.path)
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
-    with leased(args, storage, "repartition") as lease:
-        if args.undo:
-            undone = undo_repartition(storage, audit, lease.check, quiet_seconds=args.quiet_period,
-                                      query_stopped=args.query_stopped)  # fmt: skip
-            return Result(undone.as_dict(), render.repartition_text)
-        if args.partitions is None:
-            raise Refused("--partitions N is required (or --undo)")
-        session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
-        result = repartition(
-            session, storage, audit, args.partitions, lease.check, quiet_seconds=args.quiet_period
-        )
+    request = in_place(args, storage)
+    if args.undo:
+        undone = undo_repartition(request, audit, what="repartition", quiet_seconds=args.quiet_period,
+                                  query_stopped=args.query_stopped)  # fmt: skip
+        return Result(undone.as_dict(), render.repartition_text)
+    if args.partitions is None:
+        raise Refused("--partitions N is required (or --undo)")
+    session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
+    result = repartition(session, request, audit, args.partitions, quiet_seconds=args.quiet_period)
     return Result(result.as_dict(), render.repartition_text)
 
 

@@ -26,11 +26,10 @@ from .per_store import PerStore, each_store
 from .spark_session import failure_line, task_crash_point
 
 if TYPE_CHECKING:
-    from checkpoint.compaction import RebuildResult, Target
+    from checkpoint.compaction import RebuildResult, Target, Task
     from checkpoint.model import Checkpoint, StoreId, StoreLineage
 
 log = logging.getLogger(__name__)
-Task = tuple["Checkpoint", "StoreLineage"]
 
 
 @dataclass(frozen=True)
@@ -80,15 +79,12 @@ def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
     return _outcome((ckpt, entry), lambda: rebuild_store(ckpt, entry))
 
 
-def tasks_for(ckpt: Checkpoint, targets: list[Target]) -> list[Task]:
-    """What each task needs, planned on the driver: no task loads or lists the checkpoint."""
-    return [(ckpt.for_store(t.entry.store), t.entry) for t in targets]
-
-
 def run_compaction(
     spark, ckpt: Checkpoint, targets: list[Target], check: Callable[[Checkpoint], None] | None = None
 ) -> list[StoreOutcome]:
     """Rebuilds every target of one checkpoint in parallel (see run_compaction_tasks)."""
+    from checkpoint.compaction import tasks_for
+
     return run_compaction_tasks(spark, tasks_for(ckpt, targets), check)
 
 

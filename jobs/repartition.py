@@ -21,6 +21,7 @@ from checkpoint.repartition import (
     undo_repartition,
 )
 from checkpoint.repartition import repartition as guarded_repartition
+from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
 from .spark_session import reach, scoped_confs
@@ -149,10 +150,11 @@ class SparkStateEngine:
             self.spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
 
 
-def repartition(session: Callable[[], Any], storage: Storage, *args: Any, **kwargs: Any) -> RepartitionResult:
+def repartition(session: Callable[[], Any], request: InPlace, *args: Any, **kwargs: Any) -> RepartitionResult:
     """The guarded repartition (`flow.repartition`, whose arguments follow these two) with Spark's
     repartitioner; `session` makes the SparkSession, once preflight passed."""
-    return guarded_repartition(lambda: SparkStateEngine(session(), storage), storage, *args, **kwargs)
+    engine = lambda: SparkStateEngine(session(), request.storage)  # noqa: E731
+    return guarded_repartition(engine, request, *args, **kwargs)
 
 
 def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:

@@ -44,23 +44,23 @@ def repartition_op(
 
     storage = roots.checkpoint_storage(config.partition)
     audit = roots.audit_trail(config.partition)
+    request, what = roots.in_place(context, config.partition), "repartition_checkpoint"
     try:
-        with roots.take_lease(context, config.partition, "repartition_checkpoint") as lease:
-            if config.undo:
-                quiet = roots.quiet_seconds_at_least(config.quiet_period)
-                undone = undo_repartition(storage, audit, lease.check, quiet_seconds=quiet,
-                                          query_stopped=config.query_stopped)  # fmt: skip
-                return dg.Output(undone.as_dict(), metadata={"outcome": "undone", "deleted": undone.deleted})
-            if config.partitions is None:
-                raise dg.Failure(description="set `partitions` (the new count) or `undo`")
-            result = repartition(
-                spark.session,
-                storage,
-                audit,
-                config.partitions,
-                lease.check,
-                quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),
-            )
+        if config.undo:
+            quiet = roots.quiet_seconds_at_least(config.quiet_period)
+            undone = undo_repartition(request, audit, what=what, quiet_seconds=quiet,
+                                      query_stopped=config.query_stopped)  # fmt: skip
+            return dg.Output(undone.as_dict(), metadata={"outcome": "undone", "deleted": undone.deleted})
+        if config.partitions is None:
+            raise dg.Failure(description="set `partitions` (the new count) or `undo`")
+        result = repartition(
+            spark.session,
+            request,
+            audit,
+            config.partitions,
+            what=what,
+            quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),
+        )
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.partition}: {exc}") from exc
     rows = [(s.operator, s.store, s.rows, s.digest_after, s.misplaced) for s in result.stores]

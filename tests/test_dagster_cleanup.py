@@ -10,7 +10,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-import assets.cleanup as cleanup_module
 from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
 from assets.cleanup import (
     APPLY_TAG,
@@ -20,6 +19,7 @@ from assets.cleanup import (
 )
 from assets.partitions import partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
+from checkpoint.cleanup import REPLANNED
 from checkpoint.cleanup.manifest import PlannedFile
 from checkpoint.safety.lease import lease_for
 from orchestration.location import build_definitions
@@ -399,17 +399,17 @@ def test_two_deployments_never_clean_one_checkpoint_at_once(aged_root, monkeypat
     time: the second waits for the lease, then fails naming the first run; the first deletes."""
     import threading
 
-    import assets.cleanup as cleanup
+    import checkpoint.cleanup.flow as flow
 
     slow, inside = threading.Event(), threading.Event()
-    real_apply = cleanup.apply_plan
+    real_apply = flow.apply_plan
 
     def apply_slowly(*args, **kwargs):
         inside.set()
         slow.wait(30)  # holds the lease until the other deployment has given up
         return real_apply(*args, **kwargs)
 
-    monkeypatch.setattr(cleanup, "apply_plan", apply_slowly)
+    monkeypatch.setattr(flow, "apply_plan", apply_slowly)
     results = {}
 
     def deployment(name: str) -> None:
@@ -453,7 +453,7 @@ def test_the_apply_step_plans_again_under_the_lease_when_the_query_moved(instanc
     again = audit.read_plan(applied["plan"])
     assert again.live and not audit.read_plan(first["manifest"]).live
     superseded = audit.outcomes(audit.read_plan(first["manifest"]))
-    assert [o["why"] for o in superseded] == [f"{cleanup_module.REPLANNED}: {applied['plan']}"]
+    assert [o["why"] for o in superseded] == [f"{REPLANNED}: {applied['plan']}"]
     deleted = {o["path"] for o in audit.outcomes(again) if o["outcome"] == "deleted"}
     first_plan = audit.read_plan(first["manifest"])
     kept = [c for chunk in audit.candidates(first_plan) for c in chunk if c.path not in deleted]

@@ -22,6 +22,7 @@ from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CompactionRefused, RepartitionRefused
 from checkpoint.fork.copy import fork
 from checkpoint.model.head import load_head
+from checkpoint.safety import InPlace, taken_at_once
 from checkpoint.storage import Storage
 from jobs.compact import run_compaction
 from jobs.repartition import repartition
@@ -74,14 +75,15 @@ def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkp
         fork(Storage(str(copies["changed"])), Storage(str(work / "forked")))
         copies["forked"] = work / "forked"
         if name == "join":
-            storage, trail = Storage(str(copies["repartitioned"])), AuditTrail(str(work / "audit"))
+            request = InPlace(Storage(str(copies["repartitioned"])), taken_at_once("tests"))
+            trail = AuditTrail(str(work / "audit"))
             if spark_4_0:
                 before = files_of(copies["repartitioned"])
                 with pytest.raises(RepartitionRefused, match="metadata v2 .* with this release's Spark"):
-                    repartition(lambda: spark, storage, trail, 8, quiet_seconds=0)
+                    repartition(lambda: spark, request, trail, 8, quiet_seconds=0)
                 assert files_of(copies["repartitioned"]) == before
             else:
-                repartition(lambda: spark, storage, trail, 8, quiet_seconds=0)
+                repartition(lambda: spark, request, trail, 8, quiet_seconds=0)
         if name != "join" or spark_4_0:
             del copies["repartitioned"]
         # Spark 4.0's state data source cannot read format V2 (see testbed.restart): there the

@@ -226,6 +226,7 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     """Right after `ckpt migrate`, with the V1 batches before the migration batch still in DEST's
     logs: compaction, cleanup with the default retention, a fork and a repartition work on it as
     on any RocksDB V2 checkpoint, and DEST, maintained, restarts like an untouched copy."""
+    from checkpoint.safety import InPlace, taken_at_once
     from jobs.repartition import repartition
     from testbed.demo import date_back
 
@@ -243,7 +244,8 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     assert forked.returncode == 0, forked.stderr
     moved = copy_checkpoint(dest, tmp_path / "repartitioned")
     audit = AuditTrail(AuditTrail.default_for(str(moved)))
-    assert repartition(lambda: spark, Storage(str(moved)), audit, 2, quiet_seconds=0).to_partitions == 2
+    request = InPlace(Storage(str(moved)), taken_at_once("tests"))
+    assert repartition(lambda: spark, request, audit, 2, quiet_seconds=0).to_partitions == 2
     for path in (dest, tmp_path / "forked", moved):
         assert ckpt("validate", str(path)).returncode == 0, path
     assert not restarted_differently(

@@ -23,6 +23,7 @@ from checkpoint.errors import RepartitionFailed
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.repartition.guards import state_readers
+from checkpoint.safety import InPlace, taken_at_once
 from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from jobs.repartition import repartition, rows_per_partition
@@ -92,7 +93,8 @@ def _run(spark, path: Path, partitions: int, **kwargs):
     audit = AuditTrail(AuditTrail.default_for(storage.url))
     # A corpus generated minutes ago (a cold cache) looks like a running query: the quiet period has
     # its own test.
-    return repartition(lambda: spark, storage, audit, partitions, **{"quiet_seconds": 0, **kwargs})
+    request = InPlace(storage, taken_at_once("tests"))
+    return repartition(lambda: spark, request, audit, partitions, **{"quiet_seconds": 0, **kwargs})
 
 
 @pytest.mark.parametrize("name", sorted(OPERATORS))

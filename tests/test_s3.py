@@ -711,6 +711,7 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
     per-bucket settings from the storage's own options); the listing before, the backup fork, the
     records and the undo go through fsspec."""
     from checkpoint.fork.copy import fork
+    from checkpoint.safety import InPlace, taken_at_once
     from jobs.repartition import repartition, undo_repartition
     from testbed.restart import differences, restart
 
@@ -727,13 +728,14 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
         return {f.rel: f.size for f in storage.list_files()}
 
     before = tree()
-    first = repartition(lambda: spark, storage, audit, 8, quiet_seconds=0)
+    request = InPlace(storage, taken_at_once("tests"))
+    first = repartition(lambda: spark, request, audit, 8, quiet_seconds=0)
     assert {f.rel.split("/")[2] for f in storage.list_files("state/0") if f.rel.endswith(".zip")} >= {
         str(p) for p in range(8)
     }
-    undone = undo_repartition(storage, audit, query_stopped=True)
+    undone = undo_repartition(request, audit, query_stopped=True)
     assert undone.deleted > 0 and tree() == before
-    again = repartition(lambda: spark, storage, audit, 8, quiet_seconds=0)
+    again = repartition(lambda: spark, request, audit, 8, quiet_seconds=0)
     for result in (first, again):
         assert (result.from_partitions, result.to_partitions) == (4, 8)
         assert all(s.digest_after == s.digest_before and s.rows > 0 for s in result.stores)

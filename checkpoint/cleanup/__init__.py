@@ -1,20 +1,25 @@
 """Orphan cleanup, plan -> check -> apply: which files can never be read again (`rules`), one
 partition decided by them (`decide`), many at once (`pool`) into local spill files (`spill`), the
-plan written as a streamed manifest (`plan`, `manifest`) into the audit trail (`audit`), and the
-apply that trusts nothing but the checkpoint (`apply`)."""
+plan written as a streamed manifest (`plan`, `manifest`) into the audit trail (`audit`), the
+apply that trusts nothing but the checkpoint (`apply`), and the apply under the lease as both
+adapters run it, planning again when the query moved on (`flow`)."""
 
 from checkpoint.cleanup.apply import ApplyResult, Kind, Outcome, apply_plan, check_plan
 from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.flow import REPLANNED, Cleaned, apply_cleanup
 from checkpoint.cleanup.manifest import Plan, PlannedFile
 from checkpoint.cleanup.plan import plan_gc
 
 __all__ = [
     "ApplyResult",
     "AuditTrail",
+    "Cleaned",
     "Kind",
     "Outcome",
     "Plan",
     "PlannedFile",
+    "REPLANNED",
+    "apply_cleanup",
     "apply_plan",
     "check_plan",
     "plan_gc",

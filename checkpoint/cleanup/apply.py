@@ -28,7 +28,6 @@ from checkpoint.crash import crash_point
 from checkpoint.errors import GcError
 from checkpoint.format import FileKind, classify, commit_digest
 from checkpoint.policy import POLICY
-from checkpoint.safety import Lease
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 
@@ -155,21 +154,21 @@ def apply_plan(
     batch_size: int = POLICY.delete_batch_size,
     attempts: int = POLICY.delete_attempts,
     sleep: Callable[[float], None] = time.sleep,
-    lease: Lease | None = None,
+    check: Callable[[], None] | None = None,
     checked: CheckResult | None = None,
 ) -> ApplyResult:
     """Deletes the plan's candidates that are unchanged since planning. Idempotent.
 
     Retries: a request is retried by the storage's client alone (botocore's adaptive mode on S3).
     What this adds is the re-drive of keys that a DeleteObjects answered with a retryable per-key
-    error: `attempts` rounds, `sleep` between them. With a `lease`, it is checked before each
-    batch of deletions: an apply whose lease was taken over stops there. `checked`: the caller's
+    error: `attempts` rounds, `sleep` between them. `check` (the lease's) runs before each batch
+    of deletions: an apply whose lease was taken over stops there. `checked`: the caller's
     own `check_plan` of this plan, made under the same lease just before (not read again).
     """
-    check = checked if checked is not None else check_plan(plan, storage)
-    result = ApplyResult(plan.plan_id, check)
-    if not check.ok:
-        raise GcError(f"plan {plan.plan_id} refused: {check.message}", plan.checkpoint)
+    verdict = checked if checked is not None else check_plan(plan, storage)
+    result = ApplyResult(plan.plan_id, verdict)
+    if not verdict.ok:
+        raise GcError(f"plan {plan.plan_id} refused: {verdict.message}", plan.checkpoint)
     deleted_count = 0
     chunk = max(1, min(batch_size, DELETE_MAX_KEYS))
     with tempfile.TemporaryDirectory(prefix="ckpt-apply-") as tmp:
@@ -181,8 +180,8 @@ def apply_plan(
             for line in batch:
                 recheck.check(line)
         for batch in audit.candidates(plan, chunk, local=manifest):
-            if lease is not None:
-                lease.check()
+            if check is not None:
+                check()
             # A listing or a stat that fails raises here, before anything of this batch is deleted.
             outcomes, ready = _restat(_current(storage, batch, plan.partition_files), batch)
             if ready:

@@ -1,19 +1,26 @@
-"""Lineage compaction: which stores to compact (`targets`) and the rebuild of a snapshot for a
-store's committed version, replayed, verified and published (`rebuild`). The Spark job that runs
-rebuilds in parallel is `jobs.compact`."""
+"""Lineage compaction: which stores to compact (`targets`), the rebuild of a snapshot for a
+store's committed version, replayed, verified and published (`rebuild`, `hdfs`), and the flow both
+adapters run (`flow`: the leases, the head read, the plans, the injected rebuild). The Spark job that
+runs rebuilds in parallel is `jobs.compact`."""
 
+from checkpoint.compaction.flow import Compaction, Planned, Task, compact_checkpoints, tasks_for
 from checkpoint.compaction.hdfs import materialize_snapshot
 from checkpoint.compaction.rebuild import RebuildResult, rebuild_store
 from checkpoint.compaction.targets import Skip, Target, plan_compaction
 from checkpoint.errors import CompactionRefused, RebuildError
 
 __all__ = [
+    "Compaction",
     "CompactionRefused",
+    "Planned",
     "RebuildError",
     "RebuildResult",
     "Skip",
     "Target",
+    "Task",
+    "compact_checkpoints",
     "materialize_snapshot",
     "plan_compaction",
     "rebuild_store",
+    "tasks_for",
 ]

@@ -37,6 +37,7 @@ from checkpoint.repartition.records import (
     StoreProof,
     Undone,
 )
+from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -70,20 +71,38 @@ def first_line(exc: BaseException) -> str:
 
 def repartition(
     engine: Callable[[], StateEngine],
-    storage: Storage,
+    request: InPlace,
     audit: AuditTrail,
     partitions: int,
-    check: Callable[[], None] = lambda: None,
+    *,
+    what: str = "repartition",
     now: float | None = None,
     quiet_seconds: float = POLICY.quiet_seconds,
     after_rewrite: Callable[[], None] | None = None,
 ) -> RepartitionResult:
-    """Repartitions the stopped query at `storage` to `partitions` under the caller's lease
-    (`check` raises once it is lost); `engine` is made once preflight passed.
+    """Repartitions the stopped query behind `request` to `partitions` under its lease, taken
+    before anything is read (its `check` raises once it is lost); `engine` is made once preflight
+    passed.
 
     Refusals raise RepartitionRefused before anything is written; a failed rewrite or
     verification is undone and raises RepartitionFailed. `after_rewrite` runs between Spark's
     rewrite and the verification (tests damage a file there)."""
+    with request.held(what) as check:
+        return _repartition(
+            engine, request.storage, audit, partitions, check, now, quiet_seconds, after_rewrite
+        )
+
+
+def _repartition(
+    engine: Callable[[], StateEngine],
+    storage: Storage,
+    audit: AuditTrail,
+    partitions: int,
+    check: Callable[[], None],
+    now: float | None,
+    quiet_seconds: float,
+    after_rewrite: Callable[[], None] | None,
+) -> RepartitionResult:
     now = time.time() if now is None else now
     records = Records(audit, storage.url)
     seconds: dict[str, float] = {}
@@ -228,19 +247,31 @@ def _verify(
 
 
 def undo_repartition(
-    storage: Storage,
+    request: InPlace,
     audit: AuditTrail,
-    check: Callable[[], None] = lambda: None,
     *,
+    what: str = "repartition --undo",
     quiet_seconds: float = POLICY.quiet_seconds,
     query_stopped: bool = False,
     now: float | None = None,
 ) -> Undone:
-    """`--undo`: takes back the newest repartition while its batch is still the checkpoint's latest,
-    and the query is not running. A query restarted after the repartition and idle since holds
-    the next batch in its driver: undoing under it breaks that batch. So the undo waits for the
-    repartition's own batch to be older than the quiet period, unless the caller knows the query
-    is stopped (`query_stopped`)."""
+    """`--undo`, under the lease of the checkpoint behind `request`: takes back the newest
+    repartition while its batch is still the checkpoint's latest, and the query is not running. A
+    query restarted after the repartition and idle since holds the next batch in its driver:
+    undoing under it breaks that batch. So the undo waits for the repartition's own batch to be
+    older than the quiet period, unless the caller knows the query is stopped (`query_stopped`)."""
+    with request.held(what) as check:
+        return _undo_repartition(request.storage, audit, check, quiet_seconds, query_stopped, now)
+
+
+def _undo_repartition(
+    storage: Storage,
+    audit: AuditTrail,
+    check: Callable[[], None],
+    quiet_seconds: float,
+    query_stopped: bool,
+    now: float | None,
+) -> Undone:
     records = Records(audit, storage.url)
     last = records.latest()
     if last is None:

@@ -1,6 +1,7 @@
-"""The door of an action that writes a new checkpoint from another (fork, migration): the adapter
-translates its arguments into one `Request`; the door refuses an overlap and takes both leases, in
-one order, before the action reads anything, and hands the action the `check` of both."""
+"""The doors of the actions: the adapter translates its arguments into one request, and the door
+takes the leases, in one order, before the action reads anything, and hands the action their
+`check`. `Request`: an action that writes a new checkpoint from another (fork, migration), an
+overlap refused first. `InPlace`: an action that changes one checkpoint where it is (compaction)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,21 @@ class Request:
                 lease.check()
 
             yield check
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """One checkpoint, changed where it is, and `take`, this adapter's way of taking its lease."""
+
+    storage: Storage
+    take: TakeLease
+
+    @contextmanager
+    def held(self, what: str) -> Iterator[Callable[[], None]]:
+        """The checkpoint's lease; yields its `check`, which the action calls before each thing it
+        publishes."""
+        with self.take(self.storage, what) as lease:
+            yield lease.check
 
 
 def refuse_overlap(src: Storage, dest: Storage) -> None:
