@@ -12,6 +12,14 @@ from checkpoint.model.checkpoint import Checkpoint, load_checkpoint
 from testbed.copying import copy_checkpoint
 from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
 
+# The suite's JVMs (this session's, and every child's through the environment: the corpus
+# generators, the other PySparks' restarts, the CLI, `dagster dev` and its runs) live minutes and see
+# little data: there C2's compilations and G1's threads are most of their CPU, which two cores share
+# with three workers. C1 alone and the serial collector took the other-Spark restart test from
+# 106-120 to 65 CPU-seconds (docs/testing.md). Deployments and benches keep the JVM's defaults.
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
+
 
 @pytest.fixture(scope="session")
 def corpus_root() -> Path:

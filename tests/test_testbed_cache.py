@@ -1,4 +1,5 @@
-"""The test corpora's cache under concurrent test workers (pytest-xdist): one generates, the rest wait."""
+"""The suite's own machinery: the test corpora's cache under concurrent test workers (pytest-xdist: one
+generates, the rest wait), and the options its JVMs run with."""
 
 from __future__ import annotations
 
@@ -39,3 +40,11 @@ def test_an_incomplete_corpus_is_generated_again(tmp_path: Path) -> None:
     assert _ensure(str(cache)) == str(cache)
     assert (tmp_path / "runs").read_text() == "x"
     assert not (cache / "left-by-a-killed-run").exists()
+
+
+def test_the_suites_jvms_run_with_the_suites_options(spark) -> None:
+    """The session's JVM got them (from the environment conftest sets, which every child inherits)."""
+    from tests.conftest import JVM_OPTIONS
+
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert set(JVM_OPTIONS.split()) <= set(runtime.getInputArguments())
