@@ -214,14 +214,17 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             lambda storage, what: self.take_lease_at(context, storage, what, key, retry=retry),
         )
 
-    def two_sided(self, context: StepContext, src: Storage, dest: Storage) -> Request:
-        """The request of a step that writes DEST from SRC, its leases taken as `take_lease` takes one
-        (the checkpoints' partition keys in its messages)."""
+    def two_sided(self, context: StepContext, source: str, destination: str) -> tuple[Request, str]:
+        """The request of a step that writes `destination` (a URL a run names) from the checkpoint
+        `source` (a partition key), its leases taken as `take_lease` takes one, and the destination's
+        partition key. Raises CheckpointError when the destination lies under no configured root: a
+        run cannot send state to a place, or with credentials, of its own choosing."""
+        dest_key = self.under_a_root(destination)
 
         def take(storage: Storage, what: str) -> Lease:
             return self.take_lease_at(context, storage, what, self.key_of(storage.url) or "")
 
-        return Request(src, dest, take)
+        return Request(self.checkpoint_storage(source), self.checkpoint_storage(dest_key), take), dest_key
 
     def take_lease_at(
         self, context: StepContext, storage: Storage, what: str, label: str = "", *, retry: bool = True

@@ -34,13 +34,10 @@ class ForkConfig(dg.Config):
 @dg.op(name="fork")
 def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: CheckpointRootsResource):
     """Copies what recovery at the batch reads into the destination, and nothing else."""
-    src = roots.checkpoint_storage(config.source_partition)
     try:
         # Only where the deployment allows: a run cannot send production state to a place, or
         # with credentials, of its own choosing.
-        dest_key = roots.under_a_root(config.destination)
-        dest = roots.checkpoint_storage(dest_key)
-        request = roots.two_sided(context, src, dest)
+        request, dest_key = roots.two_sided(context, config.source_partition, config.destination)
         result = fork_checkpoint(
             request, config.batch, new_query_id=config.new_query_id, what="fork_checkpoint"
         )
@@ -54,8 +51,8 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
     return dg.Output(
         result.as_dict(),
         metadata={
-            "source": src.url,
-            "destination": dest.url,
+            "source": request.src.url,
+            "destination": request.dest.url,
             "batch": result.batch,
             "query_id": result.query_id,
             "files": result.files,

@@ -38,14 +38,10 @@ def migrate_op(
     pinning RocksDB and its commit naming the new stores, proven by Spark's reader on both sides."""
     from jobs.migrate import migrate  # Spark only when this op runs
 
-    src = roots.checkpoint_storage(config.source_partition)
     try:
-        dest_key = roots.under_a_root(config.destination)
-        dest = roots.checkpoint_storage(dest_key)
-        quiet = roots.quiet_seconds_at_least(config.quiet_period)
-        audit = roots.audit_trail(config.source_partition)
-        request = roots.two_sided(context, src, dest)
-        result = migrate(spark.session, request, audit, config.batch, quiet_seconds=quiet,
+        request, dest_key = roots.two_sided(context, config.source_partition, config.destination)
+        result = migrate(spark.session, request, roots.audit_trail(config.source_partition), config.batch,
+                         quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),
                          what="migrate_checkpoint")  # fmt: skip
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
@@ -54,8 +50,8 @@ def migrate_op(
     return dg.Output(
         doc,
         metadata={
-            "source": src.url,
-            "destination": dest.url,
+            "source": request.src.url,
+            "destination": request.dest.url,
             "batch": result.batch,
             "source_state": result.source_state,
             "stores": len(result.stores),
