@@ -199,16 +199,11 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             options = root.storage_options if same_store else {}
         return AuditTrail(url, options)
 
-    def take_lease(self, context: StepContext, key: str, what: str, *, retry: bool = True) -> Lease:
-        """The checkpoint's maintenance lease for this run's step: waits `lease_wait` while another
-        action (a CLI run, another deployment) holds it, then retries the step, then fails naming
-        the holder; without `retry`, raises LeaseHeld after the wait. Nothing is planned or
-        written without it."""
-        return self.take_lease_at(context, self.checkpoint_storage(key), what, key, retry=retry)
-
     def in_place(self, context: StepContext, key: str, *, retry: bool = True) -> InPlace:
-        """The request of a step that changes the checkpoint `key`, its lease taken as `take_lease`
-        takes it."""
+        """The request of a step that changes the checkpoint `key`. Its door takes the checkpoint's
+        maintenance lease for this run's step: it waits `lease_wait` while another action (a CLI
+        run, another deployment) holds it, then retries the step, then fails naming the holder;
+        without `retry`, raises LeaseHeld after the wait. Nothing is planned or written without it."""
         return InPlace(
             self.checkpoint_storage(key),
             lambda storage, what: self.take_lease_at(context, storage, what, key, retry=retry),
@@ -216,7 +211,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
 
     def two_sided(self, context: StepContext, source: str, destination: str) -> tuple[Request, str]:
         """The request of a step that writes `destination` (a URL a run names) from the checkpoint
-        `source` (a partition key), its leases taken as `take_lease` takes one, and the destination's
+        `source` (a partition key), its leases taken as `in_place` takes one, and the destination's
         partition key. Raises CheckpointError when the destination lies under no configured root: a
         run cannot send state to a place, or with credentials, of its own choosing."""
         dest_key = self.under_a_root(destination)
@@ -229,9 +224,9 @@ class CheckpointRootsResource(dg.ConfigurableResource):
     def take_lease_at(
         self, context: StepContext, storage: Storage, what: str, label: str = "", *, retry: bool = True
     ) -> Lease:
-        """`take_lease` for any checkpoint, one under no configured root too (a fork's destination).
-        The lease lives beside the checkpoint whatever `audit_url` says, where the CLI and every
-        other deployment look for it."""
+        """The lease `in_place` takes, for any checkpoint, one under no configured root too (a
+        fork's destination). The lease lives beside the checkpoint whatever `audit_url` says, where
+        the CLI and every other deployment look for it."""
         lease = lease_for(storage, f"dagster run {context.run.run_id} ({what})")
         try:
             return lease.acquire(wait=parse_duration(self.lease_wait))

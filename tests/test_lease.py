@@ -417,7 +417,7 @@ def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_
 
     @dg.op(required_resource_keys={"roots"})
     def hold_and_try_the_cli(context) -> None:
-        with context.resources.roots.take_lease(context, "t:two_actions", "checkpoint_orphan_cleanup"):
+        with context.resources.roots.in_place(context, "t:two_actions").held("checkpoint_orphan_cleanup"):
             seen["cli"] = _gc(path)
 
     @dg.job

@@ -1,7 +1,8 @@
 """The doors of the actions: the adapter translates its arguments into one request, and the door
 takes the leases, in one order, before the action reads anything, and hands the action their
 `check`. `Request`: an action that writes a new checkpoint from another (fork, migration), an
-overlap refused first. `InPlace`: an action that changes one checkpoint where it is (compaction)."""
+overlap refused first. `InPlace`: an action that changes one checkpoint where it is (compaction,
+cleanup, repartition)."""
 
 from __future__ import annotations
 
