@@ -85,6 +85,27 @@ def dagster_dev(home: Path, env: dict[str, str], postgres_url: str | None = None
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        for pid in _left_behind(home):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _left_behind(home: Path) -> list[int]:
+    """What `dagster dev` started outside its process group and left running (a code server that
+    outlived it by more than an hour, spawning children, in two runs of the suite): told by the
+    DAGSTER_HOME it inherited, which is this fixture's own folder."""
+    mark = f"DAGSTER_HOME={home}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if (
+                proc.name.isdigit()
+                and int(proc.name) != os.getpid()
+                and mark in (proc / "environ").read_bytes().split(b"\0")
+            ):
+                pids.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return pids
 
 
 def _answers(dev: DagsterDev) -> bool:
