@@ -415,9 +415,13 @@ def generate_rescue(out: Path, log=print) -> dict:
     return facts
 
 
+def rescue_cache_dir() -> Path:
+    return default_cache_dir().parent / f"rescue-v{RESCUE_VERSION}"
+
+
 def ensure_rescue_corpus(cache: Path | None = None, log=print) -> Path:
     """The cached rescue checkpoint's scenario folder, generated in a child process when missing."""
-    cache = cache or default_cache_dir().parent / f"rescue-v{RESCUE_VERSION}"
+    cache = cache or rescue_cache_dir()
     what = "the rescue checkpoint (about 900 micro-batches)"
     return ensure_generated(cache, ["-m", "testbed.corpus", "--rescue"], what, log)
 

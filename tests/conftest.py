@@ -155,6 +155,30 @@ _LONGEST_FIRST = ("test_orchestration_e2e", "test_generations", "test_project", 
                   "test_gc_memory", "test_commit_sensor", "test_lease")  # fmt: skip
 
 
+# The corpora a cold cache generates, by the fixture that needs each (used directly or through
+# another): started side by side in the background when the session starts (`testbed.prewarm`).
+_PREWARMED = {"corpus_root": "corpus", "defaults": "defaults", "rescue": "rescue"}
+_BACKGROUND = pytest.StashKey["subprocess.Popen | None"]()
+
+
+def pytest_collection_finish(session) -> None:
+    # Once per session: by the first worker under pytest-xdist (each collects every test), else here.
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    from testbed.corpus import cache_home
+    from testbed.prewarm import start
+
+    used = {fixture for item in session.items for fixture in item.fixturenames}
+    wanted = sorted(name for fixture, name in _PREWARMED.items() if fixture in used)
+    session.config.stash[_BACKGROUND] = start(wanted, cache_home() / "prewarm.log")
+
+
+def pytest_unconfigure(config) -> None:
+    from testbed.prewarm import stop
+
+    stop(config.stash.get(_BACKGROUND, None))
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: order within a file kept

@@ -225,7 +225,9 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
 ) -> None:
     """Right after `ckpt migrate`, with the V1 batches before the migration batch still in DEST's
     logs: compaction, cleanup with the default retention, a fork and a repartition work on it as
-    on any RocksDB V2 checkpoint, and DEST, maintained, restarts like an untouched copy."""
+    on any RocksDB V2 checkpoint, and DEST, maintained, restarts like an untouched copy. A fork at
+    a batch before the migration is refused: DEST keeps those batches' logs, in the source's
+    format, and none of their state files."""
     from checkpoint.safety import InPlace, taken_at_once
     from jobs.repartition import repartition
     from testbed.demo import date_back
@@ -234,6 +236,14 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     control = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "control")
     doc = _migrate(spark, src, dest, tmp_path / "audit").as_dict()
     assert (dest / "commits" / "0").read_text().startswith("v1")  # the history DEST keeps
+    head = load_head(str(dest))
+    assert [head.states_at(b).name for b in (0, doc["batch"] - 1, doc["batch"])] == [
+        "hdfs V1", "hdfs V1", "rocksdb V2"]  # fmt: skip
+    early = ckpt("fork", str(dest), str(tmp_path / "early"), "--batch", str(doc["batch"] - 1))
+    assert early.returncode == 2 and not (tmp_path / "early").exists()
+    assert f"was written in hdfs V1, and the checkpoint holds rocksdb V2 state from batch {doc['batch']}" in (
+        early.stderr
+    )
     date_back(dest, 8 * 3600)  # past the grace: cleanup decides every file
     compacted = ckpt("compact", str(dest), "--min-chain", "1", "--json")
     assert compacted.returncode == 0, compacted.stderr

@@ -54,3 +54,44 @@ def test_each_format_answers_for_itself() -> None:
     # A fork proves a copy against Spark's sidecar where there is one, else by decoding it.
     assert states.ROCKSDB_V2.fork_decode(FileKind.ZIP) is None
     assert states.HDFS.fork_decode(FileKind.DELTA) == FileKind.DELTA
+
+
+def _logs(root, batches: dict[int, tuple[str | None, bool]]) -> None:
+    """Offset and commit files as Spark writes them: per batch, the provider its offset pins (None:
+    no pin) and whether its commit is format V2's (`v2`, with ids)."""
+    import json
+
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    for batch, (provider, v2) in batches.items():
+        conf = {} if provider is None else {"spark.sql.streaming.stateStore.providerClass": provider}
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": conf}
+        (root / "offsets" / str(batch)).write_text(f'v1\n{json.dumps(meta)}\n{{"logOffset":{batch}}}')
+        ids = {"stateUniqueIds": {"0": [[f"00000000-0000-0000-0000-{batch:012d}"]]}} if v2 else {}
+        commit = {"nextBatchWatermarkMs": 0, **ids}
+        (root / "commits" / str(batch)).write_text(f"{'v2' if v2 else 'v1'}\n{json.dumps(commit)}")
+
+
+def test_a_migrated_checkpoint_has_its_format_per_batch(tmp_path) -> None:
+    """`ckpt migrate`'s copy keeps the source's logs up to the migration batch: those batches are
+    in the source's format and are history; the checkpoint's own format is its head's."""
+    from checkpoint.model import load_checkpoint, maintained_batches
+
+    _logs(tmp_path, {0: (HDFS_PROVIDER, False), 1: (None, False), 2: (ROCKSDB_PROVIDER, True),
+                     3: (None, True)})  # fmt: skip
+    ckpt = load_checkpoint(str(tmp_path), strict=False)
+    assert ckpt.states is states.ROCKSDB_V2
+    hdfs, v2 = states.HDFS, states.ROCKSDB_V2
+    assert [ckpt.states_at(b) for b in range(4)] == [hdfs, hdfs, v2, v2]
+    assert maintained_batches(ckpt) == [2, 3]
+
+
+def test_a_provider_that_differs_alone_makes_no_history(tmp_path) -> None:
+    """An older offset that pins another provider under V2 commits is no format Spark writes: that
+    batch is foreign, and still maintained, since calling it history would let cleanup keep less."""
+    from checkpoint.model import load_checkpoint, maintained_batches
+
+    _logs(tmp_path, {0: (HDFS_PROVIDER, True), 1: (ROCKSDB_PROVIDER, True)})
+    ckpt = load_checkpoint(str(tmp_path), strict=False)
+    assert not ckpt.states_at(0).spark and ckpt.states_at(1) is states.ROCKSDB_V2
+    assert maintained_batches(ckpt) == [0, 1]

@@ -91,6 +91,7 @@ def as_of(ckpt: Checkpoint, batch: int) -> Checkpoint:
 
     return dataclasses.replace(
         ckpt,
+        format_version=ckpt.states_at(batch).version,
         files=tuple(f for f in ckpt.files if kept(f.rel)),
         batches={b: e for b, e in ckpt.batches.items() if b <= batch},
         problems=tuple(p for p in ckpt.problems if kept(p.rel)),
@@ -112,6 +113,15 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
             storage.url,
         )
     view = as_of(ckpt, batch)
+    if view.states != ckpt.states:  # the logs change format after the batch
+        since = [b for b in committed if b > batch and ckpt.states_at(b) == ckpt.states]
+        raise ForkRefused(
+            f"batch {batch} was written in {view.states.name}, and the checkpoint holds {ckpt.states.name} "
+            f"state {f'from batch {since[0]}' if since else 'at its head'} (a migrated checkpoint keeps "
+            "the logs of the batches before its migration, not their state files)"
+            + (f": fork at batch {since[0]} or later" if since else ""),
+            storage.url,
+        )
     lineage = _refuse_on_errors(view, batch).lineage  # validated at the batch: its stores' lineage
 
     # Operator metadata v2 (to rewrite) and every chain file's sidecar (to check the copy against):

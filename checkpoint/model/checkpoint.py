@@ -12,6 +12,7 @@ unchanged, while anything that needs every file (cleanup) refuses it.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import io
 import operator
@@ -271,10 +272,34 @@ class Checkpoint:
         return None
 
     @cached_property
+    def _pins(self) -> list[tuple[int, str]]:
+        """(batch, provider class) of every offset file that pins one, in batch order."""
+        return sorted((b.id, b.offset.conf[PROVIDER_CONF]) for b in self.batches.values()
+                      if b.offset is not None and PROVIDER_CONF in b.offset.conf)  # fmt: skip
+
+    @cached_property
     def states(self) -> StateFormat:
         """How its state is kept (`checkpoint.format.states`), from its own logs: the provider the
         newest offset file pins, and the format its commit log and file names say."""
         return state_format_of(self.provider_class, self.format_version)
+
+    def states_at(self, batch: int) -> StateFormat:
+        """How the state of `batch` is kept, from that batch's own logs: the provider the newest
+        offset file up to it pins, and the format its commit says. The same as `states` for every
+        batch of a checkpoint Spark wrote, which never changes format; a migrated one
+        (`ckpt migrate`) keeps the source's logs, in the source's format, up to its migration batch.
+        A batch with no commit, or one whose offsets are gone, goes by the checkpoint's own."""
+        at = bisect.bisect_right(self._pins, (batch, "\uffff"))
+        provider = self._pins[at - 1][1] if at else self.provider_class
+        entry = self.batches.get(batch)
+        commit = entry.commit if entry is not None else None
+        if commit is None:
+            version = self.format_version
+        elif commit.version == 2 or commit.state_unique_ids is not None:
+            version = 2
+        else:
+            version = 1 if commit.version == 1 else self.format_version
+        return state_format_of(provider, version)
 
     @property
     def provider(self) -> Provider:

@@ -104,19 +104,15 @@ def partitions_named(ckpt: Checkpoint) -> dict[int, int]:
 
 def maintained_batches(ckpt: Checkpoint) -> list[int]:
     """The committed batches whose state this checkpoint's format reads. A migrated checkpoint
-    (`ckpt migrate`) keeps the V1 commits of the batches before its migration batch: Spark's
-    restart reads only the newest, and they name no ids, so they are history that no V2 rule
-    needs (their state was never copied), until Spark's log retention drops them."""
+    (`ckpt migrate`) keeps the V1 commits of the batches before its migration batch (their
+    format, `Checkpoint.states_at`, is the source's): Spark's restart reads only the newest, and
+    they name no ids, so they are history that no V2 rule needs (their state was never copied),
+    until Spark's log retention drops them."""
     committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
-    if not ckpt.states.named_by_commits:
-        return committed
-    history = [b for b in committed if _v1_commit(ckpt, b)]
+    # By the format version alone: a batch counted as history is one whose state no rule keeps, so
+    # a provider that differs with no other sign of a migration must not make one.
+    history = [b for b in committed if ckpt.states_at(b).version != ckpt.states.version]
     return [b for b in committed if b > history[-1]] if history else committed
-
-
-def _v1_commit(ckpt: Checkpoint, batch: int) -> bool:
-    commit = ckpt.batches[batch].commit
-    return commit is not None and commit.version == 1 and commit.state_unique_ids is None
 
 
 def store_ids(ckpt: Checkpoint, batch: int) -> list[StoreId]:

@@ -1,0 +1,74 @@
+"""The corpora a test session needs, generated side by side in the background from its start.
+
+Each corpus is generated on first use, under its own lock (`corpus.ensure_generated`). Left to its
+first user, a cold cache generates them one after another, in whatever order the tests reach them,
+while the workers that need one wait idle: on a new machine that made the suite minutes longer.
+Started at once, the three largest share the cores with the first tests instead. A fixture that
+needs one still calls its `ensure_*`, which waits on the lock and finds the corpus there; if the
+background generation failed, the fixture generates it again and fails loudly.
+
+    python -m testbed.prewarm corpus defaults rescue
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def _corpora() -> dict[str, tuple[Callable[[], Path], Path]]:
+    """name -> (its ensure function, its cache folder)."""
+    from testbed import corpus, defaults
+
+    return {
+        "corpus": (corpus.ensure_corpus, corpus.default_cache_dir()),
+        "defaults": (defaults.ensure_defaults_corpus, defaults.default_cache_dir()),
+        "rescue": (corpus.ensure_rescue_corpus, corpus.rescue_cache_dir()),
+    }
+
+
+def missing(names: list[str]) -> list[str]:
+    """Those of `names` whose cache holds no complete corpus (a manifest)."""
+    from testbed.corpus import MANIFEST
+
+    corpora = _corpora()
+    return [name for name in names if not (corpora[name][1] / MANIFEST).exists()]
+
+
+def start(names: list[str], log: Path) -> subprocess.Popen | None:
+    """Generates the missing ones of `names` in a background process group (output in `log`);
+    None when every one is there."""
+    if not (todo := missing(names)):
+        return None
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "testbed.prewarm", *todo], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+
+def stop(process: subprocess.Popen | None) -> None:
+    """Ends a background generation still running (a session cut short): its generators and their
+    JVMs are in its process group. What it left incomplete is removed by the next `ensure_*`."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    names = sys.argv[1:] if argv is None else argv
+    corpora = _corpora()
+    with ThreadPoolExecutor(len(names) or 1) as pool:
+        futures = {name: pool.submit(corpora[name][0]) for name in names}
+    failed = [name for name, future in futures.items() if future.exception() is not None]
+    for name in failed:
+        print(f"prewarm: {name} failed: {futures[name].exception()}", flush=True)
+    raise SystemExit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
