@@ -1,5 +1,6 @@
 """The suite's own machinery: the test corpora's cache under concurrent test workers (pytest-xdist: one
-generates, the rest wait), and the options its JVMs run with."""
+generates, the rest wait; the largest started in the background on a cold cache), and the options its
+JVMs run with."""
 
 from __future__ import annotations
 
@@ -48,3 +49,41 @@ def test_the_suites_jvms_run_with_the_suites_options(spark) -> None:
 
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert set(JVM_OPTIONS.split()) <= set(runtime.getInputArguments())
+
+
+def test_the_background_generation_starts_only_what_is_missing_and_ends_with_the_session(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """`testbed.prewarm`: a corpus with its manifest is not generated again, so a warm cache starts
+    no process; a generation still running when the session ends is killed with its children."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from testbed import corpus, defaults, prewarm
+
+    monkeypatch.setenv("CKPT_CORPUS_CACHE", str(tmp_path / "corpus"))
+    names = ["corpus", "defaults", "rescue"]
+    assert prewarm.missing(names) == names
+    for folder in (corpus.default_cache_dir(), defaults.default_cache_dir(), corpus.rescue_cache_dir()):
+        folder.mkdir(parents=True)
+        (folder / MANIFEST).write_text("{}")
+    assert prewarm.missing(names) == [] and prewarm.start(names, tmp_path / "log") is None
+
+    pids = tmp_path / "pids"
+    # A leader that would end by itself in 5 s, leaving its child (a generator) running.
+    group = subprocess.Popen(["sh", "-c", f"sleep 600 & echo $! > {pids}; sleep 5"], start_new_session=True)
+    while not pids.exists() or not pids.read_text().strip():
+        time.sleep(0.05)
+    child = int(pids.read_text())
+    try:
+        prewarm.stop(group)
+        time.sleep(0.2)
+        stat = Path(f"/proc/{child}/stat")  # killed, and a zombie until whatever adopted it reaps it
+        assert group.returncode is not None
+        assert not stat.exists() or stat.read_text().split(") ")[1][0] == "Z"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

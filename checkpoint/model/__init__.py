@@ -1,7 +1,7 @@
 """What a checkpoint is, as Spark's recovery sees it: the immutable model (`checkpoint`; what it
-holds and how it was listed, `scopes`), its head-first loading (`head`), each store's replay chain
-(`lineage`), finding checkpoints under a root (`discovery`) and a checkpoint's files copied to
-local disk, checked (`transfer`)."""
+holds and how it was listed, `scopes`; its operators, `operators`), its head-first loading
+(`head`), each store's replay chain (`lineage`), finding checkpoints under a root (`discovery`)
+and a checkpoint's files copied to local disk, checked (`transfer`)."""
 
 from checkpoint.model.checkpoint import (
     Checkpoint,

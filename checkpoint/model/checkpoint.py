@@ -33,7 +33,6 @@ from checkpoint.format import (
     CommitEntry,
     FileKind,
     OffsetEntry,
-    OperatorMetadata,
     Provider,
     RecordRun,
     Snapshot,
@@ -46,7 +45,6 @@ from checkpoint.format import (
     is_number,
     parse_commit,
     parse_offset,
-    parse_operator_metadata,
     parse_query_metadata,
     parse_sidecar,
     read_changelog_runs,
@@ -57,12 +55,10 @@ from checkpoint.format import (
     signed,
     state_format_of,
 )
+from checkpoint.model.operators import FileProblem, Operator, metadata_parser, operators_of
 from checkpoint.model.scopes import Listing, Scope, StateFolders, state_folders_of
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
-
-DEFAULT_STORE = "default"
-
 
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
@@ -94,14 +90,6 @@ class CheckpointFile(NamedTuple):
 
 
 _info_rel = operator.attrgetter("rel")
-
-
-@dataclass(frozen=True)
-class FileProblem:
-    """A file the tolerant load could not parse (strict loads raise instead)."""
-
-    rel: str
-    error: CheckpointError
 
 
 @dataclass(frozen=True)
@@ -151,15 +139,6 @@ class Store:
     @property
     def ssts(self) -> tuple[CheckpointFile, ...]:
         return tuple(f for f in self.files if f.kind == FileKind.SST)
-
-
-@dataclass(frozen=True)
-class Operator:
-    id: int
-    name: str | None
-    store_names: tuple[str, ...]
-    num_partitions: int | None
-    metadata: OperatorMetadata | None
 
 
 @dataclass(frozen=True)
@@ -531,8 +510,9 @@ def build_checkpoint(
         if (entry := parse(f, lambda data, path, b=f.what.batch_id: parse_commit(b, data, path))) is not None
     }
     batches = {b: Batch(b, offsets.get(b), commits.get(b)) for b in sorted(set(offsets) | set(commits))}
-    metadata = [(f, m) for f in by_kind[FileKind.OPERATOR_METADATA] if (m := parse(f, _operator_metadata(f)))]
-    operators = _operators(metadata, files, commits, problems, strict=strict)
+    found = by_kind[FileKind.OPERATOR_METADATA]
+    metadata = [(f, m) for f in found if (m := parse(f, metadata_parser(f.what.operator)))]
+    operators = operators_of(metadata, files, commits, problems, strict=strict)
     folders = state_folders_of(f.what for f in files) if state_folders is None else state_folders
 
     return Checkpoint(
@@ -569,55 +549,3 @@ def _format_version(commits: dict[int, CommitEntry], files: tuple[CheckpointFile
     if any(f.kind in (FileKind.CHANGELOG, FileKind.ZIP) and f.what.unique_id for f in files):
         return 2
     return 1
-
-
-def _operator_metadata(f: CheckpointFile):
-    def parse(data: bytes, path: str) -> OperatorMetadata:
-        meta = parse_operator_metadata(data, path)
-        if meta.operator_id != f.what.operator:
-            raise CorruptFileError(f"operator metadata names operator {meta.operator_id}", path)
-        return meta
-
-    return parse
-
-
-def _operators(metadata, files, commits, problems: list[FileProblem], *, strict: bool) -> dict[int, Operator]:
-    """Operators from their metadata (the newest v2 file wins over v1), else from the state folders."""
-    newest: dict[int, tuple[int, OperatorMetadata]] = {}
-    for f, meta in metadata:
-        rank = -1 if f.what.batch is None else f.what.batch
-        if f.what.operator not in newest or rank > newest[f.what.operator][0]:
-            newest[f.what.operator] = (rank, meta)
-    op_ids = set(newest)
-    op_ids |= {f.what.operator for f in files if f.what.operator is not None}
-    for c in commits.values():
-        op_ids |= set(c.state_unique_ids or ())
-    out = {}
-    for op in sorted(op_ids):
-        if op in newest:
-            meta = newest[op][1]
-            names = tuple(s.name for s in meta.stores)
-            parts = max((s.num_partitions for s in meta.stores), default=None)
-            out[op] = Operator(op, meta.name, names, parts, meta)
-            continue
-        try:
-            out[op] = _operator_without_metadata(op, files, commits)
-        except CheckpointError as exc:
-            if strict:
-                raise
-            problems.append(FileProblem(f"state/{op}/_metadata/metadata", exc))
-    return out
-
-
-def _operator_without_metadata(op: int, files, commits) -> Operator:
-    # Spark writes operator metadata since 3.5; older or damaged checkpoints may lack it. The store
-    # order is then known only when there is a single store.
-    names = sorted({f.what.store for f in files if f.what.operator == op and f.what.partition is not None})
-    parts = {f.what.partition for f in files if f.what.operator == op and f.what.partition is not None}
-    widths = {len(p) for c in commits.values() for p in (c.state_unique_ids or {}).get(op, ())}
-    if len(names) > 1 and widths and max(widths) > 1:
-        raise CheckpointError(
-            f"operator {op} has stores {names} but no operator metadata: their commit-log order is unknown",
-            f"state/{op}",
-        )
-    return Operator(op, None, tuple(names) or (DEFAULT_STORE,), (max(parts) + 1) if parts else None, None)
