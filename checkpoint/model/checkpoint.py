@@ -271,14 +271,8 @@ class Checkpoint:
         at = bisect.bisect_right(self._pins, (batch, "\uffff"))
         provider = self._pins[at - 1][1] if at else self.provider_class
         entry = self.batches.get(batch)
-        commit = entry.commit if entry is not None else None
-        if commit is None:
-            version = self.format_version
-        elif commit.version == 2 or commit.state_unique_ids is not None:
-            version = 2
-        else:
-            version = 1 if commit.version == 1 else self.format_version
-        return state_format_of(provider, version)
+        said = _format_said(entry.commit) if entry is not None and entry.commit is not None else None
+        return state_format_of(provider, said or self.format_version)
 
     @property
     def provider(self) -> Provider:
@@ -544,8 +538,16 @@ def _format_version(commits: dict[int, CommitEntry], files: tuple[CheckpointFile
     # The offset conf does not record checkpointFormatVersion; the commit log and file names do. A
     # V2 commit says `v2` on its first line (and carries stateUniqueIds when stateful), a V1 one `v1`;
     # a later commit version (`v3`) is told apart by its ids and the state file names.
-    if any(c.version == 2 or c.state_unique_ids is not None for c in commits.values()):
+    if any(_format_said(c) == 2 for c in commits.values()):
         return 2
     if any(f.kind in (FileKind.CHANGELOG, FileKind.ZIP) and f.what.unique_id for f in files):
         return 2
     return 1
+
+
+def _format_said(commit: CommitEntry) -> int | None:
+    """The format version one commit says: 2 for `v2` or ids, 1 for `v1` without; None for a later
+    version without ids, which the state file names tell apart."""
+    if commit.version == 2 or commit.state_unique_ids is not None:
+        return 2
+    return 1 if commit.version == 1 else None
