@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -86,7 +87,8 @@ def dagster_dev(home: Path, env: dict[str, str], postgres_url: str | None = None
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         for pid in _left_behind(home):
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may end between the scan and here
+                os.kill(pid, signal.SIGKILL)
 
 
 def _left_behind(home: Path) -> list[int]:
