@@ -87,3 +87,15 @@ def test_the_background_generation_starts_only_what_is_missing_and_ends_with_the
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_disk_too_small_for_the_suite_is_said_before_any_test(tmp_path: Path) -> None:
+    """Places on one disk add up; each disk short of room is one line naming what needs it."""
+    from tests.support.disk import GIB, shortfall
+
+    needs = [("temporary files", tmp_path / "not-yet" / "made", 2 * GIB), ("the cache", tmp_path, 5 * GIB)]
+    assert shortfall(needs, free=lambda _: 7 * GIB) == []
+    (line,) = shortfall(needs, free=lambda _: 6 * GIB)
+    assert line.startswith("6.0 GiB free where the suite needs 7.0 GiB: temporary files in ")
+    assert "the cache in" in line
+    assert shortfall([("temporary files", tmp_path, 0)], free=lambda _: 0) == []
