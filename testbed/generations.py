@@ -50,12 +50,21 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def _venv_marker(cache: Path, version: str) -> Path:
+    # A venv is completed when PACKAGES grows; what it wrote stays valid (keyed by GENERATOR_VERSION).
+    return cache / f"pyspark-{version}" / f"ok-v{GENERATOR_VERSION}-{len(PACKAGES)}"
+
+
+def venv_ready(cache: Path, version: str) -> bool:
+    """Whether the cached virtualenv with PySpark `version` is complete (else `python_of` makes it)."""
+    return _venv_marker(cache, version).exists()
+
+
 def python_of(cache: Path, version: str) -> Path:
     """The interpreter of a cached virtualenv with PySpark `version`."""
-    venv = cache / f"pyspark-{version}"
+    marker = _venv_marker(cache, version)
+    venv = marker.parent
     python = venv / "bin" / "python"
-    # A venv is completed when PACKAGES grows; what it wrote stays valid (keyed by GENERATOR_VERSION).
-    marker = venv / f"ok-v{GENERATOR_VERSION}-{len(PACKAGES)}"
     if marker.exists():
         return python
     with cache_lock(venv):

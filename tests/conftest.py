@@ -155,36 +155,6 @@ _LONGEST_FIRST = ("test_orchestration_e2e", "test_generations", "test_project", 
                   "test_gc_memory", "test_commit_sensor", "test_lease")  # fmt: skip
 
 
-# Room the suite takes on disk (docs/testing.md): its temporary files at their peak (a passing
-# test's are removed as it ends: pyproject's tmp_path_retention_policy; 0.37 GB sampled, and the
-# 10,000-checkpoint fleet alone is 0.6 GB), and a cold cache filled (4.5 GiB: the corpora, the
-# other PySparks' virtualenvs and pip's downloads for them).
-TEMP_PEAK_GIB = 1
-COLD_CACHE_GIB = 5
-
-
-def pytest_sessionstart(session) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller checks once, before any worker starts
-        return
-    import tempfile
-
-    from testbed.corpus import cache_home
-    from testbed.generations import RELEASES
-    from testbed.prewarm import missing
-    from tests.support.disk import GIB, shortfall
-
-    home = cache_home()
-    cold = bool(missing(sorted(set(_PREWARMED.values())))) or any(
-        not (home / f"pyspark-{version}").is_dir() for version in RELEASES.values()
-    )
-    unit_only = session.config.getoption("markexpr", "").strip() == "unit"
-    needs = [("the tests' temporary files", Path(tempfile.gettempdir()), TEMP_PEAK_GIB * GIB)]
-    if cold and not unit_only:
-        needs.append(("a cold cache's corpora and PySparks", home, COLD_CACHE_GIB * GIB))
-    if lines := shortfall(needs):
-        pytest.exit("not enough room on disk, so no test was run: " + "; ".join(lines), returncode=4)
-
-
 # The corpora a cold cache generates, by the fixture that needs each (used directly or through
 # another): started side by side in the background when the session starts (`testbed.prewarm`).
 _PREWARMED = {"corpus_root": "corpus", "defaults": "defaults", "rescue": "rescue"}
@@ -207,6 +177,36 @@ def pytest_unconfigure(config) -> None:
     from testbed.prewarm import stop
 
     stop(config.stash.get(_BACKGROUND, None))
+
+
+# Room the suite takes on disk (docs/testing.md): its temporary files at their peak (a passing
+# test's are removed as it ends: pyproject's tmp_path_retention_policy; 0.37 GB sampled, and the
+# 10,000-checkpoint fleet alone is 0.6 GB), and a cold cache filled (4.5 GiB: the corpora, the
+# other PySparks' virtualenvs and pip's downloads for them).
+TEMP_PEAK_GIB = 1
+COLD_CACHE_GIB = 5
+
+
+def pytest_sessionstart(session) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller checks once, before any worker starts
+        return
+    import tempfile
+
+    from testbed.corpus import cache_home
+    from testbed.generations import RELEASES, venv_ready
+    from testbed.prewarm import missing
+    from tests.support.disk import GIB, shortfall
+
+    home = cache_home()
+    cold = bool(missing(sorted(set(_PREWARMED.values())))) or not all(
+        venv_ready(home, version) for version in RELEASES.values()
+    )
+    unit_only = session.config.getoption("markexpr", "").strip() == "unit"
+    needs = [("the tests' temporary files", Path(tempfile.gettempdir()), TEMP_PEAK_GIB * GIB)]
+    if cold and not unit_only:
+        needs.append(("a cold cache's corpora and PySparks", home, COLD_CACHE_GIB * GIB))
+    if lines := shortfall(needs):
+        pytest.exit("not enough room on disk, so no test was run: " + "; ".join(lines), returncode=4)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

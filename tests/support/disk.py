@@ -27,13 +27,14 @@ def shortfall(
 ) -> list[str]:
     """One line for each disk with less room free than `needs` (what, where, bytes) ask of it
     together: places on one file system share its room."""
-    by_disk: dict[int, list[tuple[str, Path, int]]] = {}
+    by_disk: dict[int, tuple[Path, list[tuple[str, Path, int]]]] = {}
     for what, path, size in needs:
-        by_disk.setdefault(os.stat(_existing(path)).st_dev, []).append((what, path, size))
+        there = _existing(path)
+        by_disk.setdefault(os.stat(there).st_dev, (there, []))[1].append((what, path, size))
     lines = []
-    for group in by_disk.values():
+    for there, group in by_disk.values():
         need = sum(size for *_, size in group)
-        room = free(_existing(group[0][1]))
+        room = free(there)
         if room < need:
             asked = ", ".join(f"{what} in {path} ({size / GIB:.1f} GiB)" for what, path, size in group)
             lines.append(f"{room / GIB:.1f} GiB free where the suite needs {need / GIB:.1f} GiB: {asked}")
