@@ -655,7 +655,7 @@ def ensure_generated(cache: Path, command: list[str], what: str, log=print) -> P
             log(f"corpus: removing the incomplete corpus at {cache}")
             shutil.rmtree(cache)
         started = time.monotonic()
-        log(f"corpus: generating {what} into {cache}; this runs real queries")
+        log(f"corpus: generating {what} into {cache}")
         result = subprocess.run([sys.executable, *command, str(cache)], check=False)
         if result.returncode != 0 or not (cache / MANIFEST).exists():
             raise RuntimeError(f"generating {what} failed (exit {result.returncode}); output in {cache}")

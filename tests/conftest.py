@@ -181,10 +181,10 @@ def pytest_unconfigure(config) -> None:
 
 # Room the suite takes on disk (docs/testing.md): its temporary files at their peak (a passing
 # test's are removed as it ends: pyproject's tmp_path_retention_policy; 0.37 GB sampled, and the
-# 10,000-checkpoint fleet alone is 0.6 GB), and a cold cache filled (4.5 GiB: the corpora, the
-# other PySparks' virtualenvs and pip's downloads for them).
+# 10,000-checkpoint fleet, 0.6 GB, is cached), and a cold cache filled (5.4 GiB: the corpora, the
+# other PySparks' virtualenvs and pip's downloads for them, the fleet).
 TEMP_PEAK_GIB = 1
-COLD_CACHE_GIB = 5
+COLD_CACHE_GIB = 6
 
 
 def pytest_sessionstart(session) -> None:
@@ -192,14 +192,17 @@ def pytest_sessionstart(session) -> None:
         return
     import tempfile
 
-    from testbed.corpus import cache_home
+    from testbed import fleet
+    from testbed.corpus import MANIFEST, cache_home
     from testbed.generations import RELEASES, venv_ready
     from testbed.prewarm import missing
     from tests.support.disk import GIB, shortfall
 
     home = cache_home()
-    cold = bool(missing(sorted(set(_PREWARMED.values())))) or not all(
-        venv_ready(home, version) for version in RELEASES.values()
+    cold = (
+        bool(missing(sorted(set(_PREWARMED.values()))))
+        or not all(venv_ready(home, version) for version in RELEASES.values())
+        or not (fleet.cache_dir() / MANIFEST).exists()
     )
     unit_only = session.config.getoption("markexpr", "").strip() == "unit"
     needs = [("the tests' temporary files", Path(tempfile.gettempdir()), TEMP_PEAK_GIB * GIB)]

@@ -18,7 +18,7 @@ from dagster import DagsterRunStatus
 from dagster._core.storage.dagster_run import DagsterRun
 
 from orchestration.due import Caps, Look, SensorState, plan_tick
-from testbed import synthetic
+from testbed import fleet, synthetic
 
 CAPS = Caps(
     max_runs_per_tick=5, max_queued_per_job=3, validation_period_seconds=900, max_per_validation_run=50
@@ -222,27 +222,21 @@ def test_the_cursor_stays_small_at_10000_checkpoints_and_an_old_one_is_read() ->
 
 @pytest.mark.stress
 def test_10000_checkpoints_every_tick_within_its_budget_and_every_due_compaction_requested(
-    tmp_path, monkeypatch
+    monkeypatch,
 ) -> None:
-    """The fleet of issue 49 on a local disk: 10,000 checkpoints, every one new to the sensor, a
-    3 s budget. Discovery asks for 20 audit runs, not 10,000. No tick runs past its budget by more
-    than a margin (the looks in flight and the cursor's packing). Twelve checkpoints, spread over
-    the fleet, carry a chain past the threshold: each is requested within the ticks a round takes
-    plus those the caps need to serve twelve, whatever the validation runs ask for meanwhile."""
+    """The fleet of issue 49 on a local disk (`testbed.fleet`): 10,000 checkpoints, every one new to
+    the sensor, a 3 s budget. Discovery asks for 20 audit runs, not 10,000. No tick runs past its
+    budget by more than a margin (the looks in flight and the cursor's packing). Twelve
+    checkpoints, spread over the fleet, carry a chain past the threshold: each is requested within
+    the ticks a round takes plus those the caps need to serve twelve, whatever the validation runs
+    ask for meanwhile."""
     from assets.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration import sensors
 
-    budget, margin, count = 3.0, 4.0, 10_000
+    budget, margin, count, crossing = 3.0, 4.0, fleet.COUNT, fleet.CROSSING
     monkeypatch.setattr(sensors, "COMMIT_SENSOR_BUDGET", budget)
-    crossing = {f"query-{i:05d}" for i in range(417, count, count // 12)}
     assert len(crossing) == 12
-    for i in range(count):
-        name = f"query-{i:05d}"
-        # The crossing ones: 12 versions, never a snapshot, a chain of 12; the others 3 versions.
-        shape = (12, 1000) if name in crossing else (3, 5)
-        files = synthetic.iter_files(1, shape[0], window=3, snapshot_every=shape[1])
-        synthetic.write_local(tmp_path / f"team-{i % 40:02d}" / name, files)
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(tmp_path))])
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(fleet.ensure_fleet()))])
 
     with dg.instance_for_test() as instance:
         found = sensors.checkpoint_discovery_sensor(

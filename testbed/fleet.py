@@ -1,0 +1,48 @@
+"""The fleet of issue 49 on a local disk: 10,000 synthetic checkpoints (`testbed.synthetic`, the real
+naming) in 40 teams, for the commit sensor's test at scale. Twelve of them, spread over the fleet,
+carry a chain of 12 versions that never saw a snapshot; the others hold 3 versions.
+
+It is written once per version of this module into the cache and read in place: the sensor only
+reads. Written into each run's temporary folder, its 240,000 files cost the test a minute to write
+and as long again to remove when it passed.
+
+    python -m testbed.fleet OUT
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from testbed import synthetic
+from testbed.corpus import MANIFEST, cache_home, ensure_generated
+
+FLEET_VERSION = 1
+COUNT = 10_000
+TEAMS = 40
+CROSSING = frozenset(f"query-{i:05d}" for i in range(417, COUNT, COUNT // 12))
+
+
+def _generate(out: Path) -> None:
+    for i in range(COUNT):
+        name = f"query-{i:05d}"
+        shape = (12, 1000) if name in CROSSING else (3, 5)  # (versions, a snapshot every)
+        files = synthetic.iter_files(1, shape[0], window=3, snapshot_every=shape[1])
+        synthetic.write_local(out / "fleet" / f"team-{i % TEAMS:02d}" / name, files)
+    (out / MANIFEST).write_text(json.dumps({"fleet_version": FLEET_VERSION, "checkpoints": COUNT}))
+
+
+def cache_dir() -> Path:
+    return cache_home() / f"fleet-v{FLEET_VERSION}"
+
+
+def ensure_fleet() -> Path:
+    """The fleet's root folder (the checkpoints are `<team>/<query>` under it), written first when
+    the cache has none."""
+    what = f"the fleet of {COUNT:,} checkpoints"
+    return ensure_generated(cache_dir(), ["-m", "testbed.fleet"], what) / "fleet"
+
+
+if __name__ == "__main__":
+    _generate(Path(sys.argv[1]))
