@@ -3,8 +3,8 @@ naming) in 40 teams, for the commit sensor's test at scale. Twelve of them, spre
 carry a chain of 12 versions that never saw a snapshot; the others hold 3 versions.
 
 It is written once per version of this module into the cache and read in place: the sensor only
-reads. Written into each run's temporary folder, its 240,000 files cost the test a minute to write
-and as long again to remove when it passed.
+reads. Written into each run's temporary folder, its 240,673 files (0.8 GiB on disk) made the
+test take 88 s in a cold run, and their removal 99 s more as it passed.
 
     python -m testbed.fleet OUT
 """

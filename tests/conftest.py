@@ -181,7 +181,7 @@ def pytest_unconfigure(config) -> None:
 
 # Room the suite takes on disk (docs/testing.md): its temporary files at their peak (a passing
 # test's are removed as it ends: pyproject's tmp_path_retention_policy; 0.37 GB sampled, and the
-# 10,000-checkpoint fleet, 0.6 GB, is cached), and a cold cache filled (5.4 GiB: the corpora, the
+# 10,000-checkpoint fleet, 0.8 GiB, is cached), and a cold cache filled (5.5 GiB: the corpora, the
 # other PySparks' virtualenvs and pip's downloads for them, the fleet).
 TEMP_PEAK_GIB = 1
 COLD_CACHE_GIB = 6
