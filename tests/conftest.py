@@ -147,9 +147,11 @@ _TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spa
           ("corpus", _CORPORA))  # fmt: skip
 
 
-# The files that take minutes, longest first: under pytest-xdist (`--dist loadfile`) each file goes
-# to one worker in this order, so the longest start first and none is left running alone at the
-# end. Only the order changes; a file missing here runs after these.
+# The files that take minutes, longest first. Under pytest-xdist (`--dist loadfile`) this only breaks
+# ties: xdist hands files out by their number of tests (its `loadscopereorder`, on by default), and
+# with `--no-loadscope-reorder` these files all started together and ran twice as long (a warm run
+# took 27.9 min instead of 19-23.5: docs/testing.md). Only the order changes; a file missing here
+# runs after these.
 _LONGEST_FIRST = ("test_orchestration_e2e", "test_generations", "test_project", "test_migrate", "test_s3",
                   "test_repartition", "test_gc_live", "test_compaction", "test_default_formats", "test_fork",
                   "test_gc_memory", "test_commit_sensor", "test_lease")  # fmt: skip

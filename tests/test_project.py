@@ -109,11 +109,6 @@ def test_the_scheduling_order_names_test_files() -> None:
     assert [n for n in _LONGEST_FIRST if not (ROOT / "tests" / f"{n}.py").exists()] == []
 
 
-def test_the_scheduling_order_is_not_undone_by_xdist(pytestconfig) -> None:
-    # pytest-xdist's `--dist loadfile` hands files out by their number of tests unless told not to:
-    # the order above went unused, the longest files ran last, and a cold run had a 4-minute tail.
-    assert pytestconfig.getoption("loadscopereorder") is False
-
 
 def test_the_wheel_ships_no_test_scaffolding() -> None:
     shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
