@@ -109,7 +109,6 @@ def test_the_scheduling_order_names_test_files() -> None:
     assert [n for n in _LONGEST_FIRST if not (ROOT / "tests" / f"{n}.py").exists()] == []
 
 
-
 def test_the_wheel_ships_no_test_scaffolding() -> None:
     shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     assert {name.rstrip("*") for name in shipped["include"]} == {
