@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from testbed import jvm
 from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
-from testbed.corpus import cache_lock
+from testbed.corpus import MANIFEST, cache_home, cache_lock
 from testbed.defaults import DEFAULTS_VERSION
 
 # The newest patch release of each line before the project's own (4.3, the test session's).
@@ -41,12 +42,15 @@ GENERATOR_VERSION = 2
 _PROJECT = Path(__file__).resolve().parent.parent
 
 
-def child_env() -> dict[str, str]:
+def child_env(spark_version: str | None = None) -> dict[str, str]:
     """The environment of a child in another venv: this project importable from the source tree,
-    and nothing that points Spark at this venv's interpreter or installation."""
+    nothing that points Spark at this venv's interpreter or installation, and the suite's JVM
+    options (`testbed.jvm`) as the child's Spark, `spark_version`, names them."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
                                                              "SPARK_HOME", "PYTHONPATH")}  # fmt: skip
     env["PYTHONPATH"] = str(_PROJECT)
+    if spark_version and "SPARK_SUBMIT_OPTS" in env:
+        env["SPARK_SUBMIT_OPTS"] = jvm.for_version(env["SPARK_SUBMIT_OPTS"], spark_version)
     return env
 
 
@@ -81,38 +85,60 @@ def python_of(cache: Path, version: str) -> Path:
 def ensure_written_by(cache: Path, version: str, *, defaults: bool = False) -> Path:
     """`SCENARIOS` (with `defaults`: `DEFAULT_SCENARIOS`) as PySpark `version` writes them (a
     corpus folder: `<name>/checkpoint`, the inputs beside it), generated once per generator version."""
-    if defaults:
-        done = cache / f"written-by-{version}-defaults-v{DEFAULTS_VERSION}.{GENERATOR_VERSION}"
-        module, names = "testbed.defaults", DEFAULT_SCENARIOS
-    else:
-        done = cache / f"written-by-{version}-v{CORPUS_VERSION}.{GENERATOR_VERSION}"
-        module, names = "testbed.corpus", SCENARIOS
-    if (done / "manifest.json").exists():
+    done = _written_by(cache, version, defaults)
+    module, names = ("testbed.defaults", DEFAULT_SCENARIOS) if defaults else ("testbed.corpus", SCENARIOS)
+    if (done / MANIFEST).exists():
         return done
     python = python_of(cache, version)
     with cache_lock(done):
-        if (done / "manifest.json").exists():
+        if (done / MANIFEST).exists():
             return done
         work = done.with_name(done.name + ".partial")
         shutil.rmtree(work, ignore_errors=True)
         command = [str(python), "-m", module, str(work), "--only", *names]
-        subprocess.run(command, check=True, env=child_env(), cwd=cache, timeout=1800)
-        written = json.loads((work / "manifest.json").read_text())["spark_version"]
+        subprocess.run(command, check=True, env=child_env(version), cwd=cache, timeout=1800)
+        written = json.loads((work / MANIFEST).read_text())["spark_version"]
         if written != version:
             raise RuntimeError(f"{python} wrote with Spark {written}, not {version}")
         work.rename(done)
     return done
 
 
+def _written_by(cache: Path, version: str, defaults: bool) -> Path:
+    if defaults:
+        return cache / f"written-by-{version}-defaults-v{DEFAULTS_VERSION}.{GENERATOR_VERSION}"
+    return cache / f"written-by-{version}-v{CORPUS_VERSION}.{GENERATOR_VERSION}"
+
+
+def ensure_every_release(cache: Path | None = None) -> None:
+    """Every release line's virtualenv and what it writes (`ensure_written_by`), one release after
+    another, oldest first: the background generation of a cold cache (`testbed.prewarm`)."""
+    cache = cache or cache_home()
+    for version in RELEASES.values():
+        python_of(cache, version)
+        for defaults in (False, True):
+            ensure_written_by(cache, version, defaults=defaults)
+
+
+def every_release_ready(cache: Path | None = None) -> bool:
+    """Whether the cache holds what `ensure_every_release` makes."""
+    cache = cache or cache_home()
+    versions = RELEASES.values()
+    written = [_written_by(cache, version, defaults) for version in versions for defaults in (False, True)]
+    return all(venv_ready(cache, v) for v in versions) and all((w / MANIFEST).exists() for w in written)
+
+
 def restart_under(cache: Path, version: str, runs: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
     """Restarts under PySpark `version` (see `restart_with`), checked to be that version."""
-    results = restart_with(python_of(cache, version), runs, work)
+    results = restart_with(python_of(cache, version), runs, work, version)
     if any(r["spark_version"] != version for r in results):
         raise RuntimeError(f"restarted under {results[0]['spark_version']}, not {version}")
     return results
 
 
-def restart_with(python: Path, runs: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
+def restart_with(
+    python: Path, runs: list[dict[str, Any]], work: Path, spark_version: str | None = None
+) -> list[dict[str, Any]]:
     """Restarts in one child process of `python` (one JVM): each run names `scenario`,
     `scenario_dir`, `checkpoint`, `extra` and optionally `read_state` as `testbed.restart.restart`
     takes them. Returns what each emitted, the state it ended with and the Spark version, in order."""
@@ -121,5 +147,5 @@ def restart_with(python: Path, runs: list[dict[str, Any]], work: Path) -> list[d
     spec.write_text(json.dumps([{k: v if isinstance(v, bool) else str(v) for k, v in run.items()}
                                 for run in runs]))  # fmt: skip
     command = [str(python), "-m", "testbed.restart", str(spec), str(out)]
-    subprocess.run(command, check=True, env=child_env(), cwd=work, timeout=1800)
+    subprocess.run(command, check=True, env=child_env(spark_version), cwd=work, timeout=1800)
     return json.loads(out.read_text())

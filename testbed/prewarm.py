@@ -3,11 +3,12 @@
 Each corpus is generated on first use, under its own lock (`corpus.ensure_generated`). Left to its
 first user, a cold cache generates them one after another, in whatever order the tests reach them,
 while the workers that need one wait idle: on a new machine that made the suite minutes longer.
-Started at once, the three largest share the cores with the first tests instead. A fixture that
-needs one still calls its `ensure_*`, which waits on the lock and finds the corpus there; if the
-background generation failed, the fixture generates it again and fails loudly.
+Started at once (the three largest corpora, and the other PySparks' virtualenvs and checkpoints),
+they share the cores with the first tests instead. A fixture that needs one still calls its
+`ensure_*`, which waits on the lock and finds the corpus there; if the background generation
+failed, the fixture generates it again and fails loudly.
 
-    python -m testbed.prewarm corpus defaults rescue
+    python -m testbed.prewarm corpus defaults rescue generations
 """
 
 from __future__ import annotations
@@ -21,23 +22,26 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
-def _corpora() -> dict[str, tuple[Callable[[], Path], Path]]:
-    """name -> (its ensure function, its cache folder)."""
-    from testbed import corpus, defaults
+def _corpora() -> dict[str, tuple[Callable[[], object], Callable[[], bool]]]:
+    """name -> (its ensure function, whether the cache holds it complete)."""
+    from testbed import corpus, defaults, generations
+
+    def manifest_in(folder: Path) -> Callable[[], bool]:
+        return lambda: (folder / corpus.MANIFEST).exists()
 
     return {
-        "corpus": (corpus.ensure_corpus, corpus.default_cache_dir()),
-        "defaults": (defaults.ensure_defaults_corpus, defaults.default_cache_dir()),
-        "rescue": (corpus.ensure_rescue_corpus, corpus.rescue_cache_dir()),
+        "corpus": (corpus.ensure_corpus, manifest_in(corpus.default_cache_dir())),
+        "defaults": (defaults.ensure_defaults_corpus, manifest_in(defaults.default_cache_dir())),
+        "rescue": (corpus.ensure_rescue_corpus, manifest_in(corpus.rescue_cache_dir())),
+        # The other PySparks' virtualenvs and checkpoints, used by few tests, so late under xdist.
+        "generations": (generations.ensure_every_release, generations.every_release_ready),
     }
 
 
 def missing(names: list[str]) -> list[str]:
-    """Those of `names` whose cache holds no complete corpus (a manifest)."""
-    from testbed.corpus import MANIFEST
-
+    """Those of `names` that the cache does not hold complete."""
     corpora = _corpora()
-    return [name for name in names if not (corpora[name][1] / MANIFEST).exists()]
+    return [name for name in names if not corpora[name][1]()]
 
 
 def start(names: list[str], log: Path) -> subprocess.Popen | None:

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
 from checkpoint.model.checkpoint import Checkpoint, load_checkpoint
+from testbed import jvm
 from testbed.copying import copy_checkpoint
 from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
 
-# The suite's JVMs (this session's, and every child's through the environment: the corpus
-# generators, the other PySparks' restarts, the CLI, `dagster dev` and its runs) live minutes and see
-# little data: there C2's compilations and G1's threads are most of their CPU, which two cores share
-# with three workers. C1 alone and the serial collector took the other-Spark restart test from
-# 106-120 to 65 CPU-seconds (docs/testing.md). Deployments and benches keep the JVM's defaults.
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# The suite's JVMs (this session's, and every child's through the environment), tuned for minutes
+# of little data and many small files (`testbed.jvm`, docs/testing.md).
+JVM_OPTIONS = jvm.options(version("pyspark"))
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
 
 
@@ -159,7 +158,8 @@ _LONGEST_FIRST = ("test_orchestration_e2e", "test_generations", "test_project", 
 
 # The corpora a cold cache generates, by the fixture that needs each (used directly or through
 # another): started side by side in the background when the session starts (`testbed.prewarm`).
-_PREWARMED = {"corpus_root": "corpus", "defaults": "defaults", "rescue": "rescue"}
+_PREWARMED = {"corpus_root": "corpus", "defaults": "defaults", "rescue": "rescue",
+              "written_by": "generations"}  # fmt: skip
 _BACKGROUND = pytest.StashKey["subprocess.Popen | None"]()
 
 
@@ -196,16 +196,11 @@ def pytest_sessionstart(session) -> None:
 
     from testbed import fleet
     from testbed.corpus import MANIFEST, cache_home
-    from testbed.generations import RELEASES, venv_ready
     from testbed.prewarm import missing
     from tests.support.disk import GIB, shortfall
 
     home = cache_home()
-    cold = (
-        bool(missing(sorted(set(_PREWARMED.values()))))
-        or not all(venv_ready(home, version) for version in RELEASES.values())
-        or not (fleet.cache_dir() / MANIFEST).exists()
-    )
+    cold = bool(missing(sorted(set(_PREWARMED.values())))) or not (fleet.cache_dir() / MANIFEST).exists()
     unit_only = session.config.getoption("markexpr", "").strip() == "unit"
     needs = [("the tests' temporary files", Path(tempfile.gettempdir()), TEMP_PEAK_GIB * GIB)]
     if cold and not unit_only:

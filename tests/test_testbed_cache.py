@@ -44,11 +44,56 @@ def test_an_incomplete_corpus_is_generated_again(tmp_path: Path) -> None:
 
 
 def test_the_suites_jvms_run_with_the_suites_options(spark) -> None:
-    """The session's JVM got them (from the environment conftest sets, which every child inherits)."""
+    """The session's JVM got them (from the environment conftest sets, which every child inherits),
+    and its Spark took the checkpoint manager they name."""
+    from testbed import jvm
     from tests.conftest import JVM_OPTIONS
 
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert set(JVM_OPTIONS.split()) <= set(runtime.getInputArguments())
+    assert spark.conf.get(jvm.CHECKPOINT_MANAGER) == jvm.checkpoint_manager(spark.version)
+
+
+def test_a_child_gets_the_checkpoint_manager_as_its_spark_names_it() -> None:
+    """Spark 4.1 moved the class; a 4.0 child given 4.1's name would fail to start a query."""
+    from testbed import jvm
+
+    suite = jvm.options("4.3.0")
+    assert "streaming.checkpointing.FileSystemBasedCheckpointFileManager" in suite
+    to_4_0 = jvm.for_version(suite, "4.0.5")
+    assert f"-D{jvm.CHECKPOINT_MANAGER}={jvm.checkpoint_manager('4.0.5')}" in to_4_0.split()
+    assert ".checkpointing." not in to_4_0
+    assert jvm.for_version(to_4_0, "4.2.1") == suite
+    # Anything else, a manager somebody chose among it, is passed on as it is.
+    own = "-Xmx1g -Dspark.sql.streaming.checkpointFileManagerClass=com.example.Manager"
+    assert jvm.for_version(own, "4.0.5") == own
+
+
+def test_the_suites_checkpoint_manager_writes_what_sparks_default_writes(spark, tmp_path: Path) -> None:
+    """`testbed.jvm`: the FileSystem-based manager the suite's JVMs use, against Spark's default
+    (FileContext-based), on one query: the same files by name, and the same state."""
+    import re
+
+    from jobs.spark_session import scoped_confs
+    from testbed import jvm
+    from testbed.corpus import scenario_named
+    from tests.support.state import latest_state
+
+    scenario = scenario_named("long_chain")
+    default = jvm.checkpoint_manager(spark.version).replace("FileSystemBased", "FileContextBased")
+    written = {}
+    for manager in (jvm.checkpoint_manager(spark.version), default):
+        out = tmp_path / manager.rsplit(".", 1)[1]
+        scenario.write_inputs(out, 4)
+        with scoped_confs(spark, {jvm.CHECKPOINT_MANAGER: manager}):
+            scenario.run(spark, out, out / "checkpoint")
+        uuid = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+        names = sorted(uuid.sub("<id>", str(p.relative_to(out))) for p in (out / "checkpoint").rglob("*"))
+        written[manager] = names, latest_state(spark, out / "checkpoint", scenario.name)
+    (names, state), (default_names, default_state) = written.values()
+    assert any(name.endswith(".changelog") for name in names) and state
+    assert names == default_names
+    assert state == default_state
 
 
 def test_the_background_generation_starts_only_what_is_missing_and_ends_with_the_session(
@@ -62,14 +107,27 @@ def test_the_background_generation_starts_only_what_is_missing_and_ends_with_the
     import subprocess
     import time
 
-    from testbed import corpus, defaults, prewarm
+    from testbed import corpus, defaults, generations, prewarm
 
     monkeypatch.setenv("CKPT_CORPUS_CACHE", str(tmp_path / "corpus"))
-    names = ["corpus", "defaults", "rescue"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    names = ["corpus", "defaults", "generations", "rescue"]
     assert prewarm.missing(names) == names
     for folder in (corpus.default_cache_dir(), defaults.default_cache_dir(), corpus.rescue_cache_dir()):
         folder.mkdir(parents=True)
         (folder / MANIFEST).write_text("{}")
+    assert prewarm.missing(names) == ["generations"]
+    # Every release's virtualenv and both folders it writes; a virtualenv missing is missing work.
+    home = corpus.cache_home()
+    for version in generations.RELEASES.values():
+        for defaults_too in (False, True):
+            folder = generations._written_by(home, version, defaults_too)
+            folder.mkdir(parents=True)
+            (folder / MANIFEST).write_text("{}")
+    assert prewarm.missing(names) == ["generations"]
+    for version in generations.RELEASES.values():
+        generations._venv_marker(home, version).parent.mkdir(parents=True)
+        generations._venv_marker(home, version).write_text(version)
     assert prewarm.missing(names) == [] and prewarm.start(names, tmp_path / "log") is None
 
     pids = tmp_path / "pids"
