@@ -366,6 +366,17 @@ def test_a_leftover_hadoop_checksum_fails_its_store_alone(defaults, tmp_path) ->
     assert not (path / "state/0/1/12.snapshot").exists()
 
 
+def test_hadoops_checksum_of_sparks_sidecar_takes_the_snapshots_name_too(defaults, tmp_path) -> None:
+    """A stale `.<v>.snapshot.crc.crc` would fail every read of the new snapshot's Spark sidecar."""
+    from checkpoint.compaction.hdfs import taken_names
+
+    path = _copy(defaults, "hdfs_deltas", tmp_path)
+    (path / "state/0/1/.12.snapshot.crc.crc").write_bytes(b"stale")
+    ckpt = load_checkpoint(str(path))
+    assert taken_names(ckpt, "state/0/1", 12) == [".12.snapshot.crc.crc"]
+    assert taken_names(ckpt, "state/0/0", 12) == []
+
+
 @pytest.mark.slow
 def test_a_delta_that_fails_hadoops_checksum_fails_its_store_alone(defaults, tmp_path) -> None:
     """One byte of a delta's LZ4 end mark changed, its length kept: neither validation nor Spark's

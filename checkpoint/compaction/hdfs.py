@@ -87,9 +87,10 @@ def refuse_beyond_heap(sid: StoreId, needed: int, free: int | None, policy: Poli
 
 def taken_names(ckpt: Checkpoint, folder: str, version: int) -> list[str]:
     """The snapshot's name and its sidecars' that exist already. A leftover Hadoop `.crc` beside
-    a new snapshot fails every read of it on a local disk (a ChecksumException)."""
+    a new snapshot, or beside its Spark `.crc`, fails every read of it on a local disk (a
+    ChecksumException)."""
     name = HDFS_FILES.name(FileKind.SNAPSHOT, version)
-    hidden = [f".{name}.crc"] if ckpt.storage.backend.hidden_checksums else []
+    hidden = [f".{name}.crc", f".{name}.crc.crc"] if ckpt.storage.backend.hidden_checksums else []
     return [n for n in (name, f"{name}.crc", *hidden) if ckpt.storage.stat(f"{folder}/{n}") is not None]
 
 

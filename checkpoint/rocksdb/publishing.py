@@ -116,10 +116,11 @@ def _refuse_taken_names(target: ZipTarget) -> None:
     beside the new zip without matching it, and Spark prefers that zip to the replay chain: the
     store would no longer load. On a local disk so would Hadoop's hidden `.<v>_<u>.zip.crc`, which
     its local file system checks on every read (seen: a ChecksumException at the restart, when a
-    zip Spark had uploaded was gone and its checksum file not). Two stats (HEADs on S3), three
-    on a local disk, whatever the folder holds."""
+    zip Spark had uploaded was gone and its checksum file not), and `.<v>_<u>.zip.crc.crc`, its
+    checksum of Spark's sidecar (seen: Spark's FileSystem-based checkpoint manager refused the new
+    sidecar). Two stats (HEADs on S3), four on a local disk, whatever the folder holds."""
     storage, zip_name = target.storage, target.name
-    hadoop = [f".{zip_name}.crc"] if storage.backend.hidden_checksums else []
+    hadoop = [f".{zip_name}.crc", f".{zip_name}.crc.crc"] if storage.backend.hidden_checksums else []
     for name in (zip_name, f"{zip_name}.crc", *hadoop):
         where = f"{target.folder}/{name}"
         if storage.stat(where) is not None:

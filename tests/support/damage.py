@@ -78,11 +78,12 @@ def flip_last_byte_of_first_block(main: Path) -> None:
 
 
 def remove(path: Path) -> None:
-    """A file gone as Spark deletes it: with its Spark `.crc` sidecar and the hidden `.<name>.crc`
-    that Hadoop's local file system deletes with it (left behind, it fails any new file of the
-    name on every read)."""
-    for gone in (path, path.with_name(path.name + ".crc"), path.with_name(f".{path.name}.crc")):
-        gone.unlink(missing_ok=True)
+    """A file gone as Spark deletes it: with its Spark `.crc` sidecar, and the hidden `.<name>.crc`
+    and `.<name>.crc.crc` that Hadoop's local file system deletes with each (left behind, they fail
+    any new file of those names on every read)."""
+    sidecar = path.name + ".crc"
+    for name in (path.name, sidecar, f".{sidecar}", f".{sidecar}.crc"):
+        path.with_name(name).unlink(missing_ok=True)
 
 
 def zip_files(path: Path, entry: StoreLineage) -> list[Path]:
