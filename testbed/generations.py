@@ -142,7 +142,8 @@ def restart_with(
 ) -> list[dict[str, Any]]:
     """Restarts in one child process of `python` (one JVM): each run names `scenario`,
     `scenario_dir`, `checkpoint`, `extra` and optionally `read_state` as `testbed.restart.restart`
-    takes them. Returns what each emitted, the state it ended with and the Spark version, in order."""
+    takes them. Returns what each emitted, the state it ended with and the Spark version, in order.
+    `spark_version`, the child's, names the suite's JVM options as it needs them (`child_env`)."""
     work.mkdir(parents=True, exist_ok=True)
     spec, out = work / "restarts.json", work / "restarted.json"
     spec.write_text(json.dumps([{k: v if isinstance(v, bool) else str(v) for k, v in run.items()}

@@ -10,6 +10,8 @@ went to work that is not the test's (docs/testing.md gives the figures):
   renames, and `chmod` for every file it creates. Spark's FileSystem-based checkpoint manager writes
   the same files (`tests/test_testbed_cache.py` compares them) without the FileContext, so without
   the `readlink`s; and the JVM starts the `chmod`s that remain by vfork, not through jspawnhelper.
+  It reads at least as strictly: a restart through it refused a stale Hadoop `.crc` of Spark's own
+  sidecar that a restart through the FileContext-based one read past (`tests/test_compaction.py`).
 """
 
 from __future__ import annotations
