@@ -37,13 +37,16 @@ def checkpoint_manager(spark_version: str) -> str:
     return f"{package}.FileSystemBasedCheckpointFileManager"
 
 
+def _manager_option(spark_version: str) -> str:
+    return f"-D{CHECKPOINT_MANAGER}={checkpoint_manager(spark_version)}"
+
+
 def options(spark_version: str) -> str:
     """The suite's JVM options for a Spark of `spark_version`."""
-    return f"{JAVA} -D{CHECKPOINT_MANAGER}={checkpoint_manager(spark_version)}"
+    return f"{JAVA} {_manager_option(spark_version)}"
 
 
 def for_version(submit_opts: str, spark_version: str) -> str:
     """`submit_opts` (a parent's `SPARK_SUBMIT_OPTS`) for a child running `spark_version`: the
     suite's checkpoint manager, if named there, named as that Spark names it; the rest as it is."""
-    option = f"-D{CHECKPOINT_MANAGER}={checkpoint_manager(spark_version)}"
-    return _SUITES_MANAGER.sub(option, submit_opts)
+    return _SUITES_MANAGER.sub(_manager_option(spark_version), submit_opts)
