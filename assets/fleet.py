@@ -30,6 +30,7 @@ from checkpoint.analysis import (
     needs_attention,
     ranked,
     totals,
+    unreadable_row,
 )
 from checkpoint.format import AUDIT_FOLDER
 from checkpoint.model import each_checkpoint
@@ -173,11 +174,16 @@ def _rows(roots: CheckpointRootsResource, keys: list[str], history: _History) ->
         options = roots.root(name).storage_options
         looks.append((key, storages[name].child(rel).url, options, policy, history.known(key)))
     latency_bound = any(s.backend.latency_bound for s in storages.values())
-    return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound), policy)
+    return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound, timed_out=_timed_out), policy)
 
 
 def _look(item: tuple) -> FleetRow:
     return look_at(*item)
+
+
+def _timed_out(item: tuple, timeout: float) -> FleetRow:
+    key, url, _, _, known = item
+    return unreadable_row(key, url, f"no answer in {timeout:g} s: the look was abandoned", **known)
 
 
 def _or(value, default):

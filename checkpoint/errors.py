@@ -38,6 +38,23 @@ class StorageError(CheckpointError):
     """Listing or reading failed (permissions, network, a listing cut short)."""
 
 
+class UntrustedFileError(StorageError):
+    """A path a checkpoint holds that is no regular file of its own: nothing of it was read."""
+
+
+class OutsideCheckpointError(UntrustedFileError):
+    """A file that resolves outside its checkpoint (a symlink, in its name or in a folder above it)."""
+
+
+class NotARegularFileError(UntrustedFileError):
+    """A FIFO, a device, a socket or a folder where Spark writes a file: opened without blocking,
+    refused before any byte is read."""
+
+
+class OversizedFileError(UntrustedFileError):
+    """A file longer than what its kind ever holds: refused after the bound plus one byte."""
+
+
 class UnknownFormatVersionError(CheckpointError):
     """A file declares a format version this release does not know: never guess its layout."""
 

@@ -53,6 +53,9 @@ class Policy:
     # A commit-sensor tick looks at checkpoints for this long at most (in turn, from where the
     # last tick stopped): Dagster kills a tick at 60 s, and deployments often cut it at 15 s.
     sensor_tick_budget_seconds: float = 30
+    # A look at one checkpoint (the commit sensor's, the fleet view's, discovery's listing of a
+    # folder) that has not answered in this long is abandoned and reported: the others go on.
+    look_timeout_seconds: float = 10
     sensor_max_queued_per_job: int = 8
     validation_run_max_checkpoints: int = 500
     # Discovery audits new checkpoints in batched validation runs, at most so many runs a tick;

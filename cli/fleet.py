@@ -6,7 +6,7 @@ import argparse
 import functools
 from typing import Any
 
-from checkpoint.analysis import FleetRow, look_at, needs_attention, ranked, unreadable_row
+from checkpoint.analysis import FleetRow, look_at, needs_attention, printable, ranked, unreadable_row
 from checkpoint.cleanup import AuditTrail, plan_gc
 from checkpoint.errors import CheckpointError, GcError
 from checkpoint.model import each_checkpoint, scan
@@ -26,9 +26,11 @@ def fleet(args: argparse.Namespace) -> Result:
         latency_bound |= storage.backend.latency_bound
     cleanup = None if args.no_cleanup_plan else ("fresh" if args.plan else "newest")
     rows = ranked(
-        each_checkpoint(functools.partial(_row, cleanup=cleanup), found, latency_bound=latency_bound)
+        each_checkpoint(
+            functools.partial(_row, cleanup=cleanup), found, latency_bound=latency_bound, timed_out=_timed_out
+        )  # fmt: skip
     )
-    attention = [(a.row.url, a.reason, a.action) for a in needs_attention(rows)]
+    attention = printable([(a.row.url, a.reason, a.action) for a in needs_attention(rows)])
     code = EXIT_FINDINGS if any(r.errors for r in rows) else 0
     return Result(
         {"checkpoints": [r.as_dict() for r in rows]}, lambda d: render.fleet_text(d, attention), code
@@ -45,15 +47,20 @@ def _row(url: str, cleanup: str | None) -> FleetRow:
     return look_at(url, url, None, POLICY, known)
 
 
+def _timed_out(url: str, timeout: float) -> FleetRow:
+    return unreadable_row(url, url, f"no answer in {timeout:g} s: the look was abandoned")
+
+
 def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
     """The bytes the newest cleanup plan in the checkpoint's audit trail found, and when it was
     made: one listing of its folder and one small read. With `fresh`, a dry-run plan with the
     default grace is made first (it lists every file, and is kept in the audit trail like any
-    plan). None when there is no plan, or cleanup refuses to plan this checkpoint."""
+    plan). None when there is no plan, when the newest was applied, or cleanup refuses to plan
+    this checkpoint."""
     storage = Storage(url)
     audit = AuditTrail(AuditTrail.default_for(storage.url))
     try:
-        plan = plan_gc(storage, audit) if fresh else audit.latest_plan(storage.url)
+        plan = plan_gc(storage, audit) if fresh else audit.latest_plan(storage.url, applied=False)
     except GcError:
         plan = None
     if plan is None:

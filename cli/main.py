@@ -15,6 +15,7 @@ import json
 import os
 import sys
 
+from checkpoint.analysis import printable
 from checkpoint.errors import CheckpointError, Stopped
 
 from . import compact, fleet, fork, gc, migrate, read, repartition
@@ -41,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
             result: Result | int = args.run(args)
         except Stopped as exc:  # part-way: marked or put back, and a re-run finishes it
             progress.finish()
-            print(f"ckpt: {exc.label}: {exc}", file=sys.stderr)
+            print(f"ckpt: {exc.label}: {printable(str(exc))}", file=sys.stderr)
             return EXIT_FINDINGS
         except CheckpointError as exc:  # refused, unreadable: nothing was changed
             progress.finish()
-            print(f"ckpt: error: {exc}", file=sys.stderr)
+            print(f"ckpt: error: {printable(str(exc))}", file=sys.stderr)
             return EXIT_UNREADABLE
         except KeyboardInterrupt:
             return 130
@@ -53,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(result, int):
         return result
     try:
-        print(json.dumps(result.doc, indent=2) if args.json else result.text(result.doc), flush=True)
+        # Text escapes the control characters of every name it prints; JSON escapes them itself.
+        print(
+            json.dumps(result.doc, indent=2) if args.json else result.text(printable(result.doc)), flush=True
+        )
     except BrokenPipeError:
         # The reader went away (`ckpt lineage PATH | head -5`): quiet, as a tool killed by SIGPIPE
         # is, and with its status. Python would report the pipe again when it flushes at exit.

@@ -18,6 +18,10 @@ holds; this decides. Tests drive it with a manual clock.
   looks at) ticks, whatever the fleet's size. A checkpoint not looked at keeps its state.
 - The cursor is packed (zlib, base64): at 10,000 checkpoints it stays under 64 KB (the sensor's
   benchmark says how far under). A cursor of an earlier release is read, then replaced.
+- The cursor is input: anyone with the UI can set it. `SensorState.read` bounds its size before
+  and after decompression, checks every type and run length, and clamps every time to now, so no
+  cursor can postpone a validation or a compaction past one period; a cursor it cannot read is an
+  empty state and a warning, and the tick goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import base64
 import bisect
 import json
+import math
 import os
 import zlib
 from collections.abc import Collection, Sequence
@@ -32,6 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _PACKED = "z1:"  # a packed cursor's prefix: earlier releases wrote plain JSON
+# A cursor of 10,000 checkpoints packs into tens of KB and unpacks into about a MB: far above both.
+MAX_CURSOR_CHARS = 4 << 20
+MAX_CURSOR_BYTES = 32 << 20
+
+
+class CursorError(ValueError):
+    """A cursor this release cannot read as its own: the tick starts from an empty state."""
 
 
 @dataclass(frozen=True)
@@ -82,22 +94,56 @@ class SensorState:
         return _PACKED + base64.b64encode(packed).decode()
 
     @classmethod
+    def read(cls, text: str | None, now: float) -> tuple[SensorState, str | None]:
+        """The state a cursor holds, and None; or an empty state and why the cursor was not read.
+        Every time in it is clamped to `now`: a time in the future would postpone what is due."""
+        try:
+            state = cls.from_json(text)
+        except CursorError as exc:
+            return cls(), f"the sensor's cursor was not read ({exc}): starting from an empty state"
+        for times in (state.validated, state.unvalidated, state.crossings):
+            for key, t in times.items():
+                times[key] = min(t, now)
+        return state, None
+
+    @classmethod
     def from_json(cls, text: str | None) -> SensorState:
+        """The cursor as written; CursorError for anything else, before memory is spent on it."""
         if not text:
             return cls()
-        if text.startswith(_PACKED):
-            body = json.loads(zlib.decompress(base64.b64decode(text[len(_PACKED) :])))
-            keys = _front_decoded(body["keys"])
+        if not isinstance(text, str) or len(text) > MAX_CURSOR_CHARS:
+            raise CursorError(f"longer than {MAX_CURSOR_CHARS} characters")
+        try:
+            if text.startswith(_PACKED):
+                return cls._unpacked(_inflate(text[len(_PACKED) :]))
+            raw = json.loads(text)
+            if not isinstance(raw, dict):
+                raise CursorError("not an object")
+            if raw and all(isinstance(v, int) for v in raw.values()):
+                return cls(
+                    seen=_checked(raw, int)
+                )  # the cursor of releases before the last: seen batches only
+            return cls(_checked(raw.get("seen", {}), int), _checked(raw.get("validated", {}), float),
+                       _checked(raw.get("unvalidated", {}), float), _checked(raw.get("crossings", {}), float),
+                       _strings(raw.get("urgent", [])), _string(raw.get("next_key", "")))  # fmt: skip
+        except CursorError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError, zlib.error) as exc:
+            raise CursorError(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
 
-            def column(name: str) -> dict[str, Any]:
-                return {k: v for k, v in zip(keys, _unrun(body[name]), strict=True) if v is not None}
+    @classmethod
+    def _unpacked(cls, body: Any) -> SensorState:
+        if not isinstance(body, dict):
+            raise CursorError("not an object")
+        keys = _front_decoded(body["keys"])
 
-            return cls(column("seen"), column("validated"), column("unvalidated"), dict(body["crossings"]),
-                       list(body["urgent"]), str(body["next_key"]))  # fmt: skip
-        raw = json.loads(text)
-        if raw and all(isinstance(v, int) for v in raw.values()):
-            return cls(seen=dict(raw))  # the cursor of releases before the last: seen batches only
-        return cls(**{k: raw.get(k, type(v)()) for k, v in cls().__dict__.items()})
+        def column(name: str, kind: type) -> dict[str, Any]:
+            values = _unrun(body[name], len(keys))
+            return _checked({k: v for k, v in zip(keys, values, strict=True) if v is not None}, kind)
+
+        return cls(column("seen", int), column("validated", float), column("unvalidated", float),
+                   _checked(body["crossings"], float), _strings(body["urgent"]),
+                   _string(body["next_key"]))  # fmt: skip
 
 
 def _second(t: float | None) -> int | None:
@@ -115,10 +161,50 @@ def _front_coded(keys: list[str]) -> list[Any]:
     return out
 
 
-def _front_decoded(coded: list[Any]) -> list[str]:
+def _inflate(text: str) -> Any:
+    """The packed body, decompressed to at most MAX_CURSOR_BYTES: a small cursor that would unpack
+    into gigabytes stops there."""
+    inflater = zlib.decompressobj()
+    data = inflater.decompress(base64.b64decode(text, validate=True), MAX_CURSOR_BYTES)
+    if inflater.unconsumed_tail:
+        raise CursorError(f"unpacks into more than {MAX_CURSOR_BYTES} bytes")
+    return json.loads(data)
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise CursorError(f"{type(value).__name__} where a key is expected")
+    return value
+
+
+def _strings(values: Any) -> list[str]:
+    if not isinstance(values, list):
+        raise CursorError("a list is expected")
+    return [_string(v) for v in values]
+
+
+def _checked(mapping: Any, kind: type) -> dict[str, Any]:
+    """{key: number}, every key a string and every number finite and of `kind` (an int is a float)."""
+    if not isinstance(mapping, dict):
+        raise CursorError("an object is expected")
+    out = {}
+    for key, value in mapping.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+            raise CursorError(f"{type(value).__name__} where a number is expected")
+        if kind is float and not math.isfinite(value):
+            raise CursorError("a time that is not finite")
+        out[_string(key)] = kind(value)
+    return out
+
+
+def _front_decoded(coded: Any) -> list[str]:
+    if not isinstance(coded, list) or len(coded) % 2:
+        raise CursorError("its keys are not pairs")
     keys, prev = [], ""
     for shared, rest in zip(coded[::2], coded[1::2], strict=True):
-        prev = prev[:shared] + rest
+        if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= len(prev):
+            raise CursorError("a key shares more than the key before it has")
+        prev = prev[:shared] + _string(rest)
         keys.append(prev)
     return keys
 
@@ -134,8 +220,15 @@ def _runs(values: list[Any]) -> list[Any]:
     return out
 
 
-def _unrun(runs: list[Any]) -> list[Any]:
-    return [value for value, count in zip(runs[::2], runs[1::2], strict=True) for _ in range(count)]
+def _unrun(runs: Any, expected: int) -> list[Any]:
+    """Runs unfolded, once their counts are known to add up to `expected` (the keys): a count of
+    10^10 is refused before any list is built."""
+    if not isinstance(runs, list) or len(runs) % 2:
+        raise CursorError("a column is not pairs of a value and a count")
+    counts = runs[1::2]
+    if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts) or sum(counts) != expected:
+        raise CursorError(f"a column's runs do not add up to its {expected} keys")
+    return [value for value, count in zip(runs[::2], counts, strict=True) for _ in range(count)]
 
 
 def looking_order(keys: Collection[str], state: SensorState) -> list[str]:

@@ -5,7 +5,6 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import dagster as dg
 from dagster import DagsterRunStatus
@@ -13,7 +12,7 @@ from dagster import DagsterRunStatus
 from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
-from checkpoint.model import latest_commit
+from checkpoint.model import latest_commit, within_deadline
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.storage import Storage
 from orchestration.due import Caps, Look, SensorState, looking_order, plan_tick, resume_at
@@ -30,6 +29,13 @@ DISCOVERY_MAX_RUNS = int(os.environ.get("CKPT_DISCOVERY_MAX_RUNS", POLICY.discov
 # Checkpoints looked at side by side in one tick: an idle look is one LIST round trip on S3, so
 # 1,000 checkpoints take about 1000 / 32 round trips.
 COMMIT_SENSOR_WORKERS = int(os.environ.get("CKPT_COMMIT_SENSOR_WORKERS", POLICY.sensor_workers))
+
+
+# A look that has not answered in this long is abandoned (a hung NFS read, a storage that stalls):
+# the tick reports it and goes on.
+COMMIT_SENSOR_LOOK_TIMEOUT = float(
+    os.environ.get("CKPT_COMMIT_SENSOR_LOOK_TIMEOUT", POLICY.look_timeout_seconds)
+)
 
 
 def _root_of(key: str) -> str | None:
@@ -139,30 +145,20 @@ def look_within(
     budget: float,
     workers: int,
     clock: Callable[[], float] = time.monotonic,
+    look_timeout: float = COMMIT_SENSOR_LOOK_TIMEOUT,
 ) -> dict[str, Look]:
     """Looks at checkpoints in `order`, `workers` at a time, starting no look once `budget`
-    seconds have passed: the looks made are a prefix of `order`, and the tick ends within the
-    budget and the longest look in flight, whatever the fleet's size."""
-    deadline = clock() + budget
-    looks: dict[str, Look] = {}
-    if workers <= 1:
-        for one in order:
-            if clock() >= deadline:
-                break
-            looks[one] = look(one)
-        return looks
-    pending: dict[Future[Look], str] = {}
-    keys = iter(order)
-    with ThreadPoolExecutor(workers) as pool:
-        while True:
-            while len(pending) < workers and clock() < deadline and (key := next(keys, None)) is not None:
-                pending[pool.submit(look, key)] = key
-            if not pending:
-                break
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                looks[pending.pop(future)] = future.result()
-    return {key: looks[key] for key in order if key in looks}
+    seconds have passed, and giving up on a look that has not answered within `look_timeout`
+    (a hung NFS read, a storage that stalls): it is abandoned in its thread, a daemon one that
+    cannot hold the process, and reported as a problem. The looks made are a prefix of `order`, so
+    the next tick goes on past an abandoned one, and the tick ends within the budget and one
+    look's timeout, whatever the fleet's size and whatever a checkpoint holds."""
+
+    def timed_out(_: str, t: float) -> Look:
+        return Look(None, problem=f"look timed out after {t:g} s: skipped this tick")
+
+    done = within_deadline(order, look, budget, workers, clock, look_timeout, timed_out)
+    return {order[i]: found for i, found in done.items()}
 
 
 def _queue(instance: dg.DagsterInstance) -> tuple[dict[str, int], set[str]]:
@@ -187,7 +183,9 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     error. Never more runs than the tick's cap, nor than a job's queue has room for; what waits is
     kept in the cursor and named in the skip reason."""
     keys = context.instance.get_dynamic_partitions(CHECKPOINTS)
-    before = SensorState.from_json(context.cursor)
+    before, unread = SensorState.read(context.cursor, time.time())
+    if unread is not None:
+        context.log.warning(unread)
     order = looking_order(keys, before)
     started = time.monotonic()
     storages = {r.name: roots.storage(r.name) for r in roots.roots}

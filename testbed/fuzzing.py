@@ -9,9 +9,11 @@ checksum that would refuse them first.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from checkpoint.format.snapshot import parse_zip_metadata, read_snapshot
 from checkpoint.format.spark import SHUFFLE_PARTITIONS
 from checkpoint.format.unsaferow import read_schema_file, row_shape
 from checkpoint.policy import POLICY
+from orchestration.due import SensorState
 from testbed.lz4java import frame
 
 
@@ -69,6 +72,18 @@ def _offset_conf(b: bytes) -> object:
     return entry
 
 
+def _cursor(b: bytes) -> object:
+    """The commit sensor's cursor, which anyone with the UI sets: the body packed as the sensor
+    packs it, and the bytes as plain text. Any cursor reads as a state (an empty one and a warning
+    when it is not one), and no time in it lies past now."""
+    now = 1.7e9
+    for text in ("z1:" + base64.b64encode(zlib.compress(b)).decode(), b.decode("utf-8", "replace")):
+        state, _ = SensorState.read(text, now)
+        for times in (state.validated, state.unvalidated, state.crossings):
+            assert all(t <= now for t in times.values()), times
+    return state
+
+
 # target -> what reads it, from bytes
 TARGETS: dict[str, Callable[[bytes], object]] = {
     "commit": lambda b: parse_commit(7, b, "commits/7"),
@@ -84,6 +99,7 @@ TARGETS: dict[str, Callable[[bytes], object]] = {
     "sidecar": lambda b: parse_sidecar(b, "1_x.changelog.crc"),
     "hadoop_crc": _hadoop_checked,
     "state_schema": lambda b: row_shape(read_schema_file(b, "_metadata/schema")[0], "_metadata/schema"),
+    "sensor_cursor": _cursor,
 }
 
 
@@ -114,7 +130,17 @@ def seeds(checkpoint: Path) -> dict[str, bytes]:
         "sidecar": found[FileKind.SPARK_CRC].read_bytes(),
         "hadoop_crc": _with_hadoop_crc(found[FileKind.CHANGELOG]),
         "state_schema": found[FileKind.STATE_SCHEMA].read_bytes(),
+        "sensor_cursor": _cursor_seed(checkpoint),
     }
+
+
+def _cursor_seed(checkpoint: Path) -> bytes:
+    """The packed body of a cursor that has seen this checkpoint and its siblings."""
+    keys = [f"root:{checkpoint.name}", f"root:{checkpoint.name}-2", "root:other/q"]
+    state = SensorState(seen=dict.fromkeys(keys, 11), validated=dict.fromkeys(keys[:2], 1.6e9),
+                        unvalidated={keys[2]: 1.6e9}, crossings={keys[0]: 1.6e9}, urgent=[keys[1]],
+                        next_key=keys[1])  # fmt: skip
+    return zlib.decompress(base64.b64decode(state.to_json()[3:]))
 
 
 def _state_conf(offset: bytes) -> bytes:

@@ -120,6 +120,10 @@ CASES = {
     # partitions 1-3 for orphans); and a join's store left out of its metadata.
     "STORES_DISAGREE": ("hdfs_agg", False, lambda p: _declare_partitions(p, 1)),
     "UNNAMED_STATE_FOLDER": ("hdfs_agg", False, lambda p: shutil.copytree(p / "state/0/0", p / "state/0/7")),
+    # A commit made a link to a copy of itself outside the checkpoint, and a FIFO in its place:
+    # neither is read (tests/test_untrusted_fs.py drives the actions over them).
+    "FILE_OUTSIDE_CHECKPOINT": ("snapshots", False, lambda p: damage.link_outside(_commits(p, 3))),
+    "NOT_A_REGULAR_FILE": ("snapshots", False, lambda p: damage.fifo_for(_commits(p, 3))),
 }  # fmt: skip
 
 

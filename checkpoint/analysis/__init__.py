@@ -27,6 +27,7 @@ from checkpoint.analysis.report import (
     inspect_summary,
     inventory,
     lineage_document,
+    printable,
     scan_entry,
     validation_document,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "batch_spans",
     "headroom",
     "human_bytes",
+    "printable",
     "inspect_summary",
     "inventory",
     "lineage_document",

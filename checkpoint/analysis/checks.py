@@ -18,7 +18,12 @@ from checkpoint.analysis.findings import Finding, FindingCode, batch_spans
 from checkpoint.analysis.findings import Severity as Severity
 from checkpoint.analysis.findings import finding as _finding
 from checkpoint.analysis.stores import store_findings
-from checkpoint.errors import CheckpointError, UnknownFormatVersionError
+from checkpoint.errors import (
+    CheckpointError,
+    NotARegularFileError,
+    OutsideCheckpointError,
+    UnknownFormatVersionError,
+)
 from checkpoint.format import (
     FORK_COMPLETE,
     FORK_STARTED,
@@ -156,14 +161,19 @@ def _bare_operators(ckpt: Checkpoint) -> Iterable[Finding]:
                        "the query once on Spark 4.x, which writes it")  # fmt: skip
 
 
+_PROBLEM_CODES = (
+    (UnknownFormatVersionError, FindingCode.UNKNOWN_FORMAT_VERSION),
+    (OutsideCheckpointError, FindingCode.FILE_OUTSIDE_CHECKPOINT),
+    (NotARegularFileError, FindingCode.NOT_A_REGULAR_FILE),
+)
+
+
 def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:
     for problem in ckpt.problems:
-        code = (
-            FindingCode.UNKNOWN_FORMAT_VERSION
-            if isinstance(problem.error, UnknownFormatVersionError)
-            else FindingCode.UNREADABLE_LOG_FILE
+        codes = (code for kind, code in _PROBLEM_CODES if isinstance(problem.error, kind))
+        yield _finding(
+            next(codes, FindingCode.UNREADABLE_LOG_FILE), ckpt.storage.full(problem.rel), str(problem.error)
         )
-        yield _finding(code, ckpt.storage.full(problem.rel), str(problem.error))
 
 
 Span = tuple[int, int]  # first and last batch id of a run, both included
@@ -222,8 +232,8 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
 
 
 def _partition_findings(ckpt: Checkpoint, latest: int | None) -> Iterable[Finding]:
-    if latest is None:
-        return
+    if latest is None or latest not in ckpt.batches:
+        return  # the newest commit file could not be read: a finding of its own says so
     yield from store_findings(ckpt, latest)
     batch = ckpt.batches[latest]
     if batch.commit is None or batch.commit.state_unique_ids is None or batch.offset is None:

@@ -55,6 +55,8 @@ class FindingCode(StrEnum):
     OPERATOR_METADATA_MISSING = "OPERATOR_METADATA_MISSING"
     STORES_DISAGREE = "STORES_DISAGREE"
     UNNAMED_STATE_FOLDER = "UNNAMED_STATE_FOLDER"
+    FILE_OUTSIDE_CHECKPOINT = "FILE_OUTSIDE_CHECKPOINT"
+    NOT_A_REGULAR_FILE = "NOT_A_REGULAR_FILE"
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,10 @@ CODES = _codes(
     Code(F.MOVED_CHECKPOINT, E, LOG, "operator metadata names schema files under another root: moved"),
     Code(F.SCHEMA_FILE_MISSING, E, LOG, "a schema file that operator metadata names does not exist"),
     Code(F.UNREADABLE_LOG_FILE, E, LOG, "a commit, offset or metadata file cannot be parsed"),
+    Code(F.FILE_OUTSIDE_CHECKPOINT, E, LOG, "a file of the checkpoint resolves outside it (a symlink in its "
+         "name or a folder above): never read, and every action that writes refuses the checkpoint"),
+    Code(F.NOT_A_REGULAR_FILE, E, LOG, "a FIFO, a device or a socket where Spark writes a file: never "
+         "opened, and every action that writes refuses the checkpoint"),
     Code(F.UNKNOWN_FORMAT_VERSION, E, LOG, "a file declares a format version this release does not know"),
     Code(F.COMMIT_WITHOUT_OFFSETS, E, LOG, "a batch is committed but its offsets file is missing"),
     Code(F.OFFSET_LOG_GAP, E, LOG, "batch ids missing inside the offset log"),

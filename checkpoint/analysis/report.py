@@ -1,5 +1,6 @@
-"""Plain-data summaries of a checkpoint (the documents `--json` prints and Dagster records), and the
-one spelling of a byte size the adapters show; the adapters render them."""
+"""Plain-data summaries of a checkpoint (the documents `--json` prints and Dagster records), the
+one spelling of a byte size the adapters show, and names made safe to print; the adapters render
+them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,25 @@ import humanfriendly
 
 from checkpoint.analysis.checks import Validation
 from checkpoint.model import Checkpoint, StoreLineage
+
+# Control characters (C0, DEL, C1: newline, CR, tab, ESC and the 8-bit CSI of ANSI sequences) as
+# Python writes them in a literal, so a folder named to forge a row or move the cursor prints as
+# its name, on one line.
+_CONTROLS = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def printable(value: Any) -> Any:
+    """`value` with every control character in its strings escaped, through lists and dicts: what a
+    text output prints of names read from a storage (folders, files, messages naming them)."""
+    if isinstance(value, str):
+        return value.translate(_CONTROLS)
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(printable(v) for v in value)
+    return value
 
 
 def _identity(ckpt: Checkpoint) -> dict[str, Any]:

@@ -185,7 +185,7 @@ def apply_plan(
             # A listing or a stat that fails raises here, before anything of this batch is deleted.
             outcomes, ready = _restat(_current(storage, batch, plan.partition_files), batch)
             if ready:
-                outcomes += _delete(storage, ready, attempts, sleep)
+                outcomes += _delete(storage, ready, attempts, sleep, plan.folder_ids)
             deleted_count += sum(o.outcome == Kind.DELETED for o in outcomes)
             if deleted_count:
                 crash_point("cleanup.deleted", deleted_count)  # the worst moment: deleted, not recorded
@@ -239,8 +239,10 @@ def _restat(
     return outcomes, ready
 
 
-def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) -> list[Outcome]:
-    errors = _delete_with_redrive(storage, [c.path for c in ready], attempts, sleep)
+def _delete(
+    storage: Storage, ready: list[PlannedFile], attempts: int, sleep, folders: dict[str, list[int]]
+) -> list[Outcome]:
+    errors = _delete_with_redrive(storage, [c.path for c in ready], attempts, sleep, folders)
     return [
         Outcome(c.path, c.size, c.reason, Kind.FAILED, errors[c.path])
         if c.path in errors
@@ -249,13 +251,15 @@ def _delete(storage: Storage, ready: list[PlannedFile], attempts: int, sleep) ->
     ]
 
 
-def _delete_with_redrive(storage: Storage, rels: list[str], attempts: int, sleep) -> dict[str, str]:
+def _delete_with_redrive(
+    storage: Storage, rels: list[str], attempts: int, sleep, folders: dict[str, list[int]]
+) -> dict[str, str]:
     """Storage.delete_batch, with the keys that failed with a retryable code sent again after a
     back-off; what keeps failing, or fails for good, is returned per key as {rel: why}."""
     pending, errors = list(rels), {}
     for attempt in range(attempts):
         try:
-            this_round = storage.delete_batch(pending)
+            this_round = storage.delete_batch(pending, folders)
         except Exception as exc:  # noqa: BLE001 - the request as a whole failed: every key it held did
             errors.update({rel: f"request failed: {type(exc).__name__}: {exc}" for rel in pending})
             break

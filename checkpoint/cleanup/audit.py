@@ -192,12 +192,16 @@ class AuditTrail:
                 out[plan_id].append(f)
         return out
 
-    def latest_plan(self, checkpoint_url: str) -> Plan | None:
+    def latest_plan(self, checkpoint_url: str, *, applied: bool = True) -> Plan | None:
         """The newest plan of a checkpoint (plan ids sort by the time they were made), its header
-        only: what `ckpt fleet` shows as reclaimable without planning again."""
-        with_manifest = [p for p, files in self._plans(checkpoint_url).items()
-                         if any(f.rel.endswith(".plan.jsonl") for f in files)]  # fmt: skip
+        only: what `ckpt fleet` shows as reclaimable without planning again. `applied=False`: None
+        when that plan has outcomes, since what an apply found is gone (or kept, with why), and its
+        bytes are no longer there to reclaim."""
+        plans = self._plans(checkpoint_url)
+        with_manifest = [p for p, files in plans.items() if any(f.rel.endswith(".plan.jsonl") for f in files)]
         if not with_manifest:
+            return None
+        if not applied and any(".outcomes.jsonl" in f.rel for f in plans[max(with_manifest)]):
             return None
         return self.read_plan(f"{self.url}/{folder_name(checkpoint_url)}/{max(with_manifest)}.plan.jsonl")
 

@@ -85,6 +85,10 @@ class Plan:
     # A held SST went into the manifest only if older; the apply holds it to the same floor.
     sst_floor: float | None = None
     quiet_seconds: float = POLICY.quiet_seconds  # what "live" was decided by; the apply decides by it again
+    # On a local disk, [device, inode] of the checkpoint's folder ("") and of every folder down to
+    # each partition folder, when planned: the apply deletes through these very folders, never
+    # through one swapped in since (a link, or another folder moved into place)
+    folder_ids: dict[str, list[int]] = field(default_factory=dict)
     manifest: str = ""  # its URL in the audit trail
     # sha256 of the manifest's bytes, header included. Never read from the manifest itself: the
     # planner sets it, and whoever applies must get it from a record the manifest cannot edit
@@ -127,7 +131,11 @@ _NOT_IN_HEADER = frozenset({"manifest", "digest"})
 # Fields the header names otherwise: its keys are those of every earlier release.
 _IN_HEADER = {"total_bytes": "bytes"}
 # Absent from the headers of plans made before they were.
-_OPTIONAL_IN_HEADER = {"sst_floor": None, "quiet_seconds": POLICY.quiet_seconds}
+_OPTIONAL_IN_HEADER: dict[str, Any] = {
+    "sst_floor": None,
+    "quiet_seconds": POLICY.quiet_seconds,
+    "folder_ids": {},
+}
 
 
 class Totals:

@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, NoReturn
 
 from checkpoint.analysis import Category, Severity, validate
@@ -127,6 +128,7 @@ def plan_gc(
             partition_files=spill.partition_files,
             sst_floor=spill.floor if live else None,
             quiet_seconds=quiet_seconds,
+            folder_ids=storage.folder_ids(_with_parents(spill.partition_files)),
         )
         return audit.write_manifest(plan, spill.line_files)
 
@@ -210,6 +212,15 @@ class Recheck:
 _DELETABLE = frozenset({FileKind.ZIP, FileKind.CHANGELOG, FileKind.DELTA, FileKind.SNAPSHOT, FileKind.SST,
                         FileKind.WAL_LOG, FileKind.SPARK_CRC, FileKind.HADOOP_CRC, FileKind.MAINT_TEMP,
                         FileKind.SPARK_TEMP})  # fmt: skip
+
+
+def _with_parents(folders: Iterable[str]) -> list[str]:
+    """Each folder and every folder above it, the checkpoint's own ("") included."""
+    out = {""}
+    for folder in folders:
+        parts = folder.split("/")
+        out.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return sorted(out)
 
 
 def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:

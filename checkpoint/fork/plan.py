@@ -7,7 +7,6 @@ import dataclasses
 import json
 import re
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,7 @@ from checkpoint.analysis import FindingCode, Severity, Validation, batch_spans, 
 from checkpoint.errors import CorruptFileError, ForkRefused
 from checkpoint.fork.markers import ForkStarted
 from checkpoint.format import FileKind, classify, parse_operator_metadata, parse_sidecar
-from checkpoint.model import Checkpoint, StoreId, StoreLineage, load_head, store_folder
+from checkpoint.model import Checkpoint, StoreId, StoreLineage, load_head, store_folder, untrusted_files
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
 
@@ -184,12 +183,16 @@ def _state_files(entry: StoreLineage):
     return ((entry.base,) if entry.base is not None else ()) + entry.chain
 
 
-def _source_logs(storage: Storage, batch: int) -> Iterable[FileInfo]:
+def _source_logs(storage: Storage, batch: int) -> list[FileInfo]:
+    found = []
     for folder in storage.list_dir("sources").folders:
         for f in storage.list_dir(folder).files:
             what = classify(f.rel)
             if what.kind == FileKind.SOURCE_LOG and what.batch is not None and what.batch <= batch:
-                yield f
+                found.append(f)
+    for _, refused in sorted(untrusted_files(storage, found).items()):
+        raise refused  # before DEST is touched: a link outside, a FIFO
+    return found
 
 
 # ------------------------------------------------------------------------------------------------

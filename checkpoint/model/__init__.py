@@ -10,8 +10,15 @@ from checkpoint.model.checkpoint import (
     build_checkpoint,
     load_checkpoint,
     state_partition_folders,
+    untrusted_files,
 )
-from checkpoint.model.discovery import FoundCheckpoint, each_checkpoint, find_checkpoints, scan
+from checkpoint.model.discovery import (
+    FoundCheckpoint,
+    each_checkpoint,
+    find_checkpoints,
+    scan,
+    within_deadline,
+)
 from checkpoint.model.head import latest_commit, load_head, store_folder
 from checkpoint.model.lineage import (
     StoreLineage,
@@ -48,6 +55,8 @@ __all__ = [
     "scan",
     "state_partition_folders",
     "state_partitions",
+    "untrusted_files",
+    "within_deadline",
     "store_folder",
     "store_ids",
 ]

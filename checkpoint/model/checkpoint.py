@@ -23,7 +23,14 @@ from functools import cached_property
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
-from checkpoint.errors import CheckpointError, CorruptFileError, NotACheckpointError
+from checkpoint.errors import (
+    CheckpointError,
+    CorruptFileError,
+    NotACheckpointError,
+    NotARegularFileError,
+    OutsideCheckpointError,
+    UntrustedFileError,
+)
 from checkpoint.format import (
     CODEC_CONF,
     PROVIDER_CONF,
@@ -474,13 +481,23 @@ def build_checkpoint(
 
     logs = by_kind[FileKind.QUERY_METADATA] + by_kind[FileKind.OFFSET] + by_kind[FileKind.COMMIT]
     logs += by_kind[FileKind.OPERATOR_METADATA]
-    # Spark's log files are a few KB: a huge one is refused by its listed size, never read.
-    contents = storage.read_many(f.rel for f in logs if f.info.size <= POLICY.max_log_file_bytes)
+    # Every listed file no read may open: a strict load (every action that writes) refuses the
+    # checkpoint; a tolerant one (validation) reports each and leaves it out of the model.
+    untrusted = untrusted_files(storage, [f.info for f in files])
+    if untrusted and strict:
+        raise untrusted[min(untrusted)]
+    # Spark's log files are a few KB: a huge one is refused by its listed size, never read, and
+    # one that grew since it was listed after the bound plus one byte.
+    readable = (f.rel for f in logs if f.info.size <= POLICY.max_log_file_bytes and f.rel not in untrusted)
+    contents = storage.read_many(readable, limit=POLICY.max_log_file_bytes)
 
-    problems: list[FileProblem] = []
+    log_rels = {f.rel for f in logs} if untrusted else set()
+    problems = [FileProblem(rel, exc) for rel, exc in sorted(untrusted.items()) if rel not in log_rels]
 
     def parse(f: CheckpointFile, parser):
         try:
+            if f.rel in untrusted:
+                raise untrusted[f.rel]
             if f.rel not in contents:
                 limit = POLICY.max_log_file_bytes
                 why = f"{f.info.size} bytes, more than the {limit} a log or metadata file of Spark's holds"
@@ -506,6 +523,9 @@ def build_checkpoint(
     batches = {b: Batch(b, offsets.get(b), commits.get(b)) for b in sorted(set(offsets) | set(commits))}
     found = by_kind[FileKind.OPERATOR_METADATA]
     metadata = [(f, m) for f in found if (m := parse(f, metadata_parser(f.what.operator)))]
+    # An untrusted log file stays, as an unreadable one does (the log checks know it is there);
+    # an untrusted state file is as good as absent.
+    files = tuple(f for f in files if f.rel not in untrusted or f.rel in log_rels) if untrusted else files
     operators = operators_of(metadata, files, commits, problems, strict=strict)
     folders = state_folders_of(f.what for f in files) if state_folders is None else state_folders
 
@@ -521,6 +541,24 @@ def build_checkpoint(
         problems=tuple(problems),
         state_folders=dict(folders),
     )
+
+
+def untrusted_files(storage: Storage, files: Sequence[FileInfo]) -> dict[str, UntrustedFileError]:
+    """{rel: why} of the listed files no read may open: a FIFO, a device or a socket, and a link
+    that resolves outside the checkpoint (one realpath per link; an object store has neither)."""
+    out: dict[str, UntrustedFileError] = {
+        f.rel: NotARegularFileError(
+            "a FIFO, a device or a socket, not a regular file: not read", storage.full(f.rel)
+        )
+        for f in files
+        if f.special
+    }
+    links = [f for f in files if f.link]
+    for rel, real in storage.outside(links, "").items():
+        out[rel] = OutsideCheckpointError(
+            f"resolves to {real}, outside the checkpoint: not read", storage.full(rel)
+        )
+    return out
 
 
 def group_stores(files: Iterable[CheckpointFile]) -> dict[StoreId, Store]:

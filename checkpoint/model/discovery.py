@@ -8,9 +8,12 @@ the folders above the checkpoints, not with their files. Folders are listed conc
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
+import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,7 +77,76 @@ def scan(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Stora
     return storage, find_checkpoints(storage)
 
 
-def each_checkpoint(look: Callable[[T], R], items: Sequence[T], *, latency_bound: bool) -> list[R]:
+def within_deadline(
+    items: Sequence[T],
+    look: Callable[[T], R],
+    budget: float,
+    workers: int,
+    clock: Callable[[], float],
+    timeout: float,
+    timed_out: Callable[[T, float], R],
+) -> dict[int, R]:
+    """{index of an item: what `look` gave}, for a prefix of `items`: `workers` looks at a time, none started
+    once `budget` seconds have passed, and one that has not answered within `timeout` abandoned
+    to its thread and answered by `timed_out(item, timeout)`. The threads are daemon threads fed
+    from a queue (an executor would wait for an abandoned one at exit), one more started for each
+    abandoned, so a hung look never holds the others, the caller, or the process."""
+    start = clock()
+    tasks: queue.SimpleQueue[tuple[int, T] | None] = queue.SimpleQueue()
+    answers: queue.SimpleQueue[tuple[int, R | BaseException]] = queue.SimpleQueue()
+
+    def worker() -> None:
+        while (task := tasks.get()) is not None:
+            i, item = task
+            try:
+                answers.put((i, look(item)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
+                answers.put((i, exc))
+
+    threads = max(1, min(workers, len(items)))
+    for _ in range(threads):
+        threading.Thread(target=worker, name="ckpt-look", daemon=True).start()
+    got: dict[int, R] = {}
+    in_flight: dict[int, float] = {}  # item index -> when its look was handed out
+    following = 0
+    try:
+        while True:
+            while len(in_flight) < threads and following < len(items) and clock() - start < budget:
+                tasks.put((following, items[following]))
+                in_flight[following] = clock()
+                following += 1
+            if not in_flight:
+                break
+            wait = min(in_flight.values()) + timeout - clock()
+            try:
+                i, answer = answers.get(timeout=max(0.0, wait))
+            except queue.Empty:
+                for i, since in list(in_flight.items()):
+                    if clock() - since >= timeout:
+                        del in_flight[i]
+                        got[i] = timed_out(items[i], timeout)
+                        threads += 1
+                        threading.Thread(target=worker, name="ckpt-look", daemon=True).start()
+                continue
+            if in_flight.pop(i, None) is None:
+                continue  # answered after it was abandoned
+            if isinstance(answer, BaseException):
+                raise answer
+            got[i] = answer
+    finally:
+        for _ in range(threads):
+            tasks.put(None)
+    return dict(sorted(got.items()))
+
+
+def each_checkpoint(
+    look: Callable[[T], R],
+    items: Sequence[T],
+    *,
+    latency_bound: bool,
+    timed_out: Callable[[T, float], R] | None = None,
+    timeout: float = POLICY.look_timeout_seconds,
+) -> list[R]:
     """`look` at every item (one checkpoint each), the results in the items' order.
 
     On object stores a look is round trips: `fleet_workers` threads. On local disks it is Python
@@ -85,6 +157,12 @@ def each_checkpoint(look: Callable[[T], R], items: Sequence[T], *, latency_bound
     others, a fork could copy a lock one of them holds, so they are spawned (they import this
     package first: a second or so)."""
     processes = min(POLICY.plan_processes, os.cpu_count() or 1)
+    if timed_out is not None and (latency_bound or processes < 2 or len(items) < POLICY.fleet_processes_from):
+        # In threads, each look bounded by `timeout`: a checkpoint that hangs is one row
+        # `timed_out` makes, and the others go on (a worker process is not abandoned so).
+        workers = POLICY.fleet_workers if latency_bound else 1
+        done = within_deadline(items, look, math.inf, workers, time.monotonic, timeout, timed_out)
+        return list(done.values())
     if latency_bound:
         with ThreadPoolExecutor(max(1, min(POLICY.fleet_workers, len(items)))) as threads:
             return list(threads.map(look, items))

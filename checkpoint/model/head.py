@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from checkpoint.errors import CheckpointError, NotACheckpointError, StorageError
+from checkpoint.errors import CheckpointError, NotACheckpointError, StorageError, UntrustedFileError
 from checkpoint.format import (
     FORK_COMPLETE,
     FORK_STARTED,
@@ -49,8 +49,10 @@ from checkpoint.model.checkpoint import (
     StoreId,
     build_checkpoint,
     group_stores,
+    untrusted_files,
 )
 from checkpoint.model.lineage import listed_lineage, store_ids
+from checkpoint.model.operators import FileProblem
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.storage import FileInfo, Storage
@@ -124,8 +126,12 @@ def load_head(
                        storage.url, n, len(targets), storage.calls.total())  # fmt: skip
     state = tuple(sorted(resolver.found.values(), key=lambda f: f.rel))
     files = base.files + state
+    refused = sorted(resolver.untrusted.items())
+    if refused and strict:
+        raise refused[0][1]
     return dataclasses.replace(
         base,
+        problems=base.problems + tuple(FileProblem(rel, exc) for rel, exc in refused),
         files=files,
         stores=group_stores(files),
         scope=Scope.RECOVERY,
@@ -189,6 +195,7 @@ class _Resolver:
         self.ckpt, self.batches, self.sidecars = ckpt, batches, sidecars
         self.found: dict[str, CheckpointFile] = {}
         self.prefetched: dict[str, Any] = {}
+        self.untrusted: dict[str, UntrustedFileError] = {}
         self._lock = threading.Lock()
 
     def resolve(self, sid: StoreId) -> None:
@@ -209,6 +216,7 @@ class _Resolver:
         with self._lock:
             self.found.update((rel, f) for rel, f in look.seen.items() if f is not None)
             self.prefetched.update(look.prefetched)
+            self.untrusted.update(look.untrusted)
 
     def _named(self, look: _Lookups, sid: StoreId) -> None:
         """Format V2: every file named from the commit log's ids and the lineage headers."""
@@ -239,7 +247,9 @@ class _Resolver:
 
     def _listed(self, look: _Lookups, sid: StoreId) -> None:
         """Format V1: the store folder's one listing, then what recovery reads of it."""
-        store = Store(sid, CheckpointFile.of_listing(self.ckpt.storage.list_dir(look.folder).files))
+        listed = self.ckpt.storage.list_dir(look.folder).files
+        look.untrusted.update(untrusted_files(self.ckpt.storage, listed))
+        store = Store(sid, CheckpointFile.of_listing([f for f in listed if f.rel not in look.untrusted]))
         kinds = self.ckpt.states.files
         for batch in self.batches:
             entry = listed_lineage(store, batch, kinds)
@@ -257,19 +267,32 @@ class _Lookups:
         self.storage, self.folder = storage, folder
         self.seen: dict[str, CheckpointFile | None] = {}
         self.prefetched: dict[str, Any] = {}
+        # Files no read may open (a link outside, a FIFO): absent to the lineage, findings of
+        # their own in validation, a refusal for every action that loads strictly
+        self.untrusted: dict[str, UntrustedFileError] = {}
 
     def add(self, rel: str, info: FileInfo | None) -> CheckpointFile | None:
         self.seen[rel] = CheckpointFile(info, classify(rel)) if info is not None else None
         return self.seen[rel]
 
     def stat(self, rel: str) -> CheckpointFile | None:
-        return self.seen[rel] if rel in self.seen else self.add(rel, self.storage.stat(rel))
+        if rel in self.seen:
+            return self.seen[rel]
+        try:
+            return self.add(rel, self.storage.stat(rel))
+        except UntrustedFileError as exc:
+            self.untrusted[rel] = exc
+            return self.add(rel, None)
 
     def zip(self, rel: str) -> CheckpointFile | None:
         """A snapshot zip, read whole (it holds only RocksDB's small files) and parsed."""
         if rel in self.seen:
             return self.seen[rel]
-        data = self.storage.read_if_exists(rel)
+        try:
+            data = self.storage.read_if_exists(rel)
+        except UntrustedFileError as exc:
+            self.untrusted[rel] = exc
+            data = None
         if data is None:
             return self.add(rel, None)
         try:

@@ -35,6 +35,7 @@ time on its own clock, so no offset between any two clocks lets both act.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -49,6 +50,8 @@ from checkpoint.format import MAINT_TEMP_PREFIX, is_number
 from checkpoint.policy import POLICY
 from checkpoint.safety.naming import AUDIT_FOLDER, folder_name
 from checkpoint.storage import Storage
+
+log = logging.getLogger(__name__)
 
 # A holder stops acting this fraction of its TTL before its own expiry: a takeover needs the whole
 # TTL to pass, so a check that passes leaves the holder this long for its next change.
@@ -270,7 +273,11 @@ class Lease:
 
     def release(self) -> None:
         """Gives the lease back: the next generation becomes a released marker, so the count goes
-        on. Does nothing when the lease is no longer this holder's."""
+        on. Does nothing when the lease is no longer this holder's. Never raises for the storage:
+        it runs as an action ends, and the action's own message (a refusal, a disk that filled) is
+        what the caller must see. When the marker cannot be written, this holder's generation is
+        deleted instead (a delete needs no room on a full disk), and when that fails too, one
+        line says where the lease is and how to release it."""
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join()
@@ -286,8 +293,24 @@ class Lease:
             self._forget_older(marker)
         except (LeaseLost, FileExistsError):
             pass  # no longer ours: nothing of it to give back
+        except CheckpointError as exc:
+            self._give_back_by_delete(self.generation, exc)
         finally:
             self.generation = None
+
+    def _give_back_by_delete(self, generation: int, why: CheckpointError) -> None:
+        held = self.storage.full(self._rel(generation))
+        try:
+            failed = self.storage.delete_batch([self._rel(generation)])
+        except CheckpointError as exc:
+            failed = {held: str(exc)}
+        if not failed:
+            log.info("%s: released by deleting generation %d (the released marker could not be written: %s)",
+                     self.location, generation, why)  # fmt: skip
+            return
+        log.warning("ckpt: the maintenance lease %s could not be released (%s); it expires at %s by this "
+                    "host's clock, or delete %s to release it now", self.location, why,
+                    time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._expires)), held)  # fmt: skip
 
     def _renew_loop(self) -> None:
         period = self.ttl / 3

@@ -35,23 +35,37 @@ class Backend(Protocol):
 
     def is_dir(self, path: str) -> bool: ...
 
-    def stat(self, path: str, rel: str) -> FileInfo | None: ...
+    # Every read below takes the `fence` of the root it reads under (`fence(root)`): where links
+    # exist, a file that does not resolve inside it, or is no regular file, is refused unread
+    # (checkpoint.errors.UntrustedFileError). None where the storage has no links.
 
-    def cat(self, path: str, start: int | None = None, end: int | None = None) -> bytes: ...
+    def fence(self, root: str) -> str | None: ...
 
-    def cat_many(self, paths: list[str]) -> dict[str, bytes]:
-        """{path: bytes}, paths as given."""
+    def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None: ...
+
+    def cat(
+        self, path: str, start: int | None = None, end: int | None = None, fence: str | None = None
+    ) -> bytes: ...
+
+    def cat_many(
+        self, paths: list[str], fence: str | None = None, limit: int | None = None
+    ) -> dict[str, bytes]:
+        """{path: bytes}, paths as given; a file longer than `limit` raises OversizedFileError."""
         ...
 
-    def heads(self, paths: list[str], ends: list[int]) -> list[bytes | BaseException]: ...
+    def heads(
+        self, paths: list[str], ends: list[int], fence: str | None = None
+    ) -> list[bytes | BaseException]: ...
 
     def download(
-        self, path: str, out: BinaryIO, size: int | None, chunk: int, calls: Calls
+        self, path: str, out: BinaryIO, size: int | None, chunk: int, calls: Calls, fence: str | None = None
     ) -> tuple[int, int]:
         """(bytes, CRC32C) of the file copied into `out`, counting each read in `calls`."""
         ...
 
-    def open(self, path: str, block_size: int | None, size: int | None) -> BinaryIO: ...
+    def open(
+        self, path: str, block_size: int | None, size: int | None, fence: str | None = None
+    ) -> BinaryIO: ...
 
     def write(self, target: str, data: bytes) -> None: ...
 
@@ -78,13 +92,28 @@ class Backend(Protocol):
 
     def copy(self, source: str, target: str, size: int, calls: Calls) -> None: ...
 
-    def link(self, source: str, target: str) -> bool:
+    def link(self, source: str, target: str, fence: str | None = None) -> bool:
         """A second name for a file on this same disk, or False when the caller must copy."""
         ...
 
-    def delete(self, root: str, rels: list[str]) -> dict[str, str]: ...
+    def delete(
+        self,
+        root: str,
+        rels: list[str],
+        fence: str | None = None,
+        folders: dict[str, list[int]] | None = None,
+    ) -> dict[str, str]:
+        """{rel: why} of the files not deleted. Where folders exist, each is gone through as the
+        folder `folders` names ({rel: [device, inode]}) or as first found, never through a link."""
+        ...
 
-    def remove_empty_folders(self, full: Callable[[str], str], rels: Iterable[str]) -> None:
+    def folder_ids(self, full: Callable[[str], str], rels: Iterable[str]) -> dict[str, list[int]]:
+        """{rel: [device, inode]} of each folder that is one; {} where there are no folders."""
+        ...
+
+    def remove_empty_folders(
+        self, full: Callable[[str], str], rels: Iterable[str], fence: str | None = None
+    ) -> None:
         """Each folder that holds nothing, and its emptied parents up to the root."""
         ...
 

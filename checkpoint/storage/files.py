@@ -25,6 +25,8 @@ class FileInfo:
     mtime: float | None
     # Whether it is a symlink, when the listing says (local disks); None: not known
     link: bool | None = field(default=None, compare=False)
+    # A FIFO, a device or a socket, which no read opens (local disks); never a link
+    special: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

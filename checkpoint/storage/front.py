@@ -46,6 +46,8 @@ class Storage:
         self.backend = backend_for(fs)
         self.root = root.rstrip("/")
         self.calls = Calls()
+        self._fence: str | None | bool = False  # not known yet (`fence`)
+        self._outer: Storage | None = None
 
     @property
     def fs(self) -> Any:
@@ -55,12 +57,26 @@ class Storage:
     def fs(self, fs: Any) -> None:  # tests count or break the filesystem's calls
         self.backend.fs = fs
 
+    @property
+    def fence(self) -> str | None:
+        """What every file read under this root must resolve into (its real path, on a storage
+        with links; None on an object store), found at the first read. A child whose own real path
+        escapes its parent's (a folder made a link) keeps the parent's, so none of its files reads."""
+        if self._fence is False:
+            own = self.backend.fence(self.root)
+            outer = self._outer.fence if self._outer is not None else None
+            self._fence = outer if own and outer and not own.startswith(outer) else own
+        assert not isinstance(self._fence, bool)
+        return self._fence
+
     def child(self, rel: str) -> Storage:
         """The storage of a folder below this root, sharing the filesystem (and its connections)."""
         rel = "/".join(p for p in rel.split("/") if p)
         if any(p in (".", "..") for p in rel.split("/")):
             raise StorageError("a path below a root may not contain '.' or '..'", f"{self.url}/{rel}")
-        return self._sibling(self.full(rel), f"{self.url}/{rel}" if rel else self.url, self.calls)
+        sub = self._sibling(self.full(rel), f"{self.url}/{rel}" if rel else self.url, self.calls)
+        sub._outer = self if rel else None
+        return sub
 
     def resolved(self) -> Storage:
         """This root as the file system finds it, for an identity (the maintenance lease): on a
@@ -81,6 +97,7 @@ class Storage:
         sub = object.__new__(Storage)
         sub.backend, sub.root, sub.url = self.backend, root, url
         sub.calls = calls if calls is not None else Calls()  # what a checkpoint costs excludes its lease
+        sub._fence, sub._outer = False, None
         return sub
 
     def __getstate__(self) -> dict[str, Any]:
@@ -91,6 +108,7 @@ class Storage:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.calls = Calls()
+        self._fence, self._outer = False, None
 
     @property
     def protocol(self) -> str:
@@ -158,14 +176,14 @@ class Storage:
         """Size and mtime of one file (one HEAD on S3); None when it does not exist or is a folder."""
         self.calls.add("stat")
         with failing("stat", self.full(rel)):
-            return self.backend.stat(self.full(rel), rel)
+            return self.backend.stat(self.full(rel), rel, self.fence)
 
     def read_if_exists(self, rel: str) -> bytes | None:
         """A whole file, or None when it does not exist: one GET, so a probe and its read are one."""
         self.calls.add("read")
         with failing("read", self.full(rel)):
             try:
-                return self.backend.cat(self.full(rel))
+                return self.backend.cat(self.full(rel), fence=self.fence)
             except (FileNotFoundError, IsADirectoryError):
                 return None
 
@@ -173,7 +191,7 @@ class Storage:
         """A whole file, or the bytes from `start` to `end` (offsets from its start)."""
         self.calls.add("read")
         with failing("read", self.full(rel), vanished=VANISHED):
-            return self.backend.cat(self.full(rel), start, end)
+            return self.backend.cat(self.full(rel), start, end, self.fence)
 
     def download(
         self, rel: str, dest: str, size: int | None = None, chunk: int = POLICY.copy_chunk_bytes
@@ -183,13 +201,14 @@ class Storage:
         ranged GET (`size`, when known, spares a HEAD); a file shorter or longer than `size` fails."""
         full = self.full(rel)
         with failing("download", full, vanished=VANISHED), open(dest, "wb") as out:
-            done, crc = self.backend.download(full, out, size, chunk, self.calls)
+            done, crc = self.backend.download(full, out, size, chunk, self.calls, self.fence)
         if size is not None and done != size:
             raise StorageError(f"read {done} bytes where {size} were expected", full)
         return done, crc
 
-    def read_many(self, rels: Iterable[str]) -> dict[str, bytes]:
-        """Whole small files, fetched concurrently where the backend is asynchronous."""
+    def read_many(self, rels: Iterable[str], limit: int | None = None) -> dict[str, bytes]:
+        """Whole small files, fetched concurrently where the backend is asynchronous; one longer
+        than `limit` raises OversizedFileError, having read the bound plus one byte."""
         rels = list(rels)
         if not rels:
             return {}
@@ -197,7 +216,7 @@ class Storage:
         self.calls.add("read", len(paths))
         with failing("read", self.url):
             try:
-                got = self.backend.cat_many(paths)
+                got = self.backend.cat_many(paths, self.fence, limit)
             except FileNotFoundError as exc:  # which of them: the error names it
                 raise StorageError(f"{VANISHED}: {exc}", self.url) from exc
         return {rel: got[path] for rel, path in zip(rels, paths, strict=True)}
@@ -224,7 +243,9 @@ class Storage:
         asked = [i for i in infos if i.size > 0]
         self.calls.add("read", len(asked))
         got = iter(
-            self.backend.heads([self.full(i.rel) for i in asked], [min(length, i.size) for i in asked])
+            self.backend.heads(
+                [self.full(i.rel) for i in asked], [min(length, i.size) for i in asked], self.fence
+            )
         )
         for info in infos:
             head = next(got) if info.size > 0 else b""
@@ -249,7 +270,12 @@ class Storage:
         `<temp_prefix><name>.<hex>.tmp` (so a crash leaves a file cleanup recognises), fsynced,
         then hard-linked into place, which fails if the target exists (`local`)."""
         self.calls.add("write")
-        return self.backend.write_new(self.full(rel), data, temp_prefix)
+        try:
+            return self.backend.write_new(self.full(rel), data, temp_prefix)
+        except FileExistsError:
+            raise
+        except OSError as exc:  # a full disk, a read-only folder: one error, never a traceback
+            raise StorageError(f"write failed: {exc}", self.full(rel)) from exc
 
     def now(self, folder: str, temp_prefix: str) -> float | None:
         """Now by the clock that stamps this storage's mtimes (the object store's, the file
@@ -301,7 +327,7 @@ class Storage:
         target = dest.full(dest_rel)
         dest.calls.add("write")
         try:
-            return self.backend.link(self.full(rel), target)
+            return self.backend.link(self.full(rel), target, self.fence)
         except FileExistsError:
             raise
         except FileNotFoundError as exc:
@@ -331,21 +357,28 @@ class Storage:
         with failing("append", self.full(rel)):
             return self.backend.append(self.full(rel), data)
 
-    def delete_batch(self, rels: list[str]) -> dict[str, str]:
+    def delete_batch(self, rels: list[str], folders: dict[str, list[int]] | None = None) -> dict[str, str]:
         """Deletes files in one request where the store has bulk delete (S3: see `s3`); returns
-        {rel: why} of the files that were not deleted. A file already gone counts as deleted."""
+        {rel: why} of the files that were not deleted. A file already gone counts as deleted. On a
+        local disk each goes through folders opened without following a link and held to
+        `folders` ({rel: [device, inode]}, a plan's `folder_ids`): a folder swapped since is not
+        gone through, and its files come back as not deleted, with why."""
         if not rels:
             return {}
         self.calls.add("delete")
         try:
-            return self.backend.delete(self.root, rels)
+            return self.backend.delete(self.root, rels, self.fence, folders)
         finally:
             self.fs.invalidate_cache(self.root)
 
     def remove_empty_folders(self, rels: Iterable[str]) -> None:
         """Removes each folder that holds nothing, deepest first, and its emptied parents up to the
         root. Object stores have no folders: nothing to do."""
-        self.backend.remove_empty_folders(self.full, rels)
+        self.backend.remove_empty_folders(self.full, rels, self.fence)
+
+    def folder_ids(self, rels: Iterable[str]) -> dict[str, list[int]]:
+        """{rel: [device, inode]} of each folder that is one (a local disk's), for `delete_batch`."""
+        return self.backend.folder_ids(self.full, rels)
 
     def outside(self, files: Iterable[FileInfo], folder: str) -> dict[str, str]:
         """{rel: where it really is} for each file that does not resolve inside `folder` of this
@@ -369,7 +402,7 @@ class Storage:
         and `size` (known from the listing) spares a HEAD request."""
         self.calls.add("open")
         with failing("open", self.full(rel), vanished=VANISHED):
-            return self.backend.open(self.full(rel), block_size, size)
+            return self.backend.open(self.full(rel), block_size, size, self.fence)
 
     def read_on(self, head: bytes, info: FileInfo, block_size: int) -> _ReadOn:
         """A reader of a file whose first bytes `head` were read already (`read_heads`): the rest

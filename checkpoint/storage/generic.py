@@ -11,6 +11,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from fsspec.spec import AbstractBufferedFile
 
+from checkpoint.errors import OversizedFileError
 from checkpoint.storage.backend import Backend
 from checkpoint.storage.files import Calls, FileInfo, Folder, failing, found_files, mtime_of, write_error
 
@@ -84,7 +85,11 @@ class FsspecBackend:
         except OSError:
             return False
 
-    def stat(self, path: str, rel: str) -> FileInfo | None:
+    def fence(self, root: str) -> str | None:
+        """No links on object stores: a clean relative path is where it says."""
+        return None
+
+    def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         try:
             entry = self.fs.info(path)
         except FileNotFoundError:
@@ -93,21 +98,31 @@ class FsspecBackend:
             return None
         return FileInfo(rel, int(entry.get("size") or 0), mtime_of(entry))
 
-    def cat(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+    def cat(
+        self, path: str, start: int | None = None, end: int | None = None, fence: str | None = None
+    ) -> bytes:
         return self.fs.cat_file(path, start=start, end=end, **self._one_get)
 
-    def cat_many(self, paths: list[str]) -> dict[str, bytes]:
+    def cat_many(
+        self, paths: list[str], fence: str | None = None, limit: int | None = None
+    ) -> dict[str, bytes]:
         got = self.fs.cat(paths, on_error="raise", **self._one_get)
         if len(paths) == 1 and isinstance(got, (bytes, bytearray)):
             got = {paths[0]: got}
         by_path = {self.fs._strip_protocol(k).rstrip("/"): v for k, v in got.items()}
-        return {path: by_path[self.fs._strip_protocol(path)] for path in paths}
+        out = {path: by_path[self.fs._strip_protocol(path)] for path in paths}
+        for path, data in out.items():
+            if limit is not None and len(data) > limit:
+                raise OversizedFileError(f"more than the {limit} bytes a file of its kind holds", path)
+        return out
 
-    def heads(self, paths: list[str], ends: list[int]) -> list[bytes | BaseException]:
+    def heads(
+        self, paths: list[str], ends: list[int], fence: str | None = None
+    ) -> list[bytes | BaseException]:
         return self.fs.cat_ranges(paths, 0, ends, on_error="return") if paths else []
 
     def download(
-        self, path: str, out: BinaryIO, size: int | None, chunk: int, calls: Calls
+        self, path: str, out: BinaryIO, size: int | None, chunk: int, calls: Calls, fence: str | None = None
     ) -> tuple[int, int]:
         """One ranged GET per chunk. The last range asks one byte past the expected end, so a
         longer file shows without a HEAD; an unknown size (or 0: a range of an empty object is
@@ -130,7 +145,7 @@ class FsspecBackend:
                 break
         return done, crc
 
-    def open(self, path: str, block_size: int | None, size: int | None) -> BinaryIO:
+    def open(self, path: str, block_size: int | None, size: int | None, fence: str | None = None) -> BinaryIO:
         if size is None:
             return self.fs.open(path, "rb", block_size=block_size)
         f = self.fs.open(path, "rb", block_size=block_size, size=size)
@@ -190,10 +205,20 @@ class FsspecBackend:
     def copy(self, source: str, target: str, size: int, calls: Calls) -> None:
         raise NotImplementedError("no server-side copy on this backend")
 
-    def link(self, source: str, target: str) -> bool:
+    def link(self, source: str, target: str, fence: str | None = None) -> bool:
         return False
 
-    def delete(self, root: str, rels: list[str]) -> dict[str, str]:
+    def folder_ids(self, full: Callable[[str], str], rels: Iterable[str]) -> dict[str, list[int]]:
+        """Object stores have no folders: nothing to hold a delete to."""
+        return {}
+
+    def delete(
+        self,
+        root: str,
+        rels: list[str],
+        fence: str | None = None,
+        folders: dict[str, list[int]] | None = None,
+    ) -> dict[str, str]:
         """One delete per file, then a check that it is gone; a file already gone counts as deleted."""
         errors = {}
         for rel in rels:
@@ -209,7 +234,9 @@ class FsspecBackend:
                 errors[rel] = "still present after the delete"
         return errors
 
-    def remove_empty_folders(self, full: Callable[[str], str], rels: Iterable[str]) -> None:
+    def remove_empty_folders(
+        self, full: Callable[[str], str], rels: Iterable[str], fence: str | None = None
+    ) -> None:
         """Object stores have no folders: nothing to do."""
 
     def escapes(self, full: Callable[[str], str], folder: str, files: Iterable[FileInfo]) -> dict[str, str]:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, TypeVar
 
+from checkpoint.errors import NotARegularFileError, OutsideCheckpointError, OversizedFileError
 from checkpoint.storage.files import VANISHED, Calls, FileInfo, Folder, failing
 from checkpoint.storage.generic import FsspecBackend
 from checkpoint.storage.mounts import canonical_path
@@ -78,20 +79,103 @@ def link_into_place(target: str, temp_prefix: str, fill: Callable[[str], Any]) -
 
 FADVISE = hasattr(os, "posix_fadvise")  # Linux and most Unixes; not macOS
 
+# A read never blocks on what it opens (a FIFO with no writer, a terminal) and never makes it the
+# process's terminal; the last component is opened without following a link, so a link is
+# followed only once its target is known to lie inside (`open_regular`).
+_OPEN = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_PROC_FD = "/proc/self/fd"
 
-def local_heads(paths: list[str], ends: list[int]) -> list[bytes]:
+
+def fence_of(root: str) -> str:
+    """What every file read under `root` must resolve into: its real path, with a separator."""
+    real = os.path.realpath(root)
+    return real if real.endswith(os.sep) else real + os.sep
+
+
+def _inside(real: str, fence: str) -> bool:
+    return real.startswith(fence) or real + os.sep == fence
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):  # fmt: skip
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def where_open(fd: int, path: str) -> str:
+    """The real path of an open file, as the kernel holds it (Linux's /proc); elsewhere the path's
+    own resolution, which a swap between the open and this call could mislead."""
+    try:
+        return os.readlink(f"{_PROC_FD}/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+
+
+def open_regular(path: str, fence: str | None) -> int:
+    """A descriptor of the regular file at `path`, which resolves inside `fence` (None: anywhere):
+    the rule every local read keeps, since a name read from a checkpoint (or a folder an operator
+    made a link) is data. Opened without blocking and without following a last-component link; a
+    link is followed only to a target inside. Then the open file itself is checked, so a link
+    swapped in a folder above between the check and the open is caught too: a FIFO, a device or
+    a socket raises NotARegularFileError, a folder IsADirectoryError, a file whose real path lies
+    outside OutsideCheckpointError, each before a byte is read."""
+    try:
+        fd = os.open(path, _OPEN | _NOFOLLOW)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EMLINK):  # a link as the last component
+            raise
+        real = os.path.realpath(path)
+        if fence is not None and not _inside(real, fence):
+            raise OutsideCheckpointError(
+                f"a symlink to {real}, outside the checkpoint: not read", path
+            ) from None
+        fd = os.open(real, _OPEN | _NOFOLLOW)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "a folder, not a file", path)
+        if not stat.S_ISREG(mode):
+            raise NotARegularFileError(f"{_kind(mode)}, not a regular file: not read", path)
+        if fence is not None and not _inside(real := where_open(fd, path), fence):
+            raise OutsideCheckpointError(f"resolves to {real}, outside the checkpoint: not read", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: str, fence: str | None, start: int = 0, end: int | None = None,
+                 limit: int | None = None) -> bytes:  # fmt: skip
+    """The bytes from `start` to `end` (the whole file when None) of a file `open_regular` admits;
+    `limit`: a whole file longer than it is refused, having read the bound plus one byte."""
+    fd = open_regular(path, fence)
+    with os.fdopen(fd, "rb") as f:
+        f.seek(start)
+        if end is not None:
+            return f.read(end - start)
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise OversizedFileError(f"more than the {limit} bytes a file of its kind holds: not read", path)
+    return data
+
+
+def local_heads(paths: list[str], ends: list[int], fence: str | None = None) -> list[bytes]:
     """The first `ends[i]` bytes of each local file, as `cat_ranges` reads them on S3 (the listed
     size bounds each): every file opened and hinted to the kernel first (`posix_fadvise`), so that
     on a cold page cache their disk reads overlap (a lineage header cost a round trip, 90 µs, read
     in turn, and 20 µs a hundred at a time), then each read with one `pread`. Plain descriptors,
     not Python file objects: open, hint, read and close are the four system calls, where `open`
-    adds a stat, a tty check and a seek, and a second open for the hint. A file that cannot be
-    opened or read raises, and every file opened is closed."""
+    adds a stat, a tty check and a seek, and a second open for the hint (`open_regular` adds a
+    stat and a readlink). A file that cannot be opened or read raises, and every file opened is
+    closed."""
     opened: list[int] = []
     try:
         for full, n in zip(paths, ends, strict=True):
             try:
-                opened.append(os.open(full, os.O_RDONLY))
+                opened.append(open_regular(full, fence))
             except OSError:
                 with failing("read", full, vanished=VANISHED):
                     raise
@@ -120,8 +204,8 @@ def pread_all(fd: int, n: int, full: str) -> bytes:
 
 def _file_of(entry: os.DirEntry, cut: int) -> FileInfo:
     """A listed entry that is not a folder, as fsspec's local listing sees it: a symlink is a file,
-    never followed, sized as its target (0 when the target is gone). FileNotFoundError when the
-    entry vanished since the folder was read."""
+    never followed, sized as its target (0 when the target is gone); a FIFO, a device or a socket
+    is `special`. FileNotFoundError when the entry vanished since the folder was read."""
     st = entry.stat(follow_symlinks=False)
     link = entry.is_symlink()
     size = st.st_size
@@ -130,7 +214,7 @@ def _file_of(entry: os.DirEntry, cut: int) -> FileInfo:
             size = os.stat(entry.path).st_size
         except OSError:
             size = 0
-    return FileInfo(entry.path[cut:], size, st.st_mtime, link)
+    return FileInfo(entry.path[cut:], size, st.st_mtime, link, not link and not stat.S_ISREG(st.st_mode))
 
 
 def walk_local(top: str, cut: int) -> list[FileInfo]:
@@ -209,6 +293,123 @@ def escapes(full: Callable[[str], str], folder: str, files: Iterable[FileInfo]) 
     return out
 
 
+_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+class FolderChanged(OSError):
+    """A folder on the way to a file is not the one the plan saw: a link, or another folder."""
+
+
+def folder_ids(full: Callable[[str], str], rels: Iterable[str]) -> dict[str, list[int]]:
+    """{rel: [device, inode]} of each folder that is one (not a link): what a delete compares."""
+    out = {}
+    for rel in rels:
+        try:
+            st = os.lstat(full(rel))
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            out[rel] = [st.st_dev, st.st_ino]
+    return out
+
+
+class Folders:
+    """Handles on the folders under a root, each opened from its parent's handle without following
+    a link (`O_NOFOLLOW` a component), and held to the device and inode the plan recorded or, for
+    a folder it did not record, to what it was at its first opening here. A deletion or removal
+    then names its file in that handle (`unlinkat`), so a folder made a link, or swapped for
+    another, after the plan, even while the deletions run, is never gone through: FolderChanged.
+    The root itself is opened by its path (a configured root may be reached through links) and
+    held to its real path when first read (`fence`) and to the plan's identity."""
+
+    def __init__(self, root: str, fence: str | None, known: dict[str, list[int]] | None) -> None:
+        self.root, self.fence = root, fence
+        self.known = {rel: (ids[0], ids[1]) for rel, ids in (known or {}).items()}
+        self._open: dict[str, int] = {}
+
+    def __enter__(self) -> Folders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._open.values():
+            os.close(fd)
+        self._open.clear()
+
+    def _held(self, rel: str, fd: int) -> int:
+        st = os.fstat(fd)
+        want = self.known.setdefault(rel, (st.st_dev, st.st_ino))
+        if (st.st_dev, st.st_ino) != want:
+            os.close(fd)
+            raise FolderChanged(errno.ESTALE, "not the folder the plan saw (swapped since?): nothing deleted "
+                                "in it", rel or self.root)  # fmt: skip
+        self._open[rel] = fd
+        return fd
+
+    def fd(self, rel: str) -> int:
+        """The handle of the folder `rel` ("" the root)."""
+        if rel in self._open:
+            return self._open[rel]
+        if not rel:
+            fd = os.open(self.root, _DIR)
+            if self.fence is not None and where_open(fd, self.root) + os.sep != self.fence:
+                os.close(fd)
+                raise FolderChanged(errno.ESTALE, "the checkpoint's folder moved since it was read: nothing "
+                                    "deleted", self.root)  # fmt: skip
+            return self._held(rel, fd)
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd = os.open(name, _DIR | _NOFOLLOW, dir_fd=self.fd(parent))
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                raise FolderChanged(errno.ESTALE, "a link or a file where the plan saw a folder: nothing "
+                                    "deleted in it", rel) from exc  # fmt: skip
+            raise
+        return self._held(rel, fd)
+
+
+def delete_under(
+    root: str, fence: str | None, rels: list[str], known: dict[str, list[int]] | None
+) -> dict[str, str]:
+    """Deletes files named relative to `root` through `Folders`; {rel: why} of those not deleted.
+    A file already gone counts as deleted; one still there after its unlink is reported."""
+    errors: dict[str, str] = {}
+    with Folders(root, fence, known) as folders:
+        for rel in rels:
+            folder, _, name = rel.rpartition("/")
+            try:
+                fd = folders.fd(folder)
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+                try:
+                    os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    errors[rel] = "still present after the delete"
+                except FileNotFoundError:
+                    pass
+            except FileNotFoundError:
+                continue  # its folder is gone, and so the file
+            except FolderChanged as exc:
+                errors[rel] = f"{exc.filename}: {exc.strerror}"
+            except OSError as exc:
+                errors[rel] = f"{type(exc).__name__}: {exc}"
+    return errors
+
+
+def remove_empty_under(root: str, fence: str | None, rels: Iterable[str]) -> None:
+    """Each folder that holds nothing, deepest first, and its emptied parents up to the root, each
+    removed through its parent's handle (`Folders`): never a folder reached through a link."""
+    with Folders(root, fence, None) as folders:
+        for rel in sorted(set(rels), key=lambda r: -r.count("/")):
+            while rel:
+                parent, _, name = rel.rpartition("/")
+                try:
+                    os.rmdir(name, dir_fd=folders.fd(parent))
+                except OSError:  # not empty, gone, or changed: either way it is not ours to remove
+                    break
+                rel = parent
+
+
 def replace_atomically(target: str, data: bytes, temp_prefix: str) -> None:
     """`target`'s bytes replaced whole: a temp file beside it, fsynced, renamed over it, so a
     reader sees the old bytes or the new, never a part."""
@@ -250,49 +451,57 @@ class LocalBackend(FsspecBackend):
     def ls(self, top: str, prefix: str) -> Folder:
         return list_local(top, len(prefix))
 
-    def stat(self, path: str, rel: str) -> FileInfo | None:
+    def fence(self, root: str) -> str | None:
+        return fence_of(root)
+
+    def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         try:
-            st = os.stat(path)  # a symlink as its target, as fsspec's `info`
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):  # as its target, as fsspec's `info`, when that is inside
+                real = os.path.realpath(path)
+                if fence is not None and not _inside(real, fence):
+                    raise OutsideCheckpointError(f"a symlink to {real}, outside the checkpoint", path)
+                st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         return None if stat.S_ISDIR(st.st_mode) else FileInfo(rel, st.st_size, st.st_mtime)
 
-    def cat_many(self, paths: list[str]) -> dict[str, bytes]:
-        out = {}
-        for path in paths:
-            with open(path, "rb") as f:
-                out[path] = f.read()
-        return out
+    def cat_many(
+        self, paths: list[str], fence: str | None = None, limit: int | None = None
+    ) -> dict[str, bytes]:
+        return {path: read_regular(path, fence, limit=limit) for path in paths}
 
-    def cat(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+    def cat(
+        self, path: str, start: int | None = None, end: int | None = None, fence: str | None = None
+    ) -> bytes:
         # Python's own file: fsspec's local cat_file costs twice as much a call (21 µs against
         # 11 µs for a lineage header's first block).
-        with open(path, "rb") as f:
-            f.seek(start or 0)
-            return f.read() if end is None else f.read(end - (start or 0))
+        return read_regular(path, fence, start or 0, end)
 
-    def heads(self, paths: list[str], ends: list[int]) -> list[bytes | BaseException]:
-        return list(local_heads(paths, ends))
+    def heads(
+        self, paths: list[str], ends: list[int], fence: str | None = None
+    ) -> list[bytes | BaseException]:
+        return list(local_heads(paths, ends, fence))
 
     def download(
-        self, path: str, out: BinaryIO, size: int | None, chunk: int, calls: Calls
+        self, path: str, out: BinaryIO, size: int | None, chunk: int, calls: Calls, fence: str | None = None
     ) -> tuple[int, int]:
         """One open file, read sequentially."""
         import crc32c
 
         calls.add("read")
         crc, done = 0, 0
-        with open(path, "rb") as src:
+        with os.fdopen(open_regular(path, fence), "rb") as src:
             while block := src.read(chunk):
                 crc, done = crc32c.crc32c(block, crc), done + out.write(block)
         return done, crc
 
-    def open(self, path: str, block_size: int | None, size: int | None) -> BinaryIO:
+    def open(self, path: str, block_size: int | None, size: int | None, fence: str | None = None) -> BinaryIO:
         # Python's own buffered file, not fsspec's wrapper (a third of the cost of opening), with
         # its default buffer: a local read costs a system call, not a request, and a buffer of
         # `block_size` (128 KiB for a lineage header) is a fresh mapping of memory per open, four
         # times the cost of the read. Cleanup opens a header per retained batch and partition.
-        return open(path, "rb")
+        return os.fdopen(open_regular(path, fence), "rb")
 
     def write(self, target: str, data: bytes) -> None:
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -330,11 +539,22 @@ class LocalBackend(FsspecBackend):
             os.fsync(f.fileno())
         return target
 
-    def link(self, source: str, target: str) -> bool:
-        """A hard link: False when the disk cannot give one (another file system, no hard links)."""
+    def link(self, source: str, target: str, fence: str | None = None) -> bool:
+        """A hard link: False when the disk cannot give one (another file system, no hard links).
+        The source is the regular file `open_regular` admits, linked by its real path; should a
+        folder be swapped between the two, the new name holds another file, which the inode
+        comparison after the link catches: it is unlinked and refused."""
         os.makedirs(os.path.dirname(target), exist_ok=True)
+        fd = open_regular(source, fence)
         try:
-            os.link(source, target)
+            opened = os.fstat(fd)
+            os.link(where_open(fd, source), target, follow_symlinks=False)
+            linked = os.lstat(target)
+            if (linked.st_dev, linked.st_ino) != (opened.st_dev, opened.st_ino):
+                os.unlink(target)
+                raise OutsideCheckpointError(
+                    "changed while it was linked (a folder swapped?): not linked", source
+                )
             fsync_path(os.path.dirname(target))
         except (FileExistsError, FileNotFoundError):
             raise
@@ -342,16 +562,26 @@ class LocalBackend(FsspecBackend):
             if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
                 return False
             raise
+        finally:
+            os.close(fd)
         return True
 
-    def remove_empty_folders(self, full: Callable[[str], str], rels: Iterable[str]) -> None:
-        for rel in sorted(set(rels), key=lambda r: -r.count("/")):
-            while rel:
-                try:
-                    os.rmdir(full(rel))
-                except OSError:  # not empty, or gone: either way it is not ours to remove
-                    break
-                rel = rel.rpartition("/")[0]
+    def delete(
+        self,
+        root: str,
+        rels: list[str],
+        fence: str | None = None,
+        folders: dict[str, list[int]] | None = None,
+    ) -> dict[str, str]:
+        return delete_under(root, fence, rels, folders)
+
+    def folder_ids(self, full: Callable[[str], str], rels: Iterable[str]) -> dict[str, list[int]]:
+        return folder_ids(full, rels)
+
+    def remove_empty_folders(
+        self, full: Callable[[str], str], rels: Iterable[str], fence: str | None = None
+    ) -> None:
+        remove_empty_under(full(""), fence, rels)
 
     def escapes(self, full: Callable[[str], str], folder: str, files: Iterable[FileInfo]) -> dict[str, str]:
         return escapes(full, folder, files)

@@ -52,7 +52,7 @@ class S3Backend(FsspecBackend):
         files.sort(key=lambda f: f.rel)
         return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders))
 
-    def stat(self, path: str, rel: str) -> FileInfo | None:
+    def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         # s3fs's info() answers a missing key with a LIST for a "directory" of that name: a plain
         # HEAD says all a stat needs.
         bucket, _, key = path.partition("/")
@@ -111,7 +111,13 @@ class S3Backend(FsspecBackend):
         else:
             self.fs.copy(source, target)  # multipart copy, still server-side
 
-    def delete(self, root: str, rels: list[str]) -> dict[str, str]:
+    def delete(
+        self,
+        root: str,
+        rels: list[str],
+        fence: str | None = None,
+        folders: dict[str, list[int]] | None = None,
+    ) -> dict[str, str]:
         """One DeleteObjects (at most 1000 keys, sent with Quiet=false) read key by key, since S3
         answers 200 even when some keys failed; a key the response names neither as deleted nor
         as failed is a failure, so nothing is reported deleted on faith. Errors keep S3's code

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -102,3 +103,28 @@ def before_the_last_upload(checkpoint: Path) -> None:
         newest = max(int(p.name.split("_")[0]) for p in store.glob("*.changelog"))
         for path in store.glob(f"{newest}_*.zip"):
             remove(path)
+
+
+def checkpoint_root_of(path: Path) -> Path:
+    """The checkpoint folder that holds `path`: the nearest folder above with `metadata` and `offsets/`."""
+    for folder in path.parents:
+        if (folder / "metadata").is_file() and (folder / "offsets").is_dir():
+            return folder
+    raise ValueError(f"{path} is in no checkpoint")
+
+
+def link_outside(path: Path, name: str = "outside") -> Path:
+    """`path` (a file or a folder) moved to a folder beside its checkpoint and linked back, as an
+    operator with write access to a root could: the same bytes, reached through a link. Returns
+    where they now are."""
+    outside = checkpoint_root_of(path).parent / name / path.relative_to(checkpoint_root_of(path))
+    outside.parent.mkdir(parents=True, exist_ok=True)
+    path.rename(outside)
+    path.symlink_to(outside)
+    return outside
+
+
+def fifo_for(path: Path) -> None:
+    """A FIFO where a file was (or where one is expected): a reader that blocks on it hangs."""
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
