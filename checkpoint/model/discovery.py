@@ -7,6 +7,7 @@ the folders above the checkpoints, not with their files. Folders are listed conc
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import multiprocessing
@@ -86,56 +87,71 @@ def within_deadline(
     timeout: float,
     timed_out: Callable[[T, float], R],
 ) -> dict[int, R]:
-    """{index of an item: what `look` gave}, for a prefix of `items`: `workers` looks at a time, none started
-    once `budget` seconds have passed, and one that has not answered within `timeout` abandoned
-    to its thread and answered by `timed_out(item, timeout)`. The threads are daemon threads fed
-    from a queue (an executor would wait for an abandoned one at exit), one more started for each
-    abandoned, so a hung look never holds the others, the caller, or the process."""
+    """{index of an item: what `look` gave}, for a prefix of `items`: `workers` threads take the
+    items in order, none once `budget` seconds have passed, and a look that has not answered
+    within `timeout` is abandoned to its thread and answered by `timed_out(item, timeout)`, a new
+    thread going on in its place. Daemon threads (an executor would wait for an abandoned one at
+    exit), each taking its next item itself, so a look costs a lock and a queue, not a hand-off."""
     start = clock()
-    tasks: queue.SimpleQueue[tuple[int, T] | None] = queue.SimpleQueue()
-    answers: queue.SimpleQueue[tuple[int, R | BaseException]] = queue.SimpleQueue()
-
-    def worker() -> None:
-        while (task := tasks.get()) is not None:
-            i, item = task
-            try:
-                answers.put((i, look(item)))
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
-                answers.put((i, exc))
-
-    threads = max(1, min(workers, len(items)))
-    for _ in range(threads):
-        threading.Thread(target=worker, name="ckpt-look", daemon=True).start()
-    got: dict[int, R] = {}
-    in_flight: dict[int, float] = {}  # item index -> when its look was handed out
+    lock = threading.Lock()
     following = 0
-    try:
+    current: dict[int, tuple[int, float]] = {}  # thread -> (the item it looks at, since when)
+    abandoned: set[int] = set()
+    answers: queue.SimpleQueue[tuple[int | None, Any]] = queue.SimpleQueue()
+
+    def worker(me: int) -> None:
+        nonlocal following
         while True:
-            while len(in_flight) < threads and following < len(items) and clock() - start < budget:
-                tasks.put((following, items[following]))
-                in_flight[following] = clock()
-                following += 1
-            if not in_flight:
-                break
-            wait = min(in_flight.values()) + timeout - clock()
+            with lock:
+                if me in abandoned:
+                    return
+                if following >= len(items) or clock() - start >= budget:
+                    answers.put((None, me))  # done
+                    return
+                i, following = following, following + 1
+                current[me] = (i, clock())
             try:
-                i, answer = answers.get(timeout=max(0.0, wait))
-            except queue.Empty:
-                for i, since in list(in_flight.items()):
+                answer: Any = look(items[i])
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
+                answer = exc
+            with lock:
+                if me in abandoned:
+                    return
+                del current[me]
+                answers.put((i, answer))
+
+    running: set[int] = set()
+    names = itertools.count()
+
+    def spawn() -> None:
+        me = next(names)
+        running.add(me)
+        threading.Thread(target=worker, args=(me,), name="ckpt-look", daemon=True).start()
+
+    for _ in range(max(1, min(workers, len(items)))):
+        spawn()
+    got: dict[int, R] = {}
+    while running:
+        with lock:
+            oldest = min((since for _, since in current.values()), default=None)
+        try:
+            i, answer = answers.get(timeout=None if oldest is None else max(0.0, oldest + timeout - clock()))
+        except queue.Empty:
+            with lock:
+                for me, (i, since) in list(current.items()):
                     if clock() - since >= timeout:
-                        del in_flight[i]
+                        abandoned.add(me)
+                        running.discard(me)
+                        del current[me]
                         got[i] = timed_out(items[i], timeout)
-                        threads += 1
-                        threading.Thread(target=worker, name="ckpt-look", daemon=True).start()
-                continue
-            if in_flight.pop(i, None) is None:
-                continue  # answered after it was abandoned
-            if isinstance(answer, BaseException):
-                raise answer
+                        spawn()
+            continue
+        if i is None:
+            running.discard(answer)
+        elif isinstance(answer, BaseException):
+            raise answer
+        else:
             got[i] = answer
-    finally:
-        for _ in range(threads):
-            tasks.put(None)
     return dict(sorted(got.items()))
 
 

@@ -458,10 +458,10 @@ class LocalBackend(FsspecBackend):
         try:
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):  # as its target, as fsspec's `info`, when that is inside
+                st = os.stat(path)  # a dangling link is no file
                 real = os.path.realpath(path)
                 if fence is not None and not _inside(real, fence):
                     raise OutsideCheckpointError(f"a symlink to {real}, outside the checkpoint", path)
-                st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
         return None if stat.S_ISDIR(st.st_mode) else FileInfo(rel, st.st_size, st.st_mtime)
