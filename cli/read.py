@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
+import time
+from typing import Any
 
 from checkpoint.analysis import (
     ValidationOptions,
@@ -13,7 +16,7 @@ from checkpoint.analysis import (
     validation_document,
 )
 from checkpoint.errors import CheckpointError
-from checkpoint.model import checkpoint_lineage, load_checkpoint, load_head
+from checkpoint.model import FoundCheckpoint, checkpoint_lineage, load_checkpoint, load_head, within_deadline
 from checkpoint.model import scan as find
 from checkpoint.policy import POLICY
 
@@ -42,15 +45,26 @@ def validate_command(args: argparse.Namespace) -> Result:
 
 def scan(args: argparse.Namespace) -> Result:
     storage, found = find(args.root)
-    entries = []
-    for f in found:
+
+    def entry(f: FoundCheckpoint) -> dict[str, Any]:
         ckpt = validation = error = None
         try:
             ckpt = f.load(storage, strict=False)  # head-first: what recovery reads, no state listing
             validation = validate(ckpt, _options(args))
         except CheckpointError as exc:  # one unreadable checkpoint does not hide the others
             error = str(exc)
-        entries.append(scan_entry(f.url, ckpt, validation, error))
+        return scan_entry(f.url, ckpt, validation, error)
+
+    def timed_out(f: FoundCheckpoint, timeout: float) -> dict[str, Any]:
+        return scan_entry(f.url, None, None, f"no answer in {timeout:g} s: the look was abandoned")
+
+    # One at a time as before (side by side on an object store), each bounded: a checkpoint that
+    # hangs (a stalled mount) is one row, and the others are read.
+    workers = POLICY.list_workers if storage.backend.latency_bound else 1
+    done = within_deadline(
+        found, entry, math.inf, workers, time.monotonic, POLICY.look_timeout_seconds, timed_out
+    )
+    entries = list(done.values())
     code = 0 if all(e["health"] == "ok" for e in entries) else EXIT_FINDINGS
     return Result({"root": storage.url, "checkpoints": entries}, render.scan_text, code)
 

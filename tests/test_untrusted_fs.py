@@ -352,3 +352,54 @@ def test_the_fleet_view_does_not_count_an_applied_plan(copy_of) -> None:
     assert ckpt("gc", str(path), "--apply", "--query-stopped").returncode == 0
     after = json.loads(ckpt("fleet", str(path.parent), "--json").stdout)["checkpoints"]
     assert not after[0].get("reclaimable_bytes"), after
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A tmpfs of its own (root only, as CI runs), filled by the test to leave a few pages."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _fill(disk: Path, leave: int) -> Path:
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(0, shutil.disk_usage(disk).free - leave))
+    return filler
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_a_compaction_fails_in_one_line_and_the_rerun_converges(
+    corpus, small_disk
+) -> None:
+    """The checkpoint on a disk with 64 KiB left: every store's publish meets ENOSPC, each is
+    reported with why (exit 1), the lease is given back and nothing committed is lost; with room
+    again, the same command compacts and the checkpoint validates."""
+    from testbed.copying import copy_checkpoint
+
+    path = copy_checkpoint(corpus["long_chain"], small_disk / "q")
+    cmd = [CKPT, "compact", str(path), "--master", "local[2]", "--min-chain", "1", "--json"]
+    # 8 KiB: the zip of a store does not fit; 24 KiB: one store's zip lands, not its sidecar
+    for leave in (8 << 10, 24 << 10):
+        filler = _fill(small_disk, leave)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert "Traceback" not in out.stderr, out.stderr[-3000:]
+        assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
+        failed = json.loads(out.stdout)["failed"]
+        assert failed and all("No space left" in f["error"] for f in failed), failed
+        # never half a publish: each zip there is has its sidecar (a zip without one is withdrawn)
+        assert all(z.with_name(z.name + ".crc").exists() for z in path.glob("state/*/*/*.zip"))
+        filler.unlink()
+    assert _lease_is_free(path)
+    assert ckpt("validate", str(path)).returncode == 0
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["materialized"]
+    assert ckpt("validate", str(path)).returncode == 0

@@ -10,10 +10,10 @@ import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from checkpoint.crash import crash_point
-from checkpoint.errors import RebuildError
+from checkpoint.errors import CheckpointError, RebuildError
 from checkpoint.format import (
     MAINT_TEMP_PREFIX,
     ROCKSDB_FILES,
@@ -102,7 +102,10 @@ def publish(
     if target.sidecar:  # Spark writes `.crc` sidecars in format V2 only
         sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
                    "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
-        _publish_no_clobber(storage, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
+        try:
+            _publish_no_clobber(storage, f"{folder}/{name}.crc", json.dumps(sidecar).encode())
+        except (CheckpointError, OSError) as exc:
+            _withdraw(storage, f"{folder}/{name}", exc)
     return {
         "zip": f"{folder}/{name}",
         "bytes": bytes_written + len(data),
@@ -127,6 +130,15 @@ def _refuse_taken_names(target: ZipTarget) -> None:
             raise RebuildError(f"{target.folder}: {name} already exists, so no snapshot is published for it "
                                "(a leftover of an earlier attempt? remove it if nothing names it)",
                                storage.full(where))  # fmt: skip
+
+
+def _withdraw(storage: Storage, rel: str, why: BaseException) -> NoReturn:
+    """A zip whose sidecar could not be published (a full disk) is half a publish: deleted, so the
+    store is as it was, and the store fails with both reasons."""
+    left = storage.delete_batch([rel])
+    fate = (f"the zip could not be withdrawn ({next(iter(left.values()))}): delete it" if left
+            else "the zip was withdrawn")  # fmt: skip
+    raise RebuildError(f"its .crc sidecar was not published ({why}); {fate}", storage.full(rel)) from why
 
 
 def _publish_no_clobber(storage: Storage, rel: str, data: bytes) -> None:
