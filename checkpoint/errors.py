@@ -92,6 +92,13 @@ class GcError(Refused):
     """Cleanup refused: the message says why; nothing was deleted."""
 
 
+class CleanupStopped(Stopped):
+    """A cleanup stopped part-way (its audit trail could not be written): what it deleted were
+    orphans, and the same cleanup run again records and finishes the rest."""
+
+    label = "cleanup stopped"
+
+
 class RebuildError(Refused):
     """The store cannot be rebuilt safely; nothing was published."""
 

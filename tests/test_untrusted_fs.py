@@ -403,3 +403,57 @@ def test_a_full_disk_during_a_compaction_fails_in_one_line_and_the_rerun_converg
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout)["materialized"]
     assert ckpt("validate", str(path)).returncode == 0
+
+
+def test_a_full_audit_trail_stops_the_cleanup_in_one_line_and_the_rerun_converges(
+    copy_of, small_disk, monkeypatch, capsys
+) -> None:
+    """The audit trail on a disk that fills after the first delete: the apply stops (exit 1, one
+    line saying what was deleted and not recorded), the lease is free, and the same command run
+    again with room finishes; the checkpoint validates throughout."""
+    from checkpoint.cleanup import apply
+
+    path = _aged(copy_of("join"))
+    audit = small_disk / "audit"
+    filled: list[Path] = []
+
+    def fill(point: str, n: int) -> None:
+        if point == "cleanup.deleted" and not filled:
+            filled.append(_fill(small_disk, 0))
+
+    monkeypatch.setattr(apply, "crash_point", fill)
+    args = ["gc", str(path), "--query-stopped", "--retain-batches", "2", "--apply", "--batch-size", "10",
+            "--grace", "0s", "--unsafe-short-grace", "--audit", str(audit)]  # fmt: skip
+    assert ckpt_main(args) == 1
+    err = capsys.readouterr().err
+    assert "cleanup stopped" in err and "No space left" in err and err.strip().count("\n") == 0, err
+    filled[0].unlink()
+    monkeypatch.undo()
+    assert _lease_is_free(path) and ckpt("validate", str(path)).returncode == 0
+    assert ckpt_main([*args, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["failed"] == 0, again
+
+
+def test_discovery_raises_when_a_folder_listing_hangs(copy_of, tmp_path, monkeypatch) -> None:
+    """A folder whose listing never answers (a stalled mount): discovery raises in one line within
+    the bound, so its checkpoints are not taken for vanished, and the hung thread holds nothing."""
+    from checkpoint.errors import StorageError
+    from checkpoint.model import find_checkpoints
+
+    root = tmp_path / "root"
+    (root / "team-a").mkdir(parents=True)
+    shutil.move(str(copy_of("snapshots")), str(root / "team-b" / "q"))
+    storage = Storage(str(root))
+    real = Storage.list_dir
+
+    def stalls(self, rel: str = ""):
+        if rel == "team-a":
+            time.sleep(3600)
+        return real(self, rel)
+
+    monkeypatch.setattr(Storage, "list_dir", stalls)
+    started = time.monotonic()
+    with pytest.raises(StorageError, match="team-a did not answer"):
+        find_checkpoints(storage, timeout=0.5)
+    assert time.monotonic() - started < 10

@@ -25,7 +25,7 @@ from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.manifest import Plan, PlannedFile, Totals
 from checkpoint.cleanup.plan import Recheck
 from checkpoint.crash import crash_point
-from checkpoint.errors import GcError
+from checkpoint.errors import CheckpointError, CleanupStopped, GcError
 from checkpoint.format import FileKind, classify, commit_digest
 from checkpoint.policy import POLICY
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
@@ -189,7 +189,15 @@ def apply_plan(
             deleted_count += sum(o.outcome == Kind.DELETED for o in outcomes)
             if deleted_count:
                 crash_point("cleanup.deleted", deleted_count)  # the worst moment: deleted, not recorded
-            audit.record(plan, outcomes)
+            try:
+                audit.record(plan, outcomes)
+            except CheckpointError as exc:  # a full disk under the audit trail: stop, say what happened
+                raise CleanupStopped(
+                    f"{deleted_count} file(s) deleted, the outcomes of the last {len(outcomes)} not recorded "
+                    f"in the audit trail ({exc}); nothing a batch reads was touched: run the same cleanup "
+                    "again once the audit trail has room",
+                    plan.checkpoint,
+                ) from exc
             for o in outcomes:
                 getattr(result, o.outcome).add(o)
     audit.seal(plan)

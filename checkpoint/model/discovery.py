@@ -20,7 +20,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from checkpoint.errors import NotACheckpointError
+from checkpoint.errors import NotACheckpointError, StorageError
 from checkpoint.format import AUDIT_FOLDER
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.model.head import load_head
@@ -48,29 +48,43 @@ def is_checkpoint(listing: Folder, rel: str) -> bool:
     return (f"{rel}/metadata" if rel else "metadata") in names and bool(logs & set(listing.folders))
 
 
-def find_checkpoints(root: Storage, workers: int = POLICY.list_workers) -> list[FoundCheckpoint]:
+def find_checkpoints(
+    root: Storage, workers: int = POLICY.list_workers, timeout: float = POLICY.look_timeout_seconds
+) -> list[FoundCheckpoint]:
     """Every checkpoint folder under the root, the root itself included, in path order.
 
-    A root that does not exist or cannot be listed raises: an outage is not an empty fleet.
+    A root that does not exist or cannot be listed raises: an outage is not an empty fleet. So does
+    a folder whose listing has not answered within `look_timeout` (a stalled mount): its
+    checkpoints must not look vanished.
     """
     top = root.list_dir("")
     if not top.exists:
         raise NotACheckpointError("no such directory", root.url)
     found: list[str] = []
     level = [("", top)]
-    with ThreadPoolExecutor(workers) as pool:
-        while level:
-            below: list[str] = []
-            for rel, listing in level:
-                if is_checkpoint(listing, rel):
-                    found.append(rel)
-                else:
-                    # The audit trail holds this tool's own copies (a repartition's backup fork):
-                    # records, never checkpoints to maintain.
-                    below += [f for f in listing.folders if f.rsplit("/", 1)[-1] != AUDIT_FOLDER]
-            level = list(zip(below, pool.map(root.list_dir, below), strict=True))
+    while level:
+        below: list[str] = []
+        for rel, listing in level:
+            if is_checkpoint(listing, rel):
+                found.append(rel)
+            else:
+                # The audit trail holds this tool's own copies (a repartition's backup fork):
+                # records, never checkpoints to maintain.
+                below += [f for f in listing.folders if f.rsplit("/", 1)[-1] != AUDIT_FOLDER]
+        listed = within_deadline(
+            below, root.list_dir, math.inf, workers, time.monotonic, timeout, _unanswered
+        )
+        level = []
+        for folder, answer in zip(below, listed.values(), strict=True):
+            if answer is None:
+                raise StorageError(f"the listing of {folder} did not answer within {timeout:g} s", root.url)
+            level.append((folder, answer))
     log.info("%s: %d checkpoints found in %d requests", root.url, len(found), root.calls.total())
     return [FoundCheckpoint(r, f"{root.url}/{r}" if r else root.url) for r in sorted(found)]
+
+
+def _unanswered(folder: str, timeout: float) -> Folder | None:
+    return None
 
 
 def scan(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Storage, list[FoundCheckpoint]]:
