@@ -149,14 +149,32 @@ def open_regular(path: str, fence: str | None) -> int:
 
 def read_regular(path: str, fence: str | None, start: int = 0, end: int | None = None,
                  limit: int | None = None) -> bytes:  # fmt: skip
-    """The bytes from `start` to `end` (the whole file when None) of a file `open_regular` admits;
-    `limit`: a whole file longer than it is refused, having read the bound plus one byte."""
+    """The bytes from `start` to `end` (the whole file when None) of a file `open_regular` admits,
+    read with `pread` into a buffer sized by its `fstat` (a buffer of the bound would be a fresh
+    mapping per read: 16 MiB for a log file of 2 KB). `limit`: a whole file longer than it is
+    refused, having read at most the bound plus one byte (a file that grows while it is read)."""
     fd = open_regular(path, fence)
-    with os.fdopen(fd, "rb") as f:
-        f.seek(start)
-        if end is not None:
-            return f.read(end - start)
-        data = f.read() if limit is None else f.read(limit + 1)
+    try:
+        size = os.fstat(fd).st_size
+        want = (size + 1 if end is None else end) - start
+        if limit is not None:
+            if size > limit:
+                why = f"{size} bytes, more than the {limit} a file of its kind holds: not read"
+                raise OversizedFileError(why, path)
+            want = min(want, limit + 1)
+        chunks, got = [], 0
+        while got < want:
+            block = os.pread(fd, want - got, start + got)
+            if not block:
+                break
+            chunks.append(block)
+            got += len(block)
+            if end is None and got == want and (limit is None or got <= limit):
+                want += 1 << 20  # it grew since its fstat: read on to its end (or the bound)
+                want = want if limit is None else min(want, limit + 1)
+    finally:
+        os.close(fd)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if limit is not None and len(data) > limit:
         raise OversizedFileError(f"more than the {limit} bytes a file of its kind holds: not read", path)
     return data
