@@ -287,34 +287,71 @@ def test_the_sensor_survives_each_hostile_cursor(copy_of, tmp_path) -> None:
 # 6. Faults never hide the answer or keep the lease
 
 
-def test_a_full_disk_during_a_fork_is_one_line_and_the_lease_is_free(
+def test_a_full_disk_at_each_write_of_a_fork_is_one_line_and_the_lease_is_free(
     copy_of, tmp_path, monkeypatch, capsys
 ) -> None:
-    """ENOSPC at the storage door after a few files: the fork stops with its own message, the
-    lease's released marker cannot be written either and the lease is given back by deleting its
-    generation, and the same fork run again, with room, finishes."""
+    """ENOSPC at the storage door from the k-th write of a fork on (the disk stays full), for k
+    from the first write (the source's lease) to the last (the fork's completion marker): the fork
+    refuses or stops with its own one-line message, never a traceback; a lease whose released
+    marker cannot be written is given back by deleting its generation; the same fork run again,
+    with room, finishes and validates."""
     from checkpoint.storage import local
 
     path = copy_of("snapshots")
-    dest = tmp_path / "dest"
-    real, writes = local.link_into_place, [0]
+    real = local.link_into_place
+    writes = [0, 0]  # made, the first that fails (0: none)
 
-    def full_after_five(target, temp_prefix, fill):
+    def door(target, temp_prefix, fill):
         writes[0] += 1
-        if writes[0] > 5:
+        if writes[1] and writes[0] >= writes[1]:
             raise OSError(errno.ENOSPC, "No space left on device", target)
         return real(target, temp_prefix, fill)
 
-    monkeypatch.setattr(local, "link_into_place", full_after_five)
+    monkeypatch.setattr(local, "link_into_place", door)
     monkeypatch.setattr(local.LocalBackend, "link", lambda *a, **k: False)  # copied, through the disk
-    code = ckpt_main(["fork", str(path), str(dest)])
-    err = capsys.readouterr().err
-    assert code in (1, 2) and "Traceback" not in err and "No space left" in err, err
-    assert err.strip().count("\n") <= 1, err
-    monkeypatch.undo()
-    assert _lease_is_free(path) and _lease_is_free(dest)
-    assert ckpt_main(["fork", str(path), str(dest)]) == 0
-    assert ckpt("validate", str(dest)).returncode == 0
+    assert ckpt_main(["fork", str(path), str(tmp_path / "counted")]) == 0
+    total = writes[0]
+    forking = total - 2  # the last two writes: each lease's released marker
+    capsys.readouterr()
+    for k in sorted({1, 2, 3, 4, 6, 10, total // 2, forking - 1, forking, total - 1, total}):
+        dest = tmp_path / f"dest-{k}"
+        writes[:] = [0, k]
+        code = ckpt_main(["fork", str(path), str(dest)])
+        out = capsys.readouterr()
+        assert "Traceback" not in out.err, (k, out.err)
+        if k <= forking:
+            assert code in (1, 2) and "No space left" in out.err, (k, out.err)
+            assert out.err.strip().count("\n") == 0, (k, out.err)
+        else:  # forked; only giving a lease back met the full disk: given back by deleting it
+            assert code == 0 and "forked" in out.out, (k, out)
+        writes[:] = [0, 0]
+        assert _lease_is_free(path) and _lease_is_free(dest), k
+        assert ckpt_main(["fork", str(path), str(dest)]) == 0, (k, capsys.readouterr().err)
+    assert ckpt("validate", str(tmp_path / f"dest-{total}")).returncode == 0
+
+
+def test_a_partition_folder_that_vanishes_during_the_apply_is_already_gone(
+    copy_of, monkeypatch, capsys
+) -> None:
+    """Another cleanup (or a person) removes a partition folder while the apply runs: its files are
+    SKIPPED as already gone, the others deleted, exit 0, and nothing is reported as deleted that
+    this apply did not delete."""
+    from checkpoint.cleanup import apply
+
+    path = _aged(copy_of("join"))
+    gone: list[str] = []
+
+    def vanish(point: str, n: int) -> None:
+        if point == "cleanup.deleted" and not gone:
+            shutil.rmtree(path / "state/0/3")
+            gone.append("state/0/3")
+
+    monkeypatch.setattr(apply, "crash_point", vanish)
+    code = ckpt_main(["gc", str(path), "--query-stopped", "--retain-batches", "2", "--apply",
+                      "--batch-size", "1", "--grace", "0s", "--unsafe-short-grace", "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["failed"] == 0 and doc["skipped"] >= 1, doc
+    assert "already gone" in doc["skipped_why"], doc["skipped_why"]
 
 
 def test_a_lease_that_cannot_be_released_says_how_in_one_line(tmp_path, caplog) -> None:
