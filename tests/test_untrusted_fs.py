@@ -143,17 +143,30 @@ def test_a_metadata_file_linked_outside_is_never_read(defaults, tmp_path, comman
         assert not (tmp_path / "dest").exists() or not any((tmp_path / "dest").rglob("metadata"))
 
 
-def test_a_source_file_linked_outside_is_not_forked(copy_of, tmp_path) -> None:
-    """`sources/0/<n>` linked to a secret: the fork refuses, and DEST never holds its bytes."""
-    path = copy_of("snapshots")
-    sources = sorted((path / "sources/0").iterdir()) if (path / "sources/0").is_dir() else []
-    target = next((p for p in sources if not p.name.startswith(".")), None)
-    if target is None:  # the scenario's source keeps no log: link a commit instead, the same read
-        target = path / "commits/3"
+def _linked_to_a_secret(path: Path, what: str, secret: Path) -> Path:
+    """The newest source log, or the first state file recovery reads, swapped for a link to `secret`."""
+    if what == "source log":
+        target = max((path / "sources/0").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    else:
+        entry = damage.lineage_of(path)
+        target = path / (entry.base or entry.chain[0]).rel
     target.unlink()
-    target.symlink_to(_secret(tmp_path))
-    out = ckpt("fork", str(path), str(tmp_path / "dest"))
-    assert out.returncode == 2 and "outside the checkpoint" in out.stderr, out.stderr
+    target.symlink_to(secret)
+    return target
+
+
+@pytest.mark.parametrize("what", ["source log", "state file"])
+@pytest.mark.parametrize("command", ["fork", "migrate"])
+def test_a_file_linked_outside_is_never_copied(defaults, tmp_path, command, what) -> None:
+    """`sources/0/<n>` or a state file recovery reads, linked to a secret outside: the action
+    refuses before it writes (exit 2, one line naming the link), and DEST never holds the bytes."""
+    from testbed.copying import copy_checkpoint
+
+    path = _aged(copy_checkpoint(defaults["hdfs_agg"], tmp_path / "q"))
+    linked = _linked_to_a_secret(path, what, _secret(tmp_path))
+    out = ckpt(command, str(path), str(tmp_path / "dest"))
+    assert out.returncode == 2 and "outside the checkpoint" in out.stderr, out.stderr[-2000:]
+    assert linked.name in out.stderr and "Traceback" not in out.stderr
     leaked = [p for p in (tmp_path / "dest").rglob("*") if p.is_file() and b"AKIA" in p.read_bytes()]
     assert not leaked
 
