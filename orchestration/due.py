@@ -19,9 +19,9 @@ holds; this decides. Tests drive it with a manual clock.
 - The cursor is packed (zlib, base64): at 10,000 checkpoints it stays under 64 KB (the sensor's
   benchmark says how far under). A cursor of an earlier release is read, then replaced.
 - The cursor is input: anyone with the UI can set it. `SensorState.read` bounds its size before
-  and after decompression, checks every type and run length, and clamps every time to now, so no
-  cursor can postpone a validation or a compaction past one period; a cursor it cannot read is an
-  empty state and a warning, and the tick goes on.
+  and after decompression and its number of checkpoints, checks every type and run length, and
+  clamps every time to now, so no cursor can postpone a validation or a compaction past one
+  period; a cursor it cannot read is an empty state and a warning, and the tick goes on.
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _PACKED = "z1:"  # a packed cursor's prefix: earlier releases wrote plain JSON
-# A cursor of 10,000 checkpoints packs into tens of KB and unpacks into about a MB: far above both.
+# A cursor of 10,000 checkpoints packs into tens of KB and unpacks into about a MB: far above both,
+# and twenty times the fleet a sensor holds.
 MAX_CURSOR_CHARS = 4 << 20
-MAX_CURSOR_BYTES = 32 << 20
+MAX_CURSOR_BYTES = 8 << 20
+MAX_CURSOR_KEYS = 200_000
 
 
 class CursorError(ValueError):
@@ -120,9 +122,8 @@ class SensorState:
             if not isinstance(raw, dict):
                 raise CursorError("not an object")
             if raw and all(isinstance(v, int) for v in raw.values()):
-                return cls(
-                    seen=_checked(raw, int)
-                )  # the cursor of releases before the last: seen batches only
+                # the cursor of releases before the last: seen batches only
+                return cls(seen=_checked(raw, int))
             return cls(_checked(raw.get("seen", {}), int), _checked(raw.get("validated", {}), float),
                        _checked(raw.get("unvalidated", {}), float), _checked(raw.get("crossings", {}), float),
                        _strings(raw.get("urgent", [])), _string(raw.get("next_key", "")))  # fmt: skip
@@ -200,6 +201,8 @@ def _checked(mapping: Any, kind: type) -> dict[str, Any]:
 def _front_decoded(coded: Any) -> list[str]:
     if not isinstance(coded, list) or len(coded) % 2:
         raise CursorError("its keys are not pairs")
+    if len(coded) // 2 > MAX_CURSOR_KEYS:
+        raise CursorError(f"more than {MAX_CURSOR_KEYS} checkpoints")
     keys, prev = [], ""
     for shared, rest in zip(coded[::2], coded[1::2], strict=True):
         if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared <= len(prev):

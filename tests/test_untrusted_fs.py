@@ -21,7 +21,7 @@ import pytest
 from checkpoint.safety import lease_for
 from checkpoint.storage import Storage
 from cli.main import main as ckpt_main
-from orchestration.due import MAX_CURSOR_BYTES, SensorState
+from orchestration.due import MAX_CURSOR_BYTES, MAX_CURSOR_KEYS, SensorState
 from tests.support import damage
 from tests.support.cli import CKPT
 
@@ -255,6 +255,7 @@ def _packed(body: dict) -> str:
     return "z1:" + base64.b64encode(zlib.compress(json.dumps(body).encode(), 9)).decode()
 
 
+MANY = MAX_CURSOR_KEYS + 1
 GOOD = SensorState(seen={"r:a": 4, "r:b": 9}, validated={"r:a": 1000.0}, unvalidated={"r:b": 900.0}).to_json()
 HOSTILE = {
     "truncated": GOOD[: len(GOOD) // 2],
@@ -263,6 +264,9 @@ HOSTILE = {
     "a run of 10^10": _packed({"keys": [0, "r:a"], "seen": [1, 10**10], "validated": [None, 1],
                                "unvalidated": [None, 1], "crossings": {}, "urgent": [], "next_key": ""}),
     "a bomb": "z1:" + base64.b64encode(zlib.compress(b" " * (MAX_CURSOR_BYTES + 10), 9)).decode(),
+    "too many keys": _packed({"keys": [0, "k"] + [1, ""] * MAX_CURSOR_KEYS, "seen": [1, MANY],
+                              "validated": [None, MANY], "unvalidated": [None, MANY], "crossings": {},
+                              "urgent": [], "next_key": ""}),
 }  # fmt: skip
 
 
