@@ -131,11 +131,11 @@ def test_a_link_the_file_system_refuses_is_a_copy(corpus, tmp_path, monkeypatch)
     real_link = os.link
     refused: list[str] = []
 
-    def refuse_between_roots(a: str, b: str) -> None:
+    def refuse_between_roots(a: str, b: str, **how) -> None:
         if str(dest) in b and str(src) in a:
             refused.append(b)
             raise OSError(errno.EXDEV, "Invalid cross-device link", b)
-        real_link(a, b)  # write_if_absent's own temp-file link
+        real_link(a, b, **how)  # write_if_absent's own temp-file link
 
     monkeypatch.setattr(os, "link", refuse_between_roots)
     result = fork(Storage(str(src)), Storage(str(dest)), link=True)
