@@ -511,3 +511,62 @@ def test_discovery_raises_when_a_folder_listing_hangs(copy_of, tmp_path, monkeyp
     with pytest.raises(StorageError, match="team-a did not answer"):
         find_checkpoints(storage, timeout=0.5)
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(defaults, small_disk) -> None:
+    """DEST on a disk with 16 KiB left: the migration stops at a store's upload (exit 1, one line,
+    DEST marked incomplete), both leases are free, and with room the same command migrates."""
+    from testbed.copying import copy_checkpoint
+
+    src = _aged(copy_checkpoint(defaults["hdfs_agg"], small_disk.parent / "src"))
+    dest = small_disk / "dest"
+    filler = _fill(small_disk, 16 << 10)
+    out = ckpt("migrate", str(src), str(dest), timeout=600)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    said = [line for line in out.stderr.splitlines() if line.startswith("ckpt: incomplete")]
+    assert len(said) == 1 and "No space left" in said[0], out.stderr[-2000:]
+    filler.unlink()
+    assert _lease_is_free(src) and _lease_is_free(dest)
+    again = ckpt("migrate", str(src), str(dest), timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert ckpt("validate", str(dest)).returncode == 0
+
+
+def test_a_read_only_destination_is_refused_in_one_line(copy_of, small_disk) -> None:
+    """A fork onto a file system mounted read-only: its lease cannot be written, so the fork is
+    refused before anything (exit 2, one line), and the source's lease is given back."""
+    path = copy_of("snapshots")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    out = ckpt("fork", str(path), str(small_disk / "dest"))
+    assert out.returncode == 2 and "Read-only file system" in out.stderr, out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "Traceback" not in out.stderr, out.stderr
+    assert _lease_is_free(path)
+
+
+def test_an_immutable_candidate_fails_alone_and_the_rerun_converges(copy_of) -> None:
+    """A candidate the file system refuses to delete (`chattr +i`): that file FAILED with why,
+    the others deleted, exit 1; once it may go, the same command deletes it."""
+    path = _aged(copy_of("join"))
+    args = [
+        "gc",
+        str(path),
+        "--query-stopped",
+        "--retain-batches",
+        "2",
+        "--grace",
+        "0s",
+        "--unsafe-short-grace",
+    ]
+    planned = json.loads(ckpt(*args, "--candidates").stdout.splitlines()[1])["path"]
+    if subprocess.run(["chattr", "+i", str(path / planned)], capture_output=True).returncode:
+        pytest.skip("this file system keeps no immutable flag")
+    try:
+        out = ckpt(*args, "--apply", "--json")
+        doc = json.loads(out.stdout)
+        assert out.returncode == 1 and doc["failed"] == 1 and doc["deleted"] >= 1, doc
+        assert doc["failures"][0]["path"] == planned and "not permitted" in doc["failures"][0]["why"], doc
+    finally:
+        subprocess.run(["chattr", "-i", str(path / planned)], check=True)
+    again = json.loads(ckpt(*args, "--apply", "--json").stdout)
+    assert again["failed"] == 0 and not (path / planned).exists(), again
