@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 
 from checkpoint.model import within_deadline
-from checkpoint.storage.local import LocalBackend, fence_of, local_heads
+from checkpoint.storage.local import LocalBackend, local_heads
+from checkpoint.storage.regular import fence_of
 
 COMMIT = b'v2\n{"nextBatchWatermarkMs":0,"stateUniqueIds":{"0":[["4e23fe8a-c049-4a42-9cc7-df9c54219994"]]}}'
 

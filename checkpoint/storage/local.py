@@ -11,10 +11,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, TypeVar
 
-from checkpoint.errors import NotARegularFileError, OutsideCheckpointError, OversizedFileError
+from checkpoint.errors import OutsideCheckpointError
 from checkpoint.storage.files import VANISHED, Calls, FileInfo, Folder, failing
+from checkpoint.storage.folders import delete_under, folder_ids, remove_empty_under
 from checkpoint.storage.generic import FsspecBackend
 from checkpoint.storage.mounts import canonical_path
+from checkpoint.storage.regular import fence_of, inside, open_regular, read_regular, where_open
 
 T = TypeVar("T")
 
@@ -78,106 +80,6 @@ def link_into_place(target: str, temp_prefix: str, fill: Callable[[str], Any]) -
 
 
 FADVISE = hasattr(os, "posix_fadvise")  # Linux and most Unixes; not macOS
-
-# A read never blocks on what it opens (a FIFO with no writer, a terminal) and never makes it the
-# process's terminal; the last component is opened without following a link, so a link is
-# followed only once its target is known to lie inside (`open_regular`).
-_OPEN = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_PROC_FD = "/proc/self/fd"
-
-
-def fence_of(root: str) -> str:
-    """What every file read under `root` must resolve into: its real path, with a separator."""
-    real = os.path.realpath(root)
-    return real if real.endswith(os.sep) else real + os.sep
-
-
-def _inside(real: str, fence: str) -> bool:
-    return real.startswith(fence) or real + os.sep == fence
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):  # fmt: skip
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def where_open(fd: int, path: str) -> str:
-    """The real path of an open file, as the kernel holds it (Linux's /proc); elsewhere the path's
-    own resolution, which a swap between the open and this call could mislead."""
-    try:
-        return os.readlink(f"{_PROC_FD}/{fd}")
-    except OSError:
-        return os.path.realpath(path)
-
-
-def open_regular(path: str, fence: str | None) -> int:
-    """A descriptor of the regular file at `path`, which resolves inside `fence` (None: anywhere):
-    the rule every local read keeps, since a name read from a checkpoint (or a folder an operator
-    made a link) is data. Opened without blocking and without following a last-component link; a
-    link is followed only to a target inside. Then the open file itself is checked, so a link
-    swapped in a folder above between the check and the open is caught too: a FIFO, a device or
-    a socket raises NotARegularFileError, a folder IsADirectoryError, a file whose real path lies
-    outside OutsideCheckpointError, each before a byte is read."""
-    try:
-        fd = os.open(path, _OPEN | _NOFOLLOW)
-    except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.EMLINK):  # a link as the last component
-            raise
-        real = os.path.realpath(path)
-        if fence is not None and not _inside(real, fence):
-            raise OutsideCheckpointError(
-                f"a symlink to {real}, outside the checkpoint: not read", path
-            ) from None
-        fd = os.open(real, _OPEN | _NOFOLLOW)
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "a folder, not a file", path)
-        if not stat.S_ISREG(mode):
-            raise NotARegularFileError(f"{_kind(mode)}, not a regular file: not read", path)
-        if fence is not None and not _inside(real := where_open(fd, path), fence):
-            raise OutsideCheckpointError(f"resolves to {real}, outside the checkpoint: not read", path)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def read_regular(path: str, fence: str | None, start: int = 0, end: int | None = None,
-                 limit: int | None = None) -> bytes:  # fmt: skip
-    """The bytes from `start` to `end` (the whole file when None) of a file `open_regular` admits,
-    read with `pread` into a buffer sized by its `fstat` (a buffer of the bound would be a fresh
-    mapping per read: 16 MiB for a log file of 2 KB). `limit`: a whole file longer than it is
-    refused, having read at most the bound plus one byte (a file that grows while it is read)."""
-    fd = open_regular(path, fence)
-    try:
-        size = os.fstat(fd).st_size
-        want = (size + 1 if end is None else end) - start
-        if limit is not None:
-            if size > limit:
-                why = f"{size} bytes, more than the {limit} a file of its kind holds: not read"
-                raise OversizedFileError(why, path)
-            want = min(want, limit + 1)
-        chunks, got = [], 0
-        while got < want:
-            block = os.pread(fd, want - got, start + got)
-            if not block:
-                break
-            chunks.append(block)
-            got += len(block)
-            if end is None and got == want and (limit is None or got <= limit):
-                want += 1 << 20  # it grew since its fstat: read on to its end (or the bound)
-                want = want if limit is None else min(want, limit + 1)
-    finally:
-        os.close(fd)
-    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if limit is not None and len(data) > limit:
-        raise OversizedFileError(f"more than the {limit} bytes a file of its kind holds: not read", path)
-    return data
 
 
 def local_heads(paths: list[str], ends: list[int], fence: str | None = None) -> list[bytes]:
@@ -311,123 +213,6 @@ def escapes(full: Callable[[str], str], folder: str, files: Iterable[FileInfo]) 
     return out
 
 
-_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-
-
-class FolderChanged(OSError):
-    """A folder on the way to a file is not the one the plan saw: a link, or another folder."""
-
-
-def folder_ids(full: Callable[[str], str], rels: Iterable[str]) -> dict[str, list[int]]:
-    """{rel: [device, inode]} of each folder that is one (not a link): what a delete compares."""
-    out = {}
-    for rel in rels:
-        try:
-            st = os.lstat(full(rel))
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            out[rel] = [st.st_dev, st.st_ino]
-    return out
-
-
-class Folders:
-    """Handles on the folders under a root, each opened from its parent's handle without following
-    a link (`O_NOFOLLOW` a component), and held to the device and inode the plan recorded or, for
-    a folder it did not record, to what it was at its first opening here. A deletion or removal
-    then names its file in that handle (`unlinkat`), so a folder made a link, or swapped for
-    another, after the plan, even while the deletions run, is never gone through: FolderChanged.
-    The root itself is opened by its path (a configured root may be reached through links) and
-    held to its real path when first read (`fence`) and to the plan's identity."""
-
-    def __init__(self, root: str, fence: str | None, known: dict[str, list[int]] | None) -> None:
-        self.root, self.fence = root, fence
-        self.known = {rel: (ids[0], ids[1]) for rel, ids in (known or {}).items()}
-        self._open: dict[str, int] = {}
-
-    def __enter__(self) -> Folders:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for fd in self._open.values():
-            os.close(fd)
-        self._open.clear()
-
-    def _held(self, rel: str, fd: int) -> int:
-        st = os.fstat(fd)
-        want = self.known.setdefault(rel, (st.st_dev, st.st_ino))
-        if (st.st_dev, st.st_ino) != want:
-            os.close(fd)
-            raise FolderChanged(errno.ESTALE, "not the folder the plan saw (swapped since?): nothing deleted "
-                                "in it", rel or self.root)  # fmt: skip
-        self._open[rel] = fd
-        return fd
-
-    def fd(self, rel: str) -> int:
-        """The handle of the folder `rel` ("" the root)."""
-        if rel in self._open:
-            return self._open[rel]
-        if not rel:
-            fd = os.open(self.root, _DIR)
-            if self.fence is not None and where_open(fd, self.root) + os.sep != self.fence:
-                os.close(fd)
-                raise FolderChanged(errno.ESTALE, "the checkpoint's folder moved since it was read: nothing "
-                                    "deleted", self.root)  # fmt: skip
-            return self._held(rel, fd)
-        parent, _, name = rel.rpartition("/")
-        try:
-            fd = os.open(name, _DIR | _NOFOLLOW, dir_fd=self.fd(parent))
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-                raise FolderChanged(errno.ESTALE, "a link or a file where the plan saw a folder: nothing "
-                                    "deleted in it", rel) from exc  # fmt: skip
-            raise
-        return self._held(rel, fd)
-
-
-def delete_under(
-    root: str, fence: str | None, rels: list[str], known: dict[str, list[int]] | None
-) -> dict[str, str]:
-    """Deletes files named relative to `root` through `Folders`; {rel: why} of those not deleted.
-    A file already gone counts as deleted; one still there after its unlink is reported."""
-    errors: dict[str, str] = {}
-    with Folders(root, fence, known) as folders:
-        for rel in rels:
-            folder, _, name = rel.rpartition("/")
-            try:
-                fd = folders.fd(folder)
-                try:
-                    os.unlink(name, dir_fd=fd)
-                except FileNotFoundError:
-                    pass
-                try:
-                    os.stat(name, dir_fd=fd, follow_symlinks=False)
-                    errors[rel] = "still present after the delete"
-                except FileNotFoundError:
-                    pass
-            except FileNotFoundError:
-                continue  # its folder is gone, and so the file
-            except FolderChanged as exc:
-                errors[rel] = f"{exc.filename}: {exc.strerror}"
-            except OSError as exc:
-                errors[rel] = f"{type(exc).__name__}: {exc}"
-    return errors
-
-
-def remove_empty_under(root: str, fence: str | None, rels: Iterable[str]) -> None:
-    """Each folder that holds nothing, deepest first, and its emptied parents up to the root, each
-    removed through its parent's handle (`Folders`): never a folder reached through a link."""
-    with Folders(root, fence, None) as folders:
-        for rel in sorted(set(rels), key=lambda r: -r.count("/")):
-            while rel:
-                parent, _, name = rel.rpartition("/")
-                try:
-                    os.rmdir(name, dir_fd=folders.fd(parent))
-                except OSError:  # not empty, gone, or changed: either way it is not ours to remove
-                    break
-                rel = parent
-
-
 def replace_atomically(target: str, data: bytes, temp_prefix: str) -> None:
     """`target`'s bytes replaced whole: a temp file beside it, fsynced, renamed over it, so a
     reader sees the old bytes or the new, never a part."""
@@ -478,7 +263,7 @@ class LocalBackend(FsspecBackend):
             if stat.S_ISLNK(st.st_mode):  # as its target, as fsspec's `info`, when that is inside
                 st = os.stat(path)  # a dangling link is no file
                 real = os.path.realpath(path)
-                if fence is not None and not _inside(real, fence):
+                if fence is not None and not inside(real, fence):
                     raise OutsideCheckpointError(f"a symlink to {real}, outside the checkpoint", path)
         except (FileNotFoundError, NotADirectoryError):
             return None
