@@ -69,7 +69,7 @@ class Folders:
             return self._open[rel]
         if not rel:
             fd = os.open(self.root, _DIR)
-            if self.fence is not None and where_open(fd, self.root) + os.sep != self.fence:
+            if self.fence is not None and where_open(fd, self.root).rstrip(os.sep) + os.sep != self.fence:
                 os.close(fd)
                 raise FolderChanged(errno.ESTALE, "the checkpoint's folder moved since it was read: nothing "
                                     "deleted", self.root)  # fmt: skip
