@@ -37,7 +37,7 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
     return markdown.table((what, "files", "bytes"), rows)
 
 
-def _plan(roots: CheckpointRootsResource, key: str) -> Plan:
+def plan_cleanup(roots: CheckpointRootsResource, key: str) -> Plan:
     """Plans the checkpoint's cleanup (a partition listed at a time) into its audit trail."""
     return plan_gc(
         roots.checkpoint_storage(key),
@@ -69,7 +69,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
     trail, which the cleanup reads back (its path is in this materialization's metadata; nothing
     of the plan goes through an IO manager)."""
     try:
-        plan = _plan(roots, context.partition_key)
+        plan = plan_cleanup(roots, context.partition_key)
     except CheckpointError as exc:
         raise dg.Failure(description=f"no plan for {context.partition_key}: {exc}") from exc
     storage = roots.checkpoint_storage(context.partition_key)
@@ -141,7 +141,7 @@ def checkpoint_orphan_cleanup(
     try:
         # The plan step ran before this lease was taken: planned again under it when the query ran since.
         cleaned = apply_cleanup(roots.in_place(context, context.partition_key), audit,
-                                lambda: _plan(roots, context.partition_key), what="checkpoint_orphan_cleanup",
+                                lambda: plan_cleanup(roots, context.partition_key), what="checkpoint_orphan_cleanup",
                                 planned=plan)  # fmt: skip
     except CheckpointError as exc:
         raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc

@@ -13,7 +13,7 @@ from tabulate import tabulate
 
 from assets.checkpoints import checkpoint_lineage_report
 from assets.partitions import checkpoint_partitions
-from assets.resources import CheckpointRootsResource, SparkResource
+from assets.resources import CheckpointRootsResource, SparkResource, StepContext
 from checkpoint.analysis import human_bytes
 from checkpoint.compaction import Planned, RebuildResult, Task, compact_checkpoints
 from checkpoint.model import Checkpoint, checkpoint_lineage
@@ -22,6 +22,22 @@ if TYPE_CHECKING:
     from jobs.compact import StoreOutcome
 
 GROUP = "checkpoint_compaction"
+
+
+def spark_rebuild(
+    context: StepContext, spark: SparkResource
+) -> "Callable[[list[Task], Callable[[Checkpoint], None]], list[StoreOutcome]]":
+    """Compaction's rebuild in this run's Spark application: the stores of every checkpoint planned
+    side by side, a Spark job each (`jobs.compact`)."""
+
+    def rebuild(tasks: list[Task], check: Callable[[Checkpoint], None]) -> "list[StoreOutcome]":
+        from jobs.compact import run_compaction_tasks  # Spark only when compaction runs
+
+        checkpoints = len({ckpt.url for ckpt, _ in tasks})
+        context.log.info(f"{len(tasks)} stores to compact in {checkpoints} checkpoint(s), a Spark job each")
+        return run_compaction_tasks(spark.session(), tasks, check)
+
+    return rebuild
 
 
 def _chains_after(roots: CheckpointRootsResource, planned: Planned) -> dict[tuple, int]:
@@ -48,20 +64,14 @@ def checkpoint_compaction(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource, spark: SparkResource
 ):
     """Snapshots materialised for every store whose recovery replays a long chain of changelogs."""
-    from jobs.compact import run_compaction_tasks  # Spark only when compaction runs
-
-    def rebuild(tasks: list[Task], check: Callable[[Checkpoint], None]) -> "list[StoreOutcome]":
-        checkpoints = len({ckpt.url for ckpt, _ in tasks})
-        context.log.info(f"{len(tasks)} stores to compact in {checkpoints} checkpoint(s), a Spark job each")
-        return run_compaction_tasks(spark.session(), tasks, check)
-
     # One checkpoint: its lease waited for, the step retried, then failed. A backfill: a checkpoint
     # held elsewhere is reported (LeaseHeld) with the unreadable ones, and the others go on.
     alone = len(context.partition_keys) == 1
     compaction = compact_checkpoints(
         context.partition_keys,
         lambda key: roots.in_place(context, key, retry=alone),
-        "checkpoint_compaction", rebuild, strict=True, go_on=True, **roots.compaction_thresholds(),
+        "checkpoint_compaction", spark_rebuild(context, spark), strict=True, go_on=True,
+        **roots.compaction_thresholds(),
     )  # fmt: skip
     planned, results = compaction.planned, compaction.outcomes
     rows: list[list] = []
@@ -103,7 +113,7 @@ def checkpoint_compaction(
             "\n".join(f"- {r.url} {r.store.label}: {r.error}" for r in failed) or "none"
         ),
     }
-    problems = [*compaction.refused, *(f"{r.url} {r.store}: {r.error}" for r in failed)]
+    problems = [*map(str, compaction.refused), *(f"{r.url} {r.store}: {r.error}" for r in failed)]
     if problems:
         raise dg.Failure(
             description=f"{len(problems)} problem(s): " + "; ".join(problems[:5]), metadata=metadata

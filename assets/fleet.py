@@ -20,6 +20,7 @@ import pandas as pd
 from assets import markdown
 from assets.checkpoints import FLEET_ASSET, GROUP
 from assets.partitions import CHECKPOINTS, parse_partition_key
+from assets.reports import write_bytes
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import (
     FleetRow,
@@ -32,10 +33,8 @@ from checkpoint.analysis import (
     totals,
     unreadable_row,
 )
-from checkpoint.format import AUDIT_FOLDER
 from checkpoint.model import each_checkpoint
 from checkpoint.policy import POLICY, Policy
-from checkpoint.storage import Storage, normalize_url
 
 _PLAN, _COMPACTION, _CLEANUP = "checkpoint_orphan_plan", "checkpoint_compaction", "checkpoint_orphan_cleanup"
 _COMPACTION_JOBS: tuple[str, ...] = ("compact_checkpoints", "checkpoint_maintenance")
@@ -292,19 +291,11 @@ def _write_chart(context: dg.AssetExecutionContext, rows: list[FleetRow], roots)
 
 
 def _write_table(context: dg.AssetExecutionContext, frame: pd.DataFrame, roots) -> str:
-    """Every row, most urgent first, as CSV in the audit root (`audit_url`, or the first root's
-    audit folder, where each checkpoint's trail lies by default): `fleet/<run id>.csv`. Returns
-    its URL."""
-    first = roots.roots[0]
-    url = roots.audit_url or f"{normalize_url(first.url)}/{AUDIT_FOLDER}"
-    options = roots.audit_storage_options if roots.audit_url else first.storage_options
+    """Every row, most urgent first, as `fleet/<run id>.csv` in the audit root; returns its URL."""
     flat = (
         frame.assign(**{c: frame[c].map(", ".join) for c in ("errors", "warnings")}) if len(frame) else frame
     )
-    storage = Storage(url, options)
-    rel = f"fleet/{context.run.run_id}.csv"
-    storage.write(rel, flat.to_csv(index=False).encode())
-    return storage.full(rel) if storage.protocol == "file" else f"{storage.url}/{rel}"
+    return write_bytes(roots, f"fleet/{context.run.run_id}.csv", flat.to_csv(index=False).encode())
 
 
 def attention_markdown(rows: list[FleetRow], policy: Policy = POLICY, limit: int = 10) -> str:

@@ -58,6 +58,13 @@ class Policy:
     look_timeout_seconds: float = 10
     sensor_max_queued_per_job: int = 8
     validation_run_max_checkpoints: int = 500
+    # The schedules' runs name at most so many checkpoints each (maintenance validates, compacts
+    # and cleans each in one Spark application), so 10,000 checkpoints are 50 runs a tick.
+    maintenance_run_max_checkpoints: int = 200
+    # The commit sensor gathers due compactions for up to this long (unless a run's worth is due
+    # sooner) and asks for runs of at most so many checkpoints, one Spark application each.
+    compaction_gather_seconds: float = 120
+    compaction_run_max_checkpoints: int = 10
     # Discovery audits new checkpoints in batched validation runs, at most so many runs a tick;
     # the checkpoints beyond are added by the next ticks.
     discovery_max_runs_per_tick: int = 100

@@ -7,7 +7,11 @@ holds; this decides. Tests drive it with a manual clock.
 - Compaction is due when a new commit's plan has targets (a chain over the threshold, a header near
   the cap). Crossings are kept in the cursor until served, oldest first; none is dropped while the
   queue is full. A checkpoint whose compaction run is already queued or running gets no second one.
-  One run per checkpoint, since a run takes the checkpoint's lease.
+  Due checkpoints go into runs of `max_per_compaction_run` (one Spark application each; each run
+  takes each of its checkpoints' leases), gathered for up to `compaction_gather_seconds` from the
+  oldest crossing unless a full run is due sooner.
+- A checkpoint's first sight is not a commit to validate when it is already audited (discovery's
+  run validated it): onboarding validates each checkpoint once.
 - Validation is due for a checkpoint with a commit not yet validated, at most once per period, or at
   once when the new batch's own check found an error. Every checkpoint due in a tick goes into one
   run (split only past `max_per_validation_run`). A compaction run validates first, so it counts.
@@ -65,6 +69,10 @@ class Caps:
     max_queued_per_job: int
     validation_period_seconds: float
     max_per_validation_run: int
+    # Due compactions are gathered into runs of so many checkpoints (one Spark application each),
+    # waiting up to `compaction_gather_seconds` from the oldest for a run's worth.
+    max_per_compaction_run: int = 1
+    compaction_gather_seconds: float = 0.0
 
 
 @dataclass
@@ -250,7 +258,7 @@ def resume_at(order: Sequence[str], looked: int) -> str:
 
 @dataclass(frozen=True)
 class TickPlan:
-    compact: tuple[tuple[str, int], ...]  # (partition key, batch), oldest crossing first
+    compact: tuple[tuple[tuple[str, int], ...], ...]  # per run, its (partition key, batch), oldest first
     validate: tuple[tuple[str, ...], ...]  # one tuple of partition keys per validation run
     state: SensorState
     waiting: str  # what is due but not requested, and why ("" when nothing waits)
@@ -265,11 +273,14 @@ def plan_tick(
     compacting: set[str],
     keys: Collection[str] | None = None,
     next_key: str = "",
+    audited: Collection[str] = (),
 ) -> TickPlan:
     """`keys` names every partition (those missing drop out of the state; default: the ones in
     `looks`), `looks` the ones this tick looked at (the others keep their state); `queued` counts
     runs waiting in Dagster's queue per kind ("compact", "validate"); `compacting` names the
-    partitions whose compaction run is queued or running; `next_key`, where the next tick starts."""
+    partitions whose compaction run is queued or running; `next_key`, where the next tick starts;
+    `audited`, the partitions already audited (by discovery's runs, done or under way): the first
+    sight of one is not a commit to validate again."""
     keep = set(looks if keys is None else keys)
     state = SensorState(
         seen={k: v for k, v in before.seen.items() if k in keep},
@@ -282,8 +293,12 @@ def plan_tick(
     for key, look in sorted(looks.items()):
         if look.problem is not None or not look.new or look.latest is None:
             continue
+        first_sight = key not in state.seen
         state.seen[key] = look.latest
-        state.unvalidated.setdefault(key, now)
+        if first_sight and key in audited and not look.error:
+            state.validated.setdefault(key, now)
+        else:
+            state.unvalidated.setdefault(key, now)
         if look.crossing:
             state.crossings.setdefault(key, now)
         else:
@@ -297,17 +312,27 @@ def plan_tick(
     for key in [k for k in state.crossings if k in compacting]:
         del state.crossings[key]  # the run already queued or running compacts the newest batch
     due = sorted(state.crossings, key=lambda k: (state.crossings[k], k))
+    per_run = max(1, caps.max_per_compaction_run)
+    gathering = (
+        bool(due) and len(due) < per_run and now - state.crossings[due[0]] < caps.compaction_gather_seconds
+    )
+    if gathering:
+        left = caps.compaction_gather_seconds - (now - state.crossings[due[0]])
+        waiting.append(f"{len(due)} compaction(s) gathering for a run of up to {per_run} ({left:.0f} s left)")
+        due = []
     room = max(0, min(budget, caps.max_queued_per_job - queued.get("compact", 0)))
-    compact = tuple((key, state.seen[key]) for key in due[:room])
-    for key, _ in compact:
+    runs_c = [due[i : i + per_run] for i in range(0, len(due), per_run)]
+    compact = tuple(tuple((key, state.seen[key]) for key in run) for run in runs_c[:room])
+    for key, _ in (pair for run in compact for pair in run):
         del state.crossings[key]
         state.unvalidated.pop(key, None)
         state.validated[key] = now
         if key in state.urgent:
             state.urgent.remove(key)
     budget -= len(compact)
-    if len(due) > room:
-        waiting.append(f"{len(due) - room} compaction(s) wait for room in the queue ({room} requested; "
+    if len(runs_c) > room:
+        left_c = sum(len(run) for run in runs_c[room:])
+        waiting.append(f"{left_c} compaction(s) wait for room in the queue ({len(compact)} run(s) requested; "
                        f"{queued.get('compact', 0)} of {caps.max_queued_per_job} were queued)")  # fmt: skip
 
     period = caps.validation_period_seconds

@@ -9,26 +9,32 @@ from assets.cleanup import APPLY_TAG
 from assets.cleanup import GROUP as CLEANUP_GROUP
 from assets.compaction import GROUP as COMPACTION_GROUP
 from orchestration.fork import fork_op
+from orchestration.maintenance import maintain_checkpoints_job
 from orchestration.migrate import migrate_op
+from orchestration.queue import Kind, run_tags
 from orchestration.repartition import repartition_op
+from orchestration.validation import JOB as VALIDATE_JOB
 from orchestration.validation import validate_each
 
 audit_job = dg.define_asset_job(
     "checkpoint_audit",
     selection=PER_CHECKPOINT_AUDIT,
     description="Read-only: inventory, lineage and validation of the selected checkpoints. Changes nothing.",
+    tags=run_tags(Kind.AUDIT),
 )
 
 compaction_job = dg.define_asset_job(
     "compact_checkpoints",
     selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(COMPACTION_GROUP),
     description="Audit, then rebuild snapshots for stores with long replay chains (writes new files only).",
+    tags=run_tags(Kind.COMPACTION),
 )
 
 cleanup_job = dg.define_asset_job(
     "checkpoint_cleanup",
     selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(CLEANUP_GROUP),
     description="Audit, plan and (when asked) delete orphaned state files of the selected checkpoints.",
+    tags=run_tags(Kind.CLEANUP),
 )
 
 maintenance_job = dg.define_asset_job(
@@ -38,12 +44,14 @@ maintenance_job = dg.define_asset_job(
         "Audit (blocking checks), compact long replay chains, plan orphan cleanup; deletes only with "
         f"the tag {APPLY_TAG}=true or the cleanup asset's `apply` config."
     ),
+    tags=run_tags(Kind.MAINTENANCE),
 )
 
 fleet_job = dg.define_asset_job(
     "checkpoint_fleet",
     selection=dg.AssetSelection.assets(FLEET_ASSET),
     description="Read-only: the fleet report over every checkpoint partition. Changes nothing.",
+    tags=run_tags(Kind.REPORT),
 )
 
 
@@ -51,16 +59,17 @@ fleet_job = dg.define_asset_job(
     name="fork_checkpoint",
     description="Fork a checkpoint at a committed batch into an empty destination: relocate, roll back, "
     "or audit a copy (launch from the Launchpad with the op's config)",
-    tags={"ckpt/kind": "fork"},
+    tags=run_tags(Kind.FORK),
 )
 def fork_job():
     fork_op()
 
 
 @dg.job(
-    name="validate_checkpoints",
+    name=VALIDATE_JOB,
     description="Read-only: head-first validation of the checkpoints named in the config (the commit "
     "sensor's batched validation run). Changes nothing.",
+    tags=run_tags(Kind.VALIDATION),
 )
 def validate_checkpoints_job():
     validate_each()
@@ -71,7 +80,7 @@ def validate_checkpoints_job():
     description="Change a stopped query's state partition count with Spark's repartitioner: preflight, "
     "backup fork, rewrite, verification, undo on failure (launch from the Launchpad; `undo` takes the newest "
     "repartition back)",
-    tags={"ckpt/kind": "repartition"},
+    tags=run_tags(Kind.REPARTITION),
 )
 def repartition_job():
     repartition_op()
@@ -81,11 +90,11 @@ def repartition_job():
     name="migrate_checkpoint",
     description="Carry a stopped checkpoint in Spark's default formats (the HDFS-backed store, RocksDB "
     "format V1) to RocksDB format V2 with its state, in an empty destination (launch from the Launchpad)",
-    tags={"ckpt/kind": "migrate"},
+    tags=run_tags(Kind.MIGRATE),
 )
 def migrate_job():
     migrate_op()
 
 
 ALL_JOBS = (audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job,
-            validate_checkpoints_job, repartition_job, migrate_job)  # fmt: skip
+            validate_checkpoints_job, repartition_job, migrate_job, maintain_checkpoints_job)  # fmt: skip

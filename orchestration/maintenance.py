@@ -1,45 +1,191 @@
-"""The maintenance pass: audit, compaction and cleanup of a checkpoint in one run, and a schedule
-per configured root (cleanup deletes only under roots with `apply_cleanup`)."""
+"""Maintenance in batches: one run validates, compacts and cleans many checkpoints, in one Spark
+application, and a schedule per configured root asks for ceil(checkpoints / batch) such runs.
+
+A run's steps, each over its whole batch:
+1. validation, head-first, materializing each checkpoint's audit partitions (orchestration/validation.py);
+2. compaction of every due store of the checkpoints that validated clean, as the jobs of one Spark
+   application (the compaction asset's flow: each checkpoint's lease held until its stores are done);
+3. cleanup of each of them: planned into its audit trail, and applied under its lease only under
+   roots with `apply_cleanup` (a run's config can switch a step off, never on where the root says no).
+A checkpoint that fails a step is not taken further and holds back no other; the run fails at the
+end naming every one that failed, in a table and a CSV. The commit sensor asks for the same run
+with cleanup off for the checkpoints whose compaction is due.
+"""
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import hashlib
 from collections.abc import Sequence
 
 import dagster as dg
+from pydantic import Field
 
-from assets.cleanup import APPLY_TAG
+from assets.cleanup import (
+    MANIFEST,
+    MANIFEST_SHA256,
+    checkpoint_orphan_cleanup,
+    checkpoint_orphan_plan,
+    plan_cleanup,
+)
+from assets.compaction import checkpoint_compaction, spark_rebuild
 from assets.partitions import CHECKPOINTS, parse_partition_key
-from assets.resources import CheckpointRoot
-from orchestration.jobs import maintenance_job
+from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
+from checkpoint.cleanup import apply_cleanup
+from checkpoint.compaction import compact_checkpoints
+from checkpoint.errors import CheckpointError
+from checkpoint.policy import POLICY
+from orchestration.queue import Kind, run_tags
+from orchestration.validation import Outcomes, validate_keys
+
+BATCH = POLICY.maintenance_run_max_checkpoints
+
+
+class MaintainConfig(dg.Config):
+    partitions: list[str] = Field(description="Partition keys of the checkpoints to maintain")
+    compact: bool = Field(default=True, description="Compact the stores whose replay chain is due")
+    clean: bool = Field(default=True, description="Plan orphan cleanup (applied only under roots that apply)")
+
+
+def _compact(context, roots, spark, keys: Sequence[str], done: Outcomes) -> None:
+    compaction = compact_checkpoints(
+        keys, lambda key: roots.in_place(context, key, retry=False), "maintain_checkpoints",
+        spark_rebuild(context, spark), strict=True, go_on=True, **roots.compaction_thresholds(),
+    )  # fmt: skip
+    for refusal in compaction.refused:
+        done.fail(refusal.name, f"compaction refused: {refusal.why}")
+    names = {p.ckpt.url: p.name for p in compaction.planned}
+    compacted = dict.fromkeys(names.values(), 0)
+    for outcome in compaction.outcomes:
+        if outcome.ok:
+            compacted[names[outcome.url]] += 1
+        else:
+            done.fail(names[outcome.url], f"compaction of {outcome.store.label} failed: {outcome.error}")
+    for key, stores in compacted.items():
+        done.rows[key][-1] = stores
+        if stores and key not in done.failed:
+            context.log_event(dg.AssetMaterialization(
+                asset_key=checkpoint_compaction.key, partition=key,
+                metadata={"stores_compacted": stores, "compacted_by": context.run.run_id},
+            ))  # fmt: skip
+
+
+def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> str:
+    """Plans (and where the root applies, deletes under the lease); returns what it did."""
+    audit = roots.audit_trail(key)
+    if applies:
+        cleaned = apply_cleanup(roots.in_place(context, key, retry=False), audit,
+                                lambda: plan_cleanup(roots, key), what="maintain_checkpoints")  # fmt: skip
+        plan, result = cleaned.plan, cleaned.result
+        if result.failed.files:
+            raise CheckpointError(f"{result.failed.files} deletion(s) failed: see {audit.outcomes_url(plan)}")
+        metadata = {
+            "applied": True,
+            "deleted_files": result.deleted.files,
+            "deleted_bytes": result.deleted.total_bytes,
+            "plan": dg.MetadataValue.path(plan.manifest),
+        }
+        context.log_event(
+            dg.AssetMaterialization(checkpoint_orphan_cleanup.key, partition=key, metadata=metadata)
+        )
+        outcome = f"deleted {result.deleted.files}"
+    else:
+        plan = plan_cleanup(roots, key)
+        outcome = f"planned {plan.files}"
+    audit.prune(roots.checkpoint_storage(key).url, plan.planned_at)
+    metadata = {
+        "files": plan.files,
+        "bytes": plan.total_bytes,
+        MANIFEST: dg.MetadataValue.path(plan.manifest),
+        MANIFEST_SHA256: plan.digest,
+        "against_batch": plan.against_batch,
+    }
+    context.log_event(dg.AssetMaterialization(checkpoint_orphan_plan.key, partition=key, metadata=metadata))
+    return outcome
+
+
+@dg.op(tags={"kind": "maintenance"})
+def maintain_each(
+    context: dg.OpExecutionContext,
+    config: MaintainConfig,
+    roots: CheckpointRootsResource,
+    spark: SparkResource,
+):
+    """Validation, compaction and cleanup of each checkpoint named in the config, in one Spark application."""
+    done = validate_keys(context, roots, config.partitions)
+    healthy = [key for key in config.partitions if key not in done.failed]
+    if config.compact:
+        done.columns += ("stores compacted",)
+        for key in config.partitions:
+            done.rows[key].append("-")
+        _compact(context, roots, spark, healthy, done)
+    if config.clean:
+        done.columns += ("cleanup",)
+        for key in config.partitions:
+            if key in done.failed:
+                done.rows[key].append("-")
+                continue
+            try:
+                applies = roots.root(parse_partition_key(key)[0]).apply_cleanup
+                done.rows[key].append(_clean(context, roots, key, applies))
+            except (CheckpointError, ValueError) as exc:
+                done.rows[key].append("failed")
+                done.fail(key, f"cleanup: {exc}")
+    context.add_output_metadata(done.report(context, roots, "maintenance"))
+
+
+@dg.job(
+    name="maintain_checkpoints",
+    description="Validate, compact and clean the checkpoints named in the config, in one run and one Spark "
+    "application (the maintenance schedules' runs; the commit sensor's compactions, with cleanup off)",
+    tags=run_tags(Kind.MAINTENANCE),
+)
+def maintain_checkpoints_job():
+    maintain_each()
+
+
+def batched(keys: Sequence[str], size: int = BATCH) -> list[list[str]]:
+    return [list(keys[i : i + size]) for i in range(0, len(keys), max(1, size))]
+
+
+def maintenance_request(keys: Sequence[str], why: str, kind: Kind, **config) -> dg.RunRequest:
+    """One run of `maintain_checkpoints` for `keys`; its run key names them, so a repeated tick
+    asks for it once."""
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
+    run_config = {"ops": {"maintain_each": {"config": {"partitions": list(keys), **config}}}}
+    tags = {**run_tags(kind), "ckpt/checkpoints": str(len(keys))}
+    return dg.RunRequest(
+        job_name=maintain_checkpoints_job.name, run_config=run_config, run_key=f"{why}:{digest}", tags=tags
+    )
 
 
 def maintenance_requests(root: CheckpointRoot, keys: Sequence[str], tick: str) -> list[dg.RunRequest]:
+    mine = sorted(key for key in keys if parse_partition_key(key)[0] == root.name)
     return [
-        dg.RunRequest(
-            run_key=f"maintenance:{key}:{tick}",
-            partition_key=key,
-            tags={APPLY_TAG: str(root.apply_cleanup).lower(), "ckpt/root": root.name},
-        )
-        for key in keys
-        if parse_partition_key(key)[0] == root.name
+        maintenance_request(batch, f"maintenance:{root.name}:{tick}", Kind.MAINTENANCE)
+        for batch in batched(mine)
     ]
 
 
 def maintenance_schedule(root: CheckpointRoot) -> dg.ScheduleDefinition:
-    """Every checkpoint under one root, on that root's cron; run keys make a re-run tick a no-op."""
+    """Every checkpoint under one root, on that root's cron, in runs of `BATCH`; run keys make a
+    re-run tick a no-op."""
 
     def evaluate(context: dg.ScheduleEvaluationContext):
         keys = context.instance.get_dynamic_partitions(CHECKPOINTS)
         requests = maintenance_requests(root, keys, context.scheduled_execution_time.isoformat())
         if not requests:
-            yield dg.SkipReason(f"no checkpoints discovered under root {root.name!r} yet")
-        yield from requests
+            return dg.SkipReason(f"no checkpoints discovered under root {root.name!r} yet")
+        mine = sum(int(r.tags["ckpt/checkpoints"]) for r in requests)
+        context.log.info(
+            f"{mine} checkpoint(s) under {root.name!r} in {len(requests)} run(s) of {BATCH} at most"
+        )
+        return requests
 
     return dg.ScheduleDefinition(
         name=f"maintenance_{root.name.replace('-', '_')}",
-        job=maintenance_job,
+        job=maintain_checkpoints_job,
         cron_schedule=root.maintenance_cron,
         execution_fn=evaluate,
         default_status=dg.DefaultScheduleStatus.STOPPED,
-        description=f"Maintenance of every checkpoint under {root.url}"
+        description=f"Maintenance of every checkpoint under {root.url}, {BATCH} a run"
         + (" (cleanup applies)" if root.apply_cleanup else " (cleanup only plans)"),
     )

@@ -16,7 +16,10 @@ from checkpoint.model import latest_commit, within_deadline
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.storage import Storage
 from orchestration.due import Caps, Look, SensorState, looking_order, plan_tick, resume_at
-from orchestration.jobs import compaction_job, validate_checkpoints_job
+from orchestration.jobs import validate_checkpoints_job
+from orchestration.maintenance import maintain_checkpoints_job, maintenance_request
+from orchestration.queue import COMPACTS_TAG, KIND_TAG, Kind
+from orchestration.validation import validation_request
 
 # How often the daemon looks for new commits; tests and busy fleets set it through the environment.
 COMMIT_SENSOR_INTERVAL = int(os.environ.get("CKPT_COMMIT_SENSOR_INTERVAL", POLICY.sensor_interval_seconds))
@@ -88,20 +91,11 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
                          f"added and audited in {-(-len(added) // size)} run(s) this tick")  # fmt: skip
     return dg.SensorResult(
         run_requests=[
-            _validation_request(added[i : i + size], "discovered") for i in range(0, len(added), size)
+            validation_request(added[i : i + size], "discovered") for i in range(0, len(added), size)
         ],
         dynamic_partitions_requests=requests,
         cursor=cursor,
     )
-
-
-def _validation_request(keys: list[str] | tuple[str, ...], why: str) -> dg.RunRequest:
-    """One run that validates many checkpoints (orchestration/validation.py); its run key names
-    its checkpoints, so a repeated tick asks for it once."""
-    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
-    config = {"ops": {"validate_each": {"config": {"partitions": list(keys)}}}}
-    return dg.RunRequest(job_name=validate_checkpoints_job.name, run_config=config, run_key=f"{why}:{digest}",
-                         tags={"ckpt/checkpoints": str(len(keys))})  # fmt: skip
 
 
 # Settings of the commit sensor, from the environment where a deployment sets them (default: Policy).
@@ -112,6 +106,12 @@ SENSOR_CAPS = Caps(
         os.environ.get("CKPT_VALIDATION_PERIOD", duration_text(POLICY.validation_period_seconds))
     ),
     max_per_validation_run=POLICY.validation_run_max_checkpoints,
+    max_per_compaction_run=int(
+        os.environ.get("CKPT_COMPACTION_RUN_MAX_CHECKPOINTS", POLICY.compaction_run_max_checkpoints)
+    ),
+    compaction_gather_seconds=parse_duration(
+        os.environ.get("CKPT_COMPACTION_GATHER", duration_text(POLICY.compaction_gather_seconds))
+    ),
 )
 _WAITING = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED)
 _IN_FLIGHT = (*_WAITING, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
@@ -161,27 +161,52 @@ def look_within(
     return {order[i]: found for i, found in done.items()}
 
 
-def _queue(instance: dg.DagsterInstance) -> tuple[dict[str, int], set[str]]:
-    """Runs waiting in the queue per kind, and the partitions whose compaction is queued or running."""
+def _partitions_of(run: dg.DagsterRun) -> list[str]:
+    """The checkpoints a run works on: its partition, or the batch its config names."""
+    if "dagster/partition" in run.tags:
+        return [run.tags["dagster/partition"]]
+    ops = (run.run_config or {}).get("ops", {})
+    for op in ("maintain_each", "validate_each"):
+        keys = ops.get(op, {}).get("config", {}).get("partitions")
+        if isinstance(keys, list):
+            return [k for k in keys if isinstance(k, str)]
+    return []
+
+
+def _queue(instance: dg.DagsterInstance) -> tuple[dict[str, int], set[str], set[str]]:
+    """Runs waiting in the queue per kind the sensor asks for; the partitions whose compaction is
+    queued or running (any run that compacts: the sensor's, a schedule's, one from the UI); and
+    those whose validation is."""
     waiting = {
-        kind: instance.get_runs_count(dg.RunsFilter(job_name=job, statuses=list(_WAITING)))
-        for kind, job in (("compact", compaction_job.name), ("validate", validate_checkpoints_job.name))
+        name: instance.get_runs_count(dg.RunsFilter(tags={KIND_TAG: kind.label}, statuses=list(_WAITING)))
+        for name, kind in (("compact", Kind.COMPACTION), ("validate", Kind.VALIDATION))
     }
-    running = instance.get_runs(dg.RunsFilter(job_name=compaction_job.name, statuses=list(_IN_FLIGHT)))
-    return waiting, {r.tags["dagster/partition"] for r in running if "dagster/partition" in r.tags}
+
+    def in_flight(tags: dict[str, str]) -> set[str]:
+        runs = instance.get_runs(dg.RunsFilter(tags=tags, statuses=list(_IN_FLIGHT)))
+        return {key for run in runs for key in _partitions_of(run)}
+
+    return waiting, in_flight({COMPACTS_TAG: "true"}), in_flight({KIND_TAG: Kind.VALIDATION.label})
+
+
+def _audited(instance: dg.DagsterInstance, validating: set[str]) -> set[str]:
+    """The partitions audited already, or being audited: one query, made only in a tick that sees
+    a checkpoint for the first time."""
+    return validating | instance.get_materialized_partitions(dg.AssetKey("checkpoint_lineage_report"))
 
 
 @dg.sensor(
-    jobs=[compaction_job, validate_checkpoints_job],
+    jobs=[maintain_checkpoints_job, validate_checkpoints_job],
     minimum_interval_seconds=COMMIT_SENSOR_INTERVAL,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: CheckpointRootsResource):
     """Asks for runs only for work that is due (orchestration/due.py): compaction when a new commit's
-    plan crosses the threshold or nears the cap, one at a time per checkpoint and oldest crossing
-    first; validation in one batched run, at most once per period per checkpoint or at once on an
-    error. Never more runs than the tick's cap, nor than a job's queue has room for; what waits is
-    kept in the cursor and named in the skip reason."""
+    plan crosses the threshold or nears the cap, in batched `maintain_checkpoints` runs (cleanup
+    off), never twice for a checkpoint and oldest crossing first; validation in batched runs, at
+    most once per period per checkpoint or at once on an error, and not again for a checkpoint
+    discovery audited. Never more runs than the tick's cap, nor than the queue has room for; what
+    waits is kept in the cursor and named in the tick's log line and skip reason."""
     keys = context.instance.get_dynamic_partitions(CHECKPOINTS)
     before, unread = SensorState.read(context.cursor, time.time())
     if unread is not None:
@@ -201,20 +226,33 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
         spent, resume = time.monotonic() - started, order[len(looks)]
         context.log.info(f"looked at {len(looks)} of {len(order)} checkpoints in {spent:.1f} s (budget "
                          f"{COMMIT_SENSOR_BUDGET:g} s); the next tick goes on from {resume}")  # fmt: skip
-    queued, compacting = _queue(context.instance)
+    queued, compacting, validating = _queue(context.instance)
+    first_sight = any(look.new and key not in before.seen for key, look in looks.items())
+    audited = _audited(context.instance, validating) if first_sight else set()
     plan = plan_tick(before, looks, time.time(), SENSOR_CAPS, queued, compacting, keys=keys,
-                     next_key=resume_at(order, len(looks)))  # fmt: skip
-    job = compaction_job.name
-    requests = [dg.RunRequest(partition_key=key, job_name=job, run_key=f"compact:{key}:{batch}")
-                for key, batch in plan.compact]  # fmt: skip
-    requests += [_validation_request(run, f"validate:{int(time.time())}") for run in plan.validate]
+                     next_key=resume_at(order, len(looks)), audited=audited)  # fmt: skip
+    requests = [_compaction_request(run) for run in plan.compact]
+    requests += [validation_request(run, f"validate:{int(time.time())}") for run in plan.validate]
+    new = sum(1 for look in looks.values() if look.new)
+    problems = sum(1 for look in looks.values() if look.problem is not None)
+    context.log.info(
+        f"looked at {len(looks)} of {len(keys)} checkpoint(s): {new} with a new commit, "
+        f"{problems} unreadable; "
+        f"asked for {len(plan.compact)} compaction run(s) ({sum(map(len, plan.compact))} checkpoint(s)) and "
+        f"{len(plan.validate)} validation run(s) ({sum(map(len, plan.validate))} checkpoint(s))"
+        + (f"; {plan.waiting}" if plan.waiting else "")
+    )
     cursor = plan.state.to_json()
     if not requests:
         if cursor != context.cursor:
             context.update_cursor(cursor)
-        new = sum(1 for look in looks.values() if look.new)
         why = plan.waiting or "nothing due"
         return dg.SkipReason(f"{new} new commit(s) in {len(keys)} checkpoint(s); {why}")
-    if plan.waiting:
-        context.log.info(plan.waiting)
     return dg.SensorResult(run_requests=requests, cursor=cursor)
+
+
+def _compaction_request(run: tuple[tuple[str, int], ...]) -> dg.RunRequest:
+    """A batched compaction: validation and compaction of each, no cleanup; the run key names each
+    checkpoint at its batch, so a repeated tick asks for it once."""
+    named = hashlib.sha256("\n".join(f"{key}@{batch}" for key, batch in run).encode()).hexdigest()[:12]
+    return maintenance_request([key for key, _ in run], f"compact:{named}", Kind.COMPACTION, clean=False)

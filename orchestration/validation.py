@@ -1,20 +1,103 @@
-"""One run that validates many checkpoints: what the commit sensor requests for every checkpoint
-whose validation is due in a tick, instead of one run (one process) per checkpoint and commit.
+"""One run that validates many checkpoints: what discovery, the audit schedule and the commit
+sensor request, instead of one run (one process) per checkpoint and commit.
 
 Each checkpoint is read head-first at its latest committed batch and validated as the audit assets
-do; each gets an observation of `checkpoint_lineage_report` for its partition (error and warning
-codes, longest chain), so the asset's page shows it. One unreadable checkpoint holds back no other;
-the run fails at the end, naming every checkpoint with error findings.
+do; each gets a materialization of `checkpoint_inventory` and `checkpoint_lineage_report` for its
+partition (error and warning codes, longest chain), so the partitions page counts it as audited.
+One unreadable checkpoint holds back no other; the run fails at the end, naming every checkpoint
+with error findings in a table and a CSV.
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
 import dagster as dg
 from pydantic import Field
 
 from assets import markdown
-from assets.resources import CheckpointRootsResource
+from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
+from assets.reports import write_csv
+from assets.resources import CheckpointRootsResource, StepContext
 from checkpoint.analysis import Severity, ValidationOptions, validate
 from checkpoint.errors import CheckpointError
+from orchestration.queue import Kind, run_tags
+
+# Rows of a run's table in the UI; every row is in its CSV. A batched run names at most 500
+# checkpoints, so its `failed` table lists each one that failed.
+_SHOWN = 500
+
+
+@dataclass
+class Outcomes:
+    """What a batched run did to each checkpoint: one row each, and why each that failed did."""
+
+    columns: tuple[str, ...]
+    rows: dict[str, list] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def fail(self, key: str, why: str) -> None:
+        # The first failure of a checkpoint is its cause; later steps skip it.
+        self.failed.setdefault(key, why)
+
+    def report(self, context: StepContext, roots: CheckpointRootsResource, what: str) -> dict:
+        """The run's metadata: every checkpoint's row (the first `_SHOWN` in the UI, all of them in
+        `<what>/<run id>.csv` in the audit root), then a Failure naming every failed checkpoint."""
+        header = (*self.columns, "failed")
+        rows = [(key, *cells, self.failed.get(key, "")) for key, cells in self.rows.items()]
+        csv = write_csv(roots, f"{what}/{context.run.run_id}.csv", ("checkpoint", *header), rows)
+        failures = markdown.table(("checkpoint", "why"), self.failed.items()) if self.failed else "none"
+        metadata = {
+            "checkpoints": len(self.rows),
+            "failed_checkpoints": len(self.failed),
+            "checkpoints_table": dg.MetadataValue.md(markdown.table(("checkpoint", *header), rows[:_SHOWN])),
+            "failed": dg.MetadataValue.md(failures),
+            "csv": dg.MetadataValue.path(csv),
+        }
+        if self.failed:
+            raise dg.Failure(
+                description=f"{len(self.failed)} of {len(self.rows)} checkpoint(s) failed; every one is in "
+                f"this failure's `failed` table and in {csv}",
+                metadata=metadata,
+            )
+        return metadata
+
+
+def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Sequence[str]) -> Outcomes:
+    """Head-first validation of each checkpoint, materializing its audit partitions."""
+    options = ValidationOptions(long_chain_threshold=roots.policy().long_chain)
+    done = Outcomes(("batch", "errors", "warnings", "longest chain"))
+    for key in keys:
+        try:
+            ckpt = roots.load(key)
+            found = validate(ckpt, options)
+        except CheckpointError as exc:
+            done.rows[key] = ["-", "unreadable", "-", "-"]
+            done.fail(key, str(exc))
+            continue
+        errors = ",".join(sorted({f.code for f in found.findings if f.severity == Severity.ERROR}))
+        warnings = ",".join(sorted({f.code for f in found.findings if f.severity == Severity.WARNING}))
+        chain = max((e.chain_length for e in found.lineage), default=0)
+        batch = ckpt.latest_committed_batch
+        done.rows[key] = [batch, errors or "-", warnings or "-", chain]
+        if errors:
+            done.fail(key, errors)
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=checkpoint_inventory.key, partition=key,
+                metadata={"path": dg.MetadataValue.path(ckpt.url), "latest_committed_batch": batch,
+                          "format_version": ckpt.format_version, "audited_by": "validate_checkpoints"},
+            )
+        )  # fmt: skip
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=checkpoint_lineage_report.key, partition=key,
+                metadata={"errors": errors or "none", "warnings": warnings or "none",
+                          "max_chain_length": chain, "batch": -1 if batch is None else batch},
+            )
+        )  # fmt: skip
+    return done
 
 
 class ValidateConfig(dg.Config):
@@ -24,35 +107,16 @@ class ValidateConfig(dg.Config):
 @dg.op(tags={"kind": "validation"})
 def validate_each(context: dg.OpExecutionContext, config: ValidateConfig, roots: CheckpointRootsResource):
     """Head-first validation of each checkpoint named in the config."""
-    options = ValidationOptions(long_chain_threshold=roots.policy().long_chain)
-    rows: list[tuple] = []
-    failed: list[str] = []
-    for key in config.partitions:
-        try:
-            ckpt = roots.load(key)
-            found = validate(ckpt, options)
-        except CheckpointError as exc:
-            failed.append(f"{key}: {exc}")
-            rows.append((key, "-", "unreadable", "-", "-"))
-            continue
-        errors = sorted({f.code for f in found.findings if f.severity == Severity.ERROR})
-        warnings = sorted({f.code for f in found.findings if f.severity == Severity.WARNING})
-        chain = max((e.chain_length for e in found.lineage), default=0)
-        if errors:
-            failed.append(f"{key}: {', '.join(errors)}")
-        rows.append(
-            (key, ckpt.latest_committed_batch, ",".join(errors) or "-", ",".join(warnings) or "-", chain)
-        )
-        context.log_event(
-            dg.AssetObservation(
-                asset_key="checkpoint_lineage_report",
-                partition=key,
-                metadata={"errors": ",".join(errors) or "none", "warnings": ",".join(warnings) or "none",
-                          "max_chain_length": chain, "batch": ckpt.latest_committed_batch or -1},
-            )
-        )  # fmt: skip
-    table = markdown.table(("checkpoint", "batch", "errors", "warnings", "longest chain"), rows)
-    context.add_output_metadata({"checkpoints": len(config.partitions), "with_errors": len(failed),
-                                 "findings": dg.MetadataValue.md(table)})  # fmt: skip
-    if failed:
-        raise dg.Failure(description=f"{len(failed)} checkpoint(s) with errors: " + "; ".join(failed[:10]))
+    done = validate_keys(context, roots, config.partitions)
+    context.add_output_metadata(done.report(context, roots, "validation"))
+
+
+JOB = "validate_checkpoints"
+
+
+def validation_request(keys: Sequence[str], why: str) -> dg.RunRequest:
+    """One run that validates `keys`; its run key names them, so a repeated tick asks for it once."""
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
+    config = {"ops": {"validate_each": {"config": {"partitions": list(keys)}}}}
+    tags = {**run_tags(Kind.VALIDATION), "ckpt/checkpoints": str(len(keys))}
+    return dg.RunRequest(job_name=JOB, run_config=config, run_key=f"{why}:{digest}", tags=tags)

@@ -69,6 +69,19 @@ def spark():
 
 
 @pytest.fixture
+def no_gathering(monkeypatch):
+    """The commit sensor with its caps, but compactions asked for at the tick that finds them
+    rather than gathered for a window of the wall clock."""
+    import dataclasses
+
+    from orchestration import sensors
+
+    caps = dataclasses.replace(sensors.SENSOR_CAPS, compaction_gather_seconds=0)
+    monkeypatch.setattr(sensors, "SENSOR_CAPS", caps)
+    return caps
+
+
+@pytest.fixture
 def copy_of(corpus: dict[str, Path], tmp_path: Path):
     """A private copy of a corpus checkpoint, for tests that damage it."""
 

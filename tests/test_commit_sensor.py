@@ -7,6 +7,7 @@ whose queue holds real runs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -18,7 +19,9 @@ from dagster import DagsterRunStatus
 from dagster._core.storage.dagster_run import DagsterRun
 
 from orchestration.due import Caps, Look, SensorState, plan_tick
+from orchestration.queue import Kind, run_tags
 from testbed import fleet, synthetic
+from tests.support.runs import batches_of
 
 CAPS = Caps(
     max_runs_per_tick=5, max_queued_per_job=3, validation_period_seconds=900, max_per_validation_run=50
@@ -59,9 +62,9 @@ def test_crossings_are_served_oldest_first_and_none_is_dropped_while_the_queue_i
     assert full.compact == ()
     assert "4 compaction(s) wait" in full.waiting and "3 of 3 were queued" in full.waiting
     one_free = _tick(full.state, looks, 201.0, {"compact": 2})
-    assert one_free.compact == (("c", 5),)  # the oldest crossing, and only as many as the queue takes
+    assert one_free.compact == ((("c", 5),),)  # the oldest crossing, and only as many as the queue takes
     rest = _tick(one_free.state, looks, 202.0, compacting={"d"})
-    assert rest.compact == (("a", 5), ("b", 5))  # d's compaction is running already: no second one
+    assert rest.compact == ((("a", 5),), (("b", 5),))  # d's compaction is running already: no second one
     assert rest.state.crossings == {}
 
 
@@ -73,6 +76,44 @@ def test_the_caps_bound_every_tick() -> None:
     assert "97 checkpoint(s) wait for validation" in plan.waiting and "1 compaction(s) wait" in plan.waiting
 
 
+def test_due_compactions_are_gathered_into_runs_of_many_checkpoints() -> None:
+    """40 checkpoints cross within a minute: four runs of ten, not forty runs. A lone crossing
+    waits for the window, then goes alone; a full run's worth goes at once."""
+    caps = dataclasses.replace(
+        CAPS, max_per_compaction_run=10, compaction_gather_seconds=120, max_queued_per_job=8
+    )
+    looks = {f"q{i:02d}": Look(5) for i in range(40)}
+    state, runs = SensorState(), []
+    for t in range(40):  # one more crossing every 1.5 s
+        key = f"q{t:02d}"
+        plan = plan_tick(
+            state, {**looks, key: _new(5, crossing=True)}, 100.0 + 1.5 * t, caps, NOTHING_QUEUED, set()
+        )
+        state, runs = plan.state, runs + list(plan.compact)
+    assert [len(run) for run in runs] == [10, 10, 10, 10]
+    assert [k for run in runs for k, _ in run] == [f"q{i:02d}" for i in range(40)]  # oldest first
+
+    lone = plan_tick(SensorState(), {"a": _new(7, crossing=True)}, 1000.0, caps, NOTHING_QUEUED, set())
+    assert lone.compact == () and "1 compaction(s) gathering" in lone.waiting
+    assert plan_tick(lone.state, {"a": Look(7)}, 1119.0, caps, NOTHING_QUEUED, set()).compact == ()
+    assert plan_tick(lone.state, {"a": Look(7)}, 1120.0, caps, NOTHING_QUEUED, set()).compact == (
+        (("a", 7),),
+    )
+
+
+def test_a_checkpoint_discovery_audited_is_not_validated_again_at_first_sight() -> None:
+    looks = {"audited": _new(3), "fresh": _new(3), "broken": _new(3, error=True)}
+    first = plan_tick(
+        SensorState(), looks, 1000.0, CAPS, NOTHING_QUEUED, set(), audited={"audited", "broken"}
+    )
+    assert first.validate == (("broken", "fresh"),)  # an error is validated at once, audited or not
+    assert first.state.validated["audited"] == 1000.0 and "audited" not in first.state.unvalidated
+    # Its next commit is a commit like any other: validated once the period has passed.
+    later = plan_tick(first.state, {"audited": _new(4)}, 1000.0 + 900, CAPS, NOTHING_QUEUED, set(),
+                      audited={"audited"})  # fmt: skip
+    assert later.validate == (("audited",),)
+
+
 def _fleet(root: Path, count: int, versions: dict[str, int], crossing: set[str]) -> None:
     """Every checkpoint at its version: a snapshot every 5 versions keeps chains short, except
     for the `crossing` ones, which never snapshot (their chain is the whole lineage)."""
@@ -82,15 +123,16 @@ def _fleet(root: Path, count: int, versions: dict[str, int], crossing: set[str])
         synthetic.write_local(root / name, synthetic.files(1, versions[name], window=3, snapshot_every=every))
 
 
-def _queue_runs(instance: dg.DagsterInstance, job: str, count: int) -> None:
+def _queue_runs(instance: dg.DagsterInstance, kind: Kind, count: int) -> None:
     # Created and not yet launched: a QUEUED run would need the code location's origin to be made.
     for _ in range(count):
-        run = DagsterRun(job_name=job, run_id=str(uuid.uuid4()), status=DagsterRunStatus.NOT_STARTED)
+        run = DagsterRun(job_name="maintain_checkpoints", run_id=str(uuid.uuid4()),
+                         status=DagsterRunStatus.NOT_STARTED, tags=run_tags(kind))  # fmt: skip
         instance.add_run(run)
 
 
 @pytest.mark.slow
-def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path) -> None:
+def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path, no_gathering) -> None:
     from assets.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration import sensors
 
@@ -117,11 +159,9 @@ def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path) -> N
 
         _fleet(tmp_path, 200, {n: 12 for n in names}, crossing)  # every one commits; three cross
         second = tick(first.cursor)
-        compactions = sorted(
-            r.partition_key for r in second.run_requests if r.job_name == "compact_checkpoints"
-        )
-        assert compactions == sorted(f"f:{n}" for n in crossing)
-        assert len(second.run_requests) == 3  # the others were validated less than a period ago
+        assert batches_of(second) == [sorted(f"f:{n}" for n in crossing)]  # one run, one Spark application
+        assert len(second.run_requests) == 1  # the others were validated less than a period ago
+        assert second.run_requests[0].run_config["ops"]["maintain_each"]["config"]["clean"] is False
 
         idle = tick(second.cursor)
         assert isinstance(idle, dg.SkipReason) and "0 new commit(s)" in str(idle.skip_message)
@@ -129,7 +169,8 @@ def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path) -> N
         for old in (tmp_path / "q050").rglob("*.zip*"):
             old.unlink()  # q050 loses its snapshots: its chain now reaches back to version 1 ...
         _fleet(tmp_path, 200, {n: 13 for n in names}, {"q050", *crossing})
-        _queue_runs(instance, "compact_checkpoints", sensors.SENSOR_CAPS.max_queued_per_job)
+        _queue_runs(instance, Kind.MAINTENANCE, 40)  # a schedule's runs hold no room of the sensor's
+        _queue_runs(instance, Kind.COMPACTION, sensors.SENSOR_CAPS.max_queued_per_job)
         full = tick(second.cursor)  # ... but the compaction queue is full
         assert isinstance(full, dg.SkipReason)
         assert "wait for room in the queue" in str(full.skip_message)
@@ -137,7 +178,8 @@ def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path) -> N
         assert set(waiting) >= {"f:q050"}  # kept, to be served oldest first once there is room
         instance.delete_run(instance.get_runs(limit=1)[0].run_id)  # room for one
         served = tick(cursors[-1])
-        assert [r.job_name for r in served.run_requests] == ["compact_checkpoints"]
+        assert [r.job_name for r in served.run_requests] == ["maintain_checkpoints"]
+        assert "f:q050" in batches_of(served)[0]
 
 
 class _Clock:
@@ -186,7 +228,7 @@ def test_every_checkpoint_is_looked_at_within_its_bound_and_due_work_is_found() 
         looks = {k: _new(1 + tick, crossing=(k == crossing and tick >= 3)) for k in looked}
         plan = plan_tick(state, looks, 1000.0 * tick, CAPS, NOTHING_QUEUED, set(), keys=keys,
                          next_key=resume_at(order, len(looked)))  # fmt: skip
-        if requested_at is None and any(k == crossing for k, _ in plan.compact):
+        if requested_at is None and any(k == crossing for run in plan.compact for k, _ in run):
             requested_at = tick
         for k in looked:
             worst = max(worst, tick - last_look.get(k, -1))
@@ -222,7 +264,7 @@ def test_the_cursor_stays_small_at_10000_checkpoints_and_an_old_one_is_read() ->
 
 @pytest.mark.stress
 def test_10000_checkpoints_every_tick_within_its_budget_and_every_due_compaction_requested(
-    monkeypatch,
+    monkeypatch, no_gathering
 ) -> None:
     """The fleet of issue 49 on a local disk (`testbed.fleet`): 10,000 checkpoints, every one new to
     the sensor, a 3 s budget. Discovery asks for 20 audit runs, not 10,000. No tick runs past its
@@ -256,9 +298,9 @@ def test_10000_checkpoints_every_tick_within_its_budget_and_every_due_compaction
             ticks += 1
             if round_ticks is None and len(SensorState.from_json(cursor).seen) == count:
                 round_ticks = ticks  # every checkpoint looked at once
-            for run in result.run_requests if isinstance(result, dg.SensorResult) else ():
-                if run.job_name == "compact_checkpoints":
-                    requested.setdefault(run.partition_key.split("/", 1)[1], ticks)
+            for run in batches_of(result):
+                for key in run:
+                    requested.setdefault(key.split("/", 1)[1], ticks)
         assert max(spans) <= budget + margin, spans
         assert round_ticks is not None and round_ticks >= 2, (ticks, spans)  # the budget cut the round
         # A crossing is found at its first look, within the round, and requested as the compaction

@@ -23,6 +23,7 @@ from orchestration.due import SensorState
 from orchestration.location import build_definitions
 from orchestration.sensors import checkpoint_discovery_sensor
 from testbed.copying import copy_checkpoint
+from tests.support.runs import batches_of
 
 AUDIT = [checkpoint_inventory, checkpoint_lineage_report]
 
@@ -231,22 +232,30 @@ def test_an_unreadable_checkpoint_fails_the_run_with_its_reason(instance, tmp_pa
     )
 
 
-def test_the_audit_schedule_requests_every_checkpoint(instance) -> None:
+def test_the_audit_schedule_requests_every_checkpoint_in_batched_runs(instance) -> None:
+    """10,000 checkpoints are 20 validation runs of 500, each naming its checkpoints, every one
+    once; a re-evaluated tick asks for the same runs (run keys), a later one for new ones."""
     from datetime import datetime
 
     from orchestration.schedules import checkpoint_audit_schedule
 
     ctx = dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 6))
     assert isinstance(checkpoint_audit_schedule(ctx), dg.SkipReason)
-    instance.add_dynamic_partitions("checkpoints", ["a:x", "b:y"])
+    keys = [f"prod:team-{i % 37:02d}/q{i:05d}" for i in range(10_000)]
+    instance.add_dynamic_partitions("checkpoints", keys)
     requests = checkpoint_audit_schedule(ctx)
-    assert sorted(r.partition_key for r in requests) == ["a:x", "b:y"]
-    assert len({r.run_key for r in requests}) == 2
+    assert len(requests) == 20 and {r.job_name for r in requests} == {"validate_checkpoints"}
+    named = batches_of(requests, "validation")
+    assert sorted(k for run in named for k in run) == sorted(keys) and max(map(len, named)) == 500
+    assert {r.tags["dagster/priority"] for r in requests} == {"20"}
+    assert [r.run_key for r in checkpoint_audit_schedule(ctx)] == [r.run_key for r in requests]
+    later = dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 12))
+    assert not {r.run_key for r in checkpoint_audit_schedule(later)} & {r.run_key for r in requests}
 
 
 @pytest.mark.slow
 def test_v1_compaction_in_dagster_compacts_a_stopped_query_and_skips_a_running_one(
-    instance, defaults, tmp_path
+    instance, defaults, tmp_path, no_gathering
 ) -> None:
     """The same assets and sensor on the HDFS-backed store: a running query's crossing is neither
     requested nor taken for an error by the commit sensor, and its compaction run succeeds having
@@ -267,9 +276,7 @@ def test_v1_compaction_in_dagster_compacts_a_stopped_query_and_skips_a_running_o
     tick = checkpoint_commit_sensor(
         dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=None)
     )
-    requested = {(r.job_name, r.partition_key) for r in tick.run_requests}
-    assert ("compact_checkpoints", keys["stopped"]) in requested, requested
-    assert ("compact_checkpoints", keys["running"]) not in requested, requested
+    assert batches_of(tick) == [[keys["stopped"]]], tick.run_requests
     assert SensorState.from_json(tick.cursor).urgent == []
     before = files_of(tmp_path / "running")
     resources = {"roots": roots, "spark": SparkResource(master="local[2]")}

@@ -25,6 +25,7 @@ from checkpoint.safety.lease import lease_for
 from orchestration.location import build_definitions
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
+from tests.support.runs import batches_of
 
 CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
 
@@ -285,28 +286,93 @@ def test_a_deployment_without_roots_refuses_to_load() -> None:
     assert loaded.returncode != 0 and "CKPT_ROOTS is not set" in loaded.stderr
 
 
-def test_the_schedule_applies_only_where_configured(instance, tmp_path) -> None:
-    from orchestration.maintenance import maintenance_requests
+def test_the_schedules_ask_for_batched_runs_that_apply_only_where_configured() -> None:
+    from orchestration.maintenance import BATCH, maintenance_requests
 
-    prod = CheckpointRoot(name="prod", url=str(tmp_path / "prod"), apply_cleanup=True)
-    audit_only = CheckpointRoot(name="audit-only", url=str(tmp_path / "other"), maintenance_cron="0 5 * * 0")
+    prod = CheckpointRoot(name="prod", url="/prod", apply_cleanup=True)
+    audit_only = CheckpointRoot(name="audit-only", url="/other", maintenance_cron="0 5 * * 0")
     defs = build_definitions([prod, audit_only])
     schedules = {s.name: s for s in defs.schedules}
     assert schedules["maintenance_prod"].cron_schedule == "30 3 * * *"
     assert schedules["maintenance_audit_only"].cron_schedule == "0 5 * * 0"
     assert {s.job_name for n, s in schedules.items() if n.startswith("maintenance_")} == {
-        "checkpoint_maintenance"
+        "maintain_checkpoints"
     }
-    keys = ["prod:a", "audit-only:b", "prod:c"]
+    keys = [f"prod:q{i:05d}" for i in range(10_000)] + ["audit-only:b"]
     tick = datetime(2026, 11, 21, 3, 30).isoformat()
-    applying = {r.partition_key: r.tags[APPLY_TAG] for r in maintenance_requests(prod, keys, tick)}
-    assert applying == {"prod:a": "true", "prod:c": "true"}
-    planning = {r.partition_key: r.tags[APPLY_TAG] for r in maintenance_requests(audit_only, keys, tick)}
-    assert planning == {"audit-only:b": "false"}
-    assert len({r.run_key for r in maintenance_requests(prod, keys, tick)}) == 2
+    runs = maintenance_requests(prod, keys, tick)
+    assert len(runs) == 10_000 // BATCH <= 100  # the issue's bound at 10,000
+    assert sorted(k for run in batches_of(runs, "maintenance") for k in run) == keys[:-1]
+    assert batches_of(maintenance_requests(audit_only, keys, tick), "maintenance") == [["audit-only:b"]]
+    assert {r.tags["ckpt/compacts"] for r in runs} == {"true"} and len({r.run_key for r in runs}) == len(runs)
 
 
-def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark, monkeypatch) -> None:
+@pytest.mark.slow
+def test_a_batched_maintenance_run_compacts_cleans_and_keeps_each_failure_with_its_checkpoint(
+    instance, corpus, tmp_path
+) -> None:
+    """One run over a root that applies cleanup: a long chain compacted, an old checkpoint cleaned,
+    a damaged one failed alone (named in the run's failure, its files untouched); one run over a
+    root that only plans: planned, nothing deleted. Executed by Dagster from the schedules' own
+    requests, each in one Spark application."""
+    from checkpoint.model.head import load_head
+    from checkpoint.model.lineage import checkpoint_lineage
+    from checkpoint.storage import Storage
+    from orchestration.maintenance import maintain_checkpoints_job, maintenance_requests
+
+    copies = {"prod/orders": "two_actions", "prod/chain": "long_chain", "prod/broken": "two_actions",
+              "other/orders": "two_actions"}  # fmt: skip
+    for folder, name in copies.items():
+        copy_checkpoint(corpus[name], tmp_path / folder)
+    date_back(tmp_path, 8 * 3600)
+    (tmp_path / "prod" / "broken" / "commits" / "2").unlink()  # COMMIT_LOG_GAP
+    prod = CheckpointRoot(name="prod", url=str(tmp_path / "prod"), apply_cleanup=True, queries_stopped=True)
+    other = CheckpointRoot(name="other", url=str(tmp_path / "other"), queries_stopped=True)
+    roots = CheckpointRootsResource(roots=[prod, other])
+    keys = ["prod:broken", "prod:chain", "prod:orders", "other:orders"]
+    instance.add_dynamic_partitions("checkpoints", keys)
+    before = {name: _files(tmp_path / name) for name in ("prod/broken", "other/orders", "prod/orders")}
+    resources = {"roots": roots, "spark": SparkResource(master="local[2]")}
+    tick = datetime(2026, 11, 21, 3, 30).isoformat()
+    results = {}
+    for root in (prod, other):
+        (request,) = maintenance_requests(root, keys, tick)
+        results[root.name] = maintain_checkpoints_job.execute_in_process(
+            run_config=request.run_config, instance=instance, resources=resources, raise_on_error=False,
+            tags=request.tags,
+        )  # fmt: skip
+
+    assert not results["prod"].success
+    failure = next(e for e in results["prod"].all_events if e.event_type_value == "STEP_FAILURE")
+    data = failure.event_specific_data
+    assert "1 of 3 checkpoint(s) failed" in str(data.error)
+    failed_table = data.user_failure_data.metadata["failed"].value
+    assert (
+        "prod:broken" in failed_table
+        and "COMMIT_LOG_GAP" in failed_table
+        and "prod:orders" not in failed_table
+    )
+    assert _files(tmp_path / "prod" / "broken") == before["prod/broken"]
+    chain = load_head(Storage(str(tmp_path / "prod" / "chain")), strict=True)
+    assert max(e.chain_length for e in checkpoint_lineage(chain, chain.latest_committed_batch)) == 0
+    assert len(_files(tmp_path / "prod" / "orders")) < len(before["prod/orders"])  # cleaned
+    csv = data.user_failure_data.metadata["csv"].value
+    assert Path(csv).read_text().count("\n") == 4  # a header and a row per checkpoint
+
+    assert results["other"].success
+    assert _files(tmp_path / "other" / "orders") == before["other/orders"]  # planned only
+    # Audited, its errors in its metadata, as the audit asset records a failed check; taken no further.
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_lineage_report")) == set(keys)
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_orphan_plan")) == set(keys[1:])
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_compaction")) == {"prod:chain"}
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_orphan_cleanup")) == {
+        "prod:chain", "prod:orders"
+    }  # fmt: skip
+
+
+def test_compaction_asset_and_commit_sensor(
+    instance, corpus, tmp_path, spark, monkeypatch, no_gathering
+) -> None:
     from assets.compaction import checkpoint_compaction
     from assets.resources import SparkResource
     from orchestration.jobs import validate_checkpoints_job
@@ -323,16 +389,17 @@ def test_compaction_asset_and_commit_sensor(instance, corpus, tmp_path, spark, m
     first = checkpoint_commit_sensor(ctx)
     # Only the long chain crosses 10 and is compacted (compaction validates first); the other is
     # validated, in one batched run.
-    (compact,) = [r for r in first.run_requests if r.job_name == "compact_checkpoints"]
+    assert batches_of(first) == [[keys[0]]] and batches_of(first, "validation") == [[keys[1]]]
     (validation,) = [r for r in first.run_requests if r.job_name == "validate_checkpoints"]
-    assert compact.partition_key == keys[0]
-    assert validation.run_config["ops"]["validate_each"]["config"]["partitions"] == [keys[1]]
     checked = validate_checkpoints_job.execute_in_process(
         run_config=validation.run_config, instance=instance, resources={"roots": roots}
     )
-    assert checked.success  # executed by Dagster: it observed the snapshots checkpoint's lineage
-    observed = [e for e in checked.all_events if e.event_type_value == "ASSET_OBSERVATION"]
-    assert [e.event_specific_data.asset_observation.partition for e in observed] == [keys[1]]
+    assert checked.success  # executed by Dagster: it materialized the snapshots checkpoint's audit
+    audited = [e.event_specific_data.materialization for e in checked.all_events
+               if e.event_type_value == "ASSET_MATERIALIZATION"]  # fmt: skip
+    assert {(m.asset_key.to_user_string(), m.partition) for m in audited} == {
+        ("checkpoint_inventory", keys[1]), ("checkpoint_lineage_report", keys[1])
+    }  # fmt: skip
     again = dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=first.cursor)
     planned = []
     monkeypatch.setattr(CheckpointRootsResource, "compaction_plan", lambda *a: planned.append(a) or ([], []))

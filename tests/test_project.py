@@ -232,7 +232,8 @@ def test_rocksdict_is_pinned_to_rocksdb_9_8_4() -> None:
 def test_the_names_users_instances_hold_are_unchanged() -> None:
     """Runs, schedules, sensors, backfills and run keys in users' Dagster instances refer to these
     names (taken from the definitions before the packages were reordered; issue 24 added the state
-    profile asset and the repartition job; issue 40 the migration job)."""
+    profile asset and the repartition job; issue 40 the migration job; issue 60 the batched
+    maintenance job)."""
     from assets.resources import CheckpointRoot
     from orchestration.location import build_definitions
 
@@ -249,8 +250,8 @@ def test_the_names_users_instances_hold_are_unchanged() -> None:
     ]  # fmt: skip
     assert sorted(j.name for j in repo.get_all_jobs() if not j.name.startswith("__")) == [
         "checkpoint_audit", "checkpoint_cleanup", "checkpoint_fleet", "checkpoint_maintenance",
-        "compact_checkpoints", "fork_checkpoint", "migrate_checkpoint", "repartition_checkpoint",
-        "validate_checkpoints",
+        "compact_checkpoints", "fork_checkpoint", "maintain_checkpoints", "migrate_checkpoint",
+        "repartition_checkpoint", "validate_checkpoints",
     ]  # fmt: skip
     assert sorted(s.name for s in repo.schedule_defs) == [
         "checkpoint_audit_schedule", "checkpoint_fleet_schedule", "maintenance_prod", "maintenance_team_b",

@@ -34,12 +34,23 @@ class Planned:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A checkpoint not compacted, by the adapter's name, and why."""
+
+    name: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.why}"
+
+
+@dataclass(frozen=True)
 class Compaction(Generic[Outcome]):
-    """What a compaction did: the checkpoints planned, those refused (`name: why`, only when the
-    caller goes on past them), and one outcome per rebuilt store, in the order of the plans."""
+    """What a compaction did: the checkpoints planned, those refused (only when the caller goes
+    on past them), and one outcome per rebuilt store, in the order of the plans."""
 
     planned: tuple[Planned, ...]
-    refused: tuple[str, ...]
+    refused: tuple[Refusal, ...]
     outcomes: tuple[Outcome, ...]
 
 
@@ -67,7 +78,7 @@ def compact_checkpoints(
     leased or planned is reported in `refused` and holds back no other, and a running V1 query is
     skipped: it is compacted once stopped. `rebuild` runs only when some store is planned."""
     planned: list[Planned] = []
-    refused: list[str] = []
+    refused: list[Refusal] = []
     checks: dict[str, Callable[[], None]] = {}
     with ExitStack() as held:
         for name in names:
@@ -80,7 +91,7 @@ def compact_checkpoints(
             except CheckpointError as exc:
                 if not go_on:
                     raise
-                refused.append(f"{name}: {exc}")
+                refused.append(Refusal(name, str(exc)))
         tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
         outcomes = rebuild(tasks, lambda ckpt: checks[ckpt.url]()) if tasks else []
     return Compaction(tuple(planned), tuple(refused), tuple(outcomes))
