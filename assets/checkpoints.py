@@ -6,24 +6,26 @@ reads, never a listing of `state/`, so an audit costs the same on a checkpoint w
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
-from collections.abc import Iterable, Iterator
+import dataclasses
+from collections.abc import Iterable
 
 import dagster as dg
 import pandas as pd
 
 from assets import markdown
 from assets.partitions import checkpoint_partitions
+from assets.ranges import BATCHED, each_checkpoint, range_table
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import (
     Category,
     Finding,
     Severity,
+    Validation,
     ValidationOptions,
     human_bytes,
     inventory,
     validate,
 )
-from checkpoint.errors import CheckpointError
 from checkpoint.model import Checkpoint
 
 GROUP = "checkpoint_audit"
@@ -34,13 +36,6 @@ COMMIT_LOG_CHECK = "commit_log_consistency"
 LINEAGE_CHECK = "lineage_completeness"
 SNAPSHOT_CHECK = "snapshot_integrity"
 _MAX_ROWS = 25  # a markdown table longer than this is not read at a glance
-
-
-def _load(roots: CheckpointRootsResource, key: str) -> Checkpoint:
-    try:
-        return roots.load(key)
-    except CheckpointError as exc:
-        raise dg.Failure(description=f"checkpoint {key} cannot be read: {exc}") from exc
 
 
 def _options(roots: CheckpointRootsResource) -> ValidationOptions:
@@ -79,42 +74,72 @@ def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(name, asset=asset, blocking=True, description=description)
 
 
+def _in_range(validations: dict[str, Validation], category: Category) -> list[Finding]:
+    """The findings of a run's checkpoints for one check, each path named with its checkpoint when
+    the run holds more than one."""
+    if len(validations) == 1:
+        return [f for v in validations.values() for f in v.of(category)]
+    return [
+        dataclasses.replace(f, path=f"{key}: {f.path}")
+        for key, v in validations.items()
+        for f in v.of(category)
+    ]
+
+
 @dg.asset(
     partitions_def=checkpoint_partitions,
     group_name=GROUP,
     kinds={"spark"},
+    backfill_policy=BATCHED,
     check_specs=[
         _spec(COMMIT_LOG_CHECK, "checkpoint_inventory", "Commit and offset logs agree and parse"),
     ],
 )
 def checkpoint_inventory(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource
-) -> Iterator[dg.Output | dg.AssetCheckResult]:
+) -> dg.MaterializeResult:
     """Latest planned and committed batch, time of the last commit, and the files and bytes by kind
     that recovery at the latest committed batch reads (the checkpoint's totals come from cleanup
     planning, the one step that lists everything)."""
-    ckpt = _load(roots, context.partition_key)
-    summary = inventory(ckpt)
-    validation = validate(ckpt, _options(roots), frozenset({Category.COMMIT_LOG}))
+    only = frozenset({Category.COMMIT_LOG})
+
+    def read(key: str) -> tuple[Checkpoint, dict, Validation]:
+        ckpt = roots.load(key)
+        return ckpt, inventory(ckpt), validate(ckpt, _options(roots), only)
+
+    done = each_checkpoint(context.partition_keys, read)
+    check = _check(
+        COMMIT_LOG_CHECK,
+        "checkpoint_inventory",
+        _in_range({k: v[2] for k, v in done.items()}, Category.COMMIT_LOG),
+    )
+    if len(done) > 1:
+        rows = {key: (s["latest_committed_batch"], s["last_commit_time"] or "never", s["file_count"],
+                      human_bytes(s["bytes"])) for key, (_, s, _) in done.items()}  # fmt: skip
+        metadata = {
+            "checkpoints": len(done),
+            "files": sum(s["file_count"] for _, s, _ in done.values()),
+            "bytes": sum(s["bytes"] for _, s, _ in done.values()),
+            "checkpoints_table": range_table(("batch", "last commit", "files", "size"), rows),
+        }
+        return dg.MaterializeResult(metadata=metadata, check_results=[check])
+    ((ckpt, summary, _),) = done.values()
     table = markdown.table(
         ("kind", "files", "bytes"),
         [(kind, v["count"], human_bytes(v["bytes"])) for kind, v in summary["files"].items()],
     )
-    yield dg.Output(
-        summary,
-        metadata={
-            "path": dg.MetadataValue.path(ckpt.url),
-            "format_version": ckpt.format_version,
-            "latest_committed_batch": summary["latest_committed_batch"],
-            "latest_planned_batch": summary["latest_planned_batch"],
-            "last_commit_time": summary["last_commit_time"] or "never",
-            "files": summary["file_count"],
-            "bytes": summary["bytes"],
-            "size": human_bytes(summary["bytes"]),
-            "files_by_kind": dg.MetadataValue.md(table),
-        },
-    )
-    yield _check(COMMIT_LOG_CHECK, "checkpoint_inventory", list(validation.findings))
+    metadata = {
+        "path": dg.MetadataValue.path(ckpt.url),
+        "format_version": ckpt.format_version,
+        "latest_committed_batch": summary["latest_committed_batch"],
+        "latest_planned_batch": summary["latest_planned_batch"],
+        "last_commit_time": summary["last_commit_time"] or "never",
+        "files": summary["file_count"],
+        "bytes": summary["bytes"],
+        "size": human_bytes(summary["bytes"]),
+        "files_by_kind": dg.MetadataValue.md(table),
+    }
+    return dg.MaterializeResult(metadata=metadata, check_results=[check])
 
 
 @dg.asset(
@@ -122,6 +147,7 @@ def checkpoint_inventory(
     group_name=GROUP,
     deps=[checkpoint_inventory],
     kinds={"pandas"},
+    backfill_policy=BATCHED,
     check_specs=[
         _spec(LINEAGE_CHECK, "checkpoint_lineage_report", "Every store's replay chain is complete"),
         _spec(
@@ -133,29 +159,60 @@ def checkpoint_inventory(
 )
 def checkpoint_lineage_report(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource
-) -> Iterator[dg.Output | dg.AssetCheckResult]:
+) -> dg.MaterializeResult:
     """Per store at the latest committed batch: the replay chain recovery would load and its cost."""
-    ckpt = _load(roots, context.partition_key)
-    validation = validate(ckpt, _options(roots), frozenset({Category.LINEAGE, Category.SNAPSHOT}))
-    report = pd.DataFrame([e.as_dict() for e in validation.lineage])
+    only = frozenset({Category.LINEAGE, Category.SNAPSHOT})
+
+    def read(key: str) -> tuple[Checkpoint, Validation]:
+        ckpt = roots.load(key)
+        return ckpt, validate(ckpt, _options(roots), only)
+
+    done = each_checkpoint(context.partition_keys, read)
+    validations = {key: v for key, (_, v) in done.items()}
+    checks = [
+        _check(LINEAGE_CHECK, "checkpoint_lineage_report", _in_range(validations, Category.LINEAGE)),
+        _check(SNAPSHOT_CHECK, "checkpoint_lineage_report", _in_range(validations, Category.SNAPSHOT)),
+    ]
+    reports = {key: pd.DataFrame([e.as_dict() for e in v.lineage]) for key, v in validations.items()}
+    if len(done) > 1:
+        rows = {
+            key: (
+                ckpt.latest_committed_batch,
+                len(r),
+                _most(r, "chain_length"),
+                human_bytes(_sum(r, "replay_bytes")),
+            )
+            for (key, (ckpt, _)), r in zip(done.items(), reports.values(), strict=True)
+        }
+        metadata = {
+            "checkpoints": len(done),
+            "stores": sum(len(r) for r in reports.values()),
+            "max_chain_length": max(_most(r, "chain_length") for r in reports.values()),
+            "checkpoints_table": range_table(("batch", "stores", "longest chain", "replay"), rows),
+        }
+        return dg.MaterializeResult(metadata=metadata, check_results=checks)
+    ((ckpt, _),) = done.values()
+    (report,) = reports.values()
     worst = (
         report.sort_values(["chain_length", "replay_bytes"], ascending=False).head(10)
         if len(report)
         else report
     )
-    yield dg.Output(
-        report,
-        metadata={
-            "path": dg.MetadataValue.path(ckpt.url),
-            "batch": ckpt.latest_committed_batch,
-            "stores": len(report),
-            "max_chain_length": int(report["chain_length"].max()) if len(report) else 0,
-            "replay_bytes": int(report["replay_bytes"].sum()) if len(report) else 0,
-            "max_lineage_header_bytes": int(report["lineage_header_bytes"].max()) if len(report) else 0,
-            "worst_chains": dg.MetadataValue.md(
-                worst.to_markdown(index=False) if len(worst) else "No stores."
-            ),
-        },
-    )
-    yield _check(LINEAGE_CHECK, "checkpoint_lineage_report", validation.of(Category.LINEAGE))
-    yield _check(SNAPSHOT_CHECK, "checkpoint_lineage_report", validation.of(Category.SNAPSHOT))
+    metadata = {
+        "path": dg.MetadataValue.path(ckpt.url),
+        "batch": ckpt.latest_committed_batch,
+        "stores": len(report),
+        "max_chain_length": _most(report, "chain_length"),
+        "replay_bytes": _sum(report, "replay_bytes"),
+        "max_lineage_header_bytes": _most(report, "lineage_header_bytes"),
+        "worst_chains": dg.MetadataValue.md(worst.to_markdown(index=False) if len(worst) else "No stores."),
+    }
+    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+
+
+def _most(report: pd.DataFrame, column: str) -> int:
+    return int(report[column].max()) if len(report) else 0
+
+
+def _sum(report: pd.DataFrame, column: str) -> int:
+    return int(report[column].sum()) if len(report) else 0

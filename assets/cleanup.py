@@ -15,9 +15,10 @@ from assets import markdown
 from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
 from assets.partitions import checkpoint_partitions, parse_partition_key
+from assets.ranges import BATCHED, each_checkpoint, range_table
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import human_bytes
-from checkpoint.cleanup import Plan, apply_cleanup, check_plan, plan_gc
+from checkpoint.cleanup import CheckResult, Cleaned, Plan, apply_cleanup, check_plan, plan_gc
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
 
@@ -28,6 +29,7 @@ MANIFEST = "manifest"  # the plan asset's metadata entry that names its manifest
 # ... and the one that pins its bytes: the apply checks the manifest against this record in
 # Dagster's event log, never against anything the manifest says of itself.
 MANIFEST_SHA256 = "manifest_sha256"
+MANIFESTS = "manifests"  # in a range's plan: each checkpoint's manifest and digest
 
 
 def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
@@ -55,6 +57,7 @@ def plan_cleanup(roots: CheckpointRootsResource, key: str) -> Plan:
     # The audit's blocking checks gate every change; planning after compaction (when both run)
     # keeps the plan from racing the new snapshot's files.
     deps=[checkpoint_lineage_report, checkpoint_compaction],
+    backfill_policy=BATCHED,
     check_specs=[
         dg.AssetCheckSpec(
             PLAN_CHECK,
@@ -68,13 +71,39 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
     """Files no batch will ever read again, with the reason for each: a manifest in the audit
     trail, which the cleanup reads back (its path is in this materialization's metadata; nothing
     of the plan goes through an IO manager)."""
-    try:
-        plan = plan_cleanup(roots, context.partition_key)
-    except CheckpointError as exc:
-        raise dg.Failure(description=f"no plan for {context.partition_key}: {exc}") from exc
-    storage = roots.checkpoint_storage(context.partition_key)
-    verdict = check_plan(plan, storage)
-    pruned = roots.audit_trail(context.partition_key).prune(storage.url, plan.planned_at)
+
+    def plan_one(key: str) -> tuple[Plan, CheckResult, int]:
+        plan = plan_cleanup(roots, key)
+        storage = roots.checkpoint_storage(key)
+        verdict = check_plan(plan, storage)
+        return plan, verdict, len(roots.audit_trail(key).prune(storage.url, plan.planned_at))
+
+    done = each_checkpoint(context.partition_keys, plan_one)
+    stale = {key: verdict.message for key, (_, verdict, _) in done.items() if not verdict.ok}
+    (first_plan, first_verdict, pruned), *_ = done.values()
+    check = dg.AssetCheckResult(
+        check_name=PLAN_CHECK,
+        passed=not stale,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"verdict": first_verdict.message, "newest_commit": first_verdict.newest_commit}
+        if len(done) == 1
+        else {
+            "stale": dg.MetadataValue.md(markdown.table(("checkpoint", "verdict"), stale.items()) or "none")
+        },
+    )
+    if len(done) > 1:
+        rows = {key: (p.files, human_bytes(p.total_bytes), p.against_batch, "ok" if v.ok else v.message)
+                for key, (p, v, _) in done.items()}  # fmt: skip
+        metadata = {
+            "checkpoints": len(done),
+            "files": sum(p.files for p, _, _ in done.values()),
+            "bytes": sum(p.total_bytes for p, _, _ in done.values()),
+            "checkpoints_table": range_table(("files", "size", "against batch", "verdict"), rows),
+            # Each checkpoint's manifest and the digest the apply holds it to, in Dagster's event log.
+            MANIFESTS: dg.MetadataValue.json({k: [p.manifest, p.digest] for k, (p, _, _) in done.items()}),
+        }
+        return dg.MaterializeResult(metadata=metadata, check_results=[check])
+    plan = first_plan
     return dg.MaterializeResult(
         metadata={
             "files": plan.files,
@@ -88,16 +117,9 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
             "by_reason": dg.MetadataValue.md(_totals_markdown(plan.by_reason, "reason")),
             "by_store": dg.MetadataValue.md(_totals_markdown(plan.by_store, "store")),
             "not_yet": ", ".join(f"{n} {why}" for why, n in plan.kept.items()) or "none",
-            "audit_plans_removed": len(pruned),
+            "audit_plans_removed": pruned,
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name=PLAN_CHECK,
-                passed=verdict.ok,
-                severity=dg.AssetCheckSeverity.ERROR,
-                metadata={"verdict": verdict.message, "newest_commit": verdict.newest_commit},
-            )
-        ],
+        check_results=[check],
     )
 
 
@@ -105,50 +127,75 @@ class CleanupConfig(dg.Config):
     apply: bool = Field(default=False, description="Delete the planned files; false: a dry run")
 
 
-def _latest_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResource) -> Plan:
-    """The plan this partition's plan asset last wrote: its header, read from the manifest."""
+def _latest_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResource, key: str) -> Plan:
+    """The plan the plan asset last wrote for `key` (alone, or in a range): its header, read from
+    the manifest, held to the digest Dagster recorded."""
     found = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=checkpoint_orphan_plan.key, asset_partitions=[context.partition_key]),
-        limit=1,
+        dg.AssetRecordsFilter(asset_key=checkpoint_orphan_plan.key, asset_partitions=[key]), limit=1
     ).records
     entry = found[0].asset_materialization if found else None
-    manifest = entry.metadata.get(MANIFEST) if entry else None
-    digest = entry.metadata.get(MANIFEST_SHA256) if entry else None
+    metadata = entry.metadata if entry else {}
+    manifest, digest = metadata.get(MANIFEST), metadata.get(MANIFEST_SHA256)
+    ranged = metadata.get(MANIFESTS)
+    if ranged is not None and isinstance(ranged.value, dict) and isinstance(ranged.value.get(key), list):
+        manifest, digest = (dg.MetadataValue.text(str(v)) for v in ranged.value[key][:2])
     if manifest is None:
-        raise dg.Failure(description=f"{context.partition_key}: no cleanup plan yet (materialize the plan)")
-    plan = roots.audit_trail(context.partition_key).read_plan(str(manifest.value))
+        raise CheckpointError(f"{key}: no cleanup plan yet (materialize the plan)")
+    plan = roots.audit_trail(key).read_plan(str(manifest.value))
     # No digest recorded (a plan made before digests were): the apply refuses it, plan again.
     return dataclasses.replace(plan, digest=str(digest.value) if digest is not None else "")
 
 
-@dg.asset(partitions_def=checkpoint_partitions, group_name=GROUP, deps=[checkpoint_orphan_plan])
+@dg.asset(
+    partitions_def=checkpoint_partitions,
+    group_name=GROUP,
+    deps=[checkpoint_orphan_plan],
+    backfill_policy=BATCHED,
+)
 def checkpoint_orphan_cleanup(
     context: dg.AssetExecutionContext, config: CleanupConfig, roots: CheckpointRootsResource
 ):
     """Deletes the plan's files when asked; every outcome goes to the audit trail."""
-    plan = _latest_plan(context, roots)
+    keys = context.partition_keys
+    plans = each_checkpoint(keys, lambda key: _latest_plan(context, roots, key))
     apply = config.apply or context.run.tags.get(APPLY_TAG, "").lower() == "true"
     if not apply:
         return dg.MaterializeResult(
             metadata={
                 "applied": False,
-                "would_delete_files": plan.files,
-                "would_delete_bytes": plan.total_bytes,
+                "would_delete_files": sum(p.files for p in plans.values()),
+                "would_delete_bytes": sum(p.total_bytes for p in plans.values()),
                 "note": "dry run: launch with run config `apply: true` or the tag ckpt/apply=true to delete",
             }
         )
-    audit = roots.audit_trail(context.partition_key)
-    try:
+
+    def apply_one(key: str) -> Cleaned:
         # The plan step ran before this lease was taken: planned again under it when the query ran since.
-        cleaned = apply_cleanup(roots.in_place(context, context.partition_key), audit,
-                                lambda: plan_cleanup(roots, context.partition_key), what="checkpoint_orphan_cleanup",
-                                planned=plan)  # fmt: skip
-    except CheckpointError as exc:
-        raise dg.Failure(description=f"cleanup of {context.partition_key} refused: {exc}") from exc
+        return apply_cleanup(roots.in_place(context, key, retry=len(keys) == 1), roots.audit_trail(key),
+                             lambda: plan_cleanup(roots, key), what="checkpoint_orphan_cleanup",
+                             planned=plans[key])  # fmt: skip
+
+    done = each_checkpoint(keys, apply_one)
+    for key, cleaned in done.items():
+        if cleaned.result.failed.files:
+            where = roots.audit_trail(key).outcomes_url(cleaned.plan)
+            context.log.error(f"{key}: {cleaned.result.failed.files} deletions failed; see {where}")
+    if len(done) > 1:
+        rows = {key: (c.result.deleted.files, human_bytes(c.result.deleted.total_bytes),
+                      c.result.failed.files, c.replanned is not None) for key, c in done.items()}  # fmt: skip
+        return dg.MaterializeResult(
+            metadata={
+                "applied": True,
+                "deleted_files": sum(c.result.deleted.files for c in done.values()),
+                "deleted_bytes": sum(c.result.deleted.total_bytes for c in done.values()),
+                "failed_files": sum(c.result.failed.files for c in done.values()),
+                "checkpoints_table": range_table(("deleted", "size", "failed", "replanned"), rows),
+            }
+        )
+    ((key, cleaned),) = done.items()
     plan, result = cleaned.plan, cleaned.result
+    audit = roots.audit_trail(key)
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed.sample[:25])
-    if result.failed.files:
-        context.log.error(f"{result.failed.files} deletions failed; see {audit.outcomes_url(plan)}")
     return dg.MaterializeResult(
         metadata={
             "applied": True,

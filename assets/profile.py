@@ -8,9 +8,9 @@ from pydantic import Field
 
 from assets import markdown
 from assets.partitions import checkpoint_partitions
+from assets.ranges import BATCHED, each_checkpoint, range_table
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.analysis import human_bytes
-from checkpoint.errors import CheckpointError
 from checkpoint.repartition import head_profile
 
 GROUP = "checkpoint_repartition"
@@ -29,7 +29,7 @@ def bars(values: list[int]) -> list[str]:
     return ["█" * round(_BAR * v / top) for v in values]
 
 
-@dg.asset(partitions_def=checkpoint_partitions, group_name=GROUP, kinds={"spark"})
+@dg.asset(partitions_def=checkpoint_partitions, group_name=GROUP, kinds={"spark"}, backfill_policy=BATCHED)
 def checkpoint_state_profile(
     context: dg.AssetExecutionContext,
     config: ProfileConfig,
@@ -37,16 +37,24 @@ def checkpoint_state_profile(
     spark: SparkResource,
 ) -> dg.MaterializeResult:
     """Keys and bytes per state partition, skew, and predicted keys per partition for candidate counts."""
-    key = context.partition_key
-    try:
+
+    def profile(key: str) -> dict:
         ckpt = roots.load(key, strict=True)
         doc = head_profile(ckpt)
         if config.candidates:
             from jobs.repartition import predict  # Spark only when counts are predicted
 
             doc["predicted"] = predict(spark.session(), ckpt, config.candidates)
-    except CheckpointError as exc:
-        raise dg.Failure(description=f"{key}: {exc}") from exc
+        return doc
+
+    docs = each_checkpoint(context.partition_keys, profile)
+    if len(docs) > 1:
+        skew = {key: max((op["skew"]["bytes"] or 0.0 for op in doc["operators"]), default=0.0)
+                for key, doc in docs.items()}  # fmt: skip
+        rows = {key: (doc["batch"], doc["partitions"], skew[key]) for key, doc in docs.items()}
+        table = range_table(("batch", "partitions", "worst skew (bytes)"), rows)
+        return dg.MaterializeResult(metadata={"checkpoints": len(docs), "checkpoints_table": table})
+    (doc,) = docs.values()
     metadata: dict = {"batch": doc["batch"], "partitions": doc["partitions"]}
     for op in doc["operators"]:
         rows = op["partitions"]

@@ -525,3 +525,56 @@ def test_the_apply_step_plans_again_under_the_lease_when_the_query_moved(instanc
     first_plan = audit.read_plan(first["manifest"])
     kept = [c for chunk in audit.candidates(first_plan) for c in chunk if c.path not in deleted]
     assert kept and all((ckpt / c.path).exists() for c in kept)
+
+
+def test_every_partitioned_asset_backfills_in_ranges(tmp_path) -> None:
+    from assets.ranges import RANGE
+
+    defs = build_definitions([CheckpointRoot(name="t", url=str(tmp_path))])
+    graph = defs.get_repository_def().asset_graph
+    policies = {k.to_user_string(): graph.get(k).backfill_policy for k in graph.get_all_asset_keys()
+                if graph.get(k).partitions_def is not None}  # fmt: skip
+    assert len(policies) == 6
+    assert all(p is not None and p.max_partitions_per_run in (None, RANGE) for p in policies.values()), (
+        policies
+    )
+    assert -(-10_000 // RANGE) <= 20  # "all partitions" of 10,000 is at most 20 runs
+
+
+def test_a_range_of_checkpoints_is_audited_planned_and_cleaned_in_one_run(instance, corpus, tmp_path) -> None:
+    """What a UI backfill of the cleanup job sends: one run over a range. Each checkpoint is
+    planned and cleaned under its own lease, and each partition is materialized; with a damaged
+    checkpoint in the range, the blocking check stops the run before anything is deleted."""
+    for name in ("a", "b", "c"):
+        copy_checkpoint(corpus["two_actions"], tmp_path / "root" / name)
+    date_back(tmp_path / "root", 8 * 3600)
+    roots = CheckpointRootsResource(
+        roots=[CheckpointRoot(name="t", url=str(tmp_path / "root"), queries_stopped=True)]
+    )
+    keys = ["t:a", "t:b", "t:c"]
+    instance.add_dynamic_partitions("checkpoints", keys)
+    (tmp_path / "root" / "c" / "commits" / "2").unlink()  # COMMIT_LOG_GAP
+    job = build_definitions(roots.roots).resolve_job_def("checkpoint_cleanup")
+
+    def backfill(first: str, last: str):
+        tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last,
+                APPLY_TAG: "true"}  # fmt: skip
+        return job.execute_in_process(instance=instance, tags=tags, raise_on_error=False,
+                                      resources={"roots": roots})  # fmt: skip
+
+    before = {name: _files(tmp_path / "root" / name) for name in ("a", "b", "c")}
+    stopped = backfill("t:a", "t:c")
+    assert not stopped.success
+    failed = [e for e in stopped.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert any(
+        not e.event_specific_data.passed and "t:c" in str(e.event_specific_data.metadata) for e in failed
+    )
+    assert {name: _files(tmp_path / "root" / name) for name in ("a", "b", "c")} == before
+
+    done = backfill("t:a", "t:b")
+    assert done.success
+    for asset in ("checkpoint_lineage_report", "checkpoint_orphan_plan", "checkpoint_orphan_cleanup"):
+        assert instance.get_materialized_partitions(dg.AssetKey(asset)) >= {"t:a", "t:b"}, asset
+    for name in ("a", "b"):
+        assert len(_files(tmp_path / "root" / name)) < len(before[name]), name
+    assert _metadata(done, "checkpoint_orphan_cleanup")["deleted_files"] > 0

@@ -4,7 +4,7 @@ plan written as a streamed manifest (`plan`, `manifest`) into the audit trail (`
 apply that trusts nothing but the checkpoint (`apply`), and the apply under the lease as both
 adapters run it, planning again when the query moved on (`flow`)."""
 
-from checkpoint.cleanup.apply import ApplyResult, Kind, Outcome, apply_plan, check_plan
+from checkpoint.cleanup.apply import ApplyResult, CheckResult, Kind, Outcome, apply_plan, check_plan
 from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.flow import REPLANNED, Cleaned, apply_cleanup
 from checkpoint.cleanup.manifest import Plan, PlannedFile
@@ -13,6 +13,7 @@ from checkpoint.cleanup.plan import plan_gc
 __all__ = [
     "ApplyResult",
     "AuditTrail",
+    "CheckResult",
     "Cleaned",
     "Kind",
     "Outcome",

@@ -1,0 +1,50 @@
+"""Backfills in batches: every partitioned asset takes a range of checkpoints in one run.
+
+Dagster splits a UI backfill into runs of at most `RANGE` partitions (`BATCHED`), so "all
+partitions" of 10,000 checkpoints is 20 runs. A run over a range materializes every partition in
+it with one result: its metadata holds a row per checkpoint; one blocking check result stands for
+the range, failing if any checkpoint fails it. A run over one partition says what it always said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import dagster as dg
+
+from assets import markdown
+from checkpoint.errors import CheckpointError
+from checkpoint.policy import POLICY
+
+RANGE = POLICY.validation_run_max_checkpoints
+BATCHED = dg.BackfillPolicy.multi_run(max_partitions_per_run=RANGE)
+
+T = TypeVar("T")
+
+
+def each_checkpoint(keys: Sequence[str], work: Callable[[str], T]) -> dict[str, T]:
+    """`work` for every checkpoint of the run. One that cannot be read holds back no other's read,
+    and then fails the run, named with every other one that could not be read: a range is
+    materialized whole or not at all."""
+    done: dict[str, T] = {}
+    unread: list[tuple[str, str]] = []
+    for key in keys:
+        try:
+            done[key] = work(key)
+        except CheckpointError as exc:
+            unread.append((key, str(exc)))
+    if unread:
+        first = f"checkpoint {unread[0][0]} cannot be read: {unread[0][1]}"
+        if len(keys) == 1:
+            raise dg.Failure(description=first)
+        raise dg.Failure(
+            description=f"{len(unread)} of {len(keys)} checkpoint(s) cannot be read; the first: {first}",
+            metadata={"unreadable": dg.MetadataValue.md(markdown.table(("checkpoint", "why"), unread))},
+        )
+    return done
+
+
+def range_table(header: Sequence[str], rows: dict[str, Sequence[object]]) -> dg.MetadataValue:
+    """A row per checkpoint of the range (at most `RANGE`: every one is shown)."""
+    return dg.MetadataValue.md(markdown.table(("checkpoint", *header), [(k, *r) for k, r in rows.items()]))
