@@ -8,6 +8,7 @@ reads, never a listing of `state/`, so an audit costs the same on a checkpoint w
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 import dagster as dg
 import pandas as pd
@@ -116,7 +117,7 @@ def checkpoint_inventory(
     if len(done) > 1:
         rows = {key: (s["latest_committed_batch"], s["last_commit_time"] or "never", s["file_count"],
                       human_bytes(s["bytes"])) for key, (_, s, _) in done.items()}  # fmt: skip
-        metadata = {
+        metadata: dict[str, Any] = {
             "checkpoints": len(done),
             "files": sum(s["file_count"] for _, s, _ in done.values()),
             "bytes": sum(s["bytes"] for _, s, _ in done.values()),
@@ -184,7 +185,7 @@ def checkpoint_lineage_report(
             )
             for (key, (ckpt, _)), r in zip(done.items(), reports.values(), strict=True)
         }
-        metadata = {
+        metadata: dict[str, Any] = {
             "checkpoints": len(done),
             "stores": sum(len(r) for r in reports.values()),
             "max_chain_length": max(_most(r, "chain_length") for r in reports.values()),

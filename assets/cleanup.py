@@ -7,6 +7,7 @@ a dry run by default.
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import dataclasses
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -94,7 +95,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
     if len(done) > 1:
         rows = {key: (p.files, human_bytes(p.total_bytes), p.against_batch, "ok" if v.ok else v.message)
                 for key, (p, v, _) in done.items()}  # fmt: skip
-        metadata = {
+        metadata: dict[str, Any] = {
             "checkpoints": len(done),
             "files": sum(p.files for p, _, _ in done.values()),
             "bytes": sum(p.total_bytes for p, _, _ in done.values()),

@@ -40,7 +40,8 @@ def spark_rebuild(
     return rebuild
 
 
-def _chains_after(roots: CheckpointRootsResource, planned: Planned) -> dict[tuple, int]:
+def chains_after(roots: CheckpointRootsResource, planned: Planned) -> dict[tuple, int]:
+    """Each store's replay chain once compacted, read back from the checkpoint."""
     if not planned.targets:
         return {}
     batch = planned.targets[0].entry.batch
@@ -76,16 +77,16 @@ def checkpoint_compaction(
     planned, results = compaction.planned, compaction.outcomes
     rows: list[list] = []
     done: list[RebuildResult] = []
-    failed, chains_after = [r for r in results if not r.ok], []
+    failed, lengths_after = [r for r in results if not r.ok], []
     for p in planned:
-        after = _chains_after(roots, p)
+        after = chains_after(roots, p)
         for r in results:
             rebuilt = r.rebuilt
             if rebuilt is None or r.url != p.ckpt.url:
                 continue
             store = (r.store.operator, r.store.partition, r.store.store)
             done.append(rebuilt)
-            chains_after.append(after.get(store, 0))
+            lengths_after.append(after.get(store, 0))
             rows.append([p.name, "/".join(map(str, store)), rebuilt.version, r.chain_before,
                          after.get(store), rebuilt.seconds, rebuilt.records, rebuilt.keys,
                          human_bytes(rebuilt.bytes_read), human_bytes(rebuilt.bytes_written),
@@ -99,7 +100,7 @@ def checkpoint_compaction(
         "stores_failed": len(failed),
         "stores_skipped": len(skips),
         "max_chain_before": max((r.chain_before for r in results if r.ok), default=0),
-        "max_chain_after": max(chains_after, default=0),
+        "max_chain_after": max(lengths_after, default=0),
         "seconds": round(sum(r.seconds for r in done), 3),
         "bytes_written": sum(r.bytes_written for r in done),
         "bytes_read": sum(r.bytes_read for r in done),

@@ -6,6 +6,7 @@ cleanup plan of each checkpoint found, and when compaction and cleanup last ran 
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import base64
 import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -30,6 +31,7 @@ from checkpoint.analysis import (
     look_at,
     needs_attention,
     ranked,
+    shown,
     totals,
     unreadable_row,
 )
@@ -238,9 +240,9 @@ def checkpoint_fleet_report(
     fleet = totals(rows)
     chart = _write_chart(context, rows, roots)
     frame = pd.DataFrame([r.as_dict() for r in rows])
-    # The UI shows the most urgent rows; every row is in the file (a table event of 10,000 rows
-    # would be megabytes in the instance's database, each run).
-    shown = rows[: POLICY.fleet_table_rows]
+    # The UI shows the most urgent rows of each kind of need; every row is in the file (a table
+    # event of 10,000 rows would be megabytes in the instance's database, each run).
+    table_rows, per_need = shown(rows, POLICY.fleet_table_rows, roots.policy())
     yield dg.Output(
         frame,
         metadata={
@@ -249,11 +251,16 @@ def checkpoint_fleet_report(
             "longest_chain": fleet.longest_chain,
             "reclaimable_bytes": fleet.reclaimable_bytes,
             "worst_header_fraction": round(fleet.worst_header_fraction, 4),
-            "fleet": _table(shown),
-            "rows_not_shown": len(rows) - len(shown),
+            "fleet": _table(table_rows),
+            "rows_not_shown": len(rows) - len(table_rows),
+            "shown_per_need": dg.MetadataValue.md(markdown.table(("need", "rows shown"), per_need.items())),
             "fleet_table": dg.MetadataValue.path(_write_table(context, frame, roots)),
             "needs_attention": dg.MetadataValue.md(attention_markdown(rows, roots.policy())),
             "chart": dg.MetadataValue.path(str(chart)),
+            # The same SVG, shown on the asset's page (the UI renders a Markdown image in place).
+            "chart_image": dg.MetadataValue.md(
+                f"![fleet chart](data:image/svg+xml;base64,{base64.b64encode(chart.read_bytes()).decode()})"
+            ),
         },
     )
     unhealthy = [r for r in rows if r.errors]

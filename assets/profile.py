@@ -52,8 +52,8 @@ def checkpoint_state_profile(
         skew = {key: max((op["skew"]["bytes"] or 0.0 for op in doc["operators"]), default=0.0)
                 for key, doc in docs.items()}  # fmt: skip
         rows = {key: (doc["batch"], doc["partitions"], skew[key]) for key, doc in docs.items()}
-        table = range_table(("batch", "partitions", "worst skew (bytes)"), rows)
-        return dg.MaterializeResult(metadata={"checkpoints": len(docs), "checkpoints_table": table})
+        summary = range_table(("batch", "partitions", "worst skew (bytes)"), rows)
+        return dg.MaterializeResult(metadata={"checkpoints": len(docs), "checkpoints_table": summary})
     (doc,) = docs.values()
     metadata: dict = {"batch": doc["batch"], "partitions": doc["partitions"]}
     for op in doc["operators"]:

@@ -8,7 +8,7 @@ the range, failing if any checkpoint fails it. A run over one partition says wha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import dagster as dg
@@ -45,6 +45,6 @@ def each_checkpoint(keys: Sequence[str], work: Callable[[str], T]) -> dict[str, 
     return done
 
 
-def range_table(header: Sequence[str], rows: dict[str, Sequence[object]]) -> dg.MetadataValue:
+def range_table(header: Sequence[str], rows: Mapping[str, Sequence[object]]) -> dg.MetadataValue:
     """A row per checkpoint of the range (at most `RANGE`: every one is shown)."""
     return dg.MetadataValue.md(markdown.table(("checkpoint", *header), [(k, *r) for k, r in rows.items()]))

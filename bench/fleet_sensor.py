@@ -12,12 +12,14 @@ found, as the real one would; a finished validation changes nothing.
 Reported: runs requested per tick, against those the sensor before this one would have requested
 (one per checkpoint with a new commit, every tick); the largest queue depth per job (never above
 the sensor's cap); the worst delay from a crossing (the commit that made a chain reach the
-threshold) to the start of its compaction run, in ticks (target: at most 2); and the longest gap
+threshold) to the start of its batched compaction run, in ticks (target: at most 2 beyond the
+gathering window, `--gather`); the compaction runs against the checkpoints they compacted; and the longest gap
 between two validations of one checkpoint, as the sensor requested them (target: within the
 period plus a tick) and as the runs started (the queue's wait added).
 
     python -m bench.fleet_sensor [--checkpoints 200] [--crossing 10] [--commit-every 10] [--minutes 10]
-                                 [--tick 30] [--period 180] [--max-concurrent 4] [--run-seconds 20]
+                                 [--tick 30] [--period 180] [--gather 60] [--max-concurrent 4]
+                                 [--run-seconds 20]
 """
 
 from __future__ import annotations
@@ -92,11 +94,13 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--tick", type=float, default=30.0)
     p.add_argument("--period", type=float, default=180.0, help="validation period, seconds")
+    p.add_argument("--gather", type=float, default=60.0, help="compaction gathering window, seconds")
     p.add_argument("--max-concurrent", type=int, default=4)
     p.add_argument("--run-seconds", type=float, default=20.0)
     p.add_argument("--dir", type=Path)
     args = p.parse_args()
     os.environ["CKPT_VALIDATION_PERIOD"] = f"{args.period:g}s"  # read when the sensor module loads
+    os.environ["CKPT_COMPACTION_GATHER"] = f"{args.gather:g}s"
 
     import dagster as dg
     from dagster import DagsterRunStatus
@@ -112,6 +116,7 @@ def main() -> None:
     caps = sensors.SENSOR_CAPS
     ticks, latencies, validated, depth = [], [], defaultdict(list), defaultdict(int)
     requested = defaultdict(list)  # when the sensor asked for a run that validates each checkpoint
+    compacted = 0
     started_at: dict[str, float] = {}
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", list(keys))
@@ -139,23 +144,24 @@ def main() -> None:
                 for r in requests:
                     for key in _validated_by(r):
                         requested[key].append(now)
-                    tags = {**(r.tags or {}), "run_key": r.run_key}
-                    if r.partition_key:
-                        tags["dagster/partition"] = r.partition_key
-                    if r.run_config:
-                        tags["ckpt/partitions"] = json.dumps(
-                            r.run_config["ops"]["validate_each"]["config"]["partitions"]
-                        )
+                    tags = {
+                        **(r.tags or {}),
+                        "run_key": r.run_key,
+                        "ckpt/partitions": json.dumps(_validated_by(r)),
+                    }
                     instance.add_run(DagsterRun(job_name=r.job_name, run_id=str(uuid.uuid4()),
                                                 status=DagsterRunStatus.NOT_STARTED, tags=tags))  # fmt: skip
-                for job in ("compact_checkpoints", "validate_checkpoints"):
-                    waiting = instance.get_runs_count(dg.RunsFilter(job_name=job, statuses=[
+                for kind in ("compaction", "validation"):
+                    waiting = instance.get_runs_count(dg.RunsFilter(tags={"ckpt/kind": kind}, statuses=[
                         DagsterRunStatus.NOT_STARTED]))  # fmt: skip
-                    depth[job] = max(depth[job], waiting)
-                kinds = [r.job_name for r in requests]
+                    depth[kind] = max(depth[kind], waiting)
+                kinds = [r.tags["ckpt/kind"] for r in requests]
+                compacted += sum(
+                    len(_validated_by(r)) for r in requests if r.tags["ckpt/kind"] == "compaction"
+                )
                 ticks.append({"at": round(now - start, 1), "seconds": round(seconds, 3),
-                              "compact": kinds.count("compact_checkpoints"),
-                              "validate": kinds.count("validate_checkpoints"),
+                              "compact": kinds.count("compaction"),
+                              "validate": kinds.count("validation"),
                               "skip": "" if requests else str(result.skip_message)[:120]})  # fmt: skip
                 print(json.dumps(ticks[-1]), flush=True)
                 next_tick += args.tick
@@ -172,21 +178,24 @@ def main() -> None:
         "runs_requested_per_tick_max": max(t["compact"] + t["validate"] for t in ticks),
         "runs_requested": sum(t["compact"] + t["validate"] for t in ticks),
         "runs_the_old_sensor_requested": old_sensor_runs,
-        "compactions": len(latencies), "queue_cap": caps.max_queued_per_job,
+        "compactions": len(latencies), "compaction_runs": sum(t["compact"] for t in ticks),
+        "checkpoints_in_compaction_runs": compacted, "queue_cap": caps.max_queued_per_job,
         "queue_depth_max": dict(depth), "crossing_to_start_worst_ticks": round(worst_ticks, 2),
         "validation_request_gap_max_seconds": round(longest_gap(requested), 1),
         "validation_start_gap_max_seconds": round(longest_gap(validated), 1), "period_seconds": args.period,
+        "gather_seconds": args.gather,
         "never_validated": len(never), "crossings_unserved": len(fleet.crossed_at),
     }  # fmt: skip
     print(json.dumps(summary, indent=2))
 
 
 def _validated_by(request) -> list[str]:
-    """The checkpoints a requested run validates: a compaction run's (its audit assets run first)
-    or a validation run's list."""
-    if request.partition_key:
-        return [request.partition_key]
-    return list(request.run_config["ops"]["validate_each"]["config"]["partitions"])
+    """The checkpoints a requested run validates: a batched compaction's (it validates first) or a
+    validation run's."""
+    ops = request.run_config["ops"]
+    return list(
+        next(ops[op]["config"]["partitions"] for op in ("maintain_each", "validate_each") if op in ops)
+    )
 
 
 def _coordinate(instance, args, fleet, keys, started_at, now, latencies, validated, status) -> None:
@@ -196,22 +205,19 @@ def _coordinate(instance, args, fleet, keys, started_at, now, latencies, validat
     running = instance.get_runs(dg.RunsFilter(statuses=[status.STARTED]))
     done = [r for r in running if now - started_at[r.run_id] >= args.run_seconds]
     for run in done:
-        if run.job_name == "compact_checkpoints":
-            fleet.compact(keys[run.tags["dagster/partition"]])
+        if run.tags["ckpt/kind"] == "compaction":
+            for key in json.loads(run.tags["ckpt/partitions"]):
+                fleet.compact(keys[key])
         _replace(instance, run, status.SUCCESS)
     free = args.max_concurrent - (len(running) - len(done))
     waiting = list(reversed(instance.get_runs(dg.RunsFilter(statuses=[status.NOT_STARTED]))))  # oldest first
     for run in waiting[: max(0, free)]:
         started_at[run.run_id] = now
-        if run.job_name == "compact_checkpoints":
-            name = keys[run.tags["dagster/partition"]]
-            crossed = fleet.crossed_at.pop(name, None)
+        for key in json.loads(run.tags["ckpt/partitions"]):
+            validated[key].append(now)  # a compaction run validates first
+            crossed = fleet.crossed_at.pop(keys[key], None) if run.tags["ckpt/kind"] == "compaction" else None
             if crossed is not None:
                 latencies.append(now - crossed)
-            validated[run.tags["dagster/partition"]].append(now)  # its audit assets validate first
-        else:
-            for key in json.loads(run.tags["ckpt/partitions"]):
-                validated[key].append(now)
         _replace(instance, run, status.STARTED)
 
 

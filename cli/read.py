@@ -30,7 +30,9 @@ def inspect(args: argparse.Namespace) -> Result:
 
 def lineage(args: argparse.Namespace) -> Result:
     ckpt = load_head(args.path, batches=None if args.batch is None else [args.batch])
-    return Result(lineage_document(checkpoint_lineage(ckpt, args.batch)), render.lineage_text)
+    entries = checkpoint_lineage(ckpt, args.batch)
+    code = EXIT_FINDINGS if any(e.problem for e in entries) else 0
+    return Result(lineage_document(entries), render.lineage_text, code)
 
 
 def _options(args: argparse.Namespace) -> ValidationOptions:

@@ -43,13 +43,21 @@ def inspect_text(doc: Doc) -> str:
 
 
 def lineage_text(doc: Doc) -> str:
+    # A store recovery could not load has no chain to speak of: "?" there, and why, below the table.
     rows = [
         (s["operator"], s["partition"], s["store"], s["version"],
-         "-" if s["snapshot_version"] is None else s["snapshot_version"], s["chain_length"],
-         human_bytes(s["replay_bytes"]), f"{s['lineage_header_bytes']} B")
+         "-" if s["snapshot_version"] is None else s["snapshot_version"],
+         "?" if s["problem"] else s["chain_length"], human_bytes(s["replay_bytes"]),
+         f"{s['lineage_header_bytes']} B")
         for s in doc["stores"]
     ]  # fmt: skip
-    return _table(rows, ("op", "part", "store", "version", "snapshot", "chain", "replay", "header"))
+    text = _table(rows, ("op", "part", "store", "version", "snapshot", "chain", "replay", "header"))
+    broken = [s for s in doc["stores"] if s["problem"]]
+    if broken:
+        lines = [f"{len(broken)} of {len(doc['stores'])} store(s) cannot be loaded at this batch:"]
+        lines += [f"  op {s['operator']} part {s['partition']} {s['store']}: {s['problem']}" for s in broken]
+        text += "\n" + "\n".join(lines)
+    return text
 
 
 def validation_text(doc: Doc) -> str:

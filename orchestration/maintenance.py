@@ -15,6 +15,7 @@ with cleanup off for the checkpoints whose compaction is due.
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -26,7 +27,7 @@ from assets.cleanup import (
     checkpoint_orphan_plan,
     plan_cleanup,
 )
-from assets.compaction import checkpoint_compaction, spark_rebuild
+from assets.compaction import chains_after, checkpoint_compaction, spark_rebuild
 from assets.partitions import CHECKPOINTS, parse_partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from checkpoint.cleanup import apply_cleanup
@@ -53,19 +54,22 @@ def _compact(context, roots, spark, keys: Sequence[str], done: Outcomes) -> None
     for refusal in compaction.refused:
         done.fail(refusal.name, f"compaction refused: {refusal.why}")
     names = {p.ckpt.url: p.name for p in compaction.planned}
-    compacted = dict.fromkeys(names.values(), 0)
+    before: dict[str, list[int]] = {name: [] for name in names.values()}
     for outcome in compaction.outcomes:
         if outcome.ok:
-            compacted[names[outcome.url]] += 1
+            before[names[outcome.url]].append(outcome.chain_before)
         else:
             done.fail(names[outcome.url], f"compaction of {outcome.store.label} failed: {outcome.error}")
-    for key, stores in compacted.items():
-        done.rows[key][-1] = stores
-        if stores and key not in done.failed:
-            context.log_event(dg.AssetMaterialization(
-                asset_key=checkpoint_compaction.key, partition=key,
-                metadata={"stores_compacted": stores, "compacted_by": context.run.run_id},
-            ))  # fmt: skip
+    for planned in compaction.planned:
+        key, chains = planned.name, before[planned.name]
+        done.rows[key][-1] = len(chains)
+        if chains and key not in done.failed:
+            after = chains_after(roots, planned)
+            metadata: dict[str, Any] = {"stores_compacted": len(chains), "max_chain_before": max(chains),
+                        "max_chain_after": max(after.values(), default=0)}  # fmt: skip
+            context.log_event(
+                dg.AssetMaterialization(checkpoint_compaction.key, partition=key, metadata=metadata)
+            )
 
 
 def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> str:
@@ -77,7 +81,7 @@ def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> 
         plan, result = cleaned.plan, cleaned.result
         if result.failed.files:
             raise CheckpointError(f"{result.failed.files} deletion(s) failed: see {audit.outcomes_url(plan)}")
-        metadata = {
+        metadata: dict[str, Any] = {
             "applied": True,
             "deleted_files": result.deleted.files,
             "deleted_bytes": result.deleted.total_bytes,

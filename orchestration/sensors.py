@@ -165,11 +165,12 @@ def _partitions_of(run: dg.DagsterRun) -> list[str]:
     """The checkpoints a run works on: its partition, or the batch its config names."""
     if "dagster/partition" in run.tags:
         return [run.tags["dagster/partition"]]
-    ops = (run.run_config or {}).get("ops", {})
     for op in ("maintain_each", "validate_each"):
-        keys = ops.get(op, {}).get("config", {}).get("partitions")
-        if isinstance(keys, list):
-            return [k for k in keys if isinstance(k, str)]
+        found: object = run.run_config
+        for name in ("ops", op, "config", "partitions"):  # a run's config is input: any shape
+            found = found.get(name) if isinstance(found, dict) else None
+        if isinstance(found, list):
+            return [k for k in found if isinstance(k, str)]
     return []
 
 

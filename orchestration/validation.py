@@ -12,6 +12,7 @@ with error findings in a table and a CSV.
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -48,7 +49,7 @@ class Outcomes:
         rows = [(key, *cells, self.failed.get(key, "")) for key, cells in self.rows.items()]
         csv = write_csv(roots, f"{what}/{context.run.run_id}.csv", ("checkpoint", *header), rows)
         failures = markdown.table(("checkpoint", "why"), self.failed.items()) if self.failed else "none"
-        metadata = {
+        metadata: dict[str, Any] = {
             "checkpoints": len(self.rows),
             "failed_checkpoints": len(self.failed),
             "checkpoints_table": dg.MetadataValue.md(markdown.table(("checkpoint", *header), rows[:_SHOWN])),
@@ -56,9 +57,11 @@ class Outcomes:
             "csv": dg.MetadataValue.path(csv),
         }
         if self.failed:
+            first = "; ".join(f"{key}: {why}" for key, why in list(self.failed.items())[:3])
             raise dg.Failure(
-                description=f"{len(self.failed)} of {len(self.rows)} checkpoint(s) failed; every one is in "
-                f"this failure's `failed` table and in {csv}",
+                description=f"{len(self.failed)} of {len(self.rows)} checkpoint(s) failed ({first}"
+                f"{'; ...' if len(self.failed) > 3 else ''}); every one is in this failure's `failed` table "
+                f"and in {csv}",
                 metadata=metadata,
             )
         return metadata

@@ -75,13 +75,29 @@ def test_lineage_json(corpus) -> None:
     stores = json.loads(out.stdout)["stores"]
     assert len(stores) == 4
     keys = {"operator", "partition", "store", "version", "unique_id", "snapshot_version", "chain_length",
-            "replay_bytes", "lineage_header_bytes"}  # fmt: skip
+            "replay_bytes", "lineage_header_bytes", "problem"}  # fmt: skip
     assert all(set(s) == keys for s in stores)
     assert {(s["version"], s["snapshot_version"], s["chain_length"]) for s in stores} == {(32, 0, 32)}
     older = json.loads(ckpt("lineage", str(corpus["long_chain"]), "--batch", "9", "--json").stdout)["stores"]
     assert {s["chain_length"] for s in older} == {10}
     missing = ckpt("lineage", str(corpus["long_chain"]), "--batch", "99")
     assert missing.returncode == 2 and "batch 99 is not in the commit log" in missing.stderr
+
+
+def test_lineage_says_when_a_chain_cannot_be_read(copy_of) -> None:
+    """A changelog of the chain gone: the store's chain is not shown as a healthy 0, the text says
+    which store and why, the JSON has the reason, and the exit code says findings (1)."""
+    path = copy_of("long_chain")
+    gone = sorted((path / "state" / "0" / "1").glob("20_*.changelog"))
+    assert gone
+    gone[0].unlink()
+    out = ckpt("lineage", str(path))
+    assert out.returncode == 1, out.stderr
+    assert "1 of 4 store(s) cannot be loaded at this batch:" in out.stdout
+    assert "op 0 part 1 default: the chain needs 1 file(s) that do not exist (versions 20)" in out.stdout
+    stores = json.loads(ckpt("lineage", str(path), "--json").stdout)["stores"]
+    assert [s["partition"] for s in stores if s["problem"]] == [1]
+    assert all(s["problem"] is None for s in stores if s["partition"] != 1)
 
 
 def test_validate_exit_codes(corpus, copy_of, tmp_path) -> None:

@@ -292,20 +292,46 @@ def test_v1_compaction_in_dagster_compacts_a_stopped_query_and_skips_a_running_o
     assert files_of(tmp_path / "running") == before
 
 
-def test_the_documented_deployment_queues_runs_as_the_shipped_instance(tmp_path) -> None:
-    """docs/dagster.md's Postgres configuration keeps the shipped run queue: one run per checkpoint
-    at a time, and the compaction pool at 1, counted per step (Dagster's default; the page says
-    why not per run)."""
+def test_the_deployment_queues_runs_as_the_shipped_instance(tmp_path) -> None:
+    """deploy/dagster.yaml keeps the shipped run queue (one run per checkpoint at a time, one
+    compacting run at a time, the compaction pool at 1 counted per step: docs/dagster.md says why
+    not per run) and the shipped logging; the docs' recipe copies it and names every file it uses."""
     import yaml
 
     project = Path(__file__).resolve().parents[1]
     shutil.copy(project / "dagster_home" / "dagster.yaml", tmp_path / "dagster.yaml")
     with dg.DagsterInstance.from_config(str(tmp_path)) as shipped:
         pools = shipped.get_concurrency_config().pool_config
+        limits = shipped.get_concurrency_config().run_queue_config.tag_concurrency_limits
     assert (pools.pool_granularity, pools.default_pool_limit) == (None, 1)
+    assert {"key": "ckpt/compacts", "value": "true", "limit": 1} in limits
+    ours = yaml.safe_load((tmp_path / "dagster.yaml").read_text())
+    deployed = yaml.safe_load((project / "deploy" / "dagster.yaml").read_text())
+    assert deployed["concurrency"]["pools"] == ours["concurrency"]["pools"]
+    assert (
+        deployed["concurrency"]["runs"]["tag_concurrency_limits"]
+        == ours["concurrency"]["runs"]["tag_concurrency_limits"]
+    )
+    for section in ("python_logs", "telemetry", "nux"):
+        assert deployed[section] == ours[section], section
+    assert deployed["storage"]["postgres"]["postgres_url"] == {"env": "DAGSTER_PG_URL"}
     page = (project / "docs" / "dagster.md").read_text()
-    block = page.split("## On Postgres", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
-    documented = yaml.safe_load(block)["concurrency"]
-    ours = yaml.safe_load((tmp_path / "dagster.yaml").read_text())["concurrency"]
-    assert documented["pools"] == ours["pools"]
-    assert documented["runs"]["tag_concurrency_limits"] == ours["runs"]["tag_concurrency_limits"]
+    recipe = page.split("## Deploy", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    assert "deploy/workspace.yaml" in recipe and "deploy/dagster.yaml" in recipe
+
+
+def test_the_settings_table_names_every_variable_the_code_location_reads() -> None:
+    import re as regex
+
+    project = Path(__file__).resolve().parents[1]
+    read = {
+        name
+        for folder in ("orchestration", "assets")
+        for path in (project / folder).glob("*.py")
+        for name in regex.findall(r"environ\.get\(\s*\"(CKPT_[A-Z_]+)\"", path.read_text())
+    }
+    assert len(read) >= 12
+    table = (
+        (project / "docs" / "dagster.md").read_text().split("### Every setting", 1)[1].split("\n## ", 1)[0]
+    )
+    assert {name for name in read if f"`{name}`" not in table} == set()

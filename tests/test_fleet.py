@@ -4,6 +4,7 @@ and `ckpt gc` see each one; the Dagster report, its history columns and its chec
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from assets.cleanup import checkpoint_orphan_cleanup, checkpoint_orphan_plan
 from assets.fleet import HEADROOM_CHECK, NO_ERRORS_CHECK, checkpoint_fleet_report
 from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.analysis.checks import Severity
-from checkpoint.analysis.fleet import headroom
+from checkpoint.analysis.fleet import FleetRow, headroom, shown
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
@@ -97,6 +98,24 @@ def test_headroom_severity_follows_the_policy() -> None:
     ]  # fmt: skip
 
 
+def test_the_table_shows_every_kind_of_need_whatever_the_errors_number() -> None:
+    """The review's fleet: 1,900 checkpoints with error findings and 21 long chains. The 100 rows
+    shown hold all 21 chains beside 79 error rows, most urgent first; healthy rows only fill what
+    is left, and the counts say what each kind shows."""
+
+    def row(key: str, errors=(), chain: int = 1) -> FleetRow:
+        return FleetRow(key, f"/r/{key}", 5, 60.0, False, tuple(errors), (), chain, "0/0/default", 0.01)
+
+    rows = [row(f"err{i:04d}", errors=("COMMIT_LOG_GAP",)) for i in range(1900)]
+    rows += [row(f"chain{i:02d}", chain=20 + i) for i in range(21)] + [row(f"ok{i}") for i in range(81)]
+    table, counts = shown(rows, 100)
+    assert len(table) == 100 and sum(r.key.startswith("chain") for r in table) == 21
+    assert [r.key for r in table][:79] == [f"err{i:04d}" for i in range(79)]  # errors rank above chains
+    assert counts == {"errors": "79 of 1900", "long chain": "21 of 21", "healthy": "0 of 81"}
+    few, few_counts = shown(rows[1900:], 30)
+    assert sum(r.key.startswith("ok") for r in few) == 9 and few_counts["healthy"] == "9 of 81"
+
+
 def _report(root: Path, before=None):
     roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(root))])
     keys = sorted(roots.discover("f"))
@@ -136,6 +155,8 @@ def test_the_fleet_report_reads_every_partition_and_dagster_history(fleet_root) 
     assert table["f:chain"]["reclaimable"] == "unknown" and table["f:chain"]["last_compaction"] == "never"
     assert "f:teams/at-cap" in meta["needs_attention"] and "ckpt compact" in meta["needs_attention"]
     assert meta["chart"].startswith("<svg") and "teams/at-cap" in meta["chart"]
+    assert meta["chart_image"].startswith("![fleet chart](data:image/svg+xml;base64,")
+    assert re.search(r"\| errors +\| 1 of 1 +\|", meta["shown_per_need"]), meta["shown_per_need"]
     assert (
         not checks[NO_ERRORS_CHECK].passed and checks[NO_ERRORS_CHECK].severity == dg.AssetCheckSeverity.ERROR
     )

@@ -1,7 +1,8 @@
-"""The product as people use it: `dagster dev` (webserver and daemon) on loopback, driven through its
-GraphQL API and a headless Chromium, while a real streaming query keeps committing beside it.
+"""The product as people deploy it: docs/dagster.md's recipe (Postgres, a gRPC code server, the daemon
+and the webserver, each its own process) on loopback, driven through its GraphQL API and a headless
+Chromium, while a real streaming query keeps committing beside it.
 
-One `dagster dev` serves the whole module. Its root holds a cleanup candidate (`orders`, dated past
+One deployment serves the whole module. Its root holds a cleanup candidate (`orders`, dated past
 the grace period), a delta-only chain (`chain`) and the live query's checkpoint (`stream`), which
 only the commit sensor's runs maintain: no backfill or fork of the other tests takes its lease. The
 discovery and commit sensors run as they would in production, only with a 15 s commit interval.
@@ -25,12 +26,12 @@ from jobs.spark_session import scoped_confs
 from testbed.copying import copy_checkpoint
 from testbed.corpus import NO_SNAPSHOTS, _keyed_rows, aggregation, write_inputs
 from testbed.demo import date_back
-from tests.support.dagster_dev import PROJECT, dagster_dev
-from tests.support.postgres import postgres_server
+from testbed.deployment import PROJECT, deployment
+from testbed.postgres import postgres_server
 from tests.support.state import control_state, latest_state
 
 pytestmark = pytest.mark.slow
-LOCATION = "orchestration.definitions:defs"
+LOCATION = "ckpt-maint"  # deploy/workspace.yaml's name for the code server
 ARTIFACTS = Path(os.environ.get("CKPT_TEST_ARTIFACTS", PROJECT / "test-artifacts"))
 LIVE_MINUTES = 3.0
 FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
@@ -86,12 +87,13 @@ def setup(spark, corpus, tmp_path_factory):
     env = {
         "CKPT_ROOTS": json.dumps([{"name": "e2e", "url": str(root)}]),
         "CKPT_COMMIT_SENSOR_INTERVAL": "15",
+        "CKPT_COMPACTION_GATHER": "10s",
         "CKPT_SPARK_MASTER": "local[1]",
     }
     try:
         # On Postgres, as deployments run Dagster (`make demo` keeps SQLite, and the in-process
         # Dagster tests run on SQLite): the run queue's tag limits are its queries there.
-        with postgres_server() as url, dagster_dev(base / "dagster_home", env, url) as dev:
+        with postgres_server() as url, deployment(base / "dagster_home", env, url) as dev:
             keys = dev.wait_for("discovery of the three checkpoints", lambda: _partitions(dev) or None, 180)
             assert keys == ["e2e:chain", "e2e:orders", "e2e:stream"]
             yield dev, root, live, base
@@ -158,7 +160,8 @@ def _backfill(dev, assets: list[str], partitions: list[str] | None = None) -> st
     return backfill
 
 
-def _launch(dev, job: str, partition: str | None, run_config: dict | None = None, **tags: str) -> str:
+def _start(dev, job: str, partition: str | None, run_config: dict | None = None, **tags: str) -> str:
+    """Launches a run as the Launchpad does; returns its id at once."""
     all_tags = [{"key": "dagster/partition", "value": partition}] if partition else []
     all_tags += [{"key": k, "value": v} for k, v in tags.items()]
     params = {
@@ -172,14 +175,24 @@ def _launch(dev, job: str, partition: str | None, run_config: dict | None = None
         p=params,
     )["launchRun"]
     assert out["__typename"] == "LaunchRunSuccess", out
-    run_id = out["run"]["runId"]
+    return out["run"]["runId"]
 
-    def finished():
+
+def _finished(dev, run_id: str) -> str:
+    def status():
         q = "query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"
-        status = dev.graphql(q, id=run_id)["runOrError"]["status"]
-        return status if status in FINISHED else None
+        found = dev.graphql(q, id=run_id)["runOrError"]["status"]
+        return found if found in FINISHED else None
 
-    assert dev.wait_for(f"run {run_id}", finished, 600, every=3) == "SUCCESS", dev.log
+    return dev.wait_for(f"run {run_id}", status, 600, every=3)
+
+
+def _launch(dev, job: str, partition: str | None, run_config: dict | None = None, **tags: str) -> str:
+    run_id = _start(dev, job, partition, run_config, **tags)
+    status = _finished(dev, run_id)
+    assert status == "SUCCESS", _failures(
+        dev, [{"runId": run_id, "status": status, "jobName": job, "tags": []}]
+    )
     return run_id
 
 
@@ -213,18 +226,22 @@ def _metadata(dev, asset: str, partition: str) -> dict:
 def test_an_audit_backfill_and_a_maintenance_run_through_graphql(setup) -> None:
     dev, root, _, _ = setup
     backfill = _backfill(dev, ["checkpoint_inventory", "checkpoint_lineage_report"])
-    runs = _runs(dev, dagster__backfill=backfill)
-    assert sorted(_tag(r, "dagster/partition") for r in runs) == ["e2e:chain", "e2e:orders", "e2e:stream"]
-    assert {r["status"] for r in runs} == {"SUCCESS"}
+    (run,) = _runs(dev, dagster__backfill=backfill)  # all partitions: one range, one run
+    assert run["status"] == "SUCCESS"
+    ends = (_tag(run, "dagster/asset_partition_range_start"), _tag(run, "dagster/asset_partition_range_end"))
+    assert ends == ("e2e:chain", "e2e:stream")
+    ranged = _metadata(dev, "checkpoint_lineage_report", "e2e:orders")
+    assert ranged["run_id"] == run["runId"] and ranged["checkpoints"] == 3
+    assert "e2e:orders" in ranged["checkpoints_table"]
+
+    before = {p.relative_to(root).as_posix() for p in (root / "orders").rglob("*") if p.is_file()}
+    run_id = _launch(dev, "checkpoint_maintenance", "e2e:orders", **{"ckpt/apply": "true"})
     lineage = _metadata(dev, "checkpoint_lineage_report", "e2e:orders")
     stores = sum(
         len(op.store_names) * op.num_partitions
         for op in load_checkpoint(str(root / "orders")).operators.values()
     )
-    assert lineage["stores"] == stores > 0
-
-    before = {p.relative_to(root).as_posix() for p in (root / "orders").rglob("*") if p.is_file()}
-    run_id = _launch(dev, "checkpoint_maintenance", "e2e:orders", **{"ckpt/apply": "true"})
+    assert lineage["run_id"] == run_id and lineage["stores"] == stores > 0
     cleanup = _metadata(dev, "checkpoint_orphan_cleanup", "e2e:orders")
     plan = _metadata(dev, "checkpoint_orphan_plan", "e2e:orders")
     assert cleanup["run_id"] == run_id and cleanup["applied"] is True
@@ -249,6 +266,25 @@ def test_a_compaction_backfill_is_one_run_and_one_spark_job(setup) -> None:
     assert {e.chain_length for e in checkpoint_lineage(ckpt)} == {0}  # every store loads a snapshot now
     meta = _metadata(dev, "checkpoint_compaction", "e2e:chain")
     assert meta["max_chain_after"] == 0
+
+
+def test_a_validation_launched_behind_compactions_starts_before_them(setup) -> None:
+    """Two compaction runs, then a validation run, launched one after the other: the second
+    compaction waits in the queue, not in a run slot, until the first has ended (one compacting
+    run at a time, `ckpt/compacts`), and the validation (priority 20 to their 0) is not stuck
+    behind it. Read from Dagster's own records of the runs."""
+    dev, *_ = setup
+    first = _start(dev, "compact_checkpoints", "e2e:chain")
+    second = _start(dev, "compact_checkpoints", "e2e:orders")
+    config = {"ops": {"validate_each": {"config": {"partitions": ["e2e:chain", "e2e:orders"]}}}}
+    check = _start(dev, "validate_checkpoints", None, run_config=config)
+    assert [_finished(dev, run) for run in (first, second, check)] == ["SUCCESS"] * 3
+    runs = {r["runId"]: r for r in dev.graphql(TIMES)["runsOrError"]["results"]}
+    assert {_tag(runs[r], "ckpt/compacts") for r in (first, second)} == {"true"}
+    assert _tag(runs[check], "dagster/priority") == "20"
+    spans = sorted((runs[r]["startTime"], runs[r]["endTime"]) for r in (first, second))
+    assert spans[1][0] >= spans[0][1], spans  # never two compacting runs at once
+    assert runs[check]["startTime"] <= spans[1][0], (runs[check], spans)
 
 
 def _chromium(base: Path, url: str, shot_name: str, expect: tuple[str, ...]) -> str:
@@ -321,7 +357,8 @@ def test_the_live_query_survives_maintenance_fired_by_the_commit_sensor(setup, s
     started = time.monotonic()
 
     def sensor_runs() -> list[dict]:
-        return [r for r in _runs(dev, dagster__partition="e2e:stream") if _tag(r, "dagster/sensor_name")]
+        """The commit sensor's batched compactions (here each names the live query alone)."""
+        return [r for r in _runs(dev, ckpt__kind="compaction") if _tag(r, "dagster/sensor_name")]
 
     def shortened() -> list[dict]:
         by_sensor = {r["runId"] for r in sensor_runs() if r["status"] == "SUCCESS"}
@@ -349,19 +386,24 @@ TIMES = """{ runsOrError { ... on Runs { results { runId jobName startTime endTi
   tags { key value } } } } }"""
 
 
-def test_no_two_runs_of_one_checkpoint_overlapped(setup) -> None:
-    """The run queue's tag limit (dagster/partition, one at a time: dagster_home/dagster.yaml),
-    kept by Dagster's Postgres storage: every run of the module so far, on each checkpoint,
-    started after the one before it had ended."""
+def test_no_two_runs_of_one_checkpoint_and_no_two_compacting_runs_overlapped(setup) -> None:
+    """The run queue's tag limits (deploy/dagster.yaml), kept by Dagster's Postgres storage: every
+    run of the module so far that names one checkpoint started after the one before it on that
+    checkpoint had ended; and every run that compacts (the sensor's batched runs among them), after
+    the one before it had ended."""
     dev, *_ = setup
-    runs = dev.graphql(TIMES)["runsOrError"]["results"]
-    by_key: dict[str, list[tuple[float, float]]] = {}
+    runs = [r for r in dev.graphql(TIMES)["runsOrError"]["results"] if r["startTime"]]
+    groups: dict[str, list[tuple[float, float]]] = {}
     for run in runs:
+        span = (run["startTime"], run["endTime"] or float("inf"))
         key = _tag(run, "dagster/partition")
-        if key and run["startTime"]:
-            by_key.setdefault(key, []).append((run["startTime"], run["endTime"] or float("inf")))
-    assert sum(map(len, by_key.values())) >= 4, runs  # audits, maintenance and sensor runs
-    for key, spans in by_key.items():
+        if key:
+            groups.setdefault(key, []).append(span)
+        if _tag(run, "ckpt/compacts") == "true":
+            groups.setdefault("compacting runs", []).append(span)
+    assert sum(map(len, groups.values())) >= 6, runs  # maintenance, compactions, the sensor's runs
+    assert len(groups["compacting runs"]) >= 4, runs
+    for key, spans in groups.items():
         spans.sort()
         for (_, ended), (began, _) in zip(spans, spans[1:], strict=False):
             assert began >= ended, (key, spans)

@@ -18,6 +18,7 @@ from checkpoint.analysis.fleet import (
     look_at,
     needs_attention,
     ranked,
+    shown,
     totals,
     unreadable_row,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "look_at",
     "needs_attention",
     "ranked",
+    "shown",
     "scan_entry",
     "totals",
     "unproven_writer",

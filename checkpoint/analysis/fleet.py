@@ -138,6 +138,42 @@ def ranked(rows: list[FleetRow], policy: Policy = POLICY) -> list[FleetRow]:
     return sorted(rows, key=lambda r: urgency(r, policy))
 
 
+_NEEDS = (
+    "cannot be read",
+    "header at the cap",
+    "moved",
+    "errors",
+    "header past the warning",
+    "long chain",
+    "reclaimable bytes",
+    "warnings",
+    "healthy",
+)  # by rank, as `_need` ranks
+
+
+def shown(rows: list[FleetRow], limit: int, policy: Policy = POLICY) -> tuple[list[FleetRow], dict[str, str]]:
+    """The `limit` rows a table shows, most urgent first, chosen per kind of need in turn (the most
+    urgent of each kind, then the next of each...), so a thousand error rows cannot hide every
+    long chain; healthy rows only fill what the others leave. Also what it shows of each kind
+    ("21 of 21"), for the reader to know what the table leaves out."""
+    kinds: dict[int, list[FleetRow]] = {}
+    for row in ranked(rows, policy):
+        kinds.setdefault(_need(row, policy)[0], []).append(row)
+    healthy = kinds.pop(_HEALTHY[0], [])
+    taken: dict[int, int] = dict.fromkeys(kinds, 0)
+    chosen: list[FleetRow] = []
+    while len(chosen) < limit and any(taken[k] < len(kinds[k]) for k in kinds):
+        for k in sorted(kinds):
+            if len(chosen) < limit and taken[k] < len(kinds[k]):
+                chosen.append(kinds[k][taken[k]])
+                taken[k] += 1
+    room = max(0, limit - len(chosen))
+    chosen += healthy[:room]
+    counts = {_NEEDS[k]: f"{taken[k]} of {len(kinds[k])}" for k in sorted(kinds)}
+    counts[_NEEDS[_HEALTHY[0]]] = f"{min(room, len(healthy))} of {len(healthy)}"
+    return sorted(chosen, key=lambda r: urgency(r, policy)), counts
+
+
 @dataclass(frozen=True)
 class Attention:
     row: FleetRow

@@ -66,6 +66,22 @@ class StoreLineage:
             and not self.no_base
         )
 
+    @property
+    def problem(self) -> str | None:
+        """Why recovery at this batch could not load the store, in words; None when it could."""
+        if self.committed_file is None:
+            return f"no state file of version {self.version} (the batch's own)"
+        if self.header_error is not None:
+            return f"its lineage cannot be read: {self.header_error}"
+        if self.missing:
+            versions = ", ".join(str(v) for v, _ in self.missing[:5]) + (
+                ", ..." if len(self.missing) > 5 else ""
+            )
+            return f"the chain needs {len(self.missing)} file(s) that do not exist (versions {versions})"
+        if self.no_base:
+            return "no snapshot to start from, and the lineage does not reach version 1"
+        return None
+
     def as_dict(self) -> dict:
         return {
             "operator": self.store.operator,
@@ -77,6 +93,7 @@ class StoreLineage:
             "chain_length": self.chain_length,
             "replay_bytes": self.replay_bytes,
             "lineage_header_bytes": self.lineage_header_bytes,
+            "problem": self.problem,
         }
 
 

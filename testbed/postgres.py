@@ -1,5 +1,6 @@
 """A throwaway PostgreSQL server on loopback, from Debian's `postgresql` package (`make postgres`
-installs it where it is missing), for Dagster's Postgres storage in the end-to-end test."""
+installs it where it is missing), for Dagster's Postgres storage in the end-to-end test and the
+deployment bench."""
 
 from __future__ import annotations
 
