@@ -9,7 +9,8 @@ from assets.cleanup import APPLY_TAG
 from assets.cleanup import GROUP as CLEANUP_GROUP
 from assets.compaction import GROUP as COMPACTION_GROUP
 from orchestration.fork import fork_op
-from orchestration.maintenance import maintain_checkpoints_job
+from orchestration.maintenance import JOB as MAINTAIN_JOB
+from orchestration.maintenance import maintain_each
 from orchestration.migrate import migrate_op
 from orchestration.queue import Kind, run_tags
 from orchestration.repartition import repartition_op
@@ -63,6 +64,16 @@ fleet_job = dg.define_asset_job(
 )
 def fork_job():
     fork_op()
+
+
+@dg.job(
+    name=MAINTAIN_JOB,
+    description="Validate, compact and clean the checkpoints named in the config, in one run and one Spark "
+    "application (the maintenance schedules' runs; the commit sensor's compactions, with cleanup off)",
+    tags=run_tags(Kind.MAINTENANCE),
+)
+def maintain_checkpoints_job():
+    maintain_each()
 
 
 @dg.job(

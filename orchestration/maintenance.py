@@ -38,6 +38,7 @@ from orchestration.queue import Kind, run_tags
 from orchestration.validation import Outcomes, validate_keys
 
 BATCH = POLICY.maintenance_run_max_checkpoints
+JOB = "maintain_checkpoints"  # orchestration/jobs.py defines it
 
 
 class MaintainConfig(dg.Config):
@@ -136,17 +137,8 @@ def maintain_each(
     context.add_output_metadata(done.report(context, roots, "maintenance"))
 
 
-@dg.job(
-    name="maintain_checkpoints",
-    description="Validate, compact and clean the checkpoints named in the config, in one run and one Spark "
-    "application (the maintenance schedules' runs; the commit sensor's compactions, with cleanup off)",
-    tags=run_tags(Kind.MAINTENANCE),
-)
-def maintain_checkpoints_job():
-    maintain_each()
-
-
 def batched(keys: Sequence[str], size: int = BATCH) -> list[list[str]]:
+    """`keys` in runs of `size`, in order."""
     return [list(keys[i : i + size]) for i in range(0, len(keys), max(1, size))]
 
 
@@ -156,9 +148,7 @@ def maintenance_request(keys: Sequence[str], why: str, kind: Kind, **config) -> 
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
     run_config = {"ops": {"maintain_each": {"config": {"partitions": list(keys), **config}}}}
     tags = {**run_tags(kind), "ckpt/checkpoints": str(len(keys))}
-    return dg.RunRequest(
-        job_name=maintain_checkpoints_job.name, run_config=run_config, run_key=f"{why}:{digest}", tags=tags
-    )
+    return dg.RunRequest(job_name=JOB, run_config=run_config, run_key=f"{why}:{digest}", tags=tags)
 
 
 def maintenance_requests(root: CheckpointRoot, keys: Sequence[str], tick: str) -> list[dg.RunRequest]:
@@ -186,7 +176,7 @@ def maintenance_schedule(root: CheckpointRoot) -> dg.ScheduleDefinition:
 
     return dg.ScheduleDefinition(
         name=f"maintenance_{root.name.replace('-', '_')}",
-        job=maintain_checkpoints_job,
+        job_name=JOB,
         cron_schedule=root.maintenance_cron,
         execution_fn=evaluate,
         default_status=dg.DefaultScheduleStatus.STOPPED,

@@ -7,6 +7,7 @@ import dagster as dg
 from assets.partitions import CHECKPOINTS
 from checkpoint.policy import POLICY
 from orchestration.jobs import fleet_job, validate_checkpoints_job
+from orchestration.maintenance import batched
 from orchestration.validation import validation_request
 
 AUDIT_CRON = POLICY.audit_cron
@@ -23,7 +24,7 @@ def checkpoint_audit_schedule(context: dg.ScheduleEvaluationContext):
     if not keys:
         return dg.SkipReason("no checkpoints discovered yet (the discovery sensor adds them)")
     size = max(1, POLICY.validation_run_max_checkpoints)
-    runs = [validation_request(keys[i : i + size], f"audit:{tick}") for i in range(0, len(keys), size)]
+    runs = [validation_request(run, f"audit:{tick}") for run in batched(keys, size)]
     context.log.info(f"{len(keys)} checkpoint(s) in {len(runs)} validation run(s) of {size} at most")
     return runs
 

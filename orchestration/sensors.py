@@ -16,8 +16,8 @@ from checkpoint.model import latest_commit, within_deadline
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.storage import Storage
 from orchestration.due import Caps, Look, SensorState, looking_order, plan_tick, resume_at
-from orchestration.jobs import validate_checkpoints_job
-from orchestration.maintenance import maintain_checkpoints_job, maintenance_request
+from orchestration.jobs import maintain_checkpoints_job, validate_checkpoints_job
+from orchestration.maintenance import batched, maintenance_request
 from orchestration.queue import COMPACTS_TAG, KIND_TAG, Kind
 from orchestration.validation import validation_request
 
@@ -78,6 +78,7 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
     new = sorted(found - existing)
     size = max(1, POLICY.validation_run_max_checkpoints)
     added = new[: size * DISCOVERY_MAX_RUNS]
+    runs = batched(added, size)
     cursor = hashlib.sha256("\n".join(sorted(found)).encode()).hexdigest()[:16]
     if not added and not vanished:
         return dg.SkipReason(f"{len(found)} checkpoints under {len(listed)} root(s); none new or vanished")
@@ -88,11 +89,9 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
         requests.append(checkpoint_partitions.build_delete_request(sorted(vanished)))
     if len(new) > len(added):
         context.log.info(f"{len(new) - len(added)} new checkpoint(s) wait for the next ticks: {len(added)} "
-                         f"added and audited in {-(-len(added) // size)} run(s) this tick")  # fmt: skip
+                         f"added and audited in {len(runs)} run(s) this tick")  # fmt: skip
     return dg.SensorResult(
-        run_requests=[
-            validation_request(added[i : i + size], "discovered") for i in range(0, len(added), size)
-        ],
+        run_requests=[validation_request(run, "discovered") for run in runs],
         dynamic_partitions_requests=requests,
         cursor=cursor,
     )

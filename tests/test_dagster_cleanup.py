@@ -318,7 +318,8 @@ def test_a_batched_maintenance_run_compacts_cleans_and_keeps_each_failure_with_i
     from checkpoint.model.head import load_head
     from checkpoint.model.lineage import checkpoint_lineage
     from checkpoint.storage import Storage
-    from orchestration.maintenance import maintain_checkpoints_job, maintenance_requests
+    from orchestration.jobs import maintain_checkpoints_job
+    from orchestration.maintenance import maintenance_requests
 
     copies = {"prod/orders": "two_actions", "prod/chain": "long_chain", "prod/broken": "two_actions",
               "other/orders": "two_actions"}  # fmt: skip
