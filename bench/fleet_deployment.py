@@ -32,14 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from testbed.deployment import deployment
-from testbed.postgres import postgres_server
-
 from testbed import synthetic
 from testbed.copying import copy_checkpoint
 from testbed.corpus import checkpoints as corpus_checkpoints
 from testbed.corpus import ensure_corpus
 from testbed.demo import date_back
+from testbed.deployment import deployment
+from testbed.postgres import postgres_server
 
 LOCATION, REPOSITORY, ROOT = "ckpt-maint", "__repository__", "bench"
 TICKS = """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor {
@@ -48,7 +47,7 @@ RUNS = """query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) { .
   results { runId status creationTime startTime endTime } } } }"""
 MATERIALIZED = """query($p: [String!]) { assetNodeOrError(assetKey: {path: ["checkpoint_compaction"]}) {
   ... on AssetNode { assetMaterializations(partitions: $p) { partition timestamp } } } }"""
-DRY_RUN = """mutation($s: ScheduleSelector!) { scheduleDryRun(selectorData: $s) {
+DRY_RUN = """mutation($s: ScheduleSelector!, $t: Float) { scheduleDryRun(selectorData: $s, timestamp: $t) {
   __typename ... on DryRunInstigationTick { evaluationResult { runRequests { runKey } skipReason
   error { message } } } ... on PythonError { message } } }"""
 
@@ -101,6 +100,7 @@ def phase(work: Path, name: str, args, settings: dict[str, str], schedules: bool
             "seconds_first_tick_to_all_compacted": round(max(done.values()) - ticks[0], 1),
             "validation_wait_seconds": round(waited, 1),
         }
+        print(json.dumps({name: result}), flush=True)
         if schedules:
             result["schedules"] = {str(args.checkpoints): _dry_runs(dev)}
             _add_partitions(work / name / "dagster_home", url, 10_000 - args.checkpoints)
@@ -152,7 +152,7 @@ def _dry_runs(dev) -> dict[str, dict]:
             "scheduleName": schedule,
         }
         began = time.perf_counter()
-        answer = dev.graphql(DRY_RUN, s=selector)["scheduleDryRun"]
+        answer = dev.graphql(DRY_RUN, s=selector, t=time.time())["scheduleDryRun"]
         seconds = time.perf_counter() - began
         evaluation = answer.get("evaluationResult") or {}
         assert not evaluation.get("error"), answer
@@ -179,7 +179,6 @@ def main() -> None:
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fleet-deployment-"))
     one = phase(work, "one_per_run", args, {"CKPT_COMPACTION_RUN_MAX_CHECKPOINTS": "1"}, schedules=False)
-    print(json.dumps({"one run per checkpoint": one}), flush=True)
     batched = phase(work, "batched", args, {}, schedules=True)
     summary = {
         "checkpoints": args.checkpoints, "due": args.due,

@@ -167,12 +167,13 @@ def maintenance_schedule(root: CheckpointRoot) -> dg.ScheduleDefinition:
         keys = context.instance.get_dynamic_partitions(CHECKPOINTS)
         requests = maintenance_requests(root, keys, context.scheduled_execution_time.isoformat())
         if not requests:
-            return dg.SkipReason(f"no checkpoints discovered under root {root.name!r} yet")
+            yield dg.SkipReason(f"no checkpoints discovered under root {root.name!r} yet")
+            return
         mine = sum(int(r.tags["ckpt/checkpoints"]) for r in requests)
         context.log.info(
             f"{mine} checkpoint(s) under {root.name!r} in {len(requests)} run(s) of {BATCH} at most"
         )
-        return requests
+        yield from requests  # an `execution_fn` yields: a list it returns fails the evaluation
 
     return dg.ScheduleDefinition(
         name=f"maintenance_{root.name.replace('-', '_')}",

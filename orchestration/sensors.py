@@ -87,6 +87,8 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
         requests.append(checkpoint_partitions.build_add_request(added))
     if vanished:
         requests.append(checkpoint_partitions.build_delete_request(sorted(vanished)))
+    context.log.info(f"{len(found)} checkpoint(s) under {len(listed)} root(s): {len(added)} new, audited in "
+                     f"{len(runs)} run(s); {len(vanished)} vanished")  # fmt: skip
     if len(new) > len(added):
         context.log.info(f"{len(new) - len(added)} new checkpoint(s) wait for the next ticks: {len(added)} "
                          f"added and audited in {len(runs)} run(s) this tick")  # fmt: skip

@@ -307,6 +307,22 @@ def test_the_schedules_ask_for_batched_runs_that_apply_only_where_configured() -
     assert {r.tags["ckpt/compacts"] for r in runs} == {"true"} and len({r.run_key for r in runs}) == len(runs)
 
 
+def test_every_schedule_evaluates_as_the_daemon_evaluates_it(instance) -> None:
+    """Through `evaluate_tick`, as the daemon and the UI's "Test schedule" call them, at 10,000
+    checkpoints: batched runs, and a skip before any checkpoint is known."""
+    defs = build_definitions([CheckpointRoot(name="prod", url="/prod")])
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 6))
+    schedules = {s.name: s for s in defs.schedules}
+    expected = {"maintenance_prod": 50, "checkpoint_audit_schedule": 20, "checkpoint_fleet_schedule": 1}
+    for name in ("maintenance_prod", "checkpoint_audit_schedule"):
+        assert schedules[name].evaluate_tick(context).skip_message, name
+    instance.add_dynamic_partitions(
+        "checkpoints", [f"prod:team-{i % 40:02d}/q{i:05d}" for i in range(10_000)]
+    )
+    for name, runs in expected.items():
+        assert len(schedules[name].evaluate_tick(context).run_requests or []) == runs, name
+
+
 @pytest.mark.slow
 def test_a_batched_maintenance_run_compacts_cleans_and_keeps_each_failure_with_its_checkpoint(
     instance, corpus, tmp_path
