@@ -22,6 +22,14 @@ def partition_key(root_name: str, rel: str) -> str:
     return key.replace("...", "%2E%2E%2E")
 
 
+def root_of(key: str) -> str | None:
+    """The root a partition key names; None for a key that is not one of ours (added by hand)."""
+    try:
+        return parse_partition_key(key)[0]
+    except ValueError:
+        return None
+
+
 def parse_partition_key(key: str) -> tuple[str, str]:
     """(root name, checkpoint path relative to that root)."""
     root_name, sep, rel = key.partition(":")

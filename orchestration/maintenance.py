@@ -28,7 +28,7 @@ from assets.cleanup import (
     plan_cleanup,
 )
 from assets.compaction import chains_after, checkpoint_compaction, spark_rebuild
-from assets.partitions import CHECKPOINTS, parse_partition_key
+from assets.partitions import CHECKPOINTS, parse_partition_key, root_of
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from checkpoint.cleanup import apply_cleanup
 from checkpoint.compaction import compact_checkpoints
@@ -152,7 +152,7 @@ def maintenance_request(keys: Sequence[str], why: str, kind: Kind, **config) -> 
 
 
 def maintenance_requests(root: CheckpointRoot, keys: Sequence[str], tick: str) -> list[dg.RunRequest]:
-    mine = sorted(key for key in keys if parse_partition_key(key)[0] == root.name)
+    mine = sorted(key for key in keys if root_of(key) == root.name)
     return [
         maintenance_request(batch, f"maintenance:{root.name}:{tick}", Kind.MAINTENANCE)
         for batch in batched(mine)

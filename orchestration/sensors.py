@@ -9,7 +9,7 @@ from collections.abc import Callable
 import dagster as dg
 from dagster import DagsterRunStatus
 
-from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key
+from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key, root_of
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
 from checkpoint.model import latest_commit, within_deadline
@@ -41,13 +41,6 @@ COMMIT_SENSOR_LOOK_TIMEOUT = float(
 )
 
 
-def _root_of(key: str) -> str | None:
-    try:
-        return parse_partition_key(key)[0]
-    except ValueError:
-        return None  # not one of ours (added by hand): never removed
-
-
 @dg.sensor(
     job=validate_checkpoints_job,
     minimum_interval_seconds=int(POLICY.discovery_interval_seconds),
@@ -70,8 +63,8 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
             listed.add(root.name)
         except CheckpointError as exc:
             context.log.warning(f"root {root.name!r} could not be listed, its partitions are kept: {exc}")
-    ours = {key for key in existing - found if _root_of(key) is not None}
-    vanished = {key for key in ours if _root_of(key) in listed or _root_of(key) not in configured}
+    ours = {key for key in existing - found if root_of(key) is not None}  # one added by hand stays
+    vanished = {key for key in ours if root_of(key) in listed or root_of(key) not in configured}
     # A fleet onboarded at once is audited in batched runs, as many as a tick may ask for; the
     # checkpoints beyond them are added, in order, by the next ticks (found again, still new): the
     # backlog lives in the roots, not in the cursor.

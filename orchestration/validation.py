@@ -75,7 +75,7 @@ def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Se
         try:
             ckpt = roots.load(key)
             found = validate(ckpt, options)
-        except CheckpointError as exc:
+        except (CheckpointError, ValueError) as exc:  # a run's config names any string
             done.rows[key] = ["-", "unreadable", "-", "-"]
             done.fail(key, str(exc))
             continue

@@ -323,6 +323,28 @@ def test_every_schedule_evaluates_as_the_daemon_evaluates_it(instance) -> None:
         assert len(schedules[name].evaluate_tick(context).run_requests or []) == runs, name
 
 
+def test_a_batched_run_names_what_its_config_gets_wrong_and_audits_the_rest(instance, aged_root) -> None:
+    """A run's config is input: a key that is no partition key, a root that is not configured, a
+    path out of the root, each fail alone, named; the real checkpoint is audited."""
+    from orchestration.jobs import validate_checkpoints_job
+    from orchestration.validation import validation_request
+
+    roots, key = _setup(instance, aged_root)
+    hostile = ["no-colon", "elsewhere:orders", "t:../../etc"]
+    run = validation_request([key, *hostile], "by hand").run_config
+    result = validate_checkpoints_job.execute_in_process(
+        run_config=run, instance=instance, resources={"roots": roots}, raise_on_error=False
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data
+    assert "3 of 4 checkpoint(s) failed" in str(failure.error)
+    failed = failure.user_failure_data.metadata["failed"].value
+    for name, why in zip(hostile, ("not a checkpoint partition key", "no configured checkpoint root", "'..'"),
+                         strict=True):  # fmt: skip
+        assert name in failed and why in failed, (name, failed)
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_lineage_report")) == {key}
+
+
 @pytest.mark.slow
 def test_a_batched_maintenance_run_compacts_cleans_and_keeps_each_failure_with_its_checkpoint(
     instance, corpus, tmp_path
