@@ -16,7 +16,7 @@ from assets import markdown
 from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
 from assets.partitions import checkpoint_partitions, parse_partition_key
-from assets.ranges import BATCHED, each_checkpoint, range_table
+from assets.ranges import BATCHED, PER_CHECKPOINT, each_checkpoint, per_checkpoint, range_table, value_for
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import human_bytes
 from checkpoint.cleanup import CheckResult, Cleaned, Plan, apply_cleanup, check_plan, plan_gc
@@ -30,7 +30,6 @@ MANIFEST = "manifest"  # the plan asset's metadata entry that names its manifest
 # ... and the one that pins its bytes: the apply checks the manifest against this record in
 # Dagster's event log, never against anything the manifest says of itself.
 MANIFEST_SHA256 = "manifest_sha256"
-MANIFESTS = "manifests"  # in a range's plan: each checkpoint's manifest and digest
 
 
 def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
@@ -101,7 +100,17 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
             "bytes": sum(p.total_bytes for p, _, _ in done.values()),
             "checkpoints_table": range_table(("files", "size", "against batch", "verdict"), rows),
             # Each checkpoint's manifest and the digest the apply holds it to, in Dagster's event log.
-            MANIFESTS: dg.MetadataValue.json({k: [p.manifest, p.digest] for k, (p, _, _) in done.items()}),
+            PER_CHECKPOINT: per_checkpoint(
+                {
+                    k: {
+                        MANIFEST: p.manifest,
+                        MANIFEST_SHA256: p.digest,
+                        "files": p.files,
+                        "bytes": p.total_bytes,
+                    }
+                    for k, (p, _, _) in done.items()
+                }
+            ),
         }
         return dg.MaterializeResult(metadata=metadata, check_results=[check])
     plan = first_plan
@@ -134,17 +143,13 @@ def _latest_plan(context: dg.AssetExecutionContext, roots: CheckpointRootsResour
     found = context.instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=checkpoint_orphan_plan.key, asset_partitions=[key]), limit=1
     ).records
-    entry = found[0].asset_materialization if found else None
-    metadata = entry.metadata if entry else {}
-    manifest, digest = metadata.get(MANIFEST), metadata.get(MANIFEST_SHA256)
-    ranged = metadata.get(MANIFESTS)
-    if ranged is not None and isinstance(ranged.value, dict) and isinstance(ranged.value.get(key), list):
-        manifest, digest = (dg.MetadataValue.text(str(v)) for v in ranged.value[key][:2])
+    metadata = found[0].asset_materialization.metadata if found else {}
+    manifest, digest = value_for(metadata, key, MANIFEST), value_for(metadata, key, MANIFEST_SHA256)
     if manifest is None:
         raise CheckpointError(f"{key}: no cleanup plan yet (materialize the plan)")
-    plan = roots.audit_trail(key).read_plan(str(manifest.value))
+    plan = roots.audit_trail(key).read_plan(str(manifest))
     # No digest recorded (a plan made before digests were): the apply refuses it, plan again.
-    return dataclasses.replace(plan, digest=str(digest.value) if digest is not None else "")
+    return dataclasses.replace(plan, digest=str(digest) if digest is not None else "")
 
 
 @dg.asset(
@@ -191,6 +196,16 @@ def checkpoint_orphan_cleanup(
                 "deleted_bytes": sum(c.result.deleted.total_bytes for c in done.values()),
                 "failed_files": sum(c.result.failed.files for c in done.values()),
                 "checkpoints_table": range_table(("deleted", "size", "failed", "replanned"), rows),
+                PER_CHECKPOINT: per_checkpoint(
+                    {
+                        k: {
+                            "applied": True,
+                            "deleted_files": c.result.deleted.files,
+                            "deleted_bytes": c.result.deleted.total_bytes,
+                        }
+                        for k, c in done.items()
+                    }
+                ),
             }
         )
     ((key, cleaned),) = done.items()

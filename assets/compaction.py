@@ -5,6 +5,7 @@ sensor requests it when a store of a checkpoint crosses the chain threshold or n
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from tabulate import tabulate
 
 from assets.checkpoints import checkpoint_lineage_report
 from assets.partitions import checkpoint_partitions
+from assets.ranges import PER_CHECKPOINT, per_checkpoint
 from assets.resources import CheckpointRootsResource, SparkResource, StepContext
 from checkpoint.analysis import human_bytes
 from checkpoint.compaction import Planned, RebuildResult, Task, compact_checkpoints
@@ -114,6 +116,11 @@ def checkpoint_compaction(
             "\n".join(f"- {r.url} {r.store.label}: {r.error}" for r in failed) or "none"
         ),
     }
+    if len(context.partition_keys) > 1:  # each checkpoint's own count, for the fleet report's row
+        compacted = Counter(row[0] for row in rows)
+        metadata[PER_CHECKPOINT] = per_checkpoint(
+            {key: {"stores_compacted": compacted.get(key, 0)} for key in context.partition_keys}
+        )
     problems = [*map(str, compaction.refused), *(f"{r.url} {r.store}: {r.error}" for r in failed)]
     if problems:
         raise dg.Failure(

@@ -21,6 +21,7 @@ import pandas as pd
 from assets import markdown
 from assets.checkpoints import FLEET_ASSET, GROUP
 from assets.partitions import CHECKPOINTS, parse_partition_key
+from assets.ranges import value_for
 from assets.reports import write_bytes
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import (
@@ -115,7 +116,7 @@ class _History:
         plan = self.latest[_PLAN].get(key)
         compaction = self.latest[_COMPACTION].get(key)
         cleanup = self.latest[_CLEANUP].get(key)
-        reclaimable = _int(plan, "bytes")
+        reclaimable = _int(plan, key, "bytes")
         if (
             reclaimable is not None
             and plan is not None
@@ -123,18 +124,18 @@ class _History:
             and cleanup.timestamp >= plan.timestamp
         ):
             # the plan's bytes, less what a cleanup applied after it deleted: what is left to reclaim
-            deleted = _int_of(cleanup.asset_materialization.metadata, "deleted_bytes")
+            deleted = _int_of(cleanup.asset_materialization.metadata, key, "deleted_bytes")
             reclaimable = max(0, reclaimable - deleted)
         return {
             "reclaimable_bytes": reclaimable,
             "reclaimable_planned_at": plan.timestamp if plan is not None else None,
             "last_compaction": self._describe(
                 compaction, _COMPACTION_JOBS, key,
-                lambda m: f"{_int_of(m, 'stores_compacted')} stores compacted",
+                lambda m: f"{_int_of(m, key, 'stores_compacted')} stores compacted",
             ),
             "last_cleanup": self._describe(
                 cleanup, _CLEANUP_JOBS, key,
-                lambda m: (f"deleted {_int_of(m, 'deleted_files')} files" if _value(m, "applied")
+                lambda m: (f"deleted {_int_of(m, key, 'deleted_files')} files" if value_for(m, key, "applied")
                            else "dry run"),
             ),
         }  # fmt: skip
@@ -148,20 +149,17 @@ class _History:
         return f"{_when(record.timestamp)}: {what(record.asset_materialization.metadata)}"
 
 
-def _value(metadata: dict, name: str):
-    entry = metadata.get(name)
-    return getattr(entry, "value", None)
+def _int_of(metadata: dict, key: str, name: str) -> int:
+    value = value_for(metadata, key, name)
+    return int(value) if isinstance(value, int | float) else 0
 
 
-def _int_of(metadata: dict, name: str) -> int:
-    return int(_value(metadata, name) or 0)
-
-
-def _int(record, name: str) -> int | None:
+def _int(record, key: str, name: str) -> int | None:
+    """A checkpoint's own figure (`value_for`: a range's materialization holds each one's)."""
     if record is None:
         return None
-    value = _value(record.asset_materialization.metadata, name)
-    return None if value is None else int(value)
+    value = value_for(record.asset_materialization.metadata, key, name)
+    return int(value) if isinstance(value, int | float) else None
 
 
 def _rows(roots: CheckpointRootsResource, keys: list[str], history: _History) -> list[FleetRow]:

@@ -45,6 +45,25 @@ def each_checkpoint(keys: Sequence[str], work: Callable[[str], T]) -> dict[str, 
     return done
 
 
+PER_CHECKPOINT = "per_checkpoint"  # a range's metadata: each checkpoint's own figures, by key
+
+
+def per_checkpoint(values: Mapping[str, Mapping[str, object]]) -> dg.MetadataValue:
+    """Each checkpoint's own figures, which readers of one partition (the fleet report, the
+    cleanup's apply) take over the range's totals (`value_for`)."""
+    return dg.MetadataValue.json({key: dict(v) for key, v in values.items()})
+
+
+def value_for(metadata: Mapping[str, object], key: str, name: str) -> object:
+    """`name` of checkpoint `key` in a materialization's metadata: its own figure when the
+    materialization covered a range, else the entry itself. None when absent."""
+    ranged = getattr(metadata.get(PER_CHECKPOINT), "value", None)
+    if isinstance(ranged, dict):
+        own = ranged.get(key)
+        return own.get(name) if isinstance(own, dict) else None
+    return getattr(metadata.get(name), "value", None)
+
+
 def range_table(header: Sequence[str], rows: Mapping[str, Sequence[object]]) -> dg.MetadataValue:
     """A row per checkpoint of the range (at most `RANGE`: every one is shown)."""
     return dg.MetadataValue.md(markdown.table(("checkpoint", *header), [(k, *r) for k, r in rows.items()]))

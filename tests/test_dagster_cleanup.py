@@ -18,6 +18,7 @@ from assets.cleanup import (
     checkpoint_orphan_plan,
 )
 from assets.partitions import partition_key
+from assets.ranges import value_for
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from checkpoint.cleanup import REPLANNED
 from checkpoint.cleanup.manifest import PlannedFile
@@ -617,3 +618,10 @@ def test_a_range_of_checkpoints_is_audited_planned_and_cleaned_in_one_run(instan
     for name in ("a", "b"):
         assert len(_files(tmp_path / "root" / name)) < len(before[name]), name
     assert _metadata(done, "checkpoint_orphan_cleanup")["deleted_files"] > 0
+    # What one partition's readers (the fleet report, the apply) take: its own figures, not the range's.
+    for asset, name in (("checkpoint_orphan_plan", "bytes"), ("checkpoint_orphan_cleanup", "deleted_bytes")):
+        found = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=["t:a"]), limit=1
+        ).records[0]
+        metadata = found.asset_materialization.metadata
+        assert 2 * value_for(metadata, "t:a", name) == metadata[name].value > 0, asset
