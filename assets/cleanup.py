@@ -78,7 +78,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
         verdict = check_plan(plan, storage)
         return plan, verdict, len(roots.audit_trail(key).prune(storage.url, plan.planned_at))
 
-    done = each_checkpoint(context.partition_keys, plan_one)
+    done = each_checkpoint(context.partition_keys, plan_one, failing="was not planned")
     stale = {key: verdict.message for key, (_, verdict, _) in done.items() if not verdict.ok}
     (first_plan, first_verdict, pruned), *_ = done.values()
     check = dg.AssetCheckResult(
@@ -163,7 +163,9 @@ def checkpoint_orphan_cleanup(
 ):
     """Deletes the plan's files when asked; every outcome goes to the audit trail."""
     keys = context.partition_keys
-    plans = each_checkpoint(keys, lambda key: _latest_plan(context, roots, key))
+    plans = each_checkpoint(
+        keys, lambda key: _latest_plan(context, roots, key), failing="has no plan to apply"
+    )
     apply = config.apply or context.run.tags.get(APPLY_TAG, "").lower() == "true"
     if not apply:
         return dg.MaterializeResult(
@@ -181,7 +183,7 @@ def checkpoint_orphan_cleanup(
                              lambda: plan_cleanup(roots, key), what="checkpoint_orphan_cleanup",
                              planned=plans[key])  # fmt: skip
 
-    done = each_checkpoint(keys, apply_one)
+    done = each_checkpoint(keys, apply_one, failing="was not cleaned")
     for key, cleaned in done.items():
         if cleaned.result.failed.files:
             where = roots.audit_trail(key).outcomes_url(cleaned.plan)

@@ -23,10 +23,12 @@ BATCHED = dg.BackfillPolicy.multi_run(max_partitions_per_run=RANGE)
 T = TypeVar("T")
 
 
-def each_checkpoint(keys: Sequence[str], work: Callable[[str], T]) -> dict[str, T]:
-    """`work` for every checkpoint of the run. One that cannot be read holds back no other's read,
-    and then fails the run, named with every other one that could not be read: a range is
-    materialized whole or not at all."""
+def each_checkpoint(
+    keys: Sequence[str], work: Callable[[str], T], failing: str = "cannot be read"
+) -> dict[str, T]:
+    """`work` for every checkpoint of the run. One it refuses (`failing` says how) holds back no
+    other, and then fails the run, named with every other one refused: a range is materialized
+    whole or not at all (what was done is in each checkpoint's audit trail)."""
     done: dict[str, T] = {}
     unread: list[tuple[str, str]] = []
     for key in keys:
@@ -35,12 +37,12 @@ def each_checkpoint(keys: Sequence[str], work: Callable[[str], T]) -> dict[str, 
         except CheckpointError as exc:
             unread.append((key, str(exc)))
     if unread:
-        first = f"checkpoint {unread[0][0]} cannot be read: {unread[0][1]}"
+        first = f"checkpoint {unread[0][0]} {failing}: {unread[0][1]}"
         if len(keys) == 1:
             raise dg.Failure(description=first)
         raise dg.Failure(
-            description=f"{len(unread)} of {len(keys)} checkpoint(s) cannot be read; the first: {first}",
-            metadata={"unreadable": dg.MetadataValue.md(markdown.table(("checkpoint", "why"), unread))},
+            description=f"{len(unread)} of {len(keys)} checkpoint(s) {failing}; the first: {first}",
+            metadata={"refused": dg.MetadataValue.md(markdown.table(("checkpoint", "why"), unread))},
         )
     return done
 
