@@ -17,6 +17,7 @@ import pytest
 
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
+from tests.support.runs import checkpoints_of
 from tests.test_cli import ckpt
 from tests.test_repartition import tree_digest
 
@@ -192,16 +193,11 @@ def test_both_sensors_tick_past_a_checkpoint_that_declares_the_absurd(defaults, 
         context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
         found = sensors.checkpoint_discovery_sensor(context)
         everyone = ["r:forged", "r:healthy", "r:pinned"]
-        assert sorted(key for r in found.run_requests for key in _keys(r)) == everyone  # audited
+        assert sorted(key for r in found.run_requests for key in checkpoints_of(r)) == everyone  # audited
         instance.add_dynamic_partitions("checkpoints", everyone)
         context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
         result = sensors.checkpoint_commit_sensor(context)
-        requested = {key for r in result.run_requests for key in _keys(r)}
+        requested = {key for r in result.run_requests for key in checkpoints_of(r)}
         assert requested == set(everyone), result.run_requests  # each validated: its findings say it
         state = SensorState.from_json(result.cursor)
         assert set(state.seen) == set(everyone) and {"r:forged", "r:pinned"} <= set(state.validated)
-
-
-def _keys(request) -> list[str]:
-    config = (request.run_config or {}).get("ops", {}).get("validate_each", {}).get("config", {})
-    return list(config.get("partitions", [])) or [request.partition_key]

@@ -30,6 +30,7 @@ from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from tests.support.cli import CKPT, ckpt
 from tests.support.planning import candidates_of, plan_of
+from tests.support.runs import checkpoints_of
 
 LATER = 7 * 3600  # planning "seven hours from now": the just-uploaded objects are past the grace period
 
@@ -195,9 +196,7 @@ def test_an_idle_commit_sensor_tick_is_one_listing_per_checkpoint(s3, s3_histori
 
         _, first = tick(json.dumps({"s3:removed-since": 3}))
         assert isinstance(first, dg.SensorResult)
-        runs = [r.partition_key or r.run_config["ops"]["validate_each"]["config"]["partitions"]
-                for r in first.run_requests]  # fmt: skip
-        assert sorted(k for r in runs for k in ([r] if isinstance(r, str) else r)) == sorted(keys)
+        assert sorted(k for r in first.run_requests for k in checkpoints_of(r)) == sorted(keys)
         assert set(SensorState.from_json(first.cursor).seen) == set(keys)  # the removed one left
         proxy.reset()
         _, idle = tick(first.cursor)
