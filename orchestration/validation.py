@@ -47,21 +47,27 @@ class Outcomes:
         `<what>/<run id>.csv` in the audit root), then a Failure naming every failed checkpoint."""
         header = (*self.columns, "failed")
         rows = [(key, *cells, self.failed.get(key, "")) for key, cells in self.rows.items()]
-        csv = write_csv(roots, f"{what}/{context.run.run_id}.csv", ("checkpoint", *header), rows)
+        csv: dg.MetadataValue
+        try:
+            written = write_csv(roots, f"{what}/{context.run.run_id}.csv", ("checkpoint", *header), rows)
+            csv, where = dg.MetadataValue.path(written), f"in {written}"
+        except CheckpointError as exc:  # the tables below still name every failed checkpoint
+            context.log.warning(f"the run's CSV was not written: {exc}")
+            csv, where = dg.MetadataValue.text(f"not written: {exc}"), "(its CSV was not written)"
         failures = markdown.table(("checkpoint", "why"), self.failed.items()) if self.failed else "none"
         metadata: dict[str, Any] = {
             "checkpoints": len(self.rows),
             "failed_checkpoints": len(self.failed),
             "checkpoints_table": dg.MetadataValue.md(markdown.table(("checkpoint", *header), rows[:_SHOWN])),
             "failed": dg.MetadataValue.md(failures),
-            "csv": dg.MetadataValue.path(csv),
+            "csv": csv,
         }
         if self.failed:
             first = "; ".join(f"{key}: {why}" for key, why in list(self.failed.items())[:3])
             raise dg.Failure(
                 description=f"{len(self.failed)} of {len(self.rows)} checkpoint(s) failed ({first}"
                 f"{'; ...' if len(self.failed) > 3 else ''}); every one is in this failure's `failed` table "
-                f"and in {csv}",
+                f"and {where}",
                 metadata=metadata,
             )
         return metadata

@@ -346,6 +346,26 @@ def test_a_batched_run_names_what_its_config_gets_wrong_and_audits_the_rest(inst
     assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_lineage_report")) == {key}
 
 
+def test_a_run_whose_csv_cannot_be_written_still_names_every_failure(instance, aged_root, tmp_path) -> None:
+    from orchestration.jobs import validate_checkpoints_job
+    from orchestration.validation import validation_request
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    roots, key = _setup(instance, aged_root, audit_url=str(blocked))
+    run = validation_request([key, "no-colon"], "by hand").run_config
+    result = validate_checkpoints_job.execute_in_process(
+        run_config=run, instance=instance, resources={"roots": roots}, raise_on_error=False
+    )
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data
+    assert "1 of 2 checkpoint(s) failed" in str(failure.error) and "its CSV was not written" in str(
+        failure.error
+    )
+    metadata = failure.user_failure_data.metadata
+    assert "no-colon" in metadata["failed"].value and metadata["csv"].value.startswith("not written: ")
+    assert blocked.read_text() == "not a folder"
+
+
 @pytest.mark.slow
 def test_a_batched_maintenance_run_compacts_cleans_and_keeps_each_failure_with_its_checkpoint(
     instance, corpus, tmp_path
