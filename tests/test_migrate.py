@@ -275,6 +275,7 @@ def test_the_maintenance_schedule_runs_on_a_fresh_migration(spark, defaults, tmp
     from assets.resources import CheckpointRoot, SparkResource
     from orchestration.location import build_definitions
     from testbed.demo import date_back
+    from tests.support.runs import checkpoints_of
 
     root = tmp_path / "root"
     src = _stopped(defaults, "hdfs_agg", tmp_path / "src")
@@ -290,13 +291,14 @@ def test_the_maintenance_schedule_runs_on_a_fresh_migration(spark, defaults, tmp
         context = dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
                                             repository_def=defs.get_repository_def())  # fmt: skip
         requests = list(schedule.evaluate_tick(context).run_requests or [])
-        assert [r.partition_key for r in requests] == [partition_key("prod", "orders")]
-        job = defs.resolve_job_def("checkpoint_maintenance")
+        assert [checkpoints_of(r) for r in requests] == [[partition_key("prod", "orders")]]
+        job = defs.resolve_job_def(requests[0].job_name)
         for request in requests:
-            result = job.execute_in_process(partition_key=request.partition_key, tags=request.tags,
+            result = job.execute_in_process(run_config=request.run_config, tags=request.tags,
                                             instance=instance, raise_on_error=False)  # fmt: skip
             assert result.success
-            cleanup = [m for m in result.asset_materializations_for_node("checkpoint_orphan_cleanup")]
+            cleanup = [m for m in result.asset_materializations_for_node("maintain_each")
+                       if m.asset_key.to_user_string() == "checkpoint_orphan_cleanup"]  # fmt: skip
             assert cleanup and cleanup[0].metadata["applied"].value is True
     assert not restarted_differently(spark, "hdfs_agg", defaults["hdfs_agg"].parent, root / "orders", control,
                                      tmp_path / "more")  # fmt: skip
