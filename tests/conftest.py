@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -66,6 +67,24 @@ def spark():
     session = local_session(master="local[2]", app_name="ckpt-tests", extra_conf=session_conf())
     yield session
     session.stop()
+
+
+def _active_spark_context():
+    pyspark = sys.modules.get("pyspark")
+    return pyspark and pyspark.SparkContext._active_spark_context
+
+
+@pytest.fixture(autouse=True)
+def spark_through_its_fixture(request):
+    """The worker's one SparkContext is the `spark` fixture's, with the s3a jars: a test that starts
+    Spark through a resource first would leave every later test of its worker a context without
+    them, and the S3 tests would fail far from the cause, on whichever machine orders files so."""
+    before = _active_spark_context()
+    yield
+    if before is None and "spark" not in request.fixturenames and (started := _active_spark_context()):
+        started.stop()  # the next test that needs Spark starts the right one
+        pytest.fail("this test started Spark without the `spark` fixture: request it, so that the "
+                    "worker's session is the one with the s3a jars")  # fmt: skip
 
 
 @pytest.fixture

@@ -255,7 +255,7 @@ def test_the_audit_schedule_requests_every_checkpoint_in_batched_runs(instance) 
 
 @pytest.mark.slow
 def test_v1_compaction_in_dagster_compacts_a_stopped_query_and_skips_a_running_one(
-    instance, defaults, tmp_path, no_gathering
+    instance, defaults, tmp_path, no_gathering, spark
 ) -> None:
     """The same assets and sensor on the HDFS-backed store: a running query's crossing is neither
     requested nor taken for an error by the commit sensor, and its compaction run succeeds having

@@ -368,7 +368,7 @@ def test_a_run_whose_csv_cannot_be_written_still_names_every_failure(instance, a
 
 @pytest.mark.slow
 def test_a_batched_maintenance_run_compacts_cleans_and_keeps_each_failure_with_its_checkpoint(
-    instance, corpus, tmp_path
+    instance, corpus, tmp_path, spark
 ) -> None:
     """One run over a root that applies cleanup: a long chain compacted, an old checkpoint cleaned,
     a damaged one failed alone (named in the run's failure, its files untouched); one run over a
@@ -498,7 +498,9 @@ def test_a_cleanup_run_waits_for_the_lease_then_fails_naming_its_holder(instance
     assert done.success and _metadata(done, "checkpoint_orphan_cleanup")["deleted_files"] > 0
 
 
-def test_a_compaction_only_run_over_a_damaged_checkpoint_writes_nothing(instance, corpus, tmp_path) -> None:
+def test_a_compaction_only_run_over_a_damaged_checkpoint_writes_nothing(
+    instance, corpus, tmp_path, spark
+) -> None:
     from assets.compaction import checkpoint_compaction
     from assets.resources import SparkResource
 

@@ -305,7 +305,7 @@ def test_the_maintenance_schedule_runs_on_a_fresh_migration(spark, defaults, tmp
 
 
 @pytest.mark.slow
-def test_the_dagster_job_migrates_a_partition_into_a_new_one(defaults, tmp_path) -> None:
+def test_the_dagster_job_migrates_a_partition_into_a_new_one(defaults, tmp_path, spark) -> None:
     """`migrate_checkpoint` from the Launchpad's config: the destination, under a configured root,
     becomes a V2 partition; one under no root is refused with nothing written."""
     import dagster as dg
