@@ -145,6 +145,10 @@ class RepartitionFailed(Stopped):
     label = "repartition failed"
 
 
+class RehearsalRefused(Refused):
+    """A restart rehearsal that cannot start: no batch to replay, a query that is not one."""
+
+
 class LeaseHeld(Refused):
     """Another action holds the checkpoint's lease: nothing was done."""
 

@@ -18,11 +18,11 @@ import sys
 from checkpoint.analysis import printable
 from checkpoint.errors import CheckpointError, Stopped
 
-from . import compact, fleet, fork, gc, migrate, read, repartition
+from . import compact, fleet, fork, gc, migrate, read, rehearse, repartition
 from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result
 from .progress import shown
 
-FAMILIES = (read, fleet, gc, compact, fork, migrate, repartition)
+FAMILIES = (read, fleet, gc, compact, fork, migrate, repartition, rehearse)
 
 
 def build_parser() -> argparse.ArgumentParser:

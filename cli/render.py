@@ -235,3 +235,32 @@ def repartition_text(doc: Doc) -> str:
     lines.append(_table(rows, ("operator", "store", "rows", "digest", "misplaced")))
     lines.append("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in doc["seconds"].items()))
     return "\n".join(lines)
+
+
+def rehearse_text(doc: Doc) -> str:
+    lines = [
+        f"{doc['checkpoint']}: batch {doc['batch']} under Spark {doc['spark_version']}: {doc['outcome']}"
+    ]
+    if doc["input_gone"]:
+        lines[0] += (f": {doc['input_gone']} of the {doc['inputs']} files batch {doc['batch']} read are gone "
+                     f"(first: {doc['input_gone_shown'][0]})")  # fmt: skip
+    if error := doc["error"]:
+        lines += [f"Spark: {error['condition'] or 'no error condition'}: {error['message']}",
+                  f"cause: {error['cause']}", f"remedy: {error['remedy']}"]  # fmt: skip
+    differing = [s for s in doc["stores"] if s["only_original"] or s["only_rehearsal"]]
+    if doc["stores"]:
+        rows = [(f"{s['operator']}/{s['store']}", s["original_rows"], s["rehearsal_rows"], s["only_original"],
+                 s["only_rehearsal"]) for s in doc["stores"]]  # fmt: skip
+        lines.append(_table(rows, ("store", "rows (original)", "rows (rehearsal)", "only original",
+                                   "only rehearsal")))  # fmt: skip
+    for s in differing:
+        lines.append(f"store {s['operator']}/{s['store']}: keys whose rows differ: {', '.join(s['keys'])}")
+    for c in doc["pinned"]:
+        lines.append(f"pinned conf {c['key']} = {c['pinned']} (the session has {c['session']}): Spark uses "
+                     f"{c['pinned']}")  # fmt: skip
+    if doc["max_header_fraction"] is not None:
+        lines.append(f"after the batch: {doc['max_header_fraction']:.0%} of the lineage header cap, longest "
+                     f"chain {doc['max_chain_length']}")  # fmt: skip
+    where = f"kept at {doc['scratch']}" if doc["kept"] else "removed"
+    lines.append(f"scratch fork: {doc['fork_files']} files, {human_bytes(doc['fork_bytes'])}, {where}")
+    return "\n".join(lines)

@@ -3,7 +3,15 @@
 from checkpoint.errors import ForkIncomplete, ForkRefused
 from checkpoint.fork.copy import apply_fork, check_dest, fork, fork_checkpoint, inspect_dest
 from checkpoint.fork.markers import ForkResult
-from checkpoint.fork.plan import STEP_STATE, ForkItem, ForkPlan, ForkSource, plan_fork, read_source
+from checkpoint.fork.plan import (
+    STEP_STATE,
+    ForkItem,
+    ForkPlan,
+    ForkSource,
+    plan_fork,
+    read_source,
+    source_logs,
+)
 
 __all__ = [
     "ForkIncomplete",
@@ -20,4 +28,5 @@ __all__ = [
     "inspect_dest",
     "plan_fork",
     "read_source",
+    "source_logs",
 ]

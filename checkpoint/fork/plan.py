@@ -145,7 +145,7 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
         batch=batch,
         lineage=lineage,
         small=small,
-        source_logs=tuple(_source_logs(storage, batch)),
+        source_logs=tuple(source_logs(storage, batch)),
         schemas=tuple(info for info in found.values() if info is not None),
     )
 
@@ -183,12 +183,13 @@ def _state_files(entry: StoreLineage):
     return ((entry.base,) if entry.base is not None else ()) + entry.chain
 
 
-def _source_logs(storage: Storage, batch: int) -> list[FileInfo]:
+def source_logs(storage: Storage, batch: int, first: int = 0) -> list[FileInfo]:
+    """Every source's log files of batches `first` to `batch`, one shallow listing per source."""
     found = []
     for folder in storage.list_dir("sources").folders:
         for f in storage.list_dir(folder).files:
             what = classify(f.rel)
-            if what.kind == FileKind.SOURCE_LOG and what.batch is not None and what.batch <= batch:
+            if what.kind == FileKind.SOURCE_LOG and what.batch is not None and first <= what.batch <= batch:
                 found.append(f)
     for _, refused in sorted(untrusted_files(storage, found).items()):
         raise refused  # before DEST is touched: a link outside, a FIFO

@@ -143,6 +143,15 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
                        tuple(lines[1:]))  # fmt: skip
 
 
+def file_source_paths(batch: int, data: bytes, path: str) -> list[str]:
+    """The files a file source's log (`sources/<i>/<batch>`) gives `batch` to read: its
+    `{"path", "timestamp", "batchId"}` lines (a `.compact` file holds the earlier batches' too).
+    Another source's log (Kafka's initial offsets) names no path: none."""
+    _, lines = split_versioned(data, path, (1,))
+    entries = [e for e in (_json(line, path) for line in lines) if isinstance(e, dict)]
+    return [e["path"] for e in entries if isinstance(e.get("path"), str) and e.get("batchId") == batch]
+
+
 @dataclass(frozen=True)
 class StoreInfo:
     name: str

@@ -1,0 +1,118 @@
+"""A restart rehearsal, whole: the scratch fork, the query run there by Spark (a port: in this
+process, or in another Python with another PySpark), and the verdict. The original is only read,
+and its lease is held only while the scratch is copied."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from checkpoint.analysis import look_at
+from checkpoint.errors import CheckpointError
+from checkpoint.format import FORMAT_VERSION_CONF
+from checkpoint.policy import POLICY
+from checkpoint.rehearsal.scratch import Scratch, scratch_fork
+from checkpoint.rehearsal.verdict import (
+    Rehearsal,
+    SparkError,
+    StoreComparison,
+    outcome_of,
+    pinned_differences,
+)
+from checkpoint.safety import Request, TakeLease
+from checkpoint.storage import Storage
+
+log = logging.getLogger(__name__)
+
+# Runs a job (`job_for`) under some Spark and gives back its answer (`jobs.rehearse`).
+SparkRun = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def job_for(scratch: Scratch, original: Storage, dest: Storage, query: str, conf: dict[str, str]) -> dict:
+    """What Spark is asked, as plain values a child process reads from JSON."""
+    return {
+        "query": query,
+        "original": original.spark_url,
+        "scratch": dest.spark_url,
+        "batch": scratch.batch,
+        "conf": dict(conf),
+        "stores": [list(s) for s in scratch.stores],
+        "raw_rows": scratch.raw_rows,
+        "inputs": list(scratch.inputs),
+        "pinned": dict(scratch.pinned),
+        # Spark's state data source reads with the session's confs, not the ones the offsets pin.
+        "read_conf": {**scratch.pinned, FORMAT_VERSION_CONF: str(scratch.format_version)},
+    }
+
+
+def rehearse(
+    src: Storage,
+    take: TakeLease,
+    run: SparkRun,
+    *,
+    query: str,
+    batch: int | None = None,
+    conf: dict[str, str] | None = None,
+    keep: bool = False,
+    scratch_dir: str | None = None,
+    workers: int = POLICY.fork_workers,
+) -> Rehearsal:
+    """Rehearses a restart of `query` on `src` at `batch` (default: the latest committed) in a
+    local scratch folder, removed afterwards unless `keep`."""
+    seconds: dict[str, float] = {}
+    t = time.monotonic()
+    folder = Path(tempfile.mkdtemp(prefix="ckpt-rehearsal-", dir=scratch_dir))
+    dest = Storage(str(folder / "checkpoint"))
+    try:
+        scratch = scratch_fork(Request(src, dest, take), batch, workers=workers)
+        seconds["fork"] = time.monotonic() - t
+        t = time.monotonic()
+        answer = run(job_for(scratch, src, dest, query, conf or {}))
+        seconds["spark"] = time.monotonic() - t
+        return _verdict(scratch, dest, answer, keep, seconds)
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)  # this run's own folder, made above
+        else:
+            log.info("scratch kept at %s", dest.url)
+
+
+def _verdict(
+    scratch: Scratch, dest: Storage, answer: dict, keep: bool, seconds: dict[str, float]
+) -> Rehearsal:
+    raw = answer.get("error")
+    error = SparkError.of(raw.get("condition"), raw.get("message", "")) if raw else None
+    stores = tuple(StoreComparison(**s) for s in answer.get("stores", []))
+    committed = bool(answer.get("committed"))
+    gone = [str(p) for p in answer.get("input_gone", [])]
+    fraction = chain = None
+    if committed:
+        try:  # what the next restarts read: the lineage after the batch, as the fleet ranks it
+            row = look_at("scratch", dest.url, None, POLICY, {})
+            fraction, chain = round(row.max_lineage_header_fraction, 4), row.max_chain_length
+        except CheckpointError as exc:
+            log.warning("%s: the lineage after the batch could not be read: %s", dest.url, exc)
+    return Rehearsal(
+        checkpoint=scratch.source,
+        batch=scratch.batch,
+        spark_version=str(answer.get("spark_version")),
+        outcome=outcome_of(error, committed, stores, bool(gone)),
+        error=error,
+        input_gone=len(gone),
+        input_gone_shown=tuple(gone[:3]),
+        inputs=len(scratch.inputs),
+        stores=stores,
+        pinned=pinned_differences(scratch.pinned, answer.get("session_conf", {})),
+        max_header_fraction=fraction,
+        max_chain_length=chain,
+        scratch=dest.url,
+        kept=keep,
+        fork_files=scratch.fork.files + scratch.planned_files,
+        fork_bytes=scratch.fork.total_bytes,
+        seconds=seconds,
+    )

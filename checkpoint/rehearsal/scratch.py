@@ -1,0 +1,84 @@
+"""The rehearsal's scratch checkpoint: a fork at batch N-1 with batch N planned and not committed,
+so that a query started there replays N from its recorded offsets, as a restart after a crash
+does, with every check Spark makes at a restart."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from checkpoint.errors import CheckpointError, RehearsalRefused
+from checkpoint.fork import ForkResult, fork, source_logs
+from checkpoint.format import file_source_paths
+from checkpoint.model import load_head
+from checkpoint.policy import POLICY
+from checkpoint.repartition import state_readers
+from checkpoint.safety import Request
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """What the rehearsal replays: batch N of `source`, planned in `url`."""
+
+    source: str
+    url: str
+    batch: int
+    pinned: dict[str, str]  # the confs batch N's offsets pin, which Spark applies over the session's
+    stores: tuple[tuple[int, str], ...]  # (operator, store name), as the operator metadata names them
+    # Spark reads every column family's raw rows of RocksDB stores only (`_readAllColumnFamilies`
+    # refuses the HDFS-backed provider): the others are compared as the user reads them.
+    raw_rows: bool
+    format_version: int  # the checkpoint format version its state is read with
+    fork: ForkResult
+    planned_files: int  # N's offsets and source logs, added to the fork
+    inputs: tuple[str, ...]  # the files file sources read in batch N, as their logs name them (data)
+
+
+def scratch_fork(
+    request: Request, batch: int | None = None, *, workers: int = POLICY.fork_workers
+) -> Scratch:
+    """Forks `request.src` at N-1 into `request.dest` and adds N's offsets and source logs. Both
+    leases are held while it copies, and only then: Spark then runs on the scratch alone."""
+    with request.held("rehearsal") as check:
+        src = request.src
+        head = load_head(src, strict=False, batches=None if batch is None else [batch])
+        committed = sorted(b.id for b in head.batches.values() if b.committed)
+        n = batch if batch is not None else (committed[-1] if committed else None)
+        if n is None or n not in committed:
+            raise RehearsalRefused(f"batch {n} is not a committed batch: there is nothing to replay", src.url)
+        if n < 1:
+            raise RehearsalRefused("batch 0 has no state before it: rehearse batch 1 or later", src.url)
+        entry = head.batches[n].offset
+        assert entry is not None  # committed batches are planned: load_head pairs them
+        forked = fork(src, request.dest, n - 1, check=check, workers=workers)
+        planned = [f"offsets/{n}", *(f.rel for f in source_logs(src, n, first=n))]
+        inputs: list[str] = []
+        for rel in planned:
+            data = src.read_bytes(rel)
+            if rel.startswith("sources/"):
+                inputs += _inputs(n, data, src.full(rel))
+            check()
+            request.dest.write(rel, data)
+        log.info("%s: scratch fork at batch %d with batch %d planned (%d files)", request.dest.url, n - 1, n,
+                 forked.files + len(planned))  # fmt: skip
+    return Scratch(
+        source=src.url,
+        url=request.dest.url,
+        batch=n,
+        pinned=dict(entry.conf),
+        stores=tuple((r.operator, r.store) for r in state_readers(head)),
+        raw_rows=head.states.in_rocksdb,
+        format_version=head.format_version,
+        fork=forked,
+        planned_files=len(planned),
+        inputs=tuple(inputs),
+    )
+
+
+def _inputs(batch: int, data: bytes, path: str) -> list[str]:
+    try:
+        return file_source_paths(batch, data, path)
+    except CheckpointError:  # not a file source's log: Spark says at the replay what its source lacks
+        return []

@@ -1,0 +1,62 @@
+"""`ckpt rehearse`: will this query restart on this checkpoint, under this Spark? Spark answers, on
+a scratch fork; the checkpoint is only read."""
+
+from __future__ import annotations
+
+import argparse
+
+from checkpoint.policy import POLICY
+from checkpoint.rehearsal import rehearse
+from checkpoint.storage import Storage
+
+from . import render
+from .common import WHERE, Result, leased, takes_the_lease
+
+
+def _conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key.strip(), value
+
+
+def rehearse_command(args: argparse.Namespace) -> Result:
+    from jobs.rehearse import in_process, in_python  # Spark starts only once the scratch is forked
+    from jobs.spark_session import session_for
+
+    run = in_python(args.python, args.master) if args.python else in_process(lambda: session_for(args.master))
+    result = rehearse(
+        Storage(args.checkpoint),
+        lambda storage, what: leased(args, storage, what),
+        run,
+        query=args.query,
+        batch=args.batch,
+        conf=dict(args.conf),
+        keep=args.keep,
+        scratch_dir=args.scratch_dir,
+        workers=args.workers,
+    )
+    return Result(result.as_dict(), render.rehearse_text, result.exit_code)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rehearse", help="replay a committed batch on a scratch fork under the query's code "
+                       "and this Spark, and compare the state with the checkpoint's")  # fmt: skip
+    p.add_argument("checkpoint", help=WHERE)
+    p.add_argument("--query", required=True, metavar="MODULE:FUNCTION",
+                   help="a function that takes a SparkSession and returns the query's DataStreamWriter "
+                   "(df.writeStream...), as the deployment builds it; its sink is replaced by one that "
+                   "writes nothing")  # fmt: skip
+    p.add_argument("--batch", type=int, help="the committed batch to replay (default: the latest committed)")
+    p.add_argument("--python", metavar="PATH", help="run Spark in this interpreter (another PySpark: an "
+                   "upgrade or a rollback); it needs this project's dependencies")  # fmt: skip
+    p.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark conf the deployment sets (repeatable)")  # fmt: skip
+    p.add_argument("--keep", action="store_true", help="keep the scratch fork (it is printed)")
+    p.add_argument("--scratch-dir", metavar="DIR", help="where the local scratch fork goes (default: the "
+                   "system's temporary folder)")  # fmt: skip
+    p.add_argument("--workers", type=int, default=POLICY.fork_workers, metavar="N",
+                   help=f"files copied at once (default {POLICY.fork_workers})")  # fmt: skip
+    p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
+    takes_the_lease(p)
+    p.set_defaults(run=rehearse_command)

@@ -1,0 +1,192 @@
+"""The Spark side of a restart rehearsal (`checkpoint/rehearsal/flow.py` is the flow): the user's
+query started on the scratch fork with a sink that writes nothing, stopped after the one batch it
+replays, and each store read back by Spark's state data source beside the original's.
+
+Run in this process (`in_process`), or in another Python with another PySpark (`in_python`), which
+runs this module:
+
+    PYTHON -m jobs.rehearse JOB.json ANSWER.json
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from checkpoint.errors import RehearsalRefused
+from checkpoint.rehearsal import SparkRun
+from checkpoint.storage import Storage
+
+from .spark_session import scoped_confs
+
+_KEYS_SHOWN = 5
+
+
+def load_query(spec: str) -> Callable:
+    """`MODULE:FUNCTION`, imported as `python -m` would (the working folder first on the path)."""
+    module, _, name = spec.partition(":")
+    if not module or not name.isidentifier():
+        raise RehearsalRefused(f"--query {spec!r}: expected MODULE:FUNCTION")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        function = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise RehearsalRefused(f"--query {spec}: {exc}") from exc
+    if not callable(function):
+        raise RehearsalRefused(f"--query {spec}: not a function")
+    return function
+
+
+def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
+    """Runs `job` (`checkpoint.rehearsal.job_for`) on `spark`; the answer is plain values."""
+    query = load_query(job["query"])
+    answer: dict[str, Any] = {"spark_version": spark.version, "error": None, "stores": [], "committed": False}
+    # Spark skips a file its source log names and no longer finds (a missing root path of its
+    # listing is no error): the replay would read nothing, and look like a change of the code.
+    answer["input_gone"] = _gone(spark, job["inputs"])
+    if answer["input_gone"]:
+        return answer
+    with scoped_confs(spark, job["conf"]):
+        writer = query(spark)
+        if not hasattr(writer, "trigger") or not hasattr(writer, "start"):
+            raise RehearsalRefused(f"--query {job['query']} returned {type(writer).__name__}, not a "
+                                   "DataStreamWriter (df.writeStream...)")  # fmt: skip
+        # Read after the function ran: it may set confs on the session as the deployment does.
+        answer["session_conf"] = {k: _session_value(spark, k) for k in job["pinned"]}
+        # `noop` replaces any sink, foreachBatch and foreach included: no sink code runs. Once: the
+        # planned batch, replayed from its recorded offsets, and nothing after it.
+        writer = writer.format("noop").trigger(once=True).option("checkpointLocation", job["scratch"])
+        # Spark logs a failed query's stack at ERROR: the refusal is the answer, reported in words.
+        spark.sparkContext.setLogLevel("OFF")
+        try:
+            started = writer.start()
+            started.awaitTermination()
+        except Exception as exc:
+            answer["error"] = _named(exc)
+        finally:
+            spark.sparkContext.setLogLevel("ERROR")
+    scratch = Storage(job["scratch"].removeprefix("file:"))  # local: the flow makes it so
+    answer["committed"] = answer["error"] is None and scratch.stat(f"commits/{job['batch']}") is not None
+    if answer["committed"]:
+        with scoped_confs(spark, job["read_conf"]):
+            answer["stores"] = [_compare(spark, job, op, store) for op, store in job["stores"]]
+    return answer
+
+
+def _gone(spark, paths: list[str]) -> list[str]:
+    """The files of `paths` that Spark's own file systems do not find, as its file source names them."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: no driver JVM on this side to ask; the replay shows it
+        return []
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    missing = []
+    for path in paths:
+        located = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(path))
+        if not located.getFileSystem(hadoop).exists(located):
+            missing.append(path)
+    return missing
+
+
+def _session_value(spark, key: str) -> str | None:
+    """The value the session would run with: its own, else the conf's default (`get(key, None)`
+    would give None for a conf left at its default)."""
+    try:
+        return spark.conf.get(key)
+    except Exception:  # a conf this Spark does not know, and the session does not set
+        return None
+
+
+def _named(exc: BaseException) -> dict[str, str | None]:
+    condition = None
+    for get in ("getCondition", "getErrorClass"):
+        try:
+            condition = getattr(exc, get)()
+        except Exception:  # an older PySpark, or an exception without one: the message names it
+            continue
+        if condition:
+            break
+    return {"condition": condition, "message": str(exc)}
+
+
+def _load(spark, url: str, job: dict, operator: int, store: str):
+    load = spark.read.format("statestore").option("batchId", job["batch"]).option("operatorId", operator)
+    load = load.option("storeName", store)
+    return (load.option("_readAllColumnFamilies", "true") if job["raw_rows"] else load).load(url)
+
+
+def _compare(spark, job: dict, operator: int, store: str) -> dict[str, Any]:
+    """Both sides' rows as multisets of (column family, key bytes, value bytes): every byte counts,
+    their order and placement do not. The HDFS-backed store, and a Spark without
+    `_readAllColumnFamilies`, give key and value as rows, compared as JSON."""
+    from pyspark.sql import functions as F
+
+    sides = [_load(spark, job[side], job, operator, store) for side in ("original", "scratch")]
+    if "key_bytes" in sides[0].columns:
+        rows = [s.select("column_family_name", "key_bytes", "value_bytes",
+                         F.to_json(F.struct("partition_key")).alias("shown")) for s in sides]  # fmt: skip
+        identity = ["column_family_name", "key_bytes", "value_bytes"]
+    else:
+        rows = [s.select(F.to_json(F.col("key")).alias("k"), F.to_json(F.col("value")).alias("v"),
+                         F.to_json(F.col("key")).alias("shown")) for s in sides]  # fmt: skip
+        identity = ["k", "v"]
+    original, rehearsal = (r.cache() for r in rows)
+    only_original = original.select(*identity).exceptAll(rehearsal.select(*identity))
+    only_rehearsal = rehearsal.select(*identity).exceptAll(original.select(*identity))
+    differing = only_original.union(only_rehearsal).join(original.union(rehearsal), identity, "left_semi")
+    keys = sorted({r["shown"] for r in original.union(rehearsal).join(differing, identity, "left_semi")
+                   .select("shown").distinct().limit(_KEYS_SHOWN).collect()})  # fmt: skip
+    out = {"operator": operator, "store": store, "original_rows": original.count(),
+           "rehearsal_rows": rehearsal.count(), "only_original": only_original.count(),
+           "only_rehearsal": only_rehearsal.count(), "keys": keys}  # fmt: skip
+    original.unpersist()
+    rehearsal.unpersist()
+    return out
+
+
+def in_process(session: Callable[[], Any]) -> SparkRun:
+    """The port on a session of this process, started only when a job comes."""
+    return lambda job: rehearse_on(session(), job)
+
+
+def in_python(python: str, master: str) -> SparkRun:
+    """The port on another interpreter (another PySpark: an upgrade or a rollback). It imports this
+    project from the source tree it runs from, and needs the project's dependencies installed."""
+    project = Path(__file__).resolve().parent.parent
+
+    def run(job: dict[str, Any]) -> dict[str, Any]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}  # fmt: skip
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(project), env.get("PYTHONPATH")) if p)
+        with tempfile.TemporaryDirectory(prefix="ckpt-rehearsal-job-") as folder:
+            asked, answered = Path(folder) / "job.json", Path(folder) / "answer.json"
+            asked.write_text(json.dumps({**job, "master": master}))
+            done = subprocess.run([python, "-m", "jobs.rehearse", str(asked), str(answered)], env=env,
+                                  capture_output=True, text=True)  # fmt: skip
+            if done.returncode != 0 or not answered.exists():
+                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+                raise RehearsalRefused(f"the rehearsal under {python} failed (exit {done.returncode}): "
+                                       f"{tail[0]}")  # fmt: skip
+            return json.loads(answered.read_text())
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .spark_session import session_for
+
+    asked, answered = argv if argv is not None else sys.argv[1:]
+    job = json.loads(Path(asked).read_text())
+    answer = rehearse_on(session_for(job.pop("master")), job)
+    Path(answered).write_text(json.dumps(answer))
+
+
+if __name__ == "__main__":
+    main()
