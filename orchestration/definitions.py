@@ -1,6 +1,7 @@
 """The deployed Dagster code location (workspace.yaml), configured by the environment only:
-CKPT_ROOTS (a JSON list of roots; required) and CKPT_SPARK_MASTER (default: the policy's
-spark_master). Nothing of it can be set by a run's config."""
+CKPT_ROOTS (a JSON list of roots; required), CKPT_SPARK_MASTER (default: the policy's
+spark_master) and CKPT_REHEARSAL_QUERIES (the queries a rehearsal may run; default none). Nothing
+of it can be set by a run's config."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import os
 from assets.resources import SparkResource, roots_from_env
 from checkpoint.policy import POLICY
 from orchestration.location import build_definitions
+from orchestration.rehearsal import queries_from_env
 
 defs = build_definitions(
-    roots_from_env(), SparkResource(master=os.environ.get("CKPT_SPARK_MASTER", POLICY.spark_master))
+    roots_from_env(),
+    SparkResource(master=os.environ.get("CKPT_SPARK_MASTER", POLICY.spark_master)),
+    queries_from_env(),
 )

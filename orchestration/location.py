@@ -10,14 +10,22 @@ import assets
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource, fixed
 from orchestration.jobs import ALL_JOBS
 from orchestration.maintenance import maintenance_schedule
+from orchestration.rehearsal import RegisteredQuery, rehearsal_job
 from orchestration.schedules import checkpoint_audit_schedule, checkpoint_fleet_schedule
 from orchestration.sensors import checkpoint_commit_sensor, checkpoint_discovery_sensor
 
 
-def build_definitions(roots: list[CheckpointRoot], spark: SparkResource | None = None, **roots_options):
+def build_definitions(
+    roots: list[CheckpointRoot],
+    spark: SparkResource | None = None,
+    queries: dict[str, RegisteredQuery] | None = None,
+    **roots_options,
+):
+    """`queries`: the registry of the rehearsal job (`orchestration.rehearsal`); none, no such job."""
+    rehearsal = rehearsal_job(queries or {})
     return dg.Definitions(
         assets=dg.load_assets_from_package_module(assets),
-        jobs=ALL_JOBS,
+        jobs=[*ALL_JOBS, *([rehearsal] if rehearsal else [])],
         schedules=[
             checkpoint_audit_schedule,
             checkpoint_fleet_schedule,

@@ -19,8 +19,17 @@ def findings_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def conditions_table() -> str:
+    """Every Spark error condition a rehearsal explains, with its cause and remedy."""
+    from checkpoint.rehearsal import CONDITIONS
+
+    rows = ["| condition | cause | remedy |", "|---|---|---|"]
+    rows += [f"| `{name}` | {cause} | {remedy} |" for name, (cause, remedy) in CONDITIONS.items()]
+    return "\n".join(rows) + "\n"
+
+
 # page -> (marker, renderer): the text between `<!-- generated: <marker> -->` and `<!-- end -->`
-GENERATED = {"findings.md": ("findings", findings_table)}
+GENERATED = {"findings.md": ("findings", findings_table), "rehearse.md": ("conditions", conditions_table)}
 
 
 def _block(marker: str) -> re.Pattern[str]:

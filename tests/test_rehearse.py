@@ -154,6 +154,36 @@ def test_refusals_come_before_anything_is_copied(corpus, private, capsys, monkey
         _rehearse(capsys, monkeypatch, checkpoint, inputs, "aggregation", "--conf", "no-equals-sign")
 
 
+@pytest.mark.slow
+def test_an_upgrade_and_a_rollback_between_spark_4_1_and_4_3(spark, written_by, corpus, private, capsys,
+                                                            monkeypatch) -> None:  # fmt: skip
+    """A checkpoint PySpark 4.1.4 wrote, rehearsed under this Spark (4.3, the upgrade), and one this
+    Spark wrote, rehearsed under 4.1.4 with `--python` (the rollback): both restart with equal state."""
+    from testbed.corpus import cache_home
+    from testbed.generations import RELEASES, python_of
+
+    older = RELEASES["4.1"]
+    scenario = written_by(older) / "long_chain"
+    checkpoint, _ = private(scenario / "checkpoint")
+    # Its generator wrote it in a folder renamed afterwards: its source logs name the input there.
+    code, doc = _rehearse(capsys, monkeypatch, checkpoint, scenario / "input", "aggregation")
+    assert (code, doc["outcome"], doc["input_gone"]) == (1, Outcome.INPUT_GONE, 1), doc
+    moved = (f"{scenario.parent.name}.partial/", f"{scenario.parent.name}/")
+    for log in (checkpoint / "sources" / "0").iterdir():
+        if log.name.startswith("."):  # Hadoop's checksum of the old bytes: it reads a file without one
+            log.unlink()
+        else:
+            log.write_text(log.read_text().replace(*moved))
+    before = files_of(checkpoint)
+    code, doc = _rehearse(capsys, monkeypatch, checkpoint, scenario / "input", "aggregation")
+    assert (code, doc["outcome"], doc["spark_version"]) == (0, Outcome.EQUAL, spark.version), doc
+    assert files_of(checkpoint) == before
+    mine = corpus["long_chain"]
+    python = str(python_of(cache_home(), older))
+    code, doc = _rehearse(capsys, monkeypatch, mine, mine.parent / "input", "aggregation", "--python", python)
+    assert (code, doc["outcome"], doc["spark_version"]) == (0, Outcome.EQUAL, older), doc
+
+
 @pytest.mark.unit
 def test_the_condition_that_says_why_is_found_inside_the_query_failure() -> None:
     wrapped = ("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: [STATE_STORE_KEY_"
@@ -168,3 +198,67 @@ def test_the_condition_that_says_why_is_found_inside_the_query_failure() -> None
     assert (unknown.condition, unknown.remedy) == ("SOMETHING_NEW", "see Spark's message")
     assert SparkError.of(None, "[KAFKA_DATA_LOSS.START_OFFSET_RESET] lost").input_gone
     assert pinned_differences({"a": "1", "b": "2"}, {"a": "1", "b": "3"})[0].session == "3"
+
+
+def test_the_dagster_job_rehearses_a_partition_with_a_registered_query_only(
+    spark, corpus, tmp_path, monkeypatch
+):
+    """Two rehearsals run by Dagster, one that passes and one that Spark refuses (the run fails with
+    the condition, and the checkpoint's inventory records it); a query outside the registry is
+    refused by Dagster's config check before any step runs."""
+    import dagster as dg
+
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot, SparkResource
+    from orchestration.location import build_definitions
+    from orchestration.rehearsal import INVENTORY, JOB, RegisteredQuery
+
+    copy_checkpoint(corpus["long_chain"], tmp_path / "root" / "orders")
+    before = files_of(tmp_path / "root" / "orders")
+    monkeypatch.setenv(INPUT, str(corpus["long_chain"].parent / "input"))
+    queries = {"orders": RegisteredQuery(f"{QUERIES}:aggregation"),
+               "orders-next": RegisteredQuery(f"{QUERIES}:key_type_changed")}  # fmt: skip
+    defs = build_definitions([CheckpointRoot(name="prod", url=str(tmp_path / "root"))],
+                             spark=SparkResource(master="local[2]"), queries=queries)  # fmt: skip
+    job, key = defs.resolve_job_def(JOB), partition_key("prod", "orders")
+
+    def launch(instance, query: str) -> dg.ExecuteInProcessResult:
+        config = {"ops": {"rehearse": {"config": {"partition": key, "query": query}}}}
+        return job.execute_in_process(run_config=config, instance=instance, raise_on_error=False)
+
+    with dg.instance_for_test() as instance:
+        passed = launch(instance, "orders")
+        assert passed.success
+        [meta] = [
+            e.event_specific_data.metadata for e in passed.all_events if e.event_type_value == "STEP_OUTPUT"
+        ]
+        assert (meta["passed"].value, meta["outcome"].value) == (True, str(Outcome.EQUAL))
+        assert meta["spark_version"].value == spark.version
+        refused = launch(instance, "orders-next")
+        assert not refused.success
+        [failure] = [e for e in refused.all_events if e.event_type_value == "STEP_FAILURE"]
+        meta = failure.event_specific_data.user_failure_data.metadata
+        assert meta["condition"].value == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" and not meta["passed"].value
+        seen = instance.fetch_observations(dg.AssetRecordsFilter(asset_key=INVENTORY), limit=10).records
+        last = [r.asset_observation.metadata["last_rehearsal"].value for r in seen]
+        assert last[0].startswith("failed: Spark refused") and "passed" in last
+        with pytest.raises(dg.DagsterInvalidConfigError):
+            launch(instance, "os:system")
+    assert files_of(tmp_path / "root" / "orders") == before
+
+
+@pytest.mark.unit
+def test_the_registry_is_a_json_object_of_names(monkeypatch) -> None:
+    from checkpoint.errors import CheckpointError
+    from orchestration.rehearsal import QUERIES_ENV, RegisteredQuery, queries_from_env
+
+    monkeypatch.delenv(QUERIES_ENV, raising=False)
+    assert queries_from_env() == {}
+    monkeypatch.setenv(
+        QUERIES_ENV, '{"a": "m:f", "b": {"query": "m:g", "python": "/py", "conf": {"k": "v"}}}'
+    )
+    assert queries_from_env() == {"a": RegisteredQuery("m:f"), "b": RegisteredQuery("m:g", "/py", {"k": "v"})}
+    for bad in ('["m:f"]', "{", '{"a": {"code": "x"}}'):
+        monkeypatch.setenv(QUERIES_ENV, bad)
+        with pytest.raises(CheckpointError, match=QUERIES_ENV):
+            queries_from_env()
