@@ -36,6 +36,14 @@ PER_CHECKPOINT_AUDIT = dg.AssetSelection.groups(GROUP) - dg.AssetSelection.asset
 COMMIT_LOG_CHECK = "commit_log_consistency"
 LINEAGE_CHECK = "lineage_completeness"
 SNAPSHOT_CHECK = "snapshot_integrity"
+INVENTORY_ASSET = "checkpoint_inventory"
+# An observation of a checkpoint's inventory that a restart rehearsal records (orchestration/
+# rehearsal.py), and the fleet shows: `passed`, or `failed: <outcome>`; the Spark; the batch.
+LAST_REHEARSAL, REHEARSAL_SPARK, REHEARSAL_BATCH = (
+    "last_rehearsal",
+    "last_rehearsal_spark",
+    "last_rehearsal_batch",
+)
 _MAX_ROWS = 25  # a markdown table longer than this is not read at a glance
 
 

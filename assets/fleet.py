@@ -19,7 +19,14 @@ import humanfriendly
 import pandas as pd
 
 from assets import markdown
-from assets.checkpoints import FLEET_ASSET, GROUP
+from assets.checkpoints import (
+    FLEET_ASSET,
+    GROUP,
+    INVENTORY_ASSET,
+    LAST_REHEARSAL,
+    REHEARSAL_BATCH,
+    REHEARSAL_SPARK,
+)
 from assets.partitions import CHECKPOINTS, parse_partition_key
 from assets.ranges import value_for
 from assets.reports import write_bytes
@@ -48,7 +55,7 @@ _COLUMNS = [  # (name, Dagster column type) of the table shown in the UI
     ("checkpoint", "string"), ("state", "string"), ("latest_batch", "int"), ("commit_age", "string"),
     ("live", "bool"), ("errors", "string"), ("warnings", "string"), ("max_chain", "int"),
     ("chain_store", "string"), ("header_of_cap", "float"), ("reclaimable", "string"),
-    ("last_compaction", "string"), ("last_cleanup", "string"),
+    ("last_compaction", "string"), ("last_cleanup", "string"), ("last_rehearsal", "string"),
 ]  # fmt: skip
 
 
@@ -72,7 +79,8 @@ def _age(seconds: float | None) -> str:
 class _History:
     """What this Dagster instance recorded about every checkpoint's maintenance, read in bulk: for
     each asset the newest materialization of every partition (one query for their ids, then the
-    records a thousand at a time), and the failed maintenance runs of each job (one query each).
+    records a thousand at a time), the newest restart rehearsal of each (the same, for the
+    inventory's observations), and the failed maintenance runs of each job (one query each).
     Asked per checkpoint, that was five queries a checkpoint: 50,000 at 10,000 checkpoints."""
 
     _CHUNK = 1000
@@ -82,21 +90,22 @@ class _History:
         self.instance = instance
         wanted = set(keys)
         self.latest = {asset: self._latest(asset, wanted) for asset in (_PLAN, _COMPACTION, _CLEANUP)}
+        self.rehearsals = self._latest(INVENTORY_ASSET, wanted, observed=True)
         self.failed = {jobs: self._failed(jobs, wanted) for jobs in (_COMPACTION_JOBS, _CLEANUP_JOBS)}
 
-    def _latest(self, asset: str, keys: set[str]) -> dict[str, Any]:
+    def _latest(self, asset: str, keys: set[str], observed: bool = False) -> dict[str, Any]:
         key = dg.AssetKey(asset)
-        ids = self.instance.get_latest_storage_id_by_partition(
-            key, dg.DagsterEventType.ASSET_MATERIALIZATION, keys
+        event = (
+            dg.DagsterEventType.ASSET_OBSERVATION if observed else dg.DagsterEventType.ASSET_MATERIALIZATION
         )
+        fetch = self.instance.fetch_observations if observed else self.instance.fetch_materializations
+        ids = self.instance.get_latest_storage_id_by_partition(key, event, keys)
         by_id = {storage_id: partition for partition, storage_id in ids.items()}
         found: dict[str, Any] = {}
         wanted = sorted(by_id)
         for i in range(0, len(wanted), self._CHUNK):
             chunk = wanted[i : i + self._CHUNK]
-            got = self.instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)
-            ).records
+            got = fetch(dg.AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)).records
             found.update((by_id[r.storage_id], r) for r in got)
         return found
 
@@ -126,7 +135,9 @@ class _History:
             # the plan's bytes, less what a cleanup applied after it deleted: what is left to reclaim
             deleted = _int_of(cleanup.asset_materialization.metadata, key, "deleted_bytes")
             reclaimable = max(0, reclaimable - deleted)
+        rehearsal = self.rehearsals.get(key)
         return {
+            "last_rehearsal": None if rehearsal is None else _rehearsal(rehearsal),
             "reclaimable_bytes": reclaimable,
             "reclaimable_planned_at": plan.timestamp if plan is not None else None,
             "last_compaction": self._describe(
@@ -147,6 +158,12 @@ class _History:
         if record is None:
             return None
         return f"{_when(record.timestamp)}: {what(record.asset_materialization.metadata)}"
+
+
+def _rehearsal(record) -> str:
+    meta = {k: v.value for k, v in record.asset_observation.metadata.items()}
+    return (f"{_when(record.timestamp)}: {meta.get(LAST_REHEARSAL)} (Spark {meta.get(REHEARSAL_SPARK)}, "
+            f"batch {meta.get(REHEARSAL_BATCH)})")  # fmt: skip
 
 
 def _int_of(metadata: dict, key: str, name: str) -> int:
@@ -206,6 +223,7 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
                 "reclaimable": _reclaimable(r),
                 "last_compaction": r.last_compaction or "never",
                 "last_cleanup": r.last_cleanup or "never",
+                "last_rehearsal": r.last_rehearsal or "never",
             }
         )  # fmt: skip
         for r in rows

@@ -47,6 +47,9 @@ def load_query(spec: str) -> Callable:
 
 def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
     """Runs `job` (`checkpoint.rehearsal.job_for`) on `spark`; the answer is plain values."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
     query = load_query(job["query"])
     answer: dict[str, Any] = {"spark_version": spark.version, "error": None, "stores": [], "committed": False}
     # Spark skips a file its source log names and no longer finds (a missing root path of its
@@ -65,14 +68,15 @@ def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
         # planned batch, replayed from its recorded offsets, and nothing after it.
         writer = writer.format("noop").trigger(once=True).option("checkpointLocation", job["scratch"])
         # Spark logs a failed query's stack at ERROR: the refusal is the answer, reported in words.
+        level = _log_level(spark)
         spark.sparkContext.setLogLevel("OFF")
         try:
             started = writer.start()
             started.awaitTermination()
-        except Exception as exc:
+        except (PySparkException, Py4JJavaError) as exc:  # what Spark raised: the answer
             answer["error"] = _named(exc)
         finally:
-            spark.sparkContext.setLogLevel("ERROR")
+            spark.sparkContext.setLogLevel(level)
     scratch = Storage(job["scratch"].removeprefix("file:"))  # local: the flow makes it so
     answer["committed"] = answer["error"] is None and scratch.stat(f"commits/{job['batch']}") is not None
     if answer["committed"]:
@@ -93,6 +97,14 @@ def _gone(spark, paths: list[str]) -> list[str]:
         if not located.getFileSystem(hadoop).exists(located):
             missing.append(path)
     return missing
+
+
+def _log_level(spark) -> str:
+    """The root logger's level now, to set back (PySpark sets levels and reads none)."""
+    try:
+        return str(spark._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel().toString())
+    except Exception:  # no log4j 2 on this side: Spark's own default for a session
+        return "WARN"
 
 
 def _session_value(spark, key: str) -> str | None:
@@ -125,30 +137,47 @@ def _load(spark, url: str, job: dict, operator: int, store: str):
 def _compare(spark, job: dict, operator: int, store: str) -> dict[str, Any]:
     """Both sides' rows as multisets of (column family, key bytes, value bytes): every byte counts,
     their order and placement do not. The HDFS-backed store, and a Spark without
-    `_readAllColumnFamilies`, give key and value as rows, compared as JSON."""
+    `_readAllColumnFamilies`, give key and value as rows, compared as JSON. One pass: each distinct
+    row counted on each side (the original +1, the replay -1); a second only when some differ."""
     from pyspark.sql import functions as F
 
     sides = [_load(spark, job[side], job, operator, store) for side in ("original", "scratch")]
     if "key_bytes" in sides[0].columns:
-        rows = [s.select("column_family_name", "key_bytes", "value_bytes",
-                         F.to_json(F.struct("partition_key")).alias("shown")) for s in sides]  # fmt: skip
-        identity = ["column_family_name", "key_bytes", "value_bytes"]
+        identity = [F.col("column_family_name"), F.col("key_bytes"), F.col("value_bytes")]
+        shown = F.to_json(F.struct("partition_key"))
     else:
-        rows = [s.select(F.to_json(F.col("key")).alias("k"), F.to_json(F.col("value")).alias("v"),
-                         F.to_json(F.col("key")).alias("shown")) for s in sides]  # fmt: skip
-        identity = ["k", "v"]
-    original, rehearsal = (r.cache() for r in rows)
-    only_original = original.select(*identity).exceptAll(rehearsal.select(*identity))
-    only_rehearsal = rehearsal.select(*identity).exceptAll(original.select(*identity))
-    differing = only_original.union(only_rehearsal).join(original.union(rehearsal), identity, "left_semi")
-    keys = sorted({r["shown"] for r in original.union(rehearsal).join(differing, identity, "left_semi")
-                   .select("shown").distinct().limit(_KEYS_SHOWN).collect()})  # fmt: skip
-    out = {"operator": operator, "store": store, "original_rows": original.count(),
-           "rehearsal_rows": rehearsal.count(), "only_original": only_original.count(),
-           "only_rehearsal": only_rehearsal.count(), "keys": keys}  # fmt: skip
-    original.unpersist()
-    rehearsal.unpersist()
-    return out
+        identity = [F.to_json(F.col("key")), F.to_json(F.col("value"))]
+        shown = F.to_json(F.col("key"))
+    names = [f"c{i}" for i in range(len(identity))]
+    tagged = [
+        s.select(*(c.alias(n) for c, n in zip(identity, names, strict=True)), shown.alias("shown"),
+                 F.lit(sign).alias("side"))
+        for s, sign in zip(sides, (1, -1), strict=True)
+    ]  # fmt: skip
+    original = F.when(F.col("side") > 0, 1).otherwise(0)
+    rows = tagged[0].unionByName(tagged[1]).groupBy(*names)
+    rows = rows.agg(F.sum("side").alias("d"), F.sum(original).alias("a"), F.count(F.lit(1)).alias("n"),
+                    F.first("shown").alias("shown"))  # fmt: skip
+
+    def total(column) -> Any:
+        return F.coalesce(F.sum(column), F.lit(0))
+
+    got = rows.agg(total("a").alias("original"), total("n").alias("both"),
+                   total(F.greatest(F.col("d"), F.lit(0))).alias("only_original"),
+                   total(F.greatest(-F.col("d"), F.lit(0))).alias("only_rehearsal")).first()  # fmt: skip
+    keys: list[str] = []
+    if got["only_original"] or got["only_rehearsal"]:
+        differing = rows.where(F.col("d") != 0).select("shown").distinct().limit(_KEYS_SHOWN)
+        keys = sorted(r["shown"] for r in differing.collect())
+    return {
+        "operator": operator,
+        "store": store,
+        "original_rows": int(got["original"]),
+        "rehearsal_rows": int(got["both"] - got["original"]),
+        "only_original": int(got["only_original"]),
+        "only_rehearsal": int(got["only_rehearsal"]),
+        "keys": keys,
+    }
 
 
 def in_process(session: Callable[[], Any]) -> SparkRun:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
+from assets.checkpoints import INVENTORY_ASSET, LAST_REHEARSAL, REHEARSAL_BATCH, REHEARSAL_SPARK
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
 from checkpoint.rehearsal import Outcome, Rehearsal, rehearse
@@ -22,7 +23,7 @@ from orchestration.queue import Kind, run_tags
 
 JOB = "rehearse_restart"
 QUERIES_ENV = "CKPT_REHEARSAL_QUERIES"
-INVENTORY = dg.AssetKey("checkpoint_inventory")
+INVENTORY = dg.AssetKey(INVENTORY_ASSET)
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,8 @@ def rehearsal_job(queries: dict[str, RegisteredQuery]) -> dg.JobDefinition | Non
         metadata = rehearsal_metadata(result)
         # On the checkpoint's own page too: the last rehearsal, when and under which Spark.
         context.log_event(dg.AssetObservation(INVENTORY, partition=key, metadata={
-            "last_rehearsal": "passed" if metadata["passed"] else f"failed: {result.outcome}",
-            "last_rehearsal_spark": result.spark_version, "last_rehearsal_batch": result.batch}))  # fmt: skip
+            LAST_REHEARSAL: "passed" if metadata["passed"] else f"failed: {result.outcome}",
+            REHEARSAL_SPARK: result.spark_version, REHEARSAL_BATCH: result.batch}))  # fmt: skip
         if not metadata["passed"]:
             why = f": {result.error.condition}" if result.error and result.error.condition else ""
             raise dg.Failure(

@@ -135,6 +135,7 @@ def test_the_input_of_the_batch_deleted_is_a_one_line_result(spark, corpus, priv
     code, doc = _rehearse(capsys, monkeypatch, checkpoint, inputs, "aggregation")
     assert (code, doc["outcome"], doc["input_gone"], doc["inputs"]) == (1, Outcome.INPUT_GONE, 1, 1)
     assert doc["input_gone_shown"][0].endswith("/deleted-by-retention.json") and not doc["stores"]
+    assert doc["pinned"] == [] and doc["error"] is None  # the query never started
     monkeypatch.setenv(INPUT, str(inputs))
     assert main(["rehearse", str(checkpoint), "--query", f"{QUERIES}:aggregation"]) == 1
     first = capsys.readouterr().out.splitlines()[0]
@@ -204,12 +205,13 @@ def test_the_dagster_job_rehearses_a_partition_with_a_registered_query_only(
     spark, corpus, tmp_path, monkeypatch
 ):
     """Two rehearsals run by Dagster, one that passes and one that Spark refuses (the run fails with
-    the condition, and the checkpoint's inventory records it); a query outside the registry is
-    refused by Dagster's config check before any step runs."""
+    the condition, and the checkpoint's inventory records it, which the fleet view shows); a query
+    outside the registry is refused by Dagster's config check before any step runs."""
     import dagster as dg
 
+    from assets.fleet import checkpoint_fleet_report
     from assets.partitions import partition_key
-    from assets.resources import CheckpointRoot, SparkResource
+    from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
     from orchestration.location import build_definitions
     from orchestration.rehearsal import INVENTORY, JOB, RegisteredQuery
 
@@ -218,8 +220,8 @@ def test_the_dagster_job_rehearses_a_partition_with_a_registered_query_only(
     monkeypatch.setenv(INPUT, str(corpus["long_chain"].parent / "input"))
     queries = {"orders": RegisteredQuery(f"{QUERIES}:aggregation"),
                "orders-next": RegisteredQuery(f"{QUERIES}:key_type_changed")}  # fmt: skip
-    defs = build_definitions([CheckpointRoot(name="prod", url=str(tmp_path / "root"))],
-                             spark=SparkResource(master="local[2]"), queries=queries)  # fmt: skip
+    root = CheckpointRoot(name="prod", url=str(tmp_path / "root"))
+    defs = build_definitions([root], spark=SparkResource(master="local[2]"), queries=queries)
     job, key = defs.resolve_job_def(JOB), partition_key("prod", "orders")
 
     def launch(instance, query: str) -> dg.ExecuteInProcessResult:
@@ -227,6 +229,7 @@ def test_the_dagster_job_rehearses_a_partition_with_a_registered_query_only(
         return job.execute_in_process(run_config=config, instance=instance, raise_on_error=False)
 
     with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", [key])
         passed = launch(instance, "orders")
         assert passed.success
         [meta] = [
@@ -244,6 +247,12 @@ def test_the_dagster_job_rehearses_a_partition_with_a_registered_query_only(
         assert last[0].startswith("failed: Spark refused") and "passed" in last
         with pytest.raises(dg.DagsterInvalidConfigError):
             launch(instance, "os:system")
+        fleet = dg.materialize([checkpoint_fleet_report], instance=instance,
+                               resources={"roots": CheckpointRootsResource(roots=[root])})  # fmt: skip
+        [report] = fleet.asset_materializations_for_node("checkpoint_fleet_report")
+        [row] = report.metadata["fleet"].value.records
+        last = f"failed: Spark refused the restart (Spark {spark.version}, batch 31)"
+        assert row.data["last_rehearsal"].endswith(last)
     assert files_of(tmp_path / "root" / "orders") == before
 
 

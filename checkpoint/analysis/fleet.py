@@ -39,6 +39,7 @@ class FleetRow:
     reclaimable_planned_at: float | None = None  # when the plan that found them was made
     last_compaction: str | None = None
     last_cleanup: str | None = None
+    last_rehearsal: str | None = None  # when, the verdict and the Spark of the newest restart rehearsal
     problem: str | None = None  # why the checkpoint could not be read
     state_format: str | None = None  # `Checkpoint.state_format`; None when unreadable
 
@@ -58,6 +59,7 @@ class FleetRow:
             "reclaimable_planned_at": self.reclaimable_planned_at,
             "last_compaction": self.last_compaction,
             "last_cleanup": self.last_cleanup,
+            "last_rehearsal": self.last_rehearsal,
             "problem": self.problem,
             "state_format": self.state_format,
         }

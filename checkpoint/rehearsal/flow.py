@@ -107,7 +107,8 @@ def _verdict(
         input_gone_shown=tuple(gone[:3]),
         inputs=len(scratch.inputs),
         stores=stores,
-        pinned=pinned_differences(scratch.pinned, answer.get("session_conf", {})),
+        # No session conf when the query never started (its input gone): nothing to compare.
+        pinned=pinned_differences(scratch.pinned, answer["session_conf"]) if "session_conf" in answer else (),
         max_header_fraction=fraction,
         max_chain_length=chain,
         scratch=dest.url,
