@@ -24,9 +24,14 @@ def rehearse_command(args: argparse.Namespace) -> Result:
     from jobs.rehearse import in_process, in_python  # Spark starts only once the scratch is forked
     from jobs.spark_session import session_for
 
-    run = in_python(args.python, args.master) if args.python else in_process(lambda: session_for(args.master))
+    src = Storage(args.checkpoint)
+    run = (
+        in_python(args.python, args.master)
+        if args.python
+        else in_process(lambda: session_for(args.master), src)
+    )
     result = rehearse(
-        Storage(args.checkpoint),
+        src,
         lambda storage, what: leased(args, storage, what),
         run,
         query=args.query,

@@ -24,7 +24,7 @@ from checkpoint.errors import RehearsalRefused
 from checkpoint.rehearsal import SparkRun
 from checkpoint.storage import Storage
 
-from .spark_session import scoped_confs
+from .spark_session import reach, scoped_confs
 
 _KEYS_SHOWN = 5
 
@@ -180,9 +180,17 @@ def _compare(spark, job: dict, operator: int, store: str) -> dict[str, Any]:
     }
 
 
-def in_process(session: Callable[[], Any]) -> SparkRun:
-    """The port on a session of this process, started only when a job comes."""
-    return lambda job: rehearse_on(session(), job)
+def in_process(session: Callable[[], Any], original: Storage | None = None) -> SparkRun:
+    """The port on a session of this process, started only when a job comes; it reaches the
+    original's bucket as the storage does (`reach`), to read its state."""
+
+    def run(job: dict[str, Any]) -> dict[str, Any]:
+        spark = session()
+        if original is not None:
+            reach(spark, original)
+        return rehearse_on(spark, job)
+
+    return run
 
 
 def in_python(python: str, master: str) -> SparkRun:

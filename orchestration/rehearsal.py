@@ -101,9 +101,14 @@ def rehearsal_job(queries: dict[str, RegisteredQuery]) -> dg.JobDefinition | Non
         from jobs.rehearse import in_process, in_python  # Spark only when this op runs
 
         key, registered = context.op_config["partition"], queries[context.op_config["query"]]
-        run = in_python(registered.python, spark.master) if registered.python else in_process(spark.session)
+        src = roots.checkpoint_storage(key)
+        run = (
+            in_python(registered.python, spark.master)
+            if registered.python
+            else in_process(spark.session, src)
+        )
         try:
-            result = rehearse(roots.checkpoint_storage(key),
+            result = rehearse(src,
                               lambda storage, what: roots.take_lease_at(context, storage, what, key), run,
                               query=registered.query, batch=context.op_config["batch"],
                               conf=registered.conf)  # fmt: skip

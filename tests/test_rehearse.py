@@ -144,6 +144,27 @@ def test_the_input_of_the_batch_deleted_is_a_one_line_result(spark, corpus, priv
     assert files_of(checkpoint) == before
 
 
+def test_an_s3_checkpoint_is_rehearsed_on_a_local_scratch_and_only_read(s3, s3_copy_of, spark, corpus, capsys,
+                                                                     monkeypatch) -> None:  # fmt: skip
+    """The scratch fork is local; Spark reads the original's state on S3 through s3a, reached as the
+    storage reaches the bucket; nothing inside the checkpoint is written (its lease lives beside it)."""
+    server, proxy, _ = s3
+    url = s3_copy_of("long_chain")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    listing = server.filesystem().find
+    before = listing(url)
+    proxy.reset()
+    code, doc = _rehearse(capsys, monkeypatch, url, corpus["long_chain"].parent / "input", "aggregation")
+    assert (code, doc["outcome"]) == (0, Outcome.EQUAL), doc
+    assert doc["scratch"].startswith("/") and doc["stores"][0]["original_rows"] > 0
+    root = url[len("s3://") :]
+    written = {
+        r.path for r in proxy.requests if r.op in ("PutObject", "DeleteObject", "DeleteObjects", "CopyObject")
+    }
+    assert not [p for p in written if p.lstrip("/").startswith(root + "/")], written
+    assert listing(url) == before
+
+
 def test_refusals_come_before_anything_is_copied(corpus, private, capsys, monkeypatch) -> None:
     checkpoint, before = private(corpus["long_chain"])
     inputs = corpus["long_chain"].parent / "input"
