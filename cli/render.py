@@ -247,6 +247,8 @@ def rehearse_text(doc: Doc) -> str:
     if error := doc["error"]:
         lines += [f"Spark: {error['condition'] or 'no error condition'}: {error['message']}",
                   f"cause: {error['cause']}", f"remedy: {error['remedy']}"]  # fmt: skip
+    if error := doc["compare_error"]:
+        lines.append(f"the state at batch {doc['batch']} could not be read: {error['message']}")
     differing = [s for s in doc["stores"] if s["only_original"] or s["only_rehearsal"]]
     if doc["stores"]:
         rows = [(f"{s['operator']}/{s['store']}", s["original_rows"], s["rehearsal_rows"], s["only_original"],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from checkpoint.storage import Storage
 from .spark_session import reach, scoped_confs
 
 _KEYS_SHOWN = 5
+_RAISED = re.compile(r"^[\w.]*(Error|Exception)\b")
 
 
 def load_query(spec: str) -> Callable:
@@ -80,8 +82,11 @@ def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
     scratch = Storage(job["scratch"].removeprefix("file:"))  # local: the flow makes it so
     answer["committed"] = answer["error"] is None and scratch.stat(f"commits/{job['batch']}") is not None
     if answer["committed"]:
-        with scoped_confs(spark, job["read_conf"]):
-            answer["stores"] = [_compare(spark, job, op, store) for op, store in job["stores"]]
+        try:
+            with scoped_confs(spark, job["read_conf"]):
+                answer["stores"] = [_compare(spark, job, op, store) for op, store in job["stores"]]
+        except (PySparkException, Py4JJavaError) as exc:  # this Spark's reader cannot read the state
+            answer["compare_error"] = _named(exc)
     return answer
 
 
@@ -208,7 +213,10 @@ def in_python(python: str, master: str) -> SparkRun:
             done = subprocess.run([python, "-m", "jobs.rehearse", str(asked), str(answered)], env=env,
                                   capture_output=True, text=True)  # fmt: skip
             if done.returncode != 0 or not answered.exists():
-                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+                lines = (done.stderr or done.stdout).strip().splitlines()
+                # The exception's own line, not the last frame of a Java stack under it
+                raised = [line for line in lines if _RAISED.match(line)]
+                tail = (raised or lines)[-1:] or ["no output"]
                 raise RehearsalRefused(f"the rehearsal under {python} failed (exit {done.returncode}): "
                                        f"{tail[0]}")  # fmt: skip
             return json.loads(answered.read_text())

@@ -4,6 +4,7 @@ Spark's own checks answer; the checkpoint rehearsed on is never written."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,33 @@ def test_an_upgrade_and_a_rollback_between_spark_4_1_and_4_3(spark, written_by, 
     python = str(python_of(cache_home(), older))
     code, doc = _rehearse(capsys, monkeypatch, mine, mine.parent / "input", "aggregation", "--python", python)
     assert (code, doc["outcome"], doc["spark_version"]) == (0, Outcome.EQUAL, older), doc
+
+
+@pytest.mark.slow
+def test_a_rollback_to_spark_4_0_is_refused_where_it_cannot_read_the_snapshots(
+    spark, corpus, capsys, monkeypatch
+) -> None:
+    """Under PySpark 4.0.5: a join on RocksDB snapshots this Spark wrote is refused (4.0 reads zip
+    metadata v2 only), named with its remedy; an aggregation whose stores are changelogs only
+    restarts, but 4.0's state data source cannot read format V2 state, so the state is not compared."""
+    from testbed import jvm
+    from testbed.corpus import cache_home
+    from testbed.generations import RELEASES, python_of
+
+    oldest = RELEASES["4.0"]
+    python = str(python_of(cache_home(), oldest))
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", jvm.for_version(os.environ.get("SPARK_SUBMIT_OPTS", ""), oldest))
+    join = corpus["join"]
+    code, doc = _rehearse(capsys, monkeypatch, join, join.parent / "input", "join", "--python", python)
+    assert (code, doc["outcome"], doc["spark_version"]) == (1, Outcome.SPARK_REFUSED, oldest), doc
+    assert doc["error"]["condition"] == "CANNOT_LOAD_STATE_STORE.CANNOT_READ_CHECKPOINT"
+    assert doc["error"]["remedy"] == CONDITIONS["CANNOT_LOAD_STATE_STORE.CANNOT_READ_CHECKPOINT"][1]
+    chain = corpus["long_chain"]
+    code, doc = _rehearse(
+        capsys, monkeypatch, chain, chain.parent / "input", "aggregation", "--python", python
+    )
+    assert (code, doc["outcome"], doc["restarts"]) == (1, Outcome.NOT_COMPARED, True), doc
+    assert doc["compare_error"]["condition"].startswith("CANNOT_LOAD_STATE_STORE")
 
 
 @pytest.mark.unit

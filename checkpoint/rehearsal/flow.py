@@ -85,8 +85,8 @@ def rehearse(
 def _verdict(
     scratch: Scratch, dest: Storage, answer: dict, keep: bool, seconds: dict[str, float]
 ) -> Rehearsal:
-    raw = answer.get("error")
-    error = SparkError.of(raw.get("condition"), raw.get("message", "")) if raw else None
+    error, compare_error = (SparkError.of(raw.get("condition"), raw.get("message", "")) if raw else None
+                            for raw in (answer.get("error"), answer.get("compare_error")))  # fmt: skip
     stores = tuple(StoreComparison(**s) for s in answer.get("stores", []))
     committed = bool(answer.get("committed"))
     gone = [str(p) for p in answer.get("input_gone", [])]
@@ -101,8 +101,9 @@ def _verdict(
         checkpoint=scratch.source,
         batch=scratch.batch,
         spark_version=str(answer.get("spark_version")),
-        outcome=outcome_of(error, committed, stores, bool(gone)),
+        outcome=outcome_of(error, committed, stores, bool(gone), compare_error),
         error=error,
+        compare_error=compare_error,
         input_gone=len(gone),
         input_gone_shown=tuple(gone[:3]),
         inputs=len(scratch.inputs),

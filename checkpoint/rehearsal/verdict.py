@@ -55,6 +55,11 @@ CONDITIONS: dict[str, tuple[str, str]] = {
         "the output mode is not one this query's operators support",
         "use the output mode the production query uses",
     ),
+    "CANNOT_LOAD_STATE_STORE.CANNOT_READ_CHECKPOINT": (
+        "a RocksDB snapshot's metadata is of a version this Spark does not read (format V2: Spark 4.0 "
+        "reads v2 only, and 4.1 and later write v1)",
+        "restart under Spark 4.1 or later; a rollback to 4.0 needs a new checkpoint",
+    ),
     "CANNOT_LOAD_STATE_STORE": (
         "Spark could not load a state store at the batch: a file it needs is missing or unreadable",
         "run `ckpt validate`: it names the file; a fork of an earlier batch rolls back past it",
@@ -79,6 +84,7 @@ class Outcome(StrEnum):
     STATE_DIFFERS = "state differs"
     SPARK_REFUSED = "Spark refused the restart"
     INPUT_GONE = "the source no longer holds the batch's input"
+    NOT_COMPARED = "restarts, but this Spark's state data source cannot read the state to compare"
     NOT_RUN = "the batch did not run"
 
 
@@ -147,6 +153,7 @@ class Rehearsal:
     spark_version: str
     outcome: Outcome
     error: SparkError | None
+    compare_error: SparkError | None  # why the state could not be read after a replay that ran
     input_gone: int  # of the `inputs` files the batch's file sources read, how many are gone
     input_gone_shown: tuple[str, ...]
     inputs: int
@@ -167,13 +174,17 @@ class Rehearsal:
     def as_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
         doc["outcome"] = str(self.outcome)
-        doc["restarts"] = self.outcome in (Outcome.EQUAL, Outcome.STATE_DIFFERS)
+        doc["restarts"] = self.outcome in (Outcome.EQUAL, Outcome.STATE_DIFFERS, Outcome.NOT_COMPARED)
         doc["seconds"] = {k: round(v, 2) for k, v in self.seconds.items()}
         return doc
 
 
 def outcome_of(
-    error: SparkError | None, committed: bool, stores: tuple[StoreComparison, ...], input_gone: bool
+    error: SparkError | None,
+    committed: bool,
+    stores: tuple[StoreComparison, ...],
+    input_gone: bool,
+    compare_error: SparkError | None = None,
 ) -> Outcome:
     if input_gone:
         return Outcome.INPUT_GONE
@@ -181,4 +192,6 @@ def outcome_of(
         return Outcome.INPUT_GONE if error.input_gone else Outcome.SPARK_REFUSED
     if not committed:
         return Outcome.NOT_RUN
+    if compare_error is not None:
+        return Outcome.NOT_COMPARED
     return Outcome.EQUAL if all(s.equal for s in stores) else Outcome.STATE_DIFFERS

@@ -51,6 +51,14 @@ def dedup_removed(spark):
     return _source(spark).groupBy("k").agg(F.count("*").alias("n")).writeStream.outputMode("update")
 
 
+def join(spark):
+    """The corpus's stream-stream join, its two inputs under REHEARSAL_INPUT."""
+    from testbed.corpus import stream_join
+
+    paths = {side: os.path.join(os.environ[INPUT], side) for side in ("left", "right")}
+    return stream_join(spark, paths, 1).writeStream.outputMode("append")
+
+
 def _list_state(spark, mode: str):
     rows = (
         _source(spark)
