@@ -95,11 +95,17 @@ def _gone(spark, paths: list[str]) -> list[str]:
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:  # Spark Connect: no driver JVM on this side to ask; the replay shows it
         return []
+    from py4j.protocol import Py4JJavaError
+
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     missing = []
     for path in paths:
-        located = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(path))
-        if not located.getFileSystem(hadoop).exists(located):
+        try:
+            located = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(path))
+            found = located.getFileSystem(hadoop).exists(located)
+        except Py4JJavaError:  # a name no file system of Spark's takes: its source cannot read it either
+            found = False
+        if not found:
             missing.append(path)
     return missing
 

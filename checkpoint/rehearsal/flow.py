@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint.analysis import look_at
-from checkpoint.errors import CheckpointError
 from checkpoint.format import FORMAT_VERSION_CONF
 from checkpoint.policy import POLICY
 from checkpoint.rehearsal.scratch import Scratch, scratch_fork
@@ -91,12 +90,12 @@ def _verdict(
     committed = bool(answer.get("committed"))
     gone = [str(p) for p in answer.get("input_gone", [])]
     fraction = chain = None
-    if committed:
-        try:  # what the next restarts read: the lineage after the batch, as the fleet ranks it
-            row = look_at("scratch", dest.url, None, POLICY, {})
+    if committed:  # what the next restarts read: the lineage after the batch, as the fleet ranks it
+        row = look_at("scratch", dest.url, None, POLICY, {})
+        if row.problem is None:
             fraction, chain = round(row.max_lineage_header_fraction, 4), row.max_chain_length
-        except CheckpointError as exc:
-            log.warning("%s: the lineage after the batch could not be read: %s", dest.url, exc)
+        else:
+            log.warning("%s: the lineage after the batch could not be read: %s", dest.url, row.problem)
     return Rehearsal(
         checkpoint=scratch.source,
         batch=scratch.batch,

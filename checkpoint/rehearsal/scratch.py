@@ -51,7 +51,9 @@ def scratch_fork(
         if n < 1:
             raise RehearsalRefused("batch 0 has no state before it: rehearse batch 1 or later", src.url)
         entry = head.batches[n].offset
-        assert entry is not None  # committed batches are planned: load_head pairs them
+        if entry is None:
+            raise RehearsalRefused(f"batch {n} has a commit and no offset file: nothing says what to replay",
+                                   src.url)  # fmt: skip
         forked = fork(src, request.dest, n - 1, check=check, workers=workers)
         planned = [f"offsets/{n}", *(f.rel for f in source_logs(src, n, first=n))]
         inputs: list[str] = []
