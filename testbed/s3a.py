@@ -5,9 +5,8 @@ sagemaker-pyspark 1.4.5 bundles hadoop-aws 3.3.1 and the AWS SDK bundle 1.11.901
 fetched once (sha256 checked against PyPI's own record), and the two jars are kept in the cache.
 
 That connector is older than the client it runs beside, which reads a few s3a durations with
-units ("60s") where 3.3.1 expects plain numbers, and names SDK v2 credential providers: COMPAT_CONF
-gives the durations as numbers, which 3.5.0 reads as the same, and a v1 provider. A deployment
-puts its own Spark's hadoop-aws on the classpath instead.
+units ("60s") where 3.3.1 expects plain numbers: COMPAT_CONF gives them as numbers, which 3.5.0
+reads as the same durations. A deployment puts its own Spark's hadoop-aws on the classpath instead.
 """
 
 from __future__ import annotations
@@ -30,11 +29,6 @@ COMPAT_CONF = {
     "spark.hadoop.fs.s3a.connection.ttl": "300000",  # ms
     "spark.hadoop.fs.s3a.threads.keepalivetime": "60",  # s
     "spark.hadoop.fs.s3a.multipart.purge.age": "86400",  # s
-    # 3.5.0's default chain names AWS SDK v2 classes, which 3.3.1's SDK v1 bundle lacks: a bucket
-    # given no keys of its own (credentials from the environment, as the CLI takes them) finds them
-    # through v1's class of the same role.
-    "spark.hadoop.fs.s3a.aws.credentials.provider": "com.amazonaws.auth."
-    "EnvironmentVariableCredentialsProvider",
 }
 
 

@@ -147,15 +147,28 @@ def test_the_input_of_the_batch_deleted_is_a_one_line_result(spark, corpus, priv
 
 def test_an_s3_checkpoint_is_rehearsed_on_a_local_scratch_and_only_read(s3, s3_copy_of, spark, corpus, capsys,
                                                                      monkeypatch) -> None:  # fmt: skip
-    """The scratch fork is local; Spark reads the original's state on S3 through s3a, reached as the
-    storage reaches the bucket; nothing inside the checkpoint is written (its lease lives beside it)."""
-    server, proxy, _ = s3
+    """The scratch fork is local; Spark reads the original's state on S3 through s3a, at the endpoint
+    the storage reaches the bucket by; nothing inside the checkpoint is written (its lease lives
+    beside it)."""
+    server, proxy, bucket = s3
     url = s3_copy_of("long_chain")
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     listing = server.filesystem().find
     before = listing(url)
+    # The credentials, as a deployment gives its Spark's s3a its own (this JVM may have started
+    # before the session fixture put them in the environment).
+    hadoop, prefix = spark.sparkContext._jsc.hadoopConfiguration(), f"fs.s3a.bucket.{bucket}."
+    given = {"access.key": server.access_key, "secret.key": server.secret_key,
+             "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"}  # fmt: skip
+    kept = {key: hadoop.get(prefix + key) for key in given}
+    for key, value in given.items():
+        hadoop.set(prefix + key, value)
     proxy.reset()
-    code, doc = _rehearse(capsys, monkeypatch, url, corpus["long_chain"].parent / "input", "aggregation")
+    try:
+        code, doc = _rehearse(capsys, monkeypatch, url, corpus["long_chain"].parent / "input", "aggregation")
+    finally:
+        for key, value in kept.items():
+            hadoop.unset(prefix + key) if value is None else hadoop.set(prefix + key, value)
     assert (code, doc["outcome"]) == (0, Outcome.EQUAL), doc
     assert doc["scratch"].startswith("/") and doc["stores"][0]["original_rows"] > 0
     root = url[len("s3://") :]
