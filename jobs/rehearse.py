@@ -25,7 +25,7 @@ from checkpoint.errors import RehearsalRefused
 from checkpoint.rehearsal import SparkRun
 from checkpoint.storage import Storage
 
-from .spark_session import reach, scoped_confs
+from .spark_session import another_python_env, reach, scoped_confs
 
 _KEYS_SHOWN = 5
 _RAISED = re.compile(r"^[\w.]*(Error|Exception)\b")
@@ -207,12 +207,9 @@ def in_process(session: Callable[[], Any], original: Storage | None = None) -> S
 def in_python(python: str, master: str) -> SparkRun:
     """The port on another interpreter (another PySpark: an upgrade or a rollback). It imports this
     project from the source tree it runs from, and needs the project's dependencies installed."""
-    project = Path(__file__).resolve().parent.parent
 
     def run(job: dict[str, Any]) -> dict[str, Any]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}  # fmt: skip
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(project), env.get("PYTHONPATH")) if p)
+        env = another_python_env()  # the user's own PYTHONPATH kept: their query's modules
         with tempfile.TemporaryDirectory(prefix="ckpt-rehearsal-job-") as folder:
             asked, answered = Path(folder) / "job.json", Path(folder) / "answer.json"
             asked.write_text(json.dumps({**job, "master": master}))

@@ -14,6 +14,7 @@ import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkpoint import crash
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from checkpoint.model import StoreId
 
 log = logging.getLogger(__name__)
+
+# The source tree this module runs from, which a child in another interpreter imports.
+_PROJECT = Path(__file__).resolve().parent.parent
 
 
 # The defaults of the state store as the product's users run it: RocksDB, changelog checkpointing,
@@ -59,6 +63,17 @@ def scoped_confs(spark, confs: dict[str, str]) -> Iterator[None]:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
+
+
+def another_python_env(keep_pythonpath: bool = True) -> dict[str, str]:
+    """The environment of a child run by another interpreter (another PySpark): this project
+    importable from its source tree, first on the path (after it, the caller's own path when
+    `keep_pythonpath`), and nothing that points Spark at this interpreter or installation."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME", "PYTHONPATH")}  # fmt: skip
+    kept = os.environ.get("PYTHONPATH") if keep_pythonpath else None
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT), kept) if p)
+    return env
 
 
 def local_session(

@@ -18,7 +18,7 @@ import dagster as dg
 from assets.checkpoints import INVENTORY_ASSET, LAST_REHEARSAL, REHEARSAL_BATCH, REHEARSAL_SPARK
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
-from checkpoint.rehearsal import Outcome, Rehearsal, rehearse
+from checkpoint.rehearsal import Rehearsal, rehearse
 from orchestration.queue import Kind, run_tags
 
 JOB = "rehearse_restart"
@@ -62,7 +62,7 @@ def rehearsal_metadata(result: Rehearsal) -> dict:
     pinned = "\n".join(f"- `{c.key}` = {c.pinned} (the session has {c.session}): Spark uses {c.pinned}"
                        for c in result.pinned)  # fmt: skip
     return {
-        "passed": result.outcome == Outcome.EQUAL,
+        "passed": result.passed,
         "outcome": str(result.outcome),
         "batch": result.batch,
         "spark_version": result.spark_version,
@@ -117,9 +117,9 @@ def rehearsal_job(queries: dict[str, RegisteredQuery]) -> dg.JobDefinition | Non
         metadata = rehearsal_metadata(result)
         # On the checkpoint's own page too: the last rehearsal, when and under which Spark.
         context.log_event(dg.AssetObservation(INVENTORY, partition=key, metadata={
-            LAST_REHEARSAL: "passed" if metadata["passed"] else f"failed: {result.outcome}",
+            LAST_REHEARSAL: "passed" if result.passed else f"failed: {result.outcome}",
             REHEARSAL_SPARK: result.spark_version, REHEARSAL_BATCH: result.batch}))  # fmt: skip
-        if not metadata["passed"]:
+        if not result.passed:
             why = f": {result.error.condition}" if result.error and result.error.condition else ""
             raise dg.Failure(
                 description=f"{key}: batch {result.batch}: {result.outcome}{why}", metadata=metadata

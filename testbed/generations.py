@@ -10,13 +10,13 @@ s3a jars are. In it, this project's own corpus generator writes `SCENARIOS`, and
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from jobs.spark_session import another_python_env
 from testbed import jvm
 from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
 from testbed.corpus import MANIFEST, cache_home, cache_lock
@@ -39,16 +39,12 @@ PACKAGES = ("fsspec", "humanfriendly", "pandas", "pyarrow", "protobuf", "grpcio"
 # Bump when how the checkpoints are written changes: it keys the caches of what the venvs wrote.
 GENERATOR_VERSION = 2
 
-_PROJECT = Path(__file__).resolve().parent.parent
-
 
 def child_env(spark_version: str | None = None) -> dict[str, str]:
     """The environment of a child in another venv: this project importable from the source tree,
     nothing that points Spark at this venv's interpreter or installation, and the suite's JVM
     options (`testbed.jvm`) as the child's Spark, `spark_version`, names them."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
-                                                             "SPARK_HOME", "PYTHONPATH")}  # fmt: skip
-    env["PYTHONPATH"] = str(_PROJECT)
+    env = another_python_env(keep_pythonpath=False)
     if spark_version and "SPARK_SUBMIT_OPTS" in env:
         env["SPARK_SUBMIT_OPTS"] = jvm.for_version(env["SPARK_SUBMIT_OPTS"], spark_version)
     return env

@@ -23,7 +23,6 @@ class Scratch:
     """What the rehearsal replays: batch N of `source`, planned in `url`."""
 
     source: str
-    url: str
     batch: int
     pinned: dict[str, str]  # the confs batch N's offsets pin, which Spark applies over the session's
     stores: tuple[tuple[int, str], ...]  # (operator, store name), as the operator metadata names them
@@ -67,7 +66,6 @@ def scratch_fork(
                  forked.files + len(planned))  # fmt: skip
     return Scratch(
         source=src.url,
-        url=request.dest.url,
         batch=n,
         pinned=dict(entry.conf),
         stores=tuple((r.operator, r.store) for r in state_readers(head)),

@@ -168,8 +168,12 @@ class Rehearsal:
     seconds: dict[str, float]
 
     @property
+    def passed(self) -> bool:
+        return self.outcome == Outcome.EQUAL
+
+    @property
     def exit_code(self) -> int:
-        return 0 if self.outcome == Outcome.EQUAL else 1
+        return 0 if self.passed else 1
 
     def as_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
