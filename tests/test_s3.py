@@ -703,6 +703,23 @@ def test_a_fork_reads_what_recovery_reads_not_the_history(s3, s3_histories) -> N
     assert results["small"].files == results["big"].files
 
 
+def test_a_rehearsal_scratch_reads_what_recovery_reads_not_the_history(s3, s3_histories, tmp_path) -> None:
+    """The rehearsal's scratch fork (at N-1, with N's offsets and source logs) from S3 to local disk:
+    the same requests for two checkpoints that differ only in history."""
+    from checkpoint.rehearsal import scratch_fork
+    from checkpoint.safety import Request, taken_at_once
+
+    _, proxy, _ = s3
+    counts, files = {}, {}
+    for name, url in s3_histories.items():
+        proxy.reset()
+        request = Request(Storage(url, _via_proxy(s3)), Storage(str(tmp_path / name)), taken_at_once("tests"))
+        scratch = scratch_fork(request)
+        counts[name], files[name] = proxy.counts(), scratch.fork.files + scratch.planned_files
+    assert counts["small"] == counts["big"] and counts["small"]["GetObject"] > 0, counts
+    assert files["small"] == files["big"]
+
+
 def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_control(
     s3, spark, corpus, corpus_root, tmp_path
 ) -> None:
