@@ -17,6 +17,7 @@ from xml.sax.saxutils import escape
 import dagster as dg
 import humanfriendly
 import pandas as pd
+from pydantic import Field
 
 from assets import markdown
 from assets.checkpoints import (
@@ -40,9 +41,11 @@ from checkpoint.analysis import (
     needs_attention,
     ranked,
     shown,
+    spark_line,
     totals,
     unreadable_row,
 )
+from checkpoint.errors import UnknownSparkVersion
 from checkpoint.model import each_checkpoint
 from checkpoint.policy import POLICY, Policy
 
@@ -56,7 +59,18 @@ _COLUMNS = [  # (name, Dagster column type) of the table shown in the UI
     ("live", "bool"), ("errors", "string"), ("warnings", "string"), ("max_chain", "int"),
     ("chain_store", "string"), ("header_of_cap", "float"), ("reclaimable", "string"),
     ("last_compaction", "string"), ("last_cleanup", "string"), ("last_rehearsal", "string"),
+    ("restarts_on_target", "string"),
 ]  # fmt: skip
+
+
+class FleetReportConfig(dg.Config):
+    """What a Launchpad run may ask besides the deployment's setting: only reads, never a root."""
+
+    target_spark: str = Field(
+        default="",
+        description="Also tell whether this Spark (4.0 to 4.3) restarts each checkpoint; default: the "
+        "deployment's CKPT_TARGET_SPARK",
+    )
 
 
 def _when(timestamp: float) -> str:
@@ -179,7 +193,9 @@ def _int(record, key: str, name: str) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def _rows(roots: CheckpointRootsResource, keys: list[str], history: _History) -> list[FleetRow]:
+def _rows(
+    roots: CheckpointRootsResource, keys: list[str], history: _History, target: str | None
+) -> list[FleetRow]:
     """Every checkpoint's row, side by side (`each_checkpoint`: threads on object stores, worker
     processes on local disks), most urgent first."""
     policy = roots.policy()
@@ -188,7 +204,7 @@ def _rows(roots: CheckpointRootsResource, keys: list[str], history: _History) ->
     for key in keys:
         name, rel = parse_partition_key(key)
         options = roots.root(name).storage_options
-        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key)))
+        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target))
     latency_bound = any(s.backend.latency_bound for s in storages.values())
     return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound, timed_out=_timed_out), policy)
 
@@ -198,7 +214,7 @@ def _look(item: tuple) -> FleetRow:
 
 
 def _timed_out(item: tuple, timeout: float) -> FleetRow:
-    key, url, _, _, known = item
+    key, url, _, _, known, _ = item
     return unreadable_row(key, url, f"no answer in {timeout:g} s: the look was abandoned", **known)
 
 
@@ -224,6 +240,7 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
                 "last_compaction": r.last_compaction or "never",
                 "last_cleanup": r.last_cleanup or "never",
                 "last_rehearsal": r.last_rehearsal or "never",
+                "restarts_on_target": r.readiness.label if r.readiness else "-",
             }
         )  # fmt: skip
         for r in rows
@@ -246,14 +263,21 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
     ],
 )  # fmt: skip
 def checkpoint_fleet_report(
-    context: dg.AssetExecutionContext, roots: CheckpointRootsResource
+    context: dg.AssetExecutionContext, config: FleetReportConfig, roots: CheckpointRootsResource
 ) -> Iterator[dg.Output | dg.AssetCheckResult]:
     """One row per checkpoint: latest batch and its age, live or stopped, findings, the longest replay
-    chain, lineage-header headroom, reclaimable bytes, and the last compaction and cleanup."""
+    chain, lineage-header headroom, reclaimable bytes, the last compaction, cleanup and rehearsal,
+    and with a target Spark whether it restarts there (docs/format.md, upgrade readiness)."""
+    target = config.target_spark or roots.target_spark
+    if target:
+        try:
+            target = spark_line(target)
+        except UnknownSparkVersion as exc:
+            raise dg.Failure(str(exc)) from exc
     keys = sorted(context.instance.get_dynamic_partitions(CHECKPOINTS))
-    rows = _rows(roots, keys, _History(context.instance, keys))
+    rows = _rows(roots, keys, _History(context.instance, keys), target or None)
     context.log.info(f"read {len(rows)} checkpoints head-first")
-    fleet = totals(rows)
+    fleet = totals(rows, target or None)
     chart = _write_chart(context, rows, roots)
     frame = pd.DataFrame([r.as_dict() for r in rows])
     # The UI shows the most urgent rows of each kind of need; every row is in the file (a table
@@ -267,6 +291,7 @@ def checkpoint_fleet_report(
             "longest_chain": fleet.longest_chain,
             "reclaimable_bytes": fleet.reclaimable_bytes,
             "worst_header_fraction": round(fleet.worst_header_fraction, 4),
+            **_readiness_metadata(fleet.readiness),
             "fleet": _table(table_rows),
             "rows_not_shown": len(rows) - len(table_rows),
             "shown_per_need": dg.MetadataValue.md(markdown.table(("need", "rows shown"), per_need.items())),
@@ -300,6 +325,15 @@ def checkpoint_fleet_report(
         severity=dg.AssetCheckSeverity.ERROR if level == Severity.ERROR else dg.AssetCheckSeverity.WARN,
         metadata={"worst_fraction": round(fraction, 4), "checkpoint": worst.key if worst else "none"},
     )
+
+
+def _readiness_metadata(counts: dict) -> dict:
+    """The counts under the target Spark (`totals`), when one was asked."""
+    if not counts:
+        return {}
+    return {"target_spark": counts["target"], "restart_on_target": counts["yes"],
+            "refused_on_target": counts["no"], "unknown_on_target": counts["unknown"],
+            "actions_refused_on_target": dg.MetadataValue.json(counts["actions_refused"])}  # fmt: skip
 
 
 def _write_chart(context: dg.AssetExecutionContext, rows: list[FleetRow], roots) -> Path:

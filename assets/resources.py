@@ -121,6 +121,10 @@ class CheckpointRootsResource(dg.ConfigurableResource):
     audit_url: str | None = Field(
         default=None, description="Plans and outcomes; default _ckpt_audit beside each"
     )
+    target_spark: str | None = Field(
+        default=None,
+        description="The fleet view also tells whether this Spark (4.0 to 4.3) restarts each checkpoint",
+    )
     audit_storage_options: dict[str, Any] | None = Field(
         default=None, description="For audit_url; default: the options of the checkpoint's root"
     )

@@ -149,6 +149,10 @@ class RehearsalRefused(Refused):
     """A restart rehearsal that cannot start: no batch to replay, a query that is not one."""
 
 
+class UnknownSparkVersion(Refused):
+    """A Spark version the upgrade-readiness rules do not cover (`analysis.readiness`)."""
+
+
 class LeaseHeld(Refused):
     """Another action holds the checkpoint's lease: nothing was done."""
 

@@ -6,9 +6,18 @@ import argparse
 import functools
 from typing import Any
 
-from checkpoint.analysis import FleetRow, look_at, needs_attention, printable, ranked, unreadable_row
+from checkpoint.analysis import (
+    FleetRow,
+    look_at,
+    needs_attention,
+    printable,
+    ranked,
+    spark_line,
+    totals,
+    unreadable_row,
+)
 from checkpoint.cleanup import AuditTrail, plan_gc
-from checkpoint.errors import CheckpointError, GcError
+from checkpoint.errors import CheckpointError, GcError, UnknownSparkVersion
 from checkpoint.model import each_checkpoint, scan
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
@@ -27,24 +36,26 @@ def fleet(args: argparse.Namespace) -> Result:
     cleanup = None if args.no_cleanup_plan else ("fresh" if args.plan else "newest")
     rows = ranked(
         each_checkpoint(
-            functools.partial(_row, cleanup=cleanup), found, latency_bound=latency_bound, timed_out=_timed_out
-        )  # fmt: skip
-    )
+            functools.partial(_row, cleanup=cleanup, target=args.target_spark), found,
+            latency_bound=latency_bound, timed_out=_timed_out,
+        )
+    )  # fmt: skip
     attention = printable([(a.row.url, a.reason, a.action) for a in needs_attention(rows)])
     code = EXIT_FINDINGS if any(r.errors for r in rows) else 0
-    return Result(
-        {"checkpoints": [r.as_dict() for r in rows]}, lambda d: render.fleet_text(d, attention), code
-    )
+    doc: dict[str, Any] = {"checkpoints": [r.as_dict() for r in rows]}
+    if args.target_spark:
+        doc["readiness"] = totals(rows, args.target_spark).readiness
+    return Result(doc, lambda d: render.fleet_text(d, attention), code)
 
 
-def _row(url: str, cleanup: str | None) -> FleetRow:
+def _row(url: str, cleanup: str | None, target: str | None = None) -> FleetRow:
     """One checkpoint's row; module-level, with plain arguments, so that a worker process can be
     given it."""
     try:
         known = {} if cleanup is None else _reclaimable(url, fresh=cleanup == "fresh")
     except CheckpointError as exc:  # its audit trail cannot be read: a row that says so
         return unreadable_row(url, url, str(exc))
-    return look_at(url, url, None, POLICY, known)
+    return look_at(url, url, None, POLICY, known, target)
 
 
 def _timed_out(url: str, timeout: float) -> FleetRow:
@@ -77,4 +88,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "trail, with its age")  # fmt: skip
     p.add_argument("--no-cleanup-plan", action="store_true",
                    help="show no reclaimable bytes at all")  # fmt: skip
+    p.add_argument("--target-spark", type=_line, metavar="VERSION",
+                   help="also whether Spark VERSION (4.0 to 4.3) restarts each checkpoint, from its metadata "
+                   "(docs/format.md, upgrade readiness), and a count")  # fmt: skip
     p.set_defaults(run=fleet)
+
+
+def _line(version: str) -> str:
+    try:
+        return spark_line(version)
+    except UnknownSparkVersion as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc

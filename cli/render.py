@@ -98,16 +98,35 @@ def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
     rows = doc["checkpoints"]
     if not rows:
         return "no checkpoints found"
-    table = [
+    counts = doc.get("readiness")
+    # With a target Spark, a last column: whether it restarts each (`Readiness.label`).
+    restarts = [((r["readiness"] or {}).get("label") or "unknown: unreadable",) if counts else ()
+                for r in rows]  # fmt: skip
+    table: list[tuple] = [
         (r["url"], r["state_format"] or "-", r["latest_committed_batch"], r["live"],
          ",".join(r["errors"]) or "-", ",".join(r["warnings"]) or "-", r["max_chain_length"],
          f"{r['max_lineage_header_fraction']:.0%}",
-         _reclaimable(r["reclaimable_bytes"], r["reclaimable_planned_at"]))
-        for r in rows
+         _reclaimable(r["reclaimable_bytes"], r["reclaimable_planned_at"]), *on)
+        for r, on in zip(rows, restarts, strict=True)
     ]  # fmt: skip
-    header = ("checkpoint", "state", "batch", "live", "errors", "warnings", "chain", "header", "reclaimable")
+    header: tuple[str, ...] = (
+        "checkpoint", "state", "batch", "live", "errors", "warnings", "chain", "header", "reclaimable"
+    )  # fmt: skip
+    if counts:
+        header += (f"on {counts['target']}",)
     items = [f"{i}. {url}: {reason}; {action}" for i, (url, reason, action) in enumerate(attention, 1)]
-    return "\n".join([_table(table, header), "", "Needs attention, most urgent first:"]
+    lines = [_table(table, header), ""]
+    if counts:
+        lines += [f"Spark {counts['target']} restarts {counts['yes']} of {len(rows)} checkpoints; "
+                  f"{counts['no']} not, {counts['unknown']} cannot be told (docs/format.md, upgrade "
+                  "readiness)"]  # fmt: skip
+        if refused := counts["actions_refused"]:
+            lines.append(
+                f"Under Spark {counts['target']} this project would refuse: "
+                + ", ".join(f"{action} ({n} checkpoints)" for action, n in refused.items())
+            )
+        lines.append("")
+    return "\n".join(lines + ["Needs attention, most urgent first:"]
                      + (items or ["nothing: every checkpoint is healthy"]))  # fmt: skip
 
 
@@ -260,6 +279,9 @@ def rehearse_text(doc: Doc) -> str:
     for c in doc["pinned"]:
         lines.append(f"pinned conf {c['key']} = {c['pinned']} (the session has {c['session']}): Spark uses "
                      f"{c['pinned']}")  # fmt: skip
+    if foreseen := doc["foreseen"]:
+        lines.append(f"the upgrade readiness table (docs/format.md) for Spark {foreseen['target']}: "
+                     f"{foreseen['label']}")  # fmt: skip
     if doc["max_header_fraction"] is not None:
         lines.append(f"after the batch: {doc['max_header_fraction']:.0%} of the lineage header cap, longest "
                      f"chain {doc['max_chain_length']}")  # fmt: skip

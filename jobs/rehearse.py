@@ -136,7 +136,11 @@ def _named(exc: BaseException) -> dict[str, str | None]:
             continue
         if condition:
             break
-    return {"condition": condition, "message": str(exc)}
+    # PySpark's own exception keeps the JVM's chain apart: its causes say what an uncategorized
+    # failure was (a state store load's AUTO_SNAPSHOT_REPAIR_FAILED under CANNOT_LOAD_STATE_STORE).
+    causes = [line for line in str(getattr(exc, "_stackTrace", "") or "").splitlines()
+              if line.startswith("Caused by: ")]  # fmt: skip
+    return {"condition": condition, "message": "\n".join([str(exc), *causes])}
 
 
 def _load(spark, url: str, job: dict, operator: int, store: str):

@@ -73,6 +73,8 @@ def rehearsal_metadata(result: Rehearsal) -> dict:
         "stores": dg.MetadataValue.md(stores or "(not compared)"),
         "pinned_confs": dg.MetadataValue.md(pinned or "(none differ)"),
         "max_header_fraction": result.max_header_fraction,
+        # What the upgrade readiness table said of this Spark before the run (docs/format.md).
+        "readiness_table": result.foreseen.label if result.foreseen else "",
         "fork_files": result.fork_files,
         "seconds": dg.MetadataValue.json(result.as_dict()["seconds"]),
     }

@@ -28,8 +28,24 @@ def conditions_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def readiness_table() -> str:
+    """Every upgrade-readiness rule: what the metadata shows, which Spark refuses it, and the
+    rehearsals that proved it (`tests/test_readiness.py`)."""
+    from checkpoint.analysis.readiness import NO_RULE_PROOF, ONE_WAY, RULES
+
+    head = ("rule", "the checkpoint's metadata shows", "does not restart under", "Spark says", "remedy",
+            "proven by a rehearsal")  # fmt: skip
+    rows = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    cells = [(f"`{r.key}`", r.shows, ", ".join(r.refused_by), r.spark_says, r.remedy, r.proof) for r in RULES]
+    rows += ["| " + " | ".join(c) + " |" for c in cells]
+    rest = f"(restarts under 4.0 to 4.3; format V2 under 4.0 restarts {ONE_WAY})"
+    rows.append(f"| none | none of the above | {rest} | | | {NO_RULE_PROOF} |")
+    return "\n".join(rows) + "\n"
+
+
 # page -> (marker, renderer): the text between `<!-- generated: <marker> -->` and `<!-- end -->`
-GENERATED = {"findings.md": ("findings", findings_table), "rehearse.md": ("conditions", conditions_table)}
+GENERATED = {"findings.md": ("findings", findings_table), "rehearse.md": ("conditions", conditions_table),
+             "format.md": ("readiness", readiness_table)}  # fmt: skip
 
 
 def _block(marker: str) -> re.Pattern[str]:

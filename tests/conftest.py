@@ -185,7 +185,7 @@ _TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spa
 # runs after these.
 _LONGEST_FIRST = ("test_orchestration_e2e", "test_generations", "test_project", "test_migrate", "test_s3",
                   "test_repartition", "test_gc_live", "test_compaction", "test_default_formats", "test_fork",
-                  "test_gc_memory", "test_commit_sensor", "test_lease")  # fmt: skip
+                  "test_readiness", "test_gc_memory", "test_commit_sensor", "test_lease")  # fmt: skip
 
 
 # The corpora a cold cache generates, by the fixture that needs each (used directly or through

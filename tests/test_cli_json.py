@@ -65,6 +65,7 @@ def _commands(place, corpus, tmp_path) -> dict[str, list[str]]:
         "validate": ["validate", str(chain)],
         "scan": ["scan", str(tmp_path / "root")],
         "fleet": ["fleet", str(tmp_path / "root"), "--plan"],
+        "fleet_target": ["fleet", str(tmp_path / "root"), "--no-cleanup-plan", "--target-spark", "4.1"],
         "gc": [
             "gc",
             str(killed),

@@ -116,14 +116,17 @@ def test_the_table_shows_every_kind_of_need_whatever_the_errors_number() -> None
     assert sum(r.key.startswith("ok") for r in few) == 9 and few_counts["healthy"] == "9 of 81"
 
 
-def _report(root: Path, before=None):
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(root))])
+def _report(root: Path, before=None, target: str | None = None, run_config: dict | None = None):
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(root))], target_spark=target)
     keys = sorted(roots.discover("f"))
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", keys)
         if before is not None:
             before(instance, roots)
-        result = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
+        result = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots},
+                                run_config=run_config, raise_on_error=False)  # fmt: skip
+        if run_config and not result.success:  # a Launchpad run's config that the asset refuses
+            return keys, result, {}
         assert result.success
         (mat,) = result.asset_materializations_for_node("checkpoint_fleet_report")
         meta = {k: v.value for k, v in mat.metadata.items()}
@@ -195,6 +198,36 @@ def test_the_report_shows_the_most_urgent_rows_and_files_every_row(fleet_root, m
     broken = every.set_index("key").loc["f:teams/broken"]
     assert broken["last_cleanup"].endswith(": FAILED") and "CHAIN" in broken["errors"]
     assert "5 checkpoints by their longest replay chain" in meta["chart"]
+
+
+def test_the_report_tells_which_checkpoints_the_target_spark_restarts(fleet_root) -> None:
+    """The deployment's target (CKPT_TARGET_SPARK), or a Launchpad run's: a column and the counts.
+    Under 4.0, the aggregations on changelogs restart (one way: 4.0's snapshots are read by no later
+    Spark) and the one on snapshots this Spark wrote does not (docs/format.md, upgrade readiness)."""
+    _, meta, _ = _report(fleet_root, target="4.0")
+    said = {r.data["checkpoint"]: r.data["restarts_on_target"] for r in meta["fleet"].records}
+    assert said.pop("f:orders") == "no: snapshot-metadata-v1"
+    assert set(said.values()) == {"yes, one way"}
+    counts = {
+        k: meta[k] for k in ("target_spark", "restart_on_target", "refused_on_target", "unknown_on_target")
+    }
+    assert counts == {
+        "target_spark": "4.0",
+        "restart_on_target": 4,
+        "refused_on_target": 1,
+        "unknown_on_target": 0,
+    }
+    assert meta["actions_refused_on_target"] == {"compact": 5, "repartition": 5}
+    launched = {"ops": {"checkpoint_fleet_report": {"config": {"target_spark": "4.3.0"}}}}
+    _, meta, _ = _report(fleet_root, target="4.0", run_config=launched)
+    assert (meta["target_spark"], meta["restart_on_target"]) == ("4.3", 5)
+    _, meta, _ = _report(fleet_root)
+    assert "target_spark" not in meta and {r.data["restarts_on_target"] for r in meta["fleet"].records} == {
+        "-"
+    }
+    launched["ops"]["checkpoint_fleet_report"]["config"]["target_spark"] = "3.5"
+    _, failed, _ = _report(fleet_root, run_config=launched)
+    assert not failed.success and "cover Spark 4.0, 4.1, 4.2, 4.3" in str(failed.get_step_failure_events())
 
 
 def test_the_fleet_checks_pass_or_warn_at_the_right_level(fleet_root, tmp_path) -> None:

@@ -4,7 +4,6 @@ Spark's own checks answer; the checkpoint rehearsed on is never written."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,7 @@ from cli.main import main
 from testbed.copying import copy_checkpoint
 from testbed.restart import latest_batch
 from tests.support.files import files_of
-from tests.support.rehearsal import CHECKPOINT, INPUT
-
-QUERIES = "tests.support.rehearsal"
-
-
-def _rehearse(
-    capsys, monkeypatch, checkpoint: Path, inputs: Path, query: str, *more: str
-) -> tuple[int, dict]:
-    monkeypatch.setenv(INPUT, str(inputs))
-    monkeypatch.setenv(CHECKPOINT, str(checkpoint))
-    capsys.readouterr()
-    code = main(["rehearse", str(checkpoint), "--query", f"{QUERIES}:{query}", "--json", *more])
-    return code, json.loads(capsys.readouterr().out)
+from tests.support.rehearsal import INPUT, QUERIES, rehearsed
 
 
 @pytest.fixture
@@ -53,8 +40,11 @@ def test_unchanged_code_under_the_same_spark_replays_to_equal_state(
     while it copies."""
     source = request.getfixturevalue(which)[name]
     checkpoint, before = private(source)
-    code, doc = _rehearse(capsys, monkeypatch, checkpoint, source.parent / "input", "lease_taken")
+    scratch_dir = checkpoint.parent / "not" / "yet"  # made as `mkdir -p` would, and left empty
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, source.parent / "input", "lease_taken",
+                          "--scratch-dir", str(scratch_dir))  # fmt: skip
     assert (code, doc["outcome"], doc["error"]) == (0, Outcome.EQUAL, None), doc
+    assert scratch_dir.is_dir() and not any(scratch_dir.iterdir())
     assert doc["batch"] == latest_batch(checkpoint) and doc["restarts"] and doc["stores"]
     assert all(s["original_rows"] == s["rehearsal_rows"] > 0 and not s["keys"] for s in doc["stores"])
     assert doc["max_header_fraction"] is not None and doc["spark_version"] == spark.version
@@ -66,7 +56,7 @@ def test_a_grouping_key_of_another_type_is_spark_schema_error_with_its_remedy(
     spark, corpus, private, capsys, monkeypatch
 ) -> None:
     checkpoint, before = private(corpus["long_chain"])
-    code, doc = _rehearse(
+    code, doc = rehearsed(
         capsys, monkeypatch, checkpoint, corpus["long_chain"].parent / "input", "key_type_changed"
     )
     assert (code, doc["outcome"], doc["restarts"]) == (1, Outcome.SPARK_REFUSED, False)
@@ -85,7 +75,7 @@ def test_a_stateful_operator_added_or_removed_is_named(
     spark, corpus, private, capsys, monkeypatch, name, query
 ):
     checkpoint, before = private(corpus[name])
-    code, doc = _rehearse(capsys, monkeypatch, checkpoint, corpus[name].parent / "input", query)
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, corpus[name].parent / "input", query)
     assert (code, doc["outcome"]) == (1, Outcome.SPARK_REFUSED)
     assert doc["error"]["condition"] == "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA"
     assert files_of(checkpoint) == before
@@ -94,9 +84,9 @@ def test_a_stateful_operator_added_or_removed_is_named(
 def test_transform_with_state_in_another_output_mode_is_named(spark, corpus, private, capsys, monkeypatch):
     checkpoint, before = private(corpus["list_state"])
     inputs = corpus["list_state"].parent / "input"
-    code, doc = _rehearse(capsys, monkeypatch, checkpoint, inputs, "list_state")
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, inputs, "list_state")
     assert (code, doc["outcome"]) == (0, Outcome.EQUAL), doc
-    code, doc = _rehearse(capsys, monkeypatch, checkpoint, inputs, "list_state_append")
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, inputs, "list_state_append")
     assert (code, doc["outcome"]) == (1, Outcome.SPARK_REFUSED)
     assert doc["error"]["condition"] == "STATE_STORE_INVALID_CONFIG_AFTER_RESTART"
     assert "outputMode from Update to Append" in doc["error"]["message"]
@@ -113,7 +103,7 @@ def test_a_changed_filter_is_a_state_difference_in_rows_and_a_pinned_conf_is_rep
     pinned = json.loads((checkpoint / "offsets" / "31").read_text().splitlines()[1])["conf"]
     other = str(int(pinned["spark.sql.shuffle.partitions"]) + 3)
     inputs = corpus["long_chain"].parent / "input"
-    code, doc = _rehearse(capsys, monkeypatch, checkpoint, inputs, "filter_changed", "--batch", "31",
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, inputs, "filter_changed", "--batch", "31",
                           "--conf", f"spark.sql.shuffle.partitions={other}")  # fmt: skip
     assert (code, doc["outcome"], doc["error"], doc["restarts"]) == (1, Outcome.STATE_DIFFERS, None, True)
     [store] = doc["stores"]
@@ -133,7 +123,7 @@ def test_the_input_of_the_batch_deleted_is_a_one_line_result(spark, corpus, priv
     log.write_text(log.read_text().replace(gone, "deleted-by-retention.json"))
     before = files_of(checkpoint)
     inputs = corpus["long_chain"].parent / "input"
-    code, doc = _rehearse(capsys, monkeypatch, checkpoint, inputs, "aggregation")
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, inputs, "aggregation")
     assert (code, doc["outcome"], doc["input_gone"], doc["inputs"]) == (1, Outcome.INPUT_GONE, 1, 1)
     assert doc["input_gone_shown"][0].endswith("/deleted-by-retention.json") and not doc["stores"]
     assert doc["pinned"] == [] and doc["error"] is None  # the query never started
@@ -165,7 +155,7 @@ def test_an_s3_checkpoint_is_rehearsed_on_a_local_scratch_and_only_read(s3, s3_c
         hadoop.set(prefix + key, value)
     proxy.reset()
     try:
-        code, doc = _rehearse(capsys, monkeypatch, url, corpus["long_chain"].parent / "input", "aggregation")
+        code, doc = rehearsed(capsys, monkeypatch, url, corpus["long_chain"].parent / "input", "aggregation")
     finally:
         for key, value in kept.items():
             hadoop.unset(prefix + key) if value is None else hadoop.set(prefix + key, value)
@@ -187,64 +177,7 @@ def test_refusals_come_before_anything_is_copied(corpus, private, capsys, monkey
         assert code == 2 and why in capsys.readouterr().err
     assert files_of(checkpoint) == before
     with pytest.raises(SystemExit):
-        _rehearse(capsys, monkeypatch, checkpoint, inputs, "aggregation", "--conf", "no-equals-sign")
-
-
-@pytest.mark.slow
-def test_an_upgrade_and_a_rollback_between_spark_4_1_and_4_3(spark, written_by, corpus, private, capsys,
-                                                            monkeypatch) -> None:  # fmt: skip
-    """A checkpoint PySpark 4.1.4 wrote, rehearsed under this Spark (4.3, the upgrade), and one this
-    Spark wrote, rehearsed under 4.1.4 with `--python` (the rollback): both restart with equal state."""
-    from testbed.corpus import cache_home
-    from testbed.generations import RELEASES, python_of
-
-    older = RELEASES["4.1"]
-    scenario = written_by(older) / "long_chain"
-    checkpoint, _ = private(scenario / "checkpoint")
-    # Its generator wrote it in a folder renamed afterwards: its source logs name the input there.
-    code, doc = _rehearse(capsys, monkeypatch, checkpoint, scenario / "input", "aggregation")
-    assert (code, doc["outcome"], doc["input_gone"]) == (1, Outcome.INPUT_GONE, 1), doc
-    moved = (f"{scenario.parent.name}.partial/", f"{scenario.parent.name}/")
-    for log in (checkpoint / "sources" / "0").iterdir():
-        if log.name.startswith("."):  # Hadoop's checksum of the old bytes: it reads a file without one
-            log.unlink()
-        else:
-            log.write_text(log.read_text().replace(*moved))
-    before = files_of(checkpoint)
-    code, doc = _rehearse(capsys, monkeypatch, checkpoint, scenario / "input", "aggregation")
-    assert (code, doc["outcome"], doc["spark_version"]) == (0, Outcome.EQUAL, spark.version), doc
-    assert files_of(checkpoint) == before
-    mine = corpus["long_chain"]
-    python = str(python_of(cache_home(), older))
-    code, doc = _rehearse(capsys, monkeypatch, mine, mine.parent / "input", "aggregation", "--python", python)
-    assert (code, doc["outcome"], doc["spark_version"]) == (0, Outcome.EQUAL, older), doc
-
-
-@pytest.mark.slow
-def test_a_rollback_to_spark_4_0_is_refused_where_it_cannot_read_the_snapshots(
-    spark, corpus, capsys, monkeypatch
-) -> None:
-    """Under PySpark 4.0.5: a join on RocksDB snapshots this Spark wrote is refused (4.0 reads zip
-    metadata v2 only), named with its remedy; an aggregation whose stores are changelogs only
-    restarts, but 4.0's state data source cannot read format V2 state, so the state is not compared."""
-    from testbed import jvm
-    from testbed.corpus import cache_home
-    from testbed.generations import RELEASES, python_of
-
-    oldest = RELEASES["4.0"]
-    python = str(python_of(cache_home(), oldest))
-    monkeypatch.setenv("SPARK_SUBMIT_OPTS", jvm.for_version(os.environ.get("SPARK_SUBMIT_OPTS", ""), oldest))
-    join = corpus["join"]
-    code, doc = _rehearse(capsys, monkeypatch, join, join.parent / "input", "join", "--python", python)
-    assert (code, doc["outcome"], doc["spark_version"]) == (1, Outcome.SPARK_REFUSED, oldest), doc
-    assert doc["error"]["condition"] == "CANNOT_LOAD_STATE_STORE.CANNOT_READ_CHECKPOINT"
-    assert doc["error"]["remedy"] == CONDITIONS["CANNOT_LOAD_STATE_STORE.CANNOT_READ_CHECKPOINT"][1]
-    chain = corpus["long_chain"]
-    code, doc = _rehearse(
-        capsys, monkeypatch, chain, chain.parent / "input", "aggregation", "--python", python
-    )
-    assert (code, doc["outcome"], doc["restarts"]) == (1, Outcome.NOT_COMPARED, True), doc
-    assert doc["compare_error"]["condition"].startswith("CANNOT_LOAD_STATE_STORE")
+        rehearsed(capsys, monkeypatch, checkpoint, inputs, "aggregation", "--conf", "no-equals-sign")
 
 
 @pytest.mark.unit
@@ -257,6 +190,17 @@ def test_the_condition_that_says_why_is_found_inside_the_query_failure() -> None
     sub = SparkError.of(None, "[CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS] gone")
     assert (sub.condition, sub.remedy) == ("CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS",
                                            CONDITIONS["CANNOT_LOAD_STATE_STORE"][1])  # fmt: skip
+    # An uncategorized load failure: its cause says why, unless no cause is one the table knows.
+    chain = (
+        "[STREAM_FAILED] ... [CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading."
+        "\nCaused by: org.apache.spark.SparkException: [CANNOT_LOAD_STATE_STORE.AUTO_SNAPSHOT_REPAIR_"
+        "FAILED] Failed to load snapshot version 4\nCaused by: java.lang.IllegalStateException: lineage"
+    )
+    repair = SparkError.of("STREAM_FAILED", chain)
+    assert repair.condition == "CANNOT_LOAD_STATE_STORE.AUTO_SNAPSHOT_REPAIR_FAILED"
+    assert repair.message.endswith("Failed to load snapshot version 4")
+    alone = SparkError.of("STREAM_FAILED", chain.split("\n")[0] + "\nCaused by: java.io.IOException: x")
+    assert alone.condition == "CANNOT_LOAD_STATE_STORE.UNCATEGORIZED"
     unknown = SparkError.of(None, "[SOMETHING_NEW] words")
     assert (unknown.condition, unknown.remedy) == ("SOMETHING_NEW", "see Spark's message")
     assert SparkError.of(None, "[KAFKA_DATA_LOSS.START_OFFSET_RESET] lost").input_gone
@@ -298,6 +242,7 @@ def test_the_dagster_job_rehearses_a_partition_with_a_registered_query_only(
             e.event_specific_data.metadata for e in passed.all_events if e.event_type_value == "STEP_OUTPUT"
         ]
         assert (meta["passed"].value, meta["outcome"].value) == (True, str(Outcome.EQUAL))
+        assert meta["readiness_table"].value == "yes"
         assert meta["spark_version"].value == spark.version
         refused = launch(instance, "orders-next")
         assert not refused.success

@@ -608,7 +608,8 @@ def test_a_download_is_one_ranged_get_per_chunk_and_catches_a_wrong_size(s3, tmp
 
 def test_the_fleet_report_sends_requests_per_checkpoint_not_per_file(s3) -> None:
     """50 synthetic checkpoints, 5 of them with nearly three times the files of the others: the
-    report costs each what one checkpoint of either kind costs alone."""
+    report costs each what one checkpoint of either kind costs alone, and no request more when it
+    also tells whether a target Spark restarts each (the snapshots' metadata is read anyway)."""
     import dagster as dg
 
     from assets.fleet import checkpoint_fleet_report
@@ -623,11 +624,10 @@ def test_the_fleet_report_sends_requests_per_checkpoint_not_per_file(s3) -> None
         for i in range(count):
             content.update({f"{bucket}/fleet/{name}-{i:03d}/{rel}": data for rel, data in files.items()})
     server.filesystem().pipe(content)
-    roots = CheckpointRootsResource(
-        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/fleet", storage_options=_root_options(s3))]
-    )
+    root = CheckpointRoot(name="s3", url=f"s3://{bucket}/fleet", storage_options=_root_options(s3))
 
-    def report(keys: list[str]):
+    def report(keys: list[str], target: str | None = None):
+        roots = CheckpointRootsResource(roots=[root], target_spark=target)
         with dg.instance_for_test() as instance:
             instance.add_dynamic_partitions("checkpoints", keys)
             proxy.reset()
@@ -635,10 +635,12 @@ def test_the_fleet_report_sends_requests_per_checkpoint_not_per_file(s3) -> None
             assert result.success
             (mat,) = result.asset_materializations_for_node("checkpoint_fleet_report")
             assert mat.metadata["checkpoints"].value == len(keys)
+            assert target is None or mat.metadata["restart_on_target"].value == len(keys)
             return proxy.counts()
 
     small, big = report(["s3:small-000"]), report(["s3:big-000"])
     assert small == big and small["GetObject"] > 0, (small, big)
+    assert report(["s3:big-000"], target="4.1") == big
     everything = report(sorted(f"s3:{n}-{i:03d}" for n, (_, count) in kinds.items() for i in range(count)))
     # One PUT a report, whatever the fleet: the whole table's CSV in the audit root.
     assert small["PutObject"] == everything["PutObject"] == 1, (small, everything)

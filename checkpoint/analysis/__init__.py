@@ -1,6 +1,7 @@
 """What the model says: the finding codes (`findings`) and the checks that find them (`checks`:
 `validate`), what names the stores (`stores`), the documents `--json` and Dagster show
-(`report`), the fleet's ranking (`fleet`), and which Spark wrote a store (`generation`)."""
+(`report`), the fleet's ranking (`fleet`), which Spark wrote a store (`generation`), and which
+Spark can restart a checkpoint (`readiness`)."""
 
 from checkpoint.analysis.checks import (
     Category,
@@ -23,6 +24,7 @@ from checkpoint.analysis.fleet import (
     unreadable_row,
 )
 from checkpoint.analysis.generation import PROVEN_SPARKS, unproven_writer
+from checkpoint.analysis.readiness import LINES, RULES, Facts, Readiness, readiness_of, spark_line
 from checkpoint.analysis.report import (
     human_bytes,
     inspect_summary,
@@ -37,8 +39,12 @@ __all__ = [
     "Category",
     "Finding",
     "FindingCode",
+    "Facts",
     "FleetRow",
+    "LINES",
     "PROVEN_SPARKS",
+    "RULES",
+    "Readiness",
     "Severity",
     "Validation",
     "ValidationOptions",
@@ -52,7 +58,9 @@ __all__ = [
     "look_at",
     "needs_attention",
     "ranked",
+    "readiness_of",
     "shown",
+    "spark_line",
     "scan_entry",
     "totals",
     "unproven_writer",

@@ -8,8 +8,8 @@ the replay chains whole: lz4/zstd block checksums and the `.crc` sidecars.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from checkpoint.analysis.findings import CODES as CODES
@@ -50,6 +50,9 @@ class ValidationOptions:
 class Validation:
     findings: tuple[Finding, ...]
     lineage: tuple[StoreLineage, ...]
+    # The metadata version of every zip the snapshot checks read, by its path: the Spark that wrote
+    # each (`analysis.readiness`), without a second read.
+    snapshot_versions: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -80,6 +83,7 @@ def validate(
         findings += _log_findings(ckpt)
         findings += _path_findings(ckpt)
     lineage: list[StoreLineage] = []
+    versions: dict[str, int] = {}
     if not ckpt.states.spark and ckpt.operators and Category.LINEAGE in categories:
         unknown = _finding(FindingCode.UNKNOWN_PROVIDER, ckpt.storage.full("offsets"),
                            f"the state store provider {ckpt.provider_class} is not Spark's: its state files "
@@ -91,10 +95,10 @@ def validate(
             for entry in lineage:
                 findings += _lineage_findings(ckpt, entry, options)
         if Category.SNAPSHOT in categories:
-            findings += _snapshot_findings(ckpt, lineage)
+            findings += _snapshot_findings(ckpt, lineage, versions)
             if options.deep:
                 findings += _deep_findings(ckpt, lineage)
-    return Validation(tuple(findings), tuple(lineage))
+    return Validation(tuple(findings), tuple(lineage), versions)
 
 
 def _fork_findings(ckpt: Checkpoint) -> Iterable[Finding]:
@@ -322,7 +326,9 @@ def _spans_of(versions: list[int]) -> str:
     )
 
 
-def _snapshot_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
+def _snapshot_findings(
+    ckpt: Checkpoint, lineage: list[StoreLineage], versions: dict[str, int]
+) -> Iterable[Finding]:
     """Every zip Spark could load for the latest batch: each one the committed lineages name. The
     HDFS-backed store's snapshots and deltas are read whole by recovery: here only an empty one is
     told (what the listing says); `deep` reads them."""
@@ -342,7 +348,7 @@ def _snapshot_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterabl
             if zf is None or zf.rel in checked:
                 continue
             checked.add(zf.rel)
-            yield from _zip_findings(ckpt, zf, ssts)
+            yield from _zip_findings(ckpt, zf, ssts, versions)
 
 
 def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
@@ -359,7 +365,9 @@ _UNREADABLE = {
 }
 
 
-def _zip_findings(ckpt: Checkpoint, zf: CheckpointFile, ssts: dict[str, CheckpointFile]) -> Iterable[Finding]:
+def _zip_findings(
+    ckpt: Checkpoint, zf: CheckpointFile, ssts: dict[str, CheckpointFile], versions: dict[str, int]
+) -> Iterable[Finding]:
     path = ckpt.storage.full(zf.rel)
     try:
         snap: Snapshot = ckpt.read_snapshot(zf)
@@ -372,6 +380,7 @@ def _zip_findings(ckpt: Checkpoint, zf: CheckpointFile, ssts: dict[str, Checkpoi
     except CheckpointError as exc:
         yield _finding(FindingCode.ZIP_METADATA_INVALID, path, str(exc))
         return
+    versions[zf.rel] = snap.metadata.version
     folder = zf.rel.rsplit("/", 1)[0]
     for ref in snap.metadata.sst_files:
         found = ssts.get(ref.dfs_name)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.analysis.checks import FindingCode, Severity, ValidationOptions, validate
+from checkpoint.analysis.readiness import Facts, Readiness, readiness_of
 from checkpoint.analysis.report import human_bytes
 from checkpoint.errors import CheckpointError
 from checkpoint.format import LINEAGE_HEADER_CAP
@@ -42,6 +43,7 @@ class FleetRow:
     last_rehearsal: str | None = None  # when, the verdict and the Spark of the newest restart rehearsal
     problem: str | None = None  # why the checkpoint could not be read
     state_format: str | None = None  # `Checkpoint.state_format`; None when unreadable
+    readiness: Readiness | None = None  # under the target Spark asked for; None: none asked, or unreadable
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -62,14 +64,21 @@ class FleetRow:
             "last_rehearsal": self.last_rehearsal,
             "problem": self.problem,
             "state_format": self.state_format,
+            "readiness": None if self.readiness is None else self.readiness.as_dict(),
         }
 
 
 def fleet_row(
-    key: str, ckpt: Checkpoint, policy: Policy = POLICY, now: float | None = None, **known: Any
+    key: str,
+    ckpt: Checkpoint,
+    policy: Policy = POLICY,
+    now: float | None = None,
+    target: str | None = None,
+    **known: Any,
 ) -> FleetRow:
     """The row of a checkpoint loaded head-first (`strict=False`); `known` fills the fields the
-    model cannot know (reclaimable_bytes, last_compaction, last_cleanup)."""
+    model cannot know (reclaimable_bytes, last_compaction, last_cleanup). With `target` (a line of
+    `readiness.LINES`), whether that Spark restarts it, from what the validation read."""
     now = time.time() if now is None else now
     options = ValidationOptions(
         long_chain_threshold=policy.long_chain, header_cap_ratio=policy.header_cap_ratio
@@ -94,17 +103,26 @@ def fleet_row(
             (e.lineage_header_bytes / LINEAGE_HEADER_CAP for e in validation.lineage), default=0.0
         ),
         state_format=ckpt.state_format,
+        readiness=None
+        if target is None
+        else readiness_of(Facts.of(ckpt, validation.lineage, validation.snapshot_versions), target),
         **known,
     )
 
 
 def look_at(
-    key: str, url: str, storage_options: dict[str, Any] | None, policy: Policy, known: dict
+    key: str,
+    url: str,
+    storage_options: dict[str, Any] | None,
+    policy: Policy,
+    known: dict,
+    target: str | None = None,
 ) -> FleetRow:
     """The row of one checkpoint read head-first, or, when it cannot be read, a row that says why.
     Plain arguments, so that a worker process can be given it (`discovery.each_checkpoint`)."""
     try:
-        return fleet_row(key, load_head(Storage(url, storage_options), strict=False), policy, **known)
+        ckpt = load_head(Storage(url, storage_options), strict=False)
+        return fleet_row(key, ckpt, policy, target=target, **known)
     except CheckpointError as exc:  # one unreadable checkpoint is a row, never the end
         return unreadable_row(key, url, str(exc), **known)
 
@@ -241,12 +259,15 @@ class FleetTotals:
     reclaimable_bytes: int
     worst_header_fraction: float
     codes: dict[str, int] = field(default_factory=dict)
+    # Under the target Spark: how many restart there ("yes"), do not ("no"), and cannot be told
+    # ("unknown", the unreadable included); empty when no target was asked.
+    readiness: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def totals(rows: list[FleetRow]) -> FleetTotals:
+def totals(rows: list[FleetRow], target: str | None = None) -> FleetTotals:
     codes: dict[str, int] = {}
     for row in rows:
         for code in row.errors + row.warnings:
@@ -258,4 +279,15 @@ def totals(rows: list[FleetRow]) -> FleetTotals:
         reclaimable_bytes=sum(r.reclaimable_bytes or 0 for r in rows),
         worst_header_fraction=max((r.max_lineage_header_fraction for r in rows), default=0.0),
         codes=dict(sorted(codes.items())),
+        readiness={} if target is None else _readiness_counts(rows, target),
     )
+
+
+def _readiness_counts(rows: list[FleetRow], target: str) -> dict[str, Any]:
+    answers = [None if r.readiness is None else r.readiness.restarts for r in rows]
+    refused: dict[str, int] = {}
+    for r in rows:
+        for action in r.readiness.actions_refused if r.readiness else ():
+            refused[action] = refused.get(action, 0) + 1
+    return {"target": target, "yes": answers.count(True), "no": answers.count(False),
+            "unknown": answers.count(None), "actions_refused": refused}  # fmt: skip

@@ -12,3 +12,6 @@ FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
 CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+# How ListState values are merged: `2` (pinned by 4.2 and later) delimits each element by its length.
+MERGE_OPERATOR_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
+JOIN_STATE_FORMAT_CONF = "spark.sql.streaming.join.stateFormatVersion"

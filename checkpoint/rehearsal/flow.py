@@ -12,8 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from checkpoint.analysis import look_at
+from checkpoint.analysis import Facts, Readiness, look_at, readiness_of, spark_line, validate
+from checkpoint.errors import CheckpointError, UnknownSparkVersion
 from checkpoint.format import FORMAT_VERSION_CONF
+from checkpoint.model import load_head
 from checkpoint.policy import POLICY
 from checkpoint.rehearsal.scratch import Scratch, scratch_fork
 from checkpoint.rehearsal.verdict import (
@@ -39,7 +41,9 @@ def job_for(scratch: Scratch, original: Storage, dest: Storage, query: str, conf
         "original": original.spark_url,
         "scratch": dest.spark_url,
         "batch": scratch.batch,
-        "conf": dict(conf),
+        # The offsets do not pin the format: a deployment restarts a checkpoint in the one it was
+        # written in (Spark 4.0 refuses a V1 commit log in a V2 session), unless `--conf` says else.
+        "conf": {FORMAT_VERSION_CONF: str(scratch.format_version), **conf},
         "stores": [list(s) for s in scratch.stores],
         "raw_rows": scratch.raw_rows,
         "inputs": list(scratch.inputs),
@@ -65,15 +69,18 @@ def rehearse(
     local scratch folder, removed afterwards unless `keep`."""
     seconds: dict[str, float] = {}
     t = time.monotonic()
+    if scratch_dir is not None:  # the user's choice of where: made as `mkdir -p` would
+        Path(scratch_dir).mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="ckpt-rehearsal-", dir=scratch_dir))
     dest = Storage(str(folder / "checkpoint"))
     try:
         scratch = scratch_fork(Request(src, dest, take), batch, workers=workers)
+        facts = _facts(dest)
         seconds["fork"] = time.monotonic() - t
         t = time.monotonic()
         answer = run(job_for(scratch, src, dest, query, conf or {}))
         seconds["spark"] = time.monotonic() - t
-        return _verdict(scratch, dest, answer, keep, seconds)
+        return _verdict(scratch, dest, answer, keep, seconds, facts)
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)  # this run's own folder, made above
@@ -81,8 +88,27 @@ def rehearse(
             log.info("scratch kept at %s", dest.url)
 
 
+def _facts(dest: Storage) -> Facts | None:
+    """What the readiness rules read in the scratch before Spark runs: what the restart loads."""
+    try:
+        ckpt = load_head(dest, strict=False)
+        checked = validate(ckpt)
+    except CheckpointError as exc:
+        log.warning("%s: the upgrade readiness rules could not read it: %s", dest.url, exc)
+        return None
+    return Facts.of(ckpt, checked.lineage, checked.snapshot_versions)
+
+
+def _foreseen(facts: Facts | None, spark_version: str) -> Readiness | None:
+    """What the readiness table says of this restart, for a Spark whose line it covers."""
+    try:
+        return None if facts is None else readiness_of(facts, spark_line(spark_version))
+    except UnknownSparkVersion:  # a Spark the rules do not cover: the rehearsal is the only answer
+        return None
+
+
 def _verdict(
-    scratch: Scratch, dest: Storage, answer: dict, keep: bool, seconds: dict[str, float]
+    scratch: Scratch, dest: Storage, answer: dict, keep: bool, seconds: dict[str, float], facts: Facts | None
 ) -> Rehearsal:
     error, compare_error = (SparkError.of(raw.get("condition"), raw.get("message", "")) if raw else None
                             for raw in (answer.get("error"), answer.get("compare_error")))  # fmt: skip
@@ -116,4 +142,5 @@ def _verdict(
         fork_files=scratch.fork.files + scratch.planned_files,
         fork_bytes=scratch.fork.total_bytes,
         seconds=seconds,
+        foreseen=_foreseen(facts, str(answer.get("spark_version"))),
     )

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from checkpoint.analysis import Readiness
+
 NEW_CHECKPOINT = "start the query on a new checkpoint (its state starts empty), or keep the old code"
+_READINESS = "`ckpt fleet --target-spark VERSION` tells, docs/format.md"
 
 # Spark's error conditions a restart meets (error-conditions.json of spark-common-utils): the cause in
 # a user's words, and what to do. A condition not here is reported with Spark's own message.
@@ -57,8 +60,13 @@ CONDITIONS: dict[str, tuple[str, str]] = {
     ),
     "CANNOT_LOAD_STATE_STORE.CANNOT_READ_CHECKPOINT": (
         "a RocksDB snapshot's metadata is of a version this Spark does not read (format V2: Spark 4.0 "
-        "reads v2 only, and 4.1 and later write v1)",
-        "restart under Spark 4.1 or later; a rollback to 4.0 needs a new checkpoint",
+        "writes and reads v2 only, 4.1 and later v1 only)",
+        f"restart under the release line that wrote the snapshots ({_READINESS}); else {NEW_CHECKPOINT}",
+    ),
+    "CANNOT_LOAD_STATE_STORE.AUTO_SNAPSHOT_REPAIR_FAILED": (
+        "no snapshot at the batch loads, nor an older one Spark could replay forward from: snapshots of "
+        "another release line (format V2: 4.0 writes v2 metadata, 4.1 and later v1), or files missing",
+        f"`ckpt validate` names missing files; {_READINESS} tells which Spark reads the snapshots",
     ),
     "CANNOT_LOAD_STATE_STORE": (
         "Spark could not load a state store at the batch: a file it needs is missing or unreadable",
@@ -76,6 +84,7 @@ _INPUT_GONE = ("FAILED_READ_FILE.FILE_NOT_EXIST", "KAFKA_DATA_LOSS", "java.io.Fi
                "OffsetOutOfRangeException")  # fmt: skip
 
 _WRAPPERS = ("STREAM_FAILED",)
+_UNCATEGORIZED = ".UNCATEGORIZED"
 _CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z][A-Z0-9_]*)*)\]")
 
 
@@ -98,9 +107,12 @@ class SparkError:
     @staticmethod
     def of(condition: str | None, message: str) -> SparkError:
         """The condition that says why: a query's failure (`STREAM_FAILED`) wraps the restart's own
-        condition, which its message names in brackets; the first one this table knows wins."""
+        condition, which its message names in brackets, and `message` may go on with the causes;
+        the first one this table knows wins, an uncategorized one only when no other is known."""
         named = [c for c in (condition, *_CONDITION.findall(message)) if c and c not in _WRAPPERS]
-        known = next((c for c in named if c in CONDITIONS or c.split(".")[0] in CONDITIONS), None)
+        knowns = [c for c in named if c in CONDITIONS or c.split(".")[0] in CONDITIONS]
+        # An uncategorized load failure names its reason in a cause (the message's "Caused by:").
+        known = next((c for c in knowns if not c.endswith(_UNCATEGORIZED)), next(iter(knowns), None))
         found = known or next(iter(named), condition)
         # From the condition's own words on: not the wrapper's query and run ids.
         start = message.find(f"[{found}]") if found else -1
@@ -166,10 +178,16 @@ class Rehearsal:
     fork_files: int
     fork_bytes: int
     seconds: dict[str, float]
+    # What the upgrade readiness table says of a restart under this Spark, told before it ran.
+    foreseen: Readiness | None = None
 
     @property
     def passed(self) -> bool:
         return self.outcome == Outcome.EQUAL
+
+    @property
+    def restarts(self) -> bool:
+        return self.outcome in (Outcome.EQUAL, Outcome.STATE_DIFFERS, Outcome.NOT_COMPARED)
 
     @property
     def exit_code(self) -> int:
@@ -178,7 +196,8 @@ class Rehearsal:
     def as_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
         doc["outcome"] = str(self.outcome)
-        doc["restarts"] = self.outcome in (Outcome.EQUAL, Outcome.STATE_DIFFERS, Outcome.NOT_COMPARED)
+        doc["restarts"] = self.restarts
+        doc["foreseen"] = None if self.foreseen is None else self.foreseen.as_dict()
         doc["seconds"] = {k: round(v, 2) for k, v in self.seconds.items()}
         return doc
 

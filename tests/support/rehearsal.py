@@ -4,7 +4,9 @@ from REHEARSAL_INPUT, as a deployment reads its source from its own configuratio
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 from pyspark.sql import functions as F
 
@@ -12,6 +14,21 @@ from testbed.corpus import INPUT_SCHEMA, ListCollector
 
 INPUT = "REHEARSAL_INPUT"
 CHECKPOINT = "REHEARSAL_CHECKPOINT"  # for `lease_taken`
+QUERIES = __name__
+
+
+def rehearsed(
+    capsys, monkeypatch, checkpoint: Path, inputs: Path, query: str, *more: str
+) -> tuple[int, dict]:
+    """`ckpt rehearse CHECKPOINT --query tests.support.rehearsal:QUERY --json MORE...` in this
+    process, on `inputs`: its exit code and its document."""
+    from cli.main import main
+
+    monkeypatch.setenv(INPUT, str(inputs))
+    monkeypatch.setenv(CHECKPOINT, str(checkpoint))
+    capsys.readouterr()
+    code = main(["rehearse", str(checkpoint), "--query", f"{QUERIES}:{query}", "--json", *more])
+    return code, json.loads(capsys.readouterr().out)
 
 
 def _source(spark):
@@ -87,3 +104,10 @@ def lease_taken(spark):
 
     with lease_for(Storage(os.environ[CHECKPOINT]), "a test, during the rehearsal").acquire():
         return aggregation(spark)
+
+
+def dedup_aggregation(spark):
+    """The corpus's dropDuplicates then count, unchanged."""
+    from testbed.corpus import dedup_then_aggregation
+
+    return dedup_then_aggregation(spark, {"": os.environ[INPUT]}).writeStream.outputMode("update")
