@@ -45,9 +45,11 @@ from checkpoint.analysis import (
     totals,
     unreadable_row,
 )
-from checkpoint.errors import UnknownSparkVersion
+from checkpoint.cleanup import AuditTrail, with_held
+from checkpoint.errors import CheckpointError, UnknownSparkVersion
 from checkpoint.model import each_checkpoint
 from checkpoint.policy import POLICY, Policy
+from checkpoint.storage import Storage
 
 _PLAN, _COMPACTION, _CLEANUP = "checkpoint_orphan_plan", "checkpoint_compaction", "checkpoint_orphan_cleanup"
 _COMPACTION_JOBS: tuple[str, ...] = ("compact_checkpoints", "checkpoint_maintenance")
@@ -59,7 +61,7 @@ _COLUMNS = [  # (name, Dagster column type) of the table shown in the UI
     ("live", "bool"), ("errors", "string"), ("warnings", "string"), ("max_chain", "int"),
     ("chain_store", "string"), ("header_of_cap", "float"), ("reclaimable", "string"),
     ("last_compaction", "string"), ("last_cleanup", "string"), ("last_rehearsal", "string"),
-    ("restarts_on_target", "string"),
+    ("restarts_on_target", "string"), ("dormant_since", "string"),
 ]  # fmt: skip
 
 
@@ -75,6 +77,20 @@ class FleetReportConfig(dg.Config):
 
 def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _idle(row: FleetRow) -> str:
+    if row.idle_since is None:
+        return "-"
+    notes = [
+        note
+        for note in (
+            "stopped mid-batch" if row.stopped_mid_batch_since is not None else None,
+            None if row.bytes_held is None else f"{human_bytes(row.bytes_held)} held",
+        )
+        if note
+    ]
+    return _when(row.idle_since) + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _reclaimable(row: FleetRow) -> str:
@@ -204,17 +220,27 @@ def _rows(
     for key in keys:
         name, rel = parse_partition_key(key)
         options = roots.root(name).storage_options
-        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target))
+        url = storages[name].child(rel).url
+        try:
+            audit = roots.audit_location(key)
+        except CheckpointError:  # no audit trail beside it (the top of a bucket): its held bytes not known
+            audit = None
+        looks.append((key, url, options, policy, history.known(key), target, audit))
     latency_bound = any(s.backend.latency_bound for s in storages.values())
     return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound, timed_out=_timed_out), policy)
 
 
 def _look(item: tuple) -> FleetRow:
-    return look_at(*item)
+    key, url, options, policy, known, target, audit = item
+    row = look_at(key, url, options, policy, known, target)
+    # A dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail.
+    if row.idle_since is None or audit is None:
+        return row
+    return with_held(row, Storage(url, options), AuditTrail(*audit))
 
 
 def _timed_out(item: tuple, timeout: float) -> FleetRow:
-    key, url, _, _, known, _ = item
+    key, url, _, _, known, _, _ = item
     return unreadable_row(key, url, f"no answer in {timeout:g} s: the look was abandoned", **known)
 
 
@@ -241,6 +267,7 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
                 "last_cleanup": r.last_cleanup or "never",
                 "last_rehearsal": r.last_rehearsal or "never",
                 "restarts_on_target": r.readiness.label if r.readiness else "-",
+                "dormant_since": _idle(r),
             }
         )  # fmt: skip
         for r in rows
@@ -291,6 +318,9 @@ def checkpoint_fleet_report(
             "longest_chain": fleet.longest_chain,
             "reclaimable_bytes": fleet.reclaimable_bytes,
             "worst_header_fraction": round(fleet.worst_header_fraction, 4),
+            "dormant_checkpoints": fleet.dormant,
+            "stopped_mid_batch_checkpoints": fleet.stopped_mid_batch,
+            "dormant_bytes": fleet.dormant_bytes,
             **_readiness_metadata(fleet.readiness),
             "fleet": _table(table_rows),
             "rows_not_shown": len(rows) - len(table_rows),

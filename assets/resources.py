@@ -121,6 +121,11 @@ class CheckpointRootsResource(dg.ConfigurableResource):
     audit_url: str | None = Field(
         default=None, description="Plans and outcomes; default _ckpt_audit beside each"
     )
+    dormant_after: str = Field(
+        default=duration_text(POLICY.dormant_seconds),
+        description="A checkpoint with no commit and no offset for this long is dormant: the commit sensor "
+        "looks at it rarely, the fleet view shows it",
+    )
     target_spark: str | None = Field(
         default=None,
         description="The fleet view also tells whether this Spark (4.0 to 4.3) restarts each checkpoint",
@@ -195,13 +200,17 @@ class CheckpointRootsResource(dg.ConfigurableResource):
 
     def audit_trail(self, key: str) -> AuditTrail:
         """Where a checkpoint's plans and outcomes go; the root's credentials reach it unless told."""
+        return AuditTrail(*self.audit_location(key))
+
+    def audit_location(self, key: str) -> tuple[str, dict[str, Any] | None]:
+        """`audit_trail`'s URL and storage options, as plain values a worker process is handed."""
         root = self.root(parse_partition_key(key)[0])
         url = self.audit_url or AuditTrail.default_for(self.checkpoint_storage(key).url)
         options = self.audit_storage_options
         if options is None:
             same_store = scheme_of(url) == scheme_of(root.url)
             options = root.storage_options if same_store else {}
-        return AuditTrail(url, options)
+        return url, options
 
     def in_place(self, context: StepContext, key: str, *, retry: bool = True) -> InPlace:
         """The request of a step that changes the checkpoint `key`. Its door takes the checkpoint's
@@ -261,6 +270,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             long_chain=self.long_chain_threshold,
             grace_seconds=parse_duration(self.grace),
             quiet_seconds=parse_duration(self.quiet_period),
+            dormant_seconds=parse_duration(self.dormant_after),
         )
 
     def compaction_thresholds(self) -> dict[str, Any]:

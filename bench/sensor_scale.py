@@ -13,9 +13,12 @@ them, against a real Dagster instance. Reported, each with the command's figures
 - an idle tick against a bare listing of every `commits/` folder (`os.listdir`, the faster of one
   at a time and 32 at once), in this process: the ratio (target at most 3);
 - `ckpt fleet` and the fleet asset against the same bare listing (target at most 20), and this
-  process's peak RSS after the asset.
+  process's peak RSS after the asset;
+- with `--dormant F`, last: an idle round once a share F of the fleet is dormant (its commits dated
+  past the dormancy period), against an idle round of the same fleet all alive just before, in
+  this process (target at most 0.4 at F = 0.7).
 
-    python -m bench.sensor_scale [--checkpoints 1000] [--budget 30] [--root DIR]
+    python -m bench.sensor_scale [--checkpoints 1000] [--budget 30] [--root DIR] [--dormant 0.7]
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ def _write(root: Path, count: int, versions: int) -> None:
     for i in range(count):
         folder = root / f"team-{i % 40:02d}" / f"query-{i:05d}"
         if not (folder / "metadata").exists():
-            synthetic.write_local(folder, synthetic.iter_files(1, versions, window=3, snapshot_every=5))
+            # Stopped two hours ago: past the quiet period, far from dormant (`--dormant` makes some so).
+            files = synthetic.iter_files(1, versions, window=3, snapshot_every=5)
+            synthetic.write_local(folder, files, time.time() - 7200)
     print(f"fleet: {count} checkpoints under {root} ({time.monotonic() - started:.0f} s to write)")
 
 
@@ -104,6 +109,7 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=30.0, help="the commit sensor's tick budget (s)")
     parser.add_argument("--root", type=Path, help="where the fleet is written (kept for a re-run)")
     parser.add_argument("--idle-ticks", type=int, default=3)
+    parser.add_argument("--dormant", type=float, default=0.0, help="the share of the fleet made dormant last")
     args = parser.parse_args()
     os.environ["CKPT_COMMIT_SENSOR_BUDGET"] = str(args.budget)
 
@@ -157,6 +163,60 @@ def main() -> None:
             newer = synthetic.iter_files(1, 10, window=3, snapshot_every=5)
             synthetic.write_local(root / key.split(":", 1)[1], newer, time.time())
         tick(cursor, f"busy tick ({len(busy)} new commits)")
+        if args.dormant:
+            _dormant_round(tick, root, keys, args.dormant, args.idle_ticks)
+
+
+def _dormant_round(tick, root: Path, keys: list[str], share: float, ticks: int) -> None:
+    """Idle rounds all alive, then with `share` of the checkpoints dormant (spread over the fleet):
+    each round one tick (the budget covers the fleet), the best of `ticks`. A cursor of its own, so
+    that no checkpoint is taken for dormant before. Measured: the round's looks (one listing of
+    `commits/` each: what grows with the fleet, and what a round costs in requests on S3) and the
+    whole tick, which adds Dagster's own per-tick work (resources, the instance's queries)."""
+    from checkpoint.policy import POLICY
+    from orchestration import sensors
+
+    spent = {"looks": 0, "seconds": 0.0}
+    plain = sensors.look_within
+
+    def timed(order, *args, **kwargs):
+        began = time.monotonic()
+        done = plain(order, *args, **kwargs)
+        spent["seconds"] += time.monotonic() - began
+        spent["looks"] += len(done)
+        return done
+
+    sensors.look_within = timed
+    _dated(root, keys, time.time() - 7200)
+    cursor = tick(tick(None, "all alive: first sight"), "all alive: the first idle look")
+
+    def best(label: str) -> tuple[float, float, int]:
+        nonlocal cursor
+        rounds = []
+        for n in range(ticks):
+            spent.update(looks=0, seconds=0.0)
+            began = time.monotonic()
+            cursor = tick(cursor, f"{label}, idle tick {n + 1}")
+            rounds.append((time.monotonic() - began, spent["seconds"], spent["looks"]))
+        return min(rounds)
+
+    alive = best("all alive")
+    dormant = [k for i, k in enumerate(keys) if (i * 7919) % 1000 < share * 1000]
+    _dated(root, dormant, time.time() - POLICY.dormant_seconds - 86400)
+    cursor = tick(cursor, f"{len(dormant)} of {len(keys)} dormant: the look that finds them")
+    rare = best(f"{len(dormant)} dormant")
+    print(f"idle round with {len(dormant) / len(keys):.0%} of the fleet dormant against all alive, in "
+          f"this run: looks {rare[2]} / {alive[2]} ({rare[2] / alive[2]:.2f}), their time {rare[1]:.3f} s / "
+          f"{alive[1]:.3f} s ({rare[1] / alive[1]:.2f}; target <= 0.4), the whole tick {rare[0]:.2f} s / "
+          f"{alive[0]:.2f} s ({rare[0] / alive[0]:.2f})")  # fmt: skip
+
+
+def _dated(root: Path, keys: list[str], when: float) -> None:
+    """The logs of `keys`' checkpoints written at `when`: what dormancy is told by."""
+    for key in keys:
+        for log in ("commits", "offsets"):
+            for f in (root / key.split(":", 1)[1] / log).iterdir():
+                os.utime(f, (when, when))
 
 
 if __name__ == "__main__":

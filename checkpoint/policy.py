@@ -27,6 +27,11 @@ class Policy:
     # for stopped.
     quiet_seconds: float = 3600
     min_quiet_seconds: float = 15 * 60
+    # A checkpoint with no commit and no offset for this long is dormant (DORMANT; STOPPED_MID_BATCH
+    # when its newest batch was planned and never committed): its query is stopped or gone.
+    dormant_seconds: float = 7 * 86400
+    # The commit sensor looks at a dormant checkpoint once per this long, not every tick.
+    dormant_look_seconds: float = 86400
     # How long a maintenance lease outlives a holder that stopped renewing it (killed with -9):
     # until then, every other action on the checkpoint refuses or waits.
     lease_ttl_seconds: float = 600

@@ -35,6 +35,12 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def add_dormant_after(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dormant-after", type=duration, default=POLICY.dormant_seconds, metavar="DURATION",
+                   help="a checkpoint with no commit and no offset for this long is dormant (default "
+                   f"{duration_text(POLICY.dormant_seconds)})")  # fmt: skip
+
+
 def leased(args: argparse.Namespace, storage: Storage, what: str) -> Lease:
     """The checkpoint's maintenance lease for a command that changes it, taken before it plans."""
     return lease_for(storage, owner=f"ckpt {what}", ttl=args.lease_ttl).acquire(wait=args.wait)

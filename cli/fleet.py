@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 from typing import Any
 
@@ -16,14 +17,14 @@ from checkpoint.analysis import (
     totals,
     unreadable_row,
 )
-from checkpoint.cleanup import AuditTrail, plan_gc
+from checkpoint.cleanup import AuditTrail, plan_gc, with_held
 from checkpoint.errors import CheckpointError, GcError, UnknownSparkVersion
 from checkpoint.model import each_checkpoint, scan
-from checkpoint.policy import POLICY
+from checkpoint.policy import POLICY, Policy
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, Result
+from .common import EXIT_FINDINGS, Result, add_dormant_after
 
 
 def fleet(args: argparse.Namespace) -> Result:
@@ -36,7 +37,8 @@ def fleet(args: argparse.Namespace) -> Result:
     cleanup = None if args.no_cleanup_plan else ("fresh" if args.plan else "newest")
     rows = ranked(
         each_checkpoint(
-            functools.partial(_row, cleanup=cleanup, target=args.target_spark), found,
+            functools.partial(_row, cleanup=cleanup, target=args.target_spark,
+                              policy=dataclasses.replace(POLICY, dormant_seconds=args.dormant_after)), found,
             latency_bound=latency_bound, timed_out=_timed_out,
         )
     )  # fmt: skip
@@ -48,14 +50,24 @@ def fleet(args: argparse.Namespace) -> Result:
     return Result(doc, lambda d: render.fleet_text(d, attention), code)
 
 
-def _row(url: str, cleanup: str | None, target: str | None = None) -> FleetRow:
+def _row(url: str, cleanup: str | None, target: str | None = None, policy: Policy = POLICY) -> FleetRow:
     """One checkpoint's row; module-level, with plain arguments, so that a worker process can be
     given it."""
     try:
         known = {} if cleanup is None else _reclaimable(url, fresh=cleanup == "fresh")
     except CheckpointError as exc:  # its audit trail cannot be read: a row that says so
         return unreadable_row(url, url, str(exc))
-    return look_at(url, url, None, POLICY, known, target)
+    row = look_at(url, url, None, policy, known, target)
+    if row.idle_since is None:
+        return row
+    try:  # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
+        return with_held(row, Storage(url), _trail(url))
+    except CheckpointError:  # no audit trail beside it (the top of a bucket): not known
+        return row
+
+
+def _trail(url: str) -> AuditTrail:
+    return AuditTrail(AuditTrail.default_for(Storage(url).url))
 
 
 def _timed_out(url: str, timeout: float) -> FleetRow:
@@ -69,7 +81,7 @@ def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
     plan). None when there is no plan, when the newest was applied, or cleanup refuses to plan
     this checkpoint."""
     storage = Storage(url)
-    audit = AuditTrail(AuditTrail.default_for(storage.url))
+    audit = _trail(url)
     try:
         plan = plan_gc(storage, audit) if fresh else audit.latest_plan(storage.url, applied=False)
     except GcError:
@@ -88,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "trail, with its age")  # fmt: skip
     p.add_argument("--no-cleanup-plan", action="store_true",
                    help="show no reclaimable bytes at all")  # fmt: skip
+    add_dormant_after(p)
     p.add_argument("--target-spark", type=_line, metavar="VERSION",
                    help="also whether Spark VERSION (4.0 to 4.3) restarts each checkpoint, from its metadata "
                    "(docs/format.md, upgrade readiness), and a count")  # fmt: skip

@@ -21,7 +21,7 @@ from checkpoint.model import scan as find
 from checkpoint.policy import POLICY
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result
+from .common import EXIT_FINDINGS, WHERE, Result, add_dormant_after
 
 
 def inspect(args: argparse.Namespace) -> Result:
@@ -36,7 +36,8 @@ def lineage(args: argparse.Namespace) -> Result:
 
 
 def _options(args: argparse.Namespace) -> ValidationOptions:
-    return ValidationOptions(deep=getattr(args, "deep", False), long_chain_threshold=args.long_chain)
+    return ValidationOptions(deep=getattr(args, "deep", False), long_chain_threshold=args.long_chain,
+                             now=time.time(), dormant_seconds=args.dormant_after)  # fmt: skip
 
 
 def validate_command(args: argparse.Namespace) -> Result:
@@ -97,3 +98,4 @@ def register(sub: argparse._SubParsersAction) -> None:
             "--long-chain", type=int, default=POLICY.long_chain, metavar="N",
             help=f"warn from this replay-chain length ({POLICY.long_chain})",
         )  # fmt: skip
+        add_dormant_after(sub.choices[name])

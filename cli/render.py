@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from datetime import datetime, timezone
 from typing import Any
 
 import humanfriendly
@@ -103,19 +104,25 @@ def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
     restarts = [((r["readiness"] or {}).get("label") or "unknown: unreadable",) if counts else ()
                 for r in rows]  # fmt: skip
     table: list[tuple] = [
-        (r["url"], r["state_format"] or "-", r["latest_committed_batch"], r["live"],
+        (r["url"], r["state_format"] or "-", r["latest_committed_batch"], _activity(r),
          ",".join(r["errors"]) or "-", ",".join(r["warnings"]) or "-", r["max_chain_length"],
          f"{r['max_lineage_header_fraction']:.0%}",
          _reclaimable(r["reclaimable_bytes"], r["reclaimable_planned_at"]), *on)
         for r, on in zip(rows, restarts, strict=True)
     ]  # fmt: skip
     header: tuple[str, ...] = (
-        "checkpoint", "state", "batch", "live", "errors", "warnings", "chain", "header", "reclaimable"
+        "checkpoint", "state", "batch", "activity", "errors", "warnings", "chain", "header", "reclaimable"
     )  # fmt: skip
     if counts:
         header += (f"on {counts['target']}",)
     items = [f"{i}. {url}: {reason}; {action}" for i, (url, reason, action) in enumerate(attention, 1)]
     lines = [_table(table, header), ""]
+    idle = [r for r in rows if r["dormant_since"] is not None or r["stopped_mid_batch_since"] is not None]
+    if idle:
+        dormant = sum(r["dormant_since"] is not None for r in idle)
+        held = human_bytes(sum(r["bytes_held"] or 0 for r in idle))
+        lines += [f"{dormant} dormant, {len(idle) - dormant} stopped mid-batch (no commit and no offset for "
+                  f"the dormancy period), holding {held}", ""]  # fmt: skip
     if counts:
         lines += [f"Spark {counts['target']} restarts {counts['yes']} of {len(rows)} checkpoints; "
                   f"{counts['no']} not, {counts['unknown']} cannot be told (docs/format.md, upgrade "
@@ -128,6 +135,15 @@ def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
         lines.append("")
     return "\n".join(lines + ["Needs attention, most urgent first:"]
                      + (items or ["nothing: every checkpoint is healthy"]))  # fmt: skip
+
+
+def _activity(row: dict) -> str:
+    """A fleet row's activity: live, stopped, or since when it is dormant or stopped mid-batch."""
+    for key, what in (("dormant_since", "dormant"), ("stopped_mid_batch_since", "stopped mid-batch")):
+        if row[key] is not None:
+            held = "" if row["bytes_held"] is None else f", {human_bytes(row['bytes_held'])} held"
+            return f"{what} since {datetime.fromtimestamp(row[key], tz=timezone.utc):%Y-%m-%d}{held}"
+    return "live" if row["live"] else "stopped"
 
 
 def gc_text(doc: Doc) -> str:

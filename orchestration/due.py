@@ -20,6 +20,9 @@ holds; this decides. Tests drive it with a manual clock.
 - A tick looks at checkpoints until its time budget is spent, in turn: it starts where the last
   tick stopped (`looking_order`), so every checkpoint is looked at within ceil(fleet / what a tick
   looks at) ticks, whatever the fleet's size. A checkpoint not looked at keeps its state.
+- A dormant checkpoint (its newest commit older than the dormancy period) is looked at once per
+  `dormant_look_seconds`, not every tick: the cursor keeps when it was last looked at. A look that
+  finds a new commit wakes it: from then on it is looked at every round again.
 - The cursor is packed (zlib, base64): at 10,000 checkpoints it stays under 64 KB (the sensor's
   benchmark says how far under). A cursor of an earlier release is read, then replaced.
 - The cursor is input: anyone with the UI can set it. `SensorState.read` bounds its size before
@@ -60,6 +63,7 @@ class Look:
     new: bool = False  # a commit since the last tick
     crossing: bool = False  # the new batch's compaction plan has targets
     error: bool = False  # the new batch's own check found an error finding
+    dormant: bool = False  # its newest commit is older than the dormancy period
     problem: str | None = None  # could not be read this tick: its state is kept as it was
 
 
@@ -73,6 +77,8 @@ class Caps:
     # waiting up to `compaction_gather_seconds` from the oldest for a run's worth.
     max_per_compaction_run: int = 1
     compaction_gather_seconds: float = 0.0
+    # A dormant checkpoint is looked at once per so long (0: every round, as any other).
+    dormant_look_seconds: float = 0.0
 
 
 @dataclass
@@ -85,17 +91,19 @@ class SensorState:
     crossings: dict[str, float] = field(default_factory=dict)  # compaction due, since
     urgent: list[str] = field(default_factory=list)  # an error found: validate at once
     next_key: str = ""  # where the next tick starts looking: the round goes on from there
+    dormant: dict[str, float] = field(default_factory=dict)  # found dormant, when last looked at
 
     def to_json(self) -> str:
         """Packed: one sorted, front-coded list of the checkpoints, and per checkpoint its batch
         and times (to the second: the periods are minutes) as columns, equal runs folded, then
         zlib and base64. Checkpoints onboarded together share prefixes, and are validated together."""
-        keys = sorted(set(self.seen) | set(self.validated) | set(self.unvalidated))
+        keys = sorted(set(self.seen) | set(self.validated) | set(self.unvalidated) | set(self.dormant))
         body = {
             "keys": _front_coded(keys),
             "seen": _runs([self.seen.get(k) for k in keys]),
             "validated": _runs([_second(self.validated.get(k)) for k in keys]),
             "unvalidated": _runs([_second(self.unvalidated.get(k)) for k in keys]),
+            "dormant": _runs([_second(self.dormant.get(k)) for k in keys]),
             "crossings": {k: int(t) for k, t in self.crossings.items()},
             "urgent": self.urgent,
             "next_key": self.next_key,
@@ -111,7 +119,7 @@ class SensorState:
             state = cls.from_json(text)
         except CursorError as exc:
             return cls(), f"the sensor's cursor was not read ({exc}): starting from an empty state"
-        for times in (state.validated, state.unvalidated, state.crossings):
+        for times in (state.validated, state.unvalidated, state.crossings, state.dormant):
             for key, t in times.items():
                 times[key] = min(t, now)
         return state, None
@@ -150,9 +158,11 @@ class SensorState:
             values = _unrun(body[name], len(keys))
             return _checked({k: v for k, v in zip(keys, values, strict=True) if v is not None}, kind)
 
+        # A cursor of the release before knows no dormant checkpoints: each is found at its next look.
+        dormant = column("dormant", float) if "dormant" in body else {}
         return cls(column("seen", int), column("validated", float), column("unvalidated", float),
                    _checked(body["crossings"], float), _strings(body["urgent"]),
-                   _string(body["next_key"]))  # fmt: skip
+                   _string(body["next_key"]), dormant)  # fmt: skip
 
 
 def _second(t: float | None) -> int | None:
@@ -242,11 +252,13 @@ def _unrun(runs: Any, expected: int) -> list[Any]:
     return [value for value, count in zip(runs[::2], counts, strict=True) for _ in range(count)]
 
 
-def looking_order(keys: Collection[str], state: SensorState) -> list[str]:
-    """Every checkpoint, in the order this tick looks at them: sorted, from where the last tick
-    stopped, round the end and back. A checkpoint added since is looked at when the round reaches
-    its place, as any other is."""
-    ordered = sorted(keys)
+def looking_order(
+    keys: Collection[str], state: SensorState, now: float = 0.0, dormant_look_seconds: float = 0.0
+) -> list[str]:
+    """Every checkpoint this tick looks at, in order: sorted, from where the last tick stopped,
+    round the end and back. A checkpoint added since is looked at when the round reaches its place,
+    as any other is. A dormant one is left out until `dormant_look_seconds` after its last look."""
+    ordered = sorted(k for k in keys if now - state.dormant.get(k, -math.inf) >= dormant_look_seconds)
     start = bisect.bisect_left(ordered, state.next_key)
     return ordered[start:] + ordered[:start]
 
@@ -289,8 +301,13 @@ def plan_tick(
         crossings={k: v for k, v in before.crossings.items() if k in keep},
         urgent=[k for k in before.urgent if k in keep],
         next_key=next_key,
+        dormant={k: v for k, v in before.dormant.items() if k in keep},
     )
     for key, look in sorted(looks.items()):
+        if look.problem is None and look.dormant and not look.new:
+            state.dormant[key] = now  # looked at now; next, a dormant look interval from now
+        elif look.problem is None:
+            state.dormant.pop(key, None)  # a new commit wakes it
         if look.problem is not None or not look.new or look.latest is None:
             continue
         first_sight = key not in state.seen

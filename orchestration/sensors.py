@@ -12,7 +12,7 @@ from dagster import DagsterRunStatus
 from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key, root_of
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
-from checkpoint.model import latest_commit, within_deadline
+from checkpoint.model import newest_commit, within_deadline
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.storage import Storage
 from orchestration.due import Caps, Look, SensorState, looking_order, plan_tick, resume_at
@@ -106,22 +106,32 @@ SENSOR_CAPS = Caps(
     compaction_gather_seconds=parse_duration(
         os.environ.get("CKPT_COMPACTION_GATHER", duration_text(POLICY.compaction_gather_seconds))
     ),
+    dormant_look_seconds=parse_duration(
+        os.environ.get("CKPT_DORMANT_LOOK_INTERVAL", duration_text(POLICY.dormant_look_seconds))
+    ),
 )
 _WAITING = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED)
 _IN_FLIGHT = (*_WAITING, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
 
 
-def _look(roots: CheckpointRootsResource, key: str, seen: int | None, storages: dict[str, Storage]) -> Look:
-    """One checkpoint: idle, one shallow listing of `commits/`; a new commit adds the head-first
+def _look(
+    roots: CheckpointRootsResource,
+    key: str,
+    seen: int | None,
+    storages: dict[str, Storage],
+    quiet_since: float,
+) -> Look:
+    """One checkpoint: idle, one shallow listing of `commits/`, which also says whether it is
+    dormant (its newest commit written before `quiet_since`); a new commit adds the head-first
     reads of the two newest batches and the compaction asset's own plan of them. `storages` are
     the roots', opened once a tick: a checkpoint's is a child of its root's, sharing its client."""
     try:
         name, rel = parse_partition_key(key)
         if name not in storages:
             raise CheckpointError(f"no configured checkpoint root named {name!r}")
-        latest = latest_commit(storages[name].child(rel))
+        latest, written = newest_commit(storages[name].child(rel))
         if latest is None or latest == seen:
-            return Look(latest)
+            return Look(latest, dormant=written is not None and written <= quiet_since)
         try:
             targets, _ = roots.compaction_plan(roots.load(key, recent=2))
         except CompactionDeferred:  # a running V1 query: the maintenance schedule compacts it once stopped
@@ -206,14 +216,16 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     before, unread = SensorState.read(context.cursor, time.time())
     if unread is not None:
         context.log.warning(unread)
-    order = looking_order(keys, before)
+    now = time.time()
+    order = looking_order(keys, before, now, SENSOR_CAPS.dormant_look_seconds)
     started = time.monotonic()
     storages = {r.name: roots.storage(r.name) for r in roots.roots}
     # Side by side where a look waits on round trips; on local disks a look is a system call or
     # two and Python work, which threads only contend for.
     remote = any(s.backend.latency_bound for s in storages.values())
-    looks = look_within(order, lambda k: _look(roots, k, before.seen.get(k), storages), COMMIT_SENSOR_BUDGET,
-                        COMMIT_SENSOR_WORKERS if remote else 1)  # fmt: skip
+    quiet_since = now - roots.policy().dormant_seconds
+    looks = look_within(order, lambda k: _look(roots, k, before.seen.get(k), storages, quiet_since),
+                        COMMIT_SENSOR_BUDGET, COMMIT_SENSOR_WORKERS if remote else 1)  # fmt: skip
     for key, look in looks.items():
         if look.problem is not None:
             context.log.warning(f"{key}: skipped this tick: {look.problem}")
@@ -221,7 +233,9 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
         spent, resume = time.monotonic() - started, order[len(looks)]
         context.log.info(f"looked at {len(looks)} of {len(order)} checkpoints in {spent:.1f} s (budget "
                          f"{COMMIT_SENSOR_BUDGET:g} s); the next tick goes on from {resume}")  # fmt: skip
-    queued, compacting, validating = _queue(context.instance)
+    # The queue caps what is requested: a tick with nothing that could be due does not ask it.
+    anything_due = before.crossings or before.unvalidated or any(look.new for look in looks.values())
+    queued, compacting, validating = _queue(context.instance) if anything_due else ({}, set(), set())
     first_sight = any(look.new and key not in before.seen for key, look in looks.items())
     audited = _audited(context.instance, validating) if first_sight else set()
     plan = plan_tick(before, looks, time.time(), SENSOR_CAPS, queued, compacting, keys=keys,
@@ -231,8 +245,8 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     new = sum(1 for look in looks.values() if look.new)
     problems = sum(1 for look in looks.values() if look.problem is not None)
     context.log.info(
-        f"looked at {len(looks)} of {len(keys)} checkpoint(s): {new} with a new commit, "
-        f"{problems} unreadable; "
+        f"looked at {len(looks)} of {len(keys)} checkpoint(s) ({len(keys) - len(order)} dormant, not due for "
+        f"a look): {new} with a new commit, {problems} unreadable; "
         f"asked for {len(plan.compact)} compaction run(s) ({sum(map(len, plan.compact))} checkpoint(s)) and "
         f"{len(plan.validate)} validation run(s) ({sum(map(len, plan.validate))} checkpoint(s))"
         + (f"; {plan.waiting}" if plan.waiting else "")

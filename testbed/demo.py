@@ -66,6 +66,14 @@ def date_back(root: Path, seconds: float) -> None:
         os.utime(p, (then, then), follow_symlinks=False)
 
 
+def date_to(root: Path, age_seconds: float, now: float | None = None) -> None:
+    """`date_back` to an age: the newest file is `age_seconds` old, whatever the folder's age was
+    (a corpus copy keeps its files' times, so a test would otherwise depend on the cache's age)."""
+    newest = max((p.stat().st_mtime for p in root.rglob("*")), default=None)
+    if newest is not None:
+        date_back(root, newest - ((time.time() if now is None else now) - age_seconds))
+
+
 def _metadata(result, asset: str) -> dict:
     mats = list(result.asset_materializations_for_node(asset))
     return {k: v.value for k, v in mats[0].metadata.items()} if mats else {}

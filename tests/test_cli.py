@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from testbed.copying import copy_checkpoint
+from testbed.demo import date_to
 from tests.support.cli import CKPT, ckpt
 
 
@@ -101,14 +102,14 @@ def test_lineage_says_when_a_chain_cannot_be_read(copy_of) -> None:
 
 
 def test_validate_exit_codes(corpus, copy_of, tmp_path) -> None:
-    healthy = ckpt("validate", str(corpus["long_chain"]), "--json")
+    chain = copy_of("long_chain")
+    date_to(chain, 8 * 3600)  # stopped, not dormant, however old the corpus
+    healthy = ckpt("validate", str(chain), "--json")
     doc = json.loads(healthy.stdout)
     assert healthy.returncode == 0 and doc["ok"] is True
     assert {f["code"] for f in doc["findings"]} == {"LONG_REPLAY_CHAIN"}
     assert all(set(f) == {"severity", "code", "path", "message"} for f in doc["findings"])
-    assert (
-        ckpt("validate", str(corpus["long_chain"]), "--long-chain", "50").stdout.strip() == "ok: no findings"
-    )
+    assert ckpt("validate", str(chain), "--long-chain", "50").stdout.strip() == "ok: no findings"
 
     damaged = copy_of("snapshots")
     (damaged / "commits" / "5").unlink()

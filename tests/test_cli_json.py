@@ -16,6 +16,7 @@ import pytest
 
 from cli.main import main
 from testbed.copying import copy_checkpoint
+from testbed.demo import date_to
 
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "cli_json"
 
@@ -54,6 +55,7 @@ def place(corpus, tmp_path):
 
 def _commands(place, corpus, tmp_path) -> dict[str, list[str]]:
     chain, killed = place("long_chain"), place("killed_after_restart")
+    date_to(tmp_path / "root", 8 * 3600)  # stopped, not dormant, however old the corpus
 
     def apart(name: str, again: bool = False) -> Path:  # outside the root that `scan` and `fleet` see
         where = tmp_path / "apart" / name

@@ -21,7 +21,7 @@ from checkpoint.analysis.checks import Severity
 from checkpoint.analysis.fleet import FleetRow, headroom, shown
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_back
+from testbed.demo import date_to
 from tests.support import damage
 
 CKPT = str(Path(sys.executable).parent / "ckpt")
@@ -51,7 +51,7 @@ def fleet_root(corpus, tmp_path_factory) -> Path:
         corpus, "long_chain", root / "teams" / "near-cap", lambda p: damage.pad_lineage(_committed(p), NEAR)
     )
     _copy(corpus, "long_chain", root / "teams" / "at-cap", lambda p: damage.pad_lineage(_committed(p), OVER))
-    date_back(root, 8 * 3600)
+    date_to(root, 8 * 3600)  # stopped, not dormant, however old the corpus
     return root
 
 
@@ -228,6 +228,28 @@ def test_the_report_tells_which_checkpoints_the_target_spark_restarts(fleet_root
     launched["ops"]["checkpoint_fleet_report"]["config"]["target_spark"] = "3.5"
     _, failed, _ = _report(fleet_root, run_config=launched)
     assert not failed.success and "cover Spark 4.0, 4.1, 4.2, 4.3" in str(failed.get_step_failure_events())
+
+
+def test_the_report_shows_dormant_checkpoints_and_counts_them(corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    _copy(corpus, "long_chain", root / "orders")
+    _copy(corpus, "killed_before_restart", root / "clicks")
+    _copy(corpus, "join", root / "joins")
+    date_to(root / "orders", 9 * 86400)
+    date_to(root / "clicks", 8 * 86400)
+    date_to(root / "joins", 8 * 3600)
+    _, meta, _ = _report(root)
+    assert (meta["dormant_checkpoints"], meta["stopped_mid_batch_checkpoints"]) == (1, 1)
+    held = sum(
+        sum(p.stat().st_size for p in (root / name).rglob("*") if p.is_file())
+        for name in ("orders", "clicks")
+    )
+    assert meta["dormant_bytes"] == held
+    idle = {r.data["checkpoint"]: r.data["dormant_since"] for r in meta["fleet"].records}
+    assert idle["f:joins"] == "-" and re.search(
+        r" UTC \(stopped mid-batch, [\d.]+ KiB held\)$", idle["f:clicks"]
+    )
+    assert re.search(r" UTC \([\d.]+ KiB held\)$", idle["f:orders"]), idle
 
 
 def test_the_fleet_checks_pass_or_warn_at_the_right_level(fleet_root, tmp_path) -> None:

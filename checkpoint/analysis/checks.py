@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from itertools import pairwise
+
+import humanfriendly
 
 from checkpoint.analysis.findings import CODES as CODES
 from checkpoint.analysis.findings import Category as Category
@@ -44,6 +47,11 @@ class ValidationOptions:
     deep: bool = False
     long_chain_threshold: int = POLICY.long_chain  # changelogs replayed; compaction's trigger too
     header_cap_ratio: float = POLICY.header_cap_ratio  # compaction's rescue trigger too
+    # The clock that dormancy is told by (DORMANT, STOPPED_MID_BATCH): each entry point passes its
+    # own, tests a manual one. None: not told, so a library caller's findings never depend on when
+    # it ran, nor a test's on its corpus's age.
+    now: float | None = None
+    dormant_seconds: float = POLICY.dormant_seconds
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,7 @@ def validate(
         findings += _file_problems(ckpt)
         findings += _log_findings(ckpt)
         findings += _path_findings(ckpt)
+        findings += _activity_findings(ckpt, options)
     lineage: list[StoreLineage] = []
     versions: dict[str, int] = {}
     if not ckpt.states.spark and ckpt.operators and Category.LINEAGE in categories:
@@ -99,6 +108,41 @@ def validate(
             if options.deep:
                 findings += _deep_findings(ckpt, lineage)
     return Validation(tuple(findings), tuple(lineage), versions)
+
+
+def unfinished_batch(ckpt: Checkpoint) -> int | None:
+    """The batch planned after the latest commit and never committed, if any."""
+    planned, committed = ckpt.latest_planned_batch, ckpt.latest_committed_batch
+    return planned if planned is not None and planned > (-1 if committed is None else committed) else None
+
+
+def dormant_since(
+    ckpt: Checkpoint, now: float, dormant_seconds: float = POLICY.dormant_seconds
+) -> float | None:
+    """When the checkpoint last planned or committed a batch, if that is the dormancy period ago or
+    more; else None. Undated logs (no mtime) are never dormant."""
+    last = ckpt.last_activity_mtime
+    return last if last is not None and now - last >= dormant_seconds else None
+
+
+def _activity_findings(ckpt: Checkpoint, options: ValidationOptions) -> Iterable[Finding]:
+    if options.now is None:
+        return
+    since = dormant_since(ckpt, options.now, options.dormant_seconds)
+    if since is None:
+        return
+    idle = humanfriendly.format_timespan(options.now - since, max_units=2)
+    when = datetime.fromtimestamp(since, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    unfinished, committed = unfinished_batch(ckpt), ckpt.latest_committed_batch
+    if unfinished is not None:
+        yield _finding(FindingCode.STOPPED_MID_BATCH, ckpt.storage.full(f"offsets/{unfinished}"),
+                       f"batch {unfinished} was planned and never committed; nothing since {when} "
+                       f"({idle}): the query stopped mid-batch, and a restart replays it")  # fmt: skip
+        return
+    last, where = ("no commit", "commits") if committed is None else (f"last commit: batch {committed}",
+                                                                      f"commits/{committed}")  # fmt: skip
+    yield _finding(FindingCode.DORMANT, ckpt.storage.full(where),
+                   f"dormant since {when} ({idle} without a commit or an offset; {last})")  # fmt: skip
 
 
 def _fork_findings(ckpt: Checkpoint) -> Iterable[Finding]:

@@ -57,6 +57,8 @@ class FindingCode(StrEnum):
     UNNAMED_STATE_FOLDER = "UNNAMED_STATE_FOLDER"
     FILE_OUTSIDE_CHECKPOINT = "FILE_OUTSIDE_CHECKPOINT"
     NOT_A_REGULAR_FILE = "NOT_A_REGULAR_FILE"
+    DORMANT = "DORMANT"
+    STOPPED_MID_BATCH = "STOPPED_MID_BATCH"
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def _codes(*codes: Code) -> dict[str, Code]:
     return {c.name: c for c in codes}
 
 
-E, W = Severity.ERROR, Severity.WARNING
+E, W, INFO = Severity.ERROR, Severity.WARNING, Severity.INFO
 LOG, LIN, SNAP = Category.COMMIT_LOG, Category.LINEAGE, Category.SNAPSHOT
 F = FindingCode
 # fmt: off
@@ -94,6 +96,10 @@ CODES = _codes(
     Code(F.PARTITION_COUNT_MISMATCH, E, LOG, "state partitions in the commit log differ from the offsets"),
     Code(F.STORES_DISAGREE, E, LOG, "what names the stores disagrees: the operator metadata's partitions and "
          "stores, the offsets' spark.sql.shuffle.partitions, the commit's ids and the state folders"),
+    Code(F.DORMANT, INFO, LOG, "no commit and no offset for the dormancy period (7 days by default): the "
+         "query is stopped or gone; the other findings still show"),
+    Code(F.STOPPED_MID_BATCH, INFO, LOG, "the newest batch was planned and never committed, and nothing "
+         "since for the dormancy period: the query stopped mid-batch (a restart replays that batch)"),
     Code(F.UNNAMED_STATE_FOLDER, W, LOG, "a partition folder that no batch in the logs names: kept, never "
          "cleaned"),
     Code(F.COMMITTED_FILE_MISSING, E, LIN, "the committed version of a store has no state file (changelog or "

@@ -12,7 +12,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint.analysis.checks import FindingCode, Severity, ValidationOptions, validate
+from checkpoint.analysis.checks import (
+    FindingCode,
+    Severity,
+    ValidationOptions,
+    dormant_since,
+    unfinished_batch,
+    validate,
+)
 from checkpoint.analysis.readiness import Facts, Readiness, readiness_of
 from checkpoint.analysis.report import human_bytes
 from checkpoint.errors import CheckpointError
@@ -44,6 +51,18 @@ class FleetRow:
     problem: str | None = None  # why the checkpoint could not be read
     state_format: str | None = None  # `Checkpoint.state_format`; None when unreadable
     readiness: Readiness | None = None  # under the target Spark asked for; None: none asked, or unreadable
+    # When the query last planned or committed a batch, once that is the policy's dormancy period
+    # ago: dormant (DORMANT), or stopped mid-batch (STOPPED_MID_BATCH) when a batch is unfinished.
+    dormant_since: float | None = None
+    stopped_mid_batch_since: float | None = None
+    # What a dormant (or stopped mid-batch) checkpoint holds: a listing, once per dormancy, that
+    # the caller hands in (`cleanup.with_held`); None when not dormant or not known.
+    files_held: int | None = None
+    bytes_held: int | None = None
+
+    @property
+    def idle_since(self) -> float | None:
+        return self.dormant_since if self.dormant_since is not None else self.stopped_mid_batch_since
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +84,10 @@ class FleetRow:
             "problem": self.problem,
             "state_format": self.state_format,
             "readiness": None if self.readiness is None else self.readiness.as_dict(),
+            "dormant_since": self.dormant_since,
+            "stopped_mid_batch_since": self.stopped_mid_batch_since,
+            "files_held": self.files_held,
+            "bytes_held": self.bytes_held,
         }
 
 
@@ -81,7 +104,10 @@ def fleet_row(
     `readiness.LINES`), whether that Spark restarts it, from what the validation read."""
     now = time.time() if now is None else now
     options = ValidationOptions(
-        long_chain_threshold=policy.long_chain, header_cap_ratio=policy.header_cap_ratio
+        long_chain_threshold=policy.long_chain,
+        header_cap_ratio=policy.header_cap_ratio,
+        now=now,
+        dormant_seconds=policy.dormant_seconds,
     )
     validation = validate(ckpt, options)
     codes = {
@@ -89,6 +115,8 @@ def fleet_row(
     }
     longest = max(validation.lineage, key=lambda e: e.chain_length, default=None)
     last_commit = ckpt.last_commit_mtime
+    idle = dormant_since(ckpt, now, policy.dormant_seconds)
+    mid_batch = unfinished_batch(ckpt) is not None
     return FleetRow(
         key=key,
         url=ckpt.url,
@@ -103,6 +131,8 @@ def fleet_row(
             (e.lineage_header_bytes / LINEAGE_HEADER_CAP for e in validation.lineage), default=0.0
         ),
         state_format=ckpt.state_format,
+        dormant_since=None if mid_batch else idle,
+        stopped_mid_batch_since=idle if mid_batch else None,
         readiness=None
         if target is None
         else readiness_of(Facts.of(ckpt, validation.lineage, validation.snapshot_versions), target),
@@ -259,6 +289,9 @@ class FleetTotals:
     reclaimable_bytes: int
     worst_header_fraction: float
     codes: dict[str, int] = field(default_factory=dict)
+    dormant: int = 0
+    stopped_mid_batch: int = 0
+    dormant_bytes: int = 0  # held by the dormant and the stopped mid-batch, where known
     # Under the target Spark: how many restart there ("yes"), do not ("no"), and cannot be told
     # ("unknown", the unreadable included); empty when no target was asked.
     readiness: dict[str, Any] = field(default_factory=dict)
@@ -279,6 +312,9 @@ def totals(rows: list[FleetRow], target: str | None = None) -> FleetTotals:
         reclaimable_bytes=sum(r.reclaimable_bytes or 0 for r in rows),
         worst_header_fraction=max((r.max_lineage_header_fraction for r in rows), default=0.0),
         codes=dict(sorted(codes.items())),
+        dormant=sum(1 for r in rows if r.dormant_since is not None),
+        stopped_mid_batch=sum(1 for r in rows if r.stopped_mid_batch_since is not None),
+        dormant_bytes=sum(r.bytes_held or 0 for r in rows if r.idle_since is not None),
         readiness={} if target is None else _readiness_counts(rows, target),
     )
 

@@ -5,7 +5,7 @@ apply that trusts nothing but the checkpoint (`apply`), and the apply under the 
 adapters run it, planning again when the query moved on (`flow`)."""
 
 from checkpoint.cleanup.apply import ApplyResult, CheckResult, Kind, Outcome, apply_plan, check_plan
-from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.cleanup.audit import AuditTrail, with_held
 from checkpoint.cleanup.flow import REPLANNED, Cleaned, apply_cleanup
 from checkpoint.cleanup.manifest import Plan, PlannedFile
 from checkpoint.cleanup.plan import plan_gc
@@ -13,6 +13,7 @@ from checkpoint.cleanup.plan import plan_gc
 __all__ = [
     "ApplyResult",
     "AuditTrail",
+    "with_held",
     "CheckResult",
     "Cleaned",
     "Kind",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -17,12 +18,16 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
+from checkpoint.analysis import FleetRow
 from checkpoint.cleanup.manifest import Plan, PlannedFile
-from checkpoint.errors import GcError
+from checkpoint.errors import CheckpointError, GcError
 from checkpoint.format import AUDIT_FOLDER, is_number
 from checkpoint.policy import POLICY
 from checkpoint.safety import folder_name
 from checkpoint.storage import FileInfo, Storage, normalize_url
+
+log = logging.getLogger(__name__)
+_HELD, _HELD_LIMIT = "held.json", 4096
 
 
 class Recordable(Protocol):
@@ -42,6 +47,20 @@ def _append(out: BinaryIO, path: str) -> None:
             pass
         src.seek(done)
         shutil.copyfileobj(src, out)
+
+
+def with_held(row: FleetRow, checkpoint: Storage, trail: AuditTrail) -> FleetRow:
+    """A fleet row with what its checkpoint holds when it is dormant or stopped mid-batch
+    (`AuditTrail.held`); as it was when it is not, or when the listing fails (said in the log)."""
+    since = row.idle_since
+    if since is None:
+        return row
+    try:
+        files, total = trail.held(checkpoint, since)
+    except CheckpointError as exc:
+        log.warning("%s: what it holds could not be listed: %s", checkpoint.url, exc)
+        return row
+    return dataclasses.replace(row, files_held=files, bytes_held=total)
 
 
 def _sha256_of(path: str) -> str:
@@ -97,6 +116,25 @@ class AuditTrail:
             digest = _sha256_of(whole)
             self.storage.put_file(whole, rel, move=True)
         return dataclasses.replace(plan, manifest=f"{self.url}/{rel}", digest=digest)
+
+    def held(self, checkpoint: Storage, since: float) -> tuple[int, int]:
+        """(files, bytes) a dormant checkpoint holds. It changes nothing while dormant, so it is
+        listed once per dormancy, and the figures kept in its folder of the trail with the time it
+        is dormant since (`held.json`): a checkpoint that wrote again is dormant from a later time,
+        and is listed again. What the file says is checked, never trusted: anything else is a new
+        listing."""
+        rel = f"{folder_name(checkpoint.url)}/{_HELD}"
+        try:  # absent, oversized, unreadable or another dormancy's: listed again
+            doc = json.loads(self.storage.read_many([rel], limit=_HELD_LIMIT)[rel])
+            counts = [doc.get(k) for k in ("files", "bytes")] if isinstance(doc, dict) else []
+            if counts and doc.get("since") == since and all(isinstance(n, int) and n >= 0 for n in counts):
+                return int(doc["files"]), int(doc["bytes"])
+        except (CheckpointError, ValueError):
+            pass
+        files = checkpoint.list_files()
+        held = len(files), sum(f.size for f in files)
+        self.storage.write(rel, json.dumps({"since": since, "files": held[0], "bytes": held[1]}).encode())
+        return held
 
     def _rel_of(self, url: str) -> str:
         if not url.startswith(self.url + "/"):

@@ -19,7 +19,7 @@ from checkpoint.model.discovery import (
     scan,
     within_deadline,
 )
-from checkpoint.model.head import latest_commit, load_head, store_folder
+from checkpoint.model.head import latest_commit, load_head, newest_commit, store_folder
 from checkpoint.model.lineage import (
     StoreLineage,
     checkpoint_lineage,
@@ -48,6 +48,7 @@ __all__ = [
     "each_checkpoint",
     "find_checkpoints",
     "latest_commit",
+    "newest_commit",
     "load_checkpoint",
     "load_head",
     "maintained_batches",

@@ -239,8 +239,17 @@ class Checkpoint:
     @property
     def last_commit_mtime(self) -> float | None:
         """When the newest dated commit file was written; None when no commit has a date."""
-        times = [f.info.mtime for f in self.files if f.kind == FileKind.COMMIT]
-        return max((t for t in times if t is not None), default=None)
+        return self._newest(FileKind.COMMIT)
+
+    @property
+    def last_activity_mtime(self) -> float | None:
+        """When the newest dated commit or offset file was written; None when none has a date."""
+        return self._newest(FileKind.COMMIT, FileKind.OFFSET)
+
+    def _newest(self, *kinds: FileKind) -> float | None:
+        return max(
+            (f.info.mtime for f in self.files if f.kind in kinds and f.info.mtime is not None), default=None
+        )
 
     def is_live(self, now: float, quiet_seconds: float = POLICY.quiet_seconds) -> bool:
         """An unfinished batch, or a commit or offset written within the quiet period (or undated)."""

@@ -63,9 +63,17 @@ _PROGRESS_EVERY = 100  # stores between progress lines
 
 def latest_commit(storage: Storage) -> int | None:
     """The newest batch in `commits/`: one shallow listing, the whole cost of an idle sensor tick."""
+    return newest_commit(storage)[0]
+
+
+def newest_commit(storage: Storage) -> tuple[int | None, float | None]:
+    """The newest batch in `commits/` and when its file was written (None: undated), from the same
+    one shallow listing."""
     listing = storage.list_dir("commits")
-    batches = [int(name) for f in listing.files if is_batch_id(name := f.rel.rsplit("/", 1)[1])]
-    return max(batches, default=None)
+    batches = [(int(name), f.mtime) for f in listing.files if is_batch_id(name := f.rel.rsplit("/", 1)[1])]
+    if not batches:
+        return None, None
+    return max(batches, key=lambda b: b[0])
 
 
 def store_folder(sid: StoreId) -> str:
