@@ -220,23 +220,22 @@ def _rows(
     for key in keys:
         name, rel = parse_partition_key(key)
         options = roots.root(name).storage_options
-        url = storages[name].child(rel).url
-        try:
-            audit = roots.audit_location(key)
-        except CheckpointError:  # no audit trail beside it (the top of a bucket): its held bytes not known
-            audit = None
-        looks.append((key, url, options, policy, history.known(key), target, audit))
+        audit = (roots.audit_url, roots.audit_options(name))  # the trail's URL told only for a dormant one
+        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target, audit))
     latency_bound = any(s.backend.latency_bound for s in storages.values())
     return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound, timed_out=_timed_out), policy)
 
 
 def _look(item: tuple) -> FleetRow:
-    key, url, options, policy, known, target, audit = item
+    key, url, options, policy, known, target, (audit_url, audit_options) = item
     row = look_at(key, url, options, policy, known, target)
-    # A dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail.
-    if row.idle_since is None or audit is None:
+    if row.idle_since is None:
         return row
-    return with_held(row, Storage(url, options), AuditTrail(*audit))
+    try:  # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
+        trail = AuditTrail(audit_url or AuditTrail.default_for(url), audit_options)
+    except CheckpointError:  # no audit trail beside it (the top of a bucket): not known
+        return row
+    return with_held(row, Storage(url, options), trail)
 
 
 def _timed_out(item: tuple, timeout: float) -> FleetRow:

@@ -200,17 +200,17 @@ class CheckpointRootsResource(dg.ConfigurableResource):
 
     def audit_trail(self, key: str) -> AuditTrail:
         """Where a checkpoint's plans and outcomes go; the root's credentials reach it unless told."""
-        return AuditTrail(*self.audit_location(key))
-
-    def audit_location(self, key: str) -> tuple[str, dict[str, Any] | None]:
-        """`audit_trail`'s URL and storage options, as plain values a worker process is handed."""
-        root = self.root(parse_partition_key(key)[0])
         url = self.audit_url or AuditTrail.default_for(self.checkpoint_storage(key).url)
-        options = self.audit_storage_options
-        if options is None:
-            same_store = scheme_of(url) == scheme_of(root.url)
-            options = root.storage_options if same_store else {}
-        return url, options
+        return AuditTrail(url, self.audit_options(parse_partition_key(key)[0]))
+
+    def audit_options(self, root_name: str) -> dict[str, Any] | None:
+        """The storage options of the audit trails of a root's checkpoints: `audit_storage_options`,
+        else the root's own where the trail is on the same store (beside each checkpoint, it is)."""
+        if self.audit_storage_options is not None:
+            return self.audit_storage_options
+        root = self.root(root_name)
+        same_store = scheme_of(self.audit_url or root.url) == scheme_of(root.url)
+        return root.storage_options if same_store else {}
 
     def in_place(self, context: StepContext, key: str, *, retry: bool = True) -> InPlace:
         """The request of a step that changes the checkpoint `key`. Its door takes the checkpoint's

@@ -46,7 +46,7 @@ class Facts:
     def of(ckpt: Checkpoint, lineage: Sequence[StoreLineage], snapshot_versions: Mapping[str, int]) -> Facts:
         latest = ckpt.latest_planned_batch
         offset = None if latest is None else ckpt.batches[latest].offset
-        bases = [e for e in lineage if e.base is not None] if ckpt.format_version == 2 else []
+        bases = [(e.store.label, e.base.rel) for e in lineage if e.base] if ckpt.format_version == 2 else []
         return Facts(
             format_version=ckpt.format_version,
             foreign_provider=None if ckpt.states.spark else ckpt.provider_class,
@@ -54,7 +54,7 @@ class Facts:
             operators=tuple(
                 (op.name, op.metadata.properties if op.metadata else None) for op in ckpt.operators.values()
             ),  # fmt: skip
-            snapshots=tuple((e.store.label, snapshot_versions.get(e.base.rel)) for e in bases if e.base),
+            snapshots=tuple((store, snapshot_versions.get(rel)) for store, rel in bases),
         )
 
 
