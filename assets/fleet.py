@@ -9,7 +9,6 @@ cleanup plan of each checkpoint found, and when compaction and cleanup last ran 
 import base64
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
@@ -44,6 +43,7 @@ from checkpoint.analysis import (
     spark_line,
     totals,
     unreadable_row,
+    utc_minute,
 )
 from checkpoint.cleanup import AuditTrail, with_held
 from checkpoint.errors import CheckpointError, UnknownSparkVersion
@@ -75,10 +75,6 @@ class FleetReportConfig(dg.Config):
     )
 
 
-def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def _idle(row: FleetRow) -> str:
     if row.idle_since is None:
         return "-"
@@ -90,7 +86,7 @@ def _idle(row: FleetRow) -> str:
         )
         if note
     ]
-    return _when(row.idle_since) + (f" ({', '.join(notes)})" if notes else "")
+    return utc_minute(row.idle_since) + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _reclaimable(row: FleetRow) -> str:
@@ -184,15 +180,15 @@ class _History:
     def _describe(self, record, jobs: tuple[str, ...], key: str, what) -> str | None:
         failed = self.failed[jobs].get(key)
         if failed is not None and failed > (record.timestamp if record else 0.0):
-            return f"{_when(failed)}: FAILED"
+            return f"{utc_minute(failed)}: FAILED"
         if record is None:
             return None
-        return f"{_when(record.timestamp)}: {what(record.asset_materialization.metadata)}"
+        return f"{utc_minute(record.timestamp)}: {what(record.asset_materialization.metadata)}"
 
 
 def _rehearsal(record) -> str:
     meta = {k: v.value for k, v in record.asset_observation.metadata.items()}
-    return (f"{_when(record.timestamp)}: {meta.get(LAST_REHEARSAL)} (Spark {meta.get(REHEARSAL_SPARK)}, "
+    return (f"{utc_minute(record.timestamp)}: {meta.get(LAST_REHEARSAL)} (Spark {meta.get(REHEARSAL_SPARK)}, "
             f"batch {meta.get(REHEARSAL_BATCH)})")  # fmt: skip
 
 

@@ -126,6 +126,11 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         description="A checkpoint with no commit and no offset for this long is dormant: the commit sensor "
         "looks at it rarely, the fleet view shows it",
     )
+    retire_grace: str = Field(
+        default=duration_text(POLICY.retire_grace_seconds),
+        description="Retirement: a plan is applied no sooner than this after it was made "
+        f"({duration_text(POLICY.min_retire_grace_seconds)} at least)",
+    )
     target_spark: str | None = Field(
         default=None,
         description="The fleet view also tells whether this Spark (4.0 to 4.3) restarts each checkpoint",
@@ -154,13 +159,15 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         _refuse_userinfo(self.audit_url, "audit_url")
         if self.unsafe_floors:
             return self
-        floors = (("grace", self.grace, POLICY.min_grace_seconds),
-                  ("quiet_period", self.quiet_period, POLICY.min_quiet_seconds))  # fmt: skip
-        for name, value, floor in floors:
+        orphans = "a running query's files could be taken for orphans"
+        floors = (("grace", self.grace, POLICY.min_grace_seconds, orphans),
+                  ("quiet_period", self.quiet_period, POLICY.min_quiet_seconds, orphans),
+                  ("retire_grace", self.retire_grace, POLICY.min_retire_grace_seconds,
+                   "a team would have no time to object to a retirement"))  # fmt: skip
+        for name, value, floor, why in floors:
             if parse_duration(value) < floor:
-                raise ValueError(f"{name} {value} is below the floor of {duration_text(floor)}: a running "
-                                 "query's files could be taken for orphans (set unsafe_floors only where "
-                                 "nothing writes to the checkpoints)")  # fmt: skip
+                raise ValueError(f"{name} {value} is below the floor of {duration_text(floor)}: {why} (set "
+                                 "unsafe_floors only where nothing writes to the checkpoints)")  # fmt: skip
         return self
 
     def quiet_seconds_at_least(self, asked: str | None) -> float:

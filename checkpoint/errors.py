@@ -153,6 +153,18 @@ class UnknownSparkVersion(Refused):
     """A Spark version the upgrade-readiness rules do not cover (`analysis.readiness`)."""
 
 
+class RetirementRefused(Refused):
+    """The retirement was refused, nothing deleted: not dormant, written since the plan, within the
+    grace period, an archive that fails its check."""
+
+
+class RetirementIncomplete(Stopped):
+    """The retirement stopped part-way (files the store would not delete, the lease lost): every
+    outcome is in the audit trail, and the same apply run again finishes it."""
+
+    label = "retirement incomplete"
+
+
 class LeaseHeld(Refused):
     """Another action holds the checkpoint's lease: nothing was done."""
 

@@ -32,6 +32,10 @@ class Policy:
     dormant_seconds: float = 7 * 86400
     # The commit sensor looks at a dormant checkpoint once per this long, not every tick.
     dormant_look_seconds: float = 86400
+    # A retirement plan is applied no sooner than this after it was made (the time for a team to
+    # object); below the floor only with `--unsafe-short-grace` (`unsafe_floors` in Dagster).
+    retire_grace_seconds: float = 7 * 86400
+    min_retire_grace_seconds: float = 86400
     # How long a maintenance lease outlives a holder that stopped renewing it (killed with -9):
     # until then, every other action on the checkpoint refuses or waits.
     lease_ttl_seconds: float = 600

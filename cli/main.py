@@ -1,10 +1,11 @@
 """`ckpt`: the maintenance operations for people outside Dagster.
 
 Exit codes: 0 success; 1 `validate`/`scan` found error findings, `gc --apply`/`compact` failed on
-some file or store, a fork stopped part-way (run it again to finish), a repartition failed and was
-undone, or a state profile's self-check failed; 2 the checkpoint cannot be read, the cleanup,
-compaction, fork or repartition was refused, or another action holds the checkpoint's
-maintenance lease (a one-line error on stderr naming it, no traceback).
+some file or store, a fork, migration or retirement stopped part-way (run it again to finish), a
+repartition failed and was undone, or a state profile's self-check failed; 2 the checkpoint cannot
+be read, the cleanup, compaction, fork, migration, repartition or retirement was refused, or
+another action holds the checkpoint's maintenance lease (a one-line error on stderr naming it, no
+traceback).
 
 """
 
@@ -18,11 +19,11 @@ import sys
 from checkpoint.analysis import printable
 from checkpoint.errors import CheckpointError, Stopped
 
-from . import compact, fleet, fork, gc, migrate, read, rehearse, repartition
+from . import compact, fleet, fork, gc, migrate, read, rehearse, repartition, retire
 from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result
 from .progress import shown
 
-FAMILIES = (read, fleet, gc, compact, fork, migrate, repartition, rehearse)
+FAMILIES = (read, fleet, gc, compact, fork, migrate, repartition, rehearse, retire)
 
 
 def build_parser() -> argparse.ArgumentParser:

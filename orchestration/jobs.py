@@ -14,6 +14,7 @@ from orchestration.maintenance import maintain_each
 from orchestration.migrate import migrate_op
 from orchestration.queue import Kind, run_tags
 from orchestration.repartition import repartition_op
+from orchestration.retire import retire_op
 from orchestration.validation import JOB as VALIDATE_JOB
 from orchestration.validation import validate_each
 
@@ -107,5 +108,17 @@ def migrate_job():
     migrate_op()
 
 
+@dg.job(
+    name="retire_checkpoints",
+    description="Retire dormant checkpoints, launched by a person, never a schedule: one launch plans "
+    "(`plan`: partitions), a later one applies plans after the grace period (`apply`: partition and plan "
+    "id), archiving each and then deleting it; the launcher is recorded as the approval",
+    tags=run_tags(Kind.RETIRE),
+)
+def retire_job():
+    retire_op()
+
+
 ALL_JOBS = (audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job,
-            validate_checkpoints_job, repartition_job, migrate_job, maintain_checkpoints_job)  # fmt: skip
+            validate_checkpoints_job, repartition_job, migrate_job, maintain_checkpoints_job,
+            retire_job)  # fmt: skip

@@ -28,6 +28,7 @@ class Kind(Enum):
     REPARTITION = ("repartition", 10, False)
     MIGRATE = ("migrate", 10, False)
     REHEARSAL = ("rehearsal", 10, False)
+    RETIRE = ("retire", 10, False)
     COMPACTION = ("compaction", 0, True)  # the commit sensor's batched compactions
     MAINTENANCE = ("maintenance", -10, True)  # the schedules' full passes
 

@@ -42,7 +42,7 @@ def test_the_import_contracts_hold() -> None:
     out = _lint_imports(ROOT)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     # The layers, the CLI's two, compaction and migration apart, and one face per core package.
-    assert out.stdout.count("KEPT") == 5 + 12
+    assert out.stdout.count("KEPT") == 5 + 13
 
 
 def test_the_contracts_see_an_upward_import(tmp_path) -> None:
@@ -233,7 +233,7 @@ def test_the_names_users_instances_hold_are_unchanged() -> None:
     """Runs, schedules, sensors, backfills and run keys in users' Dagster instances refer to these
     names (taken from the definitions before the packages were reordered; issue 24 added the state
     profile asset and the repartition job; issue 40 the migration job; issue 60 the batched
-    maintenance job)."""
+    maintenance job; issue 62 the retirement job)."""
     from assets.resources import CheckpointRoot
     from orchestration.location import build_definitions
 
@@ -251,7 +251,7 @@ def test_the_names_users_instances_hold_are_unchanged() -> None:
     assert sorted(j.name for j in repo.get_all_jobs() if not j.name.startswith("__")) == [
         "checkpoint_audit", "checkpoint_cleanup", "checkpoint_fleet", "checkpoint_maintenance",
         "compact_checkpoints", "fork_checkpoint", "maintain_checkpoints", "migrate_checkpoint",
-        "repartition_checkpoint", "validate_checkpoints",
+        "repartition_checkpoint", "retire_checkpoints", "validate_checkpoints",
     ]  # fmt: skip
     assert sorted(s.name for s in repo.schedule_defs) == [
         "checkpoint_audit_schedule", "checkpoint_fleet_schedule", "maintenance_prod", "maintenance_team_b",

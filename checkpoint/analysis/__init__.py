@@ -10,9 +10,11 @@ from checkpoint.analysis.checks import (
     Severity,
     Validation,
     ValidationOptions,
+    dormant_since,
+    unfinished_batch,
     validate,
 )
-from checkpoint.analysis.findings import batch_spans
+from checkpoint.analysis.findings import batch_spans, utc_minute
 from checkpoint.analysis.fleet import (
     FleetRow,
     headroom,
@@ -49,6 +51,7 @@ __all__ = [
     "Validation",
     "ValidationOptions",
     "batch_spans",
+    "dormant_since",
     "headroom",
     "human_bytes",
     "printable",
@@ -63,6 +66,8 @@ __all__ = [
     "spark_line",
     "scan_entry",
     "totals",
+    "unfinished_batch",
+    "utc_minute",
     "unproven_writer",
     "unreadable_row",
     "validate",

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from itertools import pairwise
 
 import humanfriendly
 
 from checkpoint.analysis.findings import CODES as CODES
 from checkpoint.analysis.findings import Category as Category
-from checkpoint.analysis.findings import Finding, FindingCode, batch_spans
+from checkpoint.analysis.findings import Finding, FindingCode, batch_spans, utc_minute
 from checkpoint.analysis.findings import Severity as Severity
 from checkpoint.analysis.findings import finding as _finding
 from checkpoint.analysis.stores import store_findings
@@ -132,7 +131,7 @@ def _activity_findings(ckpt: Checkpoint, options: ValidationOptions) -> Iterable
     if since is None:
         return
     idle = humanfriendly.format_timespan(options.now - since, max_units=2)
-    when = datetime.fromtimestamp(since, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = utc_minute(since)
     unfinished, committed = unfinished_batch(ckpt), ckpt.latest_committed_batch
     if unfinished is not None:
         yield _finding(FindingCode.STOPPED_MID_BATCH, ckpt.storage.full(f"offsets/{unfinished}"),

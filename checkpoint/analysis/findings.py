@@ -4,6 +4,7 @@ The checks live in `validate` (and `stores`); a document, a test and the UI read
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from enum import Enum, StrEnum
 
 
@@ -160,3 +161,8 @@ def batch_spans(ids: set[int]) -> str:
         if n is not None:
             start = prev = n
     return ", ".join(spans)
+
+
+def utc_minute(t: float) -> str:
+    """A time as every view prints it: `2026-11-28 11:25 UTC`."""
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -4,7 +4,15 @@ plan written as a streamed manifest (`plan`, `manifest`) into the audit trail (`
 apply that trusts nothing but the checkpoint (`apply`), and the apply under the lease as both
 adapters run it, planning again when the query moved on (`flow`)."""
 
-from checkpoint.cleanup.apply import ApplyResult, CheckResult, Kind, Outcome, apply_plan, check_plan
+from checkpoint.cleanup.apply import (
+    ApplyResult,
+    CheckResult,
+    Kind,
+    Outcome,
+    apply_plan,
+    check_plan,
+    delete_with_redrive,
+)
 from checkpoint.cleanup.audit import AuditTrail, with_held
 from checkpoint.cleanup.flow import REPLANNED, Cleaned, apply_cleanup
 from checkpoint.cleanup.manifest import Plan, PlannedFile
@@ -24,5 +32,6 @@ __all__ = [
     "apply_cleanup",
     "apply_plan",
     "check_plan",
+    "delete_with_redrive",
     "plan_gc",
 ]

@@ -250,7 +250,7 @@ def _restat(
 def _delete(
     storage: Storage, ready: list[PlannedFile], attempts: int, sleep, folders: dict[str, list[int]]
 ) -> list[Outcome]:
-    errors = _delete_with_redrive(storage, [c.path for c in ready], attempts, sleep, folders)
+    errors = delete_with_redrive(storage, [c.path for c in ready], attempts, sleep, folders)
     return [
         Outcome(c.path, c.size, c.reason, Kind.FAILED, errors[c.path])
         if c.path in errors
@@ -259,7 +259,7 @@ def _delete(
     ]
 
 
-def _delete_with_redrive(
+def delete_with_redrive(
     storage: Storage, rels: list[str], attempts: int, sleep, folders: dict[str, list[int]]
 ) -> dict[str, str]:
     """Storage.delete_batch, with the keys that failed with a retryable code sent again after a

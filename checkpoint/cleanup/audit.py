@@ -192,32 +192,44 @@ class AuditTrail:
             yield batch
 
     def record(self, plan: Plan, outcomes: Sequence[Recordable]) -> None:
-        """Appends outcomes as they happen (Storage.append: fsynced locally; on object stores,
-        which have no append, one part object per call beside the outcomes file)."""
-        lines = "".join(json.dumps({"at": time.time(), **o.as_dict()}) + "\n" for o in outcomes)
-        self.storage.append(self._outcomes_rel(plan), lines.encode())
+        """Appends a plan's outcomes as they happen (`append_records`)."""
+        self.append_records(self._outcomes_rel(plan), [o.as_dict() for o in outcomes])
+
+    def append_records(self, rel: str, records: Sequence[dict[str, Any]]) -> None:
+        """Appends JSON lines, each stamped with the time, to the trail's file `rel`
+        (Storage.append: fsynced locally; on object stores, which have no append, one part object
+        per call beside the file)."""
+        lines = "".join(json.dumps({"at": time.time(), **r}) + "\n" for r in records)
+        self.storage.append(rel, lines.encode())
 
     def outcomes(self, plan: Plan) -> list[dict[str, Any]]:
         """Every outcome recorded for a plan, over all its applies, in order."""
+        return self.records(self._outcomes_rel(plan))
+
+    def records(self, rel: str) -> list[dict[str, Any]]:
+        """Every line appended to `rel` (`append_records`), in order."""
         if self.storage.backend.appends:
-            data = self.storage.read_if_exists(self._outcomes_rel(plan)) or b""
+            data = self.storage.read_if_exists(rel) or b""
         else:
-            data = b"".join(self.storage.read_many(self._parts(plan)).values())
+            data = b"".join(self.storage.read_many(self._parts(rel)).values())
         return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
 
-    def _parts(self, plan: Plan) -> list[str]:
-        rel = self._outcomes_rel(plan)
-        names = [f.rel for f in self.storage.list_dir(self._folder(plan)).files]
+    def _parts(self, rel: str) -> list[str]:
+        names = [f.rel for f in self.storage.list_dir(rel.rpartition("/")[0]).files]
         parts = [r for r in names if r.startswith(rel + ".") and is_number(r[len(rel) + 1 :])]
         return sorted(parts, key=lambda r: int(r.rsplit(".", 1)[1]))
 
     def seal(self, plan: Plan) -> None:
+        """A plan's outcomes as the one file that `outcomes_url` names (`seal_records`)."""
+        self.seal_records(self._outcomes_rel(plan))
+
+    def seal_records(self, rel: str) -> None:
         """Where the storage has no append (object stores), writes every part recorded so far as
-        the one outcomes file that `outcomes_url` names (the parts stay: they are the record if a
-        later apply dies first). An appended outcomes file is that file already."""
+        the one file `rel` (the parts stay: they are the record if a later run dies first). An
+        appended file is that file already."""
         if not self.storage.backend.appends:
-            lines = "".join(json.dumps(o) + "\n" for o in self.outcomes(plan))
-            self.storage.write(self._outcomes_rel(plan), lines.encode())
+            lines = "".join(json.dumps(o) + "\n" for o in self.records(rel))
+            self.storage.write(rel, lines.encode())
 
     def _plans(self, checkpoint_url: str) -> dict[str, list[FileInfo]]:
         """Plan id -> its files (manifest, outcomes, outcome parts), from one listing of the

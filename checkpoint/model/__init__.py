@@ -16,6 +16,7 @@ from checkpoint.model.discovery import (
     FoundCheckpoint,
     each_checkpoint,
     find_checkpoints,
+    is_checkpoint,
     scan,
     within_deadline,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "download_checked",
     "each_checkpoint",
     "find_checkpoints",
+    "is_checkpoint",
     "latest_commit",
     "newest_commit",
     "load_checkpoint",

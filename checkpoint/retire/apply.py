@@ -1,0 +1,265 @@
+"""The apply of a retirement plan: the evidence checked again under the leases, the archive
+forked and validated, then the checkpoint deleted, each step recorded as it ends (see the
+package's docstring)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from checkpoint.analysis import Severity, validate
+from checkpoint.cleanup import AuditTrail, delete_with_redrive
+from checkpoint.crash import crash_point
+from checkpoint.errors import NotACheckpointError, RetirementIncomplete, RetirementRefused
+from checkpoint.fork import fork
+from checkpoint.format import FileKind, classify
+from checkpoint.model import load_head
+from checkpoint.policy import POLICY, duration_text
+from checkpoint.retire.manifest import RetirementPlan, manifest_rel, outcomes_rel, planned_files, when
+from checkpoint.safety import InPlace, Request, TakeLease
+from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
+
+log = logging.getLogger(__name__)
+ARCHIVED, DELETING, DELETED, RETIRED = "archived", "deleting", "deleted", "retired"
+_FAILED_KEPT = 20  # failures named per batch record; all are counted
+
+
+@dataclass(frozen=True)
+class RetireOptions:
+    grace_seconds: float = POLICY.retire_grace_seconds
+    allow_short_grace: bool = False
+    batch_size: int = POLICY.delete_batch_size
+    approved_by: str = ""  # who launched the apply: the approval, recorded
+
+
+@dataclass(frozen=True)
+class Retired:
+    plan_id: str
+    checkpoint: str
+    archive: str | None
+    archived_batch: int | None
+    deleted_files: int  # by this run
+    deleted_bytes: int
+    already_retired: bool
+    approved_by: str
+    outcomes: str
+    requests: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def apply_retirement(
+    checkpoint: Storage,
+    archive: Storage | None,
+    trail: AuditTrail,
+    plan: RetirementPlan,
+    take: TakeLease,
+    options: RetireOptions = RetireOptions(),
+    *,
+    now: float,
+) -> Retired:
+    """Applies `plan` (`manifest.read_retirement`) to the checkpoint at `checkpoint`, archiving to
+    `archive` (the plan's, or None when it was planned without one), leases taken by `take`.
+    Raises RetirementRefused (nothing deleted) or RetirementIncomplete (the same call finishes)."""
+    started, before = time.monotonic(), _requests(checkpoint, archive, trail)
+    _refuse_early(checkpoint, archive, trail, plan, options, now)
+    door = InPlace(checkpoint, take) if archive is None else Request(checkpoint, archive, take)
+    rel = outcomes_rel(plan)
+    with door.held("retire --apply") as check:
+        records = trail.records(rel)
+        steps = {r.get("step") for r in records}
+        archived = next((r for r in records if r.get("step") == ARCHIVED), None)
+        deleted = (0, 0)
+        if RETIRED not in steps:
+            present = _recheck(checkpoint, trail, plan, deleting=DELETING in steps)
+            if archive is not None and archived is None:
+                archived = _archive(checkpoint, archive, plan, check)
+                crash_point("retire.archived")
+                trail.append_records(rel, [archived])
+            if DELETING not in steps:
+                trail.append_records(rel, [{"step": DELETING, "approved_by": options.approved_by,
+                                            "files": len(present)}])  # fmt: skip
+            elif unrecorded := _unrecorded(plan, present, records):
+                trail.append_records(rel, [unrecorded])
+            deleted = _delete(checkpoint, present, trail, rel, options.batch_size, check)
+            trail.append_records(rel, [{"step": RETIRED, "approved_by": options.approved_by}])
+            trail.seal_records(rel)
+            log.info("%s: retired (plan %s)", checkpoint.url, plan.plan_id)
+    return Retired(
+        plan_id=plan.plan_id, checkpoint=plan.checkpoint, archive=plan.archive,
+        archived_batch=None if archived is None else archived.get("batch"),
+        deleted_files=deleted[0], deleted_bytes=deleted[1], already_retired=RETIRED in steps,
+        approved_by=options.approved_by, outcomes=f"{trail.url}/{rel}",
+        requests=_requests(checkpoint, archive, trail) - before, seconds=round(time.monotonic() - started, 3),
+    )  # fmt: skip
+
+
+def _unrecorded(plan: RetirementPlan, present: list[FileInfo], records: list[dict]) -> dict | None:
+    """What a killed run deleted and had not recorded yet (gone from the checkpoint, and in no
+    record of a batch): recorded by the run that finds it, so the records add up to the plan."""
+    done = [r for r in records if r.get("step") == DELETED]
+    files = plan.files - len(present) - sum(int(r.get("files", 0)) for r in done)
+    size = plan.total_bytes - sum(f.size for f in present) - sum(int(r.get("bytes", 0)) for r in done)
+    if files <= 0:
+        return None
+    return {"step": DELETED, "files": files, "bytes": size, "failed_files": 0, "failed": [],
+            "why": "deleted by a run killed before it recorded them"}  # fmt: skip
+
+
+def _requests(checkpoint: Storage, archive: Storage | None, trail: AuditTrail) -> int:
+    return checkpoint.calls.total() + trail.storage.calls.total() + (archive.calls.total() if archive else 0)
+
+
+def _refuse_early(
+    checkpoint: Storage,
+    archive: Storage | None,
+    trail: AuditTrail,
+    plan: RetirementPlan,
+    options: RetireOptions,
+    now: float,
+) -> None:
+    """What refuses before any lease is taken: another checkpoint or archive than the plan's, a
+    grace under the floor, and a plan younger than the grace (counted from the manifest's own
+    time when that is later: a manifest written again starts its grace again)."""
+    if checkpoint.url != plan.checkpoint or (None if archive is None else archive.url) != plan.archive:
+        raise RetirementRefused(f"the plan retires {plan.checkpoint} (archive {plan.archive}), not "
+                                f"{checkpoint.url}", plan.manifest)  # fmt: skip
+    if not 1 <= options.batch_size <= DELETE_MAX_KEYS:
+        raise RetirementRefused(f"a delete batch holds 1 to {DELETE_MAX_KEYS} keys, not {options.batch_size}",
+                                plan.manifest)  # fmt: skip
+    floor = POLICY.min_retire_grace_seconds
+    if options.grace_seconds < floor and not options.allow_short_grace:
+        raise RetirementRefused(f"a grace of {duration_text(options.grace_seconds)} is below the floor of "
+                                f"{duration_text(floor)} (--unsafe-short-grace)", plan.manifest)  # fmt: skip
+    info = trail.storage.stat(manifest_rel(plan.checkpoint, plan.plan_id))
+    if info is None:
+        raise RetirementRefused("the manifest is gone", plan.manifest)
+    since = max(plan.planned_at, info.mtime or plan.planned_at)
+    if now < since + options.grace_seconds:
+        raise RetirementRefused(
+            f"planned {when(since)}: within its grace of {duration_text(options.grace_seconds)}, nothing is "
+            f"deleted before {when(since + options.grace_seconds)}",
+            plan.manifest,
+        )
+
+
+def _recheck(
+    checkpoint: Storage, trail: AuditTrail, plan: RetirementPlan, *, deleting: bool
+) -> list[FileInfo]:
+    """The checkpoint's files now, each one the manifest lists with its size and mtime; refused
+    on any other, or on one the manifest lists and the checkpoint lost, unless an earlier run of
+    this apply began deleting (then what is gone is what it deleted)."""
+    present = sorted(_listed(checkpoint), key=lambda f: f.rel)
+    if not present and not deleting:
+        raise RetirementRefused("the checkpoint is gone, and no run of this plan deleted it", checkpoint.url)
+    at, gone = 0, None
+    # A merge of two lists sorted by path: a manifest out of order refuses (a file looks new).
+    for path, size, mtime in planned_files(trail, plan):
+        if at < len(present) and present[at].rel < path:
+            _refuse_written(checkpoint, plan, present[at].rel)
+        if at < len(present) and present[at].rel == path:
+            if (present[at].size, present[at].mtime) != (size, mtime):
+                _refuse_written(checkpoint, plan, path)
+            at += 1
+        elif gone is None and not deleting:
+            gone = path
+    if at < len(present):
+        _refuse_written(checkpoint, plan, present[at].rel)
+    if gone is not None:
+        raise RetirementRefused(f"{gone}, which the plan lists, is gone: something changed the checkpoint "
+                                "since the plan; plan again", checkpoint.url)  # fmt: skip
+    return present
+
+
+def _refuse_written(checkpoint: Storage, plan: RetirementPlan, rel: str) -> NoReturn:
+    what = classify(rel)
+    if what.kind in (FileKind.COMMIT, FileKind.OFFSET):
+        written = f"{'commit' if what.kind == FileKind.COMMIT else 'offset'} {what.batch} was written"
+    else:
+        written = f"{rel} was written or changed"
+    raise RetirementRefused(f"{written} since the plan ({when(plan.planned_at)}): the checkpoint is not "
+                            "dormant as planned; nothing deleted, plan again", checkpoint.url)  # fmt: skip
+
+
+def _archive(checkpoint: Storage, archive: Storage, plan: RetirementPlan, check: Callable[[], None]) -> dict:
+    """The latest committed batch forked to the archive (resumed when a run was killed), then the
+    archive read back and validated as a checkpoint: only then is anything deleted."""
+    result = fork(checkpoint, archive, check=check)
+    if result.batch != plan.evidence.last_commit:
+        raise RetirementRefused(f"the archive holds batch {result.batch}, the plan's last commit is "
+                                f"{plan.evidence.last_commit}: nothing deleted", archive.url)  # fmt: skip
+    errors = [f for f in validate(load_head(archive, strict=True)).findings if f.severity == Severity.ERROR]
+    if errors:
+        raise RetirementRefused(f"the archive fails validation ({errors[0].code}: {errors[0].message}): "
+                                "nothing deleted", archive.url)  # fmt: skip
+    log.info("%s: archived at batch %d in %s", checkpoint.url, result.batch, archive.url)
+    return {"step": ARCHIVED, "archive": archive.url, "batch": result.batch, "files": result.files,
+            "bytes": result.total_bytes, "query_id": result.query_id}  # fmt: skip
+
+
+def _delete(
+    checkpoint: Storage,
+    present: list[FileInfo],
+    trail: AuditTrail,
+    rel: str,
+    batch_size: int,
+    check: Callable[[], None],
+) -> tuple[int, int]:
+    """Deletes `present` a batch at a time (one request each on S3), through the folders as they
+    are now (a folder swapped for a link mid-way is not gone through), the lease checked before
+    each batch and each batch recorded; then the folders, the checkpoint's own last."""
+    parent = checkpoint.parent()  # before the first delete: a plan refused a checkpoint without one
+    folders = {"", *(f.rel.rsplit("/", i)[0] for f in present for i in range(1, f.rel.count("/") + 1))}
+    held = checkpoint.folder_ids(sorted(folders))
+    files = bytes_ = 0
+    failed: dict[str, str] = {}
+    for start in range(0, len(present), batch_size):
+        check()
+        chunk = present[start : start + batch_size]
+        rels = [f.rel for f in chunk]
+        why = delete_with_redrive(checkpoint, rels, POLICY.delete_attempts, time.sleep, held)
+        ok = [f for f in chunk if f.rel not in why]
+        files, bytes_ = files + len(ok), bytes_ + sum(f.size for f in ok)
+        failed.update(why)
+        crash_point("retire.deleted", files)
+        trail.append_records(rel, [{
+            "step": DELETED, "first": chunk[0].rel, "last": chunk[-1].rel, "files": len(ok),
+            "bytes": sum(f.size for f in ok), "failed_files": len(why),
+            "failed": [{"path": p, "why": w} for p, w in list(why.items())[:_FAILED_KEPT]],
+        }])  # fmt: skip
+    if failed:
+        path, why_ = next(iter(failed.items()))
+        raise RetirementIncomplete(f"{len(failed)} file(s) not deleted (first: {path}: {why_}); every "
+                                   "outcome is in the audit trail: run the same apply again",
+                                   checkpoint.url)  # fmt: skip
+    name = checkpoint.root.rstrip("/").rsplit("/", 1)[-1]
+    parent.remove_empty_folders([f"{name}/{f}" if f else name for f in _folders(checkpoint)])
+    left = [f.rel for f in _listed(checkpoint)]
+    if left:
+        raise RetirementIncomplete(f"{len(left)} file(s) appeared while it was deleted (e.g. {left[0]}): "
+                                   "look at them; nothing of them was deleted", checkpoint.url)  # fmt: skip
+    return files, bytes_
+
+
+def _listed(storage: Storage) -> list[FileInfo]:
+    try:
+        return storage.list_files()
+    except NotACheckpointError:
+        return []
+
+
+def _folders(storage: Storage) -> list[str]:
+    """Every folder left under the root ("" included), a shallow listing each: after the files
+    went, only empty ones (Spark makes some it never fills)."""
+    found, todo = [""], [""]
+    while todo:
+        listing = storage.list_dir(todo.pop())
+        found += listing.folders
+        todo += listing.folders
+    return found

@@ -1,0 +1,116 @@
+"""The retirement plan: a dormant checkpoint's evidence, files and archive, written as a manifest in
+the audit trail (see the package's docstring)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+import time
+import uuid
+
+from checkpoint.analysis import dormant_since, unfinished_batch
+from checkpoint.cleanup import AuditTrail
+from checkpoint.errors import RetirementRefused, StorageError
+from checkpoint.fork import inspect_dest, read_source
+from checkpoint.format import FileKind
+from checkpoint.model import is_checkpoint, load_head, untrusted_files
+from checkpoint.policy import POLICY, duration_text
+from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
+from checkpoint.safety import refuse_overlap
+from checkpoint.storage import FileInfo, Storage
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# The plan
+
+
+def plan_retirement(
+    storage: Storage,
+    trail: AuditTrail,
+    *,
+    archive: Storage | None,
+    now: float,
+    dormant_seconds: float = POLICY.dormant_seconds,
+) -> RetirementPlan:
+    """Writes the retirement manifest of a dormant checkpoint; raises RetirementRefused (nothing
+    written) for one that is not dormant, not a checkpoint, holds another, or holds a file Spark
+    never writes. `archive` None is a retirement without one, which the caller was told to say."""
+    try:
+        storage.parent()  # its folders are removed through the folder that holds it
+    except StorageError as exc:
+        raise RetirementRefused(
+            "a checkpoint at the top of a bucket is a root, never retired", storage.url
+        ) from exc
+    top = storage.list_dir("")
+    if not is_checkpoint(top, ""):
+        raise RetirementRefused("not a checkpoint (no metadata with offsets/ or commits/): nothing retired",
+                                storage.url)  # fmt: skip
+    ckpt = load_head(storage, strict=False)
+    unfinished = unfinished_batch(ckpt)
+    if unfinished is not None:
+        raise RetirementRefused(
+            f"batch {unfinished} was planned and never committed: the query stopped mid-batch, not "
+            "after its last batch; restart it to finish the batch, or retire it once it has",
+            storage.url,
+        )
+    since = dormant_since(ckpt, now, dormant_seconds)
+    if since is None:
+        last = ckpt.last_activity_mtime
+        raise RetirementRefused(
+            f"not dormant: its newest commit or offset was written {when(last)}, and a checkpoint is "
+            f"dormant after {duration_text(dormant_seconds)} without either",
+            storage.url,
+        )
+    if archive is not None:
+        refuse_overlap(storage, archive)
+        held = inspect_dest(archive)
+        if held.files and held.started is None:
+            raise RetirementRefused(f"the archive is not empty ({len(held.files)} files)", archive.url)
+        read_source(storage)  # what the fork at the apply would refuse is refused now
+    files = sorted(storage.list_files(), key=lambda f: f.rel)
+    for rel, why in sorted(untrusted_files(storage, files).items()):
+        raise RetirementRefused(f"{why}: a file Spark never writes; look at it, then plan again", rel)
+    _refuse_nested(storage, files)
+
+    commits = [f for f in ckpt.files if f.kind == FileKind.COMMIT]
+    offsets = [f for f in ckpt.files if f.kind == FileKind.OFFSET]
+    newest_commit = max(commits, key=lambda f: f.what.batch or 0, default=None)
+    newest_offset = max(offsets, key=lambda f: f.what.batch or 0, default=None)
+    evidence = Evidence(
+        last_commit=None if newest_commit is None else newest_commit.what.batch,
+        last_commit_at=None if newest_commit is None else newest_commit.info.mtime,
+        last_offset=None if newest_offset is None else newest_offset.what.batch,
+        last_offset_at=None if newest_offset is None else newest_offset.info.mtime,
+        dormant_since=since, dormant_seconds=dormant_seconds,
+    )  # fmt: skip
+    plan = RetirementPlan(
+        plan_id=f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{uuid.uuid4().hex[:8]}",
+        checkpoint=storage.url, planned_at=now, evidence=evidence, files=len(files),
+        total_bytes=sum(f.size for f in files),
+        newest_file_at=max((f.mtime for f in files if f.mtime is not None), default=None),
+        archive=None if archive is None else archive.url,
+    )  # fmt: skip
+    rel = manifest_rel(plan.checkpoint, plan.plan_id)
+    with tempfile.TemporaryDirectory(prefix="ckpt-retire-") as tmp:
+        local = os.path.join(tmp, "manifest.jsonl")
+        with open(local, "wb") as out:
+            out.write(plan.header().encode() + b"\n")
+            out.writelines(file_line(f) for f in files)
+        trail.storage.put_file(local, rel, move=True)
+    log.info("%s: retirement planned: %d files (%s)", storage.url, plan.files, rel)
+    return dataclasses.replace(plan, manifest=manifest_url(trail, plan.checkpoint, plan.plan_id))
+
+
+def _refuse_nested(storage: Storage, files: list[FileInfo]) -> None:
+    """A folder below the checkpoint that is a checkpoint itself (its own `metadata` beside
+    `offsets/` or `commits/`) is not this one's to delete."""
+    metadata = {f.rel.rpartition("/")[0] for f in files if f.rel.endswith("/metadata")}
+    logs = {f.rel.rsplit("/", 2)[0] for f in files if f.rel.count("/") >= 2
+            and f.rel.rsplit("/", 2)[1] in ("offsets", "commits")}  # fmt: skip
+    for nested in sorted(metadata & logs):
+        raise RetirementRefused(f"holds another checkpoint ({nested}): retire that one on its own, first",
+                                storage.url)  # fmt: skip
