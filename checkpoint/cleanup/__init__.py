@@ -15,7 +15,7 @@ from checkpoint.cleanup.apply import (
 )
 from checkpoint.cleanup.audit import AuditTrail, with_held
 from checkpoint.cleanup.flow import REPLANNED, Cleaned, apply_cleanup
-from checkpoint.cleanup.manifest import Plan, PlannedFile
+from checkpoint.cleanup.manifest import Plan, PlannedFile, new_plan_id
 from checkpoint.cleanup.plan import plan_gc
 
 __all__ = [
@@ -33,5 +33,6 @@ __all__ = [
     "apply_plan",
     "check_plan",
     "delete_with_redrive",
+    "new_plan_id",
     "plan_gc",
 ]

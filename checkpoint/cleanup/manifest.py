@@ -6,6 +6,8 @@ apply reads it back; none of them is needed to read it.
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any
@@ -14,6 +16,13 @@ from checkpoint.errors import GcError
 from checkpoint.policy import POLICY
 
 PLAN_FORMAT = 2  # 1: every candidate held in the Plan; 2: the header names the totals, lines stream
+
+
+def new_plan_id(now: float) -> str:
+    """A plan's id: when it was made, to the millisecond, then a random tail. Ids sort by time,
+    which is how the newest plan is found (two plans in one second sorted by their tails did not)."""
+    millis = int(now * 1000) % 1000
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}{millis:03d}Z-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,13 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NoReturn
 
 from checkpoint.analysis import Category, Severity, validate
 from checkpoint.cleanup.decide import Context, Lister, list_folder, scan_partition
-from checkpoint.cleanup.manifest import Plan, PlannedFile
+from checkpoint.cleanup.manifest import Plan, PlannedFile, new_plan_id
 from checkpoint.cleanup.pool import in_order, planning_workers
 from checkpoint.cleanup.rules import (
     GcOptions,
@@ -103,7 +102,7 @@ def plan_gc(
     options = GcOptions(grace_seconds=grace_seconds, live=live, defer_live_ssts=True)
     if workers is None:
         workers = planning_workers(storage, len(folders), lister)
-    plan_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{uuid.uuid4().hex[:8]}"
+    plan_id = new_plan_id(now)
     with tempfile.TemporaryDirectory(prefix="ckpt-plan-") as tmp, Spill(tmp) as spill:
         context = Context(base, window, dict(committed), options, now, lister, tmp)
         for folder, decided in in_order(context, folders, workers, spill):

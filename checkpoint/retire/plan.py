@@ -7,11 +7,9 @@ import dataclasses
 import logging
 import os
 import tempfile
-import time
-import uuid
 
 from checkpoint.analysis import dormant_since, unfinished_batch
-from checkpoint.cleanup import AuditTrail
+from checkpoint.cleanup import AuditTrail, new_plan_id
 from checkpoint.errors import RetirementRefused, StorageError
 from checkpoint.fork import inspect_dest, read_source
 from checkpoint.format import FileKind
@@ -88,7 +86,7 @@ def plan_retirement(
         dormant_since=since, dormant_seconds=dormant_seconds,
     )  # fmt: skip
     plan = RetirementPlan(
-        plan_id=f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}-{uuid.uuid4().hex[:8]}",
+        plan_id=new_plan_id(now),
         checkpoint=storage.url, planned_at=now, evidence=evidence, files=len(files),
         total_bytes=sum(f.size for f in files),
         newest_file_at=max((f.mtime for f in files if f.mtime is not None), default=None),
