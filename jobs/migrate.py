@@ -97,23 +97,35 @@ class SparkStateDigests:
         (`digest_aggregates`) of each row's key and value (neither order nor the partition counts,
         every field does): what the source and the migrated store must share. The key and value
         columns, not the raw bytes: the HDFS-backed store keeps no RocksDB encoding byte, and the state
-        data source reads raw bytes of RocksDB only. The partition of each row against
-        `HashPartitioning`'s: pmod of Murmur3 (seed 42, SQL's `hash`) of the partitioning fields, a
-        struct hashing as its fields in order."""
+        data source reads raw bytes of RocksDB only. A store of column families (transformWithState,
+        RocksDB on both sides) is read raw instead: every family's key and value bytes. The
+        partition of each row against `HashPartitioning`'s: pmod of Murmur3 (seed 42, SQL's
+        `hash`) of the partitioning fields, a struct hashing as its fields in order."""
         from pyspark.sql import functions as F
 
         frames = []
         for side, (storage, format_version) in enumerate(sides):
             with scoped_confs(self.spark, {FORMAT_VERSION_CONF: str(format_version)}):
-                frames.append(self.spark.read.format("statestore").option("batchId", batch)
-                              .option("operatorId", store.operator).option("storeName", store.store)
-                              .load(storage.spark_url).withColumn("side", F.lit(side)))  # fmt: skip
+                read = (self.spark.read.format("statestore").option("batchId", batch)
+                        .option("operatorId", store.operator).option("storeName", store.store))  # fmt: skip
+                if placement.families:  # raw rows name no partition: the store's is the task's
+                    frame = (read.option("_readAllColumnFamilies", "true").load(storage.spark_url)
+                             .withColumn("partition_id", F.spark_partition_id()))  # fmt: skip
+                else:
+                    frame = read.load(storage.spark_url)
+                frames.append(frame.withColumn("side", F.lit(side)))
         state = reduce(lambda a, b: a.unionByName(b), frames)
-        fields = state.schema["key"].dataType.fieldNames()[: placement.leading]
-        placed = F.pmod(F.hash(*(F.col("key").getField(f) for f in fields)), F.lit(placement.partitions))
+        row: tuple[str, ...]
+        if placement.families:  # raw rows: every family's key and value bytes
+            row = ("column_family_name", "key_bytes", "value_bytes")
+            placed = F.pmod(F.hash(F.col("partition_key")), F.lit(placement.partitions))
+        else:
+            row = ("key", "value")
+            fields = state.schema["key"].dataType.fieldNames()[: placement.leading]
+            placed = F.pmod(F.hash(*(F.col("key").getField(f) for f in fields)), F.lit(placement.partitions))
         found = {r["side"]: r for r in state.groupBy("side").agg(
             F.count(F.lit(1)).alias("rows"),
-            *digest_aggregates("key", "value"),
+            *digest_aggregates(*row),
             F.sum((placed != F.col("partition_id")).cast("long")).alias("away"),
         ).collect()}  # fmt: skip
         return [StoreRead(int(r["rows"]), digest_of(r), int(r["away"])) if (r := found.get(side))

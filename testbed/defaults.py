@@ -9,7 +9,8 @@ those defaults, or under RocksDB with format V1:
   every 10 deltas, as by default) and without (a delta-only chain), for every operator the
   provider supports;
 - RocksDB format V1 with changelog checkpointing (`<v>.changelog`, a `<v>.zip` every 10 versions)
-  and without (a `<v>.zip` for every version), and every operator a migration carries from it;
+  and without (a `<v>.zip` for every version), and every operator a migration carries from it,
+  transformWithState's state variables (column families) among them;
 - a driver killed mid-batch and a task retried after its state commit, on the HDFS-backed store.
 
 Kept apart from the other corpora (its own version and cache), generated once and cached.
@@ -41,13 +42,21 @@ from testbed.corpus import (
     dedup_then_aggregation,
     ensure_generated,
     generate,
+    list_state,
     run_killed_child,
     stream_join,
     windowed_aggregation,
 )
-from testbed.operators import _events, pandas_with_state, session_window_count
+from testbed.operators import (
+    NO_EMPTY_BATCHES,
+    _events,
+    every_state,
+    pandas_with_state,
+    session_window_count,
+    timers,
+)
 
-DEFAULTS_VERSION = 3
+DEFAULTS_VERSION = 4
 
 # Spark's own defaults, stated rather than left out: the generator's session sets RocksDB V2.
 HDFS = {
@@ -62,6 +71,9 @@ ROCKSDB_V1 = {
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "10",
 }
 CHANGELOGS = {CHANGELOG_CONF: "true"}
+# transformWithState on RocksDB format V1: changelogs (v2: column families, merge records) and a
+# zip every other version, which names the families' ids (a V1 changelog does not)
+TWS_V1 = {**ROCKSDB_V1, **CHANGELOGS, "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2"}
 # Enough batches for Spark's maintenance to write two snapshots at its default of every 10 deltas.
 LONG = 25
 
@@ -110,6 +122,12 @@ DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
              windowed_aggregation, 12, ROCKSDB_V1, output_mode="append"),
     Scenario("rocksdb_v1_pandas", "RocksDB format V1: applyInPandasWithState",
              pandas_with_state, 8, ROCKSDB_V1),
+    Scenario("rocksdb_v1_list_state", "RocksDB format V1: transformWithState with a ListState",
+             list_state, 6, TWS_V1),
+    Scenario("rocksdb_v1_every_state", "RocksDB format V1: transformWithState, value, list and map state, "
+             "each with a TTL", every_state, 6, {**TWS_V1, **NO_EMPTY_BATCHES}),
+    Scenario("rocksdb_v1_timers", "RocksDB format V1: transformWithState with event-time timers",
+             timers, 6, TWS_V1),
 )  # fmt: skip
 
 

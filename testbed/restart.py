@@ -30,6 +30,8 @@ USER_READERS: dict[str, list[dict[str, str]]] = {
     "every_state": [{"stateVarName": v} for v in ("count", "items", "last")],
     "timers": [{"stateVarName": "seen"}, {"readRegisteredTimers": "true"}],
 }
+for _name in ("list_state", "every_state", "timers"):  # the same queries on RocksDB format V1
+    USER_READERS[f"rocksdb_v1_{_name}"] = USER_READERS[_name]
 
 
 def plain(value: Any) -> Any:

@@ -36,6 +36,9 @@ def test_the_corpus_holds_every_default_format(defaults) -> None:
         "rocksdb_v1_join",
         "rocksdb_v1_window",
         "rocksdb_v1_pandas",
+        "rocksdb_v1_list_state",
+        "rocksdb_v1_every_state",
+        "rocksdb_v1_timers",
     )
     assert sorted(defaults) == sorted((*HDFS, *ROCKSDB_V1, *operators))
     for name, path in defaults.items():

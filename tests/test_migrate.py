@@ -30,7 +30,8 @@ V2_SESSION = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
 # session windows, applyInPandasWithState.
 OPERATORS = ("agg", "dedup", "join", "window", "session", "pandas")
 MIGRATED = (*(f"hdfs_{o}" for o in OPERATORS), "rocksdb_v1", "rocksdb_v1_changelog",
-            *(f"rocksdb_v1_{o}" for o in OPERATORS[1:]))  # fmt: skip
+            *(f"rocksdb_v1_{o}" for o in OPERATORS[1:]),
+            *(f"rocksdb_v1_{o}" for o in ("list_state", "every_state", "timers")))  # fmt: skip
 
 
 def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, control: Path, extra: Path):

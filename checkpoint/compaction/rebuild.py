@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from itertools import islice, repeat
 from pathlib import Path
 
-from checkpoint.errors import RebuildError
+from checkpoint.errors import CorruptFileError, RebuildError
 from checkpoint.format import (
     FileKind,
     RecordRun,
@@ -334,17 +334,13 @@ def _count_keys(
     inserted = [k for k in expected if k not in before]
     deleted = [k for k in before if k not in expected]
     keys, internal = (base_meta.num_keys, base_meta.num_internal_keys) if base_meta else (0, 0)
-    mapping = base_meta.column_family_mapping if base_meta else {}
-    types = base_meta.column_family_type_map if base_meta else {}
-    if mapping:
-        internal_ids = {cf_id for name, cf_id in mapping.items() if types.get(name)}
-        known = set(mapping.values())
+    if base_meta is not None and base_meta.column_family_mapping:
 
         def is_internal(key: bytes) -> bool:
-            cf = int.from_bytes(key[:2], "little")
-            if cf not in known:
-                raise RebuildError(f"key with unknown column family id {cf}")
-            return cf in internal_ids
+            try:
+                return base_meta.family_of(key, "the rebuilt store")[1]
+            except CorruptFileError as exc:
+                raise RebuildError(str(exc)) from exc
 
         moved = sum(map(is_internal, inserted)) - sum(map(is_internal, deleted))
     else:

@@ -18,6 +18,7 @@ from checkpoint.format.changelog import (
     measure_state_file,
     read_changelog_runs,
     read_header,
+    stream_changelog_runs,
     stream_untyped_runs,
 )
 from checkpoint.format.crc import (
@@ -148,5 +149,6 @@ __all__ = [
     "signed",
     "split_row",
     "state_format_of",
+    "stream_changelog_runs",
     "stream_untyped_runs",
 ]

@@ -430,16 +430,26 @@ def stream_untyped_runs(read, codec: str, path: str, chunk: int = 8 << 20) -> It
     """The records of a headerless changelog (format V1), delta or snapshot, a part at a time: the
     runs of the whole records in about `chunk` decoded bytes, so memory follows `chunk` and the
     largest record, not the file (a snapshot of a 10M-key store is a file of about 100 MB)."""
-    reader = decompressing_reader(read, codec, path)
+    return _stream_runs(decompressing_reader(read, codec, path), False, path, chunk)
+
+
+def stream_changelog_runs(read, codec: str, path: str, chunk: int = 8 << 20) -> Iterator[list[RecordRun]]:
+    """As `stream_untyped_runs`, for a RocksDB changelog of format V1, whose version string (if
+    any) says whether its records are typed: v2 holds column families and merge records."""
+    header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2=False)
+    return _stream_runs(reader, header.has_column_families, path, chunk)
+
+
+def _stream_runs(reader: Reader, typed: bool, path: str, chunk: int) -> Iterator[list[RecordRun]]:
     buf, eof, want = b"", False, chunk
     while True:
         while len(buf) < want and not eof:
             more = reader.read(max(chunk, want - len(buf)))
             eof, buf = not more, buf + more
         if eof:  # the rest: parsed as a whole file is, its end checked
-            yield parse_runs(buf, False, path)
+            yield parse_runs(buf, typed, path)
             return
-        runs, pos, last = _parse(buf, False, path, upto=chunk)
+        runs, pos, last = _parse(buf, typed, path, upto=chunk)
         if last:
             if len(buf) > pos or reader.read(1):
                 raise CorruptFileError("bytes after the end-of-records marker", path)

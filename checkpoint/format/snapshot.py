@@ -58,6 +58,19 @@ class SnapshotMetadata:
     log_files: tuple[SstRef, ...] = ()
     version: int = 1  # the first line's: which Spark wrote it (logs.ZIP_METADATA_VERSIONS)
 
+    def family_of(self, key: bytes, path: str) -> tuple[int, bool]:
+        """A key's column family id (its first two bytes, little-endian, as Spark's virtual
+        families prefix it) and whether the type map marks that family internal (a TTL index, a
+        row counter: counted in `numInternalKeys`). A key of an id the mapping does not name
+        raises CorruptFileError."""
+        family = int.from_bytes(key[:2], "little")
+        names = [name for name, i in self.column_family_mapping.items() if i == family]
+        if not names:
+            raise CorruptFileError(
+                f"a key of column family id {family}, which the mapping does not name", path
+            )
+        return family, bool(self.column_family_type_map.get(names[0]))
+
 
 @dataclass(frozen=True)
 class Snapshot:

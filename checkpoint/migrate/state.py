@@ -30,9 +30,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from checkpoint.errors import RebuildError
-from checkpoint.format import FileKind, RecordRun, RowShape, split_row, stream_untyped_runs
-from checkpoint.model import Checkpoint, CheckpointFile, StoreLineage, check_free_disk, download_checked
+from checkpoint.errors import CorruptFileError, RebuildError
+from checkpoint.format import (
+    FileKind,
+    RecordRun,
+    RowShape,
+    SnapshotMetadata,
+    split_row,
+    stream_changelog_runs,
+    stream_untyped_runs,
+)
+from checkpoint.model import (
+    Checkpoint,
+    CheckpointFile,
+    StoreId,
+    StoreLineage,
+    check_free_disk,
+    download_checked,
+)
 from checkpoint.policy import POLICY, Policy
 from checkpoint.rocksdb import (
     SPARK_OPTIONS,
@@ -124,10 +139,21 @@ def write_store(
         db_dir.mkdir()
         chain_bytes = sum(f.info.size for f in chain)
         zip_base = None if hdfs else base  # a RocksDB zip: its files become the DB the chain goes into
+        op = ckpt.operators.get(sid.operator)
+        if (
+            zip_base is None
+            and op is not None
+            and op.metadata is not None
+            and op.metadata.name.startswith("transformWithState")
+        ):
+            raise RebuildError(f"{sid}: no zip to load version {entry.version} from, and only a zip names "
+                               "the column families' ids (a format V1 changelog does not): run the query "
+                               "until Spark writes a snapshot, then migrate", ckpt.url)  # fmt: skip
+        offset = ckpt.batches[entry.batch].offset
+        delimiter = merge_delimiter(offset.conf if offset else {})
         if zip_base is not None:
             fetched = fetch_base(ckpt, zip_base, zip_base.rel.rsplit("/", 1)[0], tmp, policy, chain_bytes)
-            offset = ckpt.batches[entry.batch].offset
-            set_options(db_dir, bulk_options(policy, merge_delimiter(offset.conf if offset else {})))
+            set_options(db_dir, bulk_options(policy, delimiter))
             steps, read = chain, fetched.bytes_read + chain_bytes
         else:
             steps = ([base] if base is not None else []) + chain
@@ -145,9 +171,6 @@ def write_store(
                 # A snapshot is a dump of Spark's map into an empty DB: each record a distinct key.
                 snapshot = hdfs and i == 0 and f.kind == FileKind.SNAPSHOT
                 for run in _runs(ckpt, f, tmp, policy):
-                    if run.op == "merge":
-                        raise RebuildError(f"{sid}: {f.rel} holds merge records (list state), which a "
-                                           "migration does not carry", ckpt.url)  # fmt: skip
                     if not hdfs:
                         keys = list(run.keys)
                     elif prefix is None:
@@ -158,7 +181,10 @@ def write_store(
                         count.add(len(keys))
                     else:
                         count.touch(run.op, keys)
-                    if run.op == "put":
+                    if run.op == "merge":  # list state, RocksDB's only: appended as its operator does
+                        keys, values = _merged(db, keys, run.written, delimiter)
+                        write_in_batches(db, write_opts, _BATCH, "put", keys, values)
+                    elif run.op == "put":
                         values = [ROCKSDB_ENCODING + v for v in run.written] if hdfs else list(run.written)
                         write_in_batches(db, write_opts, _BATCH, "put", keys, values)
                     else:
@@ -167,19 +193,48 @@ def write_store(
                     db.flush()
                     count.look_in(open_db(db_dir, policy, read_only=True))
             db.flush()
-            keys_now = count.total(db)
+            keys_now, internal = count.total(db), 0
+            if zip_base is not None and fetched.meta.column_family_mapping:
+                keys_now, internal = _family_counts(db, fetched.meta, sid)
             rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
         finally:
             count.close()
             db.close()
         set_options(checkpoint_dir, SPARK_OPTIONS)
-        # The base's SSTs are not in DEST: every SST is uploaded under a new name (base_meta None).
-        result = publish(target, checkpoint_dir, None, keys_now, 0)
+        # The base's SSTs are not in DEST: every SST is uploaded under a new name (a base without
+        # any); its column families (transformWithState) carry over with their ids.
+        families = None if zip_base is None else dataclasses.replace(fetched.meta, sst_files=())
+        result = publish(target, checkpoint_dir, families, keys_now, internal)
         files = len(steps) + (0 if zip_base is None else 1)
         return StoreWritten(sid.operator, sid.partition, sid.store, str(target.unique_id), keys_now, files,
                             read, result["bytes"], round(time.monotonic() - started, 3))  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _family_counts(db, meta: SnapshotMetadata, sid: StoreId) -> tuple[int, int]:
+    """(numKeys, numInternalKeys) of a store of column families, as Spark counts them: each key by
+    its family (`SnapshotMetadata.family_of`), an internal family's apart. One pass over the store
+    written, which a key count tracked through the chain would not be cheaper than."""
+    keys = internal = 0
+    for key in db.keys():
+        try:
+            internal_family = meta.family_of(key, str(sid))[1]
+        except CorruptFileError as exc:
+            raise RebuildError(str(exc)) from exc
+        internal += internal_family
+        keys += not internal_family
+    return keys, internal
+
+
+def _merged(db, keys: list[bytes], operands: list[bytes], delimiter: bytes) -> tuple[list, list]:
+    """Merge records as RocksDB's StringAppendOperator applies them: each operand appended to the
+    key's value (the DB's, or an earlier operand's of the run), with the store's delimiter."""
+    merged: dict[bytes, bytes] = {}
+    for key, operand in zip(keys, operands, strict=True):
+        old = merged[key] if key in merged else db.get(key)
+        merged[key] = operand if old is None else old + delimiter + operand
+    return list(merged), list(merged.values())
 
 
 class _KeyCount:
@@ -210,7 +265,7 @@ class _KeyCount:
         if unseen:
             found = self.view.get(unseen) if self.view is not None else [None] * len(unseen)
             self.before.update(zip(unseen, (v is not None for v in found), strict=True))
-        self.after.update(dict.fromkeys(keys, op == "put"))
+        self.after.update(dict.fromkeys(keys, op != "delete"))
         if len(self.before) > self.limit:
             self.before = None
             self.after.clear()
@@ -241,7 +296,8 @@ def _runs(ckpt: Checkpoint, f: CheckpointFile, tmp: Path, policy: Policy) -> Ite
     try:
         download_checked(ckpt, f.rel, str(local), f.info.size, policy)
         with open(local, "rb") as fh:
-            for runs in stream_untyped_runs(fh.read, ckpt.changelog_codec, ckpt.storage.full(f.rel)):
+            stream = stream_changelog_runs if f.kind == FileKind.CHANGELOG else stream_untyped_runs
+            for runs in stream(fh.read, ckpt.changelog_codec, ckpt.storage.full(f.rel)):
                 yield from runs
     finally:
         local.unlink(missing_ok=True)
