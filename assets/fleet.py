@@ -45,8 +45,8 @@ from checkpoint.analysis import (
     unreadable_row,
     utc_minute,
 )
-from checkpoint.cleanup import AuditTrail, with_held
-from checkpoint.errors import CheckpointError, UnknownSparkVersion
+from checkpoint.cleanup import with_held
+from checkpoint.errors import UnknownSparkVersion
 from checkpoint.model import each_checkpoint
 from checkpoint.policy import POLICY, Policy
 from checkpoint.storage import Storage
@@ -224,14 +224,9 @@ def _rows(
 
 def _look(item: tuple) -> FleetRow:
     key, url, options, policy, known, target, (audit_url, audit_options) = item
-    row = look_at(key, url, options, policy, known, target)
-    if row.idle_since is None:
-        return row
-    try:  # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
-        trail = AuditTrail(audit_url or AuditTrail.default_for(url), audit_options)
-    except CheckpointError:  # no audit trail beside it (the top of a bucket): not known
-        return row
-    return with_held(row, Storage(url, options), trail)
+    # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
+    return with_held(look_at(key, url, options, policy, known, target), Storage(url, options), audit_url,
+                     audit_options)  # fmt: skip
 
 
 def _timed_out(item: tuple, timeout: float) -> FleetRow:

@@ -57,17 +57,8 @@ def _row(url: str, cleanup: str | None, target: str | None = None, policy: Polic
         known = {} if cleanup is None else _reclaimable(url, fresh=cleanup == "fresh")
     except CheckpointError as exc:  # its audit trail cannot be read: a row that says so
         return unreadable_row(url, url, str(exc))
-    row = look_at(url, url, None, policy, known, target)
-    if row.idle_since is None:
-        return row
-    try:  # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
-        return with_held(row, Storage(url), _trail(url))
-    except CheckpointError:  # no audit trail beside it (the top of a bucket): not known
-        return row
-
-
-def _trail(url: str) -> AuditTrail:
-    return AuditTrail(AuditTrail.default_for(Storage(url).url))
+    # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
+    return with_held(look_at(url, url, None, policy, known, target), Storage(url))
 
 
 def _timed_out(url: str, timeout: float) -> FleetRow:
@@ -81,7 +72,7 @@ def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
     plan). None when there is no plan, when the newest was applied, or cleanup refuses to plan
     this checkpoint."""
     storage = Storage(url)
-    audit = _trail(url)
+    audit = AuditTrail(AuditTrail.default_for(storage.url))
     try:
         plan = plan_gc(storage, audit) if fresh else audit.latest_plan(storage.url, applied=False)
     except GcError:

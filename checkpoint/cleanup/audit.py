@@ -49,11 +49,22 @@ def _append(out: BinaryIO, path: str) -> None:
         shutil.copyfileobj(src, out)
 
 
-def with_held(row: FleetRow, checkpoint: Storage, trail: AuditTrail) -> FleetRow:
+def with_held(
+    row: FleetRow,
+    checkpoint: Storage,
+    audit_url: str | None = None,
+    audit_options: dict[str, Any] | None = None,
+) -> FleetRow:
     """A fleet row with what its checkpoint holds when it is dormant or stopped mid-batch
-    (`AuditTrail.held`); as it was when it is not, or when the listing fails (said in the log)."""
+    (`AuditTrail.held`, in the trail at `audit_url`, default beside the checkpoint); as it was
+    when it is not, when it has no trail (at the top of a bucket) or when the listing fails (said
+    in the log)."""
     since = row.idle_since
     if since is None:
+        return row
+    try:
+        trail = AuditTrail(audit_url or AuditTrail.default_for(checkpoint.url), audit_options)
+    except CheckpointError:  # no folder beside it for a trail (a bucket top): not known, not a failure
         return row
     try:
         files, total = trail.held(checkpoint, since)

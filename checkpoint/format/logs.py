@@ -173,6 +173,11 @@ class OperatorMetadata:
     stores: tuple[StoreInfo, ...]
     properties: dict[str, Any] | None = None
 
+    @property
+    def keeps_column_families(self) -> bool:
+        """transformWithState: its state variables, TTL indexes and timers are RocksDB column families."""
+        return self.name.startswith("transformWithState")
+
 
 def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
     version, lines = split_versioned(data, path, OPERATOR_METADATA_VERSIONS)

@@ -198,7 +198,7 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tupl
                                    "checkpoint was last run before Spark 4.0; run the query once on Spark "
                                    "4.x, stop it, and migrate then", where)  # fmt: skip
         name = meta.metadata.name
-        if name.startswith("transformWithState") and not ckpt.states.in_rocksdb:
+        if meta.metadata.keeps_column_families and not ckpt.states.in_rocksdb:
             raise MigrationRefused(f"operator {op} ({name}) keeps column families, which a migration does "
                                    "not carry", where)  # fmt: skip
         for store in meta.metadata.stores:
@@ -383,7 +383,7 @@ def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource
     for op, meta in sorted(source.ckpt.operators.items()):
         for store in meta.metadata.stores if meta.metadata else ():
             sid, placement = StoreId(op, 0, store.name), placement_of(store.num_partitions, store)
-            if meta.metadata and meta.metadata.name.startswith("transformWithState"):
+            if meta.metadata and meta.metadata.keeps_column_families:
                 placement = dataclasses.replace(placement, families=True)
             was, now = engine.compare(src, dest, source.batch, sid, placement)
             where = f"operator {op} store {store.name}"

@@ -140,12 +140,8 @@ def write_store(
         chain_bytes = sum(f.info.size for f in chain)
         zip_base = None if hdfs else base  # a RocksDB zip: its files become the DB the chain goes into
         op = ckpt.operators.get(sid.operator)
-        if (
-            zip_base is None
-            and op is not None
-            and op.metadata is not None
-            and op.metadata.name.startswith("transformWithState")
-        ):
+        families = op is not None and op.metadata is not None and op.metadata.keeps_column_families
+        if families and zip_base is None:
             raise RebuildError(f"{sid}: no zip to load version {entry.version} from, and only a zip names "
                                "the column families' ids (a format V1 changelog does not): run the query "
                                "until Spark writes a snapshot, then migrate", ckpt.url)  # fmt: skip
@@ -160,7 +156,9 @@ def write_store(
             read = sum(f.info.size for f in steps)
             check_free_disk(tmp, 0, read, ckpt.url)
         db = open_db(db_dir, policy)
-        count = _KeyCount(fetched.meta.num_keys if zip_base is not None else 0, policy)
+        # A store of column families is counted by family once written (`_family_counts`), not tracked.
+        by_family = zip_base is not None and bool(fetched.meta.column_family_mapping)
+        count = _KeyCount(fetched.meta.num_keys if zip_base is not None else 0, policy, track=not by_family)
         try:
             write_opts = rocksdict.WriteOptions()
             write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
@@ -193,9 +191,7 @@ def write_store(
                     db.flush()
                     count.look_in(open_db(db_dir, policy, read_only=True))
             db.flush()
-            keys_now, internal = count.total(db), 0
-            if zip_base is not None and fetched.meta.column_family_mapping:
-                keys_now, internal = _family_counts(db, fetched.meta, sid)
+            keys_now, internal = _family_counts(db, fetched.meta, sid) if by_family else (count.total(db), 0)
             rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
         finally:
             count.close()
@@ -203,8 +199,8 @@ def write_store(
         set_options(checkpoint_dir, SPARK_OPTIONS)
         # The base's SSTs are not in DEST: every SST is uploaded under a new name (a base without
         # any); its column families (transformWithState) carry over with their ids.
-        families = None if zip_base is None else dataclasses.replace(fetched.meta, sst_files=())
-        result = publish(target, checkpoint_dir, families, keys_now, internal)
+        mapping = None if zip_base is None else dataclasses.replace(fetched.meta, sst_files=())
+        result = publish(target, checkpoint_dir, mapping, keys_now, internal)
         files = len(steps) + (0 if zip_base is None else 1)
         return StoreWritten(sid.operator, sid.partition, sid.store, str(target.unique_id), keys_now, files,
                             read, result["bytes"], round(time.monotonic() - started, 3))  # fmt: skip
@@ -246,9 +242,9 @@ class _KeyCount:
     counting the DB once it is written. The proof checks the sum over partitions against the
     rows Spark's reader finds."""
 
-    def __init__(self, base: int, policy: Policy):
+    def __init__(self, base: int, policy: Policy, *, track: bool = True):
         self.base, self.limit, self.view = base, policy.migrate_tracked_keys, None
-        self.before: dict[bytes, bool] | None = {}
+        self.before: dict[bytes, bool] | None = {} if track else None
         self.after: dict[bytes, bool] = {}
 
     def add(self, records: int) -> None:
