@@ -87,6 +87,24 @@ def spark_through_its_fixture(request):
                     "worker's session is the one with the s3a jars")  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def no_dagster_instance_left_current(request):
+    """Each test starts with no current Dagster defs-state storage, as a fresh process does.
+    Dagster keeps the storage of the instance last entered in a context variable, and a test that
+    resolves definitions outside an instance (`defs.resolve_job_def`) reads it: when an earlier
+    test of the same worker left one behind, its instance disposed, that read fails ("unable to
+    open database file", "undefined DagsterInstance weakref") in whichever test the worker runs
+    next. The test that leaves one behind is named in a warning, so that it can be found."""
+    from dagster._core.storage.defs_state.base import DefsStateStorage, set_defs_state_storage
+
+    with set_defs_state_storage(None):
+        yield
+        if DefsStateStorage.get() is not None:
+            import warnings
+
+            warnings.warn(f"{request.node.nodeid} left a Dagster defs-state storage current", stacklevel=1)
+
+
 @pytest.fixture
 def no_gathering(monkeypatch):
     """The commit sensor with its caps, but compactions asked for at the tick that finds them
