@@ -12,7 +12,9 @@ Unset, a point costs one environment lookup. The points:
 - `compaction.task:<op>/<part>/<store>`: the Spark task rebuilding that store, as it starts;
 - `migrate.after_store:<n>`: once a migration has written n stores' state, before the next (its
   logs are then written by the fork's steps, `fork.after_step`);
-- `migrate.task:<op>/<part>/<store>`: the Spark task writing that store's state, as it starts.
+- `migrate.task:<op>/<part>/<store>`: the Spark task writing that store's state, as it starts;
+- `purge.after_store:<n>`: once a purge of expired state has published n stores, before the next
+  (or, after the last, before its audit record).
 """
 
 from __future__ import annotations

@@ -165,6 +165,11 @@ class RetirementIncomplete(Stopped):
     label = "retirement incomplete"
 
 
+class PurgeRefused(Refused):
+    """The purge of expired state was refused before anything was written: a running query, a
+    purge time ahead of now, error findings, a store whose layout is not the one known."""
+
+
 class LeaseHeld(Refused):
     """Another action holds the checkpoint's lease: nothing was done."""
 

@@ -19,11 +19,11 @@ import sys
 from checkpoint.analysis import printable
 from checkpoint.errors import CheckpointError, Stopped
 
-from . import compact, fleet, fork, gc, migrate, read, rehearse, repartition, retire
+from . import compact, expiry, fleet, fork, gc, migrate, read, rehearse, repartition, retire
 from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result
 from .progress import shown
 
-FAMILIES = (read, fleet, gc, compact, fork, migrate, repartition, rehearse, retire)
+FAMILIES = (read, fleet, gc, compact, expiry, fork, migrate, repartition, rehearse, retire)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,23 +16,36 @@ from checkpoint.analysis import (
     validation_document,
 )
 from checkpoint.errors import CheckpointError
+from checkpoint.expiry import expired_report
 from checkpoint.model import FoundCheckpoint, checkpoint_lineage, load_checkpoint, load_head, within_deadline
 from checkpoint.model import scan as find
 from checkpoint.policy import POLICY
+from checkpoint.storage import Storage
 
 from . import render
 from .common import EXIT_FINDINGS, WHERE, Result, add_dormant_after
 
 
 def inspect(args: argparse.Namespace) -> Result:
-    return Result(inspect_summary(load_checkpoint(args.path)), render.inspect_text)
+    return _with_expired(args, Result(inspect_summary(load_checkpoint(args.path)), render.inspect_text))
 
 
 def lineage(args: argparse.Namespace) -> Result:
+    if args.expired and args.batch is not None:
+        raise CheckpointError("--expired reads the latest committed batch: leave out --batch", args.path)
     ckpt = load_head(args.path, batches=None if args.batch is None else [args.batch])
     entries = checkpoint_lineage(ckpt, args.batch)
     code = EXIT_FINDINGS if any(e.problem for e in entries) else 0
-    return Result(lineage_document(entries), render.lineage_text, code)
+    return _with_expired(args, Result(lineage_document(entries), render.lineage_text, code))
+
+
+def _with_expired(args: argparse.Namespace, result: Result) -> Result:
+    """With `--expired`, the document gains what has expired in its transformWithState stores (a
+    store read as recovery reads it, one at a time), and the text its table."""
+    if not args.expired:
+        return result
+    doc = {**result.doc, "expired": expired_report(Storage(args.path)).as_dict()}
+    return Result(doc, lambda d: f"{result.text(d)}\n{render.expired_text(d['expired'])}", result.exit_code)
 
 
 def _options(args: argparse.Namespace) -> ValidationOptions:
@@ -83,6 +96,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--batch", type=int, help="a batch still in the commit log (default: the latest committed)"
     )
     p.set_defaults(run=lineage)
+
+    for name in ("inspect", "lineage"):
+        sub.choices[name].add_argument(
+            "--expired", action="store_true",
+            help="also what a TTL has expired, now, in each transformWithState store (reads each store)",
+        )  # fmt: skip
 
     p = sub.add_parser("validate", help="commit log, offset log and state files checked against each other")
     p.add_argument("path", help=WHERE)

@@ -304,3 +304,18 @@ def rehearse_text(doc: Doc) -> str:
     where = f"kept at {doc['scratch']}" if doc["kept"] else "removed"
     lines.append(f"scratch fork: {doc['fork_files']} files, {human_bytes(doc['fork_bytes'])}, {where}")
     return "\n".join(lines)
+
+
+def expired_text(doc: Doc) -> str:
+    at = datetime.fromtimestamp(doc["as_of_ms"] / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if not doc["stores"]:
+        return f"no transformWithState store with a TTL at batch {_batch(doc['batch'])}: nothing expires"
+    lines = [f"{doc['expired']:,} of {doc['entries']:,} entries ({doc['expired_share']:.1%}, "
+             f"{human_bytes(doc['expired_bytes'])}) expired at {at}, batch {doc['batch']}"]  # fmt: skip
+    rows = [(s["operator"], s["partition"], s["store"], s["version"], s["entries"], s["expired"],
+             human_bytes(s["expired_bytes"]), s["outcome"]) for s in doc["stores"]]  # fmt: skip
+    lines.append(_table(rows, ("op", "part", "store", "version", "entries", "expired", "bytes", "outcome")))
+    if any(s["outcome"] == "its own snapshot" for s in doc["stores"]):
+        lines.append("a store whose version is its own snapshot keeps its expired entries: its name is "
+                     "taken, and Spark evicts them in the query's next batch")  # fmt: skip
+    return "\n".join(lines)

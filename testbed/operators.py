@@ -14,19 +14,26 @@ import argparse
 from collections.abc import Iterator
 from pathlib import Path
 
+from jobs.spark_session import scoped_confs
 from testbed.corpus import (
     FREQUENT_SNAPSHOTS,
+    NO_SNAPSHOTS,
     SCENARIOS,
     Scenario,
+    _run,
     _StatefulProcessor,
     _stream,
+    _wait_for_snapshot,
     corpus_base,
     ensure_generated,
     generate,
 )
 
-OPERATORS_VERSION = 2
+OPERATORS_VERSION = 3
 _HOUR_MS = 3_600_000
+# An expiring query's two TTLs: one no cache outlives, one every entry outlives by the next batch.
+_DECADE_MS = 10 * 365 * 24 * _HOUR_MS
+_EXPIRES_MS = 1
 # A processing-time TTL asks for a no-data batch after every batch: availableNow would never end.
 NO_EMPTY_BATCHES = {
     "spark.sql.streaming.noDataMicroBatches.enabled": "false"
@@ -82,10 +89,13 @@ class EveryState(_StatefulProcessor):
     """transformWithStateInPandas with a ValueState, a ListState and a MapState, each with a TTL (so
     each has its TTL column family too): processing time, which TTLs need."""
 
+    def __init__(self, ttl_ms: int = _HOUR_MS):
+        self.ttl_ms = ttl_ms
+
     def init(self, handle) -> None:
-        self.count = handle.getValueState("count", "n long", ttlDurationMs=_HOUR_MS)
-        self.items = handle.getListState("items", "v long", ttlDurationMs=_HOUR_MS)
-        self.last = handle.getMapState("last", "v long", "id long", ttlDurationMs=_HOUR_MS)
+        self.count = handle.getValueState("count", "n long", ttlDurationMs=self.ttl_ms)
+        self.items = handle.getListState("items", "v long", ttlDurationMs=self.ttl_ms)
+        self.last = handle.getMapState("last", "v long", "id long", ttlDurationMs=self.ttl_ms)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator:
         import pandas as pd
@@ -130,12 +140,38 @@ class Timers(_StatefulProcessor):
         pass
 
 
-def every_state(spark, paths: dict[str, str], max_files: int = 1):
+def every_state(spark, paths: dict[str, str], max_files: int = 1, ttl_ms: int = _HOUR_MS):
     return (
         _stream(spark, paths[""], max_files)
         .groupBy("k")
-        .transformWithStateInPandas(EveryState(), "k string, n long", "Update", "ProcessingTime")
+        .transformWithStateInPandas(EveryState(ttl_ms), "k string, n long", "Update", "ProcessingTime")
     )
+
+
+def expiring_state(spark, paths: dict[str, str], max_files: int = 1):
+    return every_state(spark, paths, max_files, ttl_ms=_EXPIRES_MS)
+
+
+class ExpiringScenario(Scenario):
+    """`every_state` run twice: its first batches with a TTL of ten years, then the same query with a
+    TTL of 1 ms (Spark lets a TTL change between runs; entries keep the expiry they were written
+    with). Once the query stops, what its last batch wrote has expired and what the first run
+    wrote has not: a value, a map entry or a list element of either kind, and lists that hold both.
+    The first run snapshots (a store of column families needs a zip to name them), the second does
+    not, so the latest version is a changelog on a zip, as a purge finds it."""
+
+    first_run = 3
+
+    def build(self, spark, out: Path) -> dict:
+        checkpoint = out / "checkpoint"
+        self.write_inputs(out, self.first_run)
+        with scoped_confs(spark, self.confs):
+            _run(every_state(spark, self.paths(out), 1, ttl_ms=_DECADE_MS), checkpoint)
+        _wait_for_snapshot(checkpoint, stores=int(spark.conf.get("spark.sql.shuffle.partitions")))
+        self.write_inputs(out, self.batches - self.first_run, start=self.first_run)
+        with scoped_confs(spark, {**self.confs, **NO_SNAPSHOTS}):
+            _run(self.query(spark, self.paths(out), 1), checkpoint)
+        return {"batches": self.batches, "ttl_ms": [_DECADE_MS, _EXPIRES_MS]}
 
 
 def timers(spark, paths: dict[str, str], max_files: int = 1):
@@ -154,6 +190,8 @@ OPERATOR_SCENARIOS: tuple[Scenario, ...] = (
     Scenario("every_state", "transformWithStateInPandas: value, list and map state, each with a TTL",
              every_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES}),
     Scenario("timers", "transformWithStateInPandas: event-time timers", timers, 6, FREQUENT_SNAPSHOTS),
+    ExpiringScenario("expiring", "transformWithStateInPandas: value, list and map state, expired and not",
+                     expiring_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES}),
 )  # fmt: skip
 
 

@@ -28,6 +28,7 @@ USER_READERS: dict[str, list[dict[str, str]]] = {
     "join_cf": [{"joinSide": "left"}, {"joinSide": "right"}],
     "list_state": [{"stateVarName": "items"}],
     "every_state": [{"stateVarName": v} for v in ("count", "items", "last")],
+    "expiring": [{"stateVarName": v} for v in ("count", "items", "last")],
     "timers": [{"stateVarName": "seen"}, {"readRegisteredTimers": "true"}],
 }
 for _name in ("list_state", "every_state", "timers"):  # the same queries on RocksDB format V1

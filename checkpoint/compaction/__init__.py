@@ -5,7 +5,7 @@ runs rebuilds in parallel is `jobs.compact`."""
 
 from checkpoint.compaction.flow import Compaction, Planned, Task, compact_checkpoints, tasks_for
 from checkpoint.compaction.hdfs import materialize_snapshot
-from checkpoint.compaction.rebuild import RebuildResult, rebuild_store
+from checkpoint.compaction.rebuild import RebuildResult, Rewrite, Rewritten, rebuild_store, rewrite_store
 from checkpoint.compaction.targets import Skip, Target, plan_compaction
 from checkpoint.errors import CompactionRefused, RebuildError
 
@@ -15,6 +15,8 @@ __all__ = [
     "Planned",
     "RebuildError",
     "RebuildResult",
+    "Rewrite",
+    "Rewritten",
     "Skip",
     "Target",
     "Task",
@@ -22,5 +24,6 @@ __all__ = [
     "materialize_snapshot",
     "plan_compaction",
     "rebuild_store",
+    "rewrite_store",
     "tasks_for",
 ]

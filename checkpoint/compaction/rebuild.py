@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice, repeat
@@ -58,6 +58,23 @@ from checkpoint.rocksdb import (
     set_options,
     write_in_batches,
 )
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    """What a rewrite of a verified store left to publish: a RocksDB checkpoint folder, and how many
+    keys and internal keys it removed from the store's counts."""
+
+    folder: Path
+    keys_removed: int
+    internal_removed: int
+
+
+# Edits a rebuilt store, verified, before it is published: given its checkpoint folder (RocksDB
+# opens it with the store's merge operator), the base's metadata (its column families) and a work
+# folder of its own, it writes a new checkpoint folder, or says None: nothing to change, nothing
+# published. The expired-state purge is one.
+Rewrite = Callable[[Path, "SnapshotMetadata | None", Path], "Rewritten | None"]
 
 
 @dataclass(frozen=True)
@@ -194,6 +211,26 @@ def rebuild_store(
     ckpt: Checkpoint, entry: StoreLineage, workdir: str | None = None, policy: Policy = POLICY
 ) -> RebuildResult:
     """Rebuilds the committed (version, id) of one store as a snapshot zip and publishes it."""
+    done = _rebuild(ckpt, entry, workdir, policy, None)
+    assert done is not None  # only a rewrite publishes nothing
+    return done
+
+
+def rewrite_store(
+    ckpt: Checkpoint,
+    entry: StoreLineage,
+    rewrite: Rewrite,
+    workdir: str | None = None,
+    policy: Policy = POLICY,
+) -> RebuildResult | None:
+    """As `rebuild_store`, publishing what `rewrite` makes of the verified store instead; None when
+    it changed nothing, and nothing was published."""
+    return _rebuild(ckpt, entry, workdir, policy, rewrite)
+
+
+def _rebuild(
+    ckpt: Checkpoint, entry: StoreLineage, workdir: str | None, policy: Policy, rewrite: Rewrite | None
+) -> RebuildResult | None:
     import rocksdict
 
     started = time.monotonic()
@@ -252,6 +289,14 @@ def rebuild_store(
         set_options(checkpoint_dir, restore)
         _verify(ckpt, entry, checkpoint_dir, policy, base, touched, before, expected)
         keys, internal = _count_keys(base.meta if base else None, before, expected)
+        if rewrite is not None:
+            set_options(checkpoint_dir, bulk_options(policy, delimiter))  # its merge operator, to read
+            done = rewrite(checkpoint_dir, base.meta if base else None, tmp)
+            if done is None:
+                return None
+            checkpoint_dir = done.folder
+            keys, internal = keys - done.keys_removed, internal - done.internal_removed
+            set_options(checkpoint_dir, restore)
         target = ZipTarget.of(ckpt, entry, folder)
         result = publish(target, checkpoint_dir, base.meta if base else None, keys, internal)
         sid = entry.store

@@ -1,0 +1,54 @@
+"""`ckpt purge-expired`: a stopped transformWithState query's expired state taken out of its latest
+snapshot, as Spark's next batch would; `--report` only says what has expired (as `ckpt lineage
+--expired` does)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import datetime, timezone
+
+from checkpoint.cleanup import AuditTrail
+from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
+from checkpoint.storage import Storage
+
+from . import render
+from .common import WHERE, Result, in_place, quiet_period_option, takes_the_lease
+
+
+def instant(text: str) -> float:
+    """A time as ISO 8601 (`2026-11-20T08:00:00Z`; no zone: UTC) or seconds since the epoch."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither ISO 8601 nor seconds since the epoch") from exc
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def purge_command(args: argparse.Namespace) -> Result:
+    if args.report:
+        return Result(expired_report(Storage(args.path), args.as_of).as_dict(), render.expired_text)
+    request = in_place(args, Storage(args.path))
+    audit = AuditTrail(args.audit or AuditTrail.default_for(request.storage.url))
+    done = purge_expired(request, audit, PurgeOptions(args.as_of, args.quiet_period), now=time.time())
+    return Result(done.as_dict(), render.expired_text)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("purge-expired", help="take a stopped transformWithState query's expired TTL state "
+                       "out of its latest snapshot")  # fmt: skip
+    p.add_argument("path", help=WHERE)
+    p.add_argument("--as-of", type=instant, metavar="TIME",
+                   help="what expired at this time (ISO 8601 or epoch seconds; default now, and never "
+                   "later)")  # fmt: skip
+    p.add_argument("--report", action="store_true", help="only report what has expired: nothing is written "
+                   "and no lease is taken")  # fmt: skip
+    quiet_period_option(p)
+    p.add_argument("--audit", metavar="URL", help="where the purge's record goes (default: the checkpoint's "
+                   "audit trail, _ckpt_audit beside it)")  # fmt: skip
+    takes_the_lease(p)
+    p.set_defaults(run=purge_command)

@@ -1,0 +1,135 @@
+"""Expired transformWithState state: reported (`ckpt lineage --expired`, `ckpt purge-expired
+--report`) as Spark's state reader shows it, and purged offline (`ckpt purge-expired`) from a real
+query whose TTLs expired (the operator corpus's `expiring`: value, list and map state, with entries
+expired and not, lists holding both), then restarted beside an untouched copy."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.crash import CRASH_ENV
+from testbed.copying import copy_checkpoint
+from testbed.demo import date_to
+from testbed.operators import ensure_operator_corpus
+from tests.support.cli import ckpt
+from tests.support.files import files_of
+
+NAME = "expiring"
+# Where Spark's state reader shows each variable's expiry.
+EXPIRY_OF = {"count": "value", "items": "list_element", "last": "user_map_value"}
+
+
+@pytest.fixture(scope="module")
+def corpus() -> Path:
+    return ensure_operator_corpus()
+
+
+def stopped_copy(corpus: Path, dest: Path) -> Path:
+    """A copy of the query's checkpoint whose last commit is an hour old: a stopped query."""
+    copy_checkpoint(corpus / NAME / "checkpoint", dest)
+    date_to(dest, 3600)
+    return dest
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> dict:
+    out = ckpt(*args, "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def by_variable(report: dict) -> dict[str, tuple[int, int]]:
+    """(entries, expired) of each state variable, over every store of the report."""
+    totals: dict[str, tuple[int, int]] = {}
+    for store in report["stores"]:
+        for v in store["variables"]:
+            entries, expired = totals.get(v["name"], (0, 0))
+            totals[v["name"]] = (entries + v["entries"], expired + v["expired"])
+    return totals
+
+
+def spark_sees(spark, path: Path, as_of_ms: int) -> dict[str, tuple[int, int]]:
+    """(rows, rows expired at `as_of_ms`) of each state variable, as Spark's state reader reads it."""
+    from testbed.restart import latest_batch
+
+    seen = {}
+    for var, column in EXPIRY_OF.items():
+        reader = spark.read.format("statestore").option("batchId", latest_batch(path))
+        rows = reader.option("stateVarName", var).load(str(path)).collect()
+        seen[var] = (len(rows), sum(r[column].ttlExpirationMs <= as_of_ms for r in rows))
+    return seen
+
+
+def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_untouched_copy(
+    spark, corpus, tmp_path
+) -> None:
+    from testbed.restart import differences, restart
+
+    purged, control = stopped_copy(corpus, tmp_path / "purged"), stopped_copy(corpus, tmp_path / "control")
+    as_of, untouched = time.time(), files_of(purged)
+    assert run("lineage", str(purged), "--expired")["expired"]["as_of_ms"] >= as_of * 1000  # now, by default
+    report = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
+    before = by_variable(report)
+    assert before == spark_sees(spark, control, report["as_of_ms"])
+    # Every kind expired, and not all of any: a list keeps some elements and loses others.
+    assert all(0 < expired for _, expired in before.values())
+    assert before["items"][1] < before["items"][0] and before["last"][1] < before["last"][0]
+    assert files_of(purged) == untouched  # a report writes nothing
+
+    done = run("purge-expired", str(purged), "--as-of", str(as_of))
+    assert [s["outcome"] for s in done["stores"]] == ["purged"] * len(report["stores"])
+    assert by_variable(done) == before and done["expired"] == report["expired"] > 0
+    after = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
+    assert after["expired"] == 0 and after["entries"] == report["entries"] - report["expired"]
+    left = {var: (entries - expired, 0) for var, (entries, expired) in before.items()}
+    assert spark_sees(spark, purged, report["as_of_ms"]) == left
+    again = run("purge-expired", str(purged), "--as-of", str(as_of))  # nothing left: nothing written
+    assert {s["outcome"] for s in again["stores"]} == {"nothing expired"}
+    audit = sorted((tmp_path / "_ckpt_audit").glob("*/purges/*.json"))
+    assert len(audit) == 2 and json.loads(audit[0].read_text())["expired"] == report["expired"]
+
+    extra = tmp_path / "extra"
+    runs = [restart(spark, NAME, corpus / NAME, path, extra) for path in (purged, control)]
+    assert differences(*runs) == []
+
+
+def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> None:
+    live = tmp_path / "live"
+    copy_checkpoint(corpus / NAME / "checkpoint", live)  # its files as new as a running query's
+    before = files_of(live)
+    out = ckpt("purge-expired", str(live))
+    assert out.returncode == 2 and "looks alive" in out.stderr
+
+    stopped = stopped_copy(corpus, tmp_path / "stopped")
+    out = ckpt("purge-expired", str(stopped), "--as-of", str(time.time() + 3600))
+    assert out.returncode == 2 and "later than now" in out.stderr
+    (stopped / "commits" / "5").unlink()  # batch 5 planned, never committed: a query that died
+    out = ckpt("purge-expired", str(stopped))
+    assert out.returncode == 2 and "batch 5 is planned and not committed" in out.stderr
+    out = ckpt("purge-expired", str(stopped), "--as-of", "yesterday")
+    assert out.returncode == 2 and "neither ISO 8601" in out.stderr
+    assert files_of(live) == before and not list((tmp_path / "_ckpt_audit").glob("*/purges"))
+
+
+@pytest.mark.parametrize("point", ["compaction.before_zip", "purge.after_store:1", "purge.after_store:4"])
+def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path, point) -> None:
+    from testbed.restart import state_rows
+
+    killed, clean = stopped_copy(corpus, tmp_path / "killed"), stopped_copy(corpus, tmp_path / "clean")
+    as_of = str(time.time())
+    args = ("purge-expired", str(killed), "--as-of", as_of, "--lease-ttl", "3s")
+    died = ckpt(*args, env={CRASH_ENV: point})
+    assert died.returncode == -signal.SIGKILL
+    refused = ckpt(*args)  # the killed run's lease is still held
+    assert refused.returncode == 2 and "lease" in refused.stderr
+    time.sleep(3.2)
+    done = run(*args)
+    published = {"compaction.before_zip": 0, "purge.after_store:1": 1, "purge.after_store:4": 4}[point]
+    assert [s["outcome"] for s in done["stores"]].count("nothing expired") == published
+    assert run("purge-expired", str(killed), "--report", "--as-of", as_of)["expired"] == 0
+    run("purge-expired", str(clean), "--as-of", as_of)
+    assert state_rows(spark, killed, NAME) == state_rows(spark, clean, NAME)
