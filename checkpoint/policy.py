@@ -36,6 +36,9 @@ class Policy:
     # object); below the floor only with `--unsafe-short-grace` (`unsafe_floors` in Dagster).
     retire_grace_seconds: float = 7 * 86400
     min_retire_grace_seconds: float = 86400
+    # The expired-state check warns when more than this share of a checkpoint's entries with a TTL
+    # has expired: its restart recovers them and spends its first batch deleting them.
+    expired_share_warn: float = 0.25
     # How long a maintenance lease outlives a holder that stopped renewing it (killed with -9):
     # until then, every other action on the checkpoint refuses or waits.
     lease_ttl_seconds: float = 600

@@ -8,6 +8,7 @@ from assets.checkpoints import FLEET_ASSET, PER_CHECKPOINT_AUDIT
 from assets.cleanup import APPLY_TAG
 from assets.cleanup import GROUP as CLEANUP_GROUP
 from assets.compaction import GROUP as COMPACTION_GROUP
+from orchestration.expiry import purge_expired_op
 from orchestration.fork import fork_op
 from orchestration.maintenance import JOB as MAINTAIN_JOB
 from orchestration.maintenance import maintain_each
@@ -119,6 +120,16 @@ def retire_job():
     retire_op()
 
 
+@dg.job(
+    name="purge_expired_state",
+    description="Take what a TTL expired out of a stopped transformWithState query's latest snapshot, as its "
+    "next batch would (launch from the Launchpad with a partition; see the checkpoint_expired_state asset)",
+    tags=run_tags(Kind.PURGE),
+)
+def purge_expired_job():
+    purge_expired_op()
+
+
 ALL_JOBS = (audit_job, cleanup_job, compaction_job, maintenance_job, fleet_job, fork_job,
             validate_checkpoints_job, repartition_job, migrate_job, maintain_checkpoints_job,
-            retire_job)  # fmt: skip
+            retire_job, purge_expired_job)  # fmt: skip

@@ -29,6 +29,7 @@ class Kind(Enum):
     MIGRATE = ("migrate", 10, False)
     REHEARSAL = ("rehearsal", 10, False)
     RETIRE = ("retire", 10, False)
+    PURGE = ("purge", 10, False)
     COMPACTION = ("compaction", 0, True)  # the commit sensor's batched compactions
     MAINTENANCE = ("maintenance", -10, True)  # the schedules' full passes
 

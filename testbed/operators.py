@@ -16,6 +16,7 @@ from pathlib import Path
 
 from jobs.spark_session import scoped_confs
 from testbed.corpus import (
+    FORMAT_V1,
     FREQUENT_SNAPSHOTS,
     NO_SNAPSHOTS,
     SCENARIOS,
@@ -192,6 +193,8 @@ OPERATOR_SCENARIOS: tuple[Scenario, ...] = (
     Scenario("timers", "transformWithStateInPandas: event-time timers", timers, 6, FREQUENT_SNAPSHOTS),
     ExpiringScenario("expiring", "transformWithStateInPandas: value, list and map state, expired and not",
                      expiring_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES}),
+    ExpiringScenario("expiring_v1", "the same in format V1 (`<v>.zip`, `<v>.changelog`)",
+                     expiring_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES, **FORMAT_V1}),
 )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ USER_READERS: dict[str, list[dict[str, str]]] = {
 }
 for _name in ("list_state", "every_state", "timers"):  # the same queries on RocksDB format V1
     USER_READERS[f"rocksdb_v1_{_name}"] = USER_READERS[_name]
+USER_READERS["expiring_v1"] = USER_READERS["expiring"]
 
 
 def plain(value: Any) -> Any:

@@ -29,9 +29,9 @@ def corpus() -> Path:
     return ensure_operator_corpus()
 
 
-def stopped_copy(corpus: Path, dest: Path) -> Path:
+def stopped_copy(corpus: Path, dest: Path, name: str = NAME) -> Path:
     """A copy of the query's checkpoint whose last commit is an hour old: a stopped query."""
-    copy_checkpoint(corpus / NAME / "checkpoint", dest)
+    copy_checkpoint(corpus / name / "checkpoint", dest)
     date_to(dest, 3600)
     return dest
 
@@ -52,29 +52,35 @@ def by_variable(report: dict) -> dict[str, tuple[int, int]]:
     return totals
 
 
-def spark_sees(spark, path: Path, as_of_ms: int) -> dict[str, tuple[int, int]]:
-    """(rows, rows expired at `as_of_ms`) of each state variable, as Spark's state reader reads it."""
+def spark_sees(spark, path: Path, as_of_ms: int, name: str) -> dict[str, tuple[int, int]]:
+    """(rows, rows expired at `as_of_ms`) of each state variable, as Spark's state reader reads it
+    (in a session of the checkpoint's format)."""
+    from jobs.spark_session import scoped_confs
+    from testbed.operators import scenario_named
     from testbed.restart import latest_batch
 
     seen = {}
-    for var, column in EXPIRY_OF.items():
-        reader = spark.read.format("statestore").option("batchId", latest_batch(path))
-        rows = reader.option("stateVarName", var).load(str(path)).collect()
-        seen[var] = (len(rows), sum(r[column].ttlExpirationMs <= as_of_ms for r in rows))
+    with scoped_confs(spark, scenario_named(name).confs):
+        for var, column in EXPIRY_OF.items():
+            reader = spark.read.format("statestore").option("batchId", latest_batch(path))
+            rows = reader.option("stateVarName", var).load(str(path)).collect()
+            seen[var] = (len(rows), sum(r[column].ttlExpirationMs <= as_of_ms for r in rows))
     return seen
 
 
+@pytest.mark.parametrize("name", [NAME, "expiring_v1"])
 def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_untouched_copy(
-    spark, corpus, tmp_path
+    spark, corpus, tmp_path, name
 ) -> None:
     from testbed.restart import differences, restart
 
-    purged, control = stopped_copy(corpus, tmp_path / "purged"), stopped_copy(corpus, tmp_path / "control")
+    purged = stopped_copy(corpus, tmp_path / "purged", name)
+    control = stopped_copy(corpus, tmp_path / "control", name)
     as_of, untouched = time.time(), files_of(purged)
     assert run("lineage", str(purged), "--expired")["expired"]["as_of_ms"] >= as_of * 1000  # now, by default
     report = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
     before = by_variable(report)
-    assert before == spark_sees(spark, control, report["as_of_ms"])
+    assert before == spark_sees(spark, control, report["as_of_ms"], name)
     # Every kind expired, and not all of any: a list keeps some elements and loses others.
     assert all(0 < expired for _, expired in before.values())
     assert before["items"][1] < before["items"][0] and before["last"][1] < before["last"][0]
@@ -86,14 +92,14 @@ def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_un
     after = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
     assert after["expired"] == 0 and after["entries"] == report["entries"] - report["expired"]
     left = {var: (entries - expired, 0) for var, (entries, expired) in before.items()}
-    assert spark_sees(spark, purged, report["as_of_ms"]) == left
+    assert spark_sees(spark, purged, report["as_of_ms"], name) == left
     again = run("purge-expired", str(purged), "--as-of", str(as_of))  # nothing left: nothing written
     assert {s["outcome"] for s in again["stores"]} == {"nothing expired"}
     audit = sorted((tmp_path / "_ckpt_audit").glob("*/purges/*.json"))
     assert len(audit) == 2 and json.loads(audit[0].read_text())["expired"] == report["expired"]
 
     extra = tmp_path / "extra"
-    runs = [restart(spark, NAME, corpus / NAME, path, extra) for path in (purged, control)]
+    runs = [restart(spark, name, corpus / name, path, extra) for path in (purged, control)]
     assert differences(*runs) == []
 
 
@@ -133,3 +139,41 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path,
     assert run("purge-expired", str(killed), "--report", "--as-of", as_of)["expired"] == 0
     run("purge-expired", str(clean), "--as-of", as_of)
     assert state_rows(spark, killed, NAME) == state_rows(spark, clean, NAME)
+
+
+def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_partition(
+    corpus, tmp_path
+) -> None:
+    import dagster as dg
+
+    from assets.expiry import SHARE_CHECK, checkpoint_expired_state
+    from assets.partitions import CHECKPOINTS, partition_key
+    from assets.resources import CheckpointRoot
+    from orchestration.location import build_definitions
+    from tests.test_dagster import _roots, _tick
+
+    root = tmp_path / "root"
+    stopped_copy(corpus, root / "orders")
+    defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
+    key, roots = partition_key("prod", "orders"), _roots(root, "prod")
+
+    def look(instance) -> tuple[bool, dict]:
+        done = dg.materialize([checkpoint_expired_state], partition_key=key, instance=instance,
+                              resources={"roots": roots})  # fmt: skip
+        (check,) = done.get_asset_check_evaluations()
+        assert check.check_name == SHARE_CHECK
+        (materialized,) = done.get_asset_materialization_events()
+        meta = materialized.materialization.metadata
+        return check.passed, {k: meta[k].value for k in ("entries", "expired", "expired_share")}
+
+    with dg.instance_for_test() as instance:
+        _tick(instance, roots)
+        assert key in instance.get_dynamic_partitions(CHECKPOINTS)
+        passed, before = look(instance)
+        assert not passed and before["expired_share"] > 0.25 and before["expired"] > 0  # WARN
+        job = defs.resolve_job_def("purge_expired_state")
+        run = job.execute_in_process(run_config={"ops": {"purge_expired": {"config": {"partition": key}}}},
+                                     instance=instance)  # fmt: skip
+        assert run.success and run.output_for_node("purge_expired")["expired"] == before["expired"]
+        passed, after = look(instance)
+        assert passed and after["expired"] == 0 and after["entries"] == before["entries"] - before["expired"]

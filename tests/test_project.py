@@ -240,18 +240,18 @@ def test_the_names_users_instances_hold_are_unchanged() -> None:
     defs = build_definitions([CheckpointRoot(name="prod", url="/x"), CheckpointRoot(name="team-b", url="/y")])
     repo = defs.get_repository_def()
     assert sorted(k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()) == [
-        "checkpoint_compaction", "checkpoint_fleet_report", "checkpoint_inventory",
-        "checkpoint_lineage_report", "checkpoint_orphan_cleanup", "checkpoint_orphan_plan",
-        "checkpoint_state_profile",
+        "checkpoint_compaction", "checkpoint_expired_state", "checkpoint_fleet_report",
+        "checkpoint_inventory", "checkpoint_lineage_report", "checkpoint_orphan_cleanup",
+        "checkpoint_orphan_plan", "checkpoint_state_profile",
     ]  # fmt: skip
     assert sorted(c.name for c in repo.asset_graph.asset_check_keys) == [
-        "commit_log_consistency", "fleet_lineage_headroom", "fleet_no_errors", "lineage_completeness",
-        "plan_matches_commit_log", "snapshot_integrity",
+        "commit_log_consistency", "expired_share", "fleet_lineage_headroom", "fleet_no_errors",
+        "lineage_completeness", "plan_matches_commit_log", "snapshot_integrity",
     ]  # fmt: skip
     assert sorted(j.name for j in repo.get_all_jobs() if not j.name.startswith("__")) == [
         "checkpoint_audit", "checkpoint_cleanup", "checkpoint_fleet", "checkpoint_maintenance",
         "compact_checkpoints", "fork_checkpoint", "maintain_checkpoints", "migrate_checkpoint",
-        "repartition_checkpoint", "retire_checkpoints", "validate_checkpoints",
+        "purge_expired_state", "repartition_checkpoint", "retire_checkpoints", "validate_checkpoints",
     ]  # fmt: skip
     assert sorted(s.name for s in repo.schedule_defs) == [
         "checkpoint_audit_schedule", "checkpoint_fleet_schedule", "maintenance_prod", "maintenance_team_b",
