@@ -27,7 +27,7 @@ from checkpoint.format.layout import FileKind
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.storage import Storage
-from testbed.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint, upload_checkpoint
 from tests.support.cli import CKPT, ckpt
 from tests.support.planning import candidates_of, plan_of
 from tests.support.runs import checkpoints_of
@@ -875,32 +875,36 @@ def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["s3-to-s3", "local-to-s3"])
+@pytest.mark.parametrize(("where", "name"), [("s3-to-s3", "hdfs_agg"), ("local-to-s3", "hdfs_agg"),
+                                             ("s3-to-s3", "rocksdb_v1_every_state")])  # fmt: skip
 def test_a_migration_onto_s3_restarts_like_its_source(
-    s3, s3_copy_of, spark, defaults, tmp_path, where
+    s3, s3_copy_of, spark, defaults, tmp_path, where, name
 ) -> None:
     """SeaweedFS to SeaweedFS (the logs copied server-side, no listing of SRC's state) and a local
-    source to S3: DEST, copied back, validates as V2 and the real query restarts on it like an
-    untouched copy of the source."""
+    source to S3, of an aggregation and of transformWithState's column families (value, list and
+    map state with TTLs): DEST, forked back, validates as V2 and the real query restarts on it like
+    an untouched copy of the source."""
     from checkpoint.safety import Request, taken_at_once
     from jobs.migrate import migrate
     from tests.test_migrate import restarted_differently
 
     _, proxy, bucket = s3
-    name = "hdfs_agg"
     src = Storage(s3_copy_of(name), _via_proxy(s3)) if where == "s3-to-s3" else Storage(str(defaults[name]))
-    dest = Storage(f"s3://{bucket}/migrated-{where}", _via_proxy(s3))
-    audit = AuditTrail(f"s3://{bucket}/audit-migrate-{where}", _via_proxy(s3))
+    dest = Storage(f"s3://{bucket}/migrated-{where}-{name}", _via_proxy(s3))
+    audit = AuditTrail(f"s3://{bucket}/audit-migrate-{where}-{name}", _via_proxy(s3))
     proxy.reset()
     result = migrate(lambda: spark, Request(src, dest, taken_at_once("tests")), audit, quiet_seconds=0)
     assert result.proven and len(result.stores) == 4
     if where == "s3-to-s3":  # every log file but the batch's rewritten two is copied server-side
-        ours = [r.path for r in proxy.requests if r.op == "CopyObject" and f"migrated-{where}" in r.path]
+        ours = [
+            r.path for r in proxy.requests if r.op == "CopyObject" and f"migrated-{where}-{name}" in r.path
+        ]
         copied = {"/".join(p.rsplit("/", 2)[-2:]) for p in ours}
         logs = {f"{kind}/{b}" for kind in ("offsets", "commits") for b in range(result.batch)}
         assert logs <= copied and not {f"offsets/{result.batch}", f"commits/{result.batch}"} & copied
     local, control = tmp_path / "dest", copy_checkpoint(defaults[name], tmp_path / "control")
-    _direct(s3).get(dest.url[len("s3://") :] + "/", str(local), recursive=True)
+    # Forked back, not copied: the fork rewrites the schema paths a transformWithState operator records.
+    assert _cli(proxy, "fork", dest.url, str(local)).returncode == 0
     assert ckpt("validate", str(local)).returncode == 0
     if where == "local-to-s3":
         return  # the same DEST as from S3; one restart proves it
@@ -955,3 +959,44 @@ def test_retirement_archives_to_another_bucket_and_deletes_in_batches_of_request
     # listings and records: never more than the fork itself.
     print("S3 retirement requests beyond a plain fork", plain, cost)
     assert cost[1000] <= plain, (plain, cost)
+
+
+def test_expired_state_on_s3_is_reported_as_locally_purged_and_restarts_like_its_control(
+    s3, spark, tmp_path
+) -> None:
+    """The report names every file from the logs (no listing inside a store's folder), equals the
+    local one; the purge publishes each store's snapshot by conditional puts, and the query
+    restarted from the bucket (s3a) ends like an untouched local copy."""
+    from jobs.spark_session import reach
+    from testbed.operators import ensure_operator_corpus
+    from testbed.restart import differences, restart
+    from tests.test_expiry import NAME, by_variable, stopped_copy
+
+    server, proxy, bucket = s3
+    corpus = ensure_operator_corpus()
+    url = upload_checkpoint(server.filesystem(), corpus / NAME / "checkpoint", f"{bucket}/expiry/{NAME}")
+    control = stopped_copy(corpus, tmp_path / "control")
+    as_of = str(time.time())
+
+    def run(*args: str) -> dict:
+        out = _cli(proxy, "purge-expired", url, "--as-of", as_of, "--json", *args)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    local = json.loads(ckpt("purge-expired", str(control), "--report", "--as-of", as_of, "--json").stdout)
+    proxy.reset()
+    report = run("--report")
+    assert by_variable(report) == by_variable(local) and report["expired"] > 0
+    inside = [
+        r for r in proxy.requests if r.op == "ListObjectsV2" and re.search(r"state/\d+/\d+", r.prefix or "")
+    ]
+    assert inside == []  # every state file named from the logs and the zips
+    proxy.reset()
+    done = run("--quiet-period", "0s")  # just uploaded: its objects are minutes old
+    assert {s["outcome"] for s in done["stores"]} == {"purged"} and done["expired"] == report["expired"]
+    puts = [r for r in proxy.requests if r.op == "PutObject" and r.path.endswith(".zip")]
+    assert len(puts) == len(done["stores"]) and all(r.condition for r in puts)  # If-None-Match: never over
+    assert run("--report")["expired"] == 0
+    reach(spark, Storage(url, server.storage_options()))  # Spark's s3a settings for the bucket
+    changed = restart(spark, NAME, corpus / NAME, Storage(url).spark_url, tmp_path / "extra")
+    assert differences(changed, restart(spark, NAME, corpus / NAME, control, tmp_path / "extra")) == []
