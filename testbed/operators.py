@@ -14,10 +14,12 @@ import argparse
 from collections.abc import Iterator
 from pathlib import Path
 
+from checkpoint.format.spark import JOIN_STATE_FORMAT_CONF
 from jobs.spark_session import scoped_confs
 from testbed.corpus import (
     FORMAT_V1,
     FREQUENT_SNAPSHOTS,
+    JOIN_INPUTS,
     NO_SNAPSHOTS,
     SCENARIOS,
     Scenario,
@@ -28,6 +30,7 @@ from testbed.corpus import (
     corpus_base,
     ensure_generated,
     generate,
+    stream_join,
 )
 
 OPERATORS_VERSION = 3
@@ -195,6 +198,9 @@ OPERATOR_SCENARIOS: tuple[Scenario, ...] = (
                      expiring_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES}),
     ExpiringScenario("expiring_v1", "the same in format V1 (`<v>.zip`, `<v>.changelog`)",
                      expiring_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES, **FORMAT_V1}),
+    Scenario("join_cf_v1", "stream-stream join, state format 3 (column families), in checkpoint format V1",
+             stream_join, 6, {**FREQUENT_SNAPSHOTS, **FORMAT_V1, JOIN_STATE_FORMAT_CONF: "3"},
+             inputs=JOIN_INPUTS, output_mode="append"),
 )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ USER_READERS: dict[str, list[dict[str, str]]] = {
     "hdfs_join": [{"joinSide": "left"}, {"joinSide": "right"}],
     "rocksdb_v1_join": [{"joinSide": "left"}, {"joinSide": "right"}],
     "join_cf": [{"joinSide": "left"}, {"joinSide": "right"}],
+    "join_cf_v1": [{"joinSide": "left"}, {"joinSide": "right"}],
     "list_state": [{"stateVarName": "items"}],
     "every_state": [{"stateVarName": v} for v in ("count", "items", "last")],
     "expiring": [{"stateVarName": v} for v in ("count", "items", "last")],

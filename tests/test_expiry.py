@@ -177,3 +177,71 @@ def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_parti
         assert run.success and run.output_for_node("purge_expired")["expired"] == before["expired"]
         passed, after = look(instance)
         assert passed and after["expired"] == 0 and after["entries"] == before["entries"] - before["expired"]
+
+
+@pytest.fixture(scope="module")
+def one_store(corpus) -> tuple[list[tuple[bytes, bytes]], list, str]:
+    """Every entry of partition 0 of the expiring query at its latest version (rebuilt as a purge
+    rebuilds it), its variables with a TTL, and the path it came from."""
+    from checkpoint.compaction import rewrite_store
+    from checkpoint.expiry.ttl import ttl_variables
+    from checkpoint.model import checkpoint_lineage, load_head
+    from checkpoint.policy import POLICY
+    from checkpoint.rocksdb import open_db
+
+    ckpt = load_head(str(corpus / NAME / "checkpoint"))
+    entry = next(e for e in checkpoint_lineage(ckpt) if e.store.partition == 0)
+    props = ckpt.operators[0].metadata.properties
+    found: dict = {}
+
+    def read(folder, meta, tmp):
+        db = open_db(folder, POLICY, read_only=True)
+        try:
+            found["entries"], found["variables"] = list(db.items()), ttl_variables(props, meta, "p0")
+        finally:
+            db.close()
+
+    rewrite_store(ckpt.for_store(entry.store), entry, read)
+    return found["entries"], found["variables"], str(entry.store)
+
+
+def test_the_ttl_reader_given_damaged_entries_refuses_or_evicts_only_its_families(
+    one_store, tmp_path
+) -> None:
+    """A real store with one key or value damaged as the fuzzer damages files: the reader raises
+    CorruptFileError or returns an eviction that touches only the families of the variables it
+    evicts from. Any other exception is a crash."""
+    import rocksdict
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from checkpoint.errors import CorruptFileError
+    from checkpoint.expiry.ttl import expired_in
+    from testbed.fuzzing import mutate
+    from tests.test_fuzz import EXAMPLES, mutations
+
+    entries, variables, where = one_store
+    owned = {f for v in variables for f in (v.values, v.index, v.least, v.count) if f is not None}
+    as_of = int(time.time() * 1000)
+    made = iter(range(1 << 30))
+
+    @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
+    @given(st.integers(0, len(entries) - 1), st.booleans(), mutations)
+    def fuzz(at: int, in_key: bool, changes) -> None:
+        damaged = list(entries)
+        key, value = damaged[at]
+        damaged[at] = (mutate(key, changes), value) if in_key else (key, mutate(value, changes))
+        db = rocksdict.Rdict(str(tmp_path / f"db-{next(made)}"), options=rocksdict.Options(raw_mode=True))
+        try:
+            for k, v in damaged:
+                db[k] = v
+            try:
+                _, eviction = expired_in(db, variables, as_of, where)
+            except CorruptFileError:
+                return
+            assert {k[:2] for k in [*eviction.deletes, *eviction.puts]} <= owned
+        finally:
+            db.close()
+
+    fuzz()

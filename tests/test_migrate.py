@@ -76,7 +76,21 @@ def test_a_migrated_checkpoint_restarts_on_rocksdb_v2_like_its_source(
     """DEST validates as RocksDB V2 with no finding; restarted with one more input file, the real
     query emits what the untouched source emits and ends in the same state (Spark's reader, each in
     its own format), writing `<v>_<id>` files; SRC's bytes never change."""
-    src, control = _stopped(defaults, name, tmp_path / "src"), copy_checkpoint(defaults[name], tmp_path / "c")
+    _migrates_and_restarts(spark, defaults, name, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_join_in_state_format_3_on_format_v1_migrates_and_restarts_like_its_source(spark, tmp_path) -> None:
+    """The join state format that keeps its four stores as column families of one, as Spark writes
+    it in checkpoint format V1 (the operator corpus's `join_cf_v1`)."""
+    from testbed.operators import ensure_operator_corpus
+
+    name = "join_cf_v1"
+    _migrates_and_restarts(spark, {name: ensure_operator_corpus() / name / "checkpoint"}, name, tmp_path)
+
+
+def _migrates_and_restarts(spark, corpus: dict[str, Path], name: str, tmp_path: Path) -> None:
+    src, control = _stopped(corpus, name, tmp_path / "src"), copy_checkpoint(corpus[name], tmp_path / "c")
     dest = tmp_path / "dest"
     before = files_of(src)
     # In this session's Spark: the command's own path is run by the refusal and kill tests.
@@ -87,7 +101,7 @@ def test_a_migrated_checkpoint_restarts_on_rocksdb_v2_like_its_source(
     assert ckpt("validate", str(dest)).returncode == 0
     stores = sum(len(o.store_names) for o in migrated.operators.values())
     assert len(doc["proven"]) == stores and len(doc["stores"]) == 4 * stores
-    assert not restarted_differently(spark, name, defaults[name].parent, dest, control, tmp_path / "more")
+    assert not restarted_differently(spark, name, corpus[name].parent, dest, control, tmp_path / "more")
     after = load_head(str(dest))
     assert after.latest_committed_batch > doc["batch"] and after.format_version == 2
     newer = [p.name for p in (dest / "state").rglob("*") if p.suffix in (".zip", ".changelog")
@@ -560,3 +574,24 @@ def test_a_store_is_counted_without_reading_it_back(tmp_path, limit: int) -> Non
     assert (count.before is None) == (limit == 10)
     count.close()
     db.close()
+
+
+def test_sparks_state_rewriter_cannot_write_format_v2_from_v1_so_the_project_writes_it(
+    spark, defaults, tmp_path
+) -> None:
+    """Why the migration writes the V2 snapshots itself (docs/migrate.md): Spark's `StateRewriter`
+    (4.3), asked to rewrite a V1 transformWithState checkpoint's state in a V2 session, refuses; in a
+    V1 session it writes V1, as the next batch of the checkpoint it reads. Should a Spark do it, this
+    fails, and the migration should call it instead."""
+    from py4j.protocol import Py4JJavaError
+
+    from jobs.spark_session import scoped_confs
+
+    src = copy_checkpoint(defaults["rocksdb_v1_every_state"], tmp_path / "src")
+    jvm, none = spark._jvm, spark._jvm.scala.Option.apply(None)
+    with scoped_confs(spark, V2_SESSION), pytest.raises(Py4JJavaError) as refused:
+        jvm.org.apache.spark.sql.execution.streaming.state.StateRewriter(
+            spark._jsparkSession, 5, 6, Storage(str(src)).spark_url, spark._jsc.hadoopConfiguration(),
+            none, none, none,
+        ).run()  # fmt: skip
+    assert "STATE_CHECKPOINT_FORMAT_VERSION_MISMATCH" in str(refused.value)

@@ -190,7 +190,7 @@ def _targets(ckpt: Checkpoint) -> list[tuple[StoreLineage, dict[str, Any] | None
     for entry in checkpoint_lineage(ckpt, ckpt.latest_committed_batch):
         op = ckpt.operators.get(entry.store.operator)
         meta = op.metadata if op is not None else None
-        if meta is not None and meta.keeps_column_families:
+        if meta is not None and meta.is_transform_with_state:
             if not entry.loadable:
                 raise PurgeRefused(f"{entry.store}: the replay chain of version {entry.version} is "
                                    "incomplete: validate the checkpoint; nothing was written",
@@ -278,6 +278,11 @@ def _evicting(found: list[Expired], props: dict[str, Any] | None, as_of_ms: int,
             write_in_batches(db, write_opts, _BATCH, "delete", eviction.deletes)
             write_in_batches(db, write_opts, _BATCH, "put", list(eviction.puts), list(eviction.puts.values()))
             db.flush()
+            # The point of a purge is a smaller store: one compaction to the bottom level drops what
+            # the eviction deleted and its tombstones (else the files grow by the tombstones).
+            whole = rocksdict.CompactOptions()
+            whole.set_bottommost_level_compaction(rocksdict.BottommostLevelCompaction.force())
+            db.compact_range(None, None, whole)
             rocksdict.Checkpoint(db).create_checkpoint(str(out))
         finally:
             db.close()

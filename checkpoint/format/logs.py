@@ -174,9 +174,16 @@ class OperatorMetadata:
     properties: dict[str, Any] | None = None
 
     @property
-    def keeps_column_families(self) -> bool:
-        """transformWithState: its state variables, TTL indexes and timers are RocksDB column families."""
+    def is_transform_with_state(self) -> bool:
         return self.name.startswith("transformWithState")
+
+    @property
+    def keeps_column_families(self) -> bool:
+        """Its state is RocksDB column families of one `default` store: transformWithState's state
+        variables, TTL indexes and timers; a stream-stream join's four stores in join state format 3
+        (which formats 1 and 2 keep as four stores of their own)."""
+        join_cf = self.name == "symmetricHashJoin" and [s.name for s in self.stores] == ["default"]
+        return self.is_transform_with_state or join_cf
 
 
 def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
