@@ -8,7 +8,7 @@ import dagster as dg
 
 from assets import markdown
 from assets.partitions import checkpoint_partitions
-from assets.ranges import BATCHED, each_checkpoint, range_table
+from assets.ranges import BATCHED, PER_CHECKPOINT, each_checkpoint, per_checkpoint, range_table
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import human_bytes
 from checkpoint.expiry import expired_report
@@ -54,7 +54,9 @@ def checkpoint_expired_state(
         each = {key: (d["batch"], d["entries"], d["expired"], f"{d['expired_share']:.1%}")
                 for key, d in docs.items()}  # fmt: skip
         table = range_table(("batch", "entries", "expired", "share"), each)
-        metadata = {"checkpoints": len(docs), **totals, "checkpoints_table": table}
+        own = {key: {k: d[k] for k in ("entries", "expired", "expired_share")} for key, d in docs.items()}
+        metadata = {"checkpoints": len(docs), **totals, "checkpoints_table": table,
+                    PER_CHECKPOINT: per_checkpoint(own)}  # fmt: skip
         return dg.MaterializeResult(metadata=metadata, check_results=[check])
     (doc,) = docs.values()
     rows = [(s["operator"], s["partition"], s["store"], s["entries"], s["expired"],

@@ -27,6 +27,7 @@ from assets.checkpoints import (
     REHEARSAL_BATCH,
     REHEARSAL_SPARK,
 )
+from assets.expiry import ASSET as EXPIRED_ASSET
 from assets.partitions import CHECKPOINTS, parse_partition_key
 from assets.ranges import value_for
 from assets.reports import write_bytes
@@ -61,7 +62,7 @@ _COLUMNS = [  # (name, Dagster column type) of the table shown in the UI
     ("live", "bool"), ("errors", "string"), ("warnings", "string"), ("max_chain", "int"),
     ("chain_store", "string"), ("header_of_cap", "float"), ("reclaimable", "string"),
     ("last_compaction", "string"), ("last_cleanup", "string"), ("last_rehearsal", "string"),
-    ("restarts_on_target", "string"), ("dormant_since", "string"),
+    ("restarts_on_target", "string"), ("dormant_since", "string"), ("expired", "string"),
 ]  # fmt: skip
 
 
@@ -115,7 +116,8 @@ class _History:
     def __init__(self, instance: dg.DagsterInstance, keys: list[str]):
         self.instance = instance
         wanted = set(keys)
-        self.latest = {asset: self._latest(asset, wanted) for asset in (_PLAN, _COMPACTION, _CLEANUP)}
+        assets = (_PLAN, _COMPACTION, _CLEANUP, EXPIRED_ASSET)
+        self.latest = {asset: self._latest(asset, wanted) for asset in assets}
         self.rehearsals = self._latest(INVENTORY_ASSET, wanted, observed=True)
         self.failed = {jobs: self._failed(jobs, wanted) for jobs in (_COMPACTION_JOBS, _CLEANUP_JOBS)}
 
@@ -162,7 +164,10 @@ class _History:
             deleted = _int_of(cleanup.asset_materialization.metadata, key, "deleted_bytes")
             reclaimable = max(0, reclaimable - deleted)
         rehearsal = self.rehearsals.get(key)
+        expired = self.latest[EXPIRED_ASSET].get(key)
         return {
+            "expired": _int(expired, key, "expired"),
+            "expired_share": _share(expired, key),
             "last_rehearsal": None if rehearsal is None else _rehearsal(rehearsal),
             "reclaimable_bytes": reclaimable,
             "reclaimable_planned_at": plan.timestamp if plan is not None else None,
@@ -195,6 +200,11 @@ def _rehearsal(record) -> str:
 def _int_of(metadata: dict, key: str, name: str) -> int:
     value = value_for(metadata, key, name)
     return int(value) if isinstance(value, int | float) else 0
+
+
+def _share(record, key: str) -> float | None:
+    value = None if record is None else value_for(record.asset_materialization.metadata, key, "expired_share")
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _int(record, key: str, name: str) -> int | None:
@@ -257,6 +267,7 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
                 "last_cleanup": r.last_cleanup or "never",
                 "last_rehearsal": r.last_rehearsal or "never",
                 "restarts_on_target": r.readiness.label if r.readiness else "-",
+                "expired": "-" if r.expired is None else f"{r.expired:,} ({r.expired_share or 0:.0%})",
                 "dormant_since": _idle(r),
             }
         )  # fmt: skip

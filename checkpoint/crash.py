@@ -9,6 +9,7 @@ Unset, a point costs one environment lookup. The points:
 - `fork.after_step:<step>`: once a fork has written that step's files (0 state, 1 offsets, 2
   commits, 3 query metadata), before the next;
 - `compaction.before_zip`: once a rebuild's SSTs are out, before its zip;
+- `compaction.before_sidecar`: once a rebuild's zip is out, before its `.crc` (format V2);
 - `compaction.task:<op>/<part>/<store>`: the Spark task rebuilding that store, as it starts;
 - `migrate.after_store:<n>`: once a migration has written n stores' state, before the next (its
   logs are then written by the fork's steps, `fork.after_step`);

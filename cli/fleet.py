@@ -19,6 +19,7 @@ from checkpoint.analysis import (
 )
 from checkpoint.cleanup import AuditTrail, plan_gc, with_held
 from checkpoint.errors import CheckpointError, GcError, UnknownSparkVersion
+from checkpoint.expiry import expired_report
 from checkpoint.model import each_checkpoint, scan
 from checkpoint.policy import POLICY, Policy
 from checkpoint.storage import Storage
@@ -37,7 +38,7 @@ def fleet(args: argparse.Namespace) -> Result:
     cleanup = None if args.no_cleanup_plan else ("fresh" if args.plan else "newest")
     rows = ranked(
         each_checkpoint(
-            functools.partial(_row, cleanup=cleanup, target=args.target_spark,
+            functools.partial(_row, cleanup=cleanup, target=args.target_spark, expired=args.expired,
                               policy=dataclasses.replace(POLICY, dormant_seconds=args.dormant_after)), found,
             latency_bound=latency_bound, timed_out=_timed_out,
         )
@@ -50,12 +51,15 @@ def fleet(args: argparse.Namespace) -> Result:
     return Result(doc, lambda d: render.fleet_text(d, attention), code)
 
 
-def _row(url: str, cleanup: str | None, target: str | None = None, policy: Policy = POLICY) -> FleetRow:
+def _row(
+    url: str, cleanup: str | None, target: str | None = None, policy: Policy = POLICY, expired: bool = False
+) -> FleetRow:
     """One checkpoint's row; module-level, with plain arguments, so that a worker process can be
     given it."""
     try:
         known = {} if cleanup is None else _reclaimable(url, fresh=cleanup == "fresh")
-    except CheckpointError as exc:  # its audit trail cannot be read: a row that says so
+        known |= _expired(url) if expired else {}
+    except CheckpointError as exc:  # its audit trail or a store cannot be read: a row that says so
         return unreadable_row(url, url, str(exc))
     # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
     return with_held(look_at(url, url, None, policy, known, target), Storage(url))
@@ -82,6 +86,13 @@ def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
     return {"reclaimable_bytes": plan.total_bytes, "reclaimable_planned_at": plan.planned_at}
 
 
+def _expired(url: str) -> dict[str, Any]:
+    """What a TTL has expired now in its transformWithState stores, each read as its recovery reads
+    it; nothing for a checkpoint without such a store."""
+    doc = expired_report(Storage(url)).as_dict()
+    return {"expired": doc["expired"], "expired_share": doc["expired_share"]} if doc["stores"] else {}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fleet", help="one row per checkpoint under the roots, most urgent first")
     p.add_argument("roots", nargs="+", help="folders or fsspec URLs holding checkpoints at any depth")
@@ -91,6 +102,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "trail, with its age")  # fmt: skip
     p.add_argument("--no-cleanup-plan", action="store_true",
                    help="show no reclaimable bytes at all")  # fmt: skip
+    p.add_argument("--expired", action="store_true",
+                   help="also what a TTL has expired in each transformWithState store (reads each such "
+                   "store as its recovery does)")  # fmt: skip
     add_dormant_after(p)
     p.add_argument("--target-spark", type=_line, metavar="VERSION",
                    help="also whether Spark VERSION (4.0 to 4.3) restarts each checkpoint, from its metadata "

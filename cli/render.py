@@ -100,19 +100,23 @@ def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
     if not rows:
         return "no checkpoints found"
     counts = doc.get("readiness")
+    looked = any(r["expired"] is not None for r in rows)  # `--expired`: a column of what expired
     # With a target Spark, a last column: whether it restarts each (`Readiness.label`).
-    restarts = [((r["readiness"] or {}).get("label") or "unknown: unreadable",) if counts else ()
+    last = [(*((_expired(r),) if looked else ()),
+                 *(((r["readiness"] or {}).get("label") or "unknown: unreadable",) if counts else ()))
                 for r in rows]  # fmt: skip
     table: list[tuple] = [
         (r["url"], r["state_format"] or "-", r["latest_committed_batch"], _activity(r),
          ",".join(r["errors"]) or "-", ",".join(r["warnings"]) or "-", r["max_chain_length"],
          f"{r['max_lineage_header_fraction']:.0%}",
          _reclaimable(r["reclaimable_bytes"], r["reclaimable_planned_at"]), *on)
-        for r, on in zip(rows, restarts, strict=True)
+        for r, on in zip(rows, last, strict=True)
     ]  # fmt: skip
     header: tuple[str, ...] = (
         "checkpoint", "state", "batch", "activity", "errors", "warnings", "chain", "header", "reclaimable"
     )  # fmt: skip
+    if looked:
+        header += ("expired",)
     if counts:
         header += (f"on {counts['target']}",)
     items = [f"{i}. {url}: {reason}; {action}" for i, (url, reason, action) in enumerate(attention, 1)]
@@ -304,6 +308,10 @@ def rehearse_text(doc: Doc) -> str:
     where = f"kept at {doc['scratch']}" if doc["kept"] else "removed"
     lines.append(f"scratch fork: {doc['fork_files']} files, {human_bytes(doc['fork_bytes'])}, {where}")
     return "\n".join(lines)
+
+
+def _expired(row: Doc) -> str:
+    return "-" if row["expired"] is None else f"{row['expired']:,} ({row['expired_share']:.0%})"
 
 
 def expired_text(doc: Doc) -> str:

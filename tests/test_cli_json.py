@@ -93,6 +93,7 @@ def _commands(place, corpus, tmp_path) -> dict[str, list[str]]:
         "state_profile": ["state-profile", str(apart("join")), "--candidates", "3,8"],
         "repartition": ["repartition", str(apart("snapshots")), "--partitions", "8", "--quiet-period", "0s"],
         "repartition_undo": ["repartition", str(apart("snapshots", again=True)), "--undo", "--query-stopped"],
+        "purge_expired": ["purge-expired", str(apart("list_state")), "--quiet-period", "0s"],
     }
 
 

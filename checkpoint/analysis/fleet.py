@@ -59,6 +59,10 @@ class FleetRow:
     # the caller hands in (`cleanup.with_held`); None when not dormant or not known.
     files_held: int | None = None
     bytes_held: int | None = None
+    # What a TTL has expired in its transformWithState stores (`checkpoint.expiry`), when looked at:
+    # the entries, and their share of those with a TTL. None: not looked at, or no such store.
+    expired: int | None = None
+    expired_share: float | None = None
 
     @property
     def idle_since(self) -> float | None:
@@ -88,6 +92,8 @@ class FleetRow:
             "stopped_mid_batch_since": self.stopped_mid_batch_since,
             "files_held": self.files_held,
             "bytes_held": self.bytes_held,
+            "expired": self.expired,
+            "expired_share": self.expired_share,
         }
 
 

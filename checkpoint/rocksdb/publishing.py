@@ -100,6 +100,7 @@ def publish(
     name = target.name
     _publish_no_clobber(storage, f"{folder}/{name}", data)
     if target.sidecar:  # Spark writes `.crc` sidecars in format V2 only
+        crash_point("compaction.before_sidecar")  # the zip is out, its sidecar not (Spark reads it so)
         sidecar = {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data),
                    "timestampMs": int(time.time() * 1000), "creator": {"tool": "ckpt-maint"}}  # fmt: skip
         try:
