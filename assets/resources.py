@@ -98,6 +98,14 @@ class CheckpointRoot(dg.Config):
     )
 
 
+def quiet_period_field() -> Any:
+    """A Launchpad run's `quiet_period`, which `CheckpointRootsResource.quiet_seconds_at_least` reads:
+    it may lengthen the deployment's, never shorten it."""
+    return Field(default=None, description="Refuse when a commit or offset is younger than this (the query "
+                 "may be running); longer than the deployment's quiet_period or ignored: a run only "
+                 "narrows")  # fmt: skip
+
+
 class CheckpointRootsResource(dg.ConfigurableResource):
     """What maintenance may touch and the floors it keeps. Set by the deployment only: the code
     location wraps it in `fixed` so that no run's config can name another root, storage options,

@@ -5,6 +5,7 @@ snapshot, as Spark's next batch would; `--report` only says what has expired (as
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from datetime import datetime, timezone
 
@@ -19,9 +20,13 @@ from .common import WHERE, Result, in_place, quiet_period_option, takes_the_leas
 def instant(text: str) -> float:
     """A time as ISO 8601 (`2026-11-20T08:00:00Z`; no zone: UTC) or seconds since the epoch."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a time")
+        return seconds
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as exc:

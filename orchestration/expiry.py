@@ -8,7 +8,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets import markdown
-from assets.resources import CheckpointRootsResource
+from assets.resources import CheckpointRootsResource, quiet_period_field
 from checkpoint.analysis import human_bytes
 from checkpoint.errors import CheckpointError
 from checkpoint.expiry import PurgeOptions, purge_expired
@@ -20,11 +20,7 @@ class PurgeConfig(dg.Config):
         default=None,
         description="What expired at this time (seconds since the epoch; default now, never later)",
     )
-    quiet_period: str | None = Field(
-        default=None,
-        description="Refuse when a commit or offset is younger than this (the query may be running); "
-        "longer than the deployment's quiet_period or ignored: a run only narrows",
-    )
+    quiet_period: str | None = quiet_period_field()
 
 
 @dg.op(name="purge_expired")

@@ -11,7 +11,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets.partitions import CHECKPOINTS
-from assets.resources import CheckpointRootsResource, SparkResource
+from assets.resources import CheckpointRootsResource, SparkResource, quiet_period_field
 from checkpoint.errors import CheckpointError
 
 
@@ -22,9 +22,7 @@ class MigrateConfig(dg.Config):
     )
     destination: str = Field(description="An empty folder or URL under a configured root")
     batch: int | None = Field(default=None, description="A committed batch; default: the latest committed")
-    quiet_period: str | None = Field(
-        default=None, description="How long the source must have been idle; never below the root's"
-    )
+    quiet_period: str | None = quiet_period_field()
 
 
 @dg.op(name="migrate", tags={"kind": "spark"})

@@ -10,7 +10,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets import markdown
-from assets.resources import CheckpointRootsResource, SparkResource
+from assets.resources import CheckpointRootsResource, SparkResource, quiet_period_field
 from checkpoint.errors import CheckpointError
 
 
@@ -24,11 +24,7 @@ class RepartitionConfig(dg.Config):
         default=False,
         description="With undo: the query is stopped, so a repartition newer than the quiet period may go",
     )
-    quiet_period: str | None = Field(
-        default=None,
-        description="Refuse when a commit or offset is younger than this (the query may be running); "
-        "longer than the deployment's quiet_period or ignored: a run only narrows",
-    )
+    quiet_period: str | None = quiet_period_field()
 
 
 @dg.op(name="repartition", tags={"kind": "spark"})

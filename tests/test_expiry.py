@@ -120,6 +120,8 @@ def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> Non
     assert out.returncode == 2 and "batch 5 is planned and not committed" in out.stderr
     out = ckpt("purge-expired", str(stopped), "--as-of", "yesterday")
     assert out.returncode == 2 and "neither ISO 8601" in out.stderr
+    out = ckpt("purge-expired", str(stopped), "--as-of", "nan")
+    assert out.returncode == 2 and "is not a time" in out.stderr
     assert files_of(live) == before and not list((tmp_path / "_ckpt_audit").glob("*/purges"))
 
 

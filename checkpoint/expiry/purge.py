@@ -22,6 +22,7 @@ not; run again, it purges the rest.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -132,6 +133,8 @@ def purge_expired(
     started = time.monotonic()
     now = time.time() if now is None else now
     as_of = now if options.as_of is None else options.as_of
+    if not math.isfinite(as_of):
+        raise PurgeRefused(f"the purge time {as_of} is not a time; nothing was written", request.storage.url)
     if as_of > now:
         raise PurgeRefused(f"the purge time {_utc(as_of)} is later than now ({_utc(now)}): a restart's first "
                            "batch could come before it and still see what it would remove; nothing was "
@@ -304,6 +307,9 @@ def _check_evicted(folder: Path, variables: list[TtlVariable], before: list[Expi
         after, left = expired_in(db, variables, as_of_ms, where)
     finally:
         db.close()
+    if left.deletes or left.puts:
+        raise RebuildError(f"{where}: the purged store still has {len(left.deletes)} keys to evict; nothing "
+                           "was published")  # fmt: skip
     for was, now in zip(before, after, strict=True):
         if now.expired or now.entries != was.entries - was.expired:
             raise RebuildError(f"{where}: {was.name} holds {now.entries} entries after the purge "
