@@ -3,7 +3,7 @@
 Exit codes: 0 success; 1 `validate`/`scan` found error findings, `gc --apply`/`compact` failed on
 some file or store, a fork, migration or retirement stopped part-way (run it again to finish), a
 repartition failed and was undone, or a state profile's self-check failed; 2 the checkpoint cannot
-be read, the cleanup, compaction, fork, migration, repartition or retirement was refused, or
+be read, the cleanup, compaction, fork, migration, repartition, retirement or purge was refused, or
 another action holds the checkpoint's maintenance lease (a one-line error on stderr naming it, no
 traceback).
 

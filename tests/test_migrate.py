@@ -303,9 +303,10 @@ def test_the_maintenance_schedule_runs_on_a_fresh_migration(spark, defaults, tmp
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("checkpoints", [partition_key("prod", "orders")])
         when = datetime.datetime.now(datetime.UTC)
-        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
-                                            repository_def=defs.get_repository_def())  # fmt: skip
-        requests = list(schedule.evaluate_tick(context).run_requests or [])
+        # Entered, so that leaving it takes back the defs-state storage its evaluation makes current.
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
+                                       repository_def=defs.get_repository_def()) as context:  # fmt: skip
+            requests = list(schedule.evaluate_tick(context).run_requests or [])
         assert [checkpoints_of(r) for r in requests] == [[partition_key("prod", "orders")]]
         job = defs.resolve_job_def(requests[0].job_name)
         for request in requests:

@@ -3,7 +3,7 @@
 Pure: the inputs are plain data (the classified listing, the committed ids of the retained batches,
 the lineage headers and the SSTs each zip lists), so property tests can drive it without storage.
 The rules are `docs/safety.md`'s; reading the inputs, and failing closed when one cannot be
-read, is `gc_plan`'s job.
+read, is `plan.plan_gc`'s job.
 """
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ def find_orphans(
 
 
 class _Decider:
-    """find_orphans' four phases over one partition's files, in order, each deciding what the
+    """find_orphans' five phases over one partition's files, in order, each deciding what the
     earlier ones left: what goes (`chosen`), what stays and why (`kept`), and the SSTs a live
     query's floor decides later (`held`)."""
 
