@@ -54,7 +54,8 @@ def checkpoint_expired_state(
         each = {key: (d["batch"], d["entries"], d["expired"], f"{d['expired_share']:.1%}")
                 for key, d in docs.items()}  # fmt: skip
         table = range_table(("batch", "entries", "expired", "share"), each)
-        own = {key: {k: d[k] for k in ("entries", "expired", "expired_share")} for key, d in docs.items()}
+        figures = ("entries", "expired", "expired_share", "expired_bytes")
+        own = {key: {k: d[k] for k in figures} for key, d in docs.items()}
         metadata = {"checkpoints": len(docs), **totals, "checkpoints_table": table,
                     PER_CHECKPOINT: per_checkpoint(own)}  # fmt: skip
         return dg.MaterializeResult(metadata=metadata, check_results=[check])

@@ -168,6 +168,7 @@ class _History:
         return {
             "expired": _int(expired, key, "expired"),
             "expired_share": _share(expired, key),
+            "expired_bytes": _int(expired, key, "expired_bytes"),
             "last_rehearsal": None if rehearsal is None else _rehearsal(rehearsal),
             "reclaimable_bytes": reclaimable,
             "reclaimable_planned_at": plan.timestamp if plan is not None else None,
@@ -267,7 +268,9 @@ def _table(rows: list[FleetRow]) -> dg.TableMetadataValue:
                 "last_cleanup": r.last_cleanup or "never",
                 "last_rehearsal": r.last_rehearsal or "never",
                 "restarts_on_target": r.readiness.label if r.readiness else "-",
-                "expired": "-" if r.expired is None else f"{r.expired:,} ({r.expired_share or 0:.0%})",
+                "expired": "-"
+                if r.expired is None
+                else (f"{r.expired:,} ({r.expired_share or 0:.0%}, {human_bytes(r.expired_bytes or 0)})"),
                 "dormant_since": _idle(r),
             }
         )  # fmt: skip

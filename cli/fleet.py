@@ -90,7 +90,7 @@ def _expired(url: str) -> dict[str, Any]:
     """What a TTL has expired now in its transformWithState stores, each read as its recovery reads
     it; nothing for a checkpoint without such a store."""
     doc = expired_report(Storage(url)).as_dict()
-    return {"expired": doc["expired"], "expired_share": doc["expired_share"]} if doc["stores"] else {}
+    return {k: doc[k] for k in ("expired", "expired_share", "expired_bytes")} if doc["stores"] else {}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

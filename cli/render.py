@@ -311,7 +311,9 @@ def rehearse_text(doc: Doc) -> str:
 
 
 def _expired(row: Doc) -> str:
-    return "-" if row["expired"] is None else f"{row['expired']:,} ({row['expired_share']:.0%})"
+    if row["expired"] is None:
+        return "-"
+    return f"{row['expired']:,} ({row['expired_share']:.0%}, {human_bytes(row['expired_bytes'] or 0)})"
 
 
 def expired_text(doc: Doc) -> str:

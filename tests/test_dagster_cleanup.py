@@ -596,7 +596,7 @@ def test_every_partitioned_asset_backfills_in_ranges(tmp_path) -> None:
     graph = defs.get_repository_def().asset_graph
     policies = {k.to_user_string(): graph.get(k).backfill_policy for k in graph.get_all_asset_keys()
                 if graph.get(k).partitions_def is not None}  # fmt: skip
-    assert len(policies) == 6
+    assert len(policies) == 7
     assert all(p is not None and p.max_partitions_per_run in (None, RANGE) for p in policies.values()), (
         policies
     )

@@ -86,7 +86,9 @@ def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_un
     assert before["items"][1] < before["items"][0] and before["last"][1] < before["last"][0]
     assert files_of(purged) == untouched  # a report writes nothing
     (row,) = run("fleet", str(tmp_path), "--expired", "--no-cleanup-plan")["checkpoints"][:1]
-    assert (row["expired"], row["expired_share"]) == (report["expired"], report["expired_share"])
+    assert [row[k] for k in ("expired", "expired_share", "expired_bytes")] == [
+        report[k] for k in ("expired", "expired_share", "expired_bytes")
+    ]
 
     done = run("purge-expired", str(purged), "--as-of", str(as_of))
     assert [s["outcome"] for s in done["stores"]] == ["purged"] * len(report["stores"])
@@ -159,6 +161,7 @@ def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_parti
     from assets.fleet import checkpoint_fleet_report
     from assets.partitions import CHECKPOINTS, partition_key
     from assets.resources import CheckpointRoot
+    from checkpoint.analysis import human_bytes
     from orchestration.location import build_definitions
     from tests.test_dagster import _roots, _tick
 
@@ -174,7 +177,9 @@ def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_parti
         assert check.check_name == SHARE_CHECK
         (materialized,) = done.get_asset_materialization_events()
         meta = materialized.materialization.metadata
-        return check.passed, {k: meta[k].value for k in ("entries", "expired", "expired_share")}
+        return check.passed, {
+            k: meta[k].value for k in ("entries", "expired", "expired_share", "expired_bytes")
+        }
 
     with dg.instance_for_test() as instance:
         _tick(instance, roots)
@@ -184,13 +189,29 @@ def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_parti
         fleet = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
         (report,) = fleet.asset_materializations_for_node("checkpoint_fleet_report")
         (row,) = report.metadata["fleet"].value.records
-        assert row.data["expired"] == f"{before['expired']:,} ({before['expired_share']:.0%})"
+        shown = (
+            f"{before['expired']:,} ({before['expired_share']:.0%}, {human_bytes(before['expired_bytes'])})"
+        )
+        assert row.data["expired"] == shown
         job = defs.resolve_job_def("purge_expired_state")
         run = job.execute_in_process(run_config={"ops": {"purge_expired": {"config": {"partition": key}}}},
                                      instance=instance)  # fmt: skip
         assert run.success and run.output_for_node("purge_expired")["expired"] == before["expired"]
         passed, after = look(instance)
         assert passed and after["expired"] == 0 and after["entries"] == before["entries"] - before["expired"]
+
+        stopped_copy(corpus, root / "payments")  # a backfill's range run: both partitions, one result
+        _tick(instance, roots)
+        keys = sorted(instance.get_dynamic_partitions(CHECKPOINTS))
+        tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+        ranged = dg.materialize([checkpoint_expired_state], instance=instance, resources={"roots": roots},
+                                tags=tags)  # fmt: skip
+        (check,) = ranged.get_asset_check_evaluations()
+        assert not check.passed and check.metadata["over"].value == 1  # the unpurged one
+        fleet = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
+        (report,) = fleet.asset_materializations_for_node("checkpoint_fleet_report")
+        rows = {r.data["checkpoint"]: r.data["expired"] for r in report.metadata["fleet"].value.records}
+        assert rows == {key: f"0 (0%, {human_bytes(0)})", partition_key("prod", "payments"): shown}
 
 
 @pytest.fixture(scope="module")

@@ -60,9 +60,10 @@ class FleetRow:
     files_held: int | None = None
     bytes_held: int | None = None
     # What a TTL has expired in its transformWithState stores (`checkpoint.expiry`), when looked at:
-    # the entries, and their share of those with a TTL. None: not looked at, or no such store.
+    # the entries, their share of those with a TTL, their bytes. None: not looked at, or no such store.
     expired: int | None = None
     expired_share: float | None = None
+    expired_bytes: int | None = None
 
     @property
     def idle_since(self) -> float | None:
@@ -94,6 +95,7 @@ class FleetRow:
             "bytes_held": self.bytes_held,
             "expired": self.expired,
             "expired_share": self.expired_share,
+            "expired_bytes": self.expired_bytes,
         }
 
 
