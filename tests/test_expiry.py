@@ -6,6 +6,7 @@ expired and not, lists holding both), then restarted beside an untouched copy.""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -109,7 +110,9 @@ def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_un
 
 def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> None:
     live = tmp_path / "live"
-    copy_checkpoint(corpus / NAME / "checkpoint", live)  # its files as new as a running query's
+    copy_checkpoint(corpus / NAME / "checkpoint", live)
+    for log in (live / "commits").iterdir():  # a commit just written, however old the cache
+        os.utime(log)
     before = files_of(live)
     out = ckpt("purge-expired", str(live))
     assert out.returncode == 2 and "looks alive" in out.stderr
