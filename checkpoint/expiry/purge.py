@@ -21,6 +21,7 @@ not; run again, it purges the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -219,11 +220,10 @@ def _look(ckpt: Checkpoint, entry: StoreLineage, props: dict[str, Any] | None, a
 
 def _purge(ckpt: Checkpoint, entry: StoreLineage, props: dict[str, Any] | None, as_of_ms: int,
            policy: Policy) -> StorePurge:  # fmt: skip
-    found: list[Expired] = []
     if _own_snapshot(entry):  # its name is taken: reported, left to Spark
-        with _fetched(ckpt, entry, policy) as (folder, meta):
-            found.extend(_counted(folder, meta, props, as_of_ms, str(entry.store), policy))
-        return _store(entry, found, OWN_SNAPSHOT if any(v.expired for v in found) else NOTHING)
+        looked = _look(ckpt, entry, props, as_of_ms, policy)
+        return dataclasses.replace(looked, outcome=OWN_SNAPSHOT if looked.expired else NOTHING)
+    found: list[Expired] = []
     rebuilt = rewrite_store(
         ckpt, entry, _evicting(found, props, as_of_ms, str(entry.store), policy), policy=policy
     )
