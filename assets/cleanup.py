@@ -19,7 +19,16 @@ from assets.partitions import checkpoint_partitions, parse_partition_key
 from assets.ranges import BATCHED, PER_CHECKPOINT, each_checkpoint, per_checkpoint, range_table, value_for
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import human_bytes
-from checkpoint.cleanup import CheckResult, Cleaned, Plan, apply_cleanup, check_plan, plan_gc
+from checkpoint.cleanup import (
+    CheckResult,
+    Cleaned,
+    CleanupOptions,
+    Plan,
+    apply_cleanup,
+    check_plan,
+    plan_cleanup,
+    plan_gc,
+)
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
 
@@ -30,6 +39,8 @@ MANIFEST = "manifest"  # the plan asset's metadata entry that names its manifest
 # ... and the one that pins its bytes: the apply checks the manifest against this record in
 # Dagster's event log, never against anything the manifest says of itself.
 MANIFEST_SHA256 = "manifest_sha256"
+# The metadata keys the fleet report reads back (`assets.history`).
+PLANNED_BYTES, APPLIED, DELETED_FILES, DELETED_BYTES = "bytes", "applied", "deleted_files", "deleted_bytes"
 
 
 def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
@@ -39,7 +50,7 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
     return markdown.table((what, "files", "bytes"), rows)
 
 
-def plan_cleanup(roots: CheckpointRootsResource, key: str) -> Plan:
+def plan_for(roots: CheckpointRootsResource, key: str) -> Plan:
     """Plans the checkpoint's cleanup (a partition listed at a time) into its audit trail."""
     return plan_gc(
         roots.checkpoint_storage(key),
@@ -73,10 +84,9 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
     of the plan goes through an IO manager)."""
 
     def plan_one(key: str) -> tuple[Plan, CheckResult, int]:
-        plan = plan_cleanup(roots, key)
         storage = roots.checkpoint_storage(key)
-        verdict = check_plan(plan, storage)
-        return plan, verdict, len(roots.audit_trail(key).prune(storage.url, plan.planned_at))
+        planned = plan_cleanup(storage, roots.audit_trail(key), lambda: plan_for(roots, key))
+        return planned.plan, check_plan(planned.plan, storage), planned.pruned
 
     done = each_checkpoint(context.partition_keys, plan_one, failing="was not planned")
     stale = {key: verdict.message for key, (_, verdict, _) in done.items() if not verdict.ok}
@@ -97,7 +107,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
         metadata: dict[str, Any] = {
             "checkpoints": len(done),
             "files": sum(p.files for p, _, _ in done.values()),
-            "bytes": sum(p.total_bytes for p, _, _ in done.values()),
+            PLANNED_BYTES: sum(p.total_bytes for p, _, _ in done.values()),
             "checkpoints_table": range_table(("files", "size", "against batch", "verdict"), rows),
             # Each checkpoint's manifest and the digest the apply holds it to, in Dagster's event log.
             PER_CHECKPOINT: per_checkpoint(
@@ -106,7 +116,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
                         MANIFEST: p.manifest,
                         MANIFEST_SHA256: p.digest,
                         "files": p.files,
-                        "bytes": p.total_bytes,
+                        PLANNED_BYTES: p.total_bytes,
                     }
                     for k, (p, _, _) in done.items()
                 }
@@ -117,7 +127,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
     return dg.MaterializeResult(
         metadata={
             "files": plan.files,
-            "bytes": plan.total_bytes,
+            PLANNED_BYTES: plan.total_bytes,
             "size": human_bytes(plan.total_bytes),
             "against_batch": plan.against_batch,
             "live_query": plan.live,
@@ -170,7 +180,7 @@ def checkpoint_orphan_cleanup(
     if not apply:
         return dg.MaterializeResult(
             metadata={
-                "applied": False,
+                APPLIED: False,
                 "would_delete_files": sum(p.files for p in plans.values()),
                 "would_delete_bytes": sum(p.total_bytes for p in plans.values()),
                 "note": "dry run: launch with run config `apply: true` or the tag ckpt/apply=true to delete",
@@ -179,9 +189,9 @@ def checkpoint_orphan_cleanup(
 
     def apply_one(key: str) -> Cleaned:
         # The plan step ran before this lease was taken: planned again under it when the query ran since.
-        return apply_cleanup(roots.in_place(context, key, retry=len(keys) == 1), roots.audit_trail(key),
-                             lambda: plan_cleanup(roots, key), what="checkpoint_orphan_cleanup",
-                             planned=plans[key])  # fmt: skip
+        options = CleanupOptions(roots.audit_trail(key), lambda: plan_for(roots, key), planned=plans[key],
+                                 what="checkpoint_orphan_cleanup")  # fmt: skip
+        return apply_cleanup(roots.in_place(context, key, retry=len(keys) == 1), options)
 
     done = each_checkpoint(keys, apply_one, failing="was not cleaned")
     for key, cleaned in done.items():
@@ -193,17 +203,17 @@ def checkpoint_orphan_cleanup(
                       c.result.failed.files, c.replanned is not None) for key, c in done.items()}  # fmt: skip
         return dg.MaterializeResult(
             metadata={
-                "applied": True,
-                "deleted_files": sum(c.result.deleted.files for c in done.values()),
-                "deleted_bytes": sum(c.result.deleted.total_bytes for c in done.values()),
+                APPLIED: True,
+                DELETED_FILES: sum(c.result.deleted.files for c in done.values()),
+                DELETED_BYTES: sum(c.result.deleted.total_bytes for c in done.values()),
                 "failed_files": sum(c.result.failed.files for c in done.values()),
                 "checkpoints_table": range_table(("deleted", "size", "failed", "replanned"), rows),
                 PER_CHECKPOINT: per_checkpoint(
                     {
                         k: {
-                            "applied": True,
-                            "deleted_files": c.result.deleted.files,
-                            "deleted_bytes": c.result.deleted.total_bytes,
+                            APPLIED: True,
+                            DELETED_FILES: c.result.deleted.files,
+                            DELETED_BYTES: c.result.deleted.total_bytes,
                         }
                         for k, c in done.items()
                     }
@@ -216,9 +226,9 @@ def checkpoint_orphan_cleanup(
     failed = "\n".join(f"- `{o.path}`: {o.why}" for o in result.failed.sample[:25])
     return dg.MaterializeResult(
         metadata={
-            "applied": True,
-            "deleted_files": result.deleted.files,
-            "deleted_bytes": result.deleted.total_bytes,
+            APPLIED: True,
+            DELETED_FILES: result.deleted.files,
+            DELETED_BYTES: result.deleted.total_bytes,
             "skipped_files": result.skipped.files,
             "failed_files": result.failed.files,
             "replanned": cleaned.replanned is not None,

@@ -17,13 +17,15 @@ from assets.partitions import checkpoint_partitions
 from assets.ranges import PER_CHECKPOINT, per_checkpoint
 from assets.resources import CheckpointRootsResource, SparkResource, StepContext
 from checkpoint.analysis import human_bytes
-from checkpoint.compaction import Planned, RebuildResult, Task, compact_checkpoints
-from checkpoint.model import Checkpoint, checkpoint_lineage
+from checkpoint.compaction import CompactionOptions, RebuildResult, Task, compact_checkpoints
+from checkpoint.model import Checkpoint
+from checkpoint.safety import EachInPlace
 
 if TYPE_CHECKING:
     from jobs.compact import StoreOutcome
 
 GROUP = "checkpoint_compaction"
+STORES_COMPACTED = "stores_compacted"  # a metadata key the fleet report reads back (`assets.history`)
 
 
 def spark_rebuild(
@@ -40,16 +42,6 @@ def spark_rebuild(
         return run_compaction_tasks(spark.session(), tasks, check)
 
     return rebuild
-
-
-def chains_after(roots: CheckpointRootsResource, planned: Planned) -> dict[tuple, int]:
-    """Each store's replay chain once compacted, read back from the checkpoint."""
-    if not planned.targets:
-        return {}
-    batch = planned.targets[0].entry.batch
-    reloaded = roots.load(planned.name, strict=True, batches=[batch])
-    return {(e.store.operator, e.store.partition, e.store.store): e.chain_length
-            for e in checkpoint_lineage(reloaded, batch)}  # fmt: skip
 
 
 @dg.asset(
@@ -70,26 +62,24 @@ def checkpoint_compaction(
     # One checkpoint: its lease waited for, the step retried, then failed. A backfill: a checkpoint
     # held elsewhere is reported (LeaseHeld) with the unreadable ones, and the others go on.
     alone = len(context.partition_keys) == 1
-    compaction = compact_checkpoints(
-        context.partition_keys,
-        lambda key: roots.in_place(context, key, retry=alone),
-        "checkpoint_compaction", spark_rebuild(context, spark), strict=True, go_on=True,
-        **roots.compaction_thresholds(),
-    )  # fmt: skip
+    request = EachInPlace(context.partition_keys, lambda key: roots.in_place(context, key, retry=alone))
+    options = CompactionOptions(spark_rebuild(context, spark), strict=True, go_on=True,
+                                what="checkpoint_compaction", **roots.compaction_thresholds())  # fmt: skip
+    compaction = compact_checkpoints(request, options)
     planned, results = compaction.planned, compaction.outcomes
     rows: list[list] = []
     done: list[RebuildResult] = []
     failed, lengths_after = [r for r in results if not r.ok], []
     for p in planned:
-        after = chains_after(roots, p)
+        after = compaction.chains_after.get(p.name, {})
         for r in results:
             rebuilt = r.rebuilt
             if rebuilt is None or r.url != p.ckpt.url:
                 continue
-            store = (r.store.operator, r.store.partition, r.store.store)
+            store = r.store
             done.append(rebuilt)
             lengths_after.append(after.get(store, 0))
-            rows.append([p.name, "/".join(map(str, store)), rebuilt.version, r.chain_before,
+            rows.append([p.name, store.label, rebuilt.version, r.chain_before,
                          after.get(store), rebuilt.seconds, rebuilt.records, rebuilt.keys,
                          human_bytes(rebuilt.bytes_read), human_bytes(rebuilt.bytes_written),
                          human_bytes(rebuilt.peak_rss_bytes)])  # fmt: skip
@@ -98,7 +88,7 @@ def checkpoint_compaction(
     skips = [f"- {p.name} {s.operator}/{s.partition}/{s.store}: {s.reason}" for p in planned for s in p.skips]
     metadata: dict[str, Any] = {
         "checkpoints": len(context.partition_keys),
-        "stores_compacted": len(done),
+        STORES_COMPACTED: len(done),
         "stores_failed": len(failed),
         "stores_skipped": len(skips),
         "max_chain_before": max((r.chain_before for r in results if r.ok), default=0),
@@ -119,7 +109,7 @@ def checkpoint_compaction(
     if len(context.partition_keys) > 1:  # each checkpoint's own count, for the fleet report's row
         compacted = Counter(row[0] for row in rows)
         metadata[PER_CHECKPOINT] = per_checkpoint(
-            {key: {"stores_compacted": compacted.get(key, 0)} for key in context.partition_keys}
+            {key: {STORES_COMPACTED: compacted.get(key, 0)} for key in context.partition_keys}
         )
     problems = [*map(str, compaction.refused), *(f"{r.url} {r.store}: {r.error}" for r in failed)]
     if problems:

@@ -17,6 +17,8 @@ from checkpoint.policy import POLICY
 GROUP = "checkpoint_expiry"
 ASSET = "checkpoint_expired_state"
 SHARE_CHECK = "expired_share"
+# Metadata keys the fleet report reads back (`assets.history`).
+EXPIRED, EXPIRED_SHARE, EXPIRED_BYTES = "expired", "expired_share", "expired_bytes"
 
 
 _SHARE = POLICY.expired_share_warn
@@ -49,12 +51,12 @@ def checkpoint_expired_state(
         check_name=SHARE_CHECK, asset_key=ASSET, passed=not over, severity=dg.AssetCheckSeverity.WARN,
         metadata={"over": len(over), "worst_share": max(over.values(), default=0.0)},
     )  # fmt: skip
-    totals = {what: sum(d[what] for d in docs.values()) for what in ("entries", "expired", "expired_bytes")}
+    totals = {what: sum(d[what] for d in docs.values()) for what in ("entries", EXPIRED, EXPIRED_BYTES)}
     if len(docs) > 1:
         each = {key: (d["batch"], d["entries"], d["expired"], f"{d['expired_share']:.1%}")
                 for key, d in docs.items()}  # fmt: skip
         table = range_table(("batch", "entries", "expired", "share"), each)
-        figures = ("entries", "expired", "expired_share", "expired_bytes")
+        figures = ("entries", EXPIRED, EXPIRED_SHARE, EXPIRED_BYTES)
         own = {key: {k: d[k] for k in figures} for key, d in docs.items()}
         metadata = {"checkpoints": len(docs), **totals, "checkpoints_table": table,
                     PER_CHECKPOINT: per_checkpoint(own)}  # fmt: skip
@@ -64,6 +66,6 @@ def checkpoint_expired_state(
              human_bytes(s["expired_bytes"])) for s in doc["stores"]]  # fmt: skip
     stores = markdown.table(("operator", "partition", "store", "entries", "expired", "bytes"), rows)
     metadata = {**totals, "batch": -1 if doc["batch"] is None else doc["batch"],
-                "expired_share": doc["expired_share"], "as_of_ms": doc["as_of_ms"],
+                EXPIRED_SHARE: doc[EXPIRED_SHARE], "as_of_ms": doc["as_of_ms"],
                 "stores": dg.MetadataValue.md(stores)}  # fmt: skip
     return dg.MaterializeResult(metadata=metadata, check_results=[check])

@@ -27,7 +27,7 @@ from checkpoint.model import (
     load_head,
 )
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from checkpoint.safety import InPlace, Lease, Request, lease_for
+from checkpoint.safety import InPlace, Lease, TwoSided, lease_for
 from checkpoint.storage import Storage, credentials_in, refuse_userinfo, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext
@@ -237,7 +237,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             lambda storage, what: self.take_lease_at(context, storage, what, key, retry=retry),
         )
 
-    def two_sided(self, context: StepContext, source: str, destination: str) -> tuple[Request, str]:
+    def two_sided(self, context: StepContext, source: str, destination: str) -> tuple[TwoSided, str]:
         """The request of a step that writes `destination` (a URL a run names) from the checkpoint
         `source` (a partition key), its leases taken as `in_place` takes one, and the destination's
         partition key. Raises CheckpointError when the destination lies under no configured root: a
@@ -247,7 +247,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         def take(storage: Storage, what: str) -> Lease:
             return self.take_lease_at(context, storage, what, self.key_of(storage.url) or "")
 
-        return Request(self.checkpoint_storage(source), self.checkpoint_storage(dest_key), take), dest_key
+        return TwoSided(self.checkpoint_storage(source), self.checkpoint_storage(dest_key), take), dest_key
 
     def take_lease_at(
         self, context: StepContext, storage: Storage, what: str, label: str = "", *, retry: bool = True

@@ -1,7 +1,7 @@
 """Benchmark: compaction of format V1 stores against Spark's own load-and-replay of the same store.
 
 One store (one partition) per base size and provider, written by PySpark and cached outside the
-repo (`testbed.corpus.ensure_big_base`): a base snapshot that Spark's maintenance wrote, then 20
+repo (`testbed.generators.ensure_big_base`): a base snapshot that Spark's maintenance wrote, then 20
 batches of 5,000 records each, snapshots off. For each:
 
   Spark: a state read of the latest batch (the state data source: load and replay), best of two,
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from jobs.spark_session import local_session, scoped_confs
-from testbed.corpus import ensure_big_base
+from testbed.generators import ensure_big_base
 
 TOUCH = 500_000  # the chain updates keys below this: present in every base
 V1_SESSION = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "1"}
@@ -39,11 +39,9 @@ SESSION = {"spark.driver.memory": "12g"}
 
 def _compact_in_place(path: str) -> dict:
     """In a fresh interpreter: plan, then compact the one store; its figures and the peaks."""
-    from checkpoint.compaction.hdfs import materialize_snapshot
-    from checkpoint.compaction.rebuild import rebuild_store
-    from checkpoint.compaction.targets import plan_compaction
-    from checkpoint.format.providers import Provider
-    from checkpoint.model.checkpoint import load_checkpoint
+    from checkpoint.compaction import materialize_snapshot, plan_compaction, rebuild_store
+    from checkpoint.format import Provider
+    from checkpoint.model import load_checkpoint
     from jobs.compact import SparkSnapshotEngine
 
     ckpt = load_checkpoint(path)

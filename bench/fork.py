@@ -30,8 +30,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.fork.copy import fork
-from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.fork import ForkOptions, ForkResult, fork_checkpoint
+from checkpoint.model import load_checkpoint
+from checkpoint.safety import TwoSided, taken_at_once
 from checkpoint.storage import Storage
 from testbed import synthetic
 from testbed.recovery import recovery_files
@@ -40,9 +41,10 @@ _PEAK = """
 import json, shutil, sys
 mode, src, dest = sys.argv[1:4]
 if mode == "fork":
-    from checkpoint.fork.copy import fork
+    from checkpoint.fork import fork_checkpoint
+    from checkpoint.safety import TwoSided, taken_at_once
     from checkpoint.storage import Storage
-    fork(Storage(src), Storage(dest))
+    fork_checkpoint(TwoSided(Storage(src), Storage(dest), taken_at_once("bench")))
 else:
     shutil.copytree(src, dest)
 status = dict(line.split(":", 1) for line in open("/proc/self/status"))
@@ -82,6 +84,11 @@ def _row(label: str, source: tuple[int, int], result, oracle: dict[str, int], fo
     }  # fmt: skip
 
 
+def fork(src: Storage, dest: Storage, batch: int | None = None) -> ForkResult:
+    """The fork through its door, as the CLI runs it: both leases taken at once, then the copy."""
+    return fork_checkpoint(TwoSided(src, dest, taken_at_once("bench")), ForkOptions(batch=batch))
+
+
 def _local_row(label: str, src: Path, batch: int | None, work: Path, repeat: int, peak: bool) -> dict:
     """One fork of a local checkpoint against the oracle and against copytree of the whole."""
     ckpt = load_checkpoint(str(src))
@@ -103,7 +110,8 @@ def _local_row(label: str, src: Path, batch: int | None, work: Path, repeat: int
 
 def _real(args, work: Path) -> list[dict]:
     from jobs.spark_session import local_session
-    from testbed.corpus import Scenario, aggregation
+    from testbed.queries import aggregation
+    from testbed.scenarios import Scenario
 
     spark = local_session(master="local[2]", app_name="bench-fork")
     scenario = Scenario("history", "aggregation with Spark's defaults", aggregation, args.batches, {})

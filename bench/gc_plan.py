@@ -31,8 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.plan import plan_gc
+from checkpoint.cleanup import AuditTrail, plan_gc
 from checkpoint.cleanup.pool import partitions_at_once, planning_workers
 from checkpoint.storage import Storage
 from testbed.synthetic import build, iter_files

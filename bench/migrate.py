@@ -1,7 +1,7 @@
 """Benchmark: `ckpt migrate` of an aggregation's state against what Spark itself does with it.
 
 An aggregation in `--partitions` partitions (4) per base size and source format, cached outside the
-repo (`testbed.corpus.ensure_big_base`): a base snapshot of the keys, then 20 batches of 5,000
+repo (`testbed.generators.ensure_big_base`): a base snapshot of the keys, then 20 batches of 5,000
 records in each store. For each:
 
   ours:  the migration to RocksDB V2 in this process's session, as Spark's baseline runs (its
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from bench.compaction_v1 import SESSION, TOUCH, V1_SESSION, _state_read, _vm_hwm
 from jobs.spark_session import local_session, scoped_confs
-from testbed.corpus import ensure_big_base
+from testbed.generators import ensure_big_base
 
 
 def _descendants(pid: int) -> list[int]:
@@ -67,16 +67,17 @@ def _python_workers(pid: int) -> list[int]:
 def _migrate_in_place(src: str, dest: str, audit: str) -> dict:
     """In a fresh interpreter: the migration, its figures, the driver's peak RSS and its Python
     workers' (they write the stores)."""
-    from checkpoint.cleanup.audit import AuditTrail
-    from checkpoint.safety import Request, taken_at_once
+    from checkpoint.cleanup import AuditTrail
+    from checkpoint.migrate import MigrationOptions
+    from checkpoint.safety import TwoSided, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
 
     spark = local_session(master="local[2]", app_name="bench-migrate", extra_conf=SESSION)
     Path("/proc/self/clear_refs").write_text("5")  # the peak from here on: not the session's start
     workers_before = set(_python_workers(os.getpid()))
-    request = Request(Storage(src), Storage(dest), taken_at_once("bench"))
-    result = migrate(lambda: spark, request, AuditTrail(audit), quiet_seconds=0)
+    request = TwoSided(Storage(src), Storage(dest), taken_at_once("bench"))
+    result = migrate(lambda: spark, request, MigrationOptions(AuditTrail(audit), quiet_seconds=0))
     workers = [w for w in _python_workers(os.getpid()) if w not in workers_before]
     return {**result.as_dict(), "peak_rss_bytes": _vm_hwm(os.getpid()),
             "worker_peak_rss_bytes": max((_vm_hwm(w) for w in workers), default=0)}  # fmt: skip
@@ -94,14 +95,17 @@ def _fresh(checkpoint: Path, work: Path) -> dict:
 
 
 def _in_session(spark, checkpoint: Path, work: Path) -> dict:
-    from checkpoint.cleanup.audit import AuditTrail
-    from checkpoint.safety import Request, taken_at_once
+    from checkpoint.cleanup import AuditTrail
+    from checkpoint.migrate import MigrationOptions
+    from checkpoint.safety import TwoSided, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
 
     started = time.perf_counter()
-    request = Request(Storage(str(checkpoint)), Storage(str(work / "dest")), taken_at_once("bench"))
-    result = migrate(lambda: spark, request, AuditTrail(str(work / "audit")), quiet_seconds=0)
+    request = TwoSided(Storage(str(checkpoint)), Storage(str(work / "dest")), taken_at_once("bench"))
+    result = migrate(
+        lambda: spark, request, MigrationOptions(AuditTrail(str(work / "audit")), quiet_seconds=0)
+    )
     seconds = time.perf_counter() - started
     shutil.rmtree(work)
     return {**result.as_dict(), "seconds": seconds}

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.rehearsal import Outcome, rehearse
-from checkpoint.safety import taken_at_once
+from checkpoint.rehearsal import Outcome, RehearsalOptions, rehearse
+from checkpoint.safety import InPlace, taken_at_once
 from checkpoint.storage import Storage
 
 _INPUT = "BENCH_REHEARSAL_INPUT"
@@ -32,13 +32,13 @@ _INPUT = "BENCH_REHEARSAL_INPUT"
 
 def query(spark):
     """The scenario's aggregation, as a deployment's `--query` function returns it."""
-    from testbed.corpus import aggregation
+    from testbed.queries import aggregation
 
     return aggregation(spark, {"": os.environ[_INPUT]}, 1).writeStream.outputMode("update")
 
 
 def _plain(spark, src: Path, inputs: Path, work: Path, i: int) -> tuple[float, int, int]:
-    from testbed.corpus import _keyed_rows, write_inputs
+    from testbed.queries import _keyed_rows, write_inputs
 
     copy = work / f"plain-{i}"
     started = time.perf_counter()
@@ -59,8 +59,8 @@ def _rehearsal(spark, src: Path, inputs: Path, work: Path) -> tuple[float, dict]
 
     os.environ[_INPUT] = str(inputs)
     started = time.perf_counter()
-    result = rehearse(Storage(str(src)), taken_at_once("bench"), in_process(lambda: spark),
-                      query=f"{__name__}:query", scratch_dir=str(work))  # fmt: skip
+    options = RehearsalOptions(in_process(lambda: spark), f"{__name__}:query", scratch_dir=str(work))
+    result = rehearse(InPlace(Storage(str(src)), taken_at_once("bench")), options)
     assert result.outcome == Outcome.EQUAL, result.as_dict()
     return time.perf_counter() - started, result.as_dict()
 
@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from jobs.spark_session import local_session
-    from testbed.corpus import Scenario, aggregation
+    from testbed.queries import aggregation
+    from testbed.scenarios import Scenario
 
     work = Path(tempfile.mkdtemp(prefix="bench-rehearse-", dir=args.dir))
     spark = local_session(master="local[2]", app_name="bench-rehearse")

@@ -23,15 +23,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.model.head import load_head
-from checkpoint.repartition.guards import head_profile, state_readers
+from checkpoint.cleanup import AuditTrail
+from checkpoint.model import load_head
+from checkpoint.repartition import head_profile, state_readers
 from checkpoint.safety import InPlace, taken_at_once
 from checkpoint.storage import Storage
-from jobs.repartition import predict, repartition, rows_per_partition
+from jobs.repartition import RepartitionOptions, predict, repartition, rows_per_partition
 from jobs.spark_session import local_session, scoped_confs
+from testbed.cache import MANIFEST
 from testbed.copying import copy_checkpoint
-from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
+from testbed.corpus import checkpoints, ensure_corpus
 from testbed.generations import child_env, restart_with
 from testbed.operators import OPERATOR_SCENARIOS, ensure_operator_corpus
 from testbed.restart import differences, restart
@@ -111,9 +112,8 @@ def bench(work: Path, keys: int, to: int) -> None:
 
     storage = Storage(str(guarded))
     t = time.perf_counter()
-    result = repartition(
-        lambda: spark, _request(storage), AuditTrail(AuditTrail.default_for(storage.url)), to, quiet_seconds=0
-    )
+    options = RepartitionOptions(AuditTrail(AuditTrail.default_for(storage.url)), to, quiet_seconds=0)
+    result = repartition(lambda: spark, _request(storage), options)
     guarded_seconds = time.perf_counter() - t
 
     after = load_head(str(guarded))
@@ -152,9 +152,8 @@ def check(work: Path, to: int) -> int:
         )
         t = time.perf_counter()
         storage = Storage(str(changed))
-        result = repartition(
-            lambda: spark, _request(storage), AuditTrail(str(work / name / "audit")), to, quiet_seconds=0
-        )
+        options = RepartitionOptions(AuditTrail(str(work / name / "audit")), to, quiet_seconds=0)
+        result = repartition(lambda: spark, _request(storage), options)
         extra = work / name / "more-input"
         diff = differences(*(restart(spark, name, root / name, p, extra) for p in (changed, untouched)))
         failed += bool(diff)
@@ -185,7 +184,8 @@ def compat(work: Path, python: str) -> int:
                 copy_checkpoint(original, base / "untouched"),
             )
             storage = Storage(str(changed))
-            repartition(lambda: spark, _request(storage), AuditTrail(str(base / "audit")), 8, quiet_seconds=0)
+            options = RepartitionOptions(AuditTrail(str(base / "audit")), 8, quiet_seconds=0)
+            repartition(lambda: spark, _request(storage), options)
             extra = base / "more-input"
             if restarted_by == spark.version:
                 after = [restart(spark, name, out / name, p, extra) for p in (changed, untouched)]

@@ -16,18 +16,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.analysis.checks import ValidationOptions, validate
-from checkpoint.cleanup.apply import apply_plan
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.plan import plan_gc
-from checkpoint.compaction.targets import plan_compaction
+from checkpoint.analysis import ValidationOptions, validate
+from checkpoint.cleanup import AuditTrail, CleanupOptions, Plan, apply_cleanup, plan_gc
+from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError
-from checkpoint.model.discovery import find_checkpoints
+from checkpoint.model import find_checkpoints
+from checkpoint.safety import InPlace, taken_at_once
 from checkpoint.storage import Storage
 from testbed.copying import upload_checkpoint
 from testbed.corpus import checkpoints, ensure_corpus
 from testbed.s3proxy import S3Proxy
 from testbed.s3server import s3_services
+
+
+def _apply(storage: Storage, plan: Plan, audit: AuditTrail) -> None:
+    """Through the door, as the CLI applies a plan: the lease, the check, the apply."""
+    options = CleanupOptions(audit, lambda: plan, planned=plan, what="cleanup")
+    apply_cleanup(InPlace(storage, taken_at_once("bench")), options)
 
 
 def _row(what: str, counts, objects: int, minimum: int, note: str) -> str:
@@ -93,7 +98,7 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     candidates = sum(p.files for _, p in plans)
     proxy.reset()
     for storage, p in plans:
-        apply_plan(p, storage, audit)
+        _apply(storage, p, audit)
     deletes = sum(math.ceil(p.files / 1000) for _, p in plans)
     rows.append(
         _row("cleanup apply", proxy.counts(), max(candidates, 1), deletes + _distinct(proxy),

@@ -25,12 +25,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from checkpoint.analysis.checks import validate
-from checkpoint.compaction.targets import plan_compaction
-from checkpoint.model.checkpoint import load_checkpoint
-from checkpoint.model.discovery import find_checkpoints
-from checkpoint.model.head import latest_commit, load_head
-from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.analysis import validate
+from checkpoint.compaction import plan_compaction
+from checkpoint.model import checkpoint_lineage, find_checkpoints, latest_commit, load_checkpoint, load_head
 from checkpoint.storage import Storage
 from testbed import synthetic
 
@@ -213,7 +210,8 @@ def _fleet(args, work: Path) -> list[dict]:
     from testbed.s3server import s3_services
 
     # On S3 the checkpoints hold their logs only: uploading 200 x the state files would take most
-    # of an hour here, and the tick never lists below commits/ (tests/test_s3.py proves it).
+    # of an hour here, and the tick never lists below commits/
+    # (tests/checkpoint/storage/test_s3.py proves it).
     logs = {rel: data for rel, data in one.items() if not rel.startswith("state/") or "/_metadata/" in rel}
     with s3_services(work / "seaweedfs-fleet", "fleet") as (server, proxy):
         fs = server.filesystem()

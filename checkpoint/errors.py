@@ -114,6 +114,11 @@ class CompactionDeferred(CompactionRefused):
     the orchestration skips it and looks again later; the CLI refuses (exit 2)."""
 
 
+class OverlapRefused(Refused):
+    """A two-sided action (fork, migration, a retirement's archive) whose destination and source
+    overlap: refused before any lease is taken."""
+
+
 class ForkRefused(Refused):
     """The fork was refused before anything was written."""
 

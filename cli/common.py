@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.policy import POLICY, duration_text, parse_duration
-from checkpoint.safety import InPlace, Lease, Request, lease_for
+from checkpoint.safety import InPlace, Lease, TwoSided, lease_for
 from checkpoint.storage import Storage
 
 EXIT_OK = 0
@@ -52,9 +52,9 @@ def in_place(args: argparse.Namespace, storage: Storage) -> InPlace:
     return InPlace(storage, lambda storage, what: leased(args, storage, what))
 
 
-def two_sided(args: argparse.Namespace, src: Storage, dest: Storage) -> Request:
+def two_sided(args: argparse.Namespace, src: Storage, dest: Storage) -> TwoSided:
     """The request of a command that writes DEST from SRC, its leases taken as `leased` takes one."""
-    return Request(src, dest, lambda storage, what: leased(args, storage, what))
+    return TwoSided(src, dest, lambda storage, what: leased(args, storage, what))
 
 
 def quiet_period_option(p: argparse.ArgumentParser) -> None:

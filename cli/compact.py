@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.compaction import compact_checkpoints
+from checkpoint.compaction import CompactionOptions, compact_checkpoints
 from checkpoint.policy import POLICY
+from checkpoint.safety import EachInPlace
 from checkpoint.storage import Storage
 
 from . import render
@@ -22,13 +23,12 @@ def compact(args: argparse.Namespace) -> Result:
     from jobs.spark_session import session_for
 
     conf = {"spark.driver.memory": args.driver_memory} if args.driver_memory else None
-    done = compact_checkpoints(
-        [args.path],
-        lambda path: in_place(args, Storage(path)),
-        "compact",
+    request = EachInPlace([args.path], lambda path: in_place(args, Storage(path)))
+    options = CompactionOptions(
         lambda tasks, check: run_compaction_tasks(session_for(args.master, conf=conf), tasks, check),
-        min_chain=args.min_chain, quiet_seconds=POLICY.quiet_seconds, strict=False, go_on=False,
+        min_chain=args.min_chain, strict=False, go_on=False, what="compact",
     )  # fmt: skip
+    done = compact_checkpoints(request, options)
     doc = {
         "materialized": [{k: r.as_dict()[k] for k in _SHOWN} for r in done.outcomes if r.ok],
         "failed": [r.as_dict() for r in done.outcomes if not r.ok],

@@ -39,7 +39,7 @@ def purge_command(args: argparse.Namespace) -> Result:
         return Result(expired_report(Storage(args.path), args.as_of).as_dict(), render.expired_text)
     request = in_place(args, Storage(args.path))
     audit = AuditTrail(args.audit or AuditTrail.default_for(request.storage.url))
-    done = purge_expired(request, audit, PurgeOptions(args.as_of, args.quiet_period), now=time.time())
+    done = purge_expired(request, PurgeOptions(audit, args.as_of, args.quiet_period, now=time.time()))
     return Result(done.as_dict(), render.expired_text)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.fork import fork_checkpoint
+from checkpoint.fork import ForkOptions, fork_checkpoint
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
@@ -14,7 +14,8 @@ from .common import WHERE, Result, takes_the_lease, two_sided
 
 def fork_command(args: argparse.Namespace) -> Result | int:
     request = two_sided(args, Storage(args.source), Storage(args.dest))
-    result = fork_checkpoint(request, args.batch, new_query_id=args.new_query_id, workers=args.workers)
+    options = ForkOptions(batch=args.batch, new_query_id=args.new_query_id, workers=args.workers)
+    result = fork_checkpoint(request, options)
     return Result(result.as_dict(), render.fork_text)
 
 

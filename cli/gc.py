@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from checkpoint.cleanup import AuditTrail, Plan, apply_cleanup, plan_gc
+from checkpoint.cleanup import AuditTrail, CleanupOptions, Plan, apply_cleanup, plan_cleanup, plan_gc
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.storage import Storage
 
@@ -42,18 +42,17 @@ def gc(args: argparse.Namespace) -> Result | int:
                        query_stopped=args.query_stopped)  # fmt: skip
 
     result, replanned = None, False
+    if args.candidates:
+        _stream_candidates(audit, plan())
+        return EXIT_OK
     if args.apply:  # planned under the lease, and again when the query moved on meanwhile
-        cleaned = apply_cleanup(in_place(args, storage), audit, plan, what="gc --apply",
-                                batch_size=args.batch_size)  # fmt: skip
+        options = CleanupOptions(audit, plan, what="gc --apply", batch_size=args.batch_size)
+        cleaned = apply_cleanup(in_place(args, storage), options)
         planned, result, replanned = cleaned.plan, cleaned.result, cleaned.replanned is not None
     else:
-        planned = plan()
-        if args.candidates:
-            _stream_candidates(audit, planned)
-            return EXIT_OK
+        planned = plan_cleanup(storage, audit, plan).plan
     doc = {"plan": planned.summary(), "plan_file": planned.manifest, "applied": False,
            "replanned": replanned, "deleted": 0, "failed": 0, "skipped": 0}  # fmt: skip
-    audit.prune(storage.url, planned.planned_at)
     if result is not None:
         doc.update(applied=True, check=result.check.message, outcomes_file=audit.outcomes_url(planned),
                    **result.summary())  # fmt: skip

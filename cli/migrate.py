@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from checkpoint.cleanup import AuditTrail
+from checkpoint.migrate import MigrationOptions
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
@@ -19,9 +20,8 @@ def migrate_command(args: argparse.Namespace) -> Result:
 
     request = two_sided(args, Storage(args.source), Storage(args.dest))
     audit = AuditTrail(args.audit or AuditTrail.default_for(request.src.url))
-    result = migrate(
-        lambda: session_for(args.master), request, audit, args.batch, quiet_seconds=args.quiet_period
-    )
+    options = MigrationOptions(audit, batch=args.batch, quiet_seconds=args.quiet_period)
+    result = migrate(lambda: session_for(args.master), request, options)
     return Result(result.as_dict(), render.migrate_text)
 
 
@@ -31,8 +31,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("source", help=WHERE)
     p.add_argument("dest", help="an empty folder or URL")
     p.add_argument("--batch", type=int, help="a committed batch (default: the latest committed)")
-    p.add_argument("--provider", default="rocksdb", choices=["rocksdb"], help="the target provider")
-    p.add_argument("--format-version", type=int, default=2, choices=[2], help="the target format version")
     quiet_period_option(p)
     p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
     p.add_argument("--audit", metavar="URL", help="where the migration's record goes (default: the "

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from checkpoint.policy import POLICY
-from checkpoint.rehearsal import rehearse
+from checkpoint.rehearsal import RehearsalOptions, rehearse
+from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
 from . import render
@@ -30,17 +31,9 @@ def rehearse_command(args: argparse.Namespace) -> Result:
         if args.python
         else in_process(lambda: session_for(args.master), src)
     )
-    result = rehearse(
-        src,
-        lambda storage, what: leased(args, storage, what),
-        run,
-        query=args.query,
-        batch=args.batch,
-        conf=dict(args.conf),
-        keep=args.keep,
-        scratch_dir=args.scratch_dir,
-        workers=args.workers,
-    )
+    options = RehearsalOptions(run, args.query, args.batch, dict(args.conf), keep=args.keep,
+                               scratch_dir=args.scratch_dir, workers=args.workers)  # fmt: skip
+    result = rehearse(InPlace(src, lambda storage, what: leased(args, storage, what)), options)
     return Result(result.as_dict(), render.rehearse_text, result.exit_code)
 
 

@@ -29,20 +29,22 @@ def state_profile(args: argparse.Namespace) -> Result:
 
 
 def repartition_command(args: argparse.Namespace) -> Result | int:
-    from jobs.repartition import repartition, undo_repartition
+    from jobs.repartition import RepartitionOptions, UndoOptions, repartition, undo_repartition
     from jobs.spark_session import session_for
 
     storage = Storage(args.path)
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
     request = in_place(args, storage)
     if args.undo:
-        undone = undo_repartition(request, audit, what="repartition", quiet_seconds=args.quiet_period,
-                                  query_stopped=args.query_stopped)  # fmt: skip
+        undo = UndoOptions(audit, args.quiet_period, args.query_stopped, what="repartition")
+        undone = undo_repartition(request, undo)
         return Result(undone.as_dict(), render.repartition_text)
     if args.partitions is None:
         raise Refused("--partitions N is required (or --undo)")
     session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
-    result = repartition(session, request, audit, args.partitions, quiet_seconds=args.quiet_period)
+    result = repartition(
+        session, request, RepartitionOptions(audit, args.partitions, quiet_seconds=args.quiet_period)
+    )
     return Result(result.as_dict(), render.repartition_text)
 
 

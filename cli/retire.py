@@ -13,7 +13,13 @@ from checkpoint.analysis import human_bytes, utc_minute
 from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import RetirementRefused
 from checkpoint.policy import POLICY, duration_text
-from checkpoint.retire import RetireOptions, apply_retirement, plan_retirement, read_retirement
+from checkpoint.retire import (
+    RetireOptions,
+    apply_retirement,
+    plan_retirement,
+    read_retirement,
+    retirement_request,
+)
 from checkpoint.storage import Storage
 
 from .common import WHERE, Result, add_dormant_after, duration, leased, takes_the_lease
@@ -39,11 +45,13 @@ def _apply(args: argparse.Namespace) -> Result:
     trail, plan = read_retirement(args.target)
     archive = None if plan.archive is None else Storage(plan.archive)
     who = f"{getpass.getuser()}@{socket.gethostname()} (ckpt retire --apply)"
-    options = RetireOptions(grace_seconds=args.grace, allow_short_grace=args.unsafe_short_grace,
-                            batch_size=args.batch_size, approved_by=who)  # fmt: skip
-    retired = apply_retirement(Storage(plan.checkpoint), archive, trail, plan,
-                               lambda storage, what: leased(args, storage, what), options,
-                               now=time.time())  # fmt: skip
+    options = RetireOptions(plan, trail, time.time(), grace_seconds=args.grace,
+                            allow_short_grace=args.unsafe_short_grace, batch_size=args.batch_size,
+                            approved_by=who)  # fmt: skip
+    request = retirement_request(
+        Storage(plan.checkpoint), archive, lambda storage, what: leased(args, storage, what)
+    )
+    retired = apply_retirement(request, options)
     return Result({**retired.as_dict(), "applied": True}, _applied_text)
 
 

@@ -103,9 +103,10 @@ def run_compaction_tasks(
 
     def here(task: Task) -> StoreOutcome:
         ckpt, entry = task
-        if ckpt.states.snapshot_by_provider:
-            return _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine))
-        return _rebuild_one(ckpt, entry)
+        return ckpt.states.by_engine(
+            hdfs=lambda: _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine)),
+            rocksdb=lambda: _rebuild_one(ckpt, entry),
+        )()
 
     def describe(task: Task) -> str:
         s = task[1].store
@@ -113,7 +114,7 @@ def run_compaction_tasks(
 
     how = PerStore(
         in_task=_rebuild_in_task, here=here, describe=describe,
-        on_driver=lambda task: task[0].states.snapshot_by_provider,
+        on_driver=lambda task: task[0].states.by_engine(hdfs=True, rocksdb=False),
         instead="RocksDB stores are rebuilt in this process, one after another",
     )  # fmt: skip
     outcomes = []

@@ -5,15 +5,16 @@ by count and digest."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from functools import reduce
 from typing import Any
 
-from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError
 from checkpoint.format import FORMAT_VERSION_CONF
 from checkpoint.migrate import (
+    MigrationOptions,
     MigrationResult,
     Placement,
     StoreJob,
@@ -23,7 +24,7 @@ from checkpoint.migrate import (
     store_failed,
 )
 from checkpoint.model import StoreId
-from checkpoint.safety import Request
+from checkpoint.safety import TwoSided
 from checkpoint.storage import Storage
 
 from .per_store import NotDone, PerStore, each_store
@@ -132,10 +133,11 @@ class SparkStateDigests:
                 else StoreRead(0, "0:0", 0) for side in range(len(sides))]  # fmt: skip
 
 
-def migrate(session: Callable[[], Any], request: Request, audit: AuditTrail, *args: Any,
-            **kwargs: Any) -> MigrationResult:  # fmt: skip
-    """The migration's door (`checkpoint.migrate.migrate_checkpoint`, whose arguments follow these)
-    with Spark's tasks and reader; `session` makes the SparkSession, once the preflight passed."""
+def migrate(session: Callable[[], Any], request: TwoSided, options: MigrationOptions) -> MigrationResult:
+    """The migration's door (`checkpoint.migrate.migrate_checkpoint`) with Spark's tasks writing
+    the state and Spark's reader proving it; `session` makes the SparkSession, once the preflight
+    passed."""
     spark = functools.cache(session)
-    return migrate_checkpoint(lambda src, dest: SparkStateDigests(spark(), src, dest), request, audit, *args,
-                              writer=lambda: SparkStoreWriter(spark()), **kwargs)  # fmt: skip
+    with_spark = dataclasses.replace(options, digests=lambda src, dest: SparkStateDigests(spark(), src, dest),
+                                     writer=lambda: SparkStoreWriter(spark()))  # fmt: skip
+    return migrate_checkpoint(request, with_spark)

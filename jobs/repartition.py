@@ -5,6 +5,7 @@ HashPartitioning) places the keys; nothing of either is re-implemented here.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,22 +13,24 @@ from typing import Any
 
 from checkpoint.format import FORMAT_VERSION_CONF
 from checkpoint.repartition import (
+    RepartitionOptions,
     RepartitionResult,
     StateReader,
     StoreDigest,
+    UndoOptions,
     partition_count,
+    repartition_checkpoint,
     skew,
     state_readers,
     undo_repartition,
 )
-from checkpoint.repartition import repartition as guarded_repartition
 from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
 from .spark_session import reach, scoped_confs
 
-__all__ = ["SparkStateEngine", "digest_state", "predict", "repartition", "rows_per_partition",
-           "undo_repartition"]  # fmt: skip
+__all__ = ["RepartitionOptions", "SparkStateEngine", "UndoOptions", "digest_state", "predict", "repartition",
+           "rows_per_partition", "undo_repartition"]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------
@@ -150,11 +153,13 @@ class SparkStateEngine:
             self.spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
 
 
-def repartition(session: Callable[[], Any], request: InPlace, *args: Any, **kwargs: Any) -> RepartitionResult:
-    """The guarded repartition (`flow.repartition`, whose arguments follow these two) with Spark's
-    repartitioner; `session` makes the SparkSession, once preflight passed."""
+def repartition(
+    session: Callable[[], Any], request: InPlace, options: RepartitionOptions
+) -> RepartitionResult:
+    """The repartition's door (`checkpoint.repartition.repartition_checkpoint`) with Spark's
+    repartitioner and reader; `session` makes the SparkSession, once preflight passed."""
     engine = lambda: SparkStateEngine(session(), request.storage)  # noqa: E731
-    return guarded_repartition(engine, request, *args, **kwargs)
+    return repartition_checkpoint(request, dataclasses.replace(options, engine=engine))
 
 
 def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:

@@ -27,10 +27,10 @@ class PurgeConfig(dg.Config):
 def purge_expired_op(context: dg.OpExecutionContext, config: PurgeConfig, roots: CheckpointRootsResource):
     """The preflight, then each transformWithState store rebuilt without what expired, checked and
     published under a free name."""
-    options = PurgeOptions(config.as_of, roots.quiet_seconds_at_least(config.quiet_period))
     request, audit = roots.in_place(context, config.partition), roots.audit_trail(config.partition)
+    options = PurgeOptions(audit, config.as_of, roots.quiet_seconds_at_least(config.quiet_period))
     try:
-        done = purge_expired(request, audit, options)
+        done = purge_expired(request, options)
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.partition}: {exc}") from exc
     doc = done.as_dict()

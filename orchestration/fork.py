@@ -14,7 +14,7 @@ from assets.partitions import CHECKPOINTS
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import human_bytes
 from checkpoint.errors import CheckpointError
-from checkpoint.fork import fork_checkpoint
+from checkpoint.fork import ForkOptions, fork_checkpoint
 
 
 class ForkConfig(dg.Config):
@@ -38,9 +38,8 @@ def fork_op(context: dg.OpExecutionContext, config: ForkConfig, roots: Checkpoin
         # Only where the deployment allows: a run cannot send production state to a place, or
         # with credentials, of its own choosing.
         request, dest_key = roots.two_sided(context, config.source_partition, config.destination)
-        result = fork_checkpoint(
-            request, config.batch, new_query_id=config.new_query_id, what="fork_checkpoint"
-        )
+        options = ForkOptions(batch=config.batch, new_query_id=config.new_query_id, what="fork_checkpoint")
+        result = fork_checkpoint(request, options)
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
     context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])

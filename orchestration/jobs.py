@@ -8,6 +8,7 @@ from assets.checkpoints import FLEET_ASSET, PER_CHECKPOINT_AUDIT
 from assets.cleanup import APPLY_TAG
 from assets.cleanup import GROUP as CLEANUP_GROUP
 from assets.compaction import GROUP as COMPACTION_GROUP
+from assets.names import CLEANUP_JOB, COMPACTION_JOB, MAINTENANCE_JOB
 from orchestration.expiry import purge_expired_op
 from orchestration.fork import fork_op
 from orchestration.maintenance import JOB as MAINTAIN_JOB
@@ -27,21 +28,21 @@ audit_job = dg.define_asset_job(
 )
 
 compaction_job = dg.define_asset_job(
-    "compact_checkpoints",
+    COMPACTION_JOB,
     selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(COMPACTION_GROUP),
     description="Audit, then rebuild snapshots for stores with long replay chains (writes new files only).",
     tags=run_tags(Kind.COMPACTION),
 )
 
 cleanup_job = dg.define_asset_job(
-    "checkpoint_cleanup",
+    CLEANUP_JOB,
     selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(CLEANUP_GROUP),
     description="Audit, plan and (when asked) delete orphaned state files of the selected checkpoints.",
     tags=run_tags(Kind.CLEANUP),
 )
 
 maintenance_job = dg.define_asset_job(
-    "checkpoint_maintenance",
+    MAINTENANCE_JOB,
     selection=PER_CHECKPOINT_AUDIT | dg.AssetSelection.groups(COMPACTION_GROUP, CLEANUP_GROUP),
     description=(
         "Audit (blocking checks), compact long replay chains, plan orphan cleanup; deletes only with "

@@ -21,19 +21,24 @@ import dagster as dg
 from pydantic import Field
 
 from assets.cleanup import (
+    APPLIED,
+    DELETED_BYTES,
+    DELETED_FILES,
     MANIFEST,
     MANIFEST_SHA256,
+    PLANNED_BYTES,
     checkpoint_orphan_cleanup,
     checkpoint_orphan_plan,
-    plan_cleanup,
+    plan_for,
 )
-from assets.compaction import chains_after, checkpoint_compaction, spark_rebuild
+from assets.compaction import STORES_COMPACTED, checkpoint_compaction, spark_rebuild
 from assets.partitions import CHECKPOINTS, parse_partition_key, root_of
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
-from checkpoint.cleanup import apply_cleanup
-from checkpoint.compaction import compact_checkpoints
+from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_cleanup
+from checkpoint.compaction import CompactionOptions, compact_checkpoints
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import POLICY
+from checkpoint.safety import EachInPlace
 from orchestration.queue import Kind, run_tags
 from orchestration.validation import Outcomes, validate_keys
 
@@ -48,10 +53,10 @@ class MaintainConfig(dg.Config):
 
 
 def _compact(context, roots, spark, keys: Sequence[str], done: Outcomes) -> None:
-    compaction = compact_checkpoints(
-        keys, lambda key: roots.in_place(context, key, retry=False), "maintain_checkpoints",
-        spark_rebuild(context, spark), strict=True, go_on=True, **roots.compaction_thresholds(),
-    )  # fmt: skip
+    request = EachInPlace(keys, lambda key: roots.in_place(context, key, retry=False))
+    options = CompactionOptions(spark_rebuild(context, spark), strict=True, go_on=True,
+                                what="maintain_checkpoints", **roots.compaction_thresholds())  # fmt: skip
+    compaction = compact_checkpoints(request, options)
     for refusal in compaction.refused:
         done.fail(refusal.name, f"compaction refused: {refusal.why}")
     names = {p.ckpt.url: p.name for p in compaction.planned}
@@ -65,8 +70,8 @@ def _compact(context, roots, spark, keys: Sequence[str], done: Outcomes) -> None
         key, chains = planned.name, before[planned.name]
         done.rows[key][-1] = len(chains)
         if chains and key not in done.failed:
-            after = chains_after(roots, planned)
-            metadata: dict[str, Any] = {"stores_compacted": len(chains), "max_chain_before": max(chains),
+            after = compaction.chains_after.get(key, {})
+            metadata: dict[str, Any] = {STORES_COMPACTED: len(chains), "max_chain_before": max(chains),
                         "max_chain_after": max(after.values(), default=0)}  # fmt: skip
             context.log_event(
                 dg.AssetMaterialization(checkpoint_compaction.key, partition=key, metadata=metadata)
@@ -77,15 +82,15 @@ def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> 
     """Plans (and where the root applies, deletes under the lease); returns what it did."""
     audit = roots.audit_trail(key)
     if applies:
-        cleaned = apply_cleanup(roots.in_place(context, key, retry=False), audit,
-                                lambda: plan_cleanup(roots, key), what="maintain_checkpoints")  # fmt: skip
+        options = CleanupOptions(audit, lambda: plan_for(roots, key), what="maintain_checkpoints")
+        cleaned = apply_cleanup(roots.in_place(context, key, retry=False), options)
         plan, result = cleaned.plan, cleaned.result
         if result.failed.files:
             raise CheckpointError(f"{result.failed.files} deletion(s) failed: see {audit.outcomes_url(plan)}")
         metadata: dict[str, Any] = {
-            "applied": True,
-            "deleted_files": result.deleted.files,
-            "deleted_bytes": result.deleted.total_bytes,
+            APPLIED: True,
+            DELETED_FILES: result.deleted.files,
+            DELETED_BYTES: result.deleted.total_bytes,
             "plan": dg.MetadataValue.path(plan.manifest),
         }
         context.log_event(
@@ -93,12 +98,11 @@ def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> 
         )
         outcome = f"deleted {result.deleted.files}"
     else:
-        plan = plan_cleanup(roots, key)
+        plan = plan_cleanup(roots.checkpoint_storage(key), audit, lambda: plan_for(roots, key)).plan
         outcome = f"planned {plan.files}"
-    audit.prune(roots.checkpoint_storage(key).url, plan.planned_at)
     metadata = {
         "files": plan.files,
-        "bytes": plan.total_bytes,
+        PLANNED_BYTES: plan.total_bytes,
         MANIFEST: dg.MetadataValue.path(plan.manifest),
         MANIFEST_SHA256: plan.digest,
         "against_batch": plan.against_batch,

@@ -18,7 +18,8 @@ import dagster as dg
 from assets.checkpoints import INVENTORY_ASSET, LAST_REHEARSAL, REHEARSAL_BATCH, REHEARSAL_SPARK
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
-from checkpoint.rehearsal import Rehearsal, rehearse
+from checkpoint.rehearsal import Rehearsal, RehearsalOptions, rehearse
+from checkpoint.safety import InPlace
 from orchestration.queue import Kind, run_tags
 
 JOB = "rehearse_restart"
@@ -110,10 +111,11 @@ def rehearsal_job(queries: dict[str, RegisteredQuery]) -> dg.JobDefinition | Non
             else in_process(spark.session, src)
         )
         try:
-            result = rehearse(src,
-                              lambda storage, what: roots.take_lease_at(context, storage, what, key), run,
-                              query=registered.query, batch=context.op_config["batch"],
-                              conf=registered.conf)  # fmt: skip
+            request = InPlace(src, lambda storage, what: roots.take_lease_at(context, storage, what, key))
+            options = RehearsalOptions(
+                run, registered.query, context.op_config["batch"], dict(registered.conf)
+            )
+            result = rehearse(request, options)
         except CheckpointError as exc:
             raise dg.Failure(description=f"{key}: {exc}") from exc
         metadata = rehearsal_metadata(result)

@@ -36,7 +36,12 @@ def repartition_op(
 ):
     """Preflight, backup fork, Spark's rewrite, verification (digests, placement, validation); undo on
     failure."""
-    from jobs.repartition import repartition, undo_repartition  # Spark only when this op runs
+    from jobs.repartition import (  # Spark when run
+        RepartitionOptions,
+        UndoOptions,
+        repartition,
+        undo_repartition,
+    )
 
     storage = roots.checkpoint_storage(config.partition)
     audit = roots.audit_trail(config.partition)
@@ -44,19 +49,13 @@ def repartition_op(
     try:
         if config.undo:
             quiet = roots.quiet_seconds_at_least(config.quiet_period)
-            undone = undo_repartition(request, audit, what=what, quiet_seconds=quiet,
-                                      query_stopped=config.query_stopped)  # fmt: skip
+            undone = undo_repartition(request, UndoOptions(audit, quiet, config.query_stopped, what=what))
             return dg.Output(undone.as_dict(), metadata={"outcome": "undone", "deleted": undone.deleted})
         if config.partitions is None:
             raise dg.Failure(description="set `partitions` (the new count) or `undo`")
-        result = repartition(
-            spark.session,
-            request,
-            audit,
-            config.partitions,
-            what=what,
-            quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),
-        )
+        quiet = roots.quiet_seconds_at_least(config.quiet_period)
+        options = RepartitionOptions(audit, config.partitions, quiet_seconds=quiet, what=what)
+        result = repartition(spark.session, request, options)
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.partition}: {exc}") from exc
     rows = [(s.operator, s.store, s.rows, s.digest_after, s.misplaced) for s in result.stores]

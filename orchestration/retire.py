@@ -10,6 +10,7 @@ narrows, never widens). Discovery drops a retired checkpoint's partition at its 
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
+import functools
 import time
 from typing import Any
 
@@ -20,7 +21,14 @@ from assets.partitions import parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
-from checkpoint.retire import RetireOptions, apply_retirement, manifest_url, plan_retirement, read_retirement
+from checkpoint.retire import (
+    RetireOptions,
+    apply_retirement,
+    manifest_url,
+    plan_retirement,
+    read_retirement,
+    retirement_request,
+)
 
 # Where Dagster records who launched a run: Dagster+ (`dagster/user`), or a tag the launcher sets.
 _LAUNCHER_TAGS = ("dagster/user", "user", "launched_by")
@@ -85,9 +93,9 @@ def _plan(context, config: RetireConfig, roots: CheckpointRootsResource) -> tupl
 def _apply(context, config: RetireConfig, roots: CheckpointRootsResource) -> tuple[list[dict], list[str]]:
     tags = context.run.tags
     launcher = next((tags[t] for t in _LAUNCHER_TAGS if tags.get(t)), "a launcher Dagster does not name")
-    options = RetireOptions(grace_seconds=parse_duration(roots.retire_grace),
-                            allow_short_grace=roots.unsafe_floors,
-                            approved_by=f"{launcher} (dagster run {context.run.run_id})")  # fmt: skip
+    options = functools.partial(RetireOptions, grace_seconds=parse_duration(roots.retire_grace),
+                                allow_short_grace=roots.unsafe_floors,
+                                approved_by=f"{launcher} (dagster run {context.run.run_id})")  # fmt: skip
     done, refused = [], []
     for ref in config.apply:
         try:
@@ -102,7 +110,8 @@ def _apply(context, config: RetireConfig, roots: CheckpointRootsResource) -> tup
             def take(storage, what, key=ref.partition):
                 return roots.take_lease_at(context, storage, what, key, retry=False)
 
-            retired = apply_retirement(checkpoint, archive, trail, plan, take, options, now=time.time())
+            request = retirement_request(checkpoint, archive, take)
+            retired = apply_retirement(request, options(plan, trail, time.time()))
         except CheckpointError as exc:
             refused.append(f"{ref.partition} ({ref.plan_id}): {exc}")
             continue

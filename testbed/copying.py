@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from checkpoint.fork.plan import rewrite_schema_paths
+from checkpoint.fork import rewrite_schema_paths
 from checkpoint.storage import Storage
 
 

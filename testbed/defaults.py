@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from checkpoint.format.spark import (
+from checkpoint.format import (
     CHANGELOG_CONF,
     FORMAT_VERSION_CONF,
     HDFS_PROVIDER,
@@ -31,22 +31,8 @@ from checkpoint.format.spark import (
     ROCKSDB_PROVIDER,
 )
 from testbed import corpus
-from testbed.corpus import (
-    JOIN_INPUTS,
-    NO_SNAPSHOTS,
-    KilledScenario,
-    Scenario,
-    _retry_sink,
-    aggregation,
-    corpus_base,
-    dedup_then_aggregation,
-    ensure_generated,
-    generate,
-    list_state,
-    run_killed_child,
-    stream_join,
-    windowed_aggregation,
-)
+from testbed.cache import corpus_base, ensure_generated
+from testbed.corpus import JOIN_INPUTS, generate
 from testbed.operators import (
     NO_EMPTY_BATCHES,
     _events,
@@ -55,6 +41,16 @@ from testbed.operators import (
     session_window_count,
     timers,
 )
+from testbed.queries import (
+    NO_SNAPSHOTS,
+    aggregation,
+    dedup_then_aggregation,
+    list_state,
+    stream_join,
+    windowed_aggregation,
+)
+from testbed.scenarios import KilledScenario, Scenario, run_killed_child
+from testbed.sinks import _retry_sink
 
 DEFAULTS_VERSION = 4
 

@@ -16,7 +16,7 @@ import time
 import warnings
 from pathlib import Path
 
-from testbed.corpus import MANIFEST
+from testbed.cache import MANIFEST
 
 DEMO_SCENARIOS = ("long_chain", "snapshots", "killed", "join", "list_state", "two_actions")
 # Spark's own defaults, which most fleets hold: the HDFS-backed store, maintained, then migrated.
@@ -103,7 +103,7 @@ def _maintain(defs, instance, key: str) -> dict:
 
 
 def _report_line(key: str, r: dict) -> list[str]:
-    from checkpoint.analysis.report import human_bytes
+    from checkpoint.analysis import human_bytes
 
     c, plan, clean = r["compaction"], r["plan"], r["cleanup"]
     lines = [f"  {key}  ({'ok' if r['success'] else 'FAILED'}, run {r['run_id'][:8]})"]
@@ -153,7 +153,7 @@ def _migrate(defs, instance, out: Path, keys: list[str]) -> tuple[str | None, st
 
 def _fleet(defs, instance) -> list[str]:
     """The fleet report after the maintenance pass, executed by Dagster: what needs attention now."""
-    from checkpoint.analysis.report import human_bytes
+    from checkpoint.analysis import human_bytes
 
     job = defs.resolve_job_def("checkpoint_fleet")
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

@@ -11,7 +11,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 def findings_table() -> str:
     """Every finding code validation knows, in the order it checks them."""
-    from checkpoint.analysis.checks import CODES
+    from checkpoint.analysis import CODES
 
     rows = ["| code | severity | check | meaning |", "|---|---|---|---|"]
     rows += [f"| `{c.name}` | {c.severity.value} | {c.category.value} | {c.summary} |"
@@ -30,8 +30,8 @@ def conditions_table() -> str:
 
 def readiness_table() -> str:
     """Every upgrade-readiness rule: what the metadata shows, which Spark refuses it, and the
-    rehearsals that proved it (`tests/test_readiness.py`)."""
-    from checkpoint.analysis.readiness import NO_RULE_PROOF, ONE_WAY, RULES
+    rehearsals that proved it (`tests/checkpoint/analysis/test_readiness.py`)."""
+    from checkpoint.analysis import NO_RULE_PROOF, ONE_WAY, RULES
 
     head = ("rule", "the checkpoint's metadata shows", "does not restart under", "Spark says", "remedy",
             "proven by a rehearsal")  # fmt: skip

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from testbed import synthetic
-from testbed.corpus import MANIFEST, cache_home, ensure_generated
+from testbed.cache import MANIFEST, cache_home, ensure_generated
 
 FLEET_VERSION = 1
 COUNT = 10_000

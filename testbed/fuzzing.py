@@ -18,19 +18,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 from checkpoint.errors import CheckpointError
-from checkpoint.format.changelog import check_changelog, read_changelog
-from checkpoint.format.codec import Lz4BlockReader
-from checkpoint.format.crc import check_hadoop_crc, parse_sidecar
-from checkpoint.format.layout import FileKind, classify
-from checkpoint.format.logs import (
+from checkpoint.format import (
+    SHUFFLE_PARTITIONS,
+    FileKind,
+    Lz4BlockReader,
+    check_changelog,
+    check_hadoop_crc,
+    classify,
     parse_commit,
     parse_offset,
     parse_operator_metadata,
     parse_query_metadata,
+    parse_sidecar,
+    parse_zip_metadata,
+    read_changelog,
+    read_schema_file,
+    read_snapshot,
+    row_shape,
 )
-from checkpoint.format.snapshot import parse_zip_metadata, read_snapshot
-from checkpoint.format.spark import SHUFFLE_PARTITIONS
-from checkpoint.format.unsaferow import read_schema_file, row_shape
 from checkpoint.policy import POLICY
 from orchestration.due import SensorState
 from testbed.lz4java import frame

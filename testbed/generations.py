@@ -18,8 +18,8 @@ from typing import Any
 
 from jobs.spark_session import another_python_env
 from testbed import jvm
+from testbed.cache import MANIFEST, cache_home, cache_lock
 from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
-from testbed.corpus import MANIFEST, cache_home, cache_lock
 from testbed.defaults import DEFAULTS_VERSION
 
 # The newest patch release of each line before the project's own (4.3, the test session's).

@@ -8,10 +8,11 @@ went to work that is not the test's (docs/testing.md gives the figures):
 - a process for every file Spark writes. Without Hadoop's native library, which PySpark does not
   ship, Hadoop's local filesystem runs `readlink` for every link status FileContext asks while it
   renames, and `chmod` for every file it creates. Spark's FileSystem-based checkpoint manager writes
-  the same files (`tests/test_testbed_cache.py` compares them) without the FileContext, so without
+  the same files (`tests/testbed/test_testbed_cache.py` compares them) without the FileContext, so without
   the `readlink`s; and the JVM starts the `chmod`s that remain by vfork, not through jspawnhelper.
   It reads at least as strictly: a restart through it refused a stale Hadoop `.crc` of Spark's own
-  sidecar that a restart through the FileContext-based one read past (`tests/test_compaction.py`).
+  sidecar that a restart through the FileContext-based one read past
+  (`tests/checkpoint/compaction/test_compaction.py`).
 """
 
 from __future__ import annotations

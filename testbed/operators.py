@@ -14,24 +14,21 @@ import argparse
 from collections.abc import Iterator
 from pathlib import Path
 
-from checkpoint.format.spark import JOIN_STATE_FORMAT_CONF
+from checkpoint.format import JOIN_STATE_FORMAT_CONF
 from jobs.spark_session import scoped_confs
-from testbed.corpus import (
+from testbed.cache import corpus_base, ensure_generated
+from testbed.corpus import JOIN_INPUTS, SCENARIOS, generate
+from testbed.generators import _wait_for_snapshot
+from testbed.queries import (
     FORMAT_V1,
     FREQUENT_SNAPSHOTS,
-    JOIN_INPUTS,
     NO_SNAPSHOTS,
-    SCENARIOS,
-    Scenario,
     _run,
     _StatefulProcessor,
     _stream,
-    _wait_for_snapshot,
-    corpus_base,
-    ensure_generated,
-    generate,
     stream_join,
 )
+from testbed.scenarios import Scenario
 
 OPERATORS_VERSION = 3
 _HOUR_MS = 3_600_000

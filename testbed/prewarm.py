@@ -1,6 +1,6 @@
 """The corpora a test session needs, generated side by side in the background from its start.
 
-Each corpus is generated on first use, under its own lock (`corpus.ensure_generated`). Left to its
+Each corpus is generated on first use, under its own lock (`cache.ensure_generated`). Left to its
 first user, a cold cache generates them one after another, in whatever order the tests reach them,
 while the workers that need one wait idle: on a new machine that made the suite minutes longer.
 Started at once (the three largest corpora, and the other PySparks' virtualenvs and checkpoints),
@@ -24,15 +24,15 @@ from pathlib import Path
 
 def _corpora() -> dict[str, tuple[Callable[[], object], Callable[[], bool]]]:
     """name -> (its ensure function, whether the cache holds it complete)."""
-    from testbed import corpus, defaults, generations
+    from testbed import cache, corpus, defaults, generations, generators
 
     def manifest_in(folder: Path) -> Callable[[], bool]:
-        return lambda: (folder / corpus.MANIFEST).exists()
+        return lambda: (folder / cache.MANIFEST).exists()
 
     return {
         "corpus": (corpus.ensure_corpus, manifest_in(corpus.default_cache_dir())),
         "defaults": (defaults.ensure_defaults_corpus, manifest_in(defaults.default_cache_dir())),
-        "rescue": (corpus.ensure_rescue_corpus, manifest_in(corpus.rescue_cache_dir())),
+        "rescue": (generators.ensure_rescue_corpus, manifest_in(generators.rescue_cache_dir())),
         # The other PySparks' virtualenvs and checkpoints, used by few tests, so late under xdist.
         "generations": (generations.ensure_every_release, generations.every_release_ready),
     }

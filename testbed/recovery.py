@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from checkpoint.format.layout import FileKind
-from checkpoint.model.checkpoint import load_checkpoint
-from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.format import FileKind
+from checkpoint.model import checkpoint_lineage, load_checkpoint
 
 _LOGS = (
     FileKind.OFFSET,

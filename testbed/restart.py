@@ -75,7 +75,7 @@ def restart(
     state data source cannot read a format V2 checkpoint: it ignores the unique ids, and looks for
     `<v>.changelog`)."""
     from jobs.spark_session import scoped_confs
-    from testbed.corpus import write_inputs
+    from testbed.queries import write_inputs
 
     scenario = scenario_named(name)
     emitted: list[str] = []

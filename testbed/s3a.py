@@ -18,7 +18,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
-from testbed.corpus import cache_home, cache_lock
+from testbed.cache import cache_home, cache_lock
 
 _PACKAGE, _VERSION = "sagemaker-pyspark", "1.4.5"
 _JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")

@@ -21,7 +21,7 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from checkpoint.format.spark import HDFS_PROVIDER, PROVIDER_CONF
+from checkpoint.format import HDFS_PROVIDER, PROVIDER_CONF
 from testbed.lz4java import frame, java_utf
 
 WINDOW = 100  # committed batches still in the commit log (Spark's default minBatchesToRetain)
@@ -40,7 +40,7 @@ def _changelog(lineage: list[tuple[int, str]]) -> bytes:
 
 def _sidecar(data: bytes) -> bytes:
     """Spark's `.crc` of a file (docs/format.md §6), right for its bytes."""
-    from checkpoint.format.crc import crc32c_signed
+    from checkpoint.format import crc32c_signed
 
     return json.dumps(
         {"algorithm": "CRC32C", "value": crc32c_signed(data), "mainFileSize": len(data)}

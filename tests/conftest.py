@@ -12,8 +12,9 @@ import pytest
 
 from checkpoint.model.checkpoint import Checkpoint, load_checkpoint
 from testbed import jvm
+from testbed.cache import MANIFEST
 from testbed.copying import copy_checkpoint
-from testbed.corpus import MANIFEST, checkpoints, ensure_corpus
+from testbed.corpus import checkpoints, ensure_corpus
 
 # The suite's JVMs (this session's, and every child's through the environment), tuned for minutes
 # of little data and many small files (`testbed.jvm`, docs/testing.md).
@@ -35,7 +36,7 @@ def corpus(corpus_root: Path) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def rescue() -> Path:
     """The scenario folder of the query that died on the lineage header cap (`testbed.corpus`)."""
-    from testbed.corpus import ensure_rescue_corpus
+    from testbed.generators import ensure_rescue_corpus
 
     return ensure_rescue_corpus()
 
@@ -180,7 +181,7 @@ def written_by():
     """`written_by(version)`: the folder of `testbed.generations.SCENARIOS` as PySpark `version`
     wrote them (format V2), generated once in a cached virtualenv of that version; with
     `defaults=True`, `DEFAULT_SCENARIOS` (Spark's default formats)."""
-    from testbed.corpus import cache_home
+    from testbed.cache import cache_home
     from testbed.generations import ensure_written_by
 
     return lambda version, defaults=False: ensure_written_by(cache_home(), version, defaults=defaults)
@@ -201,9 +202,13 @@ _TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spa
 # with `--no-loadscope-reorder` these files all started together and ran twice as long (a warm run
 # took 27.9 min instead of 19-23.5: docs/testing.md). Only the order changes; a file missing here
 # runs after these.
-_LONGEST_FIRST = ("test_orchestration_e2e", "test_generations", "test_project", "test_migrate", "test_s3",
-                  "test_repartition", "test_gc_live", "test_compaction", "test_default_formats", "test_fork",
-                  "test_readiness", "test_gc_memory", "test_commit_sensor", "test_lease")  # fmt: skip
+_LONGEST_FIRST = ("orchestration/test_orchestration_e2e", "checkpoint/analysis/test_generations",
+                  "test_project", "checkpoint/migrate/test_migrate", "checkpoint/storage/test_s3",
+                  "checkpoint/repartition/test_repartition", "checkpoint/cleanup/test_gc_live",
+                  "checkpoint/compaction/test_compaction", "checkpoint/test_default_formats",
+                  "checkpoint/fork/test_fork", "checkpoint/analysis/test_readiness",
+                  "checkpoint/cleanup/test_gc_memory", "orchestration/test_commit_sensor",
+                  "checkpoint/safety/test_lease")  # fmt: skip
 
 
 # The corpora a cold cache generates, by the fixture that needs each (used directly or through
@@ -217,7 +222,7 @@ def pytest_collection_finish(session) -> None:
     # Once per session: by the first worker under pytest-xdist (each collects every test), else here.
     if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
-    from testbed.corpus import cache_home
+    from testbed.cache import cache_home
     from testbed.prewarm import start
 
     used = {fixture for item in session.items for fixture in item.fixturenames}
@@ -245,7 +250,7 @@ def pytest_sessionstart(session) -> None:
     import tempfile
 
     from testbed import fleet
-    from testbed.corpus import MANIFEST, cache_home
+    from testbed.cache import MANIFEST, cache_home
     from testbed.prewarm import missing
     from tests.support.disk import GIB, shortfall
 
@@ -261,7 +266,9 @@ def pytest_sessionstart(session) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: order within a file kept
+    tests = Path(__file__).parent
+    # By the file's path under tests/, without `.py`: stable, order within a file kept.
+    items.sort(key=lambda item: rank.get(item.path.relative_to(tests).with_suffix("").as_posix(), len(rank)))
     for item in items:
         used = set(item.fixturenames)
         marked = {m.name for m in item.iter_markers()}

@@ -56,6 +56,9 @@ def test_the_contracts_see_an_upward_import(tmp_path) -> None:
         # Past a package's face: layers and independence alone would allow both.
         "orchestration/due.py": "from checkpoint.model.head import load_head",
         "checkpoint/cleanup/plan.py": "from checkpoint.format.changelog import read_header",
+        # The testbed and the benches go through the faces too.
+        "testbed/demo.py": "from checkpoint.model.head import load_head",
+        "bench/fork.py": "from checkpoint.cleanup.plan import plan_gc",
     })  # fmt: skip
     out = _lint_imports(root)
     assert out.returncode == 1
@@ -63,8 +66,20 @@ def test_the_contracts_see_an_upward_import(tmp_path) -> None:
                  "cli.gc -> assets.cleanup", "bench.gc_plan -> tests.support",
                  "checkpoint.migrate.state -> checkpoint.compaction.rebuild",
                  "orchestration.due -> checkpoint.model.head",
-                 "checkpoint.cleanup.plan -> checkpoint.format.changelog"):  # fmt: skip
+                 "checkpoint.cleanup.plan -> checkpoint.format.changelog",
+                 "testbed.demo -> checkpoint.model.head",
+                 "bench.fork -> checkpoint.cleanup.plan"):  # fmt: skip
         assert edge in out.stdout, (edge, out.stdout[-3000:])
+
+
+def test_the_face_contracts_are_the_generated_ones() -> None:
+    """One per core package, generated from the packages there are (`tests/support/contracts.py`):
+    a new package gets its face contract by running the generator, and this fails until it is."""
+    from tests.support.contracts import core_packages, written
+
+    text = (ROOT / "pyproject.toml").read_text()
+    assert text == written(text), "run `python -m tests.support.contracts`"
+    assert len(core_packages()) == 14
 
 
 def test_no_module_imports_one_that_imports_it_back() -> None:
@@ -84,12 +99,13 @@ def test_a_planted_cycle_is_found(tmp_path) -> None:
 
 
 def test_formats_are_asked_not_compared() -> None:
-    """Outside `checkpoint/format/`, code asks the checkpoint's state format what it needs to know;
-    at most three comparisons on a provider or a format version may remain."""
+    """Outside `checkpoint/format/`, code asks the checkpoint's state format what it needs to know.
+    Two comparisons remain, both in the fork: a migrated checkpoint's batch in another format
+    (provider or version) than its head's is refused, and the refusal names where it changes."""
     from tests.support.branches import format_branches
 
     found = format_branches(ROOT)
-    assert len(found) <= 3, found
+    assert [f.split(":")[0] for f in found] == ["checkpoint/fork/plan.py"] * 2, found
 
 
 def test_a_planted_format_branch_is_counted(tmp_path) -> None:
@@ -97,10 +113,14 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
 
     root = _planted(tmp_path, {
         "checkpoint/cleanup/plan.py": "def f(ckpt):\n    return ckpt.provider == Provider.HDFS",
-        "jobs/compact.py": "def g(ckpt):\n    return ckpt.format_version != 2",
+        "checkpoint/cleanup/rules.py": "def f(c, b):\n    return c.states_at(b).version != c.states.version",
+        "checkpoint/model/head.py": "def f(uid):\n    return uid is None",
+        "cli/read.py": "def f(f):\n    return f.what.unique_id is not None",
+        "jobs/compact.py": "def g(ckpt):\n    return ckpt.format_version or 2",
     })  # fmt: skip
-    planted = [b for b in format_branches(root) if b not in format_branches(ROOT)]
-    assert [b.split(":")[0] for b in planted] == ["checkpoint/cleanup/plan.py", "jobs/compact.py"], planted
+    planted = [b.split(":")[0] for b in format_branches(root) if b not in format_branches(ROOT)]
+    assert planted == ["checkpoint/cleanup/plan.py", "checkpoint/cleanup/rules.py",
+                       "checkpoint/model/head.py", "jobs/compact.py", "cli/read.py"], planted  # fmt: skip
 
 
 def test_the_scheduling_order_names_test_files() -> None:
@@ -261,3 +281,63 @@ def test_the_names_users_instances_hold_are_unchanged() -> None:
         "checkpoint_discovery_sensor",
     ]
     assert sorted(defs.resources or {}) == ["roots", "spark"]
+
+
+def test_no_face_exports_an_action_that_skips_its_door() -> None:
+    """An action's door takes its leases and hands the action their `check`. A function that takes
+    the caller's `check` instead is a lease-less twin: none is importable from a core package's
+    face. One action run inside another goes through its own door on the outer leases
+    (`safety.held_by`, the one function that takes a `check`: it makes a door's lease-taking)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import checkpoint
+
+    twins = []
+    for package in (m.name for m in pkgutil.iter_modules(checkpoint.__path__) if m.ispkg):
+        face = importlib.import_module(f"checkpoint.{package}")
+        for name in face.__all__:
+            obj = getattr(face, name)
+            if inspect.isfunction(obj) and "check" in inspect.signature(obj).parameters:
+                twins.append(f"checkpoint.{package}.{name}")
+    assert twins == ["checkpoint.safety.held_by"]
+    for package, name in (("fork", "fork"), ("migrate", "migrate"), ("cleanup", "apply_plan"),
+                          ("fork", "apply_fork")):  # fmt: skip
+        assert not hasattr(importlib.import_module(f"checkpoint.{package}"), name), (package, name)
+
+
+def test_every_door_has_one_shape() -> None:
+    """An action's door is `action(request, options) -> result`: the request is one of the doors'
+    kinds (`InPlace`, `TwoSided`, `EachInPlace`), the options one frozen dataclass of the action's
+    own. Found, not listed: every function a core face exports that takes a request first."""
+    import dataclasses
+    import importlib
+    import inspect
+    import pkgutil
+
+    import checkpoint
+
+    requests = {"InPlace", "TwoSided", "EachInPlace"}
+    doors, wrong = [], []
+    for package in (m.name for m in pkgutil.iter_modules(checkpoint.__path__) if m.ispkg):
+        face = importlib.import_module(f"checkpoint.{package}")
+        for name in face.__all__:
+            obj = getattr(face, name)
+            if not inspect.isfunction(obj):
+                continue
+            # Annotations as written (`from __future__ import annotations`): names, not types.
+            params, notes = list(inspect.signature(obj).parameters), obj.__annotations__
+            if not params or not requests & set(str(notes.get(params[0], "")).split(" | ")):
+                continue
+            doors.append(name)
+            options = (
+                obj.__globals__.get(str(notes.get(params[1], "")).split("[")[0]) if len(params) > 1 else None
+            )
+            frozen = dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen  # type: ignore[union-attr]
+            if len(params) != 2 or not frozen:
+                wrong.append(f"checkpoint.{package}.{name}{inspect.signature(obj)}")
+    assert wrong == []
+    assert sorted(doors) == ["apply_cleanup", "apply_retirement", "compact_checkpoints", "fork_checkpoint",
+                             "migrate_checkpoint", "purge_expired", "rehearse", "repartition_checkpoint",
+                             "undo_repartition", "write_fork_plan"]  # fmt: skip

@@ -4,6 +4,7 @@
 Spark can restart a checkpoint (`readiness`)."""
 
 from checkpoint.analysis.checks import (
+    CODES,
     Category,
     Finding,
     FindingCode,
@@ -26,7 +27,16 @@ from checkpoint.analysis.fleet import (
     unreadable_row,
 )
 from checkpoint.analysis.generation import PROVEN_SPARKS, unproven_writer
-from checkpoint.analysis.readiness import LINES, RULES, Facts, Readiness, readiness_of, spark_line
+from checkpoint.analysis.readiness import (
+    LINES,
+    NO_RULE_PROOF,
+    ONE_WAY,
+    RULES,
+    Facts,
+    Readiness,
+    readiness_of,
+    spark_line,
+)
 from checkpoint.analysis.report import (
     human_bytes,
     inspect_summary,
@@ -38,6 +48,9 @@ from checkpoint.analysis.report import (
 )
 
 __all__ = [
+    "CODES",
+    "NO_RULE_PROOF",
+    "ONE_WAY",
     "Category",
     "Finding",
     "FindingCode",

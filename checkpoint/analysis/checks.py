@@ -33,6 +33,7 @@ from checkpoint.format import (
     Checksumming,
     FileKind,
     Snapshot,
+    StateAction,
     UnreadableZipError,
     parse_sidecar,
 )
@@ -92,10 +93,9 @@ def validate(
         findings += _activity_findings(ckpt, options)
     lineage: list[StoreLineage] = []
     versions: dict[str, int] = {}
-    if not ckpt.states.spark and ckpt.operators and Category.LINEAGE in categories:
-        unknown = _finding(FindingCode.UNKNOWN_PROVIDER, ckpt.storage.full("offsets"),
-                           f"the state store provider {ckpt.provider_class} is not Spark's: its state files "
-                           "are neither read nor changed")  # fmt: skip
+    refused = ckpt.states.refusal(StateAction.READ)
+    if refused and ckpt.operators and Category.LINEAGE in categories:
+        unknown = _finding(FindingCode.UNKNOWN_PROVIDER, ckpt.storage.full("offsets"), refused)
         return Validation((*findings, unknown), ())
     if categories & {Category.LINEAGE, Category.SNAPSHOT} and ckpt.latest_committed_batch is not None:
         lineage = checkpoint_lineage(ckpt)
@@ -372,12 +372,15 @@ def _spans_of(versions: list[int]) -> str:
 def _snapshot_findings(
     ckpt: Checkpoint, lineage: list[StoreLineage], versions: dict[str, int]
 ) -> Iterable[Finding]:
-    """Every zip Spark could load for the latest batch: each one the committed lineages name. The
-    HDFS-backed store's snapshots and deltas are read whole by recovery: here only an empty one is
-    told (what the listing says); `deep` reads them."""
-    if not ckpt.states.in_rocksdb:
-        yield from _empty_state_files(ckpt, lineage)
-        return
+    """The HDFS-backed store's snapshots and deltas are read whole by recovery: here only an empty
+    one is told (what the listing says); `deep` reads them. RocksDB's zips are checked here."""
+    return ckpt.states.by_engine(hdfs=_empty_state_files, rocksdb=_loadable_zips)(ckpt, lineage, versions)
+
+
+def _loadable_zips(
+    ckpt: Checkpoint, lineage: list[StoreLineage], versions: dict[str, int]
+) -> Iterable[Finding]:
+    """Every zip Spark could load for the latest batch: each one the committed lineages name."""
     checked: set[str] = set()
     for entry in lineage:
         store = ckpt.stores.get(entry.store)
@@ -394,7 +397,7 @@ def _snapshot_findings(
             yield from _zip_findings(ckpt, zf, ssts, versions)
 
 
-def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
+def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage], _: dict[str, int]) -> Iterable[Finding]:
     for entry in lineage:
         for f in ([entry.base] if entry.base else []) + list(entry.chain):
             if f.info.size == 0 and f.kind in _UNREADABLE:

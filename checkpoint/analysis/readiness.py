@@ -2,9 +2,10 @@
 
 Each rule is a fact some release writes into a checkpoint and some other release refuses. Every
 rule was found, and is proven, by a restart rehearsal under the testbed's Spark generations
-(`tests/test_readiness.py`); docs/format.md shows the table (`python -m testbed.docs`). A rule reads
-only what the fleet's head-first look has read anyway: the latest offsets' pinned confs, the
-operator metadata, and the metadata line of each snapshot the latest lineages start from.
+(`tests/checkpoint/analysis/test_readiness.py`); docs/format.md shows the table (`python -m
+testbed.docs`). A rule reads only what the fleet's head-first look has read anyway: the latest
+offsets' pinned confs, the operator metadata, and the metadata line of each snapshot the latest
+lineages start from.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint.errors import UnknownSparkVersion
-from checkpoint.format import JOIN_STATE_FORMAT_CONF, MERGE_OPERATOR_CONF
+from checkpoint.format import JOIN_STATE_FORMAT_CONF, MERGE_OPERATOR_CONF, StateAction
 from checkpoint.model import Checkpoint, StoreLineage
 
 # The Spark release lines the rules cover: the ones the project runs and proves under.
@@ -36,34 +37,37 @@ def spark_line(version: str) -> str:
 class Facts:
     """What a checkpoint's metadata says, once, for every target."""
 
-    format_version: int
-    foreign_provider: str | None  # a provider not Spark's: nothing can be told
+    refused: str | None  # why nothing can be told (a provider not Spark's), or None
     pinned: Mapping[str, str]  # the latest planned batch's offsets conf
     operators: tuple[tuple[str | None, Any], ...]  # (name, operatorPropertiesJson) of each operator
-    snapshots: tuple[tuple[str, int | None], ...]  # (store, metadata version) of each V2 base zip
+    # (store, metadata version) of each base zip, where the format's readers care which Spark
+    # wrote it (V2); None where any Spark 4.x writes what this release writes.
+    snapshots: tuple[tuple[str, int | None], ...] | None
 
     @staticmethod
     def of(ckpt: Checkpoint, lineage: Sequence[StoreLineage], snapshot_versions: Mapping[str, int]) -> Facts:
         latest = ckpt.latest_planned_batch
         offset = None if latest is None else ckpt.batches[latest].offset
-        bases = [(e.store.label, e.base.rel) for e in lineage if e.base] if ckpt.format_version == 2 else []
+        bases = ckpt.states.writer(lambda: [(e.store.label, e.base.rel) for e in lineage if e.base])
         return Facts(
-            format_version=ckpt.format_version,
-            foreign_provider=None if ckpt.states.spark else ckpt.provider_class,
+            refused=ckpt.states.refusal(StateAction.READINESS),
             pinned=dict(offset.conf) if offset is not None else {},
             operators=tuple(
                 (op.name, op.metadata.properties if op.metadata else None) for op in ckpt.operators.values()
             ),  # fmt: skip
-            snapshots=tuple((store, snapshot_versions.get(rel)) for store, rel in bases),
+            snapshots=None
+            if bases is None
+            else tuple((store, snapshot_versions.get(rel)) for store, rel in bases),
         )
 
 
 def _snapshots_of(version: int) -> Callable[[Facts], str | None]:
     def found(facts: Facts) -> str | None:
-        stores = [store for store, v in facts.snapshots if v == version]
+        bases = facts.snapshots or ()
+        stores = [store for store, v in bases if v == version]
         if not stores:
             return None
-        return f"{len(stores)} of {len(facts.snapshots)} stores start from one (first: {stores[0]})"
+        return f"{len(stores)} of {len(bases)} stores start from one (first: {stores[0]})"
 
     return found
 
@@ -193,11 +197,10 @@ class Readiness:
 
 def readiness_of(facts: Facts, target: str) -> Readiness:
     """The rules of `RULES` that `facts` shows and `target` (a line of `LINES`) refuses."""
-    if facts.foreign_provider is not None:
-        why = f"the state store provider {facts.foreign_provider} is not Spark's"
-        return Readiness(target, None, unknown=why)
+    if facts.refused is not None:
+        return Readiness(target, None, unknown=facts.refused)
     refused = _actions_refused(facts, target)
-    unread = [store for store, version in facts.snapshots if version is None]
+    unread = [store for store, version in facts.snapshots or () if version is None]
     shown = ((r, r.found(facts)) for r in RULES if target in r.refused_by)
     blockers = tuple(Blocker(r.key, found) for r, found in shown if found)
     if blockers:
@@ -205,7 +208,8 @@ def readiness_of(facts: Facts, target: str) -> Readiness:
     if unread:
         return Readiness(target, None, unknown=f"the snapshot metadata of {unread[0]} could not be read",
                          actions_refused=refused)  # fmt: skip
-    caveat = ONE_WAY if target == "4.0" and facts.format_version == 2 else None
+    # What this release writes into a format whose readers care about the writer, 4.0 refuses.
+    caveat = ONE_WAY if target == "4.0" and facts.snapshots is not None else None
     return Readiness(target, True, caveat=caveat, actions_refused=refused)
 
 
@@ -215,4 +219,4 @@ def _actions_refused(facts: Facts, target: str) -> tuple[str, ...]:
     such a store already (`analysis.generation`); a migration's output is V2."""
     if target != "4.0":
         return ()
-    return ("compact", "repartition") if facts.format_version == 2 else ("migrate",)
+    return ("compact", "repartition") if facts.snapshots is not None else ("migrate",)

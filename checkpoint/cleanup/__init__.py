@@ -9,12 +9,11 @@ from checkpoint.cleanup.apply import (
     CheckResult,
     Kind,
     Outcome,
-    apply_plan,
     check_plan,
     delete_with_redrive,
 )
 from checkpoint.cleanup.audit import AuditTrail, with_held
-from checkpoint.cleanup.flow import REPLANNED, Cleaned, apply_cleanup
+from checkpoint.cleanup.flow import REPLANNED, Cleaned, CleanupOptions, Planned, apply_cleanup, plan_cleanup
 from checkpoint.cleanup.manifest import Plan, PlannedFile, new_plan_id
 from checkpoint.cleanup.plan import plan_gc
 
@@ -24,13 +23,15 @@ __all__ = [
     "with_held",
     "CheckResult",
     "Cleaned",
+    "CleanupOptions",
+    "Planned",
     "Kind",
     "Outcome",
     "Plan",
     "PlannedFile",
     "REPLANNED",
     "apply_cleanup",
-    "apply_plan",
+    "plan_cleanup",
     "check_plan",
     "delete_with_redrive",
     "new_plan_id",

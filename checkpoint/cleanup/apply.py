@@ -59,7 +59,9 @@ def check_plan(plan: Plan, storage: Storage) -> CheckResult:
     offsets = [int(f.rel.split("/")[1]) for f in storage.list_dir("offsets").files
                if classify(f.rel).kind == FileKind.OFFSET]  # fmt: skip
     planned = max(offsets, default=None)
-    moved = newest != plan.against_batch or (planned or -1) > (plan.latest_planned_batch or -1)
+    # Planned past the plan's newest offset (its first, batch 0, when the plan saw none).
+    was = plan.latest_planned_batch
+    moved = newest != plan.against_batch or (planned is not None and (was is None or planned > was))
     note = (
         f"; the query moved on (commit {newest}, offset {planned}), which adds no candidate" if moved else ""
     )

@@ -149,6 +149,21 @@ def decide_apart(context: Context, folder: str) -> Decided:
     return replace(decided, apart=apart)
 
 
+def _headers_to_read(
+    index: FileIndex, committed: dict[int, dict[StoreId, str | None]]
+) -> dict[str, CheckpointFile]:
+    """The committed changelogs without a zip of their version: their headers name the lineage."""
+    to_read: dict[str, CheckpointFile] = {}
+    for batch, stores in committed.items():
+        for sid, uid in stores.items():
+            if index.get(sid, FileKind.ZIP, batch + 1, uid) is not None:
+                continue
+            changelog = index.get(sid, FileKind.CHANGELOG, batch + 1, uid)
+            if changelog is not None:
+                to_read[changelog.rel] = changelog
+    return to_read
+
+
 def scan_partition(
     base: Checkpoint,
     window: list[int],
@@ -164,16 +179,8 @@ def scan_partition(
     metadata leaves out refuses the plan, as validation does."""
     files, unnamed = _named_only(base, files)
     index = FileIndex(files)  # built once: for the lineage reads here, then for the rules
-    to_read: dict[str, CheckpointFile] = {}  # the committed changelogs: their lineage headers
-    for batch, stores in committed.items():
-        for sid, uid in stores.items():
-            if uid is None:  # format V1: no lineage to read, the store's folder tells its chain
-                continue
-            if index.get(sid, FileKind.ZIP, batch + 1, uid) is not None:
-                continue
-            changelog = index.get(sid, FileKind.CHANGELOG, batch + 1, uid)
-            if changelog is not None:
-                to_read[changelog.rel] = changelog
+    # Format V1 reads no lineage: the store's folder tells its chain.
+    to_read = base.states.by_recovery(listed=dict, named=lambda: _headers_to_read(index, committed))()
     lineages = {}
     for changelog, header in base.read_changelog_headers(list(to_read.values())):  # raises: fail closed
         if header.lineage is None:

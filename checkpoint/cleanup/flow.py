@@ -15,6 +15,7 @@ from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.manifest import Plan
 from checkpoint.policy import POLICY
 from checkpoint.safety import InPlace
+from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
 # The outcome recorded against a plan that a new one replaced under the lease.
@@ -22,28 +23,50 @@ REPLANNED = "superseded: the query moved on since this plan; planned again under
 
 
 @dataclass(frozen=True)
+class CleanupOptions:
+    audit: AuditTrail  # where the plan's manifest and its outcomes are
+    # Plans the checkpoint (its rules and thresholds are the caller's): called under the lease when
+    # no plan is given, and again when the query moved on since `planned`.
+    plan: Callable[[], Plan]
+    planned: Plan | None = None  # a plan an earlier step made, without the lease
+    batch_size: int = POLICY.delete_batch_size
+    what: str = "cleanup"  # what the lease says it is held for
+
+
+@dataclass(frozen=True)
 class Cleaned:
-    """The plan applied, what the apply did, and the plan it replaced when the query moved on."""
+    """The plan applied, what the apply did, the plan it replaced when the query moved on, and
+    how many older plans the trail let go of (`AuditTrail.prune`)."""
 
     plan: Plan
     result: ApplyResult
     replanned: Plan | None
+    pruned: int = 0
 
 
-def apply_cleanup(
-    request: InPlace,
-    audit: AuditTrail,
-    plan: Callable[[], Plan],
-    *,
-    what: str,
-    planned: Plan | None = None,
-    batch_size: int = POLICY.delete_batch_size,
-) -> Cleaned:
-    """Applies `planned` (or, without it, a plan made under the lease by `plan`) to the checkpoint
-    behind `request`, planning again with `plan` when the query moved on since. Raises GcError
-    when the commit log no longer matches the plan, LeaseLost when the lease is taken over."""
-    with request.held(what) as check:
-        current = planned if planned is not None else plan()
+@dataclass(frozen=True)
+class Planned:
+    """A dry run: the plan written to the trail, nothing deleted, older plans let go of."""
+
+    plan: Plan
+    pruned: int
+
+
+def plan_cleanup(storage: Storage, audit: AuditTrail, plan: Callable[[], Plan]) -> Planned:
+    """The plan made and written, then the trail pruned as after every plan (no lease: nothing
+    of the checkpoint changes)."""
+    made = plan()
+    return Planned(made, len(audit.prune(storage.url, made.planned_at)))
+
+
+def apply_cleanup(request: InPlace, options: CleanupOptions) -> Cleaned:
+    """Applies `options.planned` (or, without it, a plan made under the lease) to the checkpoint
+    behind `request`, planning again when the query moved on since, then prunes the trail. Raises
+    GcError when the commit log no longer matches the plan, LeaseLost when the lease is taken
+    over."""
+    audit, plan = options.audit, options.plan
+    with request.held(options.what) as check:
+        current = options.planned if options.planned is not None else plan()
         verdict = check_plan(current, request.storage)
         replanned = None
         if verdict.ok and verdict.moved:
@@ -51,6 +74,7 @@ def apply_cleanup(
             replanned, current = current, plan()
             audit.record(replanned, [Outcome("-", 0, "-", Kind.SKIPPED, f"{REPLANNED}: {current.manifest}")])
         # A new plan is checked by the apply; the one checked above is not read again.
-        result = apply_plan(current, request.storage, audit, batch_size=batch_size, check=check,
+        result = apply_plan(current, request.storage, audit, batch_size=options.batch_size, check=check,
                             checked=None if replanned else verdict)  # fmt: skip
-    return Cleaned(current, result, replanned)
+    pruned = audit.prune(request.storage.url, current.planned_at)
+    return Cleaned(current, result, replanned, len(pruned))

@@ -40,7 +40,7 @@ from checkpoint.cleanup.rules import (
 )
 from checkpoint.cleanup.spill import Spill
 from checkpoint.errors import GcError
-from checkpoint.format import FileKind, classify
+from checkpoint.format import FileKind, StateAction, classify
 from checkpoint.model import (
     Checkpoint,
     CheckpointFile,
@@ -224,9 +224,8 @@ def _with_parents(folders: Iterable[str]) -> list[str]:
 
 def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:
     """The retained batches, once the logs proved sound."""
-    if not base.states.spark and base.operators:
-        raise GcError(f"the state store provider {base.provider_class} is not Spark's: its files are not "
-                      "ours to delete", base.url)  # fmt: skip
+    if base.operators:
+        base.states.refuse(StateAction.CLEANUP, base.url)
     errors = [f for f in validate(base, categories=frozenset({Category.COMMIT_LOG})).findings
               if f.severity == Severity.ERROR]  # fmt: skip
     if errors:
@@ -250,7 +249,7 @@ def _committed_by_partition(
     for batch in window:
         for sid in store_ids(base, batch):
             uid = base.committed_unique_id(batch, sid)
-            if uid is None and base.states.named_by_commits:
+            if not base.states.names_by(uid):
                 raise GcError(
                     f"batch {batch} names no committed id for {sid}", base.storage.full(f"commits/{batch}")
                 )

@@ -22,7 +22,6 @@ from checkpoint.format import (
     SIDECAR_MAIN,
     FileKind,
     LineageEntry,
-    StateFiles,
     StateFormat,
     classify,
 )
@@ -179,13 +178,17 @@ class FileIndex:
     def get(self, sid: StoreId, kind: FileKind, version: int, uid: str | None) -> CheckpointFile | None:
         return self.by_key.get((sid.operator, sid.partition, sid.store, kind, version, uid))
 
-    def newest(self, sid: StoreId, kind: FileKind, version: int) -> CheckpointFile | None:
-        """Format V1: the file of `kind` with the highest version at or below `version`."""
+    def newest(
+        self, sid: StoreId, kind: FileKind, version: int, states: StateFormat
+    ) -> CheckpointFile | None:
+        """A listed format's (V1's): the file of `kind` with the highest version at or below
+        `version`, among those named as `states` names them."""
         found = self._versions_of.get((sid, kind))
         if found is None:
             found = self._versions_of[(sid, kind)] = sorted(
                 v for (op, part, store, k, v, uid) in self.by_key
-                if uid is None and k is kind and (op, part, store) == (sid.operator, sid.partition, sid.store)
+                if k is kind and (op, part, store) == (sid.operator, sid.partition, sid.store)
+                and states.names_by(uid)
             )  # fmt: skip
         at = bisect.bisect_right(found, version)
         return self.get(sid, kind, found[at - 1], None) if at else None
@@ -217,34 +220,8 @@ def retained_set(inputs: RetentionInputs, index: FileIndex | None = None) -> tup
             def gap(what: str, v: int) -> None:
                 _gap(sid, batch, what, v, latest=latest, pruned_below=pruned_below)  # noqa: B023 - called inside this iteration
 
-            if uid is None:
-                _retain_listed(index, inputs.states.files, sid, version, retained, zips, gap)
-                continue
-            zip_file = index.get(sid, FileKind.ZIP, version, uid)
-            changelog = index.get(sid, FileKind.CHANGELOG, version, uid)
-            for f in (zip_file, changelog):
-                if f is not None:
-                    retained.add(f.rel)
-            if zip_file is not None:
-                zips.add(zip_file.rel)
-                continue
-            if changelog is None:
-                gap(f"committed version {version} id {uid}", version)
-                continue
-            lineage = inputs.lineages.get(changelog.rel)
-            if lineage is None:
-                raise UnsafeToPlan(f"{sid}: the lineage of {changelog.rel} was not read")
-            for entry in reversed(lineage):
-                base = index.get(sid, FileKind.ZIP, entry.version, entry.unique_id)
-                if base is not None:
-                    retained.add(base.rel)
-                    zips.add(base.rel)
-                    break
-                link = index.get(sid, FileKind.CHANGELOG, entry.version, entry.unique_id)
-                if link is None:
-                    gap(f"changelog {entry.version}_{entry.unique_id} of the replay chain", entry.version)
-                    break
-                retained.add(link.rel)
+            retain = inputs.states.by_recovery(listed=_retain_listed, named=_retain_named)
+            retain(index, inputs, _Store(sid, version, uid), retained, zips, gap)
     for z in sorted(zips):  # sorted: the same zip is named first in every process (string hashes differ)
         listed = inputs.zip_ssts.get(z)
         if listed is None:
@@ -260,18 +237,62 @@ def retained_set(inputs: RetentionInputs, index: FileIndex | None = None) -> tup
     return retained, zips
 
 
+class _Store(NamedTuple):
+    sid: StoreId
+    version: int  # the committed version: its batch + 1
+    uid: str | None  # its committed id (format V2)
+
+
+def _retain_named(
+    index: FileIndex,
+    inputs: RetentionInputs,
+    store: _Store,
+    retained: set[str],
+    zips: set[str],
+    gap: Callable[[str, int], None],
+) -> None:
+    """Format V2: the committed zip, or the committed changelog and its lineage back to the
+    newest zip the header names."""
+    sid, version, uid = store
+    zip_file = index.get(sid, FileKind.ZIP, version, uid)
+    changelog = index.get(sid, FileKind.CHANGELOG, version, uid)
+    for f in (zip_file, changelog):
+        if f is not None:
+            retained.add(f.rel)
+    if zip_file is not None:
+        zips.add(zip_file.rel)
+        return
+    if changelog is None:
+        gap(f"committed version {version} id {uid}", version)
+        return
+    lineage = inputs.lineages.get(changelog.rel)
+    if lineage is None:
+        raise UnsafeToPlan(f"{sid}: the lineage of {changelog.rel} was not read")
+    for entry in reversed(lineage):
+        base = index.get(sid, FileKind.ZIP, entry.version, entry.unique_id)
+        if base is not None:
+            retained.add(base.rel)
+            zips.add(base.rel)
+            break
+        link = index.get(sid, FileKind.CHANGELOG, entry.version, entry.unique_id)
+        if link is None:
+            gap(f"changelog {entry.version}_{entry.unique_id} of the replay chain", entry.version)
+            break
+        retained.add(link.rel)
+
+
 def _retain_listed(
     index: FileIndex,
-    kinds: StateFiles,
-    sid: StoreId,
-    version: int,
+    inputs: RetentionInputs,
+    store: _Store,
     retained: set[str],
     zips: set[str],
     gap: Callable[[str, int], None],
 ) -> None:
     """Format V1: the newest base at or below the version, every step after it, and the step of
     the version itself (as V2 keeps a committed changelog beside its zip)."""
-    base = index.newest(sid, kinds.base, version)
+    kinds, sid, version = inputs.states.files, store.sid, store.version
+    base = index.newest(sid, kinds.base, version, inputs.states)
     start = 0 if base is None else base.what.version_id
     if base is not None:
         retained.add(base.rel)
@@ -325,8 +346,8 @@ class _Decider:
         self.inputs, self.options, self.now, self.index, self.retained = inputs, options, now, index, retained
         self.newest_version = inputs.latest_committed + 1
         self.live = options.live
-        # Format V1 names no ids: its files are the ones without (a V2 plan leaves those alone).
-        self.v1 = not inputs.states.named_by_commits
+        # The files the format names are its own: a V2 plan leaves those without ids alone.
+        self.recognises = inputs.states.recognises
         self.kept: dict[str, Kept] = {}
         self.chosen: dict[str, Candidate] = {}
         self.held: dict[str, float] = {}
@@ -344,7 +365,12 @@ class _Decider:
     def versions(self) -> None:
         """1. changelogs and zips (deltas and snapshots) of versions that no retained batch reads"""
         inputs, index, retained, kept, chosen = self.inputs, self.index, self.retained, self.kept, self.chosen
-        newest_version, live, eligible, v1 = self.newest_version, self.live, self.eligible, self.v1
+        newest_version, live, eligible, recognises = (
+            self.newest_version,
+            self.live,
+            self.eligible,
+            self.recognises,
+        )
         of_kind = index.of_kind
         for f in (
             of_kind[FileKind.ZIP]
@@ -353,7 +379,7 @@ class _Decider:
             + of_kind[FileKind.SNAPSHOT]
         ):
             rel, what = f.info.rel, f.what
-            if (what.unique_id is None) != v1 or rel in retained:
+            if not recognises(what) or rel in retained:
                 continue
             version = what.version
             if version is None or version > newest_version or not rel.startswith("state/"):
@@ -407,7 +433,7 @@ class _Decider:
         """3. sidecars follow their main file (Spark's .crc, then Hadoop's .crc of anything, .crc.crc too)"""
         retained, kept, chosen, held = self.retained, self.kept, self.chosen, self.held
         newest_version, live, eligible = self.newest_version, self.live, self.eligible
-        by_rel, owners, versioned, v1 = self.index.by_rel, _SIDECAR_OWNERS, _VERSIONED, self.v1
+        by_rel, owners, recognises = self.index.by_rel, _SIDECAR_OWNERS, self.recognises
         for kind, main_of in SIDECAR_MAIN.items():
             for f in self.index.of_kind[kind]:
                 info = f.info
@@ -421,10 +447,10 @@ class _Decider:
                 if (
                     owner is None
                     or owner_kind not in owners
-                    or (owner_kind in versioned and (owner.unique_id is None) != v1)
+                    or not recognises(owner)
                     # A running query renames a temp file, then its crc: between the two, the
                     # crc's main is gone (deleting it there broke a live query in testing)
-                    or (owner_kind == FileKind.SPARK_TEMP and (not v1 or live))
+                    or (owner_kind == FileKind.SPARK_TEMP and live)
                 ):
                     # Not ours: e.g. Hadoop's crc of a temp file Spark is about to rename into place.
                     kept[rel] = Kept.NOT_OURS
@@ -449,11 +475,9 @@ class _Decider:
         """2b. format V1: Spark's own temp files of a write never renamed into place (a killed
         task or driver) of a stopped query, once older than the grace period; before the
         sidecars, whose Hadoop .crc follows them"""
-        if not self.v1:
-            return
         for f in self.index.of_kind[FileKind.SPARK_TEMP]:
             rel = f.info.rel
-            if not rel.startswith("state/"):
+            if not rel.startswith("state/") or not self.recognises(f.what):
                 continue
             if self.live:  # no age tells a killed write from one in progress: only a stopped query's go
                 self.kept[rel] = Kept.LIVE_TEMP
@@ -471,8 +495,6 @@ class _Decider:
 # files (Spark's temp files: format V1 only).
 _SIDECAR_OWNERS = frozenset({FileKind.CHANGELOG, FileKind.ZIP, FileKind.DELTA, FileKind.SNAPSHOT,
                              FileKind.SST, FileKind.SPARK_CRC, FileKind.SPARK_TEMP})  # fmt: skip
-# Named by (version, id) in format V2, by version alone in format V1
-_VERSIONED = frozenset({FileKind.CHANGELOG, FileKind.ZIP, FileKind.DELTA, FileKind.SNAPSHOT})
 
 
 def _version_reason(inputs: RetentionInputs, index: FileIndex, f: CheckpointFile) -> Reason:

@@ -3,7 +3,14 @@ store's committed version, replayed, verified and published (`rebuild`, `hdfs`),
 adapters run (`flow`: the leases, the head read, the plans, the injected rebuild). The Spark job that
 runs rebuilds in parallel is `jobs.compact`."""
 
-from checkpoint.compaction.flow import Compaction, Planned, Task, compact_checkpoints, tasks_for
+from checkpoint.compaction.flow import (
+    Compaction,
+    CompactionOptions,
+    Planned,
+    Task,
+    compact_checkpoints,
+    tasks_for,
+)
 from checkpoint.compaction.hdfs import materialize_snapshot
 from checkpoint.compaction.rebuild import RebuildResult, Rewrite, Rewritten, rebuild_store, rewrite_store
 from checkpoint.compaction.targets import Skip, Target, plan_compaction
@@ -11,6 +18,7 @@ from checkpoint.errors import CompactionRefused, RebuildError
 
 __all__ = [
     "Compaction",
+    "CompactionOptions",
     "CompactionRefused",
     "Planned",
     "RebuildError",

@@ -13,8 +13,9 @@ from typing import Generic, TypeVar
 
 from checkpoint.compaction.targets import Skip, Target, plan_compaction
 from checkpoint.errors import CheckpointError, CompactionDeferred
-from checkpoint.model import Checkpoint, StoreLineage, load_head
-from checkpoint.safety import InPlace
+from checkpoint.model import Checkpoint, StoreId, StoreLineage, checkpoint_lineage, load_head
+from checkpoint.policy import POLICY
+from checkpoint.safety import EachInPlace
 
 # What one rebuild task needs, planned on the driver: no task loads or lists the checkpoint.
 Task = tuple[Checkpoint, StoreLineage]
@@ -47,11 +48,25 @@ class Refusal:
 @dataclass(frozen=True)
 class Compaction(Generic[Outcome]):
     """What a compaction did: the checkpoints planned, those refused (only when the caller goes
-    on past them), and one outcome per rebuilt store, in the order of the plans."""
+    on past them), one outcome per rebuilt store, in the order of the plans, and each planned
+    checkpoint's replay chains once compacted, by its name, read back under its lease."""
 
     planned: tuple[Planned, ...]
     refused: tuple[Refusal, ...]
     outcomes: tuple[Outcome, ...]
+    chains_after: dict[str, dict[StoreId, int]]
+
+
+@dataclass(frozen=True)
+class CompactionOptions(Generic[Outcome]):
+    rebuild: Rebuild[Outcome]  # the rebuild of the planned stores (Spark's job: `jobs.compact`)
+    min_chain: int = POLICY.long_chain  # a store is compacted from this replay chain length
+    quiet_seconds: float = POLICY.quiet_seconds
+    strict: bool = True  # the checkpoints read as validation reads them, a damaged file refusing
+    # A backfill goes on past a checkpoint it cannot read, lease or plan (reported in `refused`),
+    # and skips a running format V1 query; one checkpoint asked for by name raises instead.
+    go_on: bool = False
+    what: str = "compact"  # what the leases say they are held for
 
 
 def tasks_for(ckpt: Checkpoint, targets: Sequence[Target]) -> list[Task]:
@@ -59,42 +74,41 @@ def tasks_for(ckpt: Checkpoint, targets: Sequence[Target]) -> list[Task]:
     return [(ckpt.for_store(t.entry.store), t.entry) for t in targets]
 
 
-def compact_checkpoints(
-    names: Sequence[str],
-    door: Callable[[str], InPlace],
-    what: str,
-    rebuild: Rebuild[Outcome],
-    *,
-    min_chain: int,
-    quiet_seconds: float,
-    strict: bool,
-    go_on: bool,
-) -> Compaction[Outcome]:
-    """Compacts the checkpoints `names` (what the adapter calls them: paths, partition keys) through
-    their `door`, their leases held until every store is done.
+def compact_checkpoints(request: EachInPlace, options: CompactionOptions[Outcome]) -> Compaction[Outcome]:
+    """Compacts the checkpoints of `request` through their doors, their leases held until every
+    store is done and its chain read back.
 
     Without `go_on` (one checkpoint asked for by name) any refusal raises, a running format V1
     query's (CompactionDeferred) included. With it (a backfill) a checkpoint that cannot be read,
     leased or planned is reported in `refused` and holds back no other, and a running V1 query is
     skipped: it is compacted once stopped. `rebuild` runs only when some store is planned."""
+    o = options
     planned: list[Planned] = []
     refused: list[Refusal] = []
     checks: dict[str, Callable[[], None]] = {}
     with ExitStack() as held:
-        for name in names:
+        for name in request.names:
             try:
-                request = door(name)  # a name that names no checkpoint is refused like one unread
-                check = held.enter_context(request.held(what))
-                ckpt = load_head(request.storage, strict=strict, recent=2)
+                door = request.door(name)  # a name that names no checkpoint is refused like one unread
+                check = held.enter_context(door.held(o.what))
+                ckpt = load_head(door.storage, strict=o.strict, recent=2)
                 checks[ckpt.url] = check
-                planned.append(_plan(name, ckpt, min_chain, quiet_seconds, go_on))
+                planned.append(_plan(name, ckpt, o.min_chain, o.quiet_seconds, o.go_on))
             except CheckpointError as exc:
-                if not go_on:
+                if not o.go_on:
                     raise
                 refused.append(Refusal(name, str(exc)))
         tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
-        outcomes = rebuild(tasks, lambda ckpt: checks[ckpt.url]()) if tasks else []
-    return Compaction(tuple(planned), tuple(refused), tuple(outcomes))
+        outcomes = o.rebuild(tasks, lambda ckpt: checks[ckpt.url]()) if tasks else []
+        after = {p.name: _chains_after(p) for p in planned if p.targets}
+    return Compaction(tuple(planned), tuple(refused), tuple(outcomes), after)
+
+
+def _chains_after(planned: Planned) -> dict[StoreId, int]:
+    """Each store's replay chain at the planned batch, read back from the checkpoint."""
+    batch = planned.targets[0].entry.batch
+    reloaded = load_head(planned.ckpt.storage, strict=True, batches=[batch])
+    return {e.store: e.chain_length for e in checkpoint_lineage(reloaded, batch)}
 
 
 def _plan(name: str, ckpt: Checkpoint, min_chain: int, quiet_seconds: float, go_on: bool) -> Planned:

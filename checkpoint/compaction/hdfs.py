@@ -28,7 +28,14 @@ from typing import Protocol
 
 from checkpoint.compaction.rebuild import RebuildResult, peak_rss, reset_peak_rss
 from checkpoint.errors import RebuildError
-from checkpoint.format import HDFS_FILES, MAINT_TEMP_PREFIX, FileKind, check_state_file, measure_state_file
+from checkpoint.format import (
+    HDFS_FILES,
+    MAINT_TEMP_PREFIX,
+    FileKind,
+    StateAction,
+    check_state_file,
+    measure_state_file,
+)
 from checkpoint.model import Checkpoint, StoreId, StoreLineage, check_free_disk, download_checked
 from checkpoint.policy import POLICY, Policy
 
@@ -106,8 +113,7 @@ def materialize_snapshot(
     started = time.monotonic()
     reset_peak_rss()
     sid, version = entry.store, entry.version
-    if not ckpt.states.snapshot_by_provider:
-        raise RebuildError(f"{sid}: not an HDFS-backed store in format V1 ({ckpt.state_format})", ckpt.url)
+    ckpt.states.refuse(StateAction.PROVIDER_SNAPSHOT, ckpt.url, str(sid))
     if not entry.loadable or entry.committed_file is None:
         raise RebuildError(f"{sid}: the replay chain of version {version} is incomplete", ckpt.url)
     folder = entry.committed_file.rel.rsplit("/", 1)[0]

@@ -42,6 +42,7 @@ from checkpoint.format import (
     FileKind,
     RecordRun,
     SnapshotMetadata,
+    StateAction,
 )
 from checkpoint.model import Checkpoint, StoreLineage, check_free_disk
 from checkpoint.policy import POLICY, Policy
@@ -235,8 +236,10 @@ def _rebuild(
 
     started = time.monotonic()
     reset_peak_rss()
-    if not ckpt.states.in_rocksdb or ckpt.states.named_by_commits != (entry.unique_id is not None):
-        raise RebuildError(f"{entry.store}: not a RocksDB store ({ckpt.state_format})", ckpt.url)
+    ckpt.states.refuse(StateAction.REBUILD, ckpt.url, str(entry.store))
+    if not ckpt.states.names_by(entry.unique_id):
+        raise RebuildError(f"{entry.store}: version {entry.version} is not named as "
+                           f"{ckpt.state_format} names it", ckpt.url)  # fmt: skip
     if not entry.loadable:
         raise RebuildError(
             f"{entry.store}: the replay chain of version {entry.version} is incomplete", ckpt.url

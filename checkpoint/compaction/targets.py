@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from checkpoint.analysis import FindingCode, Severity, ValidationOptions, unproven_writer, validate
 from checkpoint.errors import CompactionDeferred, CompactionRefused
-from checkpoint.format import LINEAGE_HEADER_CAP
+from checkpoint.format import LINEAGE_HEADER_CAP, StateAction
 from checkpoint.model import Checkpoint, StoreLineage, checkpoint_lineage
 from checkpoint.policy import POLICY
 
@@ -56,8 +56,7 @@ def dead_on_the_cap(ckpt: Checkpoint, latest: list[StoreLineage]) -> bool:
     the cap and dies again on every restart. Nothing can be writing it, so its newest committed
     version may be compacted - the only rescue, since Spark resets its lineage only when it loads a
     version from that version's own zip (seen in the rescue test)."""
-    unfinished = (ckpt.latest_planned_batch or -1) > (ckpt.latest_committed_batch or -1)
-    return unfinished and any(_next_header_bytes(e) > LINEAGE_HEADER_CAP for e in latest if e.header)
+    return ckpt.unfinished and any(_next_header_bytes(e) > LINEAGE_HEADER_CAP for e in latest if e.header)
 
 
 def plan_compaction(
@@ -80,7 +79,7 @@ def plan_compaction(
         ckpt, ValidationOptions(long_chain_threshold=min_chain, header_cap_ratio=header_cap_ratio)
     )
     live = ckpt.is_live(now, quiet_seconds)
-    if live and not ckpt.states.compacts_while_running:
+    if live and ckpt.states.refusal(StateAction.COMPACT_LIVE):
         _refuse_live_v1(ckpt, quiet_seconds)
     latest = checkpoint_lineage(ckpt, committed[-1])
     if live and not dead_on_the_cap(ckpt, latest):
@@ -117,7 +116,7 @@ def _refuse_live_v1(ckpt: Checkpoint, quiet_seconds: float) -> None:
     """Format V1 names carry no attempt id: a running query, or one restarted meanwhile, writes
     the very names a snapshot would take, and an unfinished batch's files sit above the newest
     committed version. So V1 is compacted only once the query is stopped and quiet."""
-    unfinished = (ckpt.latest_planned_batch or -1) > (ckpt.latest_committed_batch or -1)
+    unfinished = ckpt.unfinished
     why = (
         f"batch {ckpt.latest_planned_batch} is planned and not committed (a running query, or one "
         "that died: let it finish a batch, then stop it)"

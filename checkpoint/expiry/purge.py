@@ -39,7 +39,7 @@ from checkpoint.compaction import Rewrite, Rewritten, rewrite_store
 from checkpoint.crash import crash_point
 from checkpoint.errors import PurgeRefused, RebuildError
 from checkpoint.expiry.ttl import Expired, TtlVariable, expired_in, ttl_variables
-from checkpoint.format import FileKind, SnapshotMetadata
+from checkpoint.format import FileKind, SnapshotMetadata, StateAction
 from checkpoint.model import Checkpoint, StoreLineage, checkpoint_lineage, load_head
 from checkpoint.policy import POLICY, Policy
 from checkpoint.rocksdb import (
@@ -59,8 +59,12 @@ _BATCH = 50_000
 
 @dataclass(frozen=True)
 class PurgeOptions:
+    audit: AuditTrail  # where its record goes
     as_of: float | None = None  # seconds since the epoch; None: now
     quiet_seconds: float = POLICY.quiet_seconds
+    now: float | None = None  # a manual clock; None: the time
+    policy: Policy = POLICY  # the rebuild's memory and disk bounds
+    what: str = "purge-expired"  # what the lease says it is held for
 
 
 @dataclass(frozen=True)
@@ -121,18 +125,12 @@ def expired_report(storage: Storage, as_of: float | None = None, policy: Policy 
     return ExpiredState(ckpt.url, batch, as_of_ms, stores, round(time.monotonic() - started, 3))
 
 
-def purge_expired(
-    request: InPlace,
-    audit: AuditTrail,
-    options: PurgeOptions = PurgeOptions(),
-    *,
-    now: float | None = None,
-    policy: Policy = POLICY,
-) -> ExpiredState:
+def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
     """The purge's door: the checkpoint's lease, the preflight, then each store purged (see the
     module docstring). Raises PurgeRefused before anything is written."""
     started = time.monotonic()
-    now = time.time() if now is None else now
+    audit, policy = options.audit, options.policy
+    now = time.time() if options.now is None else options.now
     as_of = now if options.as_of is None else options.as_of
     if not math.isfinite(as_of):
         raise PurgeRefused(f"the purge time {as_of} is not a time; nothing was written", request.storage.url)
@@ -141,7 +139,7 @@ def purge_expired(
                            "batch could come before it and still see what it would remove; nothing was "
                            "written", request.storage.url)  # fmt: skip
     as_of_ms = _ms(as_of)
-    with request.held("purge-expired") as check:
+    with request.held(options.what) as check:
         ckpt = load_head(request.storage, strict=False, recent=2)
         _preflight(ckpt, now, options.quiet_seconds)
         targets = _targets(ckpt)
@@ -169,7 +167,7 @@ def _preflight(ckpt: Checkpoint, now: float, quiet_seconds: float) -> None:
     if ckpt.latest_committed_batch is None:
         raise refuse("no batch is committed")
     if ckpt.is_live(now, quiet_seconds):
-        unfinished = (ckpt.latest_planned_batch or -1) > ckpt.latest_committed_batch
+        unfinished = ckpt.unfinished
         raise refuse(
             f"batch {ckpt.latest_planned_batch} is planned and not committed (a running query, or one that "
             "died: let it finish a batch, then stop it)"
@@ -188,7 +186,7 @@ def _preflight(ckpt: Checkpoint, now: float, quiet_seconds: float) -> None:
 def _targets(ckpt: Checkpoint) -> list[tuple[StoreLineage, dict[str, Any] | None]]:
     """Each store of a transformWithState operator at the latest committed batch, with its
     operator's properties (which name its state variables)."""
-    if ckpt.latest_committed_batch is None or not ckpt.states.in_rocksdb:
+    if ckpt.latest_committed_batch is None or ckpt.states.refusal(StateAction.PURGE):
         return []
     out = []
     for entry in checkpoint_lineage(ckpt, ckpt.latest_committed_batch):

@@ -1,7 +1,14 @@
 """Fork, relocate and roll back: a new checkpoint holding exactly what recovery at a batch reads."""
 
 from checkpoint.errors import ForkIncomplete, ForkRefused
-from checkpoint.fork.copy import apply_fork, check_dest, fork, fork_checkpoint, inspect_dest
+from checkpoint.fork.copy import (
+    ForkOptions,
+    PlanOptions,
+    check_dest,
+    fork_checkpoint,
+    inspect_dest,
+    write_fork_plan,
+)
 from checkpoint.fork.markers import ForkResult
 from checkpoint.fork.plan import (
     STEP_STATE,
@@ -10,23 +17,26 @@ from checkpoint.fork.plan import (
     ForkSource,
     plan_fork,
     read_source,
+    rewrite_schema_paths,
     source_logs,
 )
 
 __all__ = [
+    "rewrite_schema_paths",
     "ForkIncomplete",
     "ForkItem",
+    "ForkOptions",
     "ForkPlan",
     "ForkRefused",
     "ForkResult",
     "ForkSource",
+    "PlanOptions",
     "STEP_STATE",
-    "apply_fork",
     "check_dest",
-    "fork",
     "fork_checkpoint",
     "inspect_dest",
     "plan_fork",
     "read_source",
     "source_logs",
+    "write_fork_plan",
 ]

@@ -61,7 +61,7 @@ from checkpoint.format import (
 )
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
-from checkpoint.safety import Request, refuse_overlap
+from checkpoint.safety import TwoSided, refuse_overlap
 from checkpoint.storage import FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
@@ -322,34 +322,43 @@ def _corrupt(dest: Storage, item: ForkItem) -> None:
 # The whole operation, for the CLI and Dagster
 
 
-def fork_checkpoint(
-    request: Request,
-    batch: int | None = None,
-    *,
-    new_query_id: bool = False,
-    workers: int = POLICY.fork_workers,
-    what: str = "fork",
-) -> ForkResult:
-    """The fork's door: `request`'s overlap refused and both leases taken (`safety.door`), then
-    `fork` under them."""
-    with request.held(what) as check:
-        return fork(request.src, request.dest, batch, new_query_id=new_query_id, workers=workers, check=check)
+@dataclass(frozen=True)
+class ForkOptions:
+    batch: int | None = None  # the batch forked at; default: the latest committed
+    new_query_id: bool = False  # DEST gets a query id of its own (sinks that remember batches)
+    workers: int = POLICY.fork_workers
+    # Files both sides hold on one local file system are hard-linked, not copied (a backup beside
+    # the checkpoint: Spark never rewrites a state or log file in place); the rest is copied.
+    link: bool = False
+    what: str = "fork"  # what the leases say they are held for
 
 
-def fork(
-    src: Storage,
-    dest: Storage,
-    batch: int | None = None,
-    *,
-    new_query_id: bool = False,
-    workers: int = POLICY.fork_workers,
-    check: Callable[[], None] = lambda: None,
-    link: bool = False,
-) -> ForkResult:
-    """Forks SRC at `batch` (default: the latest committed) into DEST; see the module docstring.
-    The caller holds SRC's and DEST's maintenance leases and passes their `check`. With `link`,
-    files both sides hold on one local file system are hard-linked, not copied (a backup beside
-    the checkpoint: Spark never rewrites a state or log file in place); the rest is copied."""
+def fork_checkpoint(request: TwoSided, options: ForkOptions = ForkOptions()) -> ForkResult:
+    """The fork's door: `request`'s overlap refused and both leases taken (`safety.door`), then the
+    fork under them."""
+    with request.held(options.what) as check:
+        return fork_under(request.src, request.dest, options, check)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    plan: ForkPlan  # another action's plan (a migration's: its logs rewritten, its state written)
+    before_complete: Callable[[], None] = lambda: None  # its proof, before the completion marker
+
+
+def write_fork_plan(request: TwoSided, options: PlanOptions) -> ForkResult:
+    """Another action's fork plan written to `request.dest` through the fork's door."""
+    with request.held("fork plan") as check:
+        dest = request.dest
+        return apply_fork(options.plan, request.src, dest, inspect_dest(dest), check=check,
+                          before_complete=options.before_complete)  # fmt: skip
+
+
+def fork_under(src: Storage, dest: Storage, options: ForkOptions, check: Callable[[], None]) -> ForkResult:
+    """Forks SRC into DEST as `options` say; see the module docstring. The caller holds SRC's and
+    DEST's maintenance leases and passes their `check` (the door does; tests of the copy alone
+    pass a no-op)."""
+    batch, new_query_id = options.batch, options.new_query_id
     since = (time.monotonic(), src.calls.total() + dest.calls.total())
     refuse_overlap(src, dest)
     state = inspect_dest(dest)
@@ -365,4 +374,4 @@ def fork(
     if new_query_id:
         query_id = state.started.query_id if state.started is not None else str(uuid.uuid4())
     plan = plan_fork(source, dest, query_id)
-    return apply_fork(plan, src, dest, state, workers, check, since, link=link)
+    return apply_fork(plan, src, dest, state, options.workers, check, since, link=options.link)

@@ -125,10 +125,10 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
 
     # Operator metadata v2 (to rewrite) and every chain file's sidecar (to check the copy against):
     # one GET each, a 404 for a file Spark wrote no sidecar for; side by side, as head-first reads.
-    # Format V1 has no sidecars to ask for.
+    # A format whose files Spark writes no sidecar for (V1) has none to ask for.
     v2 = [f.rel for f in view.files if f.kind == FileKind.OPERATOR_METADATA and f.what.batch is not None]
-    chain = [f for e in lineage for f in _state_files(e) if view.states.sidecars]
-    wanted = ["metadata", *v2, *(f"{f.rel}.crc" for f in chain)]
+    sidecars = [crc for e in lineage for f in _state_files(e) if (crc := view.states.sidecar_of(f.rel))]
+    wanted = ["metadata", *v2, *sidecars]
     with ThreadPoolExecutor(POLICY.store_workers) as pool:
         got = zip(wanted, pool.map(storage.read_if_exists, wanted), strict=True)
         small = {rel: data for rel, data in got if data is not None}

@@ -16,11 +16,13 @@ from checkpoint.format.changelog import (
     check_changelog,
     check_state_file,
     measure_state_file,
+    read_changelog,
     read_changelog_runs,
     read_header,
     stream_changelog_runs,
     stream_untyped_runs,
 )
+from checkpoint.format.codec import Lz4BlockReader
 from checkpoint.format.crc import (
     Checksumming,
     check_hadoop_crc,
@@ -71,6 +73,7 @@ from checkpoint.format.spark import (
     CHANGELOG_CONF,
     CODEC_CONF,
     FORMAT_VERSION_CONF,
+    HDFS_PROVIDER,
     JOIN_STATE_FORMAT_CONF,
     MERGE_OPERATOR_CONF,
     PROVIDER_CONF,
@@ -78,9 +81,13 @@ from checkpoint.format.spark import (
     SHUFFLE_PARTITIONS,
 )
 from checkpoint.format.states import ROCKSDB_V2, StateFormat, state_format_of
+from checkpoint.format.states import Action as StateAction
 from checkpoint.format.unsaferow import MAX_SCHEMA_BYTES, RowShape, read_schema_file, row_shape, split_row
 
 __all__ = [
+    "HDFS_PROVIDER",
+    "read_changelog",
+    "Lz4BlockReader",
     "AUDIT_FOLDER",
     "CHANGELOG_CONF",
     "CODEC_CONF",
@@ -115,6 +122,7 @@ __all__ = [
     "Snapshot",
     "SnapshotMetadata",
     "StateFiles",
+    "StateAction",
     "StateFormat",
     "StoreInfo",
     "UnreadableZipError",

@@ -100,6 +100,11 @@ class Classified(NamedTuple):
     unique_id: str | None = None
 
     @property
+    def carries_id(self) -> bool:
+        """Named with an id: format V2's names, whose changelogs lead with a lineage header."""
+        return self.unique_id is not None
+
+    @property
     def main(self) -> str | None:
         """The file a checksum sidecar belongs to. Derived, not stored: half of a state folder's
         files are sidecars, and cleanup holds a partition's classified listing in memory."""

@@ -2,14 +2,14 @@
 flow and its door (`flow`), and one store's recovery written as a V2 snapshot (`state`)."""
 
 from checkpoint.migrate.flow import (
+    MigrationOptions,
     MigrationResult,
     Placement,
     StoreRead,
-    migrate,
     migrate_checkpoint,
     store_failed,
 )
 from checkpoint.migrate.state import StoreJob, StoreWritten
 
-__all__ = ["MigrationResult", "Placement", "StoreJob", "StoreRead", "StoreWritten", "migrate",
+__all__ = ["MigrationOptions", "MigrationResult", "Placement", "StoreJob", "StoreRead", "StoreWritten",
            "migrate_checkpoint", "store_failed"]  # fmt: skip

@@ -44,11 +44,12 @@ from checkpoint.fork import (
     ForkItem,
     ForkPlan,
     ForkSource,
-    apply_fork,
+    PlanOptions,
     check_dest,
     inspect_dest,
     plan_fork,
     read_source,
+    write_fork_plan,
 )
 from checkpoint.format import (
     FORK_STARTED,
@@ -57,6 +58,7 @@ from checkpoint.format import (
     PROVIDER_CONF,
     ROCKSDB_PROVIDER,
     FileKind,
+    StateAction,
     StoreInfo,
     classify,
     parse_sidecar,
@@ -68,7 +70,7 @@ from checkpoint.model import Checkpoint, StoreId, store_folder
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.rocksdb import ZipTarget
-from checkpoint.safety import Request, folder_name, refuse_overlap
+from checkpoint.safety import TwoSided, folder_name, held_by, refuse_overlap
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -177,10 +179,7 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tupl
     has refused error findings already); the key layout of each prefix-scanned store to re-lay."""
     ckpt = source.ckpt
     where = ckpt.url
-    if ckpt.states.migration_refused:
-        raise MigrationRefused(ckpt.states.migration_refused, where)
-    if not ckpt.states.spark:
-        raise MigrationRefused(f"the state store provider {ckpt.provider_class} is not Spark's", where)
+    ckpt.states.refuse(StateAction.MIGRATE, where)
     if ckpt.is_live(now, quiet_seconds):
         raise MigrationRefused(f"the query looks alive (a commit or offset within the quiet period "
                                f"of {quiet_seconds:.0f} s, or an unfinished batch): stop it first",
@@ -198,11 +197,14 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tupl
                                    "checkpoint was last run before Spark 4.0; run the query once on Spark "
                                    "4.x, stop it, and migrate then", where)  # fmt: skip
         name = meta.metadata.name
-        if meta.metadata.keeps_column_families and not ckpt.states.in_rocksdb:
+        # RocksDB keeps column families; prefix-scanned keys are re-laid from the HDFS-backed store's
+        # whole key rows, RocksDB's prefix encoder putting the prefix columns first.
+        from_hdfs = ckpt.states.by_engine(hdfs=True, rocksdb=False)
+        if meta.metadata.keeps_column_families and from_hdfs:
             raise MigrationRefused(f"operator {op} ({name}) keeps column families, which a migration does "
                                    "not carry", where)  # fmt: skip
         for store in meta.metadata.stores:
-            if store.num_cols_prefix_key and ckpt.states.migration_relays_prefix_keys:
+            if store.num_cols_prefix_key and from_hdfs:
                 prefixed[op, store.name] = _prefix_key(ckpt, op, store.name, store.num_cols_prefix_key)
     return prefixed
 
@@ -276,25 +278,32 @@ def plan_logs(source: ForkSource, dest: Storage, ids: dict[StoreId, str]) -> For
     return dataclasses.replace(fork, items=tuple(items))
 
 
-def migrate_checkpoint(
-    digests: Callable[[Storage, Storage], StateDigests],
-    request: Request,
-    audit: AuditTrail,
-    batch: int | None = None,
-    *,
-    what: str = "migrate",
-    quiet_seconds: float = POLICY.quiet_seconds,
-    writer: Callable[[], StoreWriter] = lambda: write_here,
-) -> MigrationResult:
+def _no_reader(src: Storage, dest: Storage) -> StateDigests:
+    raise MigrationFailed("no reader of the state was given to prove the migration with", dest.url)
+
+
+@dataclass(frozen=True)
+class MigrationOptions:
+    audit: AuditTrail  # where its record goes
+    # Spark's reader of both sides (`jobs.migrate` gives it), made once DEST holds what it reads.
+    digests: Callable[[Storage, Storage], StateDigests] = _no_reader
+    # What writes each store's state, made once the preflight passed (`jobs.migrate`: Spark tasks).
+    writer: Callable[[], StoreWriter] = lambda: write_here
+    batch: int | None = None  # a committed batch; default: the latest committed
+    quiet_seconds: float = POLICY.quiet_seconds
+    what: str = "migrate"  # what the leases say they are held for
+
+
+def migrate_checkpoint(request: TwoSided, options: MigrationOptions) -> MigrationResult:
     """The migration's door: `request`'s overlap refused and both leases taken (`safety.door`),
-    then `migrate` under them; `digests(src, dest)` makes Spark's reader of both sides."""
-    src, dest = request.src, request.dest
-    with request.held(what) as check:
-        return migrate(lambda: digests(src, dest), src, dest, audit, batch, quiet_seconds=quiet_seconds,
-                       check=check, writer=writer)  # fmt: skip
+    then the migration under them."""
+    src, dest, o = request.src, request.dest, options
+    with request.held(o.what) as check:
+        return _migrate(lambda: o.digests(src, dest), src, dest, o.audit, o.batch,
+                        quiet_seconds=o.quiet_seconds, check=check, writer=o.writer)  # fmt: skip
 
 
-def migrate(
+def _migrate(
     digests: Callable[[], StateDigests],
     src: Storage,
     dest: Storage,
@@ -346,7 +355,7 @@ def migrate(
     proof_seconds: list[float] = []
     plan = _with_written_state(plan, dest)
     try:
-        apply_fork(plan, src, dest, inspect_dest(dest), check=check, before_complete=prove)
+        write_fork_plan(TwoSided(src, dest, held_by(check)), PlanOptions(plan, before_complete=prove))
     except ForkIncomplete as exc:
         cause = exc.__cause__ if isinstance(exc.__cause__, MigrationFailed) else exc
         raise MigrationFailed(f"the migration stopped ({cause}); the destination is marked incomplete: run "

@@ -129,7 +129,8 @@ def write_store(
     sid = entry.store
     if not entry.loadable:
         raise RebuildError(f"{sid}: the replay chain of version {entry.version} is incomplete", ckpt.url)
-    hdfs = not ckpt.states.in_rocksdb
+    # The HDFS-backed store's rows carry no RocksDB encoding byte, and its base is a snapshot file.
+    hdfs = ckpt.states.by_engine(hdfs=True, rocksdb=False)
     base, chain = entry.base, list(entry.chain)
     if entry.committed_file is not None and entry.committed_file.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
         base, chain = entry.committed_file, []  # the version's own snapshot: nothing to replay

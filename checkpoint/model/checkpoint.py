@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import io
-import operator
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import repeat
-from typing import Any, NamedTuple, cast
+from typing import Any
 
 from checkpoint.errors import (
     CheckpointError,
@@ -32,120 +29,24 @@ from checkpoint.errors import (
     UntrustedFileError,
 )
 from checkpoint.format import (
-    CODEC_CONF,
     PROVIDER_CONF,
-    ChangelogHeader,
-    ChangeRecord,
-    Classified,
     CommitEntry,
     FileKind,
     OffsetEntry,
     Provider,
-    RecordRun,
-    Snapshot,
     StateFormat,
-    change_records,
-    check_changelog,
-    check_state_file,
-    classify,
-    crc32c_signed,
     is_number,
     parse_commit,
     parse_offset,
     parse_query_metadata,
-    parse_sidecar,
-    read_changelog_runs,
-    read_header,
-    read_snapshot,
-    sidecar_agrees,
-    sidecar_matches,
-    signed,
     state_format_of,
 )
+from checkpoint.model.files import CheckpointFile, Store, StoreId, group_stores
 from checkpoint.model.operators import FileProblem, Operator, metadata_parser, operators_of
+from checkpoint.model.reading import StateFileReads
 from checkpoint.model.scopes import Listing, Scope, StateFolders, state_folders_of
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
-
-# A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
-_HEADER_READ = 128 * 1024
-_HEADER_PREFETCH = 32 * 1024  # the first lz4 block, where a lineage header starts (and most end)
-_WHOLE_ZIP_READ = 4 * 1024 * 1024
-
-
-class CheckpointFile(NamedTuple):
-    """A listed file and what its path is. A named tuple: cleanup makes one per file of every
-    partition, in C (`of_listing`), where a frozen dataclass sets each field through a call."""
-
-    info: FileInfo
-    what: Classified
-
-    @property
-    def rel(self) -> str:
-        return self.info.rel
-
-    @property
-    def kind(self) -> FileKind:
-        return self.what.kind
-
-    @staticmethod
-    def of_listing(infos: Sequence[FileInfo]) -> tuple[CheckpointFile, ...]:
-        """Each listed file with what its path is, in the listing's order. `tuple.__new__` over
-        zipped pairs: no Python frame per file but classify's own."""
-        pairs = zip(infos, map(classify, map(_info_rel, infos), repeat({})), strict=True)
-        return cast("tuple[CheckpointFile, ...]", tuple(map(tuple.__new__, repeat(CheckpointFile), pairs)))
-
-
-_info_rel = operator.attrgetter("rel")
-
-
-@dataclass(frozen=True)
-class StoreId:
-    operator: int
-    partition: int
-    store: str
-
-    def __str__(self) -> str:
-        return f"op {self.operator} / part {self.partition} / {self.store}"
-
-    @property
-    def label(self) -> str:
-        """`<operator>/<partition>/<store>`: how reports and plans name a store."""
-        return f"{self.operator}/{self.partition}/{self.store}"
-
-
-_VERSIONED_KINDS = frozenset(
-    {FileKind.CHANGELOG, FileKind.ZIP, FileKind.DELTA, FileKind.SNAPSHOT, FileKind.SPARK_CRC}
-)
-
-
-@dataclass(frozen=True)
-class Store:
-    """The state files of one store: changelogs and zips by (version, uuid), SSTs, sidecars."""
-
-    id: StoreId
-    files: tuple[CheckpointFile, ...]
-
-    @cached_property
-    def by_version(self) -> dict[int, dict[str | None, tuple[CheckpointFile, ...]]]:
-        grouped: dict[int, dict[str | None, list[CheckpointFile]]] = defaultdict(lambda: defaultdict(list))
-        for f in self.files:
-            if f.kind in _VERSIONED_KINDS:
-                grouped[f.what.version_id][f.what.unique_id].append(f)
-        return {
-            v: {u: tuple(fs) for u, fs in sorted(by_uid.items(), key=lambda x: x[0] or "")}
-            for v, by_uid in sorted(grouped.items())
-        }
-
-    def file(self, kind: FileKind, version: int, unique_id: str | None) -> CheckpointFile | None:
-        for f in self.by_version.get(version, {}).get(unique_id, ()):
-            if f.kind == kind:
-                return f
-        return None
-
-    @property
-    def ssts(self) -> tuple[CheckpointFile, ...]:
-        return tuple(f for f in self.files if f.kind == FileKind.SST)
 
 
 @dataclass(frozen=True)
@@ -164,7 +65,7 @@ class Batch:
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(StateFileReads):
     url: str
     query_id: str | None
     format_version: int
@@ -251,9 +152,16 @@ class Checkpoint:
             (f.info.mtime for f in self.files if f.kind in kinds and f.info.mtime is not None), default=None
         )
 
+    @property
+    def unfinished(self) -> bool:
+        """A batch planned above the newest committed one (batch 0 with no commit among them): a
+        running query's, or one that died mid-batch."""
+        planned, committed = self.latest_planned_batch, self.latest_committed_batch
+        return planned is not None and (committed is None or planned > committed)
+
     def is_live(self, now: float, quiet_seconds: float = POLICY.quiet_seconds) -> bool:
         """An unfinished batch, or a commit or offset written within the quiet period (or undated)."""
-        if (self.latest_planned_batch or -1) > (self.latest_committed_batch or -1):
+        if self.unfinished:
             return True
         times = [f.info.mtime for f in self.files if f.kind in (FileKind.COMMIT, FileKind.OFFSET)]
         return any(t is None or now - t < quiet_seconds for t in times)
@@ -288,7 +196,7 @@ class Checkpoint:
         provider = self._pins[at - 1][1] if at else self.provider_class
         entry = self.batches.get(batch)
         said = _format_said(entry.commit) if entry is not None and entry.commit is not None else None
-        return state_format_of(provider, said or self.format_version)
+        return state_format_of(provider, self.format_version if said is None else said)
 
     @property
     def provider(self) -> Provider:
@@ -300,130 +208,6 @@ class Checkpoint:
         """`<provider> V<format>` (`hdfs V1`, `rocksdb V2`): how its state is kept; `stateless`
         for a query with no stateful operator."""
         return self.states.name if self.operators else "stateless"
-
-    @cached_property
-    def changelog_codec(self) -> str:
-        """The codec of the newest offset conf; Spark's default is lz4. Kept once found: the model
-        is immutable, and a plan reads a changelog header per retained batch and partition."""
-        for batch in sorted(self.batches.values(), key=lambda b: -b.id):
-            if batch.offset is not None and CODEC_CONF in batch.offset.conf:
-                return batch.offset.conf[CODEC_CONF]
-        return "lz4"
-
-    # Reading state files. A V2 name (with an id) must hold a v3/v4 changelog.
-
-    def _prefetched(self, rel: str):
-        got = self.prefetched.get(rel)
-        if isinstance(got, CheckpointError):
-            raise got
-        return got
-
-    def read_changelog_header(self, f: CheckpointFile) -> ChangelogHeader:
-        """Version and lineage from the first block(s) only: one ranged read, even on object stores."""
-        if (known := self._prefetched(f.rel)) is not None:
-            return known
-        with self.storage.open(f.rel, block_size=_HEADER_READ, size=f.info.size) as fh:
-            return self._header(f, fh.read)
-
-    def read_changelog_headers(
-        self, files: Sequence[CheckpointFile]
-    ) -> Iterator[tuple[CheckpointFile, ChangelogHeader]]:
-        """Each changelog's header as `read_changelog_header` gives it, in the order given; raises
-        at the first that cannot be read. The first block of each is read with the others'
-        (`Storage.read_heads`: at once on object stores, after a read-ahead hint locally), and a
-        header that runs past it is read on from there."""
-        heads = self.storage.read_heads(
-            (f.info for f in files if f.rel not in self.prefetched), _HEADER_PREFETCH
-        )
-        for f in files:
-            known = self._prefetched(f.rel)
-            if known is None:
-                with self.storage.read_on(next(heads), f.info, _HEADER_READ) as rest:
-                    known = self._header(f, rest.read)
-            yield f, known
-
-    def _header(self, f: CheckpointFile, read: Callable[[int], bytes]) -> ChangelogHeader:
-        return read_header(
-            read, self.changelog_codec, self.storage.full(f.rel), named_v2=f.what.unique_id is not None
-        )
-
-    def read_changelog(
-        self, f: CheckpointFile, data: bytes | None = None
-    ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
-        """Every record; `data` saves the read when the caller already holds the file's bytes."""
-        header, runs = self.read_changelog_runs(f, self.storage.read_bytes(f.rel) if data is None else data)
-        return header, change_records(runs)
-
-    def read_changelog_stream(
-        self, f: CheckpointFile, read: Callable[[int], bytes]
-    ) -> tuple[ChangelogHeader, list[RecordRun]]:
-        """The records in runs, decoded from `read` as it is pulled (block checksums checked)."""
-        named_v2 = f.what.unique_id is not None
-        return read_changelog_runs(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
-
-    def check_changelog(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
-        """How many records the changelog holds, decoded from `read` and checked as a full read
-        checks them, holding a chunk at a time (validation's deep read)."""
-        named_v2 = f.what.unique_id is not None
-        return check_changelog(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
-
-    def check_state_file(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
-        """How many records an HDFS-backed delta or snapshot holds, checked as Spark reads it,
-        a chunk at a time (validation's deep read)."""
-        return check_state_file(
-            read, self.changelog_codec, self.storage.full(f.rel), snapshot=f.kind == FileKind.SNAPSHOT
-        )
-
-    def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
-        """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""
-        return self.read_changelog_stream(f, io.BytesIO(data).read)
-
-    def read_snapshot(self, f: CheckpointFile) -> Snapshot:
-        if (known := self._prefetched(f.rel)) is not None:
-            return known
-        if f.info.size <= _WHOLE_ZIP_READ:
-            # A snapshot zip holds only RocksDB's small files (SSTs live beside it): one GET reads
-            # it whole, where zipfile's seeks would cost three or four ranged GETs.
-            return read_snapshot(io.BytesIO(self.storage.read_bytes(f.rel)), self.storage.full(f.rel))
-        with self.storage.open(f.rel, size=f.info.size) as fh:
-            return read_snapshot(fh, self.storage.full(f.rel))
-
-    def read_verified(self, rel: str) -> bytes:
-        """A state file's bytes, checked against its Spark `.crc` sidecar (CRC32C and size) when it
-        has one, whether or not the sidecar was listed: two GETs. Spark skips the check when the
-        sidecar is absent, and so does this; a mismatch raises CorruptFileError, never returns."""
-        data = self.storage.read_bytes(rel)
-        self._check_sidecar(rel, len(data), crc32c_signed(data))
-        return data
-
-    def download_verified(
-        self, rel: str, dest: str, size: int | None = None, chunk: int = POLICY.copy_chunk_bytes
-    ) -> int:
-        """`read_verified` for a file of any size: streamed to `dest` in chunks, its CRC32C computed on
-        the way. Returns the bytes written; a mismatch raises CorruptFileError."""
-        written, crc = self.storage.download(rel, dest, size, chunk)
-        self._check_sidecar(rel, written, signed(crc))
-        return written
-
-    def _check_sidecar(self, rel: str, size: int, crc: int) -> None:
-        raw = self.storage.read_if_exists(f"{rel}.crc")
-        if raw is None:
-            return
-        if not sidecar_agrees(parse_sidecar(raw, self.storage.full(f"{rel}.crc")), size, crc):
-            raise CorruptFileError(
-                f"the bytes ({size}) do not match the .crc sidecar (CRC32C and size): Spark refuses "
-                "this file, and nothing may be built on it",
-                self.storage.full(rel),
-            )
-
-    def sidecar_matches(self, crc: CheckpointFile, main_data: bytes | None = None) -> bool:
-        """Whether a Spark `.crc` sidecar matches the bytes of its main file (read unless given)."""
-        sidecar = parse_sidecar(self.storage.read_bytes(crc.rel), self.storage.full(crc.rel))
-        if main_data is None:
-            if crc.what.main is None:
-                raise ValueError(f"{crc.rel} is not a .crc sidecar")
-            main_data = self.storage.read_bytes(crc.what.main)
-        return sidecar_matches(sidecar, main_data)
 
 
 def load_checkpoint(
@@ -568,17 +352,6 @@ def untrusted_files(storage: Storage, files: Sequence[FileInfo]) -> dict[str, Un
             f"resolves to {real}, outside the checkpoint: not read", storage.full(rel)
         )
     return out
-
-
-def group_stores(files: Iterable[CheckpointFile]) -> dict[StoreId, Store]:
-    store_files: dict[StoreId, list[CheckpointFile]] = defaultdict(list)
-    for f in files:
-        if f.what.operator is not None and f.what.partition is not None and f.what.store is not None:
-            store_files[StoreId(f.what.operator, f.what.partition, f.what.store)].append(f)
-    return {
-        sid: Store(sid, tuple(fs))
-        for sid, fs in sorted(store_files.items(), key=lambda x: (x[0].operator, x[0].partition, x[0].store))
-    }
 
 
 def _format_version(commits: dict[int, CommitEntry], files: tuple[CheckpointFile, ...]) -> int:

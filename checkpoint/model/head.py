@@ -114,8 +114,13 @@ def load_head(
             if "vanished" not in str(exc) or attempt == _LOG_ATTEMPTS - 1:
                 raise
             log.info("%s: %s; reading the logs again", storage.url, exc)
-    if not base.states.named_by_commits:
-        base = dataclasses.replace(base, state_folders=_with_store_folders(storage, base.state_folders))
+    # A listed format's recovery lists each store's folder: the folders are listed first.
+    base = base.states.by_recovery(
+        listed=lambda: dataclasses.replace(
+            base, state_folders=_with_store_folders(storage, base.state_folders)
+        ),
+        named=lambda: base,
+    )()
     committed = sorted(b.id for b in base.batches.values() if b.committed)
     wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
     # A store whose partition folder is not there has no file to look up: it reads as missing.
@@ -210,10 +215,7 @@ class _Resolver:
         # Per store, sequential: a store's lookups depend on each other (header, then zips, then
         # chain); the pool runs stores side by side. Two batches of one store share lookups.
         look = _Lookups(self.ckpt.storage, store_folder(sid))
-        if self.ckpt.states.named_by_commits:
-            self._named(look, sid)
-        else:
-            self._listed(look, sid)
+        self.ckpt.states.by_recovery(listed=self._listed, named=self._named)(look, sid)
         for snap in look.prefetched.values():
             if isinstance(snap, Snapshot):
                 for ref in snap.metadata.sst_files:
@@ -230,7 +232,7 @@ class _Resolver:
         """Format V2: every file named from the commit log's ids and the lineage headers."""
         for batch in self.batches:
             uid = self.ckpt.committed_unique_id(batch, sid)
-            if uid is None:
+            if not self.ckpt.states.names_by(uid):  # the commit names no id for this store
                 continue
             version = batch + 1
             own_zip = look.zip(f"{look.folder}/{version}_{uid}.zip")

@@ -16,7 +16,8 @@ from typing import Any
 
 from checkpoint.errors import CheckpointError
 from checkpoint.format import LINEAGE_HEADER_CAP, ChangelogHeader, FileKind, LineageEntry, StateFiles
-from checkpoint.model.checkpoint import Checkpoint, CheckpointFile, Operator, Store, StoreId
+from checkpoint.model.checkpoint import Checkpoint, Operator
+from checkpoint.model.files import CheckpointFile, Store, StoreId
 from checkpoint.policy import POLICY
 
 
@@ -128,7 +129,7 @@ def maintained_batches(ckpt: Checkpoint) -> list[int]:
     committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
     # By the format version alone: a batch counted as history is one whose state no rule keeps, so
     # a provider that differs with no other sign of a migration must not make one.
-    history = [b for b in committed if ckpt.states_at(b).version != ckpt.states.version]
+    history = [b for b in committed if not ckpt.states.reads_state_of(ckpt.states_at(b))]
     return [b for b in committed if b > history[-1]] if history else committed
 
 
@@ -168,10 +169,17 @@ def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
             f"the state files of batch {batch} were not read (loaded for {sorted(ckpt.resolved_batches)})",
             ckpt.url,
         )
-    version = batch + 1
     store = ckpt.stores.get(sid) or Store(sid, ())
-    if not ckpt.states.named_by_commits:
-        return listed_lineage(store, batch, ckpt.states.files)
+    return ckpt.states.by_recovery(listed=_listed, named=_named)(ckpt, store, batch)
+
+
+def _listed(ckpt: Checkpoint, store: Store, batch: int) -> StoreLineage:
+    return listed_lineage(store, batch, ckpt.states.files)
+
+
+def _named(ckpt: Checkpoint, store: Store, batch: int) -> StoreLineage:
+    """Format V2: the committed id's files, and the lineage its changelog's header names."""
+    sid, version = store.id, batch + 1
     uid = ckpt.committed_unique_id(batch, sid)
     zip_file = store.file(FileKind.ZIP, version, uid)
     changelog = store.file(FileKind.CHANGELOG, version, uid)

@@ -2,8 +2,8 @@
 the code and the Spark to be deployed, and compares the state it ends with to the original's."""
 
 from checkpoint.errors import RehearsalRefused
-from checkpoint.rehearsal.flow import SparkRun, job_for, rehearse
-from checkpoint.rehearsal.scratch import Scratch, scratch_fork
+from checkpoint.rehearsal.flow import RehearsalOptions, SparkRun, job_for, rehearse
+from checkpoint.rehearsal.scratch import Scratch
 from checkpoint.rehearsal.verdict import (
     CONDITIONS,
     Outcome,
@@ -13,5 +13,5 @@ from checkpoint.rehearsal.verdict import (
     StoreComparison,
 )
 
-__all__ = ["CONDITIONS", "Outcome", "PinnedConf", "Rehearsal", "RehearsalRefused", "Scratch", "SparkError",
-           "SparkRun", "StoreComparison", "job_for", "rehearse", "scratch_fork"]  # fmt: skip
+__all__ = ["CONDITIONS", "Outcome", "PinnedConf", "Rehearsal", "RehearsalOptions", "RehearsalRefused",
+           "Scratch", "SparkError", "SparkRun", "StoreComparison", "job_for", "rehearse"]  # fmt: skip

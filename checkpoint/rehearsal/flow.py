@@ -9,6 +9,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from checkpoint.rehearsal.verdict import (
     outcome_of,
     pinned_differences,
 )
-from checkpoint.safety import Request, TakeLease
+from checkpoint.safety import InPlace, TwoSided
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -53,20 +54,33 @@ def job_for(scratch: Scratch, original: Storage, dest: Storage, query: str, conf
     }
 
 
-def rehearse(
-    src: Storage,
-    take: TakeLease,
-    run: SparkRun,
-    *,
-    query: str,
-    batch: int | None = None,
-    conf: dict[str, str] | None = None,
-    keep: bool = False,
-    scratch_dir: str | None = None,
-    workers: int = POLICY.fork_workers,
-) -> Rehearsal:
-    """Rehearses a restart of `query` on `src` at `batch` (default: the latest committed) in a
-    local scratch folder, removed afterwards unless `keep`."""
+@dataclass(frozen=True)
+class RehearsalOptions:
+    run: SparkRun  # how Spark runs the batch (`jobs.rehearse`: in this process, or another PySpark)
+    query: str  # `module:function`, the query's code as it is to be restarted
+    batch: int | None = None  # the batch replayed; default: the latest committed
+    conf: dict[str, str] = field(default_factory=dict)  # confs the restart runs with
+    keep: bool = False  # the scratch folder kept afterwards
+    scratch_dir: str | None = None  # where the scratch folder is made; default: the system's temp
+    workers: int = POLICY.fork_workers
+
+
+def rehearse(request: InPlace, options: RehearsalOptions) -> Rehearsal:
+    """Rehearses a restart of the query on the checkpoint behind `request` (read under its lease,
+    never changed) at the options' batch, in a local scratch folder removed afterwards unless
+    `keep`."""
+    o = options
+    src, take, run, query, batch, conf, keep, scratch_dir, workers = (
+        request.storage,
+        request.take,
+        o.run,
+        o.query,
+        o.batch,
+        o.conf,
+        o.keep,
+        o.scratch_dir,
+        o.workers,
+    )
     seconds: dict[str, float] = {}
     t = time.monotonic()
     if scratch_dir is not None:  # the user's choice of where: made as `mkdir -p` would
@@ -74,11 +88,11 @@ def rehearse(
     folder = Path(tempfile.mkdtemp(prefix="ckpt-rehearsal-", dir=scratch_dir))
     dest = Storage(str(folder / "checkpoint"))
     try:
-        scratch = scratch_fork(Request(src, dest, take), batch, workers=workers)
+        scratch = scratch_fork(TwoSided(src, dest, take), batch, workers=workers)
         facts = _facts(dest)
         seconds["fork"] = time.monotonic() - t
         t = time.monotonic()
-        answer = run(job_for(scratch, src, dest, query, conf or {}))
+        answer = run(job_for(scratch, src, dest, query, conf))
         seconds["spark"] = time.monotonic() - t
         return _verdict(scratch, dest, answer, keep, seconds, facts)
     finally:

@@ -8,12 +8,12 @@ import logging
 from dataclasses import dataclass
 
 from checkpoint.errors import CheckpointError, RehearsalRefused
-from checkpoint.fork import ForkResult, fork, source_logs
+from checkpoint.fork import ForkOptions, ForkResult, fork_checkpoint, source_logs
 from checkpoint.format import file_source_paths
 from checkpoint.model import load_head
 from checkpoint.policy import POLICY
 from checkpoint.repartition import state_readers
-from checkpoint.safety import Request
+from checkpoint.safety import TwoSided, held_by
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class Scratch:
 
 
 def scratch_fork(
-    request: Request, batch: int | None = None, *, workers: int = POLICY.fork_workers
+    request: TwoSided, batch: int | None = None, *, workers: int = POLICY.fork_workers
 ) -> Scratch:
     """Forks `request.src` at N-1 into `request.dest` and adds N's offsets and source logs. Both
     leases are held while it copies, and only then: Spark then runs on the scratch alone."""
@@ -53,7 +53,8 @@ def scratch_fork(
         if entry is None:
             raise RehearsalRefused(f"batch {n} has a commit and no offset file: nothing says what to replay",
                                    src.url)  # fmt: skip
-        forked = fork(src, request.dest, n - 1, check=check, workers=workers)
+        inner = TwoSided(src, request.dest, held_by(check))
+        forked = fork_checkpoint(inner, ForkOptions(batch=n - 1, workers=workers, what="rehearsal"))
         planned = [f"offsets/{n}", *(f.rel for f in source_logs(src, n, first=n))]
         inputs: list[str] = []
         for rel in planned:
@@ -69,7 +70,7 @@ def scratch_fork(
         batch=n,
         pinned=dict(entry.conf),
         stores=tuple((r.operator, r.store) for r in state_readers(head)),
-        raw_rows=head.states.in_rocksdb,
+        raw_rows=head.states.by_engine(hdfs=False, rocksdb=True),
         format_version=head.format_version,
         fork=forked,
         planned_files=len(planned),

@@ -3,7 +3,13 @@
 (`flow`), which reaches Spark through its `StateEngine` port (`jobs.repartition` is Spark's side)."""
 
 from checkpoint.errors import RepartitionFailed, RepartitionRefused
-from checkpoint.repartition.flow import StateEngine, repartition, undo_repartition
+from checkpoint.repartition.flow import (
+    RepartitionOptions,
+    StateEngine,
+    UndoOptions,
+    repartition_checkpoint,
+    undo_repartition,
+)
 from checkpoint.repartition.guards import (
     StateReader,
     head_profile,
@@ -16,17 +22,19 @@ from checkpoint.repartition.records import RepartitionResult, StoreDigest, Store
 
 __all__ = [
     "RepartitionFailed",
+    "RepartitionOptions",
     "RepartitionRefused",
     "RepartitionResult",
     "StateEngine",
     "StateReader",
     "StoreDigest",
     "StoreProof",
+    "UndoOptions",
     "Undone",
     "head_profile",
     "partition_count",
     "preflight",
-    "repartition",
+    "repartition_checkpoint",
     "skew",
     "state_readers",
     "undo_repartition",

@@ -8,12 +8,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from checkpoint.analysis import Severity, validate
 from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError, LeaseLost, RepartitionFailed, RepartitionRefused
-from checkpoint.fork import fork
+from checkpoint.fork import ForkOptions, fork_checkpoint
 from checkpoint.model import load_head
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
@@ -37,7 +38,7 @@ from checkpoint.repartition.records import (
     StoreProof,
     Undone,
 )
-from checkpoint.safety import InPlace
+from checkpoint.safety import InPlace, TwoSided, held_by
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -69,27 +70,32 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
-def repartition(
-    engine: Callable[[], StateEngine],
-    request: InPlace,
-    audit: AuditTrail,
-    partitions: int,
-    *,
-    what: str = "repartition",
-    now: float | None = None,
-    quiet_seconds: float = POLICY.quiet_seconds,
-    after_rewrite: Callable[[], None] | None = None,
-) -> RepartitionResult:
-    """Repartitions the stopped query behind `request` to `partitions` under its lease, taken
-    before anything is read (its `check` raises once it is lost); `engine` is made once preflight
-    passed.
+def _no_engine() -> StateEngine:
+    raise RepartitionRefused("no state engine was given to repartition with")
+
+
+@dataclass(frozen=True)
+class RepartitionOptions:
+    audit: AuditTrail  # its records and the backup fork go there
+    partitions: int  # the partition count to repartition to
+    # Spark's repartitioner and reader (`jobs.repartition` gives it), made once preflight passed.
+    engine: Callable[[], StateEngine] = _no_engine
+    quiet_seconds: float = POLICY.quiet_seconds
+    what: str = "repartition"  # what the lease says it is held for
+    now: float | None = None  # a manual clock; None: the time
+    after_rewrite: Callable[[], None] | None = None  # between the rewrite and its proof (tests damage here)
+
+
+def repartition_checkpoint(request: InPlace, options: RepartitionOptions) -> RepartitionResult:
+    """Repartitions the stopped query behind `request` under its lease, taken before anything is
+    read (its `check` raises once it is lost).
 
     Refusals raise RepartitionRefused before anything is written; a failed rewrite or
-    verification is undone and raises RepartitionFailed. `after_rewrite` runs between Spark's
-    rewrite and the verification (tests damage a file there)."""
-    with request.held(what) as check:
+    verification is undone and raises RepartitionFailed."""
+    o = options
+    with request.held(o.what) as check:
         return _repartition(
-            engine, request.storage, audit, partitions, check, now, quiet_seconds, after_rewrite
+            o.engine, request.storage, o.audit, o.partitions, check, o.now, o.quiet_seconds, o.after_rewrite
         )
 
 
@@ -190,7 +196,8 @@ def _start(
     backup = audit.storage.child(records.rel(rid, "backup"))
     # Hard links where the audit trail shares the checkpoint's local file system: the backup then
     # costs no copy of the state, which Spark never rewrites in place.
-    forked = fork(storage, backup, pre.latest_batch, check=check, link=True)
+    options = ForkOptions(batch=pre.latest_batch, link=True, what="repartition backup")
+    forked = fork_checkpoint(TwoSided(storage, backup, held_by(check)), options)
     seconds["backup"] = time.monotonic() - t
     report(log, Progress("repartition steps", 2, _STEPS), "%s: backup fork at batch %d in %s "
            "(%d files, %d hard-linked)", storage.url, pre.latest_batch, backup.url, forked.files,
@@ -246,22 +253,24 @@ def _verify(
     return stores
 
 
-def undo_repartition(
-    request: InPlace,
-    audit: AuditTrail,
-    *,
-    what: str = "repartition --undo",
-    quiet_seconds: float = POLICY.quiet_seconds,
-    query_stopped: bool = False,
-    now: float | None = None,
-) -> Undone:
+@dataclass(frozen=True)
+class UndoOptions:
+    audit: AuditTrail  # where the repartition's records and backup are
+    quiet_seconds: float = POLICY.quiet_seconds
+    query_stopped: bool = False  # the caller knows the query is stopped: no wait for the quiet period
+    what: str = "repartition --undo"
+    now: float | None = None  # a manual clock; None: the time
+
+
+def undo_repartition(request: InPlace, options: UndoOptions) -> Undone:
     """`--undo`, under the lease of the checkpoint behind `request`: takes back the newest
     repartition while its batch is still the checkpoint's latest, and the query is not running. A
     query restarted after the repartition and idle since holds the next batch in its driver:
     undoing under it breaks that batch. So the undo waits for the repartition's own batch to be
     older than the quiet period, unless the caller knows the query is stopped (`query_stopped`)."""
-    with request.held(what) as check:
-        return _undo_repartition(request.storage, audit, check, quiet_seconds, query_stopped, now)
+    o = options
+    with request.held(o.what) as check:
+        return _undo_repartition(request.storage, o.audit, check, o.quiet_seconds, o.query_stopped, o.now)
 
 
 def _undo_repartition(

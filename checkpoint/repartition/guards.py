@@ -19,7 +19,7 @@ from typing import Any
 
 from checkpoint.analysis import Severity, unproven_writer, validate
 from checkpoint.errors import CheckpointError, RepartitionRefused
-from checkpoint.format import SHUFFLE_PARTITIONS, FileKind, OffsetEntry
+from checkpoint.format import SHUFFLE_PARTITIONS, FileKind, OffsetEntry, StateAction
 from checkpoint.model import Checkpoint, checkpoint_lineage, state_partition_folders
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
@@ -94,8 +94,8 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
     """
     if partitions < 1:
         raise RepartitionRefused("--partitions must be at least 1", ckpt.url)
-    if ckpt.states.repartition_refused and ckpt.operators:
-        raise RepartitionRefused(ckpt.states.repartition_refused, ckpt.url)
+    if ckpt.operators:
+        ckpt.states.refuse(StateAction.REPARTITION, ckpt.url)
     committed, planned = ckpt.latest_committed_batch, ckpt.latest_planned_batch
     if committed is None:
         raise RepartitionRefused("no committed batch: nothing to repartition yet", ckpt.url)
@@ -143,7 +143,7 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
         to_partitions=partitions,
         operators={op: str(m.name) for op, m in sorted(ckpt.operators.items())},
         resumes=resumes,
-        format_version=ckpt.format_version or 2,
+        format_version=ckpt.states.version,
     )
 
 

@@ -18,7 +18,7 @@ killed at any moment is finished by the same apply: the fork resumes, and once d
 what is gone is what an earlier run deleted.
 """
 
-from checkpoint.retire.apply import Retired, RetireOptions, apply_retirement
+from checkpoint.retire.apply import Retired, RetireOptions, apply_retirement, retirement_request
 from checkpoint.retire.manifest import Evidence, RetirementPlan, manifest_url, read_retirement
 from checkpoint.retire.plan import plan_retirement
 
@@ -28,6 +28,7 @@ __all__ = [
     "Retired",
     "RetirementPlan",
     "apply_retirement",
+    "retirement_request",
     "manifest_url",
     "plan_retirement",
     "read_retirement",

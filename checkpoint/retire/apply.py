@@ -15,12 +15,12 @@ from checkpoint.analysis import Severity, validate
 from checkpoint.cleanup import AuditTrail, delete_with_redrive
 from checkpoint.crash import crash_point
 from checkpoint.errors import NotACheckpointError, RetirementIncomplete, RetirementRefused
-from checkpoint.fork import fork
+from checkpoint.fork import ForkOptions, fork_checkpoint
 from checkpoint.format import FileKind, classify
 from checkpoint.model import load_head
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import RetirementPlan, manifest_rel, outcomes_rel, planned_files, when
-from checkpoint.safety import InPlace, Request, TakeLease
+from checkpoint.safety import InPlace, TakeLease, TwoSided, held_by
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,9 @@ _FAILED_KEPT = 20  # failures named per batch record; all are counted
 
 @dataclass(frozen=True)
 class RetireOptions:
+    plan: RetirementPlan  # as read back and proven (`manifest.read_retirement`)
+    trail: AuditTrail  # where the plan is, and its records go
+    now: float  # the time the grace period is counted to (a manual clock in tests)
     grace_seconds: float = POLICY.retire_grace_seconds
     allow_short_grace: bool = False
     batch_size: int = POLICY.delete_batch_size
@@ -54,24 +57,23 @@ class Retired:
         return dataclasses.asdict(self)
 
 
-def apply_retirement(
-    checkpoint: Storage,
-    archive: Storage | None,
-    trail: AuditTrail,
-    plan: RetirementPlan,
-    take: TakeLease,
-    options: RetireOptions = RetireOptions(),
-    *,
-    now: float,
-) -> Retired:
-    """Applies `plan` (`manifest.read_retirement`) to the checkpoint at `checkpoint`, archiving to
-    `archive` (the plan's, or None when it was planned without one), leases taken by `take`.
-    Raises RetirementRefused (nothing deleted) or RetirementIncomplete (the same call finishes)."""
+def retirement_request(checkpoint: Storage, archive: Storage | None, take: TakeLease) -> InPlace | TwoSided:
+    """The door a retirement goes through: to its archive (the plan's), or in place without one."""
+    return InPlace(checkpoint, take) if archive is None else TwoSided(checkpoint, archive, take)
+
+
+def apply_retirement(request: InPlace | TwoSided, options: RetireOptions) -> Retired:
+    """Applies `options.plan` to the checkpoint behind `request`, archiving to its DEST when it is
+    two-sided (the plan's archive; in place, the plan must name none). Raises RetirementRefused
+    (nothing deleted) or RetirementIncomplete (the same call finishes)."""
+    checkpoint, archive = (
+        (request.storage, None) if isinstance(request, InPlace) else (request.src, request.dest)
+    )
+    trail, plan, now = options.trail, options.plan, options.now
     started, before = time.monotonic(), _requests(checkpoint, archive, trail)
     _refuse_early(checkpoint, archive, trail, plan, options, now)
-    door = InPlace(checkpoint, take) if archive is None else Request(checkpoint, archive, take)
     rel = outcomes_rel(plan)
-    with door.held("retire --apply") as check:
+    with request.held("retire --apply") as check:
         records = trail.records(rel)
         steps = {r.get("step") for r in records}
         archived = next((r for r in records if r.get("step") == ARCHIVED), None)
@@ -190,7 +192,9 @@ def _refuse_written(checkpoint: Storage, plan: RetirementPlan, rel: str) -> NoRe
 def _archive(checkpoint: Storage, archive: Storage, plan: RetirementPlan, check: Callable[[], None]) -> dict:
     """The latest committed batch forked to the archive (resumed when a run was killed), then the
     archive read back and validated as a checkpoint: only then is anything deleted."""
-    result = fork(checkpoint, archive, check=check)
+    result = fork_checkpoint(
+        TwoSided(checkpoint, archive, held_by(check)), ForkOptions(what="retirement archive")
+    )
     if result.batch != plan.evidence.last_commit:
         raise RetirementRefused(f"the archive holds batch {result.batch}, the plan's last commit is "
                                 f"{plan.evidence.last_commit}: nothing deleted", archive.url)  # fmt: skip

@@ -42,7 +42,8 @@ class ZipTarget:
     @staticmethod
     def of(ckpt: Checkpoint, entry: StoreLineage, folder: str) -> ZipTarget:
         """The committed version of `entry`'s store in its own checkpoint (compaction)."""
-        return ZipTarget(ckpt.storage, folder, entry.version, entry.unique_id, ckpt.states.sidecars)
+        sidecar = ckpt.states.sidecar_of(ROCKSDB_FILES.name(FileKind.ZIP, entry.version, entry.unique_id))
+        return ZipTarget(ckpt.storage, folder, entry.version, entry.unique_id, sidecar is not None)
 
     @property
     def name(self) -> str:

@@ -4,9 +4,18 @@ and where a checkpoint's own records live (`naming`). It sits below the model: i
 and names, nothing of a checkpoint."""
 
 from checkpoint.errors import LeaseHeld, LeaseLost
-from checkpoint.safety.door import InPlace, Request, TakeLease, refuse_overlap, taken_at_once
+from checkpoint.safety.door import (
+    EachInPlace,
+    Held,
+    InPlace,
+    TakeLease,
+    TwoSided,
+    held_by,
+    refuse_overlap,
+    taken_at_once,
+)
 from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.safety.naming import folder_name
 
-__all__ = ["InPlace", "Lease", "LeaseHeld", "LeaseLost", "Request", "TakeLease", "folder_name", "lease_for",
-           "refuse_overlap", "taken_at_once"]  # fmt: skip
+__all__ = ["EachInPlace", "Held", "InPlace", "Lease", "LeaseHeld", "LeaseLost", "TakeLease", "TwoSided",
+           "folder_name", "held_by", "lease_for", "refuse_overlap", "taken_at_once"]  # fmt: skip

@@ -1,26 +1,36 @@
 """The doors of the actions: the adapter translates its arguments into one request, and the door
 takes the leases, in one order, before the action reads anything, and hands the action their
-`check`. `Request`: an action that writes a new checkpoint from another (fork, migration), an
+`check`. `TwoSided`: an action that writes a new checkpoint from another (fork, migration), an
 overlap refused first. `InPlace`: an action that changes one checkpoint where it is (compaction,
-cleanup, repartition)."""
+cleanup, repartition). An action run inside another's door (a repartition's backup fork, a
+retirement's archive) goes through its own door too, with the leases the outer one holds
+(`held_by`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
-from checkpoint.errors import ForkRefused
-from checkpoint.safety.lease import Lease, lease_for
+from checkpoint.errors import OverlapRefused
+from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
+
+
+class Held(Protocol):
+    """A lease as an action sees it: `check` raises LeaseLost once another holder took it over."""
+
+    def check(self) -> None: ...
+
 
 # How an adapter takes a checkpoint's lease for an action: the CLI waits `--wait`, Dagster waits
 # and then retries the step. The door decides which and in what order.
-TakeLease = Callable[[Storage, str], AbstractContextManager[Lease]]
+TakeLease = Callable[[Storage, str], AbstractContextManager[Held]]
 
 
 @dataclass(frozen=True)
-class Request:
+class TwoSided:
     """SRC, read (its lease keeps a cleanup from deleting what is copied); DEST, written (its lease
     keeps two writers apart); `take`, this adapter's way of taking a lease."""
 
@@ -57,12 +67,38 @@ class InPlace:
             yield lease.check
 
 
+@dataclass(frozen=True)
+class EachInPlace:
+    """Several checkpoints, each changed where it is (a backfill, a fleet's maintenance): the
+    adapter's names for them (paths, partition keys), and the door of each, made when its turn
+    comes (a name that names no checkpoint is then refused like one that cannot be read)."""
+
+    names: Sequence[str]
+    door: Callable[[str], InPlace]
+
+
 def refuse_overlap(src: Storage, dest: Storage) -> None:
     """A destination inside the source (or around it) would copy into what it reads: refused before
     anything, leases included, is written."""
     a, b = src.root.rstrip("/") + "/", dest.root.rstrip("/") + "/"
     if src.protocol == dest.protocol and (a.startswith(b) or b.startswith(a)):
-        raise ForkRefused(f"the destination and the source overlap ({src.url})", dest.url)
+        raise OverlapRefused(f"the destination and the source overlap ({src.url})", dest.url)
+
+
+@dataclass(frozen=True)
+class _Outer:
+    check: Callable[[], None]
+
+
+def held_by(check: Callable[[], None]) -> TakeLease:
+    """The leases of an outer action, held already: the inner action's door takes nothing, and its
+    `check` is the outer one's."""
+
+    @contextmanager
+    def take(storage: Storage, what: str) -> Iterator[Held]:
+        yield _Outer(check)
+
+    return take
 
 
 def taken_at_once(owner: str) -> TakeLease:

@@ -1,26 +1,68 @@
-"""Where code outside `checkpoint/format/` still compares providers or format versions, instead
-of asking the checkpoint's `StateFormat` (`checkpoint.format.states`)."""
+"""Where code outside `checkpoint/format/` still decides by the state format itself instead of
+asking the checkpoint's `StateFormat` (`checkpoint.format.states`) a question it answers.
+
+Three shapes are counted:
+- a comparison with a provider, a format version or a state format on a side (`states_at(b) !=
+  ckpt.states`, `ckpt.format_version == 2`, `x.provider is Provider.HDFS`);
+- a read of one of `StateFormat`'s own fields other than its provider, version and files: a flag
+  is a branch by another name (`ckpt.states.in_rocksdb`);
+- a test on whether a state file's name carries an id (`uid is None`, `f.unique_id is not None`):
+  the V1/V2 split, asked of a name."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 SHIPPED = ("checkpoint", "jobs", "assets", "orchestration", "cli")
-_ATTRIBUTES = {"provider", "provider_class", "format_version"}
+_ATTRIBUTES = {"provider", "provider_class", "format_version", "states"}
 _NAMES = {"Provider", "provider", "format_version"}
+_IDS = {"unique_id", "uid"}
+# Data, not branches: what a format is (its name, provider and version, passed on as Spark's conf)
+# and which files its provider writes.
+_DATA = {"provider", "version", "files"}
 
 
-def _names_a_format(node: ast.AST) -> bool:
+def _flags() -> set[str]:
+    from checkpoint.format.states.base import StateFormat
+
+    return {f.name for f in dataclasses.fields(StateFormat)} - _DATA
+
+
+def _names(node: ast.AST, attributes: set[str], names: set[str]) -> bool:
     return any(
-        (isinstance(sub, ast.Attribute) and sub.attr in _ATTRIBUTES)
-        or (isinstance(sub, ast.Name) and sub.id in _NAMES)
+        (isinstance(sub, ast.Attribute) and sub.attr in attributes)
+        or (isinstance(sub, ast.Name) and sub.id in names)
         for sub in ast.walk(node)
     )
 
 
+def _is_version_of_a_format(node: ast.AST) -> bool:
+    """`ckpt.states.version`, `ckpt.states_at(b).version`."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "version"):
+        return False
+    base = node.value.func if isinstance(node.value, ast.Call) else node.value
+    return isinstance(base, ast.Attribute) and base.attr in ("states", "states_at")
+
+
+def _compares_a_format(node: ast.Compare) -> bool:
+    sides = (node.left, *node.comparators)
+    if any(_names(side, _ATTRIBUTES, _NAMES) for side in sides):
+        return True
+    if any(_is_version_of_a_format(sub) for side in sides for sub in ast.walk(side)):
+        return True
+    tests_none = any(isinstance(c, ast.Constant) and c.value is None for c in node.comparators)
+    left = node.left
+    names_an_id = (isinstance(left, ast.Name) and left.id in _IDS) or (
+        isinstance(left, ast.Attribute) and left.attr in _IDS
+    )
+    return tests_none and names_an_id
+
+
 def format_branches(root: Path) -> list[str]:
-    """`path:line: comparison` for each comparison with a provider or a format version on a side."""
+    """`path:line: code` for each place that decides by the format itself."""
+    flags = _flags()
     found = []
     for package in SHIPPED:
         for path in sorted((root / package).rglob("*.py")):
@@ -28,7 +70,21 @@ def format_branches(root: Path) -> list[str]:
             if rel.startswith("checkpoint/format/"):
                 continue
             for node in ast.walk(ast.parse(path.read_text(), rel)):
-                sides = (node.left, *node.comparators) if isinstance(node, ast.Compare) else ()
-                if any(map(_names_a_format, sides)):
+                if isinstance(node, ast.Compare) and _compares_a_format(node):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+                elif isinstance(node, ast.BoolOp) and any(
+                    _names(v, {"format_version"}, set()) for v in node.values
+                ):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")  # `ckpt.format_version or 2`
+                elif isinstance(node, ast.Attribute) and node.attr in flags and _reads_a_format(node.value):
                     found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     return found
+
+
+def _reads_a_format(node: ast.AST) -> bool:
+    """The object a flag is read from is a state format: `….states`, `….states_at(b)`, `states`."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    return (isinstance(node, ast.Attribute) and node.attr in ("states", "states_at")) or (
+        isinstance(node, ast.Name) and node.id in ("states", "fmt", "state_format")
+    )

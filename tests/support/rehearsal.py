@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from testbed.corpus import INPUT_SCHEMA, ListCollector
+from testbed.queries import INPUT_SCHEMA, ListCollector
 
 INPUT = "REHEARSAL_INPUT"
 CHECKPOINT = "REHEARSAL_CHECKPOINT"  # for `lease_taken`
@@ -70,7 +70,7 @@ def dedup_removed(spark):
 
 def join(spark):
     """The corpus's stream-stream join, its two inputs under REHEARSAL_INPUT."""
-    from testbed.corpus import stream_join
+    from testbed.queries import stream_join
 
     paths = {side: os.path.join(os.environ[INPUT], side) for side in ("left", "right")}
     return stream_join(spark, paths, 1).writeStream.outputMode("append")
@@ -108,6 +108,6 @@ def lease_taken(spark):
 
 def dedup_aggregation(spark):
     """The corpus's dropDuplicates then count, unchanged."""
-    from testbed.corpus import dedup_then_aggregation
+    from testbed.queries import dedup_then_aggregation
 
     return dedup_then_aggregation(spark, {"": os.environ[INPUT]}).writeStream.outputMode("update")

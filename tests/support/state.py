@@ -56,7 +56,7 @@ def control_state(spark, inputs: Path, checkpoint: Path, confs: dict[str, str]) 
     """The control: the same aggregation over all of `inputs` in one availableNow run, untouched by
     maintenance; its final state."""
     from jobs.spark_session import scoped_confs
-    from testbed.corpus import aggregation
+    from testbed.queries import aggregation
 
     with scoped_confs(spark, confs):
         query = (

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from checkpoint.format.providers import ROCKSDB_FILES, Provider
-from checkpoint.format.states.base import StateFormat
+from checkpoint.format.providers import Provider
+from checkpoint.format.states.base import Action, StateFormat
+from checkpoint.format.states.foreign import FOREIGN
 from checkpoint.format.states.hdfs import HDFS
 from checkpoint.format.states.rocksdb_v1 import ROCKSDB_V1
 from checkpoint.format.states.rocksdb_v2 import ROCKSDB_V2
@@ -30,10 +31,7 @@ def state_format_of(provider_class: str | None, version: int) -> StateFormat:
     if known is not None:
         return known
     # Fail closed: none of Spark's rules applies, so nothing that needs one runs.
-    return dataclasses.replace(FOREIGN, provider=provider, version=version, named_by_commits=version == 2)
+    return dataclasses.replace(FOREIGN, provider=provider, version=version, pinned=provider_class)
 
 
-# Provider and version are filled in by `state_format_of`; its files are never read.
-FOREIGN = StateFormat(Provider.OTHER, 1, ROCKSDB_FILES, spark=False)
-
-__all__ = ["FOREIGN", "HDFS", "KNOWN", "ROCKSDB_V1", "ROCKSDB_V2", "StateFormat", "state_format_of"]
+__all__ = ["FOREIGN", "HDFS", "KNOWN", "ROCKSDB_V1", "ROCKSDB_V2", "Action", "StateFormat", "state_format_of"]

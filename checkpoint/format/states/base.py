@@ -1,56 +1,138 @@
 """What a state format is: the questions the model, the analysis and every action ask of the way a
-checkpoint keeps its state, answered once per format (one module each beside this one)."""
+checkpoint keeps its state, answered once per format (one module each beside this one).
+
+A format is a type, chosen once per checkpoint (`state_format_of`), and its methods carry what
+differs between formats: how recovery finds a store's files (`by_recovery`), what holds the state
+(`by_engine`), which file names are its own (`recognises`, `names_by`), where Spark's `.crc`
+sidecar sits (`sidecar_of`), whether the Spark that wrote it matters (`writer`), and what each
+action may do with it (`refusal`, `refuse`). Code elsewhere asks; it never tests which format it
+holds (`tests/support/branches.py` counts the places that do)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeVar
 
-from checkpoint.format.layout import FileKind
+from checkpoint.errors import (
+    CompactionRefused,
+    GcError,
+    MigrationRefused,
+    PurgeRefused,
+    RebuildError,
+    Refused,
+    RepartitionRefused,
+)
+from checkpoint.format.layout import Classified, FileKind
 from checkpoint.format.providers import Provider, StateFiles
+
+T = TypeVar("T")
+
+
+class Action(StrEnum):
+    """What may be asked of a format's state files; each refuses with its own error type."""
+
+    READ = "read"  # validation's lineage and snapshot checks: its files read
+    READINESS = "readiness"  # which Spark restarts it, told from its metadata
+    CLEANUP = "cleanup"
+    COMPACT_LIVE = "compact beside a running query"
+    REBUILD = "rebuild in RocksDB"  # a snapshot written here, in RocksDB (compaction, purge)
+    PROVIDER_SNAPSHOT = "snapshot by Spark's provider"  # a snapshot written by Spark's provider
+    MIGRATE = "migrate to RocksDB V2"
+    REPARTITION = "repartition"
+    PURGE = "purge expired state"
+
+
+_ERRORS: dict[Action, type[Refused]] = {
+    Action.READ: Refused,
+    Action.READINESS: Refused,
+    Action.CLEANUP: GcError,
+    Action.COMPACT_LIVE: CompactionRefused,
+    Action.REBUILD: RebuildError,
+    Action.PROVIDER_SNAPSHOT: RebuildError,
+    Action.MIGRATE: MigrationRefused,
+    Action.REPARTITION: RepartitionRefused,
+    Action.PURGE: PurgeRefused,
+}
+# The file kinds whose names carry a version, and in format V2 the id the commit log records.
+_VERSIONED = frozenset({FileKind.ZIP, FileKind.CHANGELOG, FileKind.DELTA, FileKind.SNAPSHOT})
 
 
 @dataclass(frozen=True)
 class StateFormat:
-    """One way Spark keeps a stateful query's state: a provider and a checkpoint format version."""
+    """One way Spark keeps a stateful query's state: a provider and a checkpoint format version.
+    The base answers as Spark's formats mostly do; each format overrides where it differs."""
 
     provider: Provider
     version: int  # checkpointFormatVersion, as the commit log and the file names tell it
     # The file a provider's recovery starts from, and the one it replays on top.
     files: StateFiles
-    # Spark's: its files are read, checked and changed here. A provider of someone else's is not.
-    spark: bool = True
-    # The state lives in RocksDB instances (zips of SSTs; changelogs of RocksDB's encoding, whose
-    # values lead with its encoding's version byte), not in the HDFS-backed store's UnsafeRow maps.
-    in_rocksdb: bool = False
-    # V2: every state file name carries the id the commit log records, and recovery names its
-    # files from the commit log and the changelog headers. V1: recovery lists the store's folder.
-    named_by_commits: bool = False
-    # Spark writes a `.crc` sidecar beside each state file, which a copy is checked against. Where
-    # it writes none, a copy is proven by decoding the file.
-    sidecars: bool = False
-    # Compaction may publish beside a running query: a V2 snapshot takes an id the query never
-    # writes; a V1 snapshot has the name the query's own maintenance writes next.
-    compacts_while_running: bool = False
-    # Compaction asks Spark's own provider to write the snapshot, in the driver's JVM, instead of
-    # rebuilding it in RocksDB here.
-    snapshot_by_provider: bool = False
-    # Whatever Spark 4.x wrote the store, this release's writing is proven against it; otherwise the
-    # writer is read from each store's base zip (`analysis.generation`).
-    any_writer_proven: bool = True
-    # A stateful query in this format cannot be repartitioned: why, or None.
-    repartition_refused: str | None = None
-    # A migration to RocksDB V2 refuses this format: why, or None.
-    migration_refused: str | None = None
-    # A migration re-lays the keys of a prefix-scanned store: RocksDB's prefix encoder puts the
-    # prefix columns first, the HDFS-backed store keeps the key row whole.
-    migration_relays_prefix_keys: bool = False
 
     @property
     def name(self) -> str:
         """`hdfs V1`, `rocksdb V2`: how reports and `--json` name it."""
         return f"{self.provider.value} V{self.version}"
 
+    # -- how its files are found and named --------------------------------------------------------
+
+    def by_recovery(self, *, listed: T, named: T) -> T:
+        """`listed` where recovery lists the store's folder (V1: the newest snapshot at or below a
+        version, the deltas above it), `named` where it names every file from the commit log's
+        ids and the changelog headers (V2)."""
+        return listed
+
+    def reads_state_of(self, other: StateFormat) -> bool:
+        """Whether a batch written in `other` has its state where this format's recovery reads it:
+        the same version's names. A provider that differs alone makes no history (cleanup would
+        keep less for it)."""
+        return other.version == self.version
+
+    def names_by(self, unique_id: str | None) -> bool:
+        """Whether a state file named with `unique_id` (None: no id) is one this format writes."""
+        return unique_id is None
+
+    def recognises(self, what: Classified) -> bool:
+        """Whether a state folder's file is this format's to plan for: a versioned file named as
+        it names them, Spark's temp files where its names carry no attempt id; the rest is
+        every format's (SSTs, sidecars, metadata)."""
+        if what.kind in _VERSIONED:
+            return self.names_by(what.unique_id)
+        return what.kind != FileKind.SPARK_TEMP or self.by_recovery(listed=True, named=False)
+
+    def sidecar_of(self, rel: str) -> str | None:
+        """The `.crc` Spark writes beside a state file, or None where it writes none (a copy is
+        then proven by decoding the file)."""
+        return None
+
     def fork_decode(self, kind: FileKind) -> FileKind | None:
         """How a fork proves its copy of a state file: by decoding it as `kind` where Spark wrote
         no sidecar, else (None) against the sidecar."""
-        return None if self.sidecars else kind
+        return kind
+
+    # -- what holds the state ---------------------------------------------------------------------
+
+    def by_engine(self, *, hdfs: T, rocksdb: T) -> T:
+        """`rocksdb` where the state lives in RocksDB instances (zips of SSTs; changelogs of
+        RocksDB's encoding, whose values lead with its encoding's version byte), `hdfs` where it
+        lives in the HDFS-backed store's UnsafeRow maps (snapshots written by Spark's provider)."""
+        return rocksdb
+
+    def writer(self, read: Callable[[], T]) -> T | None:
+        """What `read` tells of the Spark that wrote a store, where this format's readers care
+        (V2: Spark 4.0 refuses a zip whose metadata a later Spark writes); None where any Spark 4.x
+        writes what this release writes."""
+        return None
+
+    # -- what each action may do ------------------------------------------------------------------
+
+    def refusal(self, action: Action) -> str | None:
+        """Why this format refuses `action`, or None."""
+        return None
+
+    def refuse(self, action: Action, where: str, subject: str = "") -> None:
+        """Raises `action`'s typed refusal when this format refuses it, the reason after
+        `subject` (a store, say) when one is given."""
+        why = self.refusal(action)
+        if why is not None:
+            raise _ERRORS[action](f"{subject}: {why}" if subject else why, where)

@@ -1,14 +1,35 @@
 """Spark's default: the HDFS-backed state store, format V1 (`<v>.delta` and `<v>.snapshot`)."""
 
-from checkpoint.format.providers import HDFS_FILES, Provider
-from checkpoint.format.states.base import StateFormat
+from __future__ import annotations
 
-HDFS = StateFormat(
-    Provider.HDFS,
-    1,
-    HDFS_FILES,
-    snapshot_by_provider=True,
-    repartition_refused="the HDFS-backed state store: Spark's repartitioner reads RocksDB state only "
+from dataclasses import dataclass
+from typing import TypeVar
+
+from checkpoint.format.providers import HDFS_FILES, Provider
+from checkpoint.format.states.base import Action, StateFormat
+
+T = TypeVar("T")
+
+_REFUSED = {
+    Action.REBUILD: "not a RocksDB store (hdfs V1)",
+    Action.REPARTITION: "the HDFS-backed state store: Spark's repartitioner reads RocksDB state only "
     "(it refuses this one: UNSUPPORTED_PROVIDER)",
-    migration_relays_prefix_keys=True,
-)
+    Action.COMPACT_LIVE: "format V1 names carry no attempt id",
+    Action.PURGE: "the HDFS-backed state store keeps no TTL state (transformWithState needs RocksDB)",
+}
+
+
+@dataclass(frozen=True)
+class HdfsFormat(StateFormat):
+    """Listed from the store's folder; UnsafeRow maps (so a migration re-lays a prefix-scanned
+    store's keys: RocksDB's prefix encoder puts the prefix columns first, this store keeps the key
+    row whole); snapshots written by Spark's provider; no TTL state, no repartition."""
+
+    def by_engine(self, *, hdfs: T, rocksdb: T) -> T:
+        return hdfs
+
+    def refusal(self, action: Action) -> str | None:
+        return _REFUSED.get(action)
+
+
+HDFS = HdfsFormat(Provider.HDFS, 1, HDFS_FILES)

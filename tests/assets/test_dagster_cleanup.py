@@ -1,0 +1,649 @@
+"""Cleanup through Dagster: plan -> blocking check -> apply only when asked; the schedule's choices."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
+from assets.cleanup import (
+    APPLY_TAG,
+    PLAN_CHECK,
+    checkpoint_orphan_cleanup,
+    checkpoint_orphan_plan,
+)
+from assets.partitions import partition_key
+from assets.ranges import value_for
+from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
+from checkpoint.cleanup import REPLANNED
+from checkpoint.cleanup.manifest import PlannedFile
+from checkpoint.safety.lease import lease_for
+from orchestration.location import build_definitions
+from testbed.copying import copy_checkpoint
+from testbed.demo import date_back
+from tests.support.runs import batches_of
+
+CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def aged_root(corpus, tmp_path) -> Path:
+    root = tmp_path / "root"
+    copy_checkpoint(corpus["two_actions"], root / "orders")
+    date_back(root, 8 * 3600)
+    return root
+
+
+def _setup(instance, root: Path, **options) -> tuple[CheckpointRootsResource, str]:
+    # The corpus' queries are stopped, and this deployment says so (else the live rules apply).
+    stopped = CheckpointRoot(name="t", url=str(root), queries_stopped=True)
+    roots = CheckpointRootsResource(roots=[stopped], **options)
+    key = partition_key("t", "orders")
+    instance.add_dynamic_partitions("checkpoints", [key])
+    return roots, key
+
+
+def _metadata(result, asset: str) -> dict:
+    mat = next(iter(result.asset_materializations_for_node(asset)))
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_ui_run_is_a_dry_run(instance, aged_root) -> None:
+    roots, key = _setup(instance, aged_root)
+    before = _files(aged_root / "orders")
+    result = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots})
+    assert result.success
+    plan = _metadata(result, "checkpoint_orphan_plan")
+    assert plan["files"] > 0 and "superseded" in plan["by_reason"]
+    assert Path(plan["manifest"]).exists()
+    cleanup = _metadata(result, "checkpoint_orphan_cleanup")
+    assert cleanup["applied"] is False and cleanup["would_delete_files"] == plan["files"]
+    assert _files(aged_root / "orders") == before
+
+
+@pytest.mark.parametrize("how", ["config", "tag"])
+def test_apply_when_asked(instance, aged_root, how) -> None:
+    roots, key = _setup(instance, aged_root)
+    kwargs = (
+        {"run_config": {"ops": {"checkpoint_orphan_cleanup": {"config": {"apply": True}}}}}
+        if how == "config"
+        else {"tags": {APPLY_TAG: "true"}}
+    )
+    result = dg.materialize(
+        CLEANUP, partition_key=key, instance=instance, resources={"roots": roots}, **kwargs
+    )
+    assert result.success
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks[PLAN_CHECK].passed
+    plan = _metadata(result, "checkpoint_orphan_plan")
+    cleanup = _metadata(result, "checkpoint_orphan_cleanup")
+    assert (
+        cleanup["applied"] is True
+        and cleanup["deleted_files"] == plan["files"]
+        and cleanup["failed_files"] == 0
+    )
+    assert cleanup["deleted_bytes"] == plan["bytes"]
+    assert re.search(r"\| superseded +\|", cleanup["reclaimed_by_reason"])
+    assert Path(cleanup["outcomes"]).exists()
+    # A second run plans nothing and deletes nothing.
+    again = dg.materialize(
+        CLEANUP, partition_key=key, instance=instance, resources={"roots": roots}, **kwargs
+    )
+    assert _metadata(again, "checkpoint_orphan_plan")["files"] == 0
+    assert _metadata(again, "checkpoint_orphan_cleanup")["deleted_files"] == 0
+
+
+def test_an_error_finding_blocks_planning_and_deleting(instance, aged_root) -> None:
+    roots, key = _setup(instance, aged_root)
+    (aged_root / "orders" / "commits" / "2").unlink()
+    before = _files(aged_root / "orders")
+    result = dg.materialize(
+        CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
+        tags={APPLY_TAG: "true"}, raise_on_error=False,
+    )  # fmt: skip
+    assert not result.success
+    materialized = {m.asset_key.path[-1] for m in result.get_asset_materialization_events()}
+    assert materialized == {"checkpoint_inventory"}
+    assert _files(aged_root / "orders") == before
+
+
+def test_apply_refuses_a_plan_whose_commit_log_changed(instance, aged_root) -> None:
+    roots, key = _setup(instance, aged_root)
+    planned = dg.materialize(
+        [checkpoint_orphan_plan], partition_key=key, instance=instance, resources={"roots": roots},
+        selection=[checkpoint_orphan_plan],
+    )  # fmt: skip
+    assert planned.success
+    commit = aged_root / "orders" / "commits" / "3"
+    commit.write_text(commit.read_text() + "\n")
+    before = _files(aged_root / "orders")
+    defs = build_definitions([CheckpointRoot(name="t", url=str(aged_root))])
+    job = defs.resolve_job_def("checkpoint_cleanup")
+    result = job.execute_in_process(
+        partition_key=key, instance=instance, tags={APPLY_TAG: "true"}, raise_on_error=False,
+        asset_selection=[checkpoint_orphan_cleanup.key],
+    )  # fmt: skip
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "refused" in str(failure.event_specific_data.error) and "changed" in str(
+        failure.event_specific_data.error
+    )
+    assert _files(aged_root / "orders") == before
+
+
+def test_an_edited_manifest_deletes_nothing_through_dagster(instance, aged_root) -> None:
+    """The reproduction: a dry plan run, then lines naming the query metadata and the newest
+    commit and offset (true size and mtime) appended to its manifest, then a run of the cleanup
+    alone with apply. The digest in the plan's metadata (Dagster's event log) refuses it."""
+    roots, key = _setup(instance, aged_root)
+    planned = dg.materialize(
+        [checkpoint_orphan_plan], partition_key=key, instance=instance, resources={"roots": roots},
+        selection=[checkpoint_orphan_plan],
+    )  # fmt: skip
+    manifest = Path(_metadata(planned, "checkpoint_orphan_plan")["manifest"])
+    ckpt = aged_root / "orders"
+    latest = max(int(p.name) for p in (ckpt / "commits").iterdir() if p.name.isdigit())
+    with manifest.open("a") as f:
+        for rel in ("metadata", f"commits/{latest}", f"offsets/{latest}"):
+            st = (ckpt / rel).stat()
+            f.write(PlannedFile(rel, st.st_size, st.st_mtime, "superseded", None).line())
+    before = _files(ckpt)
+    defs = build_definitions([CheckpointRoot(name="t", url=str(aged_root))])
+    result = defs.resolve_job_def("checkpoint_cleanup").execute_in_process(
+        partition_key=key, instance=instance, raise_on_error=False,
+        asset_selection=[checkpoint_orphan_cleanup.key],
+        run_config={"ops": {"checkpoint_orphan_cleanup": {"config": {"apply": True}}}},
+    )  # fmt: skip
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "not the one planned" in str(failure.event_specific_data.error)
+    assert _files(ckpt) == before
+
+
+def test_a_launchpad_run_config_aimed_at_another_root_changes_nothing(instance, aged_root, tmp_path) -> None:
+    """The reproduction: a cleanup run for a configured partition whose run config names another
+    folder as the root, with no quiet period, one retained batch and apply. The deployed roots
+    take no run config: the run fails its config check, and nothing changes anywhere."""
+    other = tmp_path / "other"
+    copy_checkpoint(aged_root / "orders", other / "orders")
+    _, key = _setup(instance, aged_root)
+    defs = build_definitions([CheckpointRoot(name="t", url=str(aged_root))])
+    before = (_files(aged_root), _files(other))
+    hostile = {"roots": [{"name": "t", "url": str(other)}], "quiet_period": "0s", "retain_batches": 1,
+               "audit_url": str(tmp_path / "audit")}  # fmt: skip
+    with pytest.raises(dg.DagsterInvalidConfigError):
+        defs.resolve_job_def("checkpoint_cleanup").execute_in_process(
+            partition_key=key, instance=instance,
+            run_config={"resources": {"roots": {"config": hostile}},
+                        "ops": {"checkpoint_orphan_cleanup": {"config": {"apply": True}}}},
+        )  # fmt: skip
+    assert (_files(aged_root), _files(other)) == before
+
+
+@pytest.mark.parametrize(
+    "spark",
+    [{"remote": "sc://elsewhere:15002"}, {"master": "spark://elsewhere:7077"},
+     {"conf": {"spark.hadoop.fs.s3a.endpoint": "http://elsewhere"}}],
+    ids=["remote", "master", "conf"],
+)  # fmt: skip
+def test_a_launchpad_run_config_cannot_re_aim_spark(instance, aged_root, spark) -> None:
+    """The Spark resource is the deployment's, as the roots are: a run that sets its master,
+    remote or conf fails its config check in every job, and a run of one changes nothing."""
+    _, key = _setup(instance, aged_root)
+    defs = build_definitions([CheckpointRoot(name="t", url=str(aged_root))])
+    before = _files(aged_root)
+    hostile = {"resources": {"spark": {"config": spark}}}
+    jobs = [job for job in defs.resolve_all_job_defs() if "spark" in job.resource_defs]
+    assert {"checkpoint_maintenance", "compact_checkpoints", "migrate_checkpoint"} <= {j.name for j in jobs}
+    for job in jobs:
+        with pytest.raises(dg.DagsterInvalidConfigError):
+            dg.validate_run_config(job, hostile)
+    with pytest.raises(dg.DagsterInvalidConfigError):
+        defs.resolve_job_def("checkpoint_maintenance").execute_in_process(
+            partition_key=key, instance=instance, run_config=hostile
+        )
+    assert _files(aged_root) == before
+
+
+SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+
+
+def _root_with(**options) -> CheckpointRoot:
+    return CheckpointRoot(name="t", url="s3://b/x", storage_options=options)
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        lambda: SparkResource(conf={"spark.hadoop.fs.s3a.secret.key": SECRET}),
+        lambda: SparkResource(conf={"spark.hadoop.fs.s3a.access.key": SECRET}),
+        lambda: SparkResource(remote=f"sc://host:443/;token={SECRET}"),
+        lambda: _root_with(client_kwargs={"x": [{"aws_secret_access_key": SECRET}]}),
+        lambda: _root_with(headers={"Authorization": SECRET}),
+        lambda: _root_with(headers={"Cookie": SECRET}),
+        lambda: _root_with(client_kwargs={"endpoint_url": f"http://admin:{SECRET}@h:9000"}),
+        lambda: CheckpointRoot(name="t", url=f"s3://admin:{SECRET}@b/x"),
+        lambda: _root_with(s3_additional_kwargs={"SSECustomerKey": SECRET}),
+        lambda: _root_with(passphrase=SECRET),
+        lambda: _root_with(api_key=SECRET),
+        lambda: CheckpointRootsResource(roots=[CheckpointRoot(name="t", url="/x")], audit_url=f"s3://u:{SECRET}@b/a"),
+    ],
+)  # fmt: skip
+def test_a_credential_in_any_shape_is_refused_and_never_printed(resource) -> None:
+    with pytest.raises(Exception) as refused:
+        resource()
+    assert (
+        "credential" in str(refused.value)
+        or "user or password" in str(refused.value)
+        or "token" in str(refused.value)
+    )
+    assert SECRET not in str(refused.value) and SECRET not in repr(refused.value)
+
+
+def test_a_url_with_a_password_is_refused_by_every_command_and_never_printed(tmp_path) -> None:
+    from tests.cli.test_cli import ckpt
+
+    for args in (["validate", f"s3://admin:{SECRET}@bucket/ckpt"], ["scan", f"s3://admin:{SECRET}@bucket"],
+                 ["fork", str(tmp_path), f"s3://admin:{SECRET}@bucket/dest"]):  # fmt: skip
+        out = ckpt(*args)
+        assert out.returncode == 2 and "user or password" in out.stderr, (args, out.stderr)
+        assert SECRET not in out.stderr + out.stdout and "Traceback" not in out.stderr
+
+
+def test_the_deployment_keeps_the_floors_and_a_run_only_narrows(tmp_path) -> None:
+    root = CheckpointRoot(name="t", url=str(tmp_path))
+    for setting in ({"grace": "1m"}, {"quiet_period": "0s"}):
+        with pytest.raises(Exception, match="below the floor"):
+            CheckpointRootsResource(roots=[root], **setting)
+    assert CheckpointRootsResource(roots=[root], quiet_period="0s", unsafe_floors=True)
+    roots = CheckpointRootsResource(roots=[root], quiet_period="2h")
+    assert roots.quiet_seconds_at_least("0s") == roots.quiet_seconds_at_least(None) == 7200
+    assert roots.quiet_seconds_at_least("3h") == 3 * 3600
+
+
+def test_a_deployment_without_roots_refuses_to_load() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "CKPT_ROOTS"}
+    loaded = subprocess.run([sys.executable, "-c", "import orchestration.definitions"], env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert loaded.returncode != 0 and "CKPT_ROOTS is not set" in loaded.stderr
+
+
+def test_the_schedules_ask_for_batched_runs_that_apply_only_where_configured() -> None:
+    from orchestration.maintenance import BATCH, maintenance_requests
+
+    prod = CheckpointRoot(name="prod", url="/prod", apply_cleanup=True)
+    audit_only = CheckpointRoot(name="audit-only", url="/other", maintenance_cron="0 5 * * 0")
+    defs = build_definitions([prod, audit_only])
+    schedules = {s.name: s for s in defs.schedules}
+    assert schedules["maintenance_prod"].cron_schedule == "30 3 * * *"
+    assert schedules["maintenance_audit_only"].cron_schedule == "0 5 * * 0"
+    assert {s.job_name for n, s in schedules.items() if n.startswith("maintenance_")} == {
+        "maintain_checkpoints"
+    }
+    keys = [f"prod:q{i:05d}" for i in range(10_000)] + ["audit-only:b"]
+    tick = datetime(2026, 11, 21, 3, 30).isoformat()
+    runs = maintenance_requests(prod, keys, tick)
+    assert len(runs) == 10_000 // BATCH <= 100  # the issue's bound at 10,000
+    assert sorted(k for run in batches_of(runs, "maintenance") for k in run) == keys[:-1]
+    assert batches_of(maintenance_requests(audit_only, keys, tick), "maintenance") == [["audit-only:b"]]
+    assert {r.tags["ckpt/compacts"] for r in runs} == {"true"} and len({r.run_key for r in runs}) == len(runs)
+
+
+def test_every_schedule_evaluates_as_the_daemon_evaluates_it(instance) -> None:
+    """Through `evaluate_tick`, as the daemon and the UI's "Test schedule" call them, at 10,000
+    checkpoints: batched runs, and a skip before any checkpoint is known."""
+    defs = build_definitions([CheckpointRoot(name="prod", url="/prod")])
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 6))
+    schedules = {s.name: s for s in defs.schedules}
+    expected = {"maintenance_prod": 50, "checkpoint_audit_schedule": 20, "checkpoint_fleet_schedule": 1}
+    for name in ("maintenance_prod", "checkpoint_audit_schedule"):
+        assert schedules[name].evaluate_tick(context).skip_message, name
+    instance.add_dynamic_partitions(
+        "checkpoints", [f"prod:team-{i % 40:02d}/q{i:05d}" for i in range(10_000)]
+    )
+    for name, runs in expected.items():
+        assert len(schedules[name].evaluate_tick(context).run_requests or []) == runs, name
+
+
+def test_a_batched_run_names_what_its_config_gets_wrong_and_audits_the_rest(instance, aged_root) -> None:
+    """A run's config is input: a key that is no partition key, a root that is not configured, a
+    path out of the root, each fail alone, named; the real checkpoint is audited."""
+    from orchestration.jobs import validate_checkpoints_job
+    from orchestration.validation import validation_request
+
+    roots, key = _setup(instance, aged_root)
+    hostile = ["no-colon", "elsewhere:orders", "t:../../etc"]
+    run = validation_request([key, *hostile], "by hand").run_config
+    result = validate_checkpoints_job.execute_in_process(
+        run_config=run, instance=instance, resources={"roots": roots}, raise_on_error=False
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data
+    assert "3 of 4 checkpoint(s) failed" in str(failure.error)
+    failed = failure.user_failure_data.metadata["failed"].value
+    for name, why in zip(hostile, ("not a checkpoint partition key", "no configured checkpoint root", "'..'"),
+                         strict=True):  # fmt: skip
+        assert name in failed and why in failed, (name, failed)
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_lineage_report")) == {key}
+
+
+def test_a_run_whose_csv_cannot_be_written_still_names_every_failure(instance, aged_root, tmp_path) -> None:
+    from orchestration.jobs import validate_checkpoints_job
+    from orchestration.validation import validation_request
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    roots, key = _setup(instance, aged_root, audit_url=str(blocked))
+    run = validation_request([key, "no-colon"], "by hand").run_config
+    result = validate_checkpoints_job.execute_in_process(
+        run_config=run, instance=instance, resources={"roots": roots}, raise_on_error=False
+    )
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data
+    assert "1 of 2 checkpoint(s) failed" in str(failure.error) and "its CSV was not written" in str(
+        failure.error
+    )
+    metadata = failure.user_failure_data.metadata
+    assert "no-colon" in metadata["failed"].value and metadata["csv"].value.startswith("not written: ")
+    assert blocked.read_text() == "not a folder"
+
+
+@pytest.mark.slow
+def test_a_batched_maintenance_run_compacts_cleans_and_keeps_each_failure_with_its_checkpoint(
+    instance, corpus, tmp_path, spark
+) -> None:
+    """One run over a root that applies cleanup: a long chain compacted, an old checkpoint cleaned,
+    a damaged one failed alone (named in the run's failure, its files untouched); one run over a
+    root that only plans: planned, nothing deleted. Executed by Dagster from the schedules' own
+    requests, each in one Spark application."""
+    from checkpoint.model.head import load_head
+    from checkpoint.model.lineage import checkpoint_lineage
+    from checkpoint.storage import Storage
+    from orchestration.jobs import maintain_checkpoints_job
+    from orchestration.maintenance import maintenance_requests
+
+    copies = {"prod/orders": "two_actions", "prod/chain": "long_chain", "prod/broken": "two_actions",
+              "other/orders": "two_actions"}  # fmt: skip
+    for folder, name in copies.items():
+        copy_checkpoint(corpus[name], tmp_path / folder)
+    date_back(tmp_path, 8 * 3600)
+    (tmp_path / "prod" / "broken" / "commits" / "2").unlink()  # COMMIT_LOG_GAP
+    prod = CheckpointRoot(name="prod", url=str(tmp_path / "prod"), apply_cleanup=True, queries_stopped=True)
+    other = CheckpointRoot(name="other", url=str(tmp_path / "other"), queries_stopped=True)
+    roots = CheckpointRootsResource(roots=[prod, other])
+    keys = ["prod:broken", "prod:chain", "prod:orders", "other:orders"]
+    instance.add_dynamic_partitions("checkpoints", keys)
+    before = {name: _files(tmp_path / name) for name in ("prod/broken", "other/orders", "prod/orders")}
+    resources = {"roots": roots, "spark": SparkResource(master="local[2]")}
+    tick = datetime(2026, 11, 21, 3, 30).isoformat()
+    results = {}
+    for root in (prod, other):
+        (request,) = maintenance_requests(root, keys, tick)
+        results[root.name] = maintain_checkpoints_job.execute_in_process(
+            run_config=request.run_config, instance=instance, resources=resources, raise_on_error=False,
+            tags=request.tags,
+        )  # fmt: skip
+
+    assert not results["prod"].success
+    failure = next(e for e in results["prod"].all_events if e.event_type_value == "STEP_FAILURE")
+    data = failure.event_specific_data
+    assert "1 of 3 checkpoint(s) failed" in str(data.error)
+    failed_table = data.user_failure_data.metadata["failed"].value
+    assert (
+        "prod:broken" in failed_table
+        and "COMMIT_LOG_GAP" in failed_table
+        and "prod:orders" not in failed_table
+    )
+    assert _files(tmp_path / "prod" / "broken") == before["prod/broken"]
+    chain = load_head(Storage(str(tmp_path / "prod" / "chain")), strict=True)
+    assert max(e.chain_length for e in checkpoint_lineage(chain, chain.latest_committed_batch)) == 0
+    assert len(_files(tmp_path / "prod" / "orders")) < len(before["prod/orders"])  # cleaned
+    csv = data.user_failure_data.metadata["csv"].value
+    assert Path(csv).read_text().count("\n") == 4  # a header and a row per checkpoint
+
+    assert results["other"].success
+    assert _files(tmp_path / "other" / "orders") == before["other/orders"]  # planned only
+    # Audited, its errors in its metadata, as the audit asset records a failed check; taken no further.
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_lineage_report")) == set(keys)
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_orphan_plan")) == set(keys[1:])
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_compaction")) == {"prod:chain"}
+    assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_orphan_cleanup")) == {
+        "prod:chain", "prod:orders"
+    }  # fmt: skip
+
+
+def test_compaction_asset_and_commit_sensor(
+    instance, corpus, tmp_path, spark, monkeypatch, no_gathering
+) -> None:
+    from assets.compaction import checkpoint_compaction
+    from assets.resources import SparkResource
+    from orchestration.jobs import validate_checkpoints_job
+    from orchestration.sensors import checkpoint_commit_sensor
+
+    root = tmp_path / "root"
+    copy_checkpoint(corpus["long_chain"], root / "chain")
+    copy_checkpoint(corpus["snapshots"], root / "snap")
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=str(root))])
+    keys = [partition_key("t", "chain"), partition_key("t", "snap")]
+    instance.add_dynamic_partitions("checkpoints", keys)
+
+    ctx = dg.build_sensor_context(instance=instance, resources={"roots": roots})
+    first = checkpoint_commit_sensor(ctx)
+    # Only the long chain crosses 10 and is compacted (compaction validates first); the other is
+    # validated, in one batched run.
+    assert batches_of(first) == [[keys[0]]] and batches_of(first, "validation") == [[keys[1]]]
+    (validation,) = [r for r in first.run_requests if r.job_name == "validate_checkpoints"]
+    checked = validate_checkpoints_job.execute_in_process(
+        run_config=validation.run_config, instance=instance, resources={"roots": roots}
+    )
+    assert checked.success  # executed by Dagster: it materialized the snapshots checkpoint's audit
+    audited = [e.event_specific_data.materialization for e in checked.all_events
+               if e.event_type_value == "ASSET_MATERIALIZATION"]  # fmt: skip
+    assert {(m.asset_key.to_user_string(), m.partition) for m in audited} == {
+        ("checkpoint_inventory", keys[1]), ("checkpoint_lineage_report", keys[1])
+    }  # fmt: skip
+    again = dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=first.cursor)
+    planned = []
+    monkeypatch.setattr(CheckpointRootsResource, "compaction_plan", lambda *a: planned.append(a) or ([], []))
+    assert isinstance(checkpoint_commit_sensor(again), dg.SkipReason)  # same commits: nothing new
+    assert planned == []  # and no lineage header was read to find that out
+    monkeypatch.undo()
+
+    resources = {"roots": roots, "spark": SparkResource(master="local[2]")}
+    result = dg.materialize(
+        [checkpoint_inventory, checkpoint_lineage_report, checkpoint_compaction],
+        partition_key=keys[0], instance=instance, resources=resources,
+    )  # fmt: skip
+    assert result.success
+    meta = _metadata(result, "checkpoint_compaction")
+    assert meta["stores_compacted"] == 4 and meta["stores_failed"] == 0
+    assert meta["max_chain_before"] >= 10 and meta["max_chain_after"] == 0
+    assert re.search(r"\| 0/0/default +\|", meta["compacted"])
+
+
+def test_a_cleanup_run_waits_for_the_lease_then_fails_naming_its_holder(instance, aged_root) -> None:
+    """Another deployment (or the CLI) holds the checkpoint's lease: the apply step deletes nothing."""
+    roots, key = _setup(instance, aged_root, lease_wait="1s", lease_retries=0)
+    before = _files(aged_root / "orders")
+    other = lease_for(roots.checkpoint_storage(key), "dagster run 77aa (another deployment)").acquire()
+    try:
+        result = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
+                                tags={APPLY_TAG: "true"}, raise_on_error=False)  # fmt: skip
+    finally:
+        other.release()
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "dagster run 77aa (another deployment)" in str(failure.event_specific_data.error)
+    assert _files(aged_root / "orders") == before
+    done = dg.materialize(CLEANUP, partition_key=key, instance=instance, resources={"roots": roots},
+                          tags={APPLY_TAG: "true"})  # fmt: skip
+    assert done.success and _metadata(done, "checkpoint_orphan_cleanup")["deleted_files"] > 0
+
+
+def test_a_compaction_only_run_over_a_damaged_checkpoint_writes_nothing(
+    instance, corpus, tmp_path, spark
+) -> None:
+    from assets.compaction import checkpoint_compaction
+    from assets.resources import SparkResource
+
+    root = tmp_path / "root"
+    copy_checkpoint(corpus["long_chain"], root / "orders")
+    (root / "orders" / "commits" / "20").unlink()  # COMMIT_LOG_GAP
+    roots, key = _setup(instance, root)
+    before = _files(root / "orders")
+    resources = {"roots": roots, "spark": SparkResource(master="local[1]")}
+    result = dg.materialize(
+        [checkpoint_compaction],
+        partition_key=key,
+        instance=instance,
+        raise_on_error=False,
+        resources=resources,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "COMMIT_LOG_GAP" in str(failure.event_specific_data.error)
+    assert _files(root / "orders") == before
+
+
+def test_two_deployments_never_clean_one_checkpoint_at_once(aged_root, monkeypatch) -> None:
+    """Two Dagster instances (two deployments) apply a cleanup of the same checkpoint at the same
+    time: the second waits for the lease, then fails naming the first run; the first deletes."""
+    import threading
+
+    import checkpoint.cleanup.flow as flow
+
+    slow, inside = threading.Event(), threading.Event()
+    real_apply = flow.apply_plan
+
+    def apply_slowly(*args, **kwargs):
+        inside.set()
+        slow.wait(30)  # holds the lease until the other deployment has given up
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(flow, "apply_plan", apply_slowly)
+    results = {}
+
+    def deployment(name: str) -> None:
+        with dg.instance_for_test() as instance:
+            roots, key = _setup(instance, aged_root, lease_wait="1s", lease_retries=0)
+            results[name] = dg.materialize(
+                CLEANUP, partition_key=key, instance=instance, raise_on_error=False,
+                resources={"roots": roots}, tags={APPLY_TAG: "true"},
+            )  # fmt: skip
+
+    first = threading.Thread(target=deployment, args=("first",))
+    first.start()
+    assert inside.wait(120)
+    deployment("second")
+    slow.set()
+    first.join()
+    assert results["first"].success and not results["second"].success
+    run_id = results["first"].run_id
+    failure = next(e for e in results["second"].all_events if e.event_type_value == "STEP_FAILURE")
+    assert f"dagster run {run_id} (checkpoint_orphan_cleanup)" in str(failure.event_specific_data.error)
+    assert _metadata(results["first"], "checkpoint_orphan_cleanup")["deleted_files"] > 0
+
+
+def test_the_apply_step_plans_again_under_the_lease_when_the_query_moved(instance, aged_root) -> None:
+    """The query starts again between the plan step and the apply step (a new batch is planned):
+    the apply step sees it, plans again under the lease (a second listing, only then), and the
+    recent versions, no longer deletable for a live query, stay."""
+    roots, key = _setup(instance, aged_root)
+    ckpt = aged_root / "orders"
+    planned = dg.materialize([checkpoint_orphan_plan], partition_key=key, instance=instance,
+                             resources={"roots": roots})  # fmt: skip
+    first = _metadata(planned, "checkpoint_orphan_plan")
+    latest = max(int(p.name) for p in (ckpt / "offsets").iterdir() if p.name.isdigit())
+    shutil.copy(ckpt / "offsets" / str(latest), ckpt / "offsets" / str(latest + 1))  # the query is live
+    result = dg.materialize([checkpoint_orphan_cleanup], partition_key=key, instance=instance,
+                            resources={"roots": roots}, tags={APPLY_TAG: "true"})  # fmt: skip
+    applied = _metadata(result, "checkpoint_orphan_cleanup")
+    assert result.success and applied["replanned"] is True and applied["plan"] != first["manifest"]
+    assert 0 < applied["deleted_files"] < first["files"]
+    audit = roots.audit_trail(key)
+    again = audit.read_plan(applied["plan"])
+    assert again.live and not audit.read_plan(first["manifest"]).live
+    superseded = audit.outcomes(audit.read_plan(first["manifest"]))
+    assert [o["why"] for o in superseded] == [f"{REPLANNED}: {applied['plan']}"]
+    deleted = {o["path"] for o in audit.outcomes(again) if o["outcome"] == "deleted"}
+    first_plan = audit.read_plan(first["manifest"])
+    kept = [c for chunk in audit.candidates(first_plan) for c in chunk if c.path not in deleted]
+    assert kept and all((ckpt / c.path).exists() for c in kept)
+
+
+def test_every_partitioned_asset_backfills_in_ranges(tmp_path) -> None:
+    from assets.ranges import RANGE
+
+    defs = build_definitions([CheckpointRoot(name="t", url=str(tmp_path))])
+    graph = defs.get_repository_def().asset_graph
+    policies = {k.to_user_string(): graph.get(k).backfill_policy for k in graph.get_all_asset_keys()
+                if graph.get(k).partitions_def is not None}  # fmt: skip
+    assert len(policies) == 7
+    assert all(p is not None and p.max_partitions_per_run in (None, RANGE) for p in policies.values()), (
+        policies
+    )
+    assert -(-10_000 // RANGE) <= 20  # "all partitions" of 10,000 is at most 20 runs
+
+
+def test_a_range_of_checkpoints_is_audited_planned_and_cleaned_in_one_run(instance, corpus, tmp_path) -> None:
+    """What a UI backfill of the cleanup job sends: one run over a range. Each checkpoint is
+    planned and cleaned under its own lease, and each partition is materialized; with a damaged
+    checkpoint in the range, the blocking check stops the run before anything is deleted."""
+    for name in ("a", "b", "c"):
+        copy_checkpoint(corpus["two_actions"], tmp_path / "root" / name)
+    date_back(tmp_path / "root", 8 * 3600)
+    roots = CheckpointRootsResource(
+        roots=[CheckpointRoot(name="t", url=str(tmp_path / "root"), queries_stopped=True)]
+    )
+    keys = ["t:a", "t:b", "t:c"]
+    instance.add_dynamic_partitions("checkpoints", keys)
+    (tmp_path / "root" / "c" / "commits" / "2").unlink()  # COMMIT_LOG_GAP
+    job = build_definitions(roots.roots).resolve_job_def("checkpoint_cleanup")
+
+    def backfill(first: str, last: str):
+        tags = {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last,
+                APPLY_TAG: "true"}  # fmt: skip
+        return job.execute_in_process(instance=instance, tags=tags, raise_on_error=False,
+                                      resources={"roots": roots})  # fmt: skip
+
+    before = {name: _files(tmp_path / "root" / name) for name in ("a", "b", "c")}
+    stopped = backfill("t:a", "t:c")
+    assert not stopped.success
+    failed = [e for e in stopped.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert any(
+        not e.event_specific_data.passed and "t:c" in str(e.event_specific_data.metadata) for e in failed
+    )
+    assert {name: _files(tmp_path / "root" / name) for name in ("a", "b", "c")} == before
+
+    done = backfill("t:a", "t:b")
+    assert done.success
+    for asset in ("checkpoint_lineage_report", "checkpoint_orphan_plan", "checkpoint_orphan_cleanup"):
+        assert instance.get_materialized_partitions(dg.AssetKey(asset)) >= {"t:a", "t:b"}, asset
+    for name in ("a", "b"):
+        assert len(_files(tmp_path / "root" / name)) < len(before[name]), name
+    assert _metadata(done, "checkpoint_orphan_cleanup")["deleted_files"] > 0
+    # What one partition's readers (the fleet report, the apply) take: its own figures, not the range's.
+    for asset, name in (("checkpoint_orphan_plan", "bytes"), ("checkpoint_orphan_cleanup", "deleted_bytes")):
+        found = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=["t:a"]), limit=1
+        ).records[0]
+        metadata = found.asset_materialization.metadata
+        assert 2 * value_for(metadata, "t:a", name) == metadata[name].value > 0, asset

@@ -1,0 +1,264 @@
+"""Each finding code, produced by a damaged copy of a real checkpoint, and only that code."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from checkpoint.analysis.checks import CODES, Severity, ValidationOptions, validate
+from checkpoint.format.layout import FORK_STARTED
+from checkpoint.format.spark import PROVIDER_CONF
+from checkpoint.model.checkpoint import load_checkpoint
+from testbed.copying import copy_checkpoint
+from tests.support import damage
+
+
+def codes(path: Path, deep: bool = False, **options) -> Counter:
+    found = validate(
+        load_checkpoint(str(path), strict=False), ValidationOptions(deep=deep, **options)
+    ).findings
+    return Counter(f.code for f in found)
+
+
+def test_healthy_corpus_has_no_error_findings(corpus) -> None:
+    for name, path in corpus.items():
+        for deep in (False, True):
+            v = validate(load_checkpoint(str(path), strict=False), ValidationOptions(deep=deep))
+            assert v.ok, (name, [f.as_dict() for f in v.findings if f.severity == Severity.ERROR])
+            assert {f.code for f in v.findings} <= {"LONG_REPLAY_CHAIN"}, name
+
+
+def _commits(path: Path, batch: int) -> Path:
+    return path / "commits" / str(batch)
+
+
+def _offsets_conf(path: Path, batch: int, key: str, value: str) -> None:
+    target = path / "offsets" / str(batch)
+    head, meta, *sources = target.read_text().split("\n")
+    body = json.loads(meta)
+    body["conf"][key] = value
+    target.write_text("\n".join([head, json.dumps(body), *sources]))
+
+
+def _copy_offsets(path: Path, src: int, dst: int) -> None:
+    shutil.copy(path / "offsets" / str(src), path / "offsets" / str(dst))
+
+
+def _committed(path: Path) -> Path:
+    return path / damage.lineage_of(path).committed_file.rel
+
+
+def _chain_changelog(path: Path, index: int) -> Path:
+    return path / damage.lineage_of(path).chain[index].rel
+
+
+def _base_zip(path: Path) -> Path:
+    return path / damage.lineage_of(path).base.rel
+
+
+def _first_sst(path: Path) -> Path:
+    base = _base_zip(path)
+    meta = zipfile.ZipFile(base).read("metadata").decode().split("\n")[1]
+    return base.parent / "SSTs" / json.loads(meta)["sstFiles"][0]["dfsSstFileName"]
+
+
+def _rewrite_zip_metadata(path: Path) -> None:
+    base = _base_zip(path)
+    entries = [(i, zipfile.ZipFile(base).read(i)) for i in zipfile.ZipFile(base).infolist()]
+    with zipfile.ZipFile(base, "w") as out:
+        for info, data in entries:
+            out.writestr(info, b'v1\n{"sstFiles": 5}' if info.filename == "metadata" else data)
+    damage.fix_sidecar(base)
+
+
+def _no_base(path: Path) -> None:
+    for z in damage.zip_files(path, damage.lineage_of(path)):
+        damage.remove(z)
+
+
+CASES = {
+    "INCOMPLETE_FORK": ("snapshots", False, lambda p: (p / FORK_STARTED).write_text('{"batch": 11}')),
+    "COMMIT_WITHOUT_OFFSETS": ("snapshots", False, lambda p: (p / "offsets" / "0").unlink()),
+    "OFFSET_LOG_GAP": ("snapshots", False, lambda p: (p / "offsets" / "5").unlink()),
+    "COMMIT_LOG_GAP": ("snapshots", False, lambda p: _commits(p, 5).unlink()),
+    "MULTIPLE_UNFINISHED_BATCHES": ("killed_before_restart", False, lambda p: _copy_offsets(p, 3, 4)),
+    "PARTITION_COUNT_MISMATCH": (
+        "snapshots", False, lambda p: _offsets_conf(p, 11, "spark.sql.shuffle.partitions", "8")
+    ),
+    "UNREADABLE_LOG_FILE": ("snapshots", False, lambda p: _commits(p, 3).write_text('v2\n{"nextBatch')),
+    "UNKNOWN_FORMAT_VERSION": (
+        "snapshots", False, lambda p: _commits(p, 3).write_text('v9\n{"nextBatchWatermarkMs":0}')
+    ),
+    "COMMITTED_FILE_MISSING": ("long_chain", False, lambda p: damage.remove(_committed(p))),
+    "CHANGELOG_UNREADABLE": ("long_chain", False, lambda p: _truncate(_committed(p), 30)),
+    "LINEAGE_NOT_CONTIGUOUS": ("long_chain", False, lambda p: _drop_lineage(p, 10)),
+    "LINEAGE_BAD_END": ("long_chain", False, lambda p: _drop_lineage(p, 31)),
+    "REPLAY_CHAIN_BROKEN": ("long_chain", False, lambda p: damage.remove(_chain_changelog(p, 9))),
+    "REPLAY_CHAIN_NO_BASE": ("watermark", False, _no_base),
+    "LINEAGE_HEADER_NEAR_CAP": ("long_chain", False, lambda p: damage.pad_lineage(_committed(p), 56_000)),
+    "ZIP_UNREADABLE": ("watermark", False, lambda p: _truncate(_base_zip(p), 100)),
+    "ZIP_METADATA_INVALID": ("watermark", False, _rewrite_zip_metadata),
+    "SST_MISSING": ("watermark", False, lambda p: _first_sst(p).unlink()),
+    "SST_SIZE_MISMATCH": ("watermark", False, lambda p: _append(_first_sst(p), b"x")),
+    "CRC_MISMATCH": ("watermark", True, lambda p: _break_sidecar(_chain_changelog(p, 0))),
+    "CHANGELOG_CORRUPT": ("long_chain", True, lambda p: _corrupt(_chain_changelog(p, 9))),
+    "MOVED_CHECKPOINT": ("list_state", False, lambda p: _name_another_root(p, "file:/somewhere/else")),
+    "SCHEMA_FILE_MISSING": ("list_state", False, lambda p: _schema_file(p).unlink()),
+    "UNKNOWN_PROVIDER": ("snapshots", False, lambda p: _pin_provider(p, "com.example.KvProvider")),
+    # Checkpoints Spark writes by default (`testbed.defaults`): the HDFS-backed store.
+    "SNAPSHOT_UNREADABLE": ("hdfs_agg", True, lambda p: _corrupt_lz4(_base_zip(p))),
+    "DELTA_UNREADABLE": ("hdfs_agg", True, lambda p: _corrupt_lz4(_chain_changelog(p, 0))),
+    # As a checkpoint last run before Spark 4.0 is: state, and no operator metadata naming it.
+    "OPERATOR_METADATA_MISSING": ("hdfs_agg", False, lambda p: (p / "state/0/_metadata/metadata").unlink()),
+    # The issue's reproduction: the metadata's count forged below the offsets' (cleanup took
+    # partitions 1-3 for orphans); and a join's store left out of its metadata.
+    "STORES_DISAGREE": ("hdfs_agg", False, lambda p: _declare_partitions(p, 1)),
+    "UNNAMED_STATE_FOLDER": ("hdfs_agg", False, lambda p: shutil.copytree(p / "state/0/0", p / "state/0/7")),
+    # A commit made a link to a copy of itself outside the checkpoint, and a FIFO in its place:
+    # neither is read (tests/checkpoint/storage/test_untrusted_fs.py drives the actions over them).
+    "FILE_OUTSIDE_CHECKPOINT": ("snapshots", False, lambda p: damage.link_outside(_commits(p, 3))),
+    "NOT_A_REGULAR_FILE": ("snapshots", False, lambda p: damage.fifo_for(_commits(p, 3))),
+}  # fmt: skip
+
+
+def _declare_partitions(path: Path, count: int) -> None:
+    metadata = path / "state/0/_metadata/metadata"
+    metadata.write_text(re.sub(r'"numPartitions":\d+', f'"numPartitions":{count}', metadata.read_text()))
+    (metadata.parent / ".metadata.crc").unlink(missing_ok=True)
+
+
+def _pin_provider(path: Path, provider_class: str) -> None:
+    """Every offset file pins the provider (SPARK-21192): a query run with one of someone else's."""
+    for batch in sorted(int(f.name) for f in (path / "offsets").iterdir() if f.name.isdigit()):
+        _offsets_conf(path, batch, PROVIDER_CONF, provider_class)
+
+
+def _corrupt_lz4(path: Path) -> None:
+    """A byte of the first block's compressed data flipped: its checksum no longer matches."""
+    damage.flip_last_byte_of_first_block(path)
+
+
+def _schema_file(path: Path) -> Path:
+    # Not its hidden Hadoop `.crc`, which a directory listing may give first: no metadata names it.
+    return next(f for f in path.glob("state/*/_stateSchema/*/*") if not f.name.startswith("."))
+
+
+def _name_another_root(path: Path, root: str) -> None:
+    """Operator metadata v2 as a checkpoint written at `root` and then moved here has it."""
+    from checkpoint.fork.plan import rewrite_schema_paths
+
+    for meta in path.glob("state/*/_metadata/v2/[!.]*"):
+        meta.write_bytes(rewrite_schema_paths(meta.read_bytes(), root, str(meta)))
+
+
+def _corrupt(changelog: Path) -> None:
+    damage.flip_last_byte_of_first_block(changelog)
+
+
+def _drop_lineage(path: Path, version: int) -> None:
+    damage.drop_lineage_versions(_committed(path), {version})
+
+
+def _truncate(path: Path, size: int) -> None:
+    path.write_bytes(path.read_bytes()[:size])
+
+
+def _append(path: Path, extra: bytes) -> None:
+    path.write_bytes(path.read_bytes() + extra)
+
+
+def _break_sidecar(main: Path) -> None:
+    sidecar = main.with_name(main.name + ".crc")
+    body = json.loads(sidecar.read_text())
+    body["value"] += 1
+    sidecar.write_text(json.dumps(body))
+
+
+def test_every_code_has_a_case() -> None:
+    # Dormancy is told by a clock, not by damage: tests/checkpoint/analysis/test_lifecycle.py.
+    assert set(CASES) | {"LONG_REPLAY_CHAIN", "DORMANT", "STOPPED_MID_BATCH"} == set(CODES)
+
+
+@pytest.mark.parametrize("code", sorted(CASES))
+def test_damage_produces_exactly_its_finding(copy_of, defaults, tmp_path, code: str) -> None:
+    scenario, deep, hurt = CASES[code]
+    if scenario in defaults:
+        path = tmp_path / scenario
+        copy_checkpoint(defaults[scenario], path)
+    else:
+        path = copy_of(scenario)
+    before = codes(path, deep)
+    hurt(path)
+    after = codes(path, deep)
+    added = after - before
+    assert set(added) == {code}, (added, before - after)
+    # A store whose chain can no longer be computed loses its long-chain warning; nothing else goes.
+    assert set(before - after) <= {"LONG_REPLAY_CHAIN"}
+    v = validate(load_checkpoint(str(path), strict=False), ValidationOptions(deep=deep))
+    severity = CODES[code].severity  # a partition folder nothing names is kept, and warned of
+    assert v.ok == (severity == Severity.WARNING) and all(
+        f.severity == severity for f in v.findings if f.code == code
+    )
+    assert all(str(path) in f.path for f in v.findings)
+
+
+def test_deep_checks_need_deep_mode(copy_of) -> None:
+    path = copy_of("long_chain")
+    _corrupt(_chain_changelog(path, 9))
+    assert "CHANGELOG_CORRUPT" not in codes(path, deep=False)
+    assert "CHANGELOG_CORRUPT" in codes(path, deep=True)
+
+
+def test_long_chain_threshold(corpus) -> None:
+    path = corpus["killed_after_restart"]  # replay chains of 6
+    assert codes(path)["LONG_REPLAY_CHAIN"] == 0
+    assert codes(path, long_chain_threshold=6)["LONG_REPLAY_CHAIN"] == 4
+    assert codes(corpus["long_chain"])["LONG_REPLAY_CHAIN"] == 4
+
+
+def test_header_just_below_the_threshold_is_not_a_finding(copy_of) -> None:
+    path = copy_of("long_chain")
+    damage.pad_lineage(_committed(path), int(65_535 * 0.8) - 1)
+    assert "LINEAGE_HEADER_NEAR_CAP" not in codes(path)
+    assert damage.lineage_of(path).lineage_header_bytes == int(65_535 * 0.8) - 1
+
+
+def test_an_unknown_changelog_version_is_a_lineage_finding(copy_of) -> None:
+    from checkpoint.analysis.checks import Category
+
+    path = copy_of("long_chain")
+    target = _committed(path)
+    damage.rewrite_version(target, "v7")
+    v = validate(load_checkpoint(str(path), strict=False))
+    (finding,) = [f for f in v.findings if f.code == "UNKNOWN_FORMAT_VERSION"]
+    assert finding.category == Category.LINEAGE and finding.path == str(target) and "'v7'" in finding.message
+    assert validate(load_checkpoint(str(path), strict=False), categories=frozenset({Category.COMMIT_LOG})).ok
+
+
+def test_deep_validation_streams_each_file(copy_of, monkeypatch) -> None:
+    """Chain files are read a chunk at a time, the CRC32C taken on the way, never whole: a corrupt
+    changelog and a stale sidecar are still found."""
+    from checkpoint.storage import Storage
+
+    path = copy_of("long_chain")
+    _corrupt(_chain_changelog(path, 3))  # a block checksum fails
+    sidecar = Path(f"{_chain_changelog(path, 5)}.crc")
+    sidecar.write_text(sidecar.read_text().replace('"value":', '"value":1', 1))  # another CRC
+    whole: list[str] = []
+    real = Storage.read_bytes
+
+    def read_bytes(self, rel, start=None, end=None):
+        if start is None and end is None and rel.endswith((".changelog", ".zip")):
+            whole.append(rel)
+        return real(self, rel, start, end)
+
+    monkeypatch.setattr(Storage, "read_bytes", read_bytes)
+    found = codes(path, deep=True)
+    assert found["CHANGELOG_CORRUPT"] == 1 and found["CRC_MISMATCH"] == 1
+    assert whole == []

@@ -1,0 +1,95 @@
+"""A rebuild's memory follows the chain, not the store: two real checkpoints (PySpark, one
+partition) whose base snapshots differ tenfold in size, with the same 20-changelog chain on top."""
+
+from __future__ import annotations
+
+import shutil
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from checkpoint.compaction import rebuild
+from checkpoint.compaction.rebuild import rebuild_store
+from checkpoint.errors import RebuildError
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.model.lineage import checkpoint_lineage
+from testbed.generators import ensure_big_base
+from tests.checkpoint.compaction.test_compaction import _rows_of_partition, _snapshot_rows
+
+pytestmark = pytest.mark.slow
+SMALL, BIG, TOUCH = 20_000, 200_000, 5_000
+
+
+@pytest.fixture(scope="module")
+def bases() -> dict[int, Path]:
+    return {keys: ensure_big_base(keys, TOUCH) / "checkpoint" for keys in (SMALL, BIG)}
+
+
+def _copy_and_plan(src: Path, dest: Path):
+    shutil.copytree(src, dest)
+    ckpt = load_checkpoint(str(dest))
+    (entry,) = checkpoint_lineage(ckpt)
+    assert entry.base is not None and entry.chain_length == 20
+    return ckpt, entry
+
+
+def _files(path: Path) -> dict[Path, int]:
+    return {p: p.stat().st_size for p in path.rglob("*")}
+
+
+def test_peak_python_memory_stays_flat_when_the_base_grows_tenfold(bases, spark, tmp_path) -> None:
+    results, peaks = {}, {}
+    for keys, src in bases.items():
+        ckpt, entry = _copy_and_plan(src, tmp_path / str(keys))
+        tracemalloc.start()
+        try:
+            results[keys] = rebuild_store(ckpt, entry)
+            peaks[keys] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    small, big = results[SMALL], results[BIG]
+    assert (small.records, small.touched_keys) == (big.records, big.touched_keys) == (100_000, 25_000)
+    assert big.keys - small.keys == BIG - SMALL  # numKeys: the base's, plus inserts, minus deletes
+    assert big.ssts_reused >= 1 and big.ssts_written >= 1  # the base's SSTs are kept, not rewritten
+    assert peaks[BIG] <= 1.3 * peaks[SMALL], peaks
+    # Spark loads exactly the new zip of the big store and finds what its own replay finds.
+    batch = big.version - 1
+    expected = _rows_of_partition(spark, bases[BIG], batch, 0, {})
+    assert len(expected) == big.keys
+    assert _snapshot_rows(spark, tmp_path / str(BIG), batch, 0, {}) == expected
+
+
+def test_a_small_memtable_flushes_the_chain_to_several_ssts(bases, spark, tmp_path) -> None:
+    ckpt, entry = _copy_and_plan(bases[SMALL], tmp_path / "small")
+    policy = rebuild.Policy(rebuild_memtable_bytes=256 << 10, rebuild_block_cache_bytes=1 << 20)
+    result = rebuild_store(ckpt, entry, policy=policy)
+    assert result.ssts_written >= 3 and result.memtable_bytes == 256 << 10
+    assert result.block_cache_bytes == 1 << 20
+    batch = result.version - 1
+    expected = _rows_of_partition(spark, bases[SMALL], batch, 0, {})
+    assert _snapshot_rows(spark, tmp_path / "small", batch, 0, {}) == expected
+
+
+def test_too_little_free_disk_is_refused_before_any_download(bases, tmp_path, monkeypatch) -> None:
+    ckpt, entry = _copy_and_plan(bases[SMALL], tmp_path / "small")
+    before = _files(tmp_path / "small")
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(rebuild.shutil, "disk_usage", lambda _: usage._replace(free=1000))
+    with pytest.raises(RebuildError, match=r"not enough free disk .*\(base x 2 \+ chain\)"):
+        rebuild_store(ckpt, entry)
+    assert _files(tmp_path / "small") == before
+
+
+def test_an_entry_the_chain_never_wrote_is_caught(bases, tmp_path, monkeypatch) -> None:
+    ckpt, entry = _copy_and_plan(bases[SMALL], tmp_path / "small")
+    before = _files(tmp_path / "small")
+    write_changes = rebuild._write_changes
+
+    def rewrites_an_untouched_key(db, base, content, *args):  # a write-path bug outside the touched keys
+        write_changes(db, base, {**content, b"never-touched": b"x"}, *args)
+
+    monkeypatch.setattr(rebuild, "_write_changes", rewrites_an_untouched_key)
+    with pytest.raises(RebuildError, match=r"SSTs hold \d+ entries, not one per key the chain changes"):
+        rebuild_store(ckpt, entry)
+    assert _files(tmp_path / "small") == before

@@ -1,0 +1,285 @@
+"""Expired transformWithState state: reported (`ckpt lineage --expired`, `ckpt purge-expired
+--report`) as Spark's state reader shows it, and purged offline (`ckpt purge-expired`) from a real
+query whose TTLs expired (the operator corpus's `expiring`: value, list and map state, with entries
+expired and not, lists holding both), then restarted beside an untouched copy."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.crash import CRASH_ENV
+from testbed.copying import copy_checkpoint
+from testbed.demo import date_to
+from testbed.operators import ensure_operator_corpus
+from tests.support.cli import ckpt
+from tests.support.files import files_of
+
+NAME = "expiring"
+# Where Spark's state reader shows each variable's expiry.
+EXPIRY_OF = {"count": "value", "items": "list_element", "last": "user_map_value"}
+
+
+@pytest.fixture(scope="module")
+def corpus() -> Path:
+    return ensure_operator_corpus()
+
+
+def stopped_copy(corpus: Path, dest: Path, name: str = NAME) -> Path:
+    """A copy of the query's checkpoint whose last commit is an hour old: a stopped query."""
+    copy_checkpoint(corpus / name / "checkpoint", dest)
+    date_to(dest, 3600)
+    return dest
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> dict:
+    out = ckpt(*args, "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def by_variable(report: dict) -> dict[str, tuple[int, int]]:
+    """(entries, expired) of each state variable, over every store of the report."""
+    totals: dict[str, tuple[int, int]] = {}
+    for store in report["stores"]:
+        for v in store["variables"]:
+            entries, expired = totals.get(v["name"], (0, 0))
+            totals[v["name"]] = (entries + v["entries"], expired + v["expired"])
+    return totals
+
+
+def spark_sees(spark, path: Path, as_of_ms: int, name: str) -> dict[str, tuple[int, int]]:
+    """(rows, rows expired at `as_of_ms`) of each state variable, as Spark's state reader reads it
+    (in a session of the checkpoint's format)."""
+    from jobs.spark_session import scoped_confs
+    from testbed.operators import scenario_named
+    from testbed.restart import latest_batch
+
+    seen = {}
+    with scoped_confs(spark, scenario_named(name).confs):
+        for var, column in EXPIRY_OF.items():
+            reader = spark.read.format("statestore").option("batchId", latest_batch(path))
+            rows = reader.option("stateVarName", var).load(str(path)).collect()
+            seen[var] = (len(rows), sum(r[column].ttlExpirationMs <= as_of_ms for r in rows))
+    return seen
+
+
+@pytest.mark.parametrize("name", [NAME, "expiring_v1"])
+def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_untouched_copy(
+    spark, corpus, tmp_path, name
+) -> None:
+    from testbed.restart import differences, restart
+
+    purged = stopped_copy(corpus, tmp_path / "purged", name)
+    control = stopped_copy(corpus, tmp_path / "control", name)
+    as_of, untouched = time.time(), files_of(purged)
+    assert run("lineage", str(purged), "--expired")["expired"]["as_of_ms"] >= as_of * 1000  # now, by default
+    report = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
+    before = by_variable(report)
+    assert before == spark_sees(spark, control, report["as_of_ms"], name)
+    # Every kind expired, and not all of any: a list keeps some elements and loses others.
+    assert all(0 < expired for _, expired in before.values())
+    assert before["items"][1] < before["items"][0] and before["last"][1] < before["last"][0]
+    assert files_of(purged) == untouched  # a report writes nothing
+    (row,) = run("fleet", str(tmp_path), "--expired", "--no-cleanup-plan")["checkpoints"][:1]
+    assert [row[k] for k in ("expired", "expired_share", "expired_bytes")] == [
+        report[k] for k in ("expired", "expired_share", "expired_bytes")
+    ]
+
+    done = run("purge-expired", str(purged), "--as-of", str(as_of))
+    assert [s["outcome"] for s in done["stores"]] == ["purged"] * len(report["stores"])
+    assert by_variable(done) == before and done["expired"] == report["expired"] > 0
+    after = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
+    assert after["expired"] == 0 and after["entries"] == report["entries"] - report["expired"]
+    left = {var: (entries - expired, 0) for var, (entries, expired) in before.items()}
+    assert spark_sees(spark, purged, report["as_of_ms"], name) == left
+    again = run("purge-expired", str(purged), "--as-of", str(as_of))  # nothing left: nothing written
+    assert {s["outcome"] for s in again["stores"]} == {"nothing expired"}
+    audit = sorted((tmp_path / "_ckpt_audit").glob("*/purges/*.json"))
+    assert len(audit) == 2 and json.loads(audit[0].read_text())["expired"] == report["expired"]
+
+    extra = tmp_path / "extra"
+    runs = [restart(spark, name, corpus / name, path, extra) for path in (purged, control)]
+    assert differences(*runs) == []
+
+
+def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> None:
+    live = tmp_path / "live"
+    copy_checkpoint(corpus / NAME / "checkpoint", live)
+    for log in (live / "commits").iterdir():  # a commit just written, however old the cache
+        os.utime(log)
+    before = files_of(live)
+    out = ckpt("purge-expired", str(live))
+    assert out.returncode == 2 and "looks alive" in out.stderr
+
+    stopped = stopped_copy(corpus, tmp_path / "stopped")
+    out = ckpt("purge-expired", str(stopped), "--as-of", str(time.time() + 3600))
+    assert out.returncode == 2 and "later than now" in out.stderr
+    (stopped / "commits" / "5").unlink()  # batch 5 planned, never committed: a query that died
+    out = ckpt("purge-expired", str(stopped))
+    assert out.returncode == 2 and "batch 5 is planned and not committed" in out.stderr
+    out = ckpt("purge-expired", str(stopped), "--as-of", "yesterday")
+    assert out.returncode == 2 and "neither ISO 8601" in out.stderr
+    out = ckpt("purge-expired", str(stopped), "--as-of", "nan")
+    assert out.returncode == 2 and "is not a time" in out.stderr
+    assert files_of(live) == before and not list((tmp_path / "_ckpt_audit").glob("*/purges"))
+
+
+@pytest.mark.parametrize(
+    "point",
+    ["compaction.before_zip", "compaction.before_sidecar", "purge.after_store:1", "purge.after_store:4"],
+)
+def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path, point) -> None:
+    from testbed.restart import state_rows
+
+    killed, clean = stopped_copy(corpus, tmp_path / "killed"), stopped_copy(corpus, tmp_path / "clean")
+    as_of = str(time.time())
+    args = ("purge-expired", str(killed), "--as-of", as_of, "--lease-ttl", "3s")
+    died = ckpt(*args, env={CRASH_ENV: point})
+    assert died.returncode == -signal.SIGKILL
+    refused = ckpt(*args)  # the killed run's lease is still held
+    assert refused.returncode == 2 and "lease" in refused.stderr
+    time.sleep(3.2)
+    done = run(*args)
+    # A zip without its sidecar is the store's own snapshot to the rerun: Spark 4.3 reads it so.
+    published = {"compaction.before_zip": 0, "compaction.before_sidecar": 1, "purge.after_store:1": 1,
+                 "purge.after_store:4": 4}[point]  # fmt: skip
+    assert [s["outcome"] for s in done["stores"]].count("nothing expired") == published
+    assert run("purge-expired", str(killed), "--report", "--as-of", as_of)["expired"] == 0
+    run("purge-expired", str(clean), "--as-of", as_of)
+    assert state_rows(spark, killed, NAME) == state_rows(spark, clean, NAME)
+
+
+def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_partition(
+    corpus, tmp_path
+) -> None:
+    import dagster as dg
+
+    from assets.expiry import SHARE_CHECK, checkpoint_expired_state
+    from assets.fleet import checkpoint_fleet_report
+    from assets.partitions import CHECKPOINTS, partition_key
+    from assets.resources import CheckpointRoot
+    from checkpoint.analysis import human_bytes
+    from orchestration.location import build_definitions
+    from tests.assets.test_dagster import _roots, _tick
+
+    root = tmp_path / "root"
+    stopped_copy(corpus, root / "orders")
+    defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
+    key, roots = partition_key("prod", "orders"), _roots(root, "prod")
+
+    def look(instance) -> tuple[bool, dict]:
+        done = dg.materialize([checkpoint_expired_state], partition_key=key, instance=instance,
+                              resources={"roots": roots})  # fmt: skip
+        (check,) = done.get_asset_check_evaluations()
+        assert check.check_name == SHARE_CHECK
+        (materialized,) = done.get_asset_materialization_events()
+        meta = materialized.materialization.metadata
+        return check.passed, {
+            k: meta[k].value for k in ("entries", "expired", "expired_share", "expired_bytes")
+        }
+
+    with dg.instance_for_test() as instance:
+        _tick(instance, roots)
+        assert key in instance.get_dynamic_partitions(CHECKPOINTS)
+        passed, before = look(instance)
+        assert not passed and before["expired_share"] > 0.25 and before["expired"] > 0  # WARN
+        fleet = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
+        (report,) = fleet.asset_materializations_for_node("checkpoint_fleet_report")
+        (row,) = report.metadata["fleet"].value.records
+        shown = (
+            f"{before['expired']:,} ({before['expired_share']:.0%}, {human_bytes(before['expired_bytes'])})"
+        )
+        assert row.data["expired"] == shown
+        job = defs.resolve_job_def("purge_expired_state")
+        run = job.execute_in_process(run_config={"ops": {"purge_expired": {"config": {"partition": key}}}},
+                                     instance=instance)  # fmt: skip
+        assert run.success and run.output_for_node("purge_expired")["expired"] == before["expired"]
+        passed, after = look(instance)
+        assert passed and after["expired"] == 0 and after["entries"] == before["entries"] - before["expired"]
+
+        stopped_copy(corpus, root / "payments")  # a backfill's range run: both partitions, one result
+        _tick(instance, roots)
+        keys = sorted(instance.get_dynamic_partitions(CHECKPOINTS))
+        tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+        ranged = dg.materialize([checkpoint_expired_state], instance=instance, resources={"roots": roots},
+                                tags=tags)  # fmt: skip
+        (check,) = ranged.get_asset_check_evaluations()
+        assert not check.passed and check.metadata["over"].value == 1  # the unpurged one
+        fleet = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
+        (report,) = fleet.asset_materializations_for_node("checkpoint_fleet_report")
+        rows = {r.data["checkpoint"]: r.data["expired"] for r in report.metadata["fleet"].value.records}
+        assert rows == {key: f"0 (0%, {human_bytes(0)})", partition_key("prod", "payments"): shown}
+
+
+@pytest.fixture(scope="module")
+def one_store(corpus) -> tuple[list[tuple[bytes, bytes]], list, str]:
+    """Every entry of partition 0 of the expiring query at its latest version (rebuilt as a purge
+    rebuilds it), its variables with a TTL, and the path it came from."""
+    from checkpoint.compaction import rewrite_store
+    from checkpoint.expiry.ttl import ttl_variables
+    from checkpoint.model import checkpoint_lineage, load_head
+    from checkpoint.policy import POLICY
+    from checkpoint.rocksdb import open_db
+
+    ckpt = load_head(str(corpus / NAME / "checkpoint"))
+    entry = next(e for e in checkpoint_lineage(ckpt) if e.store.partition == 0)
+    props = ckpt.operators[0].metadata.properties
+    found: dict = {}
+
+    def read(folder, meta, tmp):
+        db = open_db(folder, POLICY, read_only=True)
+        try:
+            found["entries"], found["variables"] = list(db.items()), ttl_variables(props, meta, "p0")
+        finally:
+            db.close()
+
+    rewrite_store(ckpt.for_store(entry.store), entry, read)
+    return found["entries"], found["variables"], str(entry.store)
+
+
+def test_the_ttl_reader_given_damaged_entries_refuses_or_evicts_only_its_families(
+    one_store, tmp_path
+) -> None:
+    """A real store with one key or value damaged as the fuzzer damages files: the reader raises
+    CorruptFileError or returns an eviction that touches only the families of the variables it
+    evicts from. Any other exception is a crash."""
+    import rocksdict
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from checkpoint.errors import CorruptFileError
+    from checkpoint.expiry.ttl import expired_in
+    from testbed.fuzzing import mutate
+    from tests.checkpoint.format.test_fuzz import EXAMPLES, mutations
+
+    entries, variables, where = one_store
+    owned = {f for v in variables for f in (v.values, v.index, v.least, v.count) if f is not None}
+    as_of = int(time.time() * 1000)
+    made = iter(range(1 << 30))
+
+    @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
+    @given(st.integers(0, len(entries) - 1), st.booleans(), mutations)
+    def fuzz(at: int, in_key: bool, changes) -> None:
+        damaged = list(entries)
+        key, value = damaged[at]
+        damaged[at] = (mutate(key, changes), value) if in_key else (key, mutate(value, changes))
+        db = rocksdict.Rdict(str(tmp_path / f"db-{next(made)}"), options=rocksdict.Options(raw_mode=True))
+        try:
+            for k, v in damaged:
+                db[k] = v
+            try:
+                _, eviction = expired_in(db, variables, as_of, where)
+            except CorruptFileError:
+                return
+            assert {k[:2] for k in [*eviction.deletes, *eviction.puts]} <= owned
+        finally:
+            db.close()
+
+    fuzz()

@@ -1,0 +1,602 @@
+"""`ckpt migrate`: checkpoints in Spark's default formats (the HDFS-backed store, RocksDB format
+V1) carried to RocksDB format V2 with their state, proven by the real query restarted on the
+destination beside an untouched copy of the source restarted with the same input."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import time
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.format.providers import Provider
+from checkpoint.model.head import load_head
+from checkpoint.storage import Storage
+from testbed.copying import copy_checkpoint
+from tests.support.cli import ckpt
+from tests.support.files import files_of
+
+NAMED_V2 = re.compile(r"^\d+_[0-9a-f-]{36}\.(zip|changelog)$")
+V2_SESSION = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
+# Every operator the issue names, on the HDFS-backed store and on RocksDB V1: aggregation (RocksDB
+# with and without changelogs), dedup then aggregation, stream-stream join, windowed aggregation,
+# session windows, applyInPandasWithState.
+OPERATORS = ("agg", "dedup", "join", "window", "session", "pandas")
+MIGRATED = (*(f"hdfs_{o}" for o in OPERATORS), "rocksdb_v1", "rocksdb_v1_changelog",
+            *(f"rocksdb_v1_{o}" for o in OPERATORS[1:]),
+            *(f"rocksdb_v1_{o}" for o in ("list_state", "every_state", "timers")))  # fmt: skip
+
+
+def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, control: Path, extra: Path):
+    """The real query restarted on a migrated checkpoint and on an untouched copy of its source with
+    the same new input: where what they emit and the state they end with (each read by Spark in a
+    session of its format) differ; nothing when they are the same."""
+    from jobs.spark_session import scoped_confs
+    from testbed.restart import differences, restart, state_rows
+    from tests.checkpoint.test_default_formats import V1_SESSION
+
+    runs = {label: restart(spark, name, scenario_dir, path, extra, read_state=False)
+            for label, path in (("migrated", migrated), ("control", control))}  # fmt: skip
+    for label, path, confs in (("migrated", migrated, V2_SESSION), ("control", control, V1_SESSION)):
+        with scoped_confs(spark, confs):
+            runs[label]["state"] = state_rows(spark, path, name)
+    return differences(runs["migrated"], runs["control"])
+
+
+def _migrate(spark, src: Path, dest: Path, audit: Path):
+    from checkpoint.cleanup.audit import AuditTrail
+    from checkpoint.migrate import MigrationOptions
+    from checkpoint.safety import TwoSided, taken_at_once
+    from checkpoint.storage import Storage
+    from jobs.migrate import migrate
+
+    request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"))
+    return migrate(lambda: spark, request, MigrationOptions(AuditTrail(str(audit))))
+
+
+def _stopped(defaults, name: str, where: Path) -> Path:
+    from testbed.demo import date_back
+
+    path = copy_checkpoint(defaults[name], where)
+    date_back(path, 2 * 3600)  # stopped for longer than the quiet period
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MIGRATED)
+def test_a_migrated_checkpoint_restarts_on_rocksdb_v2_like_its_source(
+    spark, defaults, tmp_path, name
+) -> None:
+    """DEST validates as RocksDB V2 with no finding; restarted with one more input file, the real
+    query emits what the untouched source emits and ends in the same state (Spark's reader, each in
+    its own format), writing `<v>_<id>` files; SRC's bytes never change."""
+    _migrates_and_restarts(spark, defaults, name, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_join_in_state_format_3_on_format_v1_migrates_and_restarts_like_its_source(spark, tmp_path) -> None:
+    """The join state format that keeps its four stores as column families of one, as Spark writes
+    it in checkpoint format V1 (the operator corpus's `join_cf_v1`)."""
+    from testbed.operators import ensure_operator_corpus
+
+    name = "join_cf_v1"
+    _migrates_and_restarts(spark, {name: ensure_operator_corpus() / name / "checkpoint"}, name, tmp_path)
+
+
+def _migrates_and_restarts(spark, corpus: dict[str, Path], name: str, tmp_path: Path) -> None:
+    src, control = _stopped(corpus, name, tmp_path / "src"), copy_checkpoint(corpus[name], tmp_path / "c")
+    dest = tmp_path / "dest"
+    before = files_of(src)
+    # In this session's Spark: the command's own path is run by the refusal and kill tests.
+    doc = _migrate(spark, src, dest, tmp_path / "audit").as_dict()
+    assert files_of(src) == before
+    migrated = load_head(str(dest))
+    assert (migrated.format_version, migrated.provider) == (2, Provider.ROCKSDB)
+    assert ckpt("validate", str(dest)).returncode == 0
+    stores = sum(len(o.store_names) for o in migrated.operators.values())
+    assert len(doc["proven"]) == stores and len(doc["stores"]) == 4 * stores
+    assert not restarted_differently(spark, name, corpus[name].parent, dest, control, tmp_path / "more")
+    after = load_head(str(dest))
+    assert after.latest_committed_batch > doc["batch"] and after.format_version == 2
+    newer = [p.name for p in (dest / "state").rglob("*") if p.suffix in (".zip", ".changelog")
+             and int(p.name.split("_")[0].split(".")[0]) > doc["batch"] + 1]  # fmt: skip
+    assert newer and all(NAMED_V2.match(n) for n in newer), newer
+
+
+def _rows(zip_path: Path, db: Path) -> dict[bytes, bytes]:
+    """Every key and value of a RocksDB zip (its SSTs from the store folder's `SSTs/`), opened in `db`."""
+    import rocksdict
+
+    from checkpoint.format.snapshot import parse_zip_metadata
+
+    db.mkdir()
+    with zipfile.ZipFile(zip_path) as zf:
+        meta = parse_zip_metadata(zf.read("metadata"), str(zip_path))
+        zf.extractall(db, [n for n in zf.namelist() if n != "metadata"])
+    for sst in meta.sst_files:
+        shutil.copy(zip_path.parent / "SSTs" / sst.dfs_name, db / sst.local_name)
+    opened = rocksdict.Rdict(str(db), options=rocksdict.Options(raw_mode=True),
+                             access_type=rocksdict.AccessType.read_only())  # fmt: skip
+    try:
+        return dict(opened.items())
+    finally:
+        opened.close()
+
+
+def test_session_window_keys_are_laid_out_as_rocksdb_lays_them(defaults, tmp_path) -> None:
+    """The HDFS-backed store keeps a session window's key whole; RocksDB cuts it for its prefix
+    scan. The same query's state written by Spark's RocksDB provider (format V1) and migrated from
+    the HDFS-backed store holds the same bytes, key and value, in every partition."""
+    from checkpoint.fork.plan import read_source
+    from checkpoint.migrate.flow import preflight
+    from checkpoint.migrate.state import write_store
+    from checkpoint.model.head import store_folder
+    from checkpoint.rocksdb.publishing import ZipTarget
+    from checkpoint.storage import Storage
+
+    source = read_source(Storage(str(_stopped(defaults, "hdfs_session", tmp_path / "src"))))
+    prefixed = preflight(source, time.time(), 3600)
+    assert [(op, name, p.leading) for (op, name), p in prefixed.items()] == [(0, "default", 1)]
+    dest = tmp_path / "dest"
+    for entry in source.lineage:
+        target = ZipTarget(Storage(str(dest)), store_folder(entry.store), entry.version, "id", sidecar=True)
+        write_store(source.ckpt, entry, target, prefix=prefixed[0, entry.store.store])
+    for entry in source.lineage:
+        folder, p = store_folder(entry.store), entry.store.partition
+        ours = _rows(dest / folder / f"{entry.version}_id.zip", tmp_path / f"ours-{p}")
+        by_spark = defaults["rocksdb_v1_session"] / folder / f"{entry.version}.zip"
+        assert ours and ours == _rows(by_spark, tmp_path / f"spark-{p}"), p
+
+
+def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
+    """A live source, a destination that is not empty, a source already on RocksDB V2 (fork it), a
+    session window whose key schema cannot be read, an operator without its metadata: one line each,
+    exit 2, neither side changed."""
+    live = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "live")
+    (live / "commits" / "24").touch()
+    stopped = _stopped(defaults, "hdfs_agg", tmp_path / "stopped")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "something").write_text("theirs")
+    v2 = _stopped({"snapshots": corpus["snapshots"]}, "snapshots", tmp_path / "v2")
+    session = _stopped(defaults, "hdfs_session", tmp_path / "session")
+    (session / "state/0/0/_metadata/schema").write_bytes(b"\x00\x02v9")
+    old = _stopped(defaults, "hdfs_agg", tmp_path / "old")  # as a checkpoint last run before Spark 4.0
+    (old / "state/0/_metadata/metadata").unlink()
+    cases = [(live, tmp_path / "d1", "looks alive"), (stopped, full, "not empty"),
+             (v2, tmp_path / "d3", "ckpt fork"), (session, tmp_path / "d4", "cannot be laid out"),
+             (old, tmp_path / "d5", "run the query once on Spark 4.x")]  # fmt: skip
+    for src, dest, why in cases:
+        before = files_of(src), files_of(dest) if dest.exists() else {}
+        out = ckpt("migrate", str(src), str(dest))
+        assert out.returncode == 2 and why in out.stderr and out.stderr.count("\n") == 1, (why, out.stderr)
+        assert (files_of(src), files_of(dest) if dest.exists() else {}) == before, why
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["migrate.after_store:2", "fork.after_step:1", "fork.after_step:3"])
+def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finishes_it(
+    defaults, tmp_path, point
+) -> None:
+    """kill -9 after two stores' state, after the offsets, and after every log (all of DEST but
+    the proof and the completion marker): DEST is not a checkpoint to this tool (validation
+    refuses the interrupted fork it is), and the same command starts it over and finishes, its
+    proof reading SRC's state in every store of DEST."""
+    from checkpoint.crash import CRASH_ENV
+
+    src = _stopped(defaults, "hdfs_dedup", tmp_path / "src")
+    dest = tmp_path / "dest"
+    killed = ckpt("migrate", str(src), str(dest), "--lease-ttl", "1s", env={CRASH_ENV: point})
+    assert killed.returncode == -9, killed.stderr
+    refused = ckpt("validate", str(dest))
+    assert refused.returncode != 0  # an interrupted fork (exit 2) or INCOMPLETE_FORK (exit 1)
+    assert "interrupted fork" in refused.stderr or "INCOMPLETE_FORK" in refused.stdout
+    time.sleep(1.5)  # the killed run's leases expire
+    again = ckpt("migrate", str(src), str(dest), "--json")
+    assert again.returncode == 0, again.stderr
+    assert ckpt("validate", str(dest)).returncode == 0
+    # Its proof read DEST's state equal to SRC's in every store, as a migration never interrupted.
+    proven = json.loads(again.stdout)["proven"]
+    assert [p["store"] for p in proven] == ["default", "default"] and all(p["rows"] > 0 for p in proven)
+
+
+def test_a_store_task_killed_with_9_stops_the_migration_and_a_rerun_finishes_it(
+    spark, defaults, tmp_path, monkeypatch
+) -> None:
+    """Each store is written in a Spark task: the Python worker writing one dies as an OOM kill
+    would end it. The migration stops with that store's reason in one line, DEST is refused by
+    validation and no audit record is written, and the same migration, run again, finishes it."""
+    from checkpoint.crash import CRASH_ENV
+    from checkpoint.errors import MigrationFailed
+
+    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    monkeypatch.setenv(CRASH_ENV, "migrate.task:0/1/default")
+    with pytest.raises(MigrationFailed, match="op 0 / part 1 / default: the Spark task died") as failed:
+        _migrate(spark, src, dest, tmp_path / "audit")
+    monkeypatch.delenv(CRASH_ENV)
+    assert "\n" not in str(failed.value)
+    refused = ckpt("validate", str(dest))  # no log is written before every store is
+    assert refused.returncode == 2 and "interrupted fork" in refused.stderr
+    assert not list((tmp_path / "audit").rglob("*.json"))
+    again = _migrate(spark, src, dest, tmp_path / "audit")
+    assert len(again.stores) == 4 and again.proven
+    assert (
+        0 < again.state_seconds
+        and 0 < again.proof_seconds
+        and again.state_seconds + again.proof_seconds < again.seconds
+    )
+    assert ckpt("validate", str(dest)).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
+    spark, defaults, tmp_path
+) -> None:
+    """Right after `ckpt migrate`, with the V1 batches before the migration batch still in DEST's
+    logs: compaction, cleanup with the default retention, a fork and a repartition work on it as
+    on any RocksDB V2 checkpoint, and DEST, maintained, restarts like an untouched copy. A fork at
+    a batch before the migration is refused: DEST keeps those batches' logs, in the source's
+    format, and none of their state files."""
+    from checkpoint.safety import InPlace, taken_at_once
+    from jobs.repartition import RepartitionOptions, repartition
+    from testbed.demo import date_back
+
+    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    control = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "control")
+    doc = _migrate(spark, src, dest, tmp_path / "audit").as_dict()
+    assert (dest / "commits" / "0").read_text().startswith("v1")  # the history DEST keeps
+    head = load_head(str(dest))
+    assert [head.states_at(b).name for b in (0, doc["batch"] - 1, doc["batch"])] == [
+        "hdfs V1", "hdfs V1", "rocksdb V2"]  # fmt: skip
+    early = ckpt("fork", str(dest), str(tmp_path / "early"), "--batch", str(doc["batch"] - 1))
+    assert early.returncode == 2 and not (tmp_path / "early").exists()
+    assert f"was written in hdfs V1, and the checkpoint holds rocksdb V2 state from batch {doc['batch']}" in (
+        early.stderr
+    )
+    date_back(dest, 8 * 3600)  # past the grace: cleanup decides every file
+    compacted = ckpt("compact", str(dest), "--min-chain", "1", "--json")
+    assert compacted.returncode == 0, compacted.stderr
+    cleaned = ckpt("gc", str(dest), "--query-stopped", "--apply", "--json")
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert json.loads(cleaned.stdout)["plan"]["against_batch"] == doc["batch"]
+    forked = ckpt("fork", str(dest), str(tmp_path / "forked"))
+    assert forked.returncode == 0, forked.stderr
+    moved = copy_checkpoint(dest, tmp_path / "repartitioned")
+    audit = AuditTrail(AuditTrail.default_for(str(moved)))
+    request = InPlace(Storage(str(moved)), taken_at_once("tests"))
+    assert (
+        repartition(lambda: spark, request, RepartitionOptions(audit, 2, quiet_seconds=0)).to_partitions == 2
+    )
+    for path in (dest, tmp_path / "forked", moved):
+        assert ckpt("validate", str(path)).returncode == 0, path
+    assert not restarted_differently(
+        spark, "hdfs_agg", defaults["hdfs_agg"].parent, dest, control, tmp_path / "more"
+    )
+
+
+def test_the_maintenance_schedule_runs_on_a_fresh_migration(spark, defaults, tmp_path) -> None:
+    """The root's maintenance schedule, evaluated and its runs executed by Dagster, on a checkpoint
+    migrated a moment ago: every run succeeds and cleanup applies, and the query restarts like an
+    untouched copy of its source."""
+    import datetime
+
+    import dagster as dg
+
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot, SparkResource
+    from orchestration.location import build_definitions
+    from testbed.demo import date_back
+    from tests.support.runs import checkpoints_of
+
+    root = tmp_path / "root"
+    src = _stopped(defaults, "hdfs_agg", tmp_path / "src")
+    control = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "control")
+    _migrate(spark, src, root / "orders", tmp_path / "audit")
+    date_back(root, 8 * 3600)
+    prod = CheckpointRoot(name="prod", url=str(root), apply_cleanup=True, queries_stopped=True)
+    defs = build_definitions([prod], spark=SparkResource(master="local[2]"))
+    schedule = defs.get_schedule_def("maintenance_prod")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", [partition_key("prod", "orders")])
+        when = datetime.datetime.now(datetime.UTC)
+        # Entered, so that leaving it takes back the defs-state storage its evaluation makes current.
+        with dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
+                                       repository_def=defs.get_repository_def()) as context:  # fmt: skip
+            requests = list(schedule.evaluate_tick(context).run_requests or [])
+        assert [checkpoints_of(r) for r in requests] == [[partition_key("prod", "orders")]]
+        job = defs.resolve_job_def(requests[0].job_name)
+        for request in requests:
+            result = job.execute_in_process(run_config=request.run_config, tags=request.tags,
+                                            instance=instance, raise_on_error=False)  # fmt: skip
+            assert result.success
+            cleanup = [m for m in result.asset_materializations_for_node("maintain_each")
+                       if m.asset_key.to_user_string() == "checkpoint_orphan_cleanup"]  # fmt: skip
+            assert cleanup and cleanup[0].metadata["applied"].value is True
+    assert not restarted_differently(spark, "hdfs_agg", defaults["hdfs_agg"].parent, root / "orders", control,
+                                     tmp_path / "more")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_dagster_job_migrates_a_partition_into_a_new_one(defaults, tmp_path, spark) -> None:
+    """`migrate_checkpoint` from the Launchpad's config: the destination, under a configured root,
+    becomes a V2 partition; one under no root is refused with nothing written."""
+    import dagster as dg
+
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot, SparkResource
+    from orchestration.location import build_definitions
+
+    root = tmp_path / "root"
+    _stopped(defaults, "hdfs_dedup", root / "orders")
+    defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
+    job = defs.resolve_job_def("migrate_checkpoint")
+
+    def launch(destination: Path) -> dg.ExecuteInProcessResult:
+        config = {"source_partition": partition_key("prod", "orders"), "destination": str(destination)}
+        return job.execute_in_process(run_config={"ops": {"migrate": {"config": config}}}, instance=instance,
+                                      resources={"spark": SparkResource(master="local[2]")},
+                                      raise_on_error=False)  # fmt: skip
+
+    with dg.instance_for_test() as instance:
+        result = launch(root / "v2" / "orders")
+        assert result.success
+        output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
+        meta = {k: v.value for k, v in output.event_specific_data.metadata.items()}
+        assert (meta["source_state"], meta["stores"]) == ("hdfs V1", 8)  # two operators, four partitions
+        assert meta["partition"] in instance.get_dynamic_partitions("checkpoints")
+        assert load_head(str(root / "v2" / "orders")).format_version == 2
+        outside = tmp_path / "elsewhere"
+        refused = launch(outside)
+        assert not refused.success and not outside.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("seen", "error"),
+    [
+        ("rows", "Spark reads 9 rows .* and 8 .* in the destination"),
+        ("misplaced", "1 rows of the destination .* another partition"),
+        ("count", "count 10 keys and Spark reads 9 rows"),
+    ],
+)
+def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
+    spark, defaults, tmp_path, monkeypatch, seen: str, error: str
+) -> None:
+    """The proof is what stands between the state written and a complete DEST: Spark's reader
+    made to see one row fewer in DEST, or one row away from its partition, or a snapshot's key
+    count one off, stops the migration (MigrationFailed), DEST stays refused by validation, and a
+    run with the real reader finishes it."""
+    from checkpoint.cleanup.audit import AuditTrail
+    from checkpoint.errors import MigrationFailed
+    from checkpoint.migrate import MigrationOptions, migrate_checkpoint, state
+    from checkpoint.safety import TwoSided, taken_at_once
+    from checkpoint.storage import Storage
+    from jobs.migrate import SparkStateDigests
+    from jobs.migrate import migrate as run
+
+    class OneRowOff(SparkStateDigests):
+        def compare(self, src, dest, batch, store, placement):
+            was, now = super().compare(src, dest, batch, store, placement)
+            off = {"rows": {"rows": now.rows - 1}, "misplaced": {"misplaced": 1}}.get(seen, {})
+            return was, dataclasses.replace(now, **off)
+
+    counted = state._KeyCount.total
+    if seen == "count":  # one partition's snapshot counts a key more than it holds
+        extra = iter([1])
+        monkeypatch.setattr(state._KeyCount, "total", lambda self, db: counted(self, db) + next(extra, 0))
+
+    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    storages = Storage(str(src)), Storage(str(dest))
+    audit = AuditTrail(str(tmp_path / "audit"))
+    with pytest.raises(MigrationFailed, match=error):
+        # The door, with this reader and the state written here (`jobs.migrate` writes it in Spark tasks).
+        migrate_checkpoint(TwoSided(*storages, taken_at_once("tests")),
+                           MigrationOptions(audit, digests=lambda s, d: OneRowOff(spark, s, d)))  # fmt: skip
+    monkeypatch.setattr(state._KeyCount, "total", counted)
+    refused = ckpt("validate", str(dest))
+    assert refused.returncode != 0 and "INCOMPLETE_FORK" in refused.stdout
+    assert run(lambda: spark, TwoSided(*storages, taken_at_once("tests")), MigrationOptions(audit)).proven
+    assert ckpt("validate", str(dest)).returncode == 0
+
+
+def _swap_state_files(one: Path, other: Path) -> None:
+    """The state files of two partitions swapped, each keeping its schema (`_metadata`)."""
+    moves = [(f, other / f.relative_to(one)) for f in one.rglob("*") if f.is_file()]
+    moves += [(f, one / f.relative_to(other)) for f in other.rglob("*") if f.is_file()]
+    staged = [(f.rename(f.with_name(f.name + ".swap")), to) for f, to in moves if "_metadata" not in f.parts]
+    for f, to in staged:
+        f.rename(to)
+
+
+def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
+    spark, defaults, tmp_path
+) -> None:
+    """The placement the proof checks, on state Spark placed (none away, in every store: a join's
+    keyWithIndexToValue hashes fewer fields than its key; a session window's, which does too, is
+    checked by its migration's proof) and on the same state with two partitions' files swapped
+    (every row of both away)."""
+    name = "hdfs_join"
+    from checkpoint.fork.plan import read_source
+    from checkpoint.migrate.flow import placement_of
+    from checkpoint.model.checkpoint import StoreId
+    from checkpoint.storage import Storage
+    from jobs.migrate import SparkStateDigests
+
+    path = copy_checkpoint(defaults[name], tmp_path / "c")
+    source = read_source(Storage(str(path)))
+    reads = {}
+    for label in ("placed", "swapped"):
+        engine = SparkStateDigests(spark, Storage(str(path)))
+        for store in source.ckpt.operators[0].metadata.stores:
+            placement = placement_of(store.num_partitions, store)
+            (reads[label, store.name],) = engine.summarize([(Storage(str(path)), 1)], source.batch,
+                                                           StoreId(0, 0, store.name), placement)  # fmt: skip
+        _swap_state_files(path / "state/0/0", path / "state/0/1")
+    for store in source.ckpt.operators[0].metadata.stores:
+        placed, swapped = reads["placed", store.name], reads["swapped", store.name]
+        assert placed.rows > 0 and placed.misplaced == 0, (store.name, placed)
+        assert swapped.rows == placed.rows and swapped.digest == placed.digest, store.name
+        assert 0 < swapped.misplaced < swapped.rows, (store.name, swapped)
+
+
+class _LocalContext:
+    """A SparkContext as `jobs.per_store` uses one, running each one-task job in this process."""
+
+    defaultParallelism = 2
+
+    def setJobDescription(self, _: str) -> None:
+        pass
+
+    def setLocalProperty(self, *_: str) -> None:
+        pass
+
+    def parallelize(self, items: list, _: int):
+        class Rdd:
+            def map(self, f):
+                self.f = f
+                return self
+
+            def collect(self):
+                return [self.f(item) for item in items]
+
+        return Rdd()
+
+
+def test_stores_written_side_by_side_start_no_store_once_one_failed() -> None:
+    """Two stores at a time (`jobs.per_store`, migration's policy): the first fails while the
+    second is being written. The second is finished and handed on, no later store starts, and
+    the failure is raised once none runs."""
+    import threading
+
+    from checkpoint.errors import MigrationFailed
+    from jobs.migrate import SparkStoreWriter
+
+    started, second_started, first_failed = [], threading.Event(), threading.Event()
+
+    class Job:
+        def __init__(self, n: int):
+            self.n = n
+            self.entry = types.SimpleNamespace(store=f"store {n}")
+            self.target = types.SimpleNamespace(storage=types.SimpleNamespace(url="file:///dest"))
+
+        def to_ship(self):
+            return self
+
+        def run(self) -> tuple[str, int]:  # a task's `str` says why its store failed
+            started.append(self.n)
+            if self.n == 0:
+                assert second_started.wait(10)
+                first_failed.set()
+                raise MigrationFailed("store 0 failed")
+            second_started.set()
+            assert first_failed.wait(10)
+            time.sleep(0.2)  # the failure is recorded before this job ends
+            return ("written", self.n)
+
+    spark = types.SimpleNamespace(sparkContext=_LocalContext())
+    out = []
+    with pytest.raises(MigrationFailed, match="store 0 failed"):
+        for written in SparkStoreWriter(spark)([Job(n) for n in range(6)], lambda: None):
+            out.append(written)
+    assert out == [("written", 1)] and sorted(started) == [0, 1]
+
+
+def test_a_spark_connect_session_has_the_stores_written_in_this_process() -> None:
+    """A Spark Connect session has no SparkContext to start Python tasks with: the writer says so
+    and writes every store here, in order."""
+    from jobs.migrate import SparkStoreWriter
+
+    class Connect:  # as PySpark's remote session answers
+        def __getattr__(self, name):
+            raise AttributeError(f"[JVM_ATTRIBUTE_NOT_SUPPORTED] {name}")
+
+    class Job:
+        def __init__(self, n: int):
+            self.n = n
+
+        def run(self) -> str:
+            return f"written {self.n}"
+
+    checked = []
+    written = SparkStoreWriter(Connect())([Job(n) for n in range(3)], lambda: checked.append(1))
+    assert list(written) == ["written 0", "written 1", "written 2"] and len(checked) == 3
+
+
+def test_the_digest_sums_exactly_what_a_decimal_sum_gives(spark) -> None:
+    """The digest's xxhash64 sum, taken as two long sums of its halves, is the exact sum a decimal
+    sum gives, negative hashes and all; and an empty side digests as zero."""
+    from pyspark.sql import functions as F
+
+    from jobs.repartition import digest_aggregates, digest_of
+
+    rows = spark.range(20_000).select(F.struct((F.col("id") * 7919).alias("k")).alias("key"),
+                                      F.struct((F.col("id") % 13).alias("v")).alias("value"))  # fmt: skip
+    ours = rows.agg(*digest_aggregates("key", "value")).first()
+    exact = rows.agg(F.sum(F.xxhash64("key", "value").cast("decimal(38,0)")).alias("a"),
+                     F.sum(F.hash("key", "value").cast("decimal(38,0)")).alias("b"),
+                     F.min(F.xxhash64("key", "value")).alias("low")).first()  # fmt: skip
+    assert exact["low"] < 0
+    assert digest_of(ours) == f"{exact['a']}:{exact['b']}"
+    assert digest_of(rows.where("false").agg(*digest_aggregates("key", "value")).first()) == "0:0"
+
+
+@pytest.mark.parametrize("limit", [1_000, 10])
+def test_a_store_is_counted_without_reading_it_back(tmp_path, limit: int) -> None:
+    """Puts of new and present keys, deletes of present and absent ones, a key touched twice in a
+    run: the tracked count is the DB's; past the tracking bound it is the DB's too, counted."""
+    import random
+
+    import rocksdict
+
+    from checkpoint.migrate.state import _KeyCount
+    from checkpoint.policy import POLICY
+
+    db = rocksdict.Rdict(str(tmp_path / "db"), options=rocksdict.Options(raw_mode=True))
+    rng = random.Random(7)
+    base = [b"k%03d" % i for i in range(50)]
+    for k in base:
+        db[k] = b"v"
+    db.flush()
+    count = _KeyCount(len(base), dataclasses.replace(POLICY, migrate_tracked_keys=limit))
+    count.look_in(rocksdict.Rdict(str(tmp_path / "db"), options=rocksdict.Options(raw_mode=True),
+                                  access_type=rocksdict.AccessType.read_only()))  # fmt: skip
+    for _ in range(40):
+        op, keys = rng.choice(["put", "delete"]), [b"k%03d" % rng.randrange(120) for _ in range(8)]
+        count.touch(op, keys)
+        for k in keys:
+            if op == "put":
+                db[k] = b"w"
+            else:
+                db.delete(k)
+    assert count.total(db) == sum(1 for _ in db.keys()) > 0
+    assert (count.before is None) == (limit == 10)
+    count.close()
+    db.close()
+
+
+def test_sparks_state_rewriter_cannot_write_format_v2_from_v1_so_the_project_writes_it(
+    spark, defaults, tmp_path
+) -> None:
+    """Why the migration writes the V2 snapshots itself (docs/migrate.md): Spark's `StateRewriter`
+    (4.3), asked to rewrite a V1 transformWithState checkpoint's state in a V2 session, refuses; in a
+    V1 session it writes V1, as the next batch of the checkpoint it reads. Should a Spark do it, this
+    fails, and the migration should call it instead."""
+    from py4j.protocol import Py4JJavaError
+
+    from jobs.spark_session import scoped_confs
+
+    src = copy_checkpoint(defaults["rocksdb_v1_every_state"], tmp_path / "src")
+    jvm, none = spark._jvm, spark._jvm.scala.Option.apply(None)
+    with scoped_confs(spark, V2_SESSION), pytest.raises(Py4JJavaError) as refused:
+        jvm.org.apache.spark.sql.execution.streaming.state.StateRewriter(
+            spark._jsparkSession, 5, 6, Storage(str(src)).spark_url, spark._jsc.hadoopConfiguration(),
+            none, none, none,
+        ).run()  # fmt: skip
+    assert "STATE_CHECKPOINT_FORMAT_VERSION_MISMATCH" in str(refused.value)

@@ -1,0 +1,261 @@
+"""Retirement of a dormant checkpoint through `ckpt retire`: plan, apply refused within the grace,
+apply after it; refused on anything the plan did not see; killed at any moment and finished by the
+same apply; and the archive restored with `ckpt fork`, its query restarted equal to an untouched
+copy. Copies of real checkpoints, dated with `date_to` so no test depends on the corpus's age."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.crash import CRASH_ENV
+from checkpoint.format import AUDIT_FOLDER
+from checkpoint.safety import folder_name
+from checkpoint.storage import Storage
+from testbed.copying import copy_checkpoint
+from testbed.corpus import scenario_named
+from testbed.demo import date_to
+from tests.support.cli import ckpt
+from tests.support.state import restart_like_untouched
+
+DAY = 86400.0
+SHORT = ("--grace", "1s", "--unsafe-short-grace")
+
+
+def files_of(path: Path) -> dict[str, int]:
+    return {str(p.relative_to(path)): p.stat().st_size for p in path.rglob("*") if p.is_file()}
+
+
+def dormant_copy(corpus, name: str, root: Path, as_: str = "orders") -> Path:
+    where = root / as_
+    copy_checkpoint(corpus[name], where)
+    date_to(where, 9 * DAY)
+    return where
+
+
+def plan(path: Path, *args: str) -> dict:
+    out = ckpt("retire", str(path), *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def apply(manifest: str, *args: str, env: dict[str, str] | None = None):
+    return ckpt("retire", "--apply", manifest, *args, "--json", env=env)
+
+
+def outcomes(root: Path, checkpoint: Path, plan_id: str) -> list[dict]:
+    trail = root / AUDIT_FOLDER / folder_name(Storage(str(checkpoint)).url)
+    text = (trail / f"{plan_id}.retire-outcomes.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_plan_then_apply_within_the_grace_refused_then_after_it_and_the_archive_restores_the_query(
+    spark, corpus, corpus_root, tmp_path
+) -> None:
+    name = "snapshots"
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, name, root)
+    untouched = tmp_path / "untouched"
+    copy_checkpoint(corpus[name], untouched)
+    before = files_of(orders)
+    planned = plan(orders, "--archive", str(tmp_path / "archive" / "orders"))
+    evidence = planned["evidence"]
+    assert (planned["files"], planned["bytes"]) == (len(before), sum(before.values()))
+    assert evidence["last_commit"] == evidence["last_offset"] is not None and evidence["dormant_since"]
+    lines = Path(planned["manifest"]).read_text().splitlines()
+    assert json.loads(lines[0])["type"] == "retirement" and len(lines) == 1 + len(before)
+    assert {json.loads(line)["path"] for line in lines[1:]} == set(before)
+
+    early = apply(planned["manifest"])  # the default grace: 7 days
+    assert early.returncode == 2 and "within its grace of 7d" in early.stderr
+    floor = apply(planned["manifest"], "--grace", "1h")
+    assert floor.returncode == 2 and "below the floor of 1d" in floor.stderr
+    assert files_of(orders) == before and not (tmp_path / "archive").exists()
+
+    time.sleep(1.1)
+    done = apply(planned["manifest"], *SHORT)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["deleted_files"], doc["deleted_bytes"]) == (len(before), sum(before.values()))
+    assert doc["archived_batch"] == evidence["last_commit"] and "ckpt retire --apply" in doc["approved_by"]
+    assert not orders.exists() and (root / AUDIT_FOLDER).is_dir()  # the record stays
+    steps = [o["step"] for o in outcomes(root, orders, planned["plan_id"])]
+    assert steps == ["archived", "deleting", "deleted", "retired"]
+    again = json.loads(apply(planned["manifest"], *SHORT).stdout)
+    assert again["already_retired"] and again["deleted_files"] == 0
+
+    restored = tmp_path / "restored"
+    forked = ckpt("fork", str(tmp_path / "archive" / "orders"), str(restored))
+    assert forked.returncode == 0, forked.stderr
+    restart_like_untouched(
+        spark, scenario_named(name), corpus_root / name, restored, untouched, tmp_path / "more", max_files=1
+    )
+
+
+def test_anything_the_plan_did_not_see_refuses_the_apply_and_deletes_nothing(corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, "long_chain", root)
+    planned = plan(orders, "--no-archive")
+    time.sleep(1.1)
+    commits = sorted((orders / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    newest = commits[-1]
+    later = orders / "commits" / str(int(newest.name) + 1)
+
+    shutil.copy(newest, later)  # a commit after the plan: the query ran again
+    refused = apply(planned["manifest"], *SHORT)
+    assert refused.returncode == 2 and f"commit {later.name} was written since the plan" in refused.stderr
+    later.unlink()
+    state = next((orders / "state").rglob("*.changelog"))
+    kept = state.read_bytes()
+    state.unlink()  # a file the plan listed is gone: something changed the checkpoint
+    refused = apply(planned["manifest"], *SHORT)
+    assert refused.returncode == 2 and "which the plan lists, is gone" in refused.stderr
+    state.write_bytes(kept)  # back, but newer than the plan
+    refused = apply(planned["manifest"], *SHORT)
+    assert refused.returncode == 2 and "was written or changed since the plan" in refused.stderr
+    assert orders.is_dir() and (orders / "metadata").exists()
+
+
+def test_only_a_dormant_checkpoint_of_its_own_is_planned(corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    live = root / "live"
+    copy_checkpoint(corpus["long_chain"], live)
+    date_to(live, 3600)
+    out = ckpt("retire", str(live), "--no-archive")
+    assert out.returncode == 2 and "not dormant" in out.stderr
+    killed = dormant_copy(corpus, "killed_before_restart", root, "killed")
+    out = ckpt("retire", str(killed), "--no-archive")
+    assert out.returncode == 2 and "stopped mid-batch" in out.stderr
+    orders = dormant_copy(corpus, "long_chain", root)
+    out = ckpt("retire", str(orders))
+    assert out.returncode == 2 and "--no-archive" in out.stderr
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    out = ckpt("retire", str(orders), "--archive", str(tmp_path / "full"))
+    assert out.returncode == 2 and "the archive is not empty" in out.stderr
+    out = ckpt("retire", str(orders), "--archive", str(orders / "inside"))
+    assert out.returncode == 2 and "overlap" in out.stderr
+    nested = dormant_copy(corpus, "long_chain", orders, "nested")
+    date_to(orders, 9 * DAY)
+    out = ckpt("retire", str(orders), "--no-archive")
+    assert out.returncode == 2 and "holds another checkpoint (nested)" in out.stderr
+    shutil.rmtree(nested)
+    out = ckpt("retire", str(root), "--no-archive")  # the folder that holds them is no checkpoint
+    assert out.returncode == 2 and "not a checkpoint" in out.stderr
+    assert not (root / AUDIT_FOLDER).exists() or not list((root / AUDIT_FOLDER).rglob("*.retire.jsonl"))
+
+
+def test_a_manifest_is_read_as_data(corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, "long_chain", root)
+    planned = plan(orders, "--no-archive")
+    manifest = Path(planned["manifest"])
+    moved = manifest.parent.parent / "elsewhere" / manifest.name
+    moved.parent.mkdir()
+    shutil.copy(manifest, moved)
+    out = apply(str(moved), *SHORT)
+    assert out.returncode == 2 and "not where its plan keeps it" in out.stderr
+    text = manifest.read_text()
+    for bad in ("x" * 70_000, "{}", json.dumps({**json.loads(text.splitlines()[0]), "files": "many"})):
+        manifest.write_text(bad + "\n" + text.split("\n", 1)[1])
+        out = apply(str(manifest), *SHORT)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+    head, rest = text.split("\n", 1)
+    manifest.write_text(head + "\n" + json.dumps({"path": "../../outside", "bytes": 1, "mtime": 1.0}) + "\n"
+                        + rest)  # fmt: skip
+    time.sleep(1.1)
+    out = apply(str(manifest), *SHORT)  # one line more than its header says
+    assert out.returncode == 2 and "edited" in out.stderr
+    assert files_of(orders)  # nothing deleted
+
+
+@pytest.mark.parametrize("point", ["fork.after_step:1", "retire.archived", "retire.deleted:10"])
+def test_killed_at_any_moment_the_same_apply_finishes_it(corpus, tmp_path, point) -> None:
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, "long_chain", root)
+    archive = tmp_path / "archive"
+    planned = plan(orders, "--archive", str(archive))
+    time.sleep(1.1)
+    args = (*SHORT, "--batch-size", "10", "--lease-ttl", "4s")
+    died = apply(planned["manifest"], *args, env={CRASH_ENV: point})
+    assert died.returncode == -signal.SIGKILL
+    left = files_of(orders)
+    assert (len(left) == planned["files"]) == (not point.startswith("retire.deleted"))
+    refused = apply(planned["manifest"], *args)  # the killed run's lease is still held
+    assert refused.returncode == 2 and "lease" in refused.stderr
+    time.sleep(4.2)
+    done = apply(planned["manifest"], *args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["deleted_files"] == len(left) and not orders.exists()
+    steps = [o["step"] for o in outcomes(root, orders, planned["plan_id"])]
+    assert steps.count("archived") == 1 and steps.count("deleting") == 1 and steps[-1] == "retired"
+    assert (
+        sum(o["files"] for o in outcomes(root, orders, planned["plan_id"]) if o["step"] == "deleted")
+        == (planned["files"])
+    )
+    assert ckpt("validate", str(archive)).returncode == 0
+
+
+def test_the_dagster_job_plans_dormant_partitions_and_a_second_launch_applies_after_the_grace(
+    corpus, tmp_path
+) -> None:
+    import dagster as dg
+
+    from assets.partitions import CHECKPOINTS, partition_key
+    from assets.resources import CheckpointRoot
+    from orchestration.location import build_definitions
+    from tests.assets.test_dagster import _roots, _tick
+
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, "long_chain", root)
+    clicks = root / "clicks"
+    copy_checkpoint(corpus["long_chain"], clicks)
+    date_to(clicks, 3600)  # an hour: alive
+    prod = [
+        CheckpointRoot(name="prod", url=str(root)),
+        CheckpointRoot(name="cold", url=str(tmp_path / "cold")),
+    ]
+    defs = build_definitions(prod, retire_grace="1s", unsafe_floors=True)
+    job = defs.resolve_job_def("retire_checkpoints")
+    assert job.name not in {s.job_name for s in defs.schedules or []} | {
+        t.job_name for s in defs.sensors or [] for t in s.targets
+    }  # never requested by a schedule or a sensor
+    key, alive = partition_key("prod", "orders"), partition_key("prod", "clicks")
+
+    def launch(config: dict, user: str = "ana@example.com") -> dg.ExecuteInProcessResult:
+        return job.execute_in_process(run_config={"ops": {"retire": {"config": config}}}, instance=instance,
+                                      tags={"dagster/user": user}, raise_on_error=False)  # fmt: skip
+
+    def failure(result: dg.ExecuteInProcessResult) -> str:
+        return str(
+            next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data
+        )
+
+    with dg.instance_for_test() as instance:
+        _tick(instance, _roots(root, "prod"))
+        assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {key, alive}
+        refused = launch({"plan": [key, alive], "archive_root": str(tmp_path / "cold")})
+        assert not refused.success and f"{alive}: " in failure(refused) and "not dormant" in failure(refused)
+        outside = launch({"plan": [key], "archive_root": str(tmp_path / "elsewhere")})
+        assert not outside.success and "lies under no configured root" in failure(outside)
+
+        planned = launch({"plan": [key], "archive_root": str(tmp_path / "cold")})
+        assert planned.success
+        plan_id = planned.output_for_node("retire")[0]["plan_id"]
+        assert orders.is_dir()  # planning deletes nothing
+        time.sleep(1.1)
+        applied = launch({"apply": [{"partition": key, "plan_id": plan_id}]})
+        assert applied.success, failure(applied)
+        retired = applied.output_for_node("retire")[0]
+        assert retired["approved_by"].startswith("ana@example.com (dagster run ")
+        assert not orders.exists() and clicks.is_dir()
+        assert ckpt("validate", str(tmp_path / "cold" / "orders")).returncode == 0
+        steps = outcomes(root, orders, plan_id)
+        assert steps[-1]["step"] == "retired" and steps[-1]["approved_by"] == retired["approved_by"]
+        _tick(instance, _roots(root, "prod"))  # discovery drops the partition of a folder gone
+        assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {alive}

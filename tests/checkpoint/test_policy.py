@@ -1,0 +1,99 @@
+"""One policy object holds the defaults: every entry point reads it, and a finding and the action it
+triggers use the same threshold."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+
+import humanfriendly
+import pytest
+
+from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
+from checkpoint.analysis.checks import ValidationOptions, validate
+from checkpoint.cleanup.plan import plan_gc
+from checkpoint.cleanup.rules import GcOptions
+from checkpoint.compaction.targets import plan_compaction
+from checkpoint.model.head import load_head
+from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
+from cli.main import build_parser
+from tests.support.paths import PROJECT
+
+
+def _default(fn, name: str):
+    return inspect.signature(fn).parameters[name].default
+
+
+def test_every_entry_point_takes_its_defaults_from_the_policy() -> None:
+    assert ValidationOptions().long_chain_threshold == POLICY.long_chain
+    assert ValidationOptions().header_cap_ratio == POLICY.header_cap_ratio
+    assert _default(plan_compaction, "min_chain") == POLICY.long_chain
+    assert _default(plan_compaction, "quiet_seconds") == POLICY.quiet_seconds
+    assert _default(plan_compaction, "header_cap_ratio") == POLICY.header_cap_ratio
+    assert _default(plan_gc, "grace_seconds") == GcOptions().grace_seconds == POLICY.grace_seconds
+    assert _default(plan_gc, "quiet_seconds") == POLICY.quiet_seconds
+    cli = build_parser()
+    assert cli.parse_args(["validate", "x"]).long_chain == POLICY.long_chain
+    assert cli.parse_args(["scan", "x"]).long_chain == POLICY.long_chain
+    assert cli.parse_args(["compact", "x"]).min_chain == POLICY.long_chain
+    gc = cli.parse_args(["gc", "x"])
+    assert (gc.grace, gc.quiet_period) == (POLICY.grace_seconds, POLICY.quiet_seconds)
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="r", url="/nowhere")])
+    assert roots.long_chain_threshold == POLICY.long_chain
+    assert parse_duration(roots.grace) == POLICY.grace_seconds
+    assert parse_duration(roots.quiet_period) == POLICY.quiet_seconds
+    assert parse_duration(roots.lease_wait) == POLICY.lease_wait_seconds
+    assert roots.lease_retries == POLICY.lease_retries
+    assert gc.batch_size == POLICY.delete_batch_size
+    assert cli.parse_args(["compact", "x"]).master == POLICY.spark_master == SparkResource().master
+    assert cli.parse_args(["fork", "x", "y"]).workers == POLICY.fork_workers
+    assert cli.parse_args(["gc", "x"]).lease_ttl == POLICY.lease_ttl_seconds
+
+
+def _shown(name: str, value) -> str:
+    if name.endswith("_seconds"):
+        return duration_text(value)
+    if name.endswith("_bytes"):
+        return humanfriendly.format_size(value, binary=True)
+    return str(value)
+
+
+def test_the_configuration_page_lists_every_default_of_the_policy() -> None:
+    text = (PROJECT / "docs" / "configuration.md").read_text()
+    table = text.split("<!-- policy table: tests/checkpoint/test_policy.py -->", 1)[1].split(
+        "<!-- end of policy table", 1
+    )[0]
+    listed = dict(re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", table, re.MULTILINE))
+    assert listed == {f.name: _shown(f.name, getattr(POLICY, f.name)) for f in dataclasses.fields(Policy)}
+
+
+@pytest.mark.parametrize("seconds", [90, 15 * 60, 3600, 6 * 3600, 2 * 86400, 1.5])
+def test_durations_read_back(seconds) -> None:
+    assert parse_duration(duration_text(seconds)) == seconds
+
+
+@pytest.mark.parametrize("threshold", [10, 32, 33])
+def test_the_long_chain_warning_and_compaction_agree(corpus, threshold) -> None:
+    ckpt = load_head(str(corpus["long_chain"]), recent=2)  # 32 changelogs per store
+    warned = {
+        f.path
+        for f in validate(ckpt, ValidationOptions(long_chain_threshold=threshold)).findings
+        if f.code == "LONG_REPLAY_CHAIN"
+    }
+    targets, _ = plan_compaction(ckpt, min_chain=threshold, quiet_seconds=0)
+    assert bool(warned) == bool(targets) == (threshold <= 32)
+
+
+def test_the_header_near_cap_error_and_the_rescue_agree(rescue) -> None:
+    # The rescue checkpoint's headers sit above the ratio; one notch above them, neither fires.
+    # Real queries write it on a cold cache: a fixture of the corpus tier, not a unit test.
+    ckpt = load_head(str(rescue / "checkpoint"), strict=False, recent=2)
+    ratio = max(e.header_cap_ratio for e in validate(ckpt).lineage)
+    assert ratio >= POLICY.header_cap_ratio
+    for policy in (POLICY, dataclasses.replace(POLICY, header_cap_ratio=ratio + 0.01)):
+        options = ValidationOptions(header_cap_ratio=policy.header_cap_ratio)
+        errs = [f for f in validate(ckpt, options).findings if f.code == "LINEAGE_HEADER_NEAR_CAP"]
+        planned, _ = plan_compaction(ckpt, header_cap_ratio=policy.header_cap_ratio)
+        rescues = [t for t in planned if t.reason == "lineage_header_near_cap"]
+        assert bool(errs) == bool(rescues) == (policy is POLICY)

@@ -1,0 +1,159 @@
+"""The suite's own machinery: the test corpora's cache under concurrent test workers (pytest-xdist: one
+generates, the rest wait; the largest started in the background on a cold cache), and the options its
+JVMs run with."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+from testbed.cache import MANIFEST, ensure_generated
+
+# A generator that takes its time, counts its runs and writes the manifest last, as the real ones do.
+_GENERATOR = f"""
+import pathlib, sys, time
+out = pathlib.Path(sys.argv[1])
+out.mkdir()
+with open(out.parent / "runs", "a") as runs:
+    runs.write("x")
+time.sleep(0.5)
+(out / "{MANIFEST}").write_text("{{}}")
+"""
+
+
+def _ensure(cache: str) -> str:
+    return str(ensure_generated(Path(cache), ["-c", _GENERATOR], "a test corpus", log=lambda _: None))
+
+
+def test_workers_asking_at_once_generate_a_corpus_once(tmp_path: Path) -> None:
+    cache = tmp_path / "corpus"
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        got = pool.map(_ensure, [str(cache)] * 4)
+    assert got == [str(cache)] * 4
+    assert (tmp_path / "runs").read_text() == "x"
+    assert (cache / MANIFEST).exists()
+
+
+def test_an_incomplete_corpus_is_generated_again(tmp_path: Path) -> None:
+    cache = tmp_path / "corpus"
+    cache.mkdir()
+    (cache / "left-by-a-killed-run").write_text("")
+    assert _ensure(str(cache)) == str(cache)
+    assert (tmp_path / "runs").read_text() == "x"
+    assert not (cache / "left-by-a-killed-run").exists()
+
+
+def test_the_suites_jvms_run_with_the_suites_options(spark) -> None:
+    """The session's JVM got them (from the environment conftest sets, which every child inherits),
+    and its Spark took the checkpoint manager they name."""
+    from testbed import jvm
+    from tests.conftest import JVM_OPTIONS
+
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert set(JVM_OPTIONS.split()) <= set(runtime.getInputArguments())
+    assert spark.conf.get(jvm.CHECKPOINT_MANAGER) == jvm.checkpoint_manager(spark.version)
+
+
+def test_a_child_gets_the_checkpoint_manager_as_its_spark_names_it() -> None:
+    """Spark 4.1 moved the class; a 4.0 child given 4.1's name would fail to start a query."""
+    from testbed import jvm
+
+    suite = jvm.options("4.3.0")
+    assert "streaming.checkpointing.FileSystemBasedCheckpointFileManager" in suite
+    to_4_0 = jvm.for_version(suite, "4.0.5")
+    assert f"-D{jvm.CHECKPOINT_MANAGER}={jvm.checkpoint_manager('4.0.5')}" in to_4_0.split()
+    assert ".checkpointing." not in to_4_0
+    assert jvm.for_version(to_4_0, "4.2.1") == suite
+    # Anything else, a manager somebody chose among it, is passed on as it is.
+    own = "-Xmx1g -Dspark.sql.streaming.checkpointFileManagerClass=com.example.Manager"
+    assert jvm.for_version(own, "4.0.5") == own
+
+
+def test_the_suites_checkpoint_manager_writes_what_sparks_default_writes(spark, tmp_path: Path) -> None:
+    """`testbed.jvm`: the FileSystem-based manager the suite's JVMs use, against Spark's default
+    (FileContext-based), on one query: the same files by name, and the same state."""
+    import re
+
+    from jobs.spark_session import scoped_confs
+    from testbed import jvm
+    from testbed.corpus import scenario_named
+    from tests.support.state import latest_state
+
+    scenario = scenario_named("long_chain")
+    default = jvm.checkpoint_manager(spark.version).replace("FileSystemBased", "FileContextBased")
+    written = {}
+    for manager in (jvm.checkpoint_manager(spark.version), default):
+        out = tmp_path / manager.rsplit(".", 1)[1]
+        scenario.write_inputs(out, 4)
+        with scoped_confs(spark, {jvm.CHECKPOINT_MANAGER: manager}):
+            scenario.run(spark, out, out / "checkpoint")
+        uuid = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+        names = sorted(uuid.sub("<id>", str(p.relative_to(out))) for p in (out / "checkpoint").rglob("*"))
+        written[manager] = names, latest_state(spark, out / "checkpoint", scenario.name)
+    (names, state), (default_names, default_state) = written.values()
+    assert any(name.endswith(".changelog") for name in names) and state
+    assert names == default_names
+    assert state == default_state
+
+
+def test_the_background_generation_starts_only_what_is_missing_and_ends_with_the_session(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """`testbed.prewarm`: a corpus with its manifest is not generated again, so a warm cache starts
+    no process; a generation still running when the session ends is killed with its children."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from testbed import cache, corpus, defaults, generations, generators, prewarm
+
+    monkeypatch.setenv("CKPT_CORPUS_CACHE", str(tmp_path / "corpus"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    names = ["corpus", "defaults", "generations", "rescue"]
+    assert prewarm.missing(names) == names
+    for folder in (corpus.default_cache_dir(), defaults.default_cache_dir(), generators.rescue_cache_dir()):
+        folder.mkdir(parents=True)
+        (folder / MANIFEST).write_text("{}")
+    assert prewarm.missing(names) == ["generations"]
+    # Every release's virtualenv and both folders it writes; a virtualenv missing is missing work.
+    home = cache.cache_home()
+    for version in generations.RELEASES.values():
+        for defaults_too in (False, True):
+            folder = generations._written_by(home, version, defaults_too)
+            folder.mkdir(parents=True)
+            (folder / MANIFEST).write_text("{}")
+    assert prewarm.missing(names) == ["generations"]
+    for version in generations.RELEASES.values():
+        generations._venv_marker(home, version).parent.mkdir(parents=True)
+        generations._venv_marker(home, version).write_text(version)
+    assert prewarm.missing(names) == [] and prewarm.start(names, tmp_path / "log") is None
+
+    pids = tmp_path / "pids"
+    # A leader that would end by itself in 5 s, leaving its child (a generator) running.
+    group = subprocess.Popen(["sh", "-c", f"sleep 600 & echo $! > {pids}; sleep 5"], start_new_session=True)
+    while not pids.exists() or not pids.read_text().strip():
+        time.sleep(0.05)
+    child = int(pids.read_text())
+    try:
+        prewarm.stop(group)
+        time.sleep(0.2)
+        stat = Path(f"/proc/{child}/stat")  # killed, and a zombie until whatever adopted it reaps it
+        assert group.returncode is not None
+        assert not stat.exists() or stat.read_text().split(") ")[1][0] == "Z"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_disk_too_small_for_the_suite_is_said_before_any_test(tmp_path: Path) -> None:
+    """Places on one disk add up; each disk short of room is one line naming what needs it."""
+    from tests.support.disk import GIB, shortfall
+
+    needs = [("temporary files", tmp_path / "not-yet" / "made", 2 * GIB), ("the cache", tmp_path, 5 * GIB)]
+    assert shortfall(needs, free=lambda _: 7 * GIB) == []
+    (line,) = shortfall(needs, free=lambda _: 6 * GIB)
+    assert line.startswith("6.0 GiB free where the suite needs 7.0 GiB: temporary files in ")
+    assert "the cache in" in line
+    assert shortfall([("temporary files", tmp_path, 0)], free=lambda _: 0) == []
