@@ -205,7 +205,7 @@ _TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spa
 _LONGEST_FIRST = ("orchestration/test_orchestration_e2e", "checkpoint/analysis/test_generations",
                   "test_project", "checkpoint/migrate/test_migrate", "checkpoint/storage/test_s3",
                   "checkpoint/repartition/test_repartition", "checkpoint/cleanup/test_gc_live",
-                  "checkpoint/compaction/test_compaction", "checkpoint/test_default_formats",
+                  "checkpoint/compaction/test_compaction", "checkpoint/compaction/test_default_formats",
                   "checkpoint/fork/test_fork", "checkpoint/analysis/test_readiness",
                   "checkpoint/cleanup/test_gc_memory", "orchestration/test_commit_sensor",
                   "checkpoint/safety/test_lease")  # fmt: skip

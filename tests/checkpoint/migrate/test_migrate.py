@@ -40,7 +40,7 @@ def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, 
     session of its format) differ; nothing when they are the same."""
     from jobs.spark_session import scoped_confs
     from testbed.restart import differences, restart, state_rows
-    from tests.checkpoint.test_default_formats import V1_SESSION
+    from tests.support.defaults import V1_SESSION
 
     runs = {label: restart(spark, name, scenario_dir, path, extra, read_state=False)
             for label, path in (("migrated", migrated), ("control", control))}  # fmt: skip

@@ -848,8 +848,8 @@ def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_s
     from checkpoint.compaction.targets import plan_compaction
     from jobs.compact import run_compaction
     from jobs.spark_session import scoped_confs
-    from tests.checkpoint.test_default_formats import V1_SESSION
     from tests.support.damage import remove
+    from tests.support.defaults import V1_SESSION
     from tests.support.state import read_state
 
     _, proxy, _ = s3
