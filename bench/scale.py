@@ -211,7 +211,7 @@ def _fleet(args, work: Path) -> list[dict]:
 
     # On S3 the checkpoints hold their logs only: uploading 200 x the state files would take most
     # of an hour here, and the tick never lists below commits/
-    # (tests/checkpoint/storage/test_s3.py proves it).
+    # (tests/checkpoint/test_history_on_s3.py proves it).
     logs = {rel: data for rel, data in one.items() if not rel.startswith("state/") or "/_metadata/" in rel}
     with s3_services(work / "seaweedfs-fleet", "fleet") as (server, proxy):
         fs = server.filesystem()

@@ -22,7 +22,7 @@ from checkpoint.errors import RebuildError
 from checkpoint.format import FORMAT_VERSION_CONF
 from checkpoint.progress import Progress, report
 
-from .per_store import PerStore, each_store
+from .per_store import PerStore, Where, each_store
 from .spark_session import failure_line, task_crash_point
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def run_compaction_tasks(
 
     how = PerStore(
         in_task=_rebuild_in_task, here=here, describe=describe,
-        on_driver=lambda task: task[0].states.by_engine(hdfs=True, rocksdb=False),
+        runs=lambda task: task[0].states.by_engine(hdfs=Where.DRIVER, rocksdb=Where.TASK),
         instead="RocksDB stores are rebuilt in this process, one after another",
     )  # fmt: skip
     outcomes = []

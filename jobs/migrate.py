@@ -12,11 +12,12 @@ from functools import reduce
 from typing import Any
 
 from checkpoint.errors import CheckpointError
-from checkpoint.format import FORMAT_VERSION_CONF
+from checkpoint.format import FORMAT_VERSION_CONF, RAW_FAMILIES
 from checkpoint.migrate import (
     MigrationOptions,
     MigrationResult,
     Placement,
+    ReadSide,
     StoreJob,
     StoreRead,
     StoreWritten,
@@ -83,16 +84,16 @@ class SparkStateDigests:
         for storage in storages:
             reach(spark, storage)
 
-    def compare(self, src: Storage, dest: Storage, batch: int, store: StoreId,
+    def compare(self, src: ReadSide, dest: ReadSide, batch: int, store: StoreId,
                 placement: Placement) -> tuple[StoreRead, StoreRead]:  # fmt: skip
-        """SRC's store read in a format-V1 session and DEST's in a V2 one, in one Spark job: each
-        side is resolved (`load`) under its own format version, which the state data source
+        """SRC's store and DEST's, each read in a session of its own format version, in one Spark
+        job: each side is resolved (`load`) under its own format version, which the state data source
         takes then (a side read under the other's fails: it finds no files or no ids), and
         their union runs a side a core."""
-        src_read, dest_read = self.summarize([(src, 1), (dest, 2)], batch, store, placement)
+        src_read, dest_read = self.summarize([src, dest], batch, store, placement)
         return src_read, dest_read
 
-    def summarize(self, sides: list[tuple[Storage, int]], batch: int, store: StoreId,
+    def summarize(self, sides: list[ReadSide], batch: int, store: StoreId,
                   placement: Placement) -> list[StoreRead]:  # fmt: skip
         """Per side (a checkpoint and the format version its session reads it in): rows, and the digest
         (`digest_aggregates`) of each row's key and value (neither order nor the partition counts,
@@ -110,7 +111,7 @@ class SparkStateDigests:
                 read = (self.spark.read.format("statestore").option("batchId", batch)
                         .option("operatorId", store.operator).option("storeName", store.store))  # fmt: skip
                 if placement.families:  # raw rows name no partition: the store's is the task's
-                    frame = (read.option("_readAllColumnFamilies", "true").load(storage.spark_url)
+                    frame = (read.options(**RAW_FAMILIES).load(storage.spark_url)
                              .withColumn("partition_id", F.spark_partition_id()))  # fmt: skip
                 else:
                     frame = read.load(storage.spark_url)

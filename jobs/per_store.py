@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from .spark_session import failure_line, first_line, hand_on_crash_spec, task_context
@@ -34,20 +35,27 @@ class NotDone:
     error: BaseException | None = None
 
 
+class Where(Enum):
+    """Where a store runs when Spark's tasks are at hand."""
+
+    TASK = "a Spark task of its own"
+    DRIVER = "this process, the driver"  # it needs the driver's JVM (Spark's own provider)
+
+
 @dataclass(frozen=True)
 class PerStore(Generic[T, R]):
     """How each store is run.
 
     `in_task` runs in the store's Spark task, given `ship(store)`: a result, or a `str` that says
     why the store failed (an exception would come back inside the JVM's stack trace). `here` runs
-    the store in this process: under Spark Connect, and for a store `on_driver` names (the
+    the store in this process: under Spark Connect, and for a store `runs` puts on the driver (the
     HDFS-backed store's snapshot needs the driver's JVM); what it raises fails the store."""
 
     in_task: Callable[[Any], R | str]
     here: Callable[[T], R]
     describe: Callable[[T], str]
     ship: Callable[[T], Any] = lambda store: store
-    on_driver: Callable[[T], bool] = lambda store: False
+    runs: Callable[[T], Where] = lambda store: Where.TASK
     instead: str = "the stores run in this process, one after another"
 
 
@@ -87,7 +95,7 @@ def each_store(
 
 
 def _run(sc: Any, store: T, how: PerStore[T, R], started: float) -> R | NotDone:
-    if sc is None or how.on_driver(store):
+    if sc is None or how.runs(store) is Where.DRIVER:
         try:
             return how.here(store)
         except Exception as exc:  # noqa: BLE001 - a RocksDB, JVM or I/O failure fails this store

@@ -146,7 +146,7 @@ def _named(exc: BaseException) -> dict[str, str | None]:
 def _load(spark, url: str, job: dict, operator: int, store: str):
     load = spark.read.format("statestore").option("batchId", job["batch"]).option("operatorId", operator)
     load = load.option("storeName", store)
-    return (load.option("_readAllColumnFamilies", "true") if job["raw_rows"] else load).load(url)
+    return load.options(**job["reader_options"]).load(url)
 
 
 def _compare(spark, job: dict, operator: int, store: str) -> dict[str, Any]:

@@ -157,9 +157,10 @@ def s3(tmp_path_factory):
 
 
 @pytest.fixture
-def s3_copy_of(s3, corpus: dict[str, Path], defaults: dict[str, Path]):
+def s3_copy_of(s3, corpus: dict[str, Path], request):
     """Uploads a private copy of a corpus checkpoint (the main corpus', or one of Spark's default
-    formats); returns its s3:// URL (reached via the proxy)."""
+    formats); returns its s3:// URL (reached via the proxy). The default formats' corpus is asked
+    for only by a test that uploads one of them: on a cold cache it is ready last."""
     import uuid
 
     server, proxy, bucket = s3
@@ -168,7 +169,7 @@ def s3_copy_of(s3, corpus: dict[str, Path], defaults: dict[str, Path]):
     def upload(name: str, prefix: str | None = None) -> str:
         from testbed.copying import upload_checkpoint
 
-        local = corpus[name] if name in corpus else defaults[name]
+        local = corpus[name] if name in corpus else request.getfixturevalue("defaults")[name]
         return upload_checkpoint(fs, local, f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}")
 
     proxy.reset()  # faults armed by one test never leak into the next
@@ -203,12 +204,13 @@ _TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spa
 # took 27.9 min instead of 19-23.5: docs/testing.md). Only the order changes; a file missing here
 # runs after these.
 _LONGEST_FIRST = ("orchestration/test_orchestration_e2e", "checkpoint/analysis/test_generations",
-                  "test_project", "checkpoint/migrate/test_migrate", "checkpoint/storage/test_s3",
+                  "test_project", "checkpoint/migrate/test_migrate", "checkpoint/test_grid",
                   "checkpoint/repartition/test_repartition", "checkpoint/cleanup/test_gc_live",
                   "checkpoint/compaction/test_compaction", "checkpoint/compaction/test_default_formats",
                   "checkpoint/fork/test_fork", "checkpoint/analysis/test_readiness",
                   "checkpoint/cleanup/test_gc_memory", "orchestration/test_commit_sensor",
-                  "checkpoint/safety/test_lease")  # fmt: skip
+                  "checkpoint/safety/test_lease", "checkpoint/test_history_on_s3",
+                  "checkpoint/retire/test_on_s3", "checkpoint/cleanup/test_on_s3")  # fmt: skip
 
 
 # The corpora a cold cache generates, by the fixture that needs each (used directly or through

@@ -115,12 +115,14 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
         "checkpoint/cleanup/plan.py": "def f(ckpt):\n    return ckpt.provider == Provider.HDFS",
         "checkpoint/cleanup/rules.py": "def f(c, b):\n    return c.states_at(b).version != c.states.version",
         "checkpoint/model/head.py": "def f(uid):\n    return uid is None",
+        "checkpoint/rehearsal/scratch.py": "f = lambda h: h.states.by_engine(hdfs=True, rocksdb=False)",
         "cli/read.py": "def f(f):\n    return f.what.unique_id is not None",
         "jobs/compact.py": "def g(ckpt):\n    return ckpt.format_version or 2",
     })  # fmt: skip
     planted = [b.split(":")[0] for b in format_branches(root) if b not in format_branches(ROOT)]
     assert planted == ["checkpoint/cleanup/plan.py", "checkpoint/cleanup/rules.py",
-                       "checkpoint/model/head.py", "jobs/compact.py", "cli/read.py"], planted  # fmt: skip
+                       "checkpoint/model/head.py", "checkpoint/rehearsal/scratch.py", "jobs/compact.py",
+                       "cli/read.py"], planted  # fmt: skip
 
 
 def test_the_scheduling_order_names_test_files() -> None:

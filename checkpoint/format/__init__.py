@@ -77,6 +77,7 @@ from checkpoint.format.spark import (
     JOIN_STATE_FORMAT_CONF,
     MERGE_OPERATOR_CONF,
     PROVIDER_CONF,
+    RAW_FAMILIES,
     ROCKSDB_PROVIDER,
     SHUFFLE_PARTITIONS,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "OffsetEntry",
     "OperatorMetadata",
     "PROVIDER_CONF",
+    "RAW_FAMILIES",
     "Provider",
     "RESERVED_FOLDERS",
     "ROCKSDB_FILES",

@@ -15,3 +15,6 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # How ListState values are merged: `2` (pinned by 4.2 and later) delimits each element by its length.
 MERGE_OPERATOR_CONF = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 JOIN_STATE_FORMAT_CONF = "spark.sql.streaming.join.stateFormatVersion"
+# The state data source's internal option that reads every column family's raw key and value bytes
+# (TTL indexes and timers included): RocksDB stores only, the HDFS-backed provider refuses it.
+RAW_FAMILIES = {"_readAllColumnFamilies": "true"}

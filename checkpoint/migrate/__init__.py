@@ -5,11 +5,12 @@ from checkpoint.migrate.flow import (
     MigrationOptions,
     MigrationResult,
     Placement,
+    ReadSide,
     StoreRead,
     migrate_checkpoint,
     store_failed,
 )
 from checkpoint.migrate.state import StoreJob, StoreWritten
 
-__all__ = ["MigrationOptions", "MigrationResult", "Placement", "StoreJob", "StoreRead", "StoreWritten",
-           "migrate_checkpoint", "store_failed"]  # fmt: skip
+__all__ = ["MigrationOptions", "MigrationResult", "Placement", "ReadSide", "StoreJob", "StoreRead",
+           "StoreWritten", "migrate_checkpoint", "store_failed"]  # fmt: skip

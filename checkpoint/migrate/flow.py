@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from checkpoint.cleanup import AuditTrail
 from checkpoint.crash import crash_point
@@ -57,7 +57,9 @@ from checkpoint.format import (
     MAX_SCHEMA_BYTES,
     PROVIDER_CONF,
     ROCKSDB_PROVIDER,
+    ROCKSDB_V2,
     FileKind,
+    OperatorMetadata,
     StateAction,
     StoreInfo,
     classify,
@@ -107,12 +109,20 @@ class StoreRead:
     misplaced: int  # rows in another partition than `Placement` names
 
 
+class ReadSide(NamedTuple):
+    """A checkpoint as Spark's state data source reads it: in a session of its own format version
+    (read in another's, it finds no files or no ids)."""
+
+    storage: Storage
+    format_version: int
+
+
 class StateDigests(Protocol):
     """Spark's state data source (`jobs.migrate.SparkStateDigests`)."""
 
-    def compare(self, src: Storage, dest: Storage, batch: int, store: StoreId,
+    def compare(self, src: ReadSide, dest: ReadSide, batch: int, store: StoreId,
                 placement: Placement) -> tuple[StoreRead, StoreRead]:  # fmt: skip
-        """Every partition of one operator's store at `batch`, in SRC (format V1) and in DEST (V2)."""
+        """Every partition of one operator's store at `batch`, in SRC and in DEST."""
         ...
 
 
@@ -167,14 +177,18 @@ class MigrationResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "dest": self.dest, "batch": self.batch,
-                "source_state": self.source_state, "target_state": "rocksdb V2",
+                "source_state": self.source_state, "target_state": ROCKSDB_V2.name,
                 "stores": [s.as_dict() for s in self.stores],
                 "keys": sum(s.keys for s in self.stores), "proven": list(self.proven),
                 "log_files": self.log_files, "seconds": self.seconds, "state_seconds": self.state_seconds,
                 "proof_seconds": self.proof_seconds}  # fmt: skip
 
 
-def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tuple[int, str], PrefixKey]:
+# Each prefix-scanned store's key layout, by (operator, store name), where its keys are re-laid.
+Layouts = dict[tuple[int, str], PrefixKey]
+
+
+def preflight(source: ForkSource, now: float, quiet_seconds: float) -> Layouts:
     """Refuses (MigrationRefused) what this migration cannot carry (the fork's reading of SRC
     has refused error findings already); the key layout of each prefix-scanned store to re-lay."""
     ckpt = source.ckpt
@@ -187,7 +201,7 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tupl
     if not ckpt.operator_folders:
         raise MigrationRefused("a query without state: nothing is provider-specific, `ckpt fork` moves it",
                                where)  # fmt: skip
-    prefixed: dict[tuple[int, str], PrefixKey] = {}
+    prefixed: Layouts = {}
     # The stores come from the operator metadata: an operator folder without it would be left out
     # (validation refuses such a checkpoint first; this holds if it did not).
     for op in sorted(ckpt.operator_folders | {e.store.operator for e in source.lineage}):
@@ -196,17 +210,25 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> dict[tupl
             raise MigrationRefused(f"operator {op} has no operator metadata (state/{op}/_metadata): the "
                                    "checkpoint was last run before Spark 4.0; run the query once on Spark "
                                    "4.x, stop it, and migrate then", where)  # fmt: skip
-        name = meta.metadata.name
-        # RocksDB keeps column families; prefix-scanned keys are re-laid from the HDFS-backed store's
-        # whole key rows, RocksDB's prefix encoder putting the prefix columns first.
-        from_hdfs = ckpt.states.by_engine(hdfs=True, rocksdb=False)
-        if meta.metadata.keeps_column_families and from_hdfs:
-            raise MigrationRefused(f"operator {op} ({name}) keeps column families, which a migration does "
-                                   "not carry", where)  # fmt: skip
-        for store in meta.metadata.stores:
-            if store.num_cols_prefix_key and from_hdfs:
-                prefixed[op, store.name] = _prefix_key(ckpt, op, store.name, store.num_cols_prefix_key)
+        relay = ckpt.states.by_engine(hdfs=_relaid, rocksdb=_as_laid)
+        prefixed.update(relay(ckpt, op, meta.metadata, where))
     return prefixed
+
+
+def _as_laid(ckpt: Checkpoint, op: int, metadata: OperatorMetadata, where: str) -> Layouts:
+    """RocksDB's keys, column families and all, are laid as RocksDB lays them: nothing to re-lay."""
+    return {}
+
+
+def _relaid(ckpt: Checkpoint, op: int, metadata: OperatorMetadata, where: str) -> Layouts:
+    """The HDFS-backed store keeps each key row whole, where RocksDB's prefix encoder puts a
+    prefix-scanned store's prefix columns first: each such store's layout, to re-lay its keys.
+    Column families are RocksDB's alone: one found here is not carried."""
+    if metadata.keeps_column_families:
+        raise MigrationRefused(f"operator {op} ({metadata.name}) keeps column families, which a migration "
+                               "does not carry", where)  # fmt: skip
+    return {(op, s.name): _prefix_key(ckpt, op, s.name, s.num_cols_prefix_key)
+            for s in metadata.stores if s.num_cols_prefix_key}  # fmt: skip
 
 
 def _prefix_key(ckpt: Checkpoint, op: int, name: str, leading: int) -> PrefixKey:
@@ -389,12 +411,13 @@ def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource
     """Every operator store of SRC and DEST read by Spark at the batch: the same rows, each where
     Spark's hash puts it, as many as the snapshots' key counts say; or nothing is marked complete."""
     out = []
+    sides = ReadSide(src, source.ckpt.states.version), ReadSide(dest, ROCKSDB_V2.version)
     for op, meta in sorted(source.ckpt.operators.items()):
         for store in meta.metadata.stores if meta.metadata else ():
             sid, placement = StoreId(op, 0, store.name), placement_of(store.num_partitions, store)
             if meta.metadata and meta.metadata.keeps_column_families:
                 placement = dataclasses.replace(placement, families=True)
-            was, now = engine.compare(src, dest, source.batch, sid, placement)
+            was, now = engine.compare(sides[0], sides[1], source.batch, sid, placement)
             where = f"operator {op} store {store.name}"
             if (was.rows, was.digest) != (now.rows, now.digest):
                 raise MigrationFailed(f"{where}: Spark reads {was.rows} rows ({was.digest}) in the source "

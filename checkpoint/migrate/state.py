@@ -26,7 +26,7 @@ import dataclasses
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +76,49 @@ class PrefixKey:
         """The key as RocksDB's prefix-scan encoder stores it, from the whole key row."""
         head, rest = split_row(key, self.shape, self.leading, path)
         return (len(head) + 1).to_bytes(4, "little") + ROCKSDB_ENCODING + head + ROCKSDB_ENCODING + rest
+
+
+class _AsStored:
+    """A RocksDB store's files: its base zip's files become the DB its chain is replayed into, and
+    its rows are RocksDB's already."""
+
+    def base(self, base: CheckpointFile | None) -> CheckpointFile | None:
+        """The zip whose files are the DB, or None: the base is replayed into an empty one."""
+        return base
+
+    def dumped(self, step: int, f: CheckpointFile) -> bool:
+        """Whether `f`, replayed as step `step`, is a dump of the whole map (each record a distinct key)."""
+        return False
+
+    def keys(self, keys: Iterable[bytes], path: str) -> list[bytes]:
+        return list(keys)
+
+    def values(self, values: Iterable[bytes]) -> list[bytes]:
+        return list(values)
+
+
+@dataclass(frozen=True)
+class _FromMaps(_AsStored):
+    """The HDFS-backed store's files: its base a snapshot, a dump of Spark's map replayed into an
+    empty DB; its rows UnsafeRows with no RocksDB encoding byte, a prefix-scanned store's key
+    re-laid as RocksDB's prefix encoder lays it (`prefix`)."""
+
+    prefix: PrefixKey | None
+
+    def base(self, base: CheckpointFile | None) -> CheckpointFile | None:
+        return None
+
+    def dumped(self, step: int, f: CheckpointFile) -> bool:
+        return step == 0 and f.kind == FileKind.SNAPSHOT
+
+    def keys(self, keys: Iterable[bytes], path: str) -> list[bytes]:
+        prefix = self.prefix
+        if prefix is None:
+            return [ROCKSDB_ENCODING + k for k in keys]
+        return [prefix.encode(k, path) for k in keys]
+
+    def values(self, values: Iterable[bytes]) -> list[bytes]:
+        return [ROCKSDB_ENCODING + v for v in values]
 
 
 @dataclass(frozen=True)
@@ -129,8 +172,7 @@ def write_store(
     sid = entry.store
     if not entry.loadable:
         raise RebuildError(f"{sid}: the replay chain of version {entry.version} is incomplete", ckpt.url)
-    # The HDFS-backed store's rows carry no RocksDB encoding byte, and its base is a snapshot file.
-    hdfs = ckpt.states.by_engine(hdfs=True, rocksdb=False)
+    rows = ckpt.states.by_engine(hdfs=_FromMaps(prefix), rocksdb=_AsStored())
     base, chain = entry.base, list(entry.chain)
     if entry.committed_file is not None and entry.committed_file.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
         base, chain = entry.committed_file, []  # the version's own snapshot: nothing to replay
@@ -139,7 +181,7 @@ def write_store(
         db_dir, checkpoint_dir = tmp / "db", tmp / "checkpoint"
         db_dir.mkdir()
         chain_bytes = sum(f.info.size for f in chain)
-        zip_base = None if hdfs else base  # a RocksDB zip: its files become the DB the chain goes into
+        zip_base = rows.base(base)
         op = ckpt.operators.get(sid.operator)
         families = op is not None and op.metadata is not None and op.metadata.keeps_column_families
         if families and zip_base is None:
@@ -167,15 +209,9 @@ def write_store(
                 count.look_in(open_db(db_dir, policy, read_only=True))
             for i, f in enumerate(steps):
                 where = ckpt.storage.full(f.rel)
-                # A snapshot is a dump of Spark's map into an empty DB: each record a distinct key.
-                snapshot = hdfs and i == 0 and f.kind == FileKind.SNAPSHOT
+                snapshot = rows.dumped(i, f)
                 for run in _runs(ckpt, f, tmp, policy):
-                    if not hdfs:
-                        keys = list(run.keys)
-                    elif prefix is None:
-                        keys = [ROCKSDB_ENCODING + k for k in run.keys]
-                    else:
-                        keys = [prefix.encode(k, where) for k in run.keys]
+                    keys = rows.keys(run.keys, where)
                     if snapshot:
                         count.add(len(keys))
                     else:
@@ -184,7 +220,7 @@ def write_store(
                         keys, values = _merged(db, keys, run.written, delimiter)
                         write_in_batches(db, write_opts, _BATCH, "put", keys, values)
                     elif run.op == "put":
-                        values = [ROCKSDB_ENCODING + v for v in run.written] if hdfs else list(run.written)
+                        values = rows.values(run.written)
                         write_in_batches(db, write_opts, _BATCH, "put", keys, values)
                     else:
                         write_in_batches(db, write_opts, _BATCH, "delete", keys)

@@ -46,7 +46,7 @@ def job_for(scratch: Scratch, original: Storage, dest: Storage, query: str, conf
         # written in (Spark 4.0 refuses a V1 commit log in a V2 session), unless `--conf` says else.
         "conf": {FORMAT_VERSION_CONF: str(scratch.format_version), **conf},
         "stores": [list(s) for s in scratch.stores],
-        "raw_rows": scratch.raw_rows,
+        "reader_options": dict(scratch.reader_options),
         "inputs": list(scratch.inputs),
         "pinned": dict(scratch.pinned),
         # Spark's state data source reads with the session's confs, not the ones the offsets pin.

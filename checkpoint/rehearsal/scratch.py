@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from checkpoint.errors import CheckpointError, RehearsalRefused
 from checkpoint.fork import ForkOptions, ForkResult, fork_checkpoint, source_logs
-from checkpoint.format import file_source_paths
+from checkpoint.format import RAW_FAMILIES, file_source_paths
 from checkpoint.model import load_head
 from checkpoint.policy import POLICY
 from checkpoint.repartition import state_readers
@@ -26,9 +26,9 @@ class Scratch:
     batch: int
     pinned: dict[str, str]  # the confs batch N's offsets pin, which Spark applies over the session's
     stores: tuple[tuple[int, str], ...]  # (operator, store name), as the operator metadata names them
-    # Spark reads every column family's raw rows of RocksDB stores only (`_readAllColumnFamilies`
-    # refuses the HDFS-backed provider): the others are compared as the user reads them.
-    raw_rows: bool
+    # The state data source's options for its stores: every column family's raw rows where the
+    # format's state is RocksDB's; as the user reads them where it is the HDFS-backed store's.
+    reader_options: dict[str, str]
     format_version: int  # the checkpoint format version its state is read with
     fork: ForkResult
     planned_files: int  # N's offsets and source logs, added to the fork
@@ -70,7 +70,7 @@ def scratch_fork(
         batch=n,
         pinned=dict(entry.conf),
         stores=tuple((r.operator, r.store) for r in state_readers(head)),
-        raw_rows=head.states.by_engine(hdfs=False, rocksdb=True),
+        reader_options=head.states.by_engine(hdfs={}, rocksdb=dict(RAW_FAMILIES)),
         format_version=head.format_version,
         fork=forked,
         planned_files=len(planned),

@@ -19,7 +19,7 @@ from typing import Any
 
 from checkpoint.analysis import Severity, unproven_writer, validate
 from checkpoint.errors import CheckpointError, RepartitionRefused
-from checkpoint.format import SHUFFLE_PARTITIONS, FileKind, OffsetEntry, StateAction
+from checkpoint.format import RAW_FAMILIES, SHUFFLE_PARTITIONS, FileKind, OffsetEntry, StateAction
 from checkpoint.model import Checkpoint, checkpoint_lineage, state_partition_folders
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
@@ -181,7 +181,7 @@ class StateReader:
 
     @property
     def options(self) -> dict[str, str]:
-        return {"operatorId": str(self.operator), "storeName": self.store, "_readAllColumnFamilies": "true"}
+        return {"operatorId": str(self.operator), "storeName": self.store, **RAW_FAMILIES}
 
 
 def state_readers(ckpt: Checkpoint) -> list[StateReader]:

@@ -3,10 +3,13 @@ V2} x {local, S3}. A format is one line of `FORMATS` (a real query's checkpoint 
 one line of `BACKENDS`: both get every test here from that line.
 
 What each action does in a format is asked of the format (`checkpoint.format.states`); here the
-doors are driven on real checkpoints and the outcome held against what recovery reads: a read, a
-fork, a cleanup, a compaction, and the refusals. Restarts under Spark are in each action's own
+doors are driven on real checkpoints and the outcome held against what recovery reads: a read
+(the local copy's answers, with no recursive listing), a fork, a cleanup, a compaction and a
+retirement in every cell; a migration and a repartition in each cell whose format allows them
+(`allowing`), and each refusal where it does not. Restarts under Spark are in each action's own
 tests (one format and backend each proves a writer; the grid proves the rest reads, keeps and
-refuses alike)."""
+refuses alike). The purge of expired state needs a query that keeps state with a TTL, which none
+of these does: it is run on one (`tests/checkpoint/expiry/`), and here it finds nothing to purge."""
 
 from __future__ import annotations
 
@@ -29,10 +32,17 @@ from checkpoint.format import StateAction
 from checkpoint.migrate import MigrationOptions, migrate_checkpoint
 from checkpoint.model import Checkpoint, checkpoint_lineage, load_head
 from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
+from checkpoint.retire import (
+    RetireOptions,
+    apply_retirement,
+    plan_retirement,
+    read_retirement,
+    retirement_request,
+)
 from checkpoint.safety import EachInPlace, InPlace, TwoSided, taken_at_once
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
-from tests.support.planning import plan_of
+from tests.support.planning import candidates_of, plan_of
 
 R, M, P = StateAction.REPARTITION, StateAction.MIGRATE, StateAction.PURGE
 # The format's name as reports give it -> a stopped query's checkpoint in it, from the corpora, and
@@ -49,6 +59,7 @@ LATER = 7 * 3600  # planned "seven hours from now": every copied file is past th
 @dataclass
 class Cell:
     format: str
+    backend: str
     storage: Storage
     place: Callable[[str], Storage]  # a new place beside it, on its backend
 
@@ -56,19 +67,32 @@ class Cell:
         return load_head(self.storage, strict=False)
 
 
-@pytest.fixture(params=[(f, b) for f in FORMATS for b in BACKENDS], ids=lambda p: f"{p[0]}-{p[1]}")
+def _cells(allowing: StateAction | None = None) -> list:
+    """Every cell, or those whose format allows `allowing`: a test's parametrization of `cell`."""
+    return [
+        pytest.param((f, b), id=f"{f}-{b}")
+        for f in FORMATS
+        for b in BACKENDS
+        if allowing is None or allowing not in FORMATS[f][1]
+    ]
+
+
+@pytest.fixture(params=_cells())
 def cell(request, corpus, defaults, tmp_path) -> Cell:
     fmt, backend = request.param
     name = FORMATS[fmt][0]
     if backend == "local":
         copy_checkpoint(corpus[name] if name in corpus else defaults[name], tmp_path / name)
-        return Cell(fmt, Storage(str(tmp_path / name)), lambda n: Storage(str(tmp_path / n)))
+        return Cell(fmt, backend, Storage(str(tmp_path / name)), lambda n: Storage(str(tmp_path / n)))
     server, proxy, bucket = request.getfixturevalue("s3")
     options = server.storage_options(proxy.endpoint)
     url = request.getfixturevalue("s3_copy_of")(name)
     prefix = url.rsplit("/", 1)[0]
     return Cell(
-        fmt, Storage(url, options), lambda n: Storage(f"{prefix}/{n}-{uuid.uuid4().hex[:6]}", options)
+        fmt,
+        backend,
+        Storage(url, options),
+        lambda n: Storage(f"{prefix}/{n}-{uuid.uuid4().hex[:6]}", options),
     )
 
 
@@ -93,11 +117,29 @@ def _tree(storage: Storage) -> dict[str, int]:
         return {}
 
 
-def test_its_format_is_told_and_it_reads_as_healthy(cell: Cell) -> None:
+def _local(cell: Cell, corpus, defaults) -> Path:
+    name = FORMATS[cell.format][0]
+    return corpus[name] if name in corpus else defaults[name]
+
+
+def test_its_format_is_told_and_it_reads_as_its_local_copy(cell: Cell, corpus, defaults) -> None:
+    """Healthy, read head-first: the root, both logs, `state/`, the operators' metadata, their
+    partition folders and one partition's store folders (checked against what the metadata
+    declares), then each store's folder where recovery lists it (format V1); never a recursive
+    listing. Its lineage and findings are its local copy's."""
     ckpt = cell.head()
     assert ckpt.states.name == cell.format
     assert _errors(ckpt) == []
-    assert _recovery(ckpt), "no store found as its recovery finds them"
+    read = _recovery(ckpt)
+    assert read, "no store found as its recovery finds them"
+    calls = cell.storage.calls.snapshot()
+    stores = len({e.store for e in checkpoint_lineage(ckpt)})
+    assert calls["list"] == 0 and calls["list_dir"] <= 7 + stores, calls
+    local = load_head(Storage(str(_local(cell, corpus, defaults))), strict=False)
+    assert read == _recovery(local)
+    assert [(f.code, f.severity) for f in validate(ckpt).findings] == [
+        (f.code, f.severity) for f in validate(local).findings
+    ]
 
 
 def test_a_fork_holds_what_recovery_reads_and_reads_as_healthy(cell: Cell) -> None:
@@ -107,14 +149,20 @@ def test_a_fork_holds_what_recovery_reads_and_reads_as_healthy(cell: Cell) -> No
     assert result.batch == cell.head().latest_committed_batch
     assert forked.states.name == cell.format and _errors(forked) == []
     assert _recovery(forked) == _recovery(cell.head())
+    # Within one object store, every file the fork did not have to rewrite is copied by the store.
+    assert (result.server_side_files > 0) == (cell.backend == "s3")
 
 
-def test_cleanup_deletes_only_what_recovery_never_reads(cell: Cell, tmp_path: Path) -> None:
+def test_cleanup_deletes_only_what_recovery_never_reads(cell: Cell, tmp_path: Path, corpus, defaults) -> None:
+    """The plan is the local copy's; its apply deletes it all and keeps what recovery reads."""
     audit = AuditTrail(str(tmp_path / "audit"))
     before = cell.head()
     read = _recovery(before)
     # Two batches retained: what the older ones alone read goes, in every format.
-    plan = plan_of(cell.storage, audit, now=time.time() + LATER, retain_batches=2)
+    now = time.time() + LATER
+    plan = plan_of(cell.storage, audit, now=now, retain_batches=2)
+    local = plan_of(_local(cell, corpus, defaults), now=now, retain_batches=2)
+    assert sorted(c.path for c in candidates_of(plan, audit)) == sorted(c.path for c in candidates_of(local))
     options = CleanupOptions(audit, lambda: plan, planned=plan, what="gc")
     cleaned = apply_cleanup(InPlace(cell.storage, taken_at_once("tests")), options)
     after = cell.head()
@@ -168,3 +216,61 @@ def test_what_the_format_refuses_is_refused_with_nothing_written(cell: Cell, tmp
     # None of these queries keeps TTL state: the purge finds no store, whatever the format says.
     assert purge_expired(request, PurgeOptions(audit, quiet_seconds=0)).stores == ()
     assert _tree(cell.storage) == before
+
+
+def test_a_retirement_archives_what_recovery_reads_and_leaves_nothing(cell: Cell, tmp_path: Path) -> None:
+    """Planned nine days on (a copy is new to its backend), applied past the grace, to an archive
+    beside it: the archive reads as healthy in the same format with recovery's files, and nothing
+    is left of the checkpoint."""
+    read = _recovery(cell.head())
+    archive, trail = cell.place("archive"), AuditTrail(str(tmp_path / "audit"))
+    later = time.time() + 9 * 86400
+    plan = plan_retirement(cell.storage, trail, archive=archive, now=later)
+    _, proven = read_retirement(plan.manifest)
+    request = retirement_request(cell.storage, archive, taken_at_once("tests"))
+    retired = apply_retirement(request, RetireOptions(proven, trail, later + 8 * 86400))
+    assert retired.deleted_files == plan.files > 0 and _tree(cell.storage) == {}
+    kept = load_head(archive, strict=False)
+    assert kept.states.name == cell.format and _errors(kept) == [] and _recovery(kept) == read
+
+
+@pytest.mark.parametrize("cell", _cells(allowing=M), indirect=True)
+def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
+    cell: Cell, spark, tmp_path: Path
+) -> None:
+    """Through Spark's tasks and reader (`jobs.migrate`), beside the source on its backend: every
+    store's rows and digest proven equal by Spark's reader on both sides, the destination told as
+    RocksDB V2 with the source's stores, healthy; the source unchanged."""
+    from jobs.migrate import migrate
+
+    source = cell.head()
+    before = _tree(cell.storage)
+    dest = cell.place("migrated")
+    options = MigrationOptions(AuditTrail(str(tmp_path / "audit")), quiet_seconds=0)
+    result = migrate(lambda: spark, TwoSided(cell.storage, dest, taken_at_once("tests")), options)
+    assert result.source_state == cell.format and result.proven
+    migrated = load_head(dest, strict=False)
+    assert migrated.states.name == "rocksdb V2" and _errors(migrated) == []
+    assert _stores(migrated) == _stores(source) and len(result.stores) == len(_stores(source))
+    assert _tree(cell.storage) == before
+
+
+@pytest.mark.parametrize("cell", _cells(allowing=R), indirect=True)
+def test_a_repartition_keeps_every_row_and_reads_as_healthy(cell: Cell, spark, tmp_path: Path) -> None:
+    """Through Spark's repartitioner (`jobs.repartition`): every store's digest the same at twice
+    its partitions, and the checkpoint, in its format, healthy."""
+    from jobs.repartition import repartition
+
+    before = cell.head()
+    partitions = 2 * len({e.store.partition for e in checkpoint_lineage(before)})
+    options = RepartitionOptions(AuditTrail(str(tmp_path / "audit")), partitions, quiet_seconds=0)
+    done = repartition(lambda: spark, InPlace(cell.storage, taken_at_once("tests")), options)
+    assert done.to_partitions == partitions == 2 * done.from_partitions
+    assert done.stores and all(s.digest_after == s.digest_before and s.rows > 0 for s in done.stores)
+    after = cell.head()
+    assert after.states.name == cell.format and _errors(after) == []
+    assert {e.store.partition for e in checkpoint_lineage(after)} == set(range(partitions))
+
+
+def _stores(ckpt: Checkpoint) -> set[tuple[int, int, str]]:
+    return {(e.store.operator, e.store.partition, e.store.store) for e in checkpoint_lineage(ckpt)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from jobs.per_store import NotDone, PerStore, each_store
+from jobs.per_store import NotDone, PerStore, Where, each_store
 
 
 class _ConnectSession:
@@ -69,7 +69,7 @@ def test_a_check_that_raises_starts_nothing_more() -> None:
 def test_in_spark_each_store_is_its_own_job_and_a_dead_task_fails_its_store_alone(spark) -> None:
     """A task that returns why it failed, and one whose Python worker dies, fail their stores; the
     others, and the store named to run on the driver, give their results."""
-    how = _how(on_driver=lambda s: s == 6)
+    how = _how(runs=lambda s: Where.DRIVER if s == 6 else Where.TASK)
     got = dict(each_store(spark, [1, 3, 4, 5, 6], how, stop_on_failure=False))
     assert [got[s] for s in (1, 5, 6)] == [10, 50, 60]
     assert isinstance(got[3], NotDone) and got[3].reason == "store 3: the chain is broken"

@@ -7,7 +7,10 @@ Three shapes are counted:
 - a read of one of `StateFormat`'s own fields other than its provider, version and files: a flag
   is a branch by another name (`ckpt.states.in_rocksdb`);
 - a test on whether a state file's name carries an id (`uid is None`, `f.unique_id is not None`):
-  the V1/V2 split, asked of a name."""
+  the V1/V2 split, asked of a name;
+- a format's question answered with booleans (`states.by_engine(hdfs=True, rocksdb=False)`): a
+  flag again, which its caller branches on; the answers are to be what differs (a value, a
+  function, an object with the behaviour)."""
 
 from __future__ import annotations
 
@@ -78,7 +81,21 @@ def format_branches(root: Path) -> list[str]:
                     found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")  # `ckpt.format_version or 2`
                 elif isinstance(node, ast.Attribute) and node.attr in flags and _reads_a_format(node.value):
                     found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+                elif _answers_with_booleans(node):
+                    found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
     return found
+
+
+def _answers_with_booleans(node: ast.AST) -> bool:
+    """`….by_engine(hdfs=True, rocksdb=False)`, `….by_recovery(listed=False, named=True)`."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    answers = [k.value for k in node.keywords]
+    return (
+        node.func.attr in ("by_engine", "by_recovery")
+        and bool(answers)
+        and all(isinstance(a, ast.Constant) and isinstance(a.value, bool) for a in answers)
+    )
 
 
 def _reads_a_format(node: ast.AST) -> bool:

@@ -19,7 +19,7 @@ from tests.support.defaults import V1_SESSION, copy_default
 # Chains of at least 3 with and without a base: Spark's snapshots at 22 leave hdfs_agg a chain of 3,
 # hdfs_join and hdfs_session have none (the join's four stores, the session window's prefix-scanned
 # map), and rocksdb_v1_changelog replays 5 changelogs onto its zip at 20. hdfs_deltas (no base) is
-# compacted by the CLI in the checksum tests below and on S3 (tests/checkpoint/storage/test_s3.py).
+# compacted by the CLI in the checksum tests below and on S3 (test_on_s3.py).
 COMPACTED = ("hdfs_agg", "hdfs_join", "hdfs_session", "rocksdb_v1_changelog")
 
 

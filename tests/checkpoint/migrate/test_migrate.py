@@ -183,12 +183,13 @@ def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["migrate.after_store:2", "fork.after_step:1", "fork.after_step:3"])
 def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finishes_it(
-    defaults, tmp_path, point
+    spark, defaults, tmp_path, point
 ) -> None:
-    """kill -9 after two stores' state, after the offsets, and after every log (all of DEST but
-    the proof and the completion marker): DEST is not a checkpoint to this tool (validation
-    refuses the interrupted fork it is), and the same command starts it over and finishes, its
-    proof reading SRC's state in every store of DEST."""
+    """`ckpt migrate` killed with -9 after two stores' state, after the offsets, and after every
+    log (all of DEST but the proof and the completion marker): DEST is not a checkpoint to this
+    tool (validation refuses the interrupted fork it is), and the same migration (in this
+    session's Spark: a second JVM proves nothing more) starts it over and finishes, its proof
+    reading SRC's state in every store of DEST."""
     from checkpoint.crash import CRASH_ENV
 
     src = _stopped(defaults, "hdfs_dedup", tmp_path / "src")
@@ -199,11 +200,9 @@ def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finish
     assert refused.returncode != 0  # an interrupted fork (exit 2) or INCOMPLETE_FORK (exit 1)
     assert "interrupted fork" in refused.stderr or "INCOMPLETE_FORK" in refused.stdout
     time.sleep(1.5)  # the killed run's leases expire
-    again = ckpt("migrate", str(src), str(dest), "--json")
-    assert again.returncode == 0, again.stderr
+    proven = _migrate(spark, src, dest, tmp_path / "audit").proven
     assert ckpt("validate", str(dest)).returncode == 0
     # Its proof read DEST's state equal to SRC's in every store, as a migration never interrupted.
-    proven = json.loads(again.stdout)["proven"]
     assert [p["store"] for p in proven] == ["default", "default"] and all(p["rows"] > 0 for p in proven)
 
 
@@ -424,6 +423,7 @@ def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
     (every row of both away)."""
     name = "hdfs_join"
     from checkpoint.fork.plan import read_source
+    from checkpoint.migrate import ReadSide
     from checkpoint.migrate.flow import placement_of
     from checkpoint.model.checkpoint import StoreId
     from checkpoint.storage import Storage
@@ -436,7 +436,7 @@ def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
         engine = SparkStateDigests(spark, Storage(str(path)))
         for store in source.ckpt.operators[0].metadata.stores:
             placement = placement_of(store.num_partitions, store)
-            (reads[label, store.name],) = engine.summarize([(Storage(str(path)), 1)], source.batch,
+            (reads[label, store.name],) = engine.summarize([ReadSide(Storage(str(path)), 1)], source.batch,
                                                            StoreId(0, 0, store.name), placement)  # fmt: skip
         _swap_state_files(path / "state/0/0", path / "state/0/1")
     for store in source.ckpt.operators[0].metadata.stores:

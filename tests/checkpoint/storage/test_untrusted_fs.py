@@ -515,9 +515,17 @@ def test_discovery_raises_when_a_folder_listing_hangs(copy_of, tmp_path, monkeyp
 
 
 @pytest.mark.slow
-def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(defaults, small_disk) -> None:
-    """DEST on a disk with 16 KiB left: the migration stops at a store's upload (exit 1, one line,
-    DEST marked incomplete), both leases are free, and with room the same command migrates."""
+def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(
+    spark, defaults, small_disk
+) -> None:
+    """DEST on a disk with 16 KiB left: `ckpt migrate` stops at a store's upload (exit 1, one line,
+    DEST marked incomplete), both leases are free, and with room the same migration (in this
+    session's Spark) finishes it."""
+    from checkpoint.cleanup import AuditTrail
+    from checkpoint.migrate import MigrationOptions
+    from checkpoint.safety import TwoSided, taken_at_once
+    from checkpoint.storage import Storage
+    from jobs.migrate import migrate
     from testbed.copying import copy_checkpoint
 
     src = _aged(copy_checkpoint(defaults["hdfs_agg"], small_disk.parent / "src"))
@@ -529,8 +537,9 @@ def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(defa
     assert len(said) == 1 and "No space left" in said[0], out.stderr[-2000:]
     filler.unlink()
     assert _lease_is_free(src) and _lease_is_free(dest)
-    again = ckpt("migrate", str(src), str(dest), timeout=600)
-    assert again.returncode == 0, again.stderr[-2000:]
+    request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"))
+    options = MigrationOptions(AuditTrail(str(small_disk.parent / "audit")))
+    assert migrate(lambda: spark, request, options).proven
     assert ckpt("validate", str(dest)).returncode == 0
 
 

@@ -1,0 +1,169 @@
+"""A cleanup on S3: the local plan's deletions, planned in worker processes alike, their failures
+retried key by key or reported, and an audit trail that names objects that exist."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from checkpoint.cleanup import plan as gc_plan
+from checkpoint.cleanup import pool as planning_pool
+from checkpoint.cleanup.apply import apply_plan
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.errors import CheckpointError
+from checkpoint.format.layout import FileKind
+from checkpoint.storage import Storage
+from testbed.copying import copy_checkpoint
+from tests.support.planning import candidates_of, plan_of
+from tests.support.s3 import LATER, direct, planned_on, via_proxy
+
+
+def test_cleanup_on_s3_deletes_what_the_local_plan_names(s3, s3_copy_of, corpus, tmp_path) -> None:
+    """What the apply's re-check and its deletions cost, request by request. That what it keeps is
+    what recovery reads is the grid's, in every format on S3 (`tests/checkpoint/test_grid.py`);
+    restarts after a cleanup are in `test_gc.py` and `test_default_formats.py` here."""
+    _, proxy, _ = s3
+    url = s3_copy_of("two_actions")
+    options = via_proxy(s3)
+    audit = AuditTrail(str(tmp_path / "audit"))
+    remote = plan_of(Storage(url, options), audit, now=time.time() + LATER)
+    planned = candidates_of(remote)
+    local_copy = tmp_path / "local"
+    copy_checkpoint(corpus["two_actions"], local_copy)
+    local = plan_of(local_copy, now=time.time() + LATER)
+    assert {c.path for c in planned} == {c.path for c in candidates_of(local)} != set()
+    # What the apply's re-check of every line costs, measured alone: the logs as a plan lists
+    # them, and one listing of each partition its lines name.
+    proxy.reset()
+    recheck = gc_plan.Recheck(remote, Storage(url, options))
+    for c in planned:
+        recheck.check(c)
+    rechecked = proxy.counts()["ListObjectsV2"]
+    partitions = len({"/".join(c.path.split("/")[:3]) for c in planned})
+    assert proxy.counts()["HeadObject"] == 0 and rechecked >= partitions
+    proxy.reset()
+    result = apply_plan(remote, Storage(url, options), audit, batch_size=50)
+    deleted = {o["path"] for o in audit.outcomes(remote) if o["outcome"] == "deleted"}  # every one
+    assert deleted == {c.path for c in planned} and result.deleted.files == len(planned)
+    assert not result.failed.files
+    counts = proxy.counts()
+    assert counts["DeleteObjects"] == math.ceil(len(planned) / 50)
+    # The check lists commits/ and offsets/; each delete batch re-stats its candidates with one
+    # listing of each partition it touches (a few hundred files each: cheaper than a HEAD apiece).
+    touched = sum(
+        len({"/".join(c.path.split("/")[:3]) for c in planned[i : i + 50]})
+        for i in range(0, len(planned), 50)
+    )
+    assert counts["HeadObject"] == 0 and counts["ListObjectsV2"] == 2 + touched + rechecked
+    left = {p.split("/two_actions/", 1)[1] for p in direct(s3).find(url[len("s3://") :])}
+    assert not left & {c.path for c in planned}
+    again = plan_of(Storage(url, options), now=time.time() + LATER)
+    assert again.files == 0
+
+
+def test_planning_in_worker_processes_on_s3_is_the_plan_made_here(
+    s3, s3_copy_of, loaded, tmp_path, monkeypatch
+) -> None:
+    """On S3 a plan of many partitions decides them in spawned worker processes (a fork would not
+    carry s3fs's event loop), each with a client of its own and several partitions at once: its
+    manifest and every request it sends are those of a plan made in this process. A lineage
+    header found damaged in a worker fails the plan with the error a plan made here gives."""
+    _, proxy, bucket = s3
+    url, options, now = s3_copy_of("two_actions"), via_proxy(s3), time.time() + LATER
+    started: list[tuple[str, int]] = []
+    pool = planning_pool.ProcessPoolExecutor
+
+    def recording(workers: int, **kwargs):
+        started.append((kwargs["mp_context"].get_start_method(), workers))
+        return pool(workers, **kwargs)
+
+    monkeypatch.setattr(planning_pool, "ProcessPoolExecutor", recording)
+    # Its 4 partitions two at a time in each process: both processes, and threads in each, take part.
+    monkeypatch.setattr(planning_pool, "partitions_at_once", lambda storage, processes: 2 if processes else 8)
+
+    def planned(workers: int) -> tuple[list[bytes], dict[str, int], dict[str, int]]:
+        proxy.reset()
+        storage, audit = Storage(url, options), AuditTrail(str(tmp_path / f"{workers}"))
+        plan = plan_of(storage, audit, now=now, workers=workers)
+        head, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
+        manifest = [head.replace(plan.plan_id.encode(), b"<id>"), *lines]
+        return manifest, dict(proxy.counts()), dict(storage.calls.snapshot())  # what workers did counts
+
+    here, there = planned(0), planned(2)
+    assert started == [("spawn", 2)]
+    assert len(here[0]) > 1 and here == there
+    # A committed changelog of the last partition whose header the plan must read: no zip of its own.
+    local = loaded["two_actions"]
+    last = max(local.stores, key=lambda sid: (sid.operator, sid.partition))
+    batch = local.latest_committed_batch
+    uid = local.committed_unique_id(batch, last)
+    assert local.stores[last].file(FileKind.ZIP, batch + 1, uid) is None
+    changelog = local.stores[last].file(FileKind.CHANGELOG, batch + 1, uid)
+    direct(s3).pipe(f"{url.removeprefix('s3://')}/{changelog.rel}", b"not an lz4 stream")
+    errors = []
+    for workers in (0, 2):
+        with pytest.raises(CheckpointError) as failed:
+            planned(workers)
+        errors.append((type(failed.value), str(failed.value)))
+    assert errors[0] == errors[1] and changelog.rel in errors[0][1]
+    assert started == [("spawn", 2)] * 2
+
+
+def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path) -> None:
+    _, proxy, bucket = s3
+    url, options = s3_copy_of("two_actions"), via_proxy(s3)
+    audit = AuditTrail(str(tmp_path))
+    plan, planned = planned_on(url, options, audit)
+    prefix = url[len(f"s3://{bucket}/") :]
+    flaky = {f"{prefix}/{c.path}" for c in planned[:3]}
+    proxy.reset()
+    proxy.faults.fail_delete_keys, proxy.faults.fail_delete_times = flaky, 1
+    sleeps: list[float] = []
+    result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
+    assert result.deleted.files == plan.files and not result.failed.files
+    assert proxy.counts()["DeleteObjects"] == 2 and len(sleeps) == 1
+    assert not any(direct(s3).exists(f"{bucket}/{k}") for k in flaky)
+
+
+def test_keys_that_keep_failing_are_reported_and_never_called_deleted(s3, s3_copy_of, tmp_path) -> None:
+    _, proxy, bucket = s3
+    url, options = s3_copy_of("two_actions"), via_proxy(s3)
+    audit = AuditTrail(str(tmp_path))
+    plan, planned = planned_on(url, options, audit)
+    prefix = url[len(f"s3://{bucket}/") :]
+    stuck = {c.path for c in planned[:3]}
+    proxy.reset()
+    proxy.faults.fail_delete_keys = {f"{prefix}/{p}" for p in stuck}
+    proxy.faults.fail_delete_times = 100
+    result = apply_plan(plan, Storage(url, options), audit, attempts=3, sleep=lambda s: None)
+    assert {o.path for o in result.failed.sample} == stuck and result.failed.files == 3
+    assert all(o.why.startswith("InternalError") for o in result.failed.sample)
+    assert not stuck & {o.path for o in result.deleted.sample}
+    assert result.deleted.files == plan.files - 3
+    assert all(direct(s3).exists(f"{bucket}/{prefix}/{p}") for p in stuck)
+    recorded = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
+    assert {r["path"] for r in recorded if r["outcome"] == "failed"} == stuck
+    assert proxy.counts()["DeleteObjects"] == 3
+
+
+def test_the_audit_trail_on_s3_names_objects_that_exist(s3, s3_copy_of) -> None:
+    server, proxy, bucket = s3
+    url, options = s3_copy_of("two_actions"), via_proxy(s3)
+    audit = AuditTrail(f"s3://{bucket}/audit-{url.rsplit('/', 2)[-2]}", options)
+    plan, planned = planned_on(url, options, audit)
+    first = apply_plan(plan, Storage(url, options), audit)
+    again = apply_plan(plan, Storage(url, options), audit)  # idempotent: everything already gone
+    assert first.deleted.files == plan.files and not again.deleted.files
+    server = direct(s3)
+    assert audit.read_plan(plan.manifest) == dataclasses.replace(plan, digest="")
+    assert server.exists(plan.manifest[len("s3://") :])
+    recorded = [
+        json.loads(line) for line in server.cat(audit.outcomes_url(plan)[len("s3://") :]).splitlines()
+    ]
+    assert [r["outcome"] for r in recorded] == ["deleted"] * plan.files + ["skipped"] * plan.files
+    assert recorded == audit.outcomes(plan)

@@ -1,0 +1,47 @@
+"""Repartition on S3, through s3a for Spark and fsspec for the rest, undone and done again."""
+
+from __future__ import annotations
+
+from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.storage import Storage
+from testbed.copying import copy_checkpoint
+
+
+def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_control(
+    s3, spark, corpus, corpus_root, tmp_path
+) -> None:
+    """Spark's repartitioner and the restarted query reach the bucket through s3a (the session's
+    per-bucket settings from the storage's own options); the listing before, the backup fork, the
+    records and the undo go through fsspec."""
+    from checkpoint.safety import InPlace, taken_at_once
+    from jobs.repartition import RepartitionOptions, UndoOptions, repartition, undo_repartition
+    from testbed.restart import differences, restart
+    from tests.support.forking import fork
+
+    server, _, bucket = s3
+    options = server.storage_options()  # straight to the server: Spark's client is not counted
+    name = "snapshots"
+    untouched = tmp_path / "untouched"
+    copy_checkpoint(corpus[name], untouched)
+    storage = Storage(f"s3://{bucket}/repartition/{name}", options)
+    fork(Storage(str(corpus[name])), storage)  # as Spark would have written it there
+    audit = AuditTrail(f"s3://{bucket}/repartition-audit", options)
+
+    def tree() -> dict[str, int]:
+        return {f.rel: f.size for f in storage.list_files()}
+
+    before = tree()
+    request = InPlace(storage, taken_at_once("tests"))
+    first = repartition(lambda: spark, request, RepartitionOptions(audit, 8, quiet_seconds=0))
+    assert {f.rel.split("/")[2] for f in storage.list_files("state/0") if f.rel.endswith(".zip")} >= {
+        str(p) for p in range(8)
+    }
+    undone = undo_repartition(request, UndoOptions(audit, query_stopped=True))
+    assert undone.deleted > 0 and tree() == before
+    again = repartition(lambda: spark, request, RepartitionOptions(audit, 8, quiet_seconds=0))
+    for result in (first, again):
+        assert (result.from_partitions, result.to_partitions) == (4, 8)
+        assert all(s.digest_after == s.digest_before and s.rows > 0 for s in result.stores)
+    changed = restart(spark, name, corpus_root / name, storage.spark_url, tmp_path / "extra")
+    control = restart(spark, name, corpus_root / name, untouched, tmp_path / "extra")
+    assert not differences(changed, control)

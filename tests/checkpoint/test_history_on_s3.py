@@ -1,0 +1,107 @@
+"""Two checkpoints on S3 that differ only in older history (`testbed.synthetic`: 35 and 155
+versions a store) cost the same requests, counted at the proxy, for every reader: `ckpt lineage`,
+`validate` and `--deep`, a fork, a rehearsal's scratch fork, and an idle tick of the commit sensor
+(one listing a checkpoint). A read costs what Spark's recovery reads, not what the checkpoint
+holds; on local disk the same holds call for call (`tests/checkpoint/model/test_head.py`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from checkpoint.storage import Storage
+from tests.support.runs import checkpoints_of
+from tests.support.s3 import cli, root_options, via_proxy
+
+
+@pytest.fixture(scope="module")
+def s3_histories(s3) -> dict[str, str]:
+    """`small` and `big`, under `histories/`, written once for the tests here; only read."""
+    from testbed import synthetic
+
+    server, _, bucket = s3
+    fs = server.filesystem()
+    urls = {}
+    for name, versions in (("small", 35), ("big", 155)):
+        content = synthetic.files(4, versions, window=20)
+        fs.pipe({f"{bucket}/histories/{name}/{rel}": data for rel, data in content.items()})
+        urls[name] = f"s3://{bucket}/histories/{name}"
+    return urls
+
+
+@pytest.mark.parametrize("command", [["lineage"], ["validate"], ["validate", "--deep"]])
+def test_requests_do_not_grow_with_history(s3, s3_histories, command) -> None:
+    _, proxy, _ = s3
+    counts = {}
+    for name, url in s3_histories.items():
+        proxy.reset()
+        out = cli(proxy, *command, url, "--json")
+        assert out.returncode in (0, 1), out.stderr
+        counts[name] = proxy.counts()
+    assert counts["small"] == counts["big"] and counts["small"]["GetObject"] > 0, counts
+
+
+def test_a_fork_reads_what_recovery_reads_not_the_history(s3, s3_histories) -> None:
+    from tests.support.forking import fork
+
+    _, proxy, bucket = s3
+    options = via_proxy(s3)
+    counts, results = {}, {}
+    for name, url in s3_histories.items():
+        proxy.reset()
+        results[name] = fork(Storage(url, options), Storage(f"s3://{bucket}/history-forks/{name}", options))
+        counts[name] = proxy.counts()
+    assert counts["small"] == counts["big"] and counts["small"]["CopyObject"] > 0, counts
+    assert results["small"].files == results["big"].files
+
+
+def test_a_rehearsal_scratch_reads_what_recovery_reads_not_the_history(s3, s3_histories, tmp_path) -> None:
+    """The rehearsal's scratch fork (at N-1, with N's offsets and source logs) from S3 to local disk:
+    the same requests for two checkpoints that differ only in history."""
+    from checkpoint.rehearsal.scratch import scratch_fork
+    from checkpoint.safety import TwoSided, taken_at_once
+
+    _, proxy, _ = s3
+    counts, files = {}, {}
+    for name, url in s3_histories.items():
+        proxy.reset()
+        request = TwoSided(Storage(url, via_proxy(s3)), Storage(str(tmp_path / name)), taken_at_once("tests"))
+        scratch = scratch_fork(request)
+        counts[name], files[name] = proxy.counts(), scratch.fork.files + scratch.planned_files
+    assert counts["small"] == counts["big"] and counts["small"]["GetObject"] > 0, counts
+    assert files["small"] == files["big"]
+
+
+def test_an_idle_commit_sensor_tick_is_one_listing_per_checkpoint(s3, s3_histories) -> None:
+    import dagster as dg
+
+    from assets.partitions import partition_key
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
+    from orchestration.due import SensorState
+    from orchestration.sensors import checkpoint_commit_sensor
+
+    _, proxy, bucket = s3
+    roots = CheckpointRootsResource(
+        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/histories", storage_options=root_options(s3))]
+    )
+    keys = [partition_key("s3", name) for name in s3_histories]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("checkpoints", keys + ["s3:gone"])
+
+        def tick(cursor):
+            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+            return ctx, checkpoint_commit_sensor(ctx)
+
+        _, first = tick(json.dumps({"s3:removed-since": 3}))
+        assert isinstance(first, dg.SensorResult)
+        assert sorted(k for r in first.run_requests for k in checkpoints_of(r)) == sorted(keys)
+        assert set(SensorState.from_json(first.cursor).seen) == set(keys)  # the removed one left
+        proxy.reset()
+        _, idle = tick(first.cursor)
+        assert isinstance(idle, dg.SkipReason)
+        # One LIST per checkpoint (the missing one's listing is empty): nothing else at all.
+        assert proxy.counts() == {"ListObjectsV2": len(keys) + 1}
+        assert sorted(r.target for r in proxy.requests) == sorted(
+            f"{bucket}/histories/{name}/commits/" for name in [*s3_histories, "gone"]
+        )
