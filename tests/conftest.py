@@ -178,6 +178,15 @@ def s3_copy_of(s3, corpus: dict[str, Path], request):
 
 
 @pytest.fixture(scope="session")
+def operators() -> Path:
+    """The operator corpus (`testbed.operators`: transformWithState's queries, among them the ones
+    whose TTLs expired), generated once on a cold cache."""
+    from testbed.operators import ensure_operator_corpus
+
+    return ensure_operator_corpus()
+
+
+@pytest.fixture(scope="session")
 def written_by():
     """`written_by(version)`: the folder of `testbed.generations.SCENARIOS` as PySpark `version`
     wrote them (format V2), generated once in a cached virtualenv of that version; with
@@ -193,7 +202,7 @@ def written_by():
 # cache); the S3 server; real queries restarted (`slow`); long proofs at scale or under contention
 # (`stress`: no Java, but a minute each). A test that uses none is a unit test: it
 # runs without Java, from synthetic checkpoints and the lz4 writer (`make test-unit`).
-_CORPORA = {"corpus_root", "corpus", "defaults", "manifest", "loaded", "copy_of", "rescue"}
+_CORPORA = {"corpus_root", "corpus", "defaults", "manifest", "loaded", "copy_of", "rescue", "operators"}
 _TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spark", "written_by"}),
           ("corpus", _CORPORA))  # fmt: skip
 

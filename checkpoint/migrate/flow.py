@@ -417,7 +417,7 @@ def _prove(engine: StateDigests, src: Storage, dest: Storage, source: ForkSource
             sid, placement = StoreId(op, 0, store.name), placement_of(store.num_partitions, store)
             if meta.metadata and meta.metadata.keeps_column_families:
                 placement = dataclasses.replace(placement, families=True)
-            was, now = engine.compare(sides[0], sides[1], source.batch, sid, placement)
+            was, now = engine.compare(*sides, source.batch, sid, placement)
             where = f"operator {op} store {store.name}"
             if (was.rows, was.digest) != (now.rows, now.digest):
                 raise MigrationFailed(f"{where}: Spark reads {was.rows} rows ({was.digest}) in the source "

@@ -5,11 +5,10 @@ one line of `BACKENDS`: both get every test here from that line.
 What each action does in a format is asked of the format (`checkpoint.format.states`); here the
 doors are driven on real checkpoints and the outcome held against what recovery reads: a read
 (the local copy's answers, with no recursive listing), a fork, a cleanup, a compaction and a
-retirement in every cell; a migration and a repartition in each cell whose format allows them
-(`allowing`), and each refusal where it does not. Restarts under Spark are in each action's own
-tests (one format and backend each proves a writer; the grid proves the rest reads, keeps and
-refuses alike). The purge of expired state needs a query that keeps state with a TTL, which none
-of these does: it is run on one (`tests/checkpoint/expiry/`), and here it finds nothing to purge."""
+retirement in every cell; a migration, a repartition and a purge of expired state in each cell
+whose format allows them (`allowing`; the purge on a query that keeps TTL state, `EXPIRING`), and
+each refusal where it does not. Restarts under Spark are in each action's own tests (one format
+and backend each proves a writer; the grid proves the rest reads, keeps and refuses alike)."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from checkpoint.analysis import Severity, validate
 from checkpoint.cleanup import AuditTrail, CleanupOptions, apply_cleanup
 from checkpoint.compaction import CompactionOptions, compact_checkpoints
 from checkpoint.errors import MigrationRefused, NotACheckpointError, RepartitionRefused
-from checkpoint.expiry import PurgeOptions, purge_expired
+from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
 from checkpoint.fork import fork_checkpoint
 from checkpoint.format import StateAction
 from checkpoint.migrate import MigrationOptions, migrate_checkpoint
@@ -41,7 +40,7 @@ from checkpoint.retire import (
 )
 from checkpoint.safety import EachInPlace, InPlace, TwoSided, taken_at_once
 from checkpoint.storage import Storage
-from testbed.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint, upload_checkpoint
 from tests.support.planning import candidates_of, plan_of
 
 R, M, P = StateAction.REPARTITION, StateAction.MIGRATE, StateAction.PURGE
@@ -53,6 +52,8 @@ FORMATS = {
     "rocksdb V2": ("two_actions", {M}),
 }
 BACKENDS = ("local", "s3")
+# A query whose TTLs expired (the operator corpus's `expiring`), in each format that keeps TTL state.
+EXPIRING = {"rocksdb V1": "expiring_v1", "rocksdb V2": "expiring"}
 LATER = 7 * 3600  # planned "seven hours from now": every copied file is past the grace period
 
 
@@ -68,32 +69,45 @@ class Cell:
 
 
 def _cells(allowing: StateAction | None = None) -> list:
-    """Every cell, or those whose format allows `allowing`: a test's parametrization of `cell`."""
+    """Every cell, or those whose format allows `allowing`: a test's parametrization of `cell`. A
+    cell on S3 reaches the server when it is set up, so its tier is marked here (`tests/conftest.py`
+    tells the others from the fixtures a test names)."""
     return [
-        pytest.param((f, b), id=f"{f}-{b}")
+        pytest.param((f, b), id=f"{f}-{b}", marks=[pytest.mark.s3] if b == "s3" else [])
         for f in FORMATS
         for b in BACKENDS
         if allowing is None or allowing not in FORMATS[f][1]
     ]
 
 
+def _placed(request, fmt: str, backend: str, local: Path, tmp_path: Path) -> Cell:
+    """A copy of the checkpoint at `local` on `backend`, and places beside it there."""
+    name = local.name if local.name != "checkpoint" else local.parent.name
+    if backend == "local":
+        copy_checkpoint(local, tmp_path / name)
+        return Cell(fmt, backend, Storage(str(tmp_path / name)), lambda n: Storage(str(tmp_path / n)))
+    server, proxy, bucket = request.getfixturevalue("s3")
+    options = server.storage_options(proxy.endpoint)
+    prefix = f"s3://{bucket}/grid-{uuid.uuid4().hex[:8]}"
+    upload_checkpoint(server.filesystem(), local, f"{prefix[len('s3://') :]}/{name}")
+    return Cell(
+        fmt, backend, Storage(f"{prefix}/{name}", options), lambda n: Storage(f"{prefix}/{n}", options)
+    )
+
+
 @pytest.fixture(params=_cells())
 def cell(request, corpus, defaults, tmp_path) -> Cell:
     fmt, backend = request.param
     name = FORMATS[fmt][0]
-    if backend == "local":
-        copy_checkpoint(corpus[name] if name in corpus else defaults[name], tmp_path / name)
-        return Cell(fmt, backend, Storage(str(tmp_path / name)), lambda n: Storage(str(tmp_path / n)))
-    server, proxy, bucket = request.getfixturevalue("s3")
-    options = server.storage_options(proxy.endpoint)
-    url = request.getfixturevalue("s3_copy_of")(name)
-    prefix = url.rsplit("/", 1)[0]
-    return Cell(
-        fmt,
-        backend,
-        Storage(url, options),
-        lambda n: Storage(f"{prefix}/{n}-{uuid.uuid4().hex[:6]}", options),
-    )
+    return _placed(request, fmt, backend, corpus[name] if name in corpus else defaults[name], tmp_path)
+
+
+@pytest.fixture
+def expiring(request, operators, tmp_path) -> Cell:
+    """The query whose TTLs expired (the operator corpus's), in the cell's format: `cell`'s twin for
+    the purge, which only a query keeping TTL state gives something to do."""
+    fmt, backend = request.param
+    return _placed(request, fmt, backend, operators / EXPIRING[fmt] / "checkpoint", tmp_path)
 
 
 def _recovery(ckpt: Checkpoint) -> set[str]:
@@ -274,3 +288,20 @@ def test_a_repartition_keeps_every_row_and_reads_as_healthy(cell: Cell, spark, t
 
 def _stores(ckpt: Checkpoint) -> set[tuple[int, int, str]]:
     return {(e.store.operator, e.store.partition, e.store.store) for e in checkpoint_lineage(ckpt)}
+
+
+@pytest.mark.parametrize("expiring", _cells(allowing=P), indirect=True)
+def test_a_purge_drops_what_expired_and_nothing_else(expiring: Cell, tmp_path: Path) -> None:
+    """What the report counts as expired is what the purge drops, store by store (each gets a
+    snapshot without it); a report after it finds nothing expired and every other entry still
+    there, and the checkpoint, in its format, reads as healthy."""
+    as_of = time.time()
+    report = expired_report(expiring.storage, as_of).as_dict()
+    assert report["expired"] > 0
+    options = PurgeOptions(AuditTrail(str(tmp_path / "audit")), as_of=as_of, quiet_seconds=0)
+    done = purge_expired(InPlace(expiring.storage, taken_at_once("tests")), options).as_dict()
+    assert {s["outcome"] for s in done["stores"]} == {"purged"} and done["expired"] == report["expired"]
+    after = expired_report(expiring.storage, as_of).as_dict()
+    assert after["expired"] == 0 and after["entries"] == report["entries"] - report["expired"]
+    ckpt = expiring.head()
+    assert ckpt.states.name == expiring.format and _errors(ckpt) == []

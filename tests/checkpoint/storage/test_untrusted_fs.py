@@ -432,11 +432,18 @@ def _fill(disk: Path, leave: int) -> Path:
 
 @pytest.mark.slow
 def test_a_full_disk_during_a_compaction_fails_in_one_line_and_the_rerun_converges(
-    corpus, small_disk
+    spark, corpus, small_disk
 ) -> None:
-    """The checkpoint on a disk with 24 KiB left: the stores whose publish meets ENOSPC are each
+    """`ckpt compact` on a disk with 24 KiB left: the stores whose publish meets ENOSPC are each
     reported with why (exit 1), never half published, the lease is given back and nothing
-    committed is lost; with room again, the same command compacts and the checkpoint validates."""
+    committed is lost; with room again, the same compaction (in this session's Spark) compacts
+    every store and the checkpoint validates."""
+    import functools
+
+    from checkpoint.compaction import CompactionOptions, compact_checkpoints
+    from checkpoint.safety import EachInPlace, InPlace, taken_at_once
+    from checkpoint.storage import Storage
+    from jobs.compact import run_compaction_tasks
     from testbed.copying import copy_checkpoint
 
     path = copy_checkpoint(corpus["long_chain"], small_disk / "q")
@@ -454,9 +461,11 @@ def test_a_full_disk_during_a_compaction_fails_in_one_line_and_the_rerun_converg
         filler.unlink()
     assert _lease_is_free(path)
     assert ckpt("validate", str(path)).returncode == 0
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert json.loads(again.stdout)["materialized"]
+    options = CompactionOptions(functools.partial(run_compaction_tasks, spark), min_chain=1, quiet_seconds=0)
+    request = EachInPlace(["q"], lambda _: InPlace(Storage(str(path)), taken_at_once("tests")))
+    again = compact_checkpoints(request, options)
+    assert again.outcomes and all(o.ok for o in again.outcomes), [o.error for o in again.outcomes]
+    assert set(again.chains_after["q"].values()) == {0}
     assert ckpt("validate", str(path)).returncode == 0
 
 
