@@ -1,7 +1,7 @@
 """Where code outside `checkpoint/format/` still decides by the state format itself instead of
 asking the checkpoint's `StateFormat` (`checkpoint.format.states`) a question it answers.
 
-Three shapes are counted:
+Four shapes are counted:
 - a comparison with a provider, a format version or a state format on a side (`states_at(b) !=
   ckpt.states`, `ckpt.format_version == 2`, `x.provider is Provider.HDFS`);
 - a read of one of `StateFormat`'s own fields other than its provider, version and files: a flag
