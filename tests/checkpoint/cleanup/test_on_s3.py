@@ -114,41 +114,42 @@ def test_planning_in_worker_processes_on_s3_is_the_plan_made_here(
     assert started == [("spawn", 2)] * 2
 
 
-def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path) -> None:
+def _three_keys_failing(s3, s3_copy_of, audit: AuditTrail, times: int):
+    """A plan of a fresh copy, and the proxy set to fail its first three candidates' deletion
+    `times` times each: (the plan, the storage, those three paths, the keys under the bucket)."""
     _, proxy, bucket = s3
     url, options = s3_copy_of("two_actions"), via_proxy(s3)
-    audit = AuditTrail(str(tmp_path))
     plan, planned = planned_on(url, options, audit)
     prefix = url[len(f"s3://{bucket}/") :]
-    flaky = {f"{prefix}/{c.path}" for c in planned[:3]}
+    paths = {c.path for c in planned[:3]}
     proxy.reset()
-    proxy.faults.fail_delete_keys, proxy.faults.fail_delete_times = flaky, 1
+    proxy.faults.fail_delete_keys = {f"{prefix}/{p}" for p in paths}
+    proxy.faults.fail_delete_times = times
+    return plan, Storage(url, options), paths, {f"{bucket}/{prefix}/{p}" for p in paths}
+
+
+def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path) -> None:
+    audit = AuditTrail(str(tmp_path))
+    plan, storage, _, flaky = _three_keys_failing(s3, s3_copy_of, audit, times=1)
     sleeps: list[float] = []
-    result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
+    result = apply_plan(plan, storage, audit, sleep=sleeps.append)
     assert result.deleted.files == plan.files and not result.failed.files
-    assert proxy.counts()["DeleteObjects"] == 2 and len(sleeps) == 1
-    assert not any(direct(s3).exists(f"{bucket}/{k}") for k in flaky)
+    assert s3[1].counts()["DeleteObjects"] == 2 and len(sleeps) == 1
+    assert not any(direct(s3).exists(k) for k in flaky)
 
 
 def test_keys_that_keep_failing_are_reported_and_never_called_deleted(s3, s3_copy_of, tmp_path) -> None:
-    _, proxy, bucket = s3
-    url, options = s3_copy_of("two_actions"), via_proxy(s3)
     audit = AuditTrail(str(tmp_path))
-    plan, planned = planned_on(url, options, audit)
-    prefix = url[len(f"s3://{bucket}/") :]
-    stuck = {c.path for c in planned[:3]}
-    proxy.reset()
-    proxy.faults.fail_delete_keys = {f"{prefix}/{p}" for p in stuck}
-    proxy.faults.fail_delete_times = 100
-    result = apply_plan(plan, Storage(url, options), audit, attempts=3, sleep=lambda s: None)
+    plan, storage, stuck, keys = _three_keys_failing(s3, s3_copy_of, audit, times=100)
+    result = apply_plan(plan, storage, audit, attempts=3, sleep=lambda s: None)
     assert {o.path for o in result.failed.sample} == stuck and result.failed.files == 3
     assert all(o.why.startswith("InternalError") for o in result.failed.sample)
     assert not stuck & {o.path for o in result.deleted.sample}
     assert result.deleted.files == plan.files - 3
-    assert all(direct(s3).exists(f"{bucket}/{prefix}/{p}") for p in stuck)
+    assert all(direct(s3).exists(k) for k in keys)
     recorded = [json.loads(line) for line in Path(audit.outcomes_url(plan)).read_text().splitlines()]
     assert {r["path"] for r in recorded if r["outcome"] == "failed"} == stuck
-    assert proxy.counts()["DeleteObjects"] == 3
+    assert s3[1].counts()["DeleteObjects"] == 3
 
 
 def test_the_audit_trail_on_s3_names_objects_that_exist(s3, s3_copy_of) -> None:
