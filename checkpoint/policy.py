@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import humanfriendly
 
+from checkpoint import bounds
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -131,6 +133,8 @@ class Policy:
     # other store shares: a store whose map would take more than this share of the heap free is
     # refused alone, before it is loaded.
     hdfs_heap_share: float = 0.6
+    # A rehearsal's time limit: the query's function, its batch and the comparison of the state.
+    rehearsal_timeout_seconds: float = 3600
     # Where rebuild jobs run when nothing else is said (CLI --master, Dagster CKPT_SPARK_MASTER).
     spark_master: str = "local[*]"
 
@@ -139,12 +143,15 @@ POLICY = Policy()
 
 
 def parse_duration(text: str) -> float:
-    """'6h', '15m', '90s', '2d', '1.5 hours' or plain seconds."""
+    """'6h', '15m', '90s', '2d', '1.5 hours' or plain seconds: finite, from 0 to a century."""
     try:
         seconds = humanfriendly.parse_timespan(text.strip())
-    except humanfriendly.InvalidTimespan as exc:
+    except (humanfriendly.InvalidTimespan, ValueError, OverflowError) as exc:
         raise ValueError(f"not a duration: {text!r} (use e.g. 6h, 15m, 90s)") from exc
-    return seconds
+    try:
+        return bounds.seconds(seconds, f"the duration {text.strip()!r}")
+    except bounds.OutOfRange as exc:
+        raise ValueError(f"{exc} (use e.g. 6h, 15m, 90s)") from exc
 
 
 def duration_text(seconds: float) -> str:

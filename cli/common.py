@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from checkpoint.errors import Refused
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.safety import InPlace, Lease, TwoSided, lease_for
 from checkpoint.storage import Storage
@@ -16,6 +17,15 @@ EXIT_FINDINGS = 1
 EXIT_UNREADABLE = 2
 
 WHERE = "checkpoint folder: a path or any fsspec URL (file://, s3://, ...)"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is (`terminated`, the handler a command installs), so that
+    what it made is removed by its `finally` as for SIGINT; the CLI exits 143."""
+
+
+def terminated(signum: int, frame: object) -> None:
+    raise Terminated()
 
 
 @dataclass(frozen=True)
@@ -58,10 +68,27 @@ def two_sided(args: argparse.Namespace, src: Storage, dest: Storage) -> TwoSided
 
 
 def quiet_period_option(p: argparse.ArgumentParser) -> None:
-    """`--quiet-period`: one name and one meaning for every command that refuses a live query."""
+    """`--quiet-period`: one name and one meaning for every command that refuses a live query, and
+    the floor Dagster keeps (`unsafe_floors`), which only `--unsafe-short-quiet-period` lowers."""
+    floor = duration_text(POLICY.min_quiet_seconds)
     p.add_argument("--quiet-period", type=duration, default=POLICY.quiet_seconds, metavar="DURATION",
                    help="a commit or offset newer than this marks the query live, and the command refuses it "
-                   f"(default {duration_text(POLICY.quiet_seconds)})")  # fmt: skip
+                   f"(default {duration_text(POLICY.quiet_seconds)}; under {floor} only with "
+                   "--unsafe-short-quiet-period)")  # fmt: skip
+    p.add_argument("--unsafe-short-quiet-period", action="store_true",
+                   help=f"accept a quiet period under the floor of {floor}: a running query idle for that "
+                   "long would be taken for stopped (for a query known to be stopped)")  # fmt: skip
+
+
+def quiet_seconds(args: argparse.Namespace) -> float:
+    """`--quiet-period`, refused under the floor unless `--unsafe-short-quiet-period` says so."""
+    floor = POLICY.min_quiet_seconds
+    if args.quiet_period < floor and not args.unsafe_short_quiet_period:
+        raise Refused(f"a quiet period of {duration_text(args.quiet_period)} is below the floor of "
+                      f"{duration_text(floor)}: a running query idle for that long would be taken for "
+                      "stopped (--unsafe-short-quiet-period, for a query known to be stopped); nothing "
+                      "was done")  # fmt: skip
+    return args.quiet_period
 
 
 def takes_the_lease(p: argparse.ArgumentParser, *, writes_no_plan: bool = False) -> None:

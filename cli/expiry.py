@@ -5,33 +5,35 @@ snapshot, as Spark's next batch would; `--report` only says what has expired (as
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from datetime import datetime, timezone
 
+from checkpoint import bounds
 from checkpoint.cleanup import AuditTrail
 from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, in_place, quiet_period_option, takes_the_lease
+from .common import WHERE, Result, in_place, quiet_period_option, quiet_seconds, takes_the_lease
 
 
 def instant(text: str) -> float:
-    """A time as ISO 8601 (`2026-11-20T08:00:00Z`; no zone: UTC) or seconds since the epoch."""
+    """A time as ISO 8601 (`2026-11-20T08:00:00Z`; no zone: UTC) or seconds since the epoch, between
+    1970 and 2200."""
     try:
         seconds = float(text)
     except ValueError:
-        pass
-    else:
-        if not math.isfinite(seconds):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a time")
-        return seconds
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is neither ISO 8601 nor seconds since the epoch"
+            ) from exc
+        seconds = (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
     try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither ISO 8601 nor seconds since the epoch") from exc
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+        return bounds.instant(seconds, "it")
+    except bounds.OutOfRange as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: {exc} (1970 to 2200)") from exc
 
 
 def purge_command(args: argparse.Namespace) -> Result:
@@ -39,7 +41,7 @@ def purge_command(args: argparse.Namespace) -> Result:
         return Result(expired_report(Storage(args.path), args.as_of).as_dict(), render.expired_text)
     request = in_place(args, Storage(args.path))
     audit = AuditTrail(args.audit or AuditTrail.default_for(request.storage.url))
-    done = purge_expired(request, PurgeOptions(audit, args.as_of, args.quiet_period, now=time.time()))
+    done = purge_expired(request, PurgeOptions(audit, args.as_of, quiet_seconds(args), now=time.time()))
     return Result(done.as_dict(), render.expired_text)
 
 

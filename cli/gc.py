@@ -19,6 +19,7 @@ from .common import (
     duration,
     in_place,
     quiet_period_option,
+    quiet_seconds,
     takes_the_lease,
 )
 
@@ -35,10 +36,11 @@ def _stream_candidates(audit: AuditTrail, plan: Plan) -> None:
 def gc(args: argparse.Namespace) -> Result | int:
     storage = Storage(args.path)
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+    quiet = quiet_seconds(args)
 
     def plan() -> Plan:  # strict: a plan is built only from a completely read checkpoint
         return plan_gc(storage, audit, grace_seconds=args.grace, retain_batches=args.retain_batches,
-                       quiet_seconds=args.quiet_period, allow_short_grace=args.unsafe_short_grace,
+                       quiet_seconds=quiet, allow_short_grace=args.unsafe_short_grace,
                        query_stopped=args.query_stopped)  # fmt: skip
 
     result, replanned = None, False

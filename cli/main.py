@@ -5,7 +5,8 @@ some file or store, a fork, migration or retirement stopped part-way (run it aga
 repartition failed and was undone, or a state profile's self-check failed; 2 the checkpoint cannot
 be read, the cleanup, compaction, fork, migration, repartition, retirement or purge was refused, or
 another action holds the checkpoint's maintenance lease (a one-line error on stderr naming it, no
-traceback).
+traceback); `rehearse` alone: 3 the query's function raised, 4 it called exit, 5 it started a
+query, 6 the time limit passed; 130 SIGINT, 143 SIGTERM (what the command made is removed).
 
 """
 
@@ -20,7 +21,7 @@ from checkpoint.analysis import printable
 from checkpoint.errors import CheckpointError, Stopped
 
 from . import compact, expiry, fleet, fork, gc, migrate, read, rehearse, repartition, retire
-from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result
+from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result, Terminated
 from .progress import shown
 
 FAMILIES = (read, fleet, gc, compact, expiry, fork, migrate, repartition, rehearse, retire)
@@ -49,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             progress.finish()
             print(f"ckpt: error: {printable(str(exc))}", file=sys.stderr)
             return EXIT_UNREADABLE
-        except KeyboardInterrupt:
-            return 130
+        except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM where a command turns it into this
+            progress.finish()
+            return 143 if isinstance(exc, Terminated) else 130
         progress.finish()
     if isinstance(result, int):
         return result

@@ -11,7 +11,7 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, quiet_period_option, takes_the_lease, two_sided
+from .common import WHERE, Result, quiet_period_option, quiet_seconds, takes_the_lease, two_sided
 
 
 def migrate_command(args: argparse.Namespace) -> Result:
@@ -20,7 +20,7 @@ def migrate_command(args: argparse.Namespace) -> Result:
 
     request = two_sided(args, Storage(args.source), Storage(args.dest))
     audit = AuditTrail(args.audit or AuditTrail.default_for(request.src.url))
-    options = MigrationOptions(audit, batch=args.batch, quiet_seconds=args.quiet_period)
+    options = MigrationOptions(audit, batch=args.batch, quiet_seconds=quiet_seconds(args))
     result = migrate(lambda: session_for(args.master), request, options)
     return Result(result.as_dict(), render.migrate_text)
 

@@ -4,14 +4,15 @@ a scratch fork; the checkpoint is only read."""
 from __future__ import annotations
 
 import argparse
+import signal
 
-from checkpoint.policy import POLICY
+from checkpoint.policy import POLICY, duration_text
 from checkpoint.rehearsal import RehearsalOptions, rehearse
 from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, leased, takes_the_lease
+from .common import WHERE, Result, duration, leased, takes_the_lease, terminated
 
 
 def _conf(text: str) -> tuple[str, str]:
@@ -32,8 +33,13 @@ def rehearse_command(args: argparse.Namespace) -> Result:
         else in_process(lambda: session_for(args.master), src)
     )
     options = RehearsalOptions(run, args.query, args.batch, dict(args.conf), keep=args.keep,
-                               scratch_dir=args.scratch_dir, workers=args.workers)  # fmt: skip
-    result = rehearse(InPlace(src, lambda storage, what: leased(args, storage, what)), options)
+                               scratch_dir=args.scratch_dir, workers=args.workers,
+                               timeout_seconds=args.timeout)  # fmt: skip
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        result = rehearse(InPlace(src, lambda storage, what: leased(args, storage, what)), options)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return Result(result.as_dict(), render.rehearse_text, result.exit_code)
 
 
@@ -55,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "system's temporary folder)")  # fmt: skip
     p.add_argument("--workers", type=int, default=POLICY.fork_workers, metavar="N",
                    help=f"files copied at once (default {POLICY.fork_workers})")  # fmt: skip
+    p.add_argument("--timeout", type=duration, default=POLICY.rehearsal_timeout_seconds, metavar="DURATION",
+                   help="the time the query's function, the batch and the comparison may take in all "
+                   f"(default {duration_text(POLICY.rehearsal_timeout_seconds)}); past it the outcome "
+                   "says what was running, exit 6")  # fmt: skip
     p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
     takes_the_lease(p)
     p.set_defaults(run=rehearse_command)

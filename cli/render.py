@@ -283,6 +283,14 @@ def rehearse_text(doc: Doc) -> str:
     if doc["input_gone"]:
         lines[0] += (f": {doc['input_gone']} of the {doc['inputs']} files batch {doc['batch']} read are gone "
                      f"(first: {doc['input_gone_shown'][0]})")  # fmt: skip
+    if code := doc["code"]:
+        raised = f"{code['type']}: " if code["type"] and code["type"] != "SystemExit" else ""
+        lines.append(f"the query's function: {raised}{code['message']}")
+    if doc["timed_out"]:
+        lines.append(f"the time limit passed while {doc['timed_out']} ran: stopped, nothing compared "
+                     "(--timeout)")  # fmt: skip
+    for q in doc["stopped_queries"]:
+        lines.append(f"a query it left running was stopped: {q}")
     if error := doc["error"]:
         lines += [f"Spark: {error['condition'] or 'no error condition'}: {error['message']}",
                   f"cause: {error['cause']}", f"remedy: {error['remedy']}"]  # fmt: skip
@@ -303,8 +311,8 @@ def rehearse_text(doc: Doc) -> str:
         lines.append(f"the upgrade readiness table (docs/format.md) for Spark {foreseen['target']}: "
                      f"{foreseen['label']}")  # fmt: skip
     if doc["max_header_fraction"] is not None:
-        lines.append(f"after the batch: {doc['max_header_fraction']:.0%} of the lineage header cap, longest "
-                     f"chain {doc['max_chain_length']}")  # fmt: skip
+        lines.append(f"after the batch, in the checkpoint: {doc['max_header_fraction']:.0%} of the lineage "
+                     f"header cap, longest chain {doc['max_chain_length']}")  # fmt: skip
     where = f"kept at {doc['scratch']}" if doc["kept"] else "removed"
     lines.append(f"scratch fork: {doc['fork_files']} files, {human_bytes(doc['fork_bytes'])}, {where}")
     return "\n".join(lines)

@@ -13,7 +13,15 @@ from checkpoint.repartition import head_profile
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, in_place, quiet_period_option, takes_the_lease
+from .common import (
+    EXIT_FINDINGS,
+    WHERE,
+    Result,
+    in_place,
+    quiet_period_option,
+    quiet_seconds,
+    takes_the_lease,
+)
 
 
 def state_profile(args: argparse.Namespace) -> Result:
@@ -36,14 +44,14 @@ def repartition_command(args: argparse.Namespace) -> Result | int:
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
     request = in_place(args, storage)
     if args.undo:
-        undo = UndoOptions(audit, args.quiet_period, args.query_stopped, what="repartition")
+        undo = UndoOptions(audit, quiet_seconds(args), args.query_stopped, what="repartition")
         undone = undo_repartition(request, undo)
         return Result(undone.as_dict(), render.repartition_text)
     if args.partitions is None:
         raise Refused("--partitions N is required (or --undo)")
     session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
     result = repartition(
-        session, request, RepartitionOptions(audit, args.partitions, quiet_seconds=args.quiet_period)
+        session, request, RepartitionOptions(audit, args.partitions, quiet_seconds=quiet_seconds(args))
     )
     return Result(result.as_dict(), render.repartition_text)
 

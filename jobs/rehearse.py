@@ -10,14 +10,20 @@ runs this module:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
+import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,7 @@ from checkpoint.storage import Storage
 
 from .spark_session import another_python_env, reach, scoped_confs
 
+log = logging.getLogger(__name__)
 _KEYS_SHOWN = 5
 _RAISED = re.compile(r"^[\w.]*(Error|Exception)\b")
 
@@ -48,10 +55,19 @@ def load_query(spec: str) -> Callable:
 
 
 def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
-    """Runs `job` (`checkpoint.rehearsal.job_for`) on `spark`; the answer is plain values."""
+    """Runs `job` (`checkpoint.rehearsal.job_for`) on `spark`; the answer is plain values.
+
+    The user's function is the one part of the rehearsal that is not ours, and it runs behind a
+    boundary: on a thread of its own with the job's deadline, with `DataStreamWriter.start` and
+    `toTable` refused while it runs (many deployments' `main` starts its query and waits on it,
+    which would run the production sink on the production checkpoint). What it raises, a
+    `SystemExit` included, a query it started anyway, and a deadline passed are answers
+    (`answer["code"]`, `answer["timed_out"]`), never an exception of this function. Whatever query
+    is running afterwards that was not before is stopped, and named."""
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
+    deadline = time.monotonic() + float(job["timeout"])
     query = load_query(job["query"])
     answer: dict[str, Any] = {"spark_version": spark.version, "error": None, "stores": [], "committed": False}
     # Spark skips a file its source log names and no longer finds (a missing root path of its
@@ -60,34 +76,180 @@ def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
     if answer["input_gone"]:
         return answer
     with scoped_confs(spark, job["conf"]):
-        writer = query(spark)
+        before = {q.id for q in spark.streams.active}
+        writer = _call_the_query(query, spark, deadline, answer)
+        stopped = _stop_queries_since(spark, before)
+        if stopped:
+            answer["stopped_queries"] = stopped
+            running = f"a query was running after it returned: {stopped[0]}"
+            answer.setdefault("code", {"outcome": CODE_STARTED, "type": None, "message": running})
+        if "code" in answer or "timed_out" in answer:
+            return answer
         if not hasattr(writer, "trigger") or not hasattr(writer, "start"):
             raise RehearsalRefused(f"--query {job['query']} returned {type(writer).__name__}, not a "
                                    "DataStreamWriter (df.writeStream...)")  # fmt: skip
         # Read after the function ran: it may set confs on the session as the deployment does.
         answer["session_conf"] = {k: _session_value(spark, k) for k in job["pinned"]}
         # `noop` replaces any sink, foreachBatch and foreach included: no sink code runs. Once: the
-        # planned batch, replayed from its recorded offsets, and nothing after it.
+        # planned batch, replayed from its recorded offsets, and nothing after it. The location and
+        # the trigger the function set are replaced too: the scratch's, and one batch.
         writer = writer.format("noop").trigger(once=True).option("checkpointLocation", job["scratch"])
         # Spark logs a failed query's stack at ERROR: the refusal is the answer, reported in words.
         level = _log_level(spark)
         spark.sparkContext.setLogLevel("OFF")
         try:
             started = writer.start()
-            started.awaitTermination()
+            try:
+                if not started.awaitTermination(max(deadline - time.monotonic(), 0.001)):
+                    answer["timed_out"] = "the batch"
+            finally:  # a deadline passed, or a signal: the scratch is about to be removed under it
+                _stop(started)
         except (PySparkException, Py4JJavaError) as exc:  # what Spark raised: the answer
             answer["error"] = _named(exc)
         finally:
             spark.sparkContext.setLogLevel(level)
+    if "timed_out" in answer:
+        return answer
     scratch = Storage(job["scratch"].removeprefix("file:"))  # local: the flow makes it so
     answer["committed"] = answer["error"] is None and scratch.stat(f"commits/{job['batch']}") is not None
     if answer["committed"]:
+        timer = threading.Timer(max(deadline - time.monotonic(), 0.0), spark.sparkContext.cancelAllJobs)
+        timer.start()
         try:
             with scoped_confs(spark, job["read_conf"]):
                 answer["stores"] = [_compare(spark, job, op, store) for op, store in job["stores"]]
         except (PySparkException, Py4JJavaError) as exc:  # this Spark's reader cannot read the state
-            answer["compare_error"] = _named(exc)
+            if time.monotonic() >= deadline:
+                answer["timed_out"] = "the state's comparison"
+            else:
+                answer["compare_error"] = _named(exc)
+        finally:
+            timer.cancel()
     return answer
+
+
+# What a query function did, as `answer["code"]["outcome"]` says it (`checkpoint.rehearsal.verdict`).
+CODE_RAISED, CODE_EXITED, CODE_STARTED = "raised", "exited", "started a query"
+_MESSAGE_SHOWN = 500
+
+
+class _StartRefused(BaseException):
+    """Raised where the user's function starts a query. A BaseException, so that an `except
+    Exception` around `.start()` in the user's code does not swallow it and go on."""
+
+
+class _Guard:
+    """Who may start a query in this process while a rehearsal runs the user's function: nobody
+    (`armed`), and never the thread of a function that outlived its deadline (`hung`: it cannot
+    be killed, and is left running). Our own start comes after the function returned."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.armed = 0
+        self.hung: set[int] = set()
+        self.starts: list[str] = []
+
+    def refuses(self, name: str) -> bool:
+        with self.lock:
+            refused = self.armed > 0 or threading.get_ident() in self.hung
+            if refused:
+                self.starts.append(name)
+            return refused
+
+
+_GUARD = _Guard()
+
+
+def _call_the_query(query: Callable, spark, deadline: float, answer: dict[str, Any]) -> Any:
+    """The user's function called on a thread of its own, no query start allowed, until the
+    deadline; its writer, or None with `answer["code"]` or `answer["timed_out"]` set."""
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["writer"] = query(spark)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and all: an answer, not our exit
+            box["raised"] = exc
+        finally:  # a function that outlived its deadline and ends at last frees its thread's id
+            with _GUARD.lock:
+                _GUARD.hung.discard(threading.get_ident())
+
+    _guard_writers()
+    thread = threading.Thread(target=call, name="ckpt-rehearsal-query", daemon=True)
+    with _GUARD.lock:
+        _GUARD.armed += 1
+        _GUARD.starts = []
+    try:
+        thread.start()
+        thread.join(max(deadline - time.monotonic(), 0.001))
+    finally:
+        with _GUARD.lock:
+            _GUARD.armed -= 1
+            if thread.is_alive() and thread.ident is not None:
+                _GUARD.hung.add(thread.ident)
+            starts = list(_GUARD.starts)
+    if thread.is_alive():  # it cannot be killed: it is left, a daemon, and may start nothing
+        answer["timed_out"] = "the query's function"
+        return None
+    raised = box.get("raised")
+    if starts:
+        answer["code"] = {"outcome": CODE_STARTED, "type": None, "message": f"it called DataStreamWriter."
+                          f"{starts[0]}(): a query function returns the writer (df.writeStream...), and the "
+                          "rehearsal starts it on the scratch"}  # fmt: skip
+    elif isinstance(raised, SystemExit):
+        answer["code"] = {"outcome": CODE_EXITED, "type": "SystemExit", "message": f"exit code {raised.code}"}
+    elif raised is not None:
+        answer["code"] = {"outcome": CODE_RAISED, "type": type(raised).__name__,
+                          "message": str(raised)[:_MESSAGE_SHOWN]}  # fmt: skip
+    return box.get("writer")
+
+
+def _guard_writers() -> None:
+    """`DataStreamWriter.start` and `toTable` wrapped, once per process, to ask `_GUARD` first."""
+    for cls in _writer_classes():
+        for name in ("start", "toTable"):
+            original = cls.__dict__[name]
+            if not getattr(original, "_ckpt_guarded", False):
+                setattr(cls, name, _guarded(name, original))
+
+
+def _guarded(name: str, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def method(self, *args: Any, **kwargs: Any) -> Any:
+        if _GUARD.refuses(name):
+            raise _StartRefused(f"DataStreamWriter.{name}() is refused while a rehearsal builds the query")
+        return original(self, *args, **kwargs)
+
+    method._ckpt_guarded = True  # type: ignore[attr-defined]
+    return method
+
+
+def _writer_classes() -> list[type]:
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    classes: list[type] = [DataStreamWriter]
+    try:  # Spark Connect's own writer, where its client is installed
+        from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectWriter
+    except Exception:  # noqa: BLE001 - no Connect client here (grpc missing): nothing to guard
+        return classes
+    return [*classes, ConnectWriter]
+
+
+def _stop_queries_since(spark, before: set[str]) -> list[str]:
+    """Every query running now that was not before the function ran, stopped: named by id and name."""
+    stopped = []
+    for q in spark.streams.active:
+        if q.id not in before:
+            _stop(q)
+            stopped.append(f"{q.name or 'unnamed'} ({q.id})")
+    return stopped
+
+
+def _stop(query) -> None:
+    try:
+        query.stop()
+    except Exception:  # noqa: BLE001 - stopped already, or its session is going: nothing more to stop
+        log.warning("a query could not be stopped: %s", query)
 
 
 def _gone(spark, paths: list[str]) -> list[str]:
@@ -200,12 +362,29 @@ def in_process(session: Callable[[], Any], original: Storage | None = None) -> S
     original's bucket as the storage does (`reach`), to read its state."""
 
     def run(job: dict[str, Any]) -> dict[str, Any]:
-        spark = session()
+        with _signals_held():
+            spark = session()
         if original is not None:
             reach(spark, original)
         return rehearse_on(spark, job)
 
     return run
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGTERM and SIGINT held while a JVM starts: one that lands while PySpark waits for its gateway
+    leaves the JVM running with no Python to end it (and holding the caller's pipes). Delivered once
+    the JVM is up, they end both, as at any other time."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGTERM, signal.SIGINT}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def in_python(python: str, master: str) -> SparkRun:
@@ -217,18 +396,43 @@ def in_python(python: str, master: str) -> SparkRun:
         with tempfile.TemporaryDirectory(prefix="ckpt-rehearsal-job-") as folder:
             asked, answered = Path(folder) / "job.json", Path(folder) / "answer.json"
             asked.write_text(json.dumps({**job, "master": master}))
-            done = subprocess.run([python, "-m", "jobs.rehearse", str(asked), str(answered)], env=env,
-                                  capture_output=True, text=True)  # fmt: skip
-            if done.returncode != 0 or not answered.exists():
-                lines = (done.stderr or done.stdout).strip().splitlines()
+            command = [python, "-m", "jobs.rehearse", str(asked), str(answered)]
+            # The child keeps its own deadline; this one is for a child that cannot (its JVM hung):
+            # killed with its JVM, and a signal to this process ends the child too.
+            with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True) as child:  # fmt: skip
+                try:
+                    out, err = child.communicate(timeout=float(job["timeout"]) + _CHILD_START_SECONDS)
+                except subprocess.TimeoutExpired:
+                    _kill_group(child)
+                    return {"spark_version": None, "error": None, "stores": [], "committed": False,
+                            "input_gone": [], "timed_out": f"the rehearsal under {python}"}  # fmt: skip
+                except BaseException:
+                    _kill_group(child)
+                    raise
+            if child.returncode != 0 or not answered.exists():
+                lines = (err or out).strip().splitlines()
                 # The exception's own line, not the last frame of a Java stack under it
                 raised = [line for line in lines if _RAISED.match(line)]
                 tail = (raised or lines)[-1:] or ["no output"]
-                raise RehearsalRefused(f"the rehearsal under {python} failed (exit {done.returncode}): "
+                raise RehearsalRefused(f"the rehearsal under {python} failed (exit {child.returncode}): "
                                        f"{tail[0]}")  # fmt: skip
             return json.loads(answered.read_text())
 
     return run
+
+
+# What another interpreter takes to start Python and a JVM, on top of the job's own deadline.
+_CHILD_START_SECONDS = 120.0
+
+
+def _kill_group(child: subprocess.Popen) -> None:
+    """The child and what it started (its JVM, its Python workers), its session being theirs."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except OSError:  # gone already
+        pass
+    child.wait()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,7 @@ import dagster as dg
 from assets.checkpoints import INVENTORY_ASSET, LAST_REHEARSAL, REHEARSAL_BATCH, REHEARSAL_SPARK
 from assets.resources import CheckpointRootsResource, SparkResource
 from checkpoint.errors import CheckpointError
+from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.rehearsal import Rehearsal, RehearsalOptions, rehearse
 from checkpoint.safety import InPlace
 from orchestration.queue import Kind, run_tags
@@ -32,11 +33,12 @@ class RegisteredQuery:
     query: str  # MODULE:FUNCTION, importable where the rehearsal's Spark runs
     python: str | None = None  # another interpreter (another PySpark), or this one
     conf: dict[str, str] = field(default_factory=dict)  # what the deployment sets on its session
+    timeout: str = duration_text(POLICY.rehearsal_timeout_seconds)  # the rehearsal's time limit
 
 
 def queries_from_env() -> dict[str, RegisteredQuery]:
     """CKPT_REHEARSAL_QUERIES: a JSON object, name -> "MODULE:FUNCTION" or {"query", "python",
-    "conf"}. Unset: no rehearsal job."""
+    "conf", "timeout"}. Unset: no rehearsal job."""
     raw = os.environ.get(QUERIES_ENV)
     if not raw:
         return {}
@@ -44,8 +46,11 @@ def queries_from_env() -> dict[str, RegisteredQuery]:
         entries = json.loads(raw)
         if not isinstance(entries, dict):
             raise TypeError("not a JSON object")
-        return {str(name): RegisteredQuery(v) if isinstance(v, str) else RegisteredQuery(**v)
-                for name, v in entries.items()}  # fmt: skip
+        found = {str(name): RegisteredQuery(v) if isinstance(v, str) else RegisteredQuery(**v)
+                 for name, v in entries.items()}  # fmt: skip
+        for registered in found.values():
+            parse_duration(registered.timeout)
+        return found
     except (ValueError, TypeError) as exc:
         raise CheckpointError(
             f"{QUERIES_ENV} is not a JSON object of name -> MODULE:FUNCTION: {exc}"
@@ -112,8 +117,9 @@ def rehearsal_job(queries: dict[str, RegisteredQuery]) -> dg.JobDefinition | Non
         )
         try:
             request = InPlace(src, lambda storage, what: roots.take_lease_at(context, storage, what, key))
+            batch, timeout = context.op_config["batch"], parse_duration(registered.timeout)
             options = RehearsalOptions(
-                run, registered.query, context.op_config["batch"], dict(registered.conf)
+                run, registered.query, batch, dict(registered.conf), timeout_seconds=timeout
             )
             result = rehearse(request, options)
         except CheckpointError as exc:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from checkpoint import bounds
+from checkpoint.cleanup import parse_held
 from checkpoint.errors import CheckpointError
 from checkpoint.format import (
     SHUFFLE_PARTITIONS,
@@ -37,6 +40,8 @@ from checkpoint.format import (
     row_shape,
 )
 from checkpoint.policy import POLICY
+from checkpoint.retire import Evidence, PlanRecord, RetirementPlan, file_line, parse_file_line
+from checkpoint.storage import FileInfo
 from orchestration.due import SensorState
 from testbed.lz4java import frame
 
@@ -89,6 +94,36 @@ def _cursor(b: bytes) -> object:
     return state
 
 
+def _retirement_header(b: bytes) -> object:
+    """A retirement manifest's header, which a person may edit: whatever parses is finite and in
+    range, a count no bool."""
+    plan = RetirementPlan.parse(b, "m.retire.jsonl")
+    numbers = (plan.planned_at, plan.evidence.dormant_since, plan.evidence.dormant_seconds)
+    assert all(math.isfinite(n) and 0 <= n <= bounds.MAX_INSTANT for n in numbers), numbers
+    assert all(type(n) is int and 0 <= n <= bounds.MAX_COUNT for n in (plan.files, plan.total_bytes))
+    return plan
+
+
+def _retirement_line(b: bytes) -> object:
+    path, size, mtime = parse_file_line(b, "m.retire.jsonl")
+    assert type(size) is int and 0 <= size <= bounds.MAX_COUNT and isinstance(path, str)
+    assert mtime is None or math.isfinite(mtime)
+    return path
+
+
+def _retirement_record(b: bytes) -> object:
+    record = PlanRecord.parse(b, "retirements/x.json")
+    assert math.isfinite(record.planned_at) and type(record.files) is int
+    return record
+
+
+def _held(b: bytes) -> object:
+    """`held.json`, which anyone who can write the audit trail writes: kept figures are counts."""
+    kept = parse_held(b, 1.6e9)
+    assert kept is None or all(type(n) is int and 0 <= n <= bounds.MAX_COUNT for n in kept), kept
+    return kept
+
+
 # target -> what reads it, from bytes
 TARGETS: dict[str, Callable[[bytes], object]] = {
     "commit": lambda b: parse_commit(7, b, "commits/7"),
@@ -105,6 +140,10 @@ TARGETS: dict[str, Callable[[bytes], object]] = {
     "hadoop_crc": _hadoop_checked,
     "state_schema": lambda b: row_shape(read_schema_file(b, "_metadata/schema")[0], "_metadata/schema"),
     "sensor_cursor": _cursor,
+    "retirement_header": _retirement_header,
+    "retirement_line": _retirement_line,
+    "retirement_record": _retirement_record,
+    "held": _held,
 }
 
 
@@ -136,6 +175,7 @@ def seeds(checkpoint: Path) -> dict[str, bytes]:
         "hadoop_crc": _with_hadoop_crc(found[FileKind.CHANGELOG]),
         "state_schema": found[FileKind.STATE_SCHEMA].read_bytes(),
         "sensor_cursor": _cursor_seed(checkpoint),
+        **_handback_seeds(checkpoint),
     }
 
 
@@ -146,6 +186,26 @@ def _cursor_seed(checkpoint: Path) -> bytes:
                         unvalidated={keys[2]: 1.6e9}, crossings={keys[0]: 1.6e9}, urgent=[keys[1]],
                         next_key=keys[1])  # fmt: skip
     return zlib.decompress(base64.b64decode(state.to_json()[3:]))
+
+
+def _handback_seeds(checkpoint: Path) -> dict[str, bytes]:
+    """What this tool hands a person and reads back, as it writes them for this checkpoint: a
+    retirement manifest's header, a line of it, the plan's record, and `held.json`."""
+    files = sorted((p for p in checkpoint.rglob("*") if p.is_file()), key=lambda p: p.as_posix())
+    first = files[0]
+    evidence = Evidence(last_commit=12, last_commit_at=1.6e9, last_offset=12, last_offset_at=1.6e9,
+                        dormant_since=1.6e9, dormant_seconds=604800.0)  # fmt: skip
+    plan = RetirementPlan(plan_id="20261129T031500123Z-0a1b2c3d", checkpoint=str(checkpoint),
+                          planned_at=1795922100.123, evidence=evidence, files=len(files),
+                          total_bytes=sum(p.stat().st_size for p in files), newest_file_at=1.6e9,
+                          archive=f"{checkpoint}-archive")  # fmt: skip
+    info = FileInfo(first.relative_to(checkpoint).as_posix(), first.stat().st_size, first.stat().st_mtime)
+    return {
+        "retirement_header": plan.header().encode(),
+        "retirement_line": file_line(info),
+        "retirement_record": PlanRecord.of(plan, "ab" * 32).dump(),
+        "held": json.dumps({"since": 1.6e9, "files": len(files), "bytes": plan.total_bytes}).encode(),
+    }
 
 
 def _state_conf(offset: bytes) -> bytes:

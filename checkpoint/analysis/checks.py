@@ -30,11 +30,13 @@ from checkpoint.format import (
     FORK_COMPLETE,
     FORK_STARTED,
     LINEAGE_HEADER_CAP,
+    SIDECAR_BYTES,
     Checksumming,
     FileKind,
     Snapshot,
     StateAction,
     UnreadableZipError,
+    bound_of,
     parse_sidecar,
 )
 from checkpoint.model import Checkpoint, CheckpointFile, StoreId, StoreLineage, checkpoint_lineage
@@ -221,6 +223,16 @@ def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:
         yield _finding(
             next(codes, FindingCode.UNREADABLE_LOG_FILE), ckpt.storage.full(problem.rel), str(problem.error)
         )
+    # By the listed size, before any read: the log files' own bound is their parse's (above).
+    for f in ckpt.files:
+        bound = bound_of(f.kind)
+        if bound is not None and f.info.size > bound and f.kind not in _PARSED_LOGS:
+            yield _finding(FindingCode.FILE_OVER_ITS_BOUND, ckpt.storage.full(f.rel),
+                           f"{f.info.size} bytes, where Spark writes at most {bound} in a file of its kind "
+                           f"({f.kind.value}): not read")  # fmt: skip
+
+
+_PARSED_LOGS = (FileKind.QUERY_METADATA, FileKind.OFFSET, FileKind.COMMIT, FileKind.OPERATOR_METADATA)
 
 
 Span = tuple[int, int]  # first and last batch id of a run, both included
@@ -468,10 +480,12 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
                         yield _finding(_UNREADABLE[f.kind], path, str(exc))
                 tee.drain(POLICY.copy_chunk_bytes)
             crc = sidecars.get(f.rel)
-            if crc is not None:
+            if crc is not None and crc.info.size <= SIDECAR_BYTES:  # else FILE_OVER_ITS_BOUND, unread
                 try:
                     matches = tee.agrees(
-                        parse_sidecar(ckpt.storage.read_bytes(crc.rel), ckpt.storage.full(crc.rel))
+                        parse_sidecar(
+                            ckpt.storage.read_bytes(crc.rel, limit=SIDECAR_BYTES), ckpt.storage.full(crc.rel)
+                        )  # fmt: skip
                     )
                 except CheckpointError as exc:
                     yield _finding(FindingCode.CRC_MISMATCH, ckpt.storage.full(crc.rel), str(exc))

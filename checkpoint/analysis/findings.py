@@ -58,6 +58,7 @@ class FindingCode(StrEnum):
     UNNAMED_STATE_FOLDER = "UNNAMED_STATE_FOLDER"
     FILE_OUTSIDE_CHECKPOINT = "FILE_OUTSIDE_CHECKPOINT"
     NOT_A_REGULAR_FILE = "NOT_A_REGULAR_FILE"
+    FILE_OVER_ITS_BOUND = "FILE_OVER_ITS_BOUND"
     DORMANT = "DORMANT"
     STOPPED_MID_BATCH = "STOPPED_MID_BATCH"
 
@@ -89,6 +90,8 @@ CODES = _codes(
          "name or a folder above): never read, and every action that writes refuses the checkpoint"),
     Code(F.NOT_A_REGULAR_FILE, E, LOG, "a FIFO, a device or a socket where Spark writes a file: never "
          "opened, and every action that writes refuses the checkpoint"),
+    Code(F.FILE_OVER_ITS_BOUND, E, LOG, "a file is larger than any Spark writes of its kind (a .crc sidecar "
+         "over 4 KiB, a schema file over 16 MiB): never read, and every action refuses the checkpoint"),
     Code(F.UNKNOWN_FORMAT_VERSION, E, LOG, "a file declares a format version this release does not know"),
     Code(F.COMMIT_WITHOUT_OFFSETS, E, LOG, "a batch is committed but its offsets file is missing"),
     Code(F.OFFSET_LOG_GAP, E, LOG, "batch ids missing inside the offset log"),

@@ -12,7 +12,7 @@ from checkpoint.cleanup.apply import (
     check_plan,
     delete_with_redrive,
 )
-from checkpoint.cleanup.audit import AuditTrail, with_held
+from checkpoint.cleanup.audit import AuditTrail, parse_held, with_held
 from checkpoint.cleanup.flow import REPLANNED, Cleaned, CleanupOptions, Planned, apply_cleanup, plan_cleanup
 from checkpoint.cleanup.manifest import Plan, PlannedFile, new_plan_id
 from checkpoint.cleanup.plan import plan_gc
@@ -21,6 +21,7 @@ __all__ = [
     "ApplyResult",
     "AuditTrail",
     "with_held",
+    "parse_held",
     "CheckResult",
     "Cleaned",
     "CleanupOptions",

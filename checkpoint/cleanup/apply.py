@@ -45,7 +45,8 @@ def check_plan(plan: Plan, storage: Storage) -> CheckResult:
     if not listing.exists:
         return CheckResult(False, "the commit log is gone", None)
     rels = [f.rel for f in listing.files if classify(f.rel).kind == FileKind.COMMIT]
-    current = {int(r.split("/")[1]): commit_digest(d) for r, d in storage.read_many(rels).items()}
+    logs = storage.read_many(rels, limit=POLICY.max_log_file_bytes)
+    current = {int(r.split("/")[1]): commit_digest(d) for r, d in logs.items()}
     newest = max(current, default=None)
     if newest is None or newest < plan.against_batch:
         return CheckResult(

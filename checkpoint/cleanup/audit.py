@@ -18,10 +18,11 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
+from checkpoint import bounds
 from checkpoint.analysis import FleetRow
 from checkpoint.cleanup.manifest import Plan, PlannedFile
-from checkpoint.errors import CheckpointError, GcError
-from checkpoint.format import AUDIT_FOLDER, is_number
+from checkpoint.errors import MALFORMED, CheckpointError, GcError
+from checkpoint.format import AUDIT_FOLDER, TRAIL_LOG_BYTES, is_number
 from checkpoint.policy import POLICY
 from checkpoint.safety import folder_name
 from checkpoint.storage import FileInfo, Storage, normalize_url
@@ -72,6 +73,18 @@ def with_held(
         log.warning("%s: what it holds could not be listed: %s", checkpoint.url, exc)
         return row
     return dataclasses.replace(row, files_held=files, bytes_held=total)
+
+
+def parse_held(data: bytes, since: float) -> tuple[int, int] | None:
+    """(files, bytes) that `held.json` keeps for the dormancy from `since`; None for anything else
+    (another dormancy's, not JSON, a count that is no whole number up to 2^63, `true` for 1)."""
+    try:
+        doc = json.loads(data)
+        if isinstance(doc, dict) and doc.get("since") == since:
+            return bounds.count(doc.get("files"), "files"), bounds.count(doc.get("bytes"), "bytes")
+    except MALFORMED:
+        pass
+    return None
 
 
 def _sha256_of(path: str) -> str:
@@ -132,16 +145,15 @@ class AuditTrail:
         """(files, bytes) a dormant checkpoint holds. It changes nothing while dormant, so it is
         listed once per dormancy, and the figures kept in its folder of the trail with the time it
         is dormant since (`held.json`): a checkpoint that wrote again is dormant from a later time,
-        and is listed again. What the file says is checked, never trusted: anything else is a new
-        listing."""
+        and is listed again. What the file says is checked, never trusted: anything else (a count
+        that is no whole number up to 2^63, `true` for 1, another dormancy's time) is a new listing."""
         rel = f"{folder_name(checkpoint.url)}/{_HELD}"
-        try:  # absent, oversized, unreadable or another dormancy's: listed again
-            doc = json.loads(self.storage.read_many([rel], limit=_HELD_LIMIT)[rel])
-            counts = [doc.get(k) for k in ("files", "bytes")] if isinstance(doc, dict) else []
-            if counts and doc.get("since") == since and all(isinstance(n, int) and n >= 0 for n in counts):
-                return int(doc["files"]), int(doc["bytes"])
-        except (CheckpointError, ValueError):
-            pass
+        try:  # absent, oversized or unreadable: listed again
+            kept = parse_held(self.storage.read_many([rel], limit=_HELD_LIMIT)[rel], since)
+        except CheckpointError:
+            kept = None
+        if kept is not None:
+            return kept
         files = checkpoint.list_files()
         held = len(files), sum(f.size for f in files)
         self.storage.write(rel, json.dumps({"since": since, "files": held[0], "bytes": held[1]}).encode())
@@ -220,9 +232,9 @@ class AuditTrail:
     def records(self, rel: str) -> list[dict[str, Any]]:
         """Every line appended to `rel` (`append_records`), in order."""
         if self.storage.backend.appends:
-            data = self.storage.read_if_exists(rel) or b""
+            data = self.storage.read_if_exists(rel, limit=TRAIL_LOG_BYTES) or b""
         else:
-            data = b"".join(self.storage.read_many(self._parts(rel)).values())
+            data = b"".join(self.storage.read_many(self._parts(rel), limit=TRAIL_LOG_BYTES).values())
         return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
 
     def _parts(self, rel: str) -> list[str]:

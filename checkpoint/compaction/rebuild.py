@@ -269,7 +269,7 @@ def _rebuild(
             check_free_disk(tmp, 0, chain_bytes, ckpt.url)
         restore = {**SPARK_OPTIONS, **option_values(db_dir, SPARK_OPTIONS)}
         set_options(db_dir, bulk_options(policy, delimiter))
-        changelogs = [ckpt.read_changelog_runs(f, ckpt.read_verified(f.rel))[1] for f in entry.chain]
+        changelogs = [ckpt.read_changelog_runs(f, ckpt.read_verified(f))[1] for f in entry.chain]
         records = sum(len(run.keys) for runs in changelogs for run in runs)
         touched = list(set().union(*(run.keys for runs in changelogs for run in runs)))
         if base:  # looked up in the base: neighbouring keys share blocks (1.4 s for 561k keys, not 2.2)

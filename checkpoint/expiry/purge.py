@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import shutil
 import tempfile
 import time
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checkpoint import bounds
 from checkpoint.analysis import Severity, ValidationOptions, unproven_writer, validate
 from checkpoint.cleanup import AuditTrail
 from checkpoint.compaction import Rewrite, Rewritten, rewrite_store
@@ -41,7 +41,7 @@ from checkpoint.errors import PurgeRefused, RebuildError
 from checkpoint.expiry.ttl import Expired, TtlVariable, expired_in, ttl_variables
 from checkpoint.format import FileKind, SnapshotMetadata, StateAction
 from checkpoint.model import Checkpoint, StoreLineage, checkpoint_lineage, load_head
-from checkpoint.policy import POLICY, Policy
+from checkpoint.policy import POLICY, Policy, duration_text
 from checkpoint.rocksdb import (
     bulk_options,
     fetch_base,
@@ -115,10 +115,19 @@ class ExpiredState:
 
 
 def expired_report(storage: Storage, as_of: float | None = None, policy: Policy = POLICY) -> ExpiredState:
-    """What has expired, as of `as_of` (default now), in every transformWithState store with a TTL
-    at the latest committed batch. Reads what a recovery of that batch reads, a store at a time;
-    writes nothing and takes no lease, so a running query is reported too."""
-    started, as_of_ms = time.monotonic(), _ms(time.time() if as_of is None else as_of)
+    """What has expired, as of `as_of` (default now, never later), in every transformWithState
+    store with a TTL at the latest committed batch. Reads what a recovery of that batch reads, a
+    store at a time; writes nothing and takes no lease, so a running query is reported too."""
+    now = time.time()
+    if as_of is not None:
+        try:
+            bounds.instant(as_of, "the report's time")
+        except bounds.OutOfRange as exc:
+            raise PurgeRefused(f"{exc}; nothing was read", storage.url) from exc
+        if as_of > now:
+            raise PurgeRefused(f"the report's time {_utc(as_of)} is later than now ({_utc(now)}): what "
+                               "expires later is not expired to Spark", storage.url)  # fmt: skip
+    started, as_of_ms = time.monotonic(), _ms(now if as_of is None else as_of)
     ckpt = load_head(storage, strict=False, recent=2)
     batch = ckpt.latest_committed_batch
     stores = tuple(_look(ckpt.for_store(e.store), e, props, as_of_ms, policy) for e, props in _targets(ckpt))
@@ -132,8 +141,12 @@ def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
     audit, policy = options.audit, options.policy
     now = time.time() if options.now is None else options.now
     as_of = now if options.as_of is None else options.as_of
-    if not math.isfinite(as_of):
-        raise PurgeRefused(f"the purge time {as_of} is not a time; nothing was written", request.storage.url)
+    try:
+        bounds.instant(as_of, "the purge time")
+        bounds.instant(now, "now")
+        bounds.seconds(options.quiet_seconds, "the quiet period")
+    except bounds.OutOfRange as exc:
+        raise PurgeRefused(f"{exc}; nothing was written", request.storage.url) from exc
     if as_of > now:
         raise PurgeRefused(f"the purge time {_utc(as_of)} is later than now ({_utc(now)}): a restart's first "
                            "batch could come before it and still see what it would remove; nothing was "
@@ -172,8 +185,9 @@ def _preflight(ckpt: Checkpoint, now: float, quiet_seconds: float) -> None:
             f"batch {ckpt.latest_planned_batch} is planned and not committed (a running query, or one that "
             "died: let it finish a batch, then stop it)"
             if unfinished
-            else f"a commit or offset is newer than the quiet period ({quiet_seconds:.0f} s): the query "
-            "looks alive, and only a stopped query is purged"
+            else f"a commit or offset is newer than the quiet period ({duration_text(quiet_seconds)}): the "
+            "query looks alive, and only a stopped query is purged (for one known to be stopped, a shorter "
+            "--quiet-period)"
         )
     blocking = [f for f in validate(ckpt, ValidationOptions()).findings if f.severity == Severity.ERROR]
     if blocking:

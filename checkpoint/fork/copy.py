@@ -52,6 +52,7 @@ from checkpoint.format import (
     FORK_COMPLETE,
     FORK_STARTED,
     MAINT_TEMP_PREFIX,
+    RECORD_BYTES,
     FileKind,
     check_changelog,
     check_state_file,
@@ -91,9 +92,12 @@ def inspect_dest(dest: Storage) -> DestState:
         files = {}
     started = complete = None
     if FORK_STARTED in files:
-        started = ForkStarted.parse(dest.read_bytes(FORK_STARTED), dest.full(FORK_STARTED))
+        started = ForkStarted.parse(
+            dest.read_bytes(FORK_STARTED, limit=RECORD_BYTES), dest.full(FORK_STARTED)
+        )
     if FORK_COMPLETE in files:
-        complete = ForkResult.parse(dest.read_bytes(FORK_COMPLETE), dest.full(FORK_COMPLETE))
+        complete = ForkResult.parse(dest.read_bytes(FORK_COMPLETE, limit=RECORD_BYTES),
+                                    dest.full(FORK_COMPLETE))  # fmt: skip
     return DestState(files, started, complete)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from checkpoint.analysis import FindingCode, Severity, Validation, batch_spans, validate
 from checkpoint.errors import CorruptFileError, ForkRefused
 from checkpoint.fork.markers import ForkStarted
-from checkpoint.format import FileKind, classify, parse_operator_metadata, parse_sidecar
+from checkpoint.format import FileKind, bound_of, classify, parse_operator_metadata, parse_sidecar
 from checkpoint.model import Checkpoint, StoreId, StoreLineage, load_head, store_folder, untrusted_files
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
@@ -130,7 +130,10 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
     sidecars = [crc for e in lineage for f in _state_files(e) if (crc := view.states.sidecar_of(f.rel))]
     wanted = ["metadata", *v2, *sidecars]
     with ThreadPoolExecutor(POLICY.store_workers) as pool:
-        got = zip(wanted, pool.map(storage.read_if_exists, wanted), strict=True)
+        # Each read to its kind's bound: a sidecar made a sparse file of gigabytes is refused in one
+        # line after 4 KiB, never read whole side by side with the others.
+        got = zip(wanted, pool.map(lambda rel: storage.read_if_exists(rel, limit=_bound(rel)), wanted),
+                  strict=True)  # fmt: skip
         small = {rel: data for rel, data in got if data is not None}
         named = sorted({rel for f in v2 if f in small for _, rel in schema_refs(small[f], storage.full(f))})
         partition_zero = [f"{store_folder(StoreId(op.id, 0, name))}/_metadata/schema"
@@ -148,6 +151,12 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
         source_logs=tuple(source_logs(storage, batch)),
         schemas=tuple(info for info in found.values() if info is not None),
     )
+
+
+def _bound(rel: str) -> int:
+    bound = bound_of(classify(rel).kind)
+    assert bound is not None, rel  # metadata, operator metadata and sidecars all have one
+    return bound
 
 
 def _refuse_on_errors(view: Checkpoint, batch: int) -> Validation:

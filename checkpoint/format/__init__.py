@@ -1,10 +1,10 @@
 """The bytes Spark writes, read and (where the project must) written: where files live and what
-their names say (`layout`), the metadata logs (`logs`), changelogs and their codecs (`changelog`,
-`codec`), snapshot zips (`snapshot`), Spark's checksum sidecars (`crc`), state schema files and
-key rows (`unsaferow`), Spark's class and conf names (`spark`), the files each provider's
-recovery reads (`providers`) and the state formats (`states`). Nothing here reaches storage:
-every reader takes bytes or a read function, so the fuzzers and the model share them. This face
-is what the rest of the project imports."""
+their names say (`layout`), how large each kind can be (`sizes`), the metadata logs (`logs`),
+changelogs and their codecs (`changelog`, `codec`), snapshot zips (`snapshot`), Spark's checksum
+sidecars (`crc`), state schema files and key rows (`unsaferow`), Spark's class and conf names
+(`spark`), the files each provider's recovery reads (`providers`) and the state formats
+(`states`). Nothing here reaches storage: every reader takes bytes or a read function, so the
+fuzzers and the model share them. This face is what the rest of the project imports."""
 
 from checkpoint.format.changelog import (
     LINEAGE_HEADER_CAP,
@@ -58,6 +58,16 @@ from checkpoint.format.logs import (
     parse_query_metadata,
 )
 from checkpoint.format.providers import HDFS_FILES, ROCKSDB_FILES, Provider, StateFiles
+from checkpoint.format.sizes import (
+    LOG_BYTES,
+    RECORD_BYTES,
+    SIDECAR_BYTES,
+    SOURCE_LOG_LINE_BYTES,
+    TRAIL_LOG_BYTES,
+    ZIP_WHOLE_BYTES,
+    bound_of,
+    hadoop_crc_bytes,
+)
 from checkpoint.format.snapshot import (
     WRITTEN_ZIP_METADATA_VERSION,
     ZIP_ERRORS,
@@ -87,6 +97,14 @@ from checkpoint.format.unsaferow import MAX_SCHEMA_BYTES, RowShape, read_schema_
 
 __all__ = [
     "HDFS_PROVIDER",
+    "LOG_BYTES",
+    "RECORD_BYTES",
+    "SIDECAR_BYTES",
+    "SOURCE_LOG_LINE_BYTES",
+    "ZIP_WHOLE_BYTES",
+    "TRAIL_LOG_BYTES",
+    "bound_of",
+    "hadoop_crc_bytes",
     "read_changelog",
     "Lz4BlockReader",
     "AUDIT_FOLDER",

@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.format.sizes import SOURCE_LOG_LINE_BYTES
 from checkpoint.format.spark import SHUFFLE_PARTITIONS
 from checkpoint.policy import POLICY
 
@@ -143,13 +145,45 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
                        tuple(lines[1:]))  # fmt: skip
 
 
-def file_source_paths(batch: int, data: bytes, path: str) -> list[str]:
+def file_source_paths(batch: int, read: Callable[[int], bytes], path: str) -> list[str]:
     """The files a file source's log (`sources/<i>/<batch>`) gives `batch` to read: its
     `{"path", "timestamp", "batchId"}` lines (a `.compact` file holds the earlier batches' too).
-    Another source's log (Kafka's initial offsets) names no path: none."""
-    _, lines = split_versioned(data, path, (1,))
-    entries = [e for e in (_json(line, path) for line in lines) if isinstance(e, dict)]
-    return [e["path"] for e in entries if isinstance(e.get("path"), str) and e.get("batchId") == batch]
+    Another source's log (Kafka's initial offsets) names no path: none. Read from `read` a line at
+    a time: a compaction of a long-running source lists every file it ever read, and a line longer
+    than any entry (`SOURCE_LOG_LINE_BYTES`) is refused, not held."""
+    lines = bounded_lines(read, SOURCE_LOG_LINE_BYTES, path)
+    split_versioned(next(lines, b""), path, (1,))
+    found = []
+    for raw in lines:
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptFileError(f"not UTF-8 text: {exc}", path) from exc
+        if line.strip() and isinstance(e := _json(line, path), dict):
+            if isinstance(e.get("path"), str) and e.get("batchId") == batch:
+                found.append(e["path"])
+    return found
+
+
+def bounded_lines(
+    read: Callable[[int], bytes], limit: int, path: str, chunk: int = 1 << 16
+) -> Iterator[bytes]:
+    """The lines `read` yields (without their newline), each at most `limit` bytes: a longer one
+    raises CorruptFileError, having held no more than the bound and a chunk."""
+    rest = b""
+    while block := read(chunk):
+        *whole, rest = (rest + block).split(b"\n")
+        for line in whole:
+            _refuse_long(line, limit, path)
+            yield line
+        _refuse_long(rest, limit, path)
+    if rest:
+        yield rest
+
+
+def _refuse_long(line: bytes, limit: int, path: str) -> None:
+    if len(line) > limit:
+        raise CorruptFileError(f"a line of more than {limit} bytes: not a log Spark writes", path)
 
 
 @dataclass(frozen=True)

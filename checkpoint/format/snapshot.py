@@ -10,6 +10,7 @@ import re
 import zipfile
 import zlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import IO
 
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
@@ -58,18 +59,26 @@ class SnapshotMetadata:
     log_files: tuple[SstRef, ...] = ()
     version: int = 1  # the first line's: which Spark wrote it (logs.ZIP_METADATA_VERSIONS)
 
+    @cached_property
+    def _internal_by_id(self) -> dict[int, bool]:
+        # Once per snapshot, not per key: a forged mapping of 10^5 families would make a scan of
+        # it per key quadratic work. The mapping's ids are unique (`parse_zip_metadata`).
+        return {
+            i: bool(self.column_family_type_map.get(name)) for name, i in self.column_family_mapping.items()
+        }
+
     def family_of(self, key: bytes, path: str) -> tuple[int, bool]:
         """A key's column family id (its first two bytes, little-endian, as Spark's virtual
         families prefix it) and whether the type map marks that family internal (a TTL index, a
         row counter: counted in `numInternalKeys`). A key of an id the mapping does not name
         raises CorruptFileError."""
         family = int.from_bytes(key[:2], "little")
-        names = [name for name, i in self.column_family_mapping.items() if i == family]
-        if not names:
+        internal = self._internal_by_id.get(family)
+        if internal is None:
             raise CorruptFileError(
                 f"a key of column family id {family}, which the mapping does not name", path
             )
-        return family, bool(self.column_family_type_map.get(names[0]))
+        return family, internal
 
 
 @dataclass(frozen=True)
@@ -88,18 +97,38 @@ def parse_zip_metadata(data: bytes, path: str) -> SnapshotMetadata:
         logs = tuple(
             _ref(s, "dfsLogFileName", _LOCAL_LOG, WAL_FILE, path) for s in body.get("logFiles") or ()
         )
-        return SnapshotMetadata(
+        mapping = {str(k): _family_id(v) for k, v in (body.get("columnFamilyMapping") or {}).items()}
+        meta = SnapshotMetadata(
             ssts,
             int(body.get("numKeys", 0)),
             int(body.get("numInternalKeys", 0)),
-            {str(k): int(v) for k, v in (body.get("columnFamilyMapping") or {}).items()},
+            mapping,
             {str(k): bool(v) for k, v in (body.get("columnFamilyTypeMap") or {}).items()},
-            int(body.get("maxColumnFamilyId", 0)),
+            _family_id(body.get("maxColumnFamilyId", 0)),
             logs,
             version,
         )
     except MALFORMED as exc:
         raise CorruptFileError(f"malformed zip metadata: {exc}", path) from exc
+    if len(set(mapping.values())) != len(mapping) or any(
+        i > meta.max_column_family_id for i in mapping.values()
+    ):
+        raise CorruptFileError(
+            "malformed zip metadata: column family ids repeat, or pass maxColumnFamilyId", path
+        )
+    return meta
+
+
+# A column family's id is the 2-byte prefix of its keys, a Java short: 0 to 32767.
+MAX_COLUMN_FAMILY_ID = (1 << 15) - 1
+
+
+def _family_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COLUMN_FAMILY_ID:
+        raise ValueError(
+            f"column family id {str(value)[:20]} is not one Spark writes (0 to {MAX_COLUMN_FAMILY_ID})"
+        )
+    return value
 
 
 def _ref(entry: dict, dfs_key: str, local: re.Pattern[str], dfs: re.Pattern[str], path: str) -> SstRef:

@@ -58,6 +58,7 @@ from checkpoint.format import (
     PROVIDER_CONF,
     ROCKSDB_PROVIDER,
     ROCKSDB_V2,
+    SIDECAR_BYTES,
     FileKind,
     OperatorMetadata,
     StateAction,
@@ -237,7 +238,7 @@ def _prefix_key(ckpt: Checkpoint, op: int, name: str, leading: int) -> PrefixKey
     rel = f"{store_folder(StoreId(op, 0, name))}/_metadata/schema"
     path = ckpt.storage.full(rel)
     try:
-        key, _ = read_schema_file(ckpt.storage.read_bytes(rel, 0, MAX_SCHEMA_BYTES + 1), path)
+        key, _ = read_schema_file(ckpt.storage.read_range(rel, 0, MAX_SCHEMA_BYTES + 1), path)
         shape = row_shape(key, path)
     except CheckpointError as exc:
         raise MigrationRefused(f"operator {op} store {name} is prefix-scanned (a session window) and "
@@ -291,7 +292,7 @@ def plan_logs(source: ForkSource, dest: Storage, ids: dict[StoreId, str]) -> For
         if _is_state(item.rel):
             continue
         if what.kind in (FileKind.OFFSET, FileKind.COMMIT) and what.batch == batch:
-            raw = source.ckpt.storage.read_bytes(item.rel)
+            raw = source.ckpt.storage.read_bytes(item.rel, limit=POLICY.max_log_file_bytes)
             path = source.ckpt.storage.full(item.rel)
             data = (_offset_pinning_rocksdb(raw, path) if what.kind == FileKind.OFFSET
                     else _commit_v2(raw, commit_ids, path))  # fmt: skip
@@ -401,7 +402,7 @@ def _with_written_state(plan: ForkPlan, dest: Storage) -> ForkPlan:
         crc = None
         if f.rel.endswith(".zip"):
             sidecar = f"{f.rel}.crc"
-            crc = parse_sidecar(dest.read_bytes(sidecar), dest.full(sidecar)).value
+            crc = parse_sidecar(dest.read_bytes(sidecar, limit=SIDECAR_BYTES), dest.full(sidecar)).value
         items.append(ForkItem(f.rel, f.size, STEP_STATE, crc=crc))
     return dataclasses.replace(plan, items=(*items, *plan.items))
 

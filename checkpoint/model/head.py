@@ -28,11 +28,18 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from checkpoint.errors import CheckpointError, NotACheckpointError, StorageError, UntrustedFileError
+from checkpoint.errors import (
+    CheckpointError,
+    NotACheckpointError,
+    OversizedFileError,
+    StorageError,
+    UntrustedFileError,
+)
 from checkpoint.format import (
     FORK_COMPLETE,
     FORK_STARTED,
     RESERVED_FOLDERS,
+    ZIP_WHOLE_BYTES,
     FileKind,
     Snapshot,
     classify,
@@ -299,7 +306,9 @@ class _Lookups:
         if rel in self.seen:
             return self.seen[rel]
         try:
-            data = self.storage.read_if_exists(rel)
+            data = self.storage.read_if_exists(rel, limit=ZIP_WHOLE_BYTES)
+        except OversizedFileError:  # more than its small files: looked up, and read on demand, streamed
+            return self.stat(rel)
         except UntrustedFileError as exc:
             self.untrusted[rel] = exc
             data = None

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.errors import CheckpointError, CorruptFileError
 from checkpoint.format import (
     CODEC_CONF,
+    SIDECAR_BYTES,
+    ZIP_WHOLE_BYTES,
     ChangelogHeader,
     ChangeRecord,
     FileKind,
@@ -36,7 +38,6 @@ from checkpoint.storage import Storage
 # A lineage header is at most 64 KiB + 2, i.e. at most three 32 KiB lz4 blocks: read that much at once.
 _HEADER_READ = 128 * 1024
 _HEADER_PREFETCH = 32 * 1024  # the first lz4 block, where a lineage header starts (and most end)
-_WHOLE_ZIP_READ = 4 * 1024 * 1024
 
 
 class StateFileReads:
@@ -96,7 +97,9 @@ class StateFileReads:
         self, f: CheckpointFile, data: bytes | None = None
     ) -> tuple[ChangelogHeader, list[ChangeRecord]]:
         """Every record; `data` saves the read when the caller already holds the file's bytes."""
-        header, runs = self.read_changelog_runs(f, self.storage.read_bytes(f.rel) if data is None else data)
+        if data is None:
+            data = self.storage.read_bytes(f.rel, limit=f.info.size)  # the size it was listed with
+        header, runs = self.read_changelog_runs(f, data)
         return header, change_records(runs)
 
     def read_changelog_stream(
@@ -126,18 +129,21 @@ class StateFileReads:
     def read_snapshot(self, f: CheckpointFile) -> Snapshot:
         if (known := self._prefetched(f.rel)) is not None:
             return known
-        if f.info.size <= _WHOLE_ZIP_READ:
+        if f.info.size <= ZIP_WHOLE_BYTES:
             # A snapshot zip holds only RocksDB's small files (SSTs live beside it): one GET reads
             # it whole, where zipfile's seeks would cost three or four ranged GETs.
-            return read_snapshot(io.BytesIO(self.storage.read_bytes(f.rel)), self.storage.full(f.rel))
+            data = self.storage.read_bytes(f.rel, limit=ZIP_WHOLE_BYTES)
+            return read_snapshot(io.BytesIO(data), self.storage.full(f.rel))
         with self.storage.open(f.rel, size=f.info.size) as fh:
             return read_snapshot(fh, self.storage.full(f.rel))
 
-    def read_verified(self, rel: str) -> bytes:
-        """A state file's bytes, checked against its Spark `.crc` sidecar (CRC32C and size) when it
-        has one, whether or not the sidecar was listed: two GETs. Spark skips the check when the
-        sidecar is absent, and so does this; a mismatch raises CorruptFileError, never returns."""
-        data = self.storage.read_bytes(rel)
+    def read_verified(self, f: CheckpointFile) -> bytes:
+        """A state file's bytes (at most the size it was listed with), checked against its Spark
+        `.crc` sidecar (CRC32C and size) when it has one, whether or not the sidecar was listed:
+        two GETs. Spark skips the check when the sidecar is absent, and so does this; a mismatch
+        raises CorruptFileError, never returns."""
+        rel = f.rel
+        data = self.storage.read_bytes(rel, limit=f.info.size)
         self._check_sidecar(rel, len(data), crc32c_signed(data))
         return data
 
@@ -151,7 +157,7 @@ class StateFileReads:
         return written
 
     def _check_sidecar(self, rel: str, size: int, crc: int) -> None:
-        raw = self.storage.read_if_exists(f"{rel}.crc")
+        raw = self.storage.read_if_exists(f"{rel}.crc", limit=SIDECAR_BYTES)
         if raw is None:
             return
         if not sidecar_agrees(parse_sidecar(raw, self.storage.full(f"{rel}.crc")), size, crc):
@@ -163,9 +169,11 @@ class StateFileReads:
 
     def sidecar_matches(self, crc: CheckpointFile, main_data: bytes | None = None) -> bool:
         """Whether a Spark `.crc` sidecar matches the bytes of its main file (read unless given)."""
-        sidecar = parse_sidecar(self.storage.read_bytes(crc.rel), self.storage.full(crc.rel))
+        sidecar = parse_sidecar(
+            self.storage.read_bytes(crc.rel, limit=SIDECAR_BYTES), self.storage.full(crc.rel)
+        )
         if main_data is None:
             if crc.what.main is None:
                 raise ValueError(f"{crc.rel} is not a .crc sidecar")
-            main_data = self.storage.read_bytes(crc.what.main)
+            main_data = self.storage.read_bytes(crc.what.main, limit=sidecar.main_file_size)
         return sidecar_matches(sidecar, main_data)

@@ -3,11 +3,12 @@ have, and the room on the disk checked before: what compaction and migration cop
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from checkpoint.errors import RebuildError
-from checkpoint.format import check_hadoop_crc
+from checkpoint.format import check_hadoop_crc, hadoop_crc_bytes
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.policy import Policy
 
@@ -31,7 +32,10 @@ def check_hadoop_checksum(ckpt: Checkpoint, rel: str, local: str) -> None:
     writes from is checked here. Raises CorruptFileError."""
     folder, _, name = rel.rpartition("/")
     hidden = f"{folder}/.{name}.crc" if folder else f".{name}.crc"
-    if ckpt.storage.backend.hidden_checksums and (crc := ckpt.storage.read_if_exists(hidden)) is not None:
+    if not ckpt.storage.backend.hidden_checksums:
+        return
+    bound = hadoop_crc_bytes(os.path.getsize(local))
+    if (crc := ckpt.storage.read_if_exists(hidden, limit=bound)) is not None:
         with open(local, "rb") as fh:
             check_hadoop_crc(fh.read, crc, ckpt.storage.full(rel))
 

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkpoint.analysis import Facts, Readiness, look_at, readiness_of, spark_line, validate
-from checkpoint.errors import CheckpointError, UnknownSparkVersion
+from checkpoint import bounds
+from checkpoint.analysis import Facts, Readiness, readiness_of, spark_line, validate
+from checkpoint.errors import CheckpointError, RehearsalRefused, UnknownSparkVersion
 from checkpoint.format import FORMAT_VERSION_CONF
 from checkpoint.model import load_head
 from checkpoint.policy import POLICY
 from checkpoint.rehearsal.scratch import Scratch, scratch_fork
 from checkpoint.rehearsal.verdict import (
+    CodeOutcome,
     Rehearsal,
     SparkError,
     StoreComparison,
@@ -35,7 +37,9 @@ log = logging.getLogger(__name__)
 SparkRun = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def job_for(scratch: Scratch, original: Storage, dest: Storage, query: str, conf: dict[str, str]) -> dict:
+def job_for(
+    scratch: Scratch, original: Storage, dest: Storage, query: str, conf: dict[str, str], timeout: float
+) -> dict:
     """What Spark is asked, as plain values a child process reads from JSON."""
     return {
         "query": query,
@@ -51,6 +55,7 @@ def job_for(scratch: Scratch, original: Storage, dest: Storage, query: str, conf
         "pinned": dict(scratch.pinned),
         # Spark's state data source reads with the session's confs, not the ones the offsets pin.
         "read_conf": {**scratch.pinned, FORMAT_VERSION_CONF: str(scratch.format_version)},
+        "timeout": timeout,
     }
 
 
@@ -63,6 +68,9 @@ class RehearsalOptions:
     keep: bool = False  # the scratch folder kept afterwards
     scratch_dir: str | None = None  # where the scratch folder is made; default: the system's temp
     workers: int = POLICY.fork_workers
+    # How long the query's function, the batch and the comparison may take in all; past it, the
+    # outcome says so and the scratch is removed (a function that hangs is left on its thread).
+    timeout_seconds: float = POLICY.rehearsal_timeout_seconds
 
 
 def rehearse(request: InPlace, options: RehearsalOptions) -> Rehearsal:
@@ -70,36 +78,55 @@ def rehearse(request: InPlace, options: RehearsalOptions) -> Rehearsal:
     never changed) at the options' batch, in a local scratch folder removed afterwards unless
     `keep`."""
     o = options
-    src, take, run, query, batch, conf, keep, scratch_dir, workers = (
-        request.storage,
-        request.take,
-        o.run,
-        o.query,
-        o.batch,
-        o.conf,
-        o.keep,
-        o.scratch_dir,
-        o.workers,
-    )
+    src = request.storage
     seconds: dict[str, float] = {}
     t = time.monotonic()
-    if scratch_dir is not None:  # the user's choice of where: made as `mkdir -p` would
-        Path(scratch_dir).mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="ckpt-rehearsal-", dir=scratch_dir))
-    dest = Storage(str(folder / "checkpoint"))
     try:
-        scratch = scratch_fork(TwoSided(src, dest, take), batch, workers=workers)
+        bounds.seconds(o.timeout_seconds, "the time limit", low=1.0)
+    except bounds.OutOfRange as exc:
+        raise RehearsalRefused(f"{exc}: nothing was made", src.url) from exc
+    where = Path(o.scratch_dir if o.scratch_dir is not None else tempfile.gettempdir())
+    # By place, before anything is made: a scratch folder inside the checkpoint (or through a link
+    # into it) would write into what it copies.
+    request.refuse_inside(Storage(str(where)), "the scratch folder")
+    made = _made_as_mkdir_p(where) if o.scratch_dir is not None else []
+    folder = Path(tempfile.mkdtemp(prefix="ckpt-rehearsal-", dir=where))
+    dest = Storage(str(folder / "checkpoint"))
+    done = False
+    try:
+        scratch = scratch_fork(TwoSided(src, dest, request.take), o.batch, workers=o.workers)
         facts = _facts(dest)
         seconds["fork"] = time.monotonic() - t
         t = time.monotonic()
-        answer = run(job_for(scratch, src, dest, query, conf))
+        answer = o.run(job_for(scratch, src, dest, o.query, o.conf, o.timeout_seconds))
         seconds["spark"] = time.monotonic() - t
-        return _verdict(scratch, dest, answer, keep, seconds, facts)
-    finally:
-        if not keep:
+        verdict = _verdict(scratch, answer, o.keep, seconds, facts, dest)
+        done = True
+        return verdict
+    finally:  # a refusal, an error, SIGINT or SIGTERM (the CLI's handler) alike
+        if not o.keep or not done:
             shutil.rmtree(folder, ignore_errors=True)  # this run's own folder, made above
-        else:
+            if not done:
+                _unmake(made)
+        if o.keep and done:
             log.info("scratch kept at %s", dest.url)
+
+
+def _made_as_mkdir_p(folder: Path) -> list[Path]:
+    """`folder` and its missing parents made, as `mkdir -p` would; the ones made, deepest last."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    return list(reversed(missing))
+
+
+def _unmake(made: list[Path]) -> None:
+    """The folders `_made_as_mkdir_p` made, deepest first, each only while empty: a rehearsal that
+    did not run leaves nothing it made."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:  # something else was put there meanwhile: not ours to remove
+            return
 
 
 def _facts(dest: Storage) -> Facts | None:
@@ -122,25 +149,20 @@ def _foreseen(facts: Facts | None, spark_version: str) -> Readiness | None:
 
 
 def _verdict(
-    scratch: Scratch, dest: Storage, answer: dict, keep: bool, seconds: dict[str, float], facts: Facts | None
+    scratch: Scratch, answer: dict, keep: bool, seconds: dict[str, float], facts: Facts | None, dest: Storage
 ) -> Rehearsal:
     error, compare_error = (SparkError.of(raw.get("condition"), raw.get("message", "")) if raw else None
                             for raw in (answer.get("error"), answer.get("compare_error")))  # fmt: skip
     stores = tuple(StoreComparison(**s) for s in answer.get("stores", []))
     committed = bool(answer.get("committed"))
     gone = [str(p) for p in answer.get("input_gone", [])]
-    fraction = chain = None
-    if committed:  # what the next restarts read: the lineage after the batch, as the fleet ranks it
-        row = look_at("scratch", dest.url, None, POLICY, {})
-        if row.problem is None:
-            fraction, chain = round(row.max_lineage_header_fraction, 4), row.max_chain_length
-        else:
-            log.warning("%s: the lineage after the batch could not be read: %s", dest.url, row.problem)
+    code = CodeOutcome(**answer["code"]) if answer.get("code") else None
+    timed_out = answer.get("timed_out")
     return Rehearsal(
         checkpoint=scratch.source,
         batch=scratch.batch,
         spark_version=str(answer.get("spark_version")),
-        outcome=outcome_of(error, committed, stores, bool(gone), compare_error),
+        outcome=outcome_of(error, committed, stores, bool(gone), compare_error, code, timed_out),
         error=error,
         compare_error=compare_error,
         input_gone=len(gone),
@@ -149,12 +171,18 @@ def _verdict(
         stores=stores,
         # No session conf when the query never started (its input gone): nothing to compare.
         pinned=pinned_differences(scratch.pinned, answer["session_conf"]) if "session_conf" in answer else (),
-        max_header_fraction=fraction,
-        max_chain_length=chain,
+        # What recovery after the batch reads, as the checkpoint's own deployment wrote it: the
+        # scratch's would be this session's (its maintenance interval, its snapshot settings,
+        # which no offset pins), a chain of 0 where the checkpoint's is 29.
+        max_header_fraction=scratch.header_fraction_after if committed else None,
+        max_chain_length=scratch.chain_after if committed else None,
         scratch=dest.url,
         kept=keep,
         fork_files=scratch.fork.files + scratch.planned_files,
         fork_bytes=scratch.fork.total_bytes,
         seconds=seconds,
         foreseen=_foreseen(facts, str(answer.get("spark_version"))),
+        code=code,
+        timed_out=timed_out,
+        stopped_queries=tuple(answer.get("stopped_queries", ())),
     )

@@ -5,12 +5,19 @@ does, with every check Spark makes at a restart."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from checkpoint.errors import CheckpointError, RehearsalRefused
+from checkpoint.errors import CheckpointError, RehearsalRefused, UnknownFormatVersionError
 from checkpoint.fork import ForkOptions, ForkResult, fork_checkpoint, source_logs
-from checkpoint.format import RAW_FAMILIES, file_source_paths
-from checkpoint.model import load_head
+from checkpoint.format import (
+    LINEAGE_HEADER_CAP,
+    LOG_BYTES,
+    MAINT_TEMP_PREFIX,
+    RAW_FAMILIES,
+    file_source_paths,
+)
+from checkpoint.model import checkpoint_lineage, load_head
 from checkpoint.policy import POLICY
 from checkpoint.repartition import state_readers
 from checkpoint.safety import TwoSided, held_by
@@ -33,6 +40,10 @@ class Scratch:
     fork: ForkResult
     planned_files: int  # N's offsets and source logs, added to the fork
     inputs: tuple[str, ...]  # the files file sources read in batch N, as their logs name them (data)
+    # What recovery after batch N reads in the checkpoint itself: its longest chain and its fullest
+    # lineage header, of the cap.
+    chain_after: int = 0
+    header_fraction_after: float = 0.0
 
 
 def scratch_fork(
@@ -55,17 +66,24 @@ def scratch_fork(
                                    src.url)  # fmt: skip
         inner = TwoSided(src, request.dest, held_by(check))
         forked = fork_checkpoint(inner, ForkOptions(batch=n - 1, workers=workers, what="rehearsal"))
-        planned = [f"offsets/{n}", *(f.rel for f in source_logs(src, n, first=n))]
+        logs = source_logs(src, n, first=n)
+        planned = [f"offsets/{n}", *(f.rel for f in logs)]
+        check()
+        request.dest.write(planned[0], src.read_bytes(planned[0], limit=LOG_BYTES))
         inputs: list[str] = []
-        for rel in planned:
-            data = src.read_bytes(rel)
-            if rel.startswith("sources/"):
-                inputs += _inputs(n, data, src.full(rel))
+        for f in logs:  # its size is its own (a compaction lists every file ever read): a line at a time
+            with src.open(f.rel, block_size=1 << 20, size=f.size) as fh:
+                inputs += _inputs(n, fh.read, src.full(f.rel))
             check()
-            request.dest.write(rel, data)
+            src.copy_to(f.rel, request.dest, f.rel, f.size, MAINT_TEMP_PREFIX)
         log.info("%s: scratch fork at batch %d with batch %d planned (%d files)", request.dest.url, n - 1, n,
                  forked.files + len(planned))  # fmt: skip
+    after = checkpoint_lineage(head, n)
     return Scratch(
+        chain_after=max((e.chain_length for e in after), default=0),
+        header_fraction_after=round(
+            max((e.lineage_header_bytes / LINEAGE_HEADER_CAP for e in after), default=0.0), 4
+        ),
         source=src.url,
         batch=n,
         pinned=dict(entry.conf),
@@ -78,8 +96,12 @@ def scratch_fork(
     )
 
 
-def _inputs(batch: int, data: bytes, path: str) -> list[str]:
+def _inputs(batch: int, read: Callable[[int], bytes], path: str) -> list[str]:
+    """The files a file source's log names for `batch` (none for another source's: Kafka's names
+    offsets); a log Spark could not have written (not text, a line of megabytes) is refused."""
     try:
-        return file_source_paths(batch, data, path)
-    except CheckpointError:  # not a file source's log: Spark says at the replay what its source lacks
+        return file_source_paths(batch, read, path)
+    except UnknownFormatVersionError:  # another source's log: Spark says at the replay what it lacks
         return []
+    except CheckpointError as exc:
+        raise RehearsalRefused(f"the source log is not one Spark reads ({exc}): nothing to replay") from exc

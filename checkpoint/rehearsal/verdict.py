@@ -95,6 +95,32 @@ class Outcome(StrEnum):
     INPUT_GONE = "the source no longer holds the batch's input"
     NOT_COMPARED = "restarts, but this Spark's state data source cannot read the state to compare"
     NOT_RUN = "the batch did not run"
+    # The query's own code, behind the rehearsal's boundary (`jobs.rehearse`): what it did instead of
+    # returning its writer.
+    CODE_RAISED = "the query's function raised"
+    CODE_EXITED = "the query's function called exit"
+    CODE_STARTED = "the query's function started a query"
+    TIMED_OUT = "the rehearsal ran past its time limit"
+
+
+# The CLI's exit code of each outcome (docs/cli.md): 0 equal, 1 what Spark or the state answered,
+# and one of its own for each thing the user's code did, so that a script can tell them apart.
+EXIT_CODES = {
+    Outcome.EQUAL: 0,
+    Outcome.STATE_DIFFERS: 1, Outcome.SPARK_REFUSED: 1, Outcome.INPUT_GONE: 1, Outcome.NOT_COMPARED: 1,
+    Outcome.NOT_RUN: 1,
+    Outcome.CODE_RAISED: 3, Outcome.CODE_EXITED: 4, Outcome.CODE_STARTED: 5, Outcome.TIMED_OUT: 6,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CodeOutcome:
+    """What the user's function did instead of returning its writer: raised (its type and message),
+    called exit (its code), or started a query (refused, or stopped and named)."""
+
+    outcome: str  # jobs.rehearse's CODE_RAISED, CODE_EXITED or CODE_STARTED
+    type: str | None
+    message: str
 
 
 @dataclass(frozen=True)
@@ -180,6 +206,9 @@ class Rehearsal:
     seconds: dict[str, float]
     # What the upgrade readiness table says of a restart under this Spark, told before it ran.
     foreseen: Readiness | None = None
+    code: CodeOutcome | None = None  # what the query's function did, when it did not return a writer
+    timed_out: str | None = None  # what was running when the time limit passed
+    stopped_queries: tuple[str, ...] = ()  # queries it left running, stopped by the rehearsal
 
     @property
     def passed(self) -> bool:
@@ -191,7 +220,7 @@ class Rehearsal:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        return EXIT_CODES[self.outcome]
 
     def as_dict(self) -> dict[str, Any]:
         doc = dataclasses.asdict(self)
@@ -202,13 +231,23 @@ class Rehearsal:
         return doc
 
 
+_CODE_OUTCOMES = {"raised": Outcome.CODE_RAISED, "exited": Outcome.CODE_EXITED,
+                  "started a query": Outcome.CODE_STARTED}  # fmt: skip
+
+
 def outcome_of(
     error: SparkError | None,
     committed: bool,
     stores: tuple[StoreComparison, ...],
     input_gone: bool,
     compare_error: SparkError | None = None,
+    code: CodeOutcome | None = None,
+    timed_out: str | None = None,
 ) -> Outcome:
+    if code is not None:
+        return _CODE_OUTCOMES[code.outcome]
+    if timed_out is not None:
+        return Outcome.TIMED_OUT
     if input_gone:
         return Outcome.INPUT_GONE
     if error is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError
+from checkpoint.format import RECORD_BYTES, TRAIL_LOG_BYTES
 from checkpoint.repartition.guards import Before, Preflight
 from checkpoint.safety import folder_name
 
@@ -147,11 +148,12 @@ class Records:
 
     def before(self, rid: str) -> Before:
         return Before.parse(
-            self.audit.storage.read_bytes(self.rel(rid, "before.jsonl")), self.url(rid, "before")
+            self.audit.storage.read_bytes(self.rel(rid, "before.jsonl"), limit=TRAIL_LOG_BYTES),
+            self.url(rid, "before"),
         )
 
     def _read(self, rid: str, what: str) -> dict[str, Any] | None:
-        data = self.audit.storage.read_if_exists(self.rel(rid, what))
+        data = self.audit.storage.read_if_exists(self.rel(rid, what), limit=RECORD_BYTES)
         if data is None:
             return None
         try:

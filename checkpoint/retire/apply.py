@@ -6,20 +6,31 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from checkpoint.analysis import Severity, validate
+from checkpoint import bounds
+from checkpoint.analysis import Severity, dormant_since, unfinished_batch, validate
 from checkpoint.cleanup import AuditTrail, delete_with_redrive
 from checkpoint.crash import crash_point
 from checkpoint.errors import NotACheckpointError, RetirementIncomplete, RetirementRefused
-from checkpoint.fork import ForkOptions, fork_checkpoint
+from checkpoint.fork import ForkOptions, fork_checkpoint, inspect_dest
 from checkpoint.format import FileKind, classify
-from checkpoint.model import load_head
+from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import RetirementPlan, manifest_rel, outcomes_rel, planned_files, when
+from checkpoint.retire.plan import refuse_nested
+from checkpoint.retire.record import (
+    PlanRecord,
+    deletion_began,
+    mark_deleting,
+    read_record,
+    sha256_of,
+)
 from checkpoint.safety import InPlace, TakeLease, TwoSided, held_by
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
@@ -65,41 +76,72 @@ def retirement_request(checkpoint: Storage, archive: Storage | None, take: TakeL
 def apply_retirement(request: InPlace | TwoSided, options: RetireOptions) -> Retired:
     """Applies `options.plan` to the checkpoint behind `request`, archiving to its DEST when it is
     two-sided (the plan's archive; in place, the plan must name none). Raises RetirementRefused
-    (nothing deleted) or RetirementIncomplete (the same call finishes)."""
+    (nothing deleted) or RetirementIncomplete (the same call finishes).
+
+    The manifest is a handback: a person read it, and anyone who can write the audit trail could
+    have edited it. It counts only as far as it matches the plan's record beside the checkpoint
+    (`record`), the grace runs from that record's time, and everything the plan judged (a
+    checkpoint, dormant, holding no other, its files as listed) is judged again now, under the
+    leases. Once deletion began (its marker beside the checkpoint), the archive is read back and
+    validated before each run deletes more."""
     checkpoint, archive = (
         (request.storage, None) if isinstance(request, InPlace) else (request.src, request.dest)
     )
     trail, plan, now = options.trail, options.plan, options.now
     started, before = time.monotonic(), _requests(checkpoint, archive, trail)
-    _refuse_early(checkpoint, archive, trail, plan, options, now)
+    _refuse_early(checkpoint, archive, plan, options)
+    record = read_record(checkpoint, plan, now)
+    _refuse_within_grace(record, plan, options, now)
     rel = outcomes_rel(plan)
-    with request.held("retire --apply") as check:
-        records = trail.records(rel)
-        steps = {r.get("step") for r in records}
-        archived = next((r for r in records if r.get("step") == ARCHIVED), None)
-        deleted = (0, 0)
-        if RETIRED not in steps:
-            present = _recheck(checkpoint, trail, plan, deleting=DELETING in steps)
-            if archive is not None and archived is None:
-                archived = _archive(checkpoint, archive, plan, check)
-                crash_point("retire.archived")
-                trail.append_records(rel, [archived])
-            if DELETING not in steps:
-                trail.append_records(rel, [{"step": DELETING, "approved_by": options.approved_by,
-                                            "files": len(present)}])  # fmt: skip
-            elif unrecorded := _unrecorded(plan, present, records):
-                trail.append_records(rel, [unrecorded])
-            deleted = _delete(checkpoint, present, trail, rel, options.batch_size, check)
-            trail.append_records(rel, [{"step": RETIRED, "approved_by": options.approved_by}])
-            trail.seal_records(rel)
-            log.info("%s: retired (plan %s)", checkpoint.url, plan.plan_id)
+    with tempfile.TemporaryDirectory(prefix="ckpt-retire-") as tmp:
+        manifest = _verified_manifest(trail, plan, record, tmp)
+        with request.held("retire --apply") as check:
+            archived, deleted, already = _retire(checkpoint, archive, record, manifest, options, rel, check)
     return Retired(
         plan_id=plan.plan_id, checkpoint=plan.checkpoint, archive=plan.archive,
         archived_batch=None if archived is None else archived.get("batch"),
-        deleted_files=deleted[0], deleted_bytes=deleted[1], already_retired=RETIRED in steps,
+        deleted_files=deleted[0], deleted_bytes=deleted[1], already_retired=already,
         approved_by=options.approved_by, outcomes=f"{trail.url}/{rel}",
         requests=_requests(checkpoint, archive, trail) - before, seconds=round(time.monotonic() - started, 3),
     )  # fmt: skip
+
+
+def _retire(
+    checkpoint: Storage,
+    archive: Storage | None,
+    record: PlanRecord,
+    manifest: str,
+    options: RetireOptions,
+    rel: str,
+    check: Callable[[], None],
+) -> tuple[dict | None, tuple[int, int], bool]:
+    """Under the leases: (the archive's record, (files, bytes) deleted by this run, whether an
+    earlier run had retired it all)."""
+    trail, plan, now = options.trail, options.plan, options.now
+    records = trail.records(rel)
+    deleting = deletion_began(checkpoint, plan)
+    present = sorted(_listed(checkpoint), key=lambda f: f.rel)
+    if not present and any(r.get("step") == RETIRED for r in records):
+        return next((r for r in records if r.get("step") == ARCHIVED), None), (0, 0), True
+    _recheck(checkpoint, manifest, plan, present, deleting=deleting)
+    _refuse_unsafe(checkpoint, present)
+    if not deleting:
+        _refuse_not_dormant(checkpoint, record, now)
+    archived = _archived(checkpoint, archive, plan, check, deleting=deleting)
+    if archived is not None and not any(r.get("step") == ARCHIVED for r in records):
+        crash_point("retire.archived")
+        trail.append_records(rel, [archived])
+    if not deleting:
+        mark_deleting(checkpoint, plan, now)
+        trail.append_records(rel, [{"step": DELETING, "approved_by": options.approved_by,
+                                    "files": len(present)}])  # fmt: skip
+    elif unrecorded := _unrecorded(plan, present, records):
+        trail.append_records(rel, [unrecorded])
+    deleted = _delete(checkpoint, present, trail, rel, options.batch_size, check)
+    trail.append_records(rel, [{"step": RETIRED, "approved_by": options.approved_by}])
+    trail.seal_records(rel)
+    log.info("%s: retired (plan %s)", checkpoint.url, plan.plan_id)
+    return archived, deleted, False
 
 
 def _unrecorded(plan: RetirementPlan, present: list[FileInfo], records: list[dict]) -> dict | None:
@@ -119,50 +161,64 @@ def _requests(checkpoint: Storage, archive: Storage | None, trail: AuditTrail) -
 
 
 def _refuse_early(
-    checkpoint: Storage,
-    archive: Storage | None,
-    trail: AuditTrail,
-    plan: RetirementPlan,
-    options: RetireOptions,
-    now: float,
+    checkpoint: Storage, archive: Storage | None, plan: RetirementPlan, options: RetireOptions
 ) -> None:
-    """What refuses before any lease is taken: another checkpoint or archive than the plan's, a
-    grace under the floor, and a plan younger than the grace (counted from the manifest's own
-    time when that is later: a manifest written again starts its grace again)."""
+    """What refuses before anything is read or taken: another checkpoint or archive than the
+    plan's, a batch size out of range, a grace under the floor or not a number."""
     if checkpoint.url != plan.checkpoint or (None if archive is None else archive.url) != plan.archive:
         raise RetirementRefused(f"the plan retires {plan.checkpoint} (archive {plan.archive}), not "
                                 f"{checkpoint.url}", plan.manifest)  # fmt: skip
     if not 1 <= options.batch_size <= DELETE_MAX_KEYS:
         raise RetirementRefused(f"a delete batch holds 1 to {DELETE_MAX_KEYS} keys, not {options.batch_size}",
                                 plan.manifest)  # fmt: skip
+    try:
+        bounds.seconds(options.grace_seconds, "the grace")
+        bounds.instant(options.now, "the time of the apply")
+    except bounds.OutOfRange as exc:
+        raise RetirementRefused(f"{exc}: nothing deleted", plan.manifest) from exc
     floor = POLICY.min_retire_grace_seconds
     if options.grace_seconds < floor and not options.allow_short_grace:
         raise RetirementRefused(f"a grace of {duration_text(options.grace_seconds)} is below the floor of "
                                 f"{duration_text(floor)} (--unsafe-short-grace)", plan.manifest)  # fmt: skip
-    info = trail.storage.stat(manifest_rel(plan.checkpoint, plan.plan_id))
-    if info is None:
-        raise RetirementRefused("the manifest is gone", plan.manifest)
-    since = max(plan.planned_at, info.mtime or plan.planned_at)
-    if now < since + options.grace_seconds:
+
+
+def _refuse_within_grace(
+    record: PlanRecord, plan: RetirementPlan, options: RetireOptions, now: float
+) -> None:
+    """The grace runs from the plan's own record (a finite time, no later than its plan id says),
+    never from a file's mtime, which anyone who can write the trail can set."""
+    if now < record.planned_at + options.grace_seconds:
         raise RetirementRefused(
-            f"planned {when(since)}: within its grace of {duration_text(options.grace_seconds)}, nothing is "
-            f"deleted before {when(since + options.grace_seconds)}",
+            f"planned {when(record.planned_at)}: within its grace of {duration_text(options.grace_seconds)}, "
+            f"nothing is deleted before {when(record.planned_at + options.grace_seconds)}",
             plan.manifest,
         )
 
 
+def _verified_manifest(trail: AuditTrail, plan: RetirementPlan, record: PlanRecord, folder: str) -> str:
+    """The manifest copied to the local `folder`, its sha256 the record's: the apply reads its
+    lines from this copy, so what it checked is what it deletes by. Raises RetirementRefused."""
+    local = os.path.join(folder, "manifest.jsonl")
+    trail.storage.download(manifest_rel(plan.checkpoint, plan.plan_id), local)
+    found = sha256_of(local)
+    if found != record.manifest_sha256:
+        raise RetirementRefused(f"the manifest is not the one planned (sha256 {found[:12]}..., its record "
+                                f"{record.manifest_sha256[:12]}...): edited or replaced; nothing deleted, "
+                                "plan again", plan.manifest)  # fmt: skip
+    return local
+
+
 def _recheck(
-    checkpoint: Storage, trail: AuditTrail, plan: RetirementPlan, *, deleting: bool
-) -> list[FileInfo]:
-    """The checkpoint's files now, each one the manifest lists with its size and mtime; refused
-    on any other, or on one the manifest lists and the checkpoint lost, unless an earlier run of
-    this apply began deleting (then what is gone is what it deleted)."""
-    present = sorted(_listed(checkpoint), key=lambda f: f.rel)
+    checkpoint: Storage, manifest: str, plan: RetirementPlan, present: list[FileInfo], *, deleting: bool
+) -> None:
+    """Each file the checkpoint holds now is one the manifest lists with its size and mtime;
+    refused on any other, or on one the manifest lists and the checkpoint lost, unless this plan's
+    deletion began (then what is gone is what it deleted)."""
     if not present and not deleting:
         raise RetirementRefused("the checkpoint is gone, and no run of this plan deleted it", checkpoint.url)
     at, gone = 0, None
     # A merge of two lists sorted by path: a manifest out of order refuses (a file looks new).
-    for path, size, mtime in planned_files(trail, plan):
+    for path, size, mtime in planned_files(manifest, plan):
         if at < len(present) and present[at].rel < path:
             _refuse_written(checkpoint, plan, present[at].rel)
         if at < len(present) and present[at].rel == path:
@@ -176,7 +232,35 @@ def _recheck(
     if gone is not None:
         raise RetirementRefused(f"{gone}, which the plan lists, is gone: something changed the checkpoint "
                                 "since the plan; plan again", checkpoint.url)  # fmt: skip
-    return present
+
+
+def _refuse_unsafe(checkpoint: Storage, present: list[FileInfo]) -> None:
+    """What the plan refused, judged again on the files there now: one Spark never writes (a link
+    out, a FIFO), or a folder below that is a checkpoint of its own."""
+    for rel, why in sorted(untrusted_files(checkpoint, present).items()):
+        raise RetirementRefused(f"{why}: a file Spark never writes; nothing deleted", rel)
+    refuse_nested(checkpoint, present)
+
+
+def _refuse_not_dormant(checkpoint: Storage, record: PlanRecord, now: float) -> None:
+    """The checkpoint judged as the plan judged it, now: a checkpoint, no batch left unfinished,
+    dormant for the plan's period, its last commit the plan's."""
+    if not is_checkpoint(checkpoint.list_dir(""), ""):
+        raise RetirementRefused("not a checkpoint (no metadata with offsets/ or commits/): nothing deleted",
+                                checkpoint.url)  # fmt: skip
+    ckpt = load_head(checkpoint, strict=False)
+    unfinished = unfinished_batch(ckpt)
+    if unfinished is not None:
+        raise RetirementRefused(f"batch {unfinished} was planned and never committed: not dormant as "
+                                "planned; nothing deleted", checkpoint.url)  # fmt: skip
+    if dormant_since(ckpt, now, record.dormant_seconds) is None:
+        raise RetirementRefused(f"not dormant: its newest commit or offset was written "
+                                f"{when(ckpt.last_activity_mtime)}; nothing deleted",
+                                checkpoint.url)  # fmt: skip
+    if ckpt.latest_committed_batch != record.last_commit:
+        raise RetirementRefused(f"its last commit is batch {ckpt.latest_committed_batch}, the plan's "
+                                f"{record.last_commit}: nothing deleted, plan again",
+                                checkpoint.url)  # fmt: skip
 
 
 def _refuse_written(checkpoint: Storage, plan: RetirementPlan, rel: str) -> NoReturn:
@@ -189,22 +273,45 @@ def _refuse_written(checkpoint: Storage, plan: RetirementPlan, rel: str) -> NoRe
                             "dormant as planned; nothing deleted, plan again", checkpoint.url)  # fmt: skip
 
 
-def _archive(checkpoint: Storage, archive: Storage, plan: RetirementPlan, check: Callable[[], None]) -> dict:
-    """The latest committed batch forked to the archive (resumed when a run was killed), then the
-    archive read back and validated as a checkpoint: only then is anything deleted."""
-    result = fork_checkpoint(
-        TwoSided(checkpoint, archive, held_by(check)), ForkOptions(what="retirement archive")
-    )
-    if result.batch != plan.evidence.last_commit:
-        raise RetirementRefused(f"the archive holds batch {result.batch}, the plan's last commit is "
+def _archived(
+    checkpoint: Storage,
+    archive: Storage | None,
+    plan: RetirementPlan,
+    check: Callable[[], None],
+    *,
+    deleting: bool,
+) -> dict | None:
+    """The archive, proven before anything (more) is deleted: before deletion began, the latest
+    committed batch forked to it (resumed, or a no-op when complete) and validated; after, read back
+    and validated as it is, since the checkpoint it came from is partly gone and no record of an
+    earlier run is taken for it. None without an archive."""
+    if archive is None:
+        return None
+    if not deleting:
+        result = fork_checkpoint(
+            TwoSided(checkpoint, archive, held_by(check)), ForkOptions(what="retirement archive")
+        )
+        batch, query_id, files, size = result.batch, result.query_id, result.files, result.total_bytes
+    else:
+        state = inspect_dest(archive)
+        done = state.complete
+        if done is None:
+            raise RetirementRefused(
+                f"the archive {archive.url} is {'incomplete' if state.files else 'gone'}, and this plan's "
+                "deletion began: nothing more is deleted; put the archive back (or fork what the "
+                "checkpoint still holds elsewhere), then run the same apply again", checkpoint.url,
+            )  # fmt: skip
+        batch, query_id, files, size = done.batch, done.query_id, done.files, done.total_bytes
+    if batch != plan.evidence.last_commit:
+        raise RetirementRefused(f"the archive holds batch {batch}, the plan's last commit is "
                                 f"{plan.evidence.last_commit}: nothing deleted", archive.url)  # fmt: skip
     errors = [f for f in validate(load_head(archive, strict=True)).findings if f.severity == Severity.ERROR]
     if errors:
         raise RetirementRefused(f"the archive fails validation ({errors[0].code}: {errors[0].message}): "
                                 "nothing deleted", archive.url)  # fmt: skip
-    log.info("%s: archived at batch %d in %s", checkpoint.url, result.batch, archive.url)
-    return {"step": ARCHIVED, "archive": archive.url, "batch": result.batch, "files": result.files,
-            "bytes": result.total_bytes, "query_id": result.query_id}  # fmt: skip
+    log.info("%s: archived at batch %d in %s (read back and validated)", checkpoint.url, batch, archive.url)
+    return {"step": ARCHIVED, "archive": archive.url, "batch": batch, "files": files, "bytes": size,
+            "query_id": query_id}  # fmt: skip
 
 
 def _delete(

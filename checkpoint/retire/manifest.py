@@ -6,10 +6,12 @@ compared with a listing, never a path that is opened or deleted."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from checkpoint import bounds
 from checkpoint.analysis import utc_minute
 from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import MALFORMED, RetirementRefused
@@ -20,6 +22,12 @@ RETIREMENT_FORMAT = 1
 _MANIFEST, _OUTCOMES = ".retire.jsonl", ".retire-outcomes.jsonl"
 # A header is a few hundred bytes; a longer first line is not one this tool wrote.
 HEADER_LIMIT = 64 << 10
+_PLAN_ID = re.compile(r"\d{8}T\d{9}Z-[0-9a-f]{8}")  # `cleanup.new_plan_id`
+T = TypeVar("T")
+
+
+def is_plan_id(text: str) -> bool:
+    return _PLAN_ID.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)
@@ -58,33 +66,50 @@ class RetirementPlan:
 
     @staticmethod
     def parse(line: bytes, manifest: str) -> RetirementPlan:
-        """The header, every field checked for its type: refused, never a traceback, when it is
-        not one this tool wrote."""
+        """The header, every field checked for its type and range (a number finite, a count no
+        bool, a time between 1970 and 2200): refused, never a traceback, when it is not one this
+        tool wrote."""
         try:
             head = json.loads(line)
             if head.get("type") != "retirement" or head.get("format") != RETIREMENT_FORMAT:
                 raise RetirementRefused(f"not a retirement manifest of format {RETIREMENT_FORMAT}", manifest)
-            evidence = Evidence(**head["evidence"])
+            raw = head["evidence"]
+            evidence = Evidence(
+                last_commit=_optional(raw["last_commit"], bounds.count, "last_commit"),
+                last_commit_at=bounds.optional_instant(raw["last_commit_at"], "last_commit_at"),
+                last_offset=_optional(raw["last_offset"], bounds.count, "last_offset"),
+                last_offset_at=bounds.optional_instant(raw["last_offset_at"], "last_offset_at"),
+                dormant_since=bounds.instant(raw["dormant_since"], "dormant_since"),
+                dormant_seconds=bounds.seconds(raw["dormant_seconds"], "dormant_seconds", low=1.0),
+            )  # fmt: skip
             plan = RetirementPlan(
-                plan_id=head["plan_id"], checkpoint=head["checkpoint"], planned_at=head["planned_at"],
-                evidence=evidence, files=head["files"], total_bytes=head["bytes"],
-                newest_file_at=head["newest_file_at"], archive=head["archive"], manifest=manifest,
+                plan_id=_text(head["plan_id"], "plan_id"), checkpoint=_text(head["checkpoint"], "checkpoint"),
+                planned_at=bounds.instant(head["planned_at"], "planned_at"), evidence=evidence,
+                files=bounds.count(head["files"], "files"), total_bytes=bounds.count(head["bytes"], "bytes"),
+                newest_file_at=bounds.optional_instant(head["newest_file_at"], "newest_file_at"),
+                archive=_optional(head["archive"], _text, "archive"), manifest=manifest,
             )  # fmt: skip
         except RetirementRefused:
             raise
         except (json.JSONDecodeError, *MALFORMED) as exc:
             raise RetirementRefused(f"unreadable retirement manifest: {exc}", manifest) from exc
-        texts = (plan.plan_id, plan.checkpoint)
-        numbers = (plan.planned_at, evidence.dormant_since, evidence.dormant_seconds)
-        counts = (plan.files, plan.total_bytes)
-        if (
-            not all(isinstance(t, str) and t for t in texts)
-            or not (plan.archive is None or isinstance(plan.archive, str))
-            or not all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers)
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)
-        ):
-            raise RetirementRefused("unreadable retirement manifest: a field of the wrong type", manifest)
+        if not is_plan_id(plan.plan_id):
+            raise RetirementRefused(f"unreadable retirement manifest: {plan.plan_id[:40]!r} is not a plan id",
+                                    manifest)  # fmt: skip
         return plan
+
+
+_TEXT_LIMIT = 4096  # a URL or a path: longer is not one this tool wrote
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > _TEXT_LIMIT or "\x00" in value:
+        raise bounds.OutOfRange(f"{what} is not a text of 1 to {_TEXT_LIMIT} characters")
+    return value
+
+
+def _optional(value: Any, read: Callable[[Any, str], T], what: str) -> T | None:
+    return None if value is None else read(value, what)
 
 
 def file_line(f: FileInfo) -> bytes:
@@ -94,9 +119,11 @@ def file_line(f: FileInfo) -> bytes:
 def parse_file_line(line: bytes, manifest: str) -> tuple[str, int, float | None]:
     try:
         row = json.loads(line)
-        path, size, mtime = row["path"], row["bytes"], row["mtime"]
-        if isinstance(path, str) and isinstance(size, int) and (mtime is None or isinstance(mtime, float)):
-            return path, size, mtime
+        # An mtime is whatever the storage stamped (0 included), so only finite is asked of it.
+        mtime = row["mtime"]
+        mtime = None if mtime is None else bounds.real(mtime, "mtime", low=-bounds.MAX_INSTANT,
+                                                       high=bounds.MAX_INSTANT)  # fmt: skip
+        return _text(row["path"], "path"), bounds.count(row["bytes"], "bytes"), mtime
     except (json.JSONDecodeError, *MALFORMED):
         pass
     raise RetirementRefused(f"unreadable retirement manifest line: {line[:80]!r}", manifest)
@@ -133,7 +160,13 @@ def read_retirement(
     trail = AuditTrail(trail_url, storage_options)
     rel = f"{folder}/{name}"
     with trail.storage.open(rel, block_size=HEADER_LIMIT) as fh:
-        first, newline, _ = fh.read(HEADER_LIMIT + 1).partition(b"\n")
+        head = fh.read(HEADER_LIMIT + 1)
+    first, newline, _ = head.partition(b"\n")
+    if not head:
+        raise RetirementRefused("the manifest is empty: not one this tool wrote; plan again", manifest_url)
+    if not newline and len(head) <= HEADER_LIMIT:
+        raise RetirementRefused(f"the manifest ends within its header ({len(head)} bytes, no end of line): "
+                                "truncated; plan again", manifest_url)  # fmt: skip
     if not newline:
         raise RetirementRefused(
             f"the manifest's header is over {HEADER_LIMIT} bytes: not one this tool wrote", manifest_url
@@ -146,12 +179,12 @@ def read_retirement(
     return trail, plan
 
 
-def planned_files(trail: AuditTrail, plan: RetirementPlan) -> Iterator[tuple[str, int, float | None]]:
-    """The manifest's files in its order (the plan wrote them sorted by path), streamed: an apply
-    holds the checkpoint's listing, never the manifest too. Raises RetirementRefused when it
-    lists another number of files than its header says."""
-    rel, count = manifest_rel(plan.checkpoint, plan.plan_id), 0
-    with trail.storage.open(rel, block_size=1 << 20) as fh:
+def planned_files(local: str, plan: RetirementPlan) -> Iterator[tuple[str, int, float | None]]:
+    """The files of the manifest's `local` copy in its order (the plan wrote them sorted by
+    path), streamed: an apply holds the checkpoint's listing, never the manifest too. Raises
+    RetirementRefused when it lists another number of files than its header says."""
+    count = 0
+    with open(local, "rb") as fh:
         fh.readline()  # the header, read and checked before
         for line in fh:
             if line.strip():

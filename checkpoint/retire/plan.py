@@ -16,6 +16,7 @@ from checkpoint.format import FileKind
 from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
+from checkpoint.retire.record import sha256_of, write_record
 from checkpoint.safety import refuse_overlap
 from checkpoint.storage import FileInfo, Storage
 
@@ -72,7 +73,7 @@ def plan_retirement(
     files = sorted(storage.list_files(), key=lambda f: f.rel)
     for rel, why in sorted(untrusted_files(storage, files).items()):
         raise RetirementRefused(f"{why}: a file Spark never writes; look at it, then plan again", rel)
-    _refuse_nested(storage, files)
+    refuse_nested(storage, files)
 
     commits = [f for f in ckpt.files if f.kind == FileKind.COMMIT]
     offsets = [f for f in ckpt.files if f.kind == FileKind.OFFSET]
@@ -98,12 +99,15 @@ def plan_retirement(
         with open(local, "wb") as out:
             out.write(plan.header().encode() + b"\n")
             out.writelines(file_line(f) for f in files)
+        digest = sha256_of(local)
         trail.storage.put_file(local, rel, move=True)
+    # Last: a manifest without its record (a plan killed between the two) is refused at apply.
+    write_record(storage, plan, digest)
     log.info("%s: retirement planned: %d files (%s)", storage.url, plan.files, rel)
     return dataclasses.replace(plan, manifest=manifest_url(trail, plan.checkpoint, plan.plan_id))
 
 
-def _refuse_nested(storage: Storage, files: list[FileInfo]) -> None:
+def refuse_nested(storage: Storage, files: list[FileInfo]) -> None:
     """A folder below the checkpoint that is a checkpoint itself (its own `metadata` beside
     `offsets/` or `commits/`) is not this one's to delete."""
     metadata = {f.rel.rpartition("/")[0] for f in files if f.rel.endswith("/metadata")}

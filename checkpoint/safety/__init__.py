@@ -1,6 +1,7 @@
 """One writing action per checkpoint at a time (`lease`), the doors of the actions (`door`: a
 checkpoint changed in place, or written from another with the overlap refused and both leases),
-and where a checkpoint's own records live (`naming`). It sits below the model: it needs storage
+where a checkpoint's own records live (`naming`), and where a location really is (`place`: every
+inside, outside and overlap question, by resolved place). It sits below the model: it needs storage
 and names, nothing of a checkpoint."""
 
 from checkpoint.errors import LeaseHeld, LeaseLost
@@ -11,11 +12,12 @@ from checkpoint.safety.door import (
     TakeLease,
     TwoSided,
     held_by,
-    refuse_overlap,
     taken_at_once,
 )
 from checkpoint.safety.lease import Lease, lease_for
-from checkpoint.safety.naming import folder_name
+from checkpoint.safety.naming import folder_name, own_place
+from checkpoint.safety.place import Place, refuse_overlap
 
-__all__ = ["EachInPlace", "Held", "InPlace", "Lease", "LeaseHeld", "LeaseLost", "TakeLease", "TwoSided",
-           "folder_name", "held_by", "lease_for", "refuse_overlap", "taken_at_once"]  # fmt: skip
+__all__ = ["EachInPlace", "Held", "InPlace", "Lease", "LeaseHeld", "LeaseLost", "Place", "TakeLease",
+           "TwoSided", "folder_name", "held_by", "lease_for", "own_place", "refuse_overlap",
+           "taken_at_once"]  # fmt: skip

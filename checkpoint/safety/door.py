@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-from checkpoint.errors import OverlapRefused
 from checkpoint.safety.lease import lease_for
+from checkpoint.safety.place import refuse_inside, refuse_overlap
 from checkpoint.storage import Storage
 
 
@@ -40,8 +40,8 @@ class TwoSided:
 
     @contextmanager
     def held(self, what: str) -> Iterator[Callable[[], None]]:
-        """The overlap refused, then SRC's lease and DEST's; yields the `check` of both, which the
-        action calls before each thing it publishes."""
+        """The overlap refused by place, then SRC's lease and DEST's; yields the `check` of both,
+        which the action calls before each thing it publishes."""
         refuse_overlap(self.src, self.dest)
         with self.take(self.src, f"{what} (source)") as held, self.take(self.dest, what) as lease:
 
@@ -66,6 +66,11 @@ class InPlace:
         with self.take(self.storage, what) as lease:
             yield lease.check
 
+    def refuse_inside(self, folder: Storage, what: str) -> None:
+        """A folder the action will make its own in (a rehearsal's scratch) refused at or inside
+        the checkpoint, by place: called before the action makes anything."""
+        refuse_inside(self.storage, folder, what)
+
 
 @dataclass(frozen=True)
 class EachInPlace:
@@ -75,14 +80,6 @@ class EachInPlace:
 
     names: Sequence[str]
     door: Callable[[str], InPlace]
-
-
-def refuse_overlap(src: Storage, dest: Storage) -> None:
-    """A destination inside the source (or around it) would copy into what it reads: refused before
-    anything, leases included, is written."""
-    a, b = src.root.rstrip("/") + "/", dest.root.rstrip("/") + "/"
-    if src.protocol == dest.protocol and (a.startswith(b) or b.startswith(a)):
-        raise OverlapRefused(f"the destination and the source overlap ({src.url})", dest.url)
 
 
 @dataclass(frozen=True)

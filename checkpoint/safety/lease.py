@@ -46,9 +46,9 @@ from dataclasses import asdict, dataclass
 from typing import NoReturn
 
 from checkpoint.errors import CheckpointError, LeaseHeld, LeaseLost
-from checkpoint.format import MAINT_TEMP_PREFIX, is_number
+from checkpoint.format import MAINT_TEMP_PREFIX, RECORD_BYTES, is_number
 from checkpoint.policy import POLICY
-from checkpoint.safety.naming import AUDIT_FOLDER, folder_name
+from checkpoint.safety.naming import own_place
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,8 @@ def lease_for(checkpoint: Storage, owner: str, **options) -> Lease:
     """The maintenance lease of the checkpoint at `checkpoint`, kept beside it (see above). Its
     identity is the resolved location, not the spelling: a symlinked path, or another case on a
     file system that ignores case, finds the same lease (docs/safety.md, "one checkpoint, one identity")."""
-    where = checkpoint.resolved()
-    return Lease(where.parent(), f"{AUDIT_FOLDER}/{folder_name(where.url)}", owner, **options)
+    storage, folder = own_place(checkpoint)
+    return Lease(storage, folder, owner, **options)
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class Lease:
         return f"{self.folder}/{generation:012d}.json"
 
     def _read(self, generation: int) -> Holder | None:
-        raw = self.storage.read_if_exists(self._rel(generation))
+        raw = self.storage.read_if_exists(self._rel(generation), limit=RECORD_BYTES)
         if raw is None:
             return None
         try:

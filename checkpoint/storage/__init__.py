@@ -11,8 +11,10 @@ backend what it is like (`latency_bound`, `appends`, `hidden_checksums`), never 
 
 Reads come in the sizes the work needs: a shallow listing of one folder (one delimiter LIST on S3),
 a stat (one HEAD), a whole or ranged read (one GET), and the recursive listing that only cleanup
-planning and `inspect` need. Every call is counted in `calls`, shared by a root and its children, so
-tests and benchmarks can compare what two checkpoints cost on any backend."""
+planning and `inspect` need. A whole file is read only up to a bound its caller names (the most
+its kind holds, `checkpoint.format.sizes`, or its listed size): a file's own size is data. Every
+call is counted in `calls`, shared by a root and its children, so tests and benchmarks can compare
+what two checkpoints cost on any backend."""
 
 from checkpoint.storage.files import Calls, FileInfo, Folder, mtime_of
 from checkpoint.storage.front import Storage

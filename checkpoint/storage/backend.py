@@ -43,14 +43,17 @@ class Backend(Protocol):
 
     def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None: ...
 
-    def cat(
-        self, path: str, start: int | None = None, end: int | None = None, fence: str | None = None
-    ) -> bytes: ...
+    def cat(self, path: str, start: int, end: int, fence: str | None = None) -> bytes:
+        """The bytes from `start` to `end` (fewer at the file's end)."""
+        ...
 
-    def cat_many(
-        self, paths: list[str], fence: str | None = None, limit: int | None = None
-    ) -> dict[str, bytes]:
-        """{path: bytes}, paths as given; a file longer than `limit` raises OversizedFileError."""
+    def cat_bounded(self, path: str, limit: int, fence: str | None = None) -> bytes:
+        """The whole file, one request; one longer than `limit` raises OversizedFileError having
+        read at most the bound plus one byte."""
+        ...
+
+    def cat_many(self, paths: list[str], fence: str | None, limit: int) -> dict[str, bytes]:
+        """{path: bytes}, paths as given, each as `cat_bounded` reads it."""
         ...
 
     def heads(

@@ -178,17 +178,29 @@ class Storage:
         with failing("stat", self.full(rel)):
             return self.backend.stat(self.full(rel), rel, self.fence)
 
-    def read_if_exists(self, rel: str) -> bytes | None:
-        """A whole file, or None when it does not exist: one GET, so a probe and its read are one."""
+    # A whole file is read only up to a bound the caller names: the most its kind ever holds
+    # (`checkpoint.format.sizes`), or the size its listing gave. A longer one raises
+    # OversizedFileError having read the bound plus one byte, so no file's own claim of its size
+    # (a sparse file of gigabytes where Spark writes 70 bytes) sizes an allocation.
+
+    def read_if_exists(self, rel: str, *, limit: int) -> bytes | None:
+        """A whole file of at most `limit` bytes, or None when it does not exist: one GET, so a
+        probe and its read are one."""
         self.calls.add("read")
         with failing("read", self.full(rel)):
             try:
-                return self.backend.cat(self.full(rel), fence=self.fence)
+                return self.backend.cat_bounded(self.full(rel), limit, self.fence)
             except (FileNotFoundError, IsADirectoryError):
                 return None
 
-    def read_bytes(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
-        """A whole file, or the bytes from `start` to `end` (offsets from its start)."""
+    def read_bytes(self, rel: str, *, limit: int) -> bytes:
+        """A whole file of at most `limit` bytes."""
+        self.calls.add("read")
+        with failing("read", self.full(rel), vanished=VANISHED):
+            return self.backend.cat_bounded(self.full(rel), limit, self.fence)
+
+    def read_range(self, rel: str, start: int, end: int) -> bytes:
+        """The bytes from `start` to `end` (offsets from the file's start; fewer at its end)."""
         self.calls.add("read")
         with failing("read", self.full(rel), vanished=VANISHED):
             return self.backend.cat(self.full(rel), start, end, self.fence)
@@ -206,7 +218,7 @@ class Storage:
             raise StorageError(f"read {done} bytes where {size} were expected", full)
         return done, crc
 
-    def read_many(self, rels: Iterable[str], limit: int | None = None) -> dict[str, bytes]:
+    def read_many(self, rels: Iterable[str], *, limit: int) -> dict[str, bytes]:
         """Whole small files, fetched concurrently where the backend is asynchronous; one longer
         than `limit` raises OversizedFileError, having read the bound plus one byte."""
         rels = list(rels)

@@ -18,6 +18,13 @@ from checkpoint.storage.files import Calls, FileInfo, Folder, failing, found_fil
 T = TypeVar("T")
 
 
+def _unsatisfiable(exc: BaseException) -> bool:
+    """A ranged read from byte 0 the store refused as unsatisfiable: the object is empty (HTTP
+    416; S3 names it InvalidRange)."""
+    code = getattr(getattr(exc, "__cause__", None), "response", {}).get("Error", {}).get("Code")
+    return code == "InvalidRange" or "not satisfiable" in str(exc) or "416" in str(exc)
+
+
 class FsspecBackend:
     latency_bound = True
     appends = False
@@ -98,22 +105,37 @@ class FsspecBackend:
             return None
         return FileInfo(rel, int(entry.get("size") or 0), mtime_of(entry))
 
-    def cat(
-        self, path: str, start: int | None = None, end: int | None = None, fence: str | None = None
-    ) -> bytes:
+    def cat(self, path: str, start: int, end: int, fence: str | None = None) -> bytes:
         return self.fs.cat_file(path, start=start, end=end, **self._one_get)
 
-    def cat_many(
-        self, paths: list[str], fence: str | None = None, limit: int | None = None
-    ) -> dict[str, bytes]:
-        got = self.fs.cat(paths, on_error="raise", **self._one_get)
-        if len(paths) == 1 and isinstance(got, (bytes, bytearray)):
-            got = {paths[0]: got}
-        by_path = {self.fs._strip_protocol(k).rstrip("/"): v for k, v in got.items()}
-        out = {path: by_path[self.fs._strip_protocol(path)] for path in paths}
-        for path, data in out.items():
-            if limit is not None and len(data) > limit:
-                raise OversizedFileError(f"more than the {limit} bytes a file of its kind holds", path)
+    def cat_bounded(self, path: str, limit: int, fence: str | None = None) -> bytes:
+        """One ranged GET of the bound plus one byte: the store sends no more, whatever the
+        object's size. A range of an empty object is refused by the store (S3's InvalidRange),
+        and an empty object is what that refusal means."""
+        try:
+            data = self.fs.cat_file(path, start=0, end=limit + 1, **self._one_get)
+        except OSError as exc:
+            if not _unsatisfiable(exc):
+                raise
+            return b""
+        if len(data) > limit:
+            raise OversizedFileError(f"more than the {limit} bytes a file of its kind holds: not read", path)
+        return data
+
+    def cat_many(self, paths: list[str], fence: str | None, limit: int) -> dict[str, bytes]:
+        # Ranged GETs side by side: fsspec's async cat_ranges, one request each.
+        got = self.fs.cat_ranges(paths, [0] * len(paths), [limit + 1] * len(paths), on_error="return")
+        out: dict[str, bytes] = {}
+        for path, data in zip(paths, got, strict=True):
+            if isinstance(data, OSError) and _unsatisfiable(data):
+                data = b""
+            elif isinstance(data, BaseException):
+                raise data
+            if len(data) > limit:
+                raise OversizedFileError(
+                    f"more than the {limit} bytes a file of its kind holds: not read", path
+                )
+            out[path] = data
         return out
 
     def heads(

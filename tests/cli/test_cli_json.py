@@ -76,6 +76,7 @@ def _commands(place, corpus, tmp_path) -> dict[str, list[str]]:
             "--unsafe-short-grace",
             "--quiet-period",
             "0s",
+            "--unsafe-short-quiet-period",
             "--query-stopped",
         ],
         "gc_apply": [
@@ -87,13 +88,28 @@ def _commands(place, corpus, tmp_path) -> dict[str, list[str]]:
             "--unsafe-short-grace",
             "--quiet-period",
             "0s",
+            "--unsafe-short-quiet-period",
         ],  # fmt: skip
         "fork": ["fork", str(killed), str(tmp_path / "fork")],
         "compact": ["compact", str(chain)],
         "state_profile": ["state-profile", str(apart("join")), "--candidates", "3,8"],
-        "repartition": ["repartition", str(apart("snapshots")), "--partitions", "8", "--quiet-period", "0s"],
+        "repartition": [
+            "repartition",
+            str(apart("snapshots")),
+            "--partitions",
+            "8",
+            "--quiet-period",
+            "0s",
+            "--unsafe-short-quiet-period",
+        ],
         "repartition_undo": ["repartition", str(apart("snapshots", again=True)), "--undo", "--query-stopped"],
-        "purge_expired": ["purge-expired", str(apart("list_state")), "--quiet-period", "0s"],
+        "purge_expired": [
+            "purge-expired",
+            str(apart("list_state")),
+            "--quiet-period",
+            "0s",
+            "--unsafe-short-quiet-period",
+        ],
     }
 
 

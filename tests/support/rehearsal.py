@@ -111,3 +111,69 @@ def dedup_aggregation(spark):
     from testbed.queries import dedup_then_aggregation
 
     return dedup_then_aggregation(spark, {"": os.environ[INPUT]}).writeStream.outputMode("update")
+
+
+# The user's own code as deployments write it, behind the rehearsal's boundary (jobs.rehearse).
+SINK_MARK = "REHEARSAL_SINK_MARK"  # a file the production sink below writes, if it ever runs
+RELEASE = "REHEARSAL_RELEASE"  # a file whose appearance ends `hangs`
+
+
+def raises(spark):
+    """A deployment's `main` that fails before it builds the query: its configuration is missing."""
+    raise ValueError("no table 'orders' in the deployment's configuration")
+
+
+def exits(spark):
+    """A `main` that gives up as a script does."""
+    raise SystemExit(3)
+
+
+def _production_sink(df, batch_id: int) -> None:
+    Path(os.environ[SINK_MARK]).write_text(f"the production sink ran batch {batch_id}")
+
+
+def _production_writer(spark):
+    """The aggregation as the deployment runs it: its own sink, its own checkpoint (the one being
+    rehearsed), a processing-time trigger."""
+    writer = aggregation(spark).foreachBatch(_production_sink)
+    return writer.option("checkpointLocation", os.environ[CHECKPOINT]).trigger(processingTime="1 second")
+
+
+def starts_and_waits(spark):
+    """Spark's examples' `main`: start the query, then wait on it (here for 30 s, not for ever)."""
+    query = _production_writer(spark).start()
+    query.awaitTermination(30)
+
+
+def starts_and_swallows(spark):
+    """A `main` that logs what `start` raises and returns its writer anyway."""
+    writer = _production_writer(spark)
+    try:
+        writer.start()
+    except Exception:  # noqa: BLE001 - what a careless deployment does
+        pass
+    return writer
+
+
+def starts(spark):
+    """A `main` that returns the running query instead of its writer."""
+    return _production_writer(spark).start()
+
+
+def hangs(spark):
+    """A `main` that waits for something that never comes (until the test releases it)."""
+    import time
+
+    for _ in range(600):
+        if Path(os.environ[RELEASE]).exists():
+            break
+        time.sleep(0.2)
+    return aggregation(spark)
+
+
+def starts_behind_the_guard(spark):
+    """A `main` that reaches past PySpark's writer to the JVM's (elsewhere than the checkpoint),
+    then returns a writer: the query it left running is stopped, and named."""
+    writer = aggregation(spark).option("checkpointLocation", os.environ[CHECKPOINT] + "-elsewhere")
+    writer._jwrite.start()
+    return aggregation(spark)

@@ -110,7 +110,7 @@ def test_an_operator_without_its_metadata_is_an_error_and_no_action_touches_the_
         ["gc", str(path), "--retain-batches", "2", "--apply"],
         ["fork", str(path), str(tmp_path / "f")],
         ["compact", str(path)],
-        ["migrate", str(path), str(tmp_path / "m"), "--quiet-period", "0s"],
+        ["migrate", str(path), str(tmp_path / "m"), "--quiet-period", "0s", "--unsafe-short-quiet-period"],
     ):
         out = ckpt(*args)
         assert out.returncode == 2 and "run the query once on Spark 4.x" in out.stderr, (args, out.stderr)

@@ -105,6 +105,16 @@ def _held_once_per_dormancy(root: Path, row: dict) -> None:
     for bad in ("x" * 10_000, json.dumps({**doc, "bytes": -1}), json.dumps({**doc, "bytes": True}) + "[", ""):
         kept.write_text(bad)
         assert held() == on_disk  # what it says is checked, never trusted
+    # Numbers that are not counts: 1,001 digits (an OverflowError in the text view), 2^63, `true`
+    # for 1, a float. Each is listed again, in the text view too, never a traceback.
+    for bad in ({"bytes": int("9" * 1001)}, {"bytes": 1 << 63}, {"files": True}, {"files": 3.0}):
+        kept.write_text(json.dumps({**doc, **bad}))
+        rows = json.loads(ckpt("fleet", str(root), "--no-cleanup-plan", "--json").stdout)["checkpoints"]
+        row = next(r for r in rows if r["url"].endswith("/orders"))
+        assert (row["files_held"], row["bytes_held"]) == (len(files), on_disk), bad
+        kept.write_text(json.dumps({**doc, **bad}))
+        text = ckpt("fleet", str(root), "--no-cleanup-plan")
+        assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
     kept.write_text(json.dumps({**doc, "bytes": 7}))
     date_to(orders, 10 * DAY)  # a later dormancy (as after a commit): listed again
     assert held() == on_disk

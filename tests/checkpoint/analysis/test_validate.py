@@ -124,7 +124,33 @@ CASES = {
     # neither is read (tests/checkpoint/storage/test_untrusted_fs.py drives the actions over them).
     "FILE_OUTSIDE_CHECKPOINT": ("snapshots", False, lambda p: damage.link_outside(_commits(p, 3))),
     "NOT_A_REGULAR_FILE": ("snapshots", False, lambda p: damage.fifo_for(_commits(p, 3))),
+    # A sidecar padded past anything Spark writes (4 KiB): reported from its listed size, never read.
+    "FILE_OVER_ITS_BOUND": ("watermark", False, lambda p: _pad(Path(f"{_chain_changelog(p, 0)}.crc"), 5000)),
 }  # fmt: skip
+
+
+def _pad(path: Path, size: int) -> None:
+    path.write_bytes(path.read_bytes().ljust(size, b" "))
+
+
+def test_a_column_family_id_no_key_can_carry_is_invalid_zip_metadata(copy_of) -> None:
+    """A family's id is its keys' 2-byte prefix, a Java short: 70,000 was accepted. So are ids that
+    repeat, or pass `maxColumnFamilyId`; each is ZIP_METADATA_INVALID, an error every action heeds."""
+    for edit in (lambda m: {**m, "columnFamilyMapping": {**m["columnFamilyMapping"], "x": 70_000}},
+                 lambda m: {**m, "columnFamilyMapping": dict.fromkeys(m["columnFamilyMapping"], 1)},
+                 lambda m: {**m, "maxColumnFamilyId": 0}):  # fmt: skip
+        path = copy_of("list_state")
+        base = _base_zip(path)
+        entries = [(i, zipfile.ZipFile(base).read(i)) for i in zipfile.ZipFile(base).infolist()]
+        with zipfile.ZipFile(base, "w") as out:
+            for info, data in entries:
+                if info.filename == "metadata":
+                    head, body = data.decode().split("\n", 1)
+                    data = (head + "\n" + json.dumps(edit(json.loads(body)))).encode()
+                out.writestr(info, data)
+        damage.fix_sidecar(base)
+        assert codes(path).get("ZIP_METADATA_INVALID") == 1
+        shutil.rmtree(path)
 
 
 def _declare_partitions(path: Path, count: int) -> None:
@@ -253,10 +279,10 @@ def test_deep_validation_streams_each_file(copy_of, monkeypatch) -> None:
     whole: list[str] = []
     real = Storage.read_bytes
 
-    def read_bytes(self, rel, start=None, end=None):
-        if start is None and end is None and rel.endswith((".changelog", ".zip")):
+    def read_bytes(self, rel, *, limit):
+        if rel.endswith((".changelog", ".zip")):
             whole.append(rel)
-        return real(self, rel, start, end)
+        return real(self, rel, limit=limit)
 
     monkeypatch.setattr(Storage, "read_bytes", read_bytes)
     found = codes(path, deep=True)

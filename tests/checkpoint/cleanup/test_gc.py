@@ -253,7 +253,15 @@ def ckpt_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     return subprocess.run([str(ckpt), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
-UNSAFE_NOW = ["--grace", "0", "--unsafe-short-grace", "--quiet-period", "0", "--query-stopped"]
+UNSAFE_NOW = [
+    "--grace",
+    "0",
+    "--unsafe-short-grace",
+    "--quiet-period",
+    "0",
+    "--unsafe-short-quiet-period",
+    "--query-stopped",
+]
 
 
 def test_cli_gc_json_and_dry_run(copy_of) -> None:

@@ -132,6 +132,7 @@ def test_gc_json_costs_what_the_text_costs_however_many_candidates(tmp_path) -> 
     path = tmp_path / "ckpt"
     files = synthetic.build(path, 60, 400, window=WINDOW)
     everything = ["gc", str(path), "--grace", "0s", "--unsafe-short-grace", "--quiet-period", "0s",
+                  "--unsafe-short-quiet-period",
                   "--query-stopped"]  # fmt: skip
     text, _ = _peak_rss(*everything)
     as_json, _ = _peak_rss(*everything, "--json")

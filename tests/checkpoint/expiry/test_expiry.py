@@ -130,6 +130,32 @@ def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> Non
     assert files_of(live) == before and not list((tmp_path / "_ckpt_audit").glob("*/purges"))
 
 
+def test_absurd_times_and_a_quiet_period_under_its_floor_are_refused_before_anything(
+    corpus, tmp_path
+) -> None:
+    """`--as-of 1e18` was a 20-line traceback; `--as-of -1e18` purged, wrote its record, then raised;
+    `--quiet-period 0s` purged a query committed a minute before (the 15-minute floor was Dagster's
+    alone). Each is refused in words, nothing written; a live query's refusal names the way out."""
+    stopped = stopped_copy(corpus, tmp_path / "stopped")
+    before = files_of(stopped)
+    for as_of in ("1e18", "-1e18", "1e308", "99999999999", "-1"):
+        out = ckpt("purge-expired", str(stopped), f"--as-of={as_of}")
+        assert out.returncode == 2 and "not a time" in out.stderr and "Traceback" not in out.stderr, (
+            out.stderr
+        )
+    out = ckpt("purge-expired", str(stopped), "--report", "--as-of", str(time.time() + 3600))
+    assert out.returncode == 2 and "later than now" in out.stderr, out.stderr
+    recent = tmp_path / "recent"
+    copy_checkpoint(corpus / NAME / "checkpoint", recent)
+    date_to(recent, 60)  # committed a minute ago
+    out = ckpt("purge-expired", str(recent), "--quiet-period", "0s")
+    assert out.returncode == 2 and "below the floor of 15m" in out.stderr, out.stderr
+    assert "--unsafe-short-quiet-period" in out.stderr
+    out = ckpt("purge-expired", str(recent))
+    assert out.returncode == 2 and "looks alive" in out.stderr and "--quiet-period" in out.stderr
+    assert files_of(stopped) == before and not list(tmp_path.glob("_ckpt_audit/*/purges"))
+
+
 @pytest.mark.parametrize(
     "point",
     ["compaction.before_zip", "compaction.before_sidecar", "purge.after_store:1", "purge.after_store:4"],
@@ -197,6 +223,13 @@ def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_parti
         )
         assert row.data["expired"] == shown
         job = defs.resolve_job_def("purge_expired_state")
+        untouched = files_of(root / "orders")
+        for absurd in (float("nan"), 1e18, -1e18):  # a run config's number is checked as a flag is
+            refused = job.execute_in_process(
+                run_config={"ops": {"purge_expired": {"config": {"partition": key, "as_of": absurd}}}},
+                instance=instance, raise_on_error=False,
+            )  # fmt: skip
+            assert not refused.success and files_of(root / "orders") == untouched
         run = job.execute_in_process(run_config={"ops": {"purge_expired": {"config": {"partition": key}}}},
                                      instance=instance)  # fmt: skip
         assert run.success and run.output_for_node("purge_expired")["expired"] == before["expired"]

@@ -43,7 +43,9 @@ def test_expired_state_on_s3_is_reported_as_locally_purged_and_restarts_like_its
     ]
     assert inside == []  # every state file named from the logs and the zips
     proxy.reset()
-    done = run("--quiet-period", "0s")  # just uploaded: its objects are minutes old
+    done = run(
+        "--quiet-period", "0s", "--unsafe-short-quiet-period"
+    )  # just uploaded: its objects are minutes old
     assert {s["outcome"] for s in done["stores"]} == {"purged"} and done["expired"] == report["expired"]
     puts = [r for r in proxy.requests if r.op == "PutObject" and r.path.endswith(".zip")]
     assert len(puts) == len(done["stores"]) and all(r.condition for r in puts)  # If-None-Match: never over

@@ -6,6 +6,7 @@ Every damaged case is derived from a checkpoint a real query wrote.
 from __future__ import annotations
 
 import io
+import json
 import re
 import struct
 from pathlib import Path
@@ -246,3 +247,27 @@ def test_a_v1_state_file_streamed_in_parts_gives_the_records_a_whole_read_gives(
     for bad, why in (cut, (body[:-4], "truncated"), (body + b"x", "after the end-of-records marker")):
         with pytest.raises(CorruptFileError, match=why):
             list(stream_untyped_runs(io.BytesIO(frame(bad)).read, "lz4", "1.delta", chunk=64))
+
+
+def test_a_forged_mapping_of_many_families_costs_one_pass_not_one_a_key() -> None:
+    """`SnapshotMetadata.family_of` scanned every family for each key: a zip naming 30,000 families
+    made the TTL reader's pass over a store quadratic. The mapping is read once per snapshot."""
+    from checkpoint.format import parse_zip_metadata
+
+    mapping = {f"f{i}": i for i in range(1, 30_001)}
+    body = {"sstFiles": [], "numKeys": 0, "columnFamilyMapping": mapping, "maxColumnFamilyId": 30_000,
+            "columnFamilyTypeMap": {"f7": True}}  # fmt: skip
+    meta = parse_zip_metadata(b"v1\n" + json.dumps(body).encode(), "metadata")
+
+    class Counted(dict):
+        passes = 0
+
+        def items(self):
+            Counted.passes += 1
+            return super().items()
+
+    object.__setattr__(meta, "column_family_mapping", Counted(meta.column_family_mapping))
+    keys = [i.to_bytes(2, "little") + b"k" for i in range(1, 2001)]
+    assert [meta.family_of(k, "zip")[0] for k in keys] == list(range(1, 2001))
+    assert meta.family_of((7).to_bytes(2, "little"), "zip") == (7, True)
+    assert Counted.passes <= 1

@@ -246,7 +246,18 @@ def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corp
     changed, untouched = _pair(corpus["snapshots"], tmp_path)
     audit = Path(AuditTrail.default_for(str(changed)))
     child = subprocess.Popen(
-        [CKPT, "repartition", str(changed), "--partitions", "8", "--quiet-period", "0s", "--lease-ttl", "2s"],
+        [
+            CKPT,
+            "repartition",
+            str(changed),
+            "--partitions",
+            "8",
+            "--quiet-period",
+            "0s",
+            "--unsafe-short-quiet-period",
+            "--lease-ttl",
+            "2s",
+        ],
         start_new_session=True,  # the driver's JVM is in this group: kill both at once
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -260,9 +271,26 @@ def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corp
     os.killpg(child.pid, signal.SIGKILL)
     child.wait()
     time.sleep(2.5)  # the killed holder's lease expires
-    other = ckpt("repartition", str(changed), "--partitions", "5", "--quiet-period", "0s")
+    other = ckpt(
+        "repartition",
+        str(changed),
+        "--partitions",
+        "5",
+        "--quiet-period",
+        "0s",
+        "--unsafe-short-quiet-period",
+    )
     assert other.returncode == 2 and "--partitions 8" in other.stderr, other.stderr
-    out = ckpt("repartition", str(changed), "--partitions", "8", "--quiet-period", "0s", "--json")
+    out = ckpt(
+        "repartition",
+        str(changed),
+        "--partitions",
+        "8",
+        "--quiet-period",
+        "0s",
+        "--unsafe-short-quiet-period",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["outcome"] == "repartitioned" and all(

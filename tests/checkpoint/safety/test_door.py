@@ -94,3 +94,38 @@ def test_an_action_inside_another_goes_through_its_door_on_the_outer_leases(tmp_
             leases[1].release()
             with pytest.raises(LeaseLost):
                 inner_check()
+
+
+@pytest.mark.parametrize("spelling", ["link", "link-to-parent", "not-yet-made-below-link"])
+def test_an_overlap_is_a_place_not_a_spelling(tmp_path: Path, spelling: str) -> None:
+    """Containment by place (docs/safety.md): a destination spelled through a link into the source,
+    or to a folder holding it, or not made yet below such a link, overlaps it."""
+    src = tmp_path / "src"
+    (src / "spare").mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(src / "spare" if spelling != "link-to-parent" else tmp_path)
+    dest = {"link": link, "link-to-parent": link, "not-yet-made-below-link": link / "a" / "b"}
+    taken: list[str] = []
+    request = TwoSided(Storage(str(src)), Storage(str(dest[spelling])), _taken(taken))
+    with pytest.raises(OverlapRefused, match="resolves to"):
+        fork_checkpoint(request)
+    assert taken == [] and not (src / "spare" / "a").exists()
+
+
+def test_a_fork_through_a_link_into_its_source_writes_nothing(corpus, tmp_path: Path) -> None:
+    """`ckpt fork SRC DEST`, DEST a link to an empty folder inside SRC, wrote 388 files and a lease
+    inside the source, exit 0."""
+    from testbed.copying import copy_checkpoint
+    from tests.support.cli import ckpt
+    from tests.support.files import files_of
+
+    src = tmp_path / "src"
+    copy_checkpoint(corpus["snapshots"], src)
+    (src / "spare").mkdir()
+    link = tmp_path / "dest"
+    link.symlink_to(src / "spare")
+    before = files_of(src)
+    out = ckpt("fork", str(src), str(link))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "the destination and the source overlap" in out.stderr and "resolves to" in out.stderr
+    assert files_of(src) == before and not any((src / "spare").iterdir())

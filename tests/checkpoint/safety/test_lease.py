@@ -266,7 +266,18 @@ def _files(path: Path) -> set[str]:
 
 
 def _gc(path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [CKPT, "gc", str(path), "--apply", "--grace", "0s", "--unsafe-short-grace", "--quiet-period", "0s"]
+    cmd = [
+        CKPT,
+        "gc",
+        str(path),
+        "--apply",
+        "--grace",
+        "0s",
+        "--unsafe-short-grace",
+        "--quiet-period",
+        "0s",
+        "--unsafe-short-quiet-period",
+    ]
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -344,7 +355,8 @@ def test_a_symlinked_spelling_waits_for_the_lease(copy_of, tmp_path) -> None:
         with pytest.raises(LeaseHeld, match="ckpt compact"):
             lease_for(Storage(str(spelling)), "another").acquire()
     through_link = subprocess.run([CKPT, "gc", str(alias / real.name), "--apply", "--grace", "0s",
-                                   "--unsafe-short-grace", "--quiet-period", "0s"],
+                                   "--unsafe-short-grace", "--quiet-period", "0s",
+                                   "--unsafe-short-quiet-period"],
                                   capture_output=True, text=True, timeout=120)  # fmt: skip
     assert through_link.returncode == 2 and "ckpt compact" in through_link.stderr
     assert _files(real) == before
@@ -382,7 +394,16 @@ def test_bind_mounts_of_a_checkpoint_or_its_folder_meet_one_lease(copy_of, tmp_p
     for spelling in (via_parent, via_itself):
         with pytest.raises(LeaseHeld, match="ckpt compact"):
             lease_for(Storage(str(spelling)), "another").acquire()
-        gc = [str(spelling), "--apply", "--grace", "0s", "--unsafe-short-grace", "--quiet-period", "0s"]
+        gc = [
+            str(spelling),
+            "--apply",
+            "--grace",
+            "0s",
+            "--unsafe-short-grace",
+            "--quiet-period",
+            "0s",
+            "--unsafe-short-quiet-period",
+        ]
         refused = subprocess.run([CKPT, "gc", *gc], capture_output=True, text=True, timeout=120)
         assert refused.returncode == 2 and "ckpt compact" in refused.stderr, refused.stderr
     assert _files(real) == before

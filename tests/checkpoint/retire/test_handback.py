@@ -1,0 +1,194 @@
+"""A retirement manifest is a handback: a person reads it, and anyone who can write the audit trail
+can edit it. These are the reproductions of its breaks (docs/safety.md, "a handback never widens an
+action" and "nothing is deleted on a record's word"), each through `ckpt retire --apply` with no
+flag but those the case needs: a number that is not one, a manifest forged for a folder that is
+not a dormant checkpoint, and an archive gone between two runs of one apply."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from checkpoint.crash import CRASH_ENV
+from checkpoint.format import AUDIT_FOLDER
+from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line
+from checkpoint.safety import folder_name
+from checkpoint.storage import FileInfo, Storage
+from testbed.demo import date_to
+from tests.checkpoint.retire.test_retire import DAY, SHORT, apply, dormant_copy, plan
+from tests.support.cli import ckpt
+from tests.support.files import files_of
+
+
+def test_a_manifest_whose_numbers_are_not_numbers_retires_nothing(corpus, tmp_path) -> None:
+    """`planned_at: NaN` made `now < NaN + grace` false: every file was deleted at once, exit 0."""
+    orders = dormant_copy(corpus, "long_chain", tmp_path / "root")
+    before = files_of(orders)
+    planned = plan(orders, "--no-archive")
+    manifest = Path(planned["manifest"])
+    head, rest = manifest.read_text().split("\n", 1)
+    at = json.dumps(json.loads(head)["planned_at"])
+    for value in ("NaN", "Infinity", "-Infinity", "1e400", "true", "-1e18", "9" * 1001):
+        manifest.write_text(head.replace(f'"planned_at": {at}', f'"planned_at": {value}') + "\n" + rest)
+        out = apply(str(manifest))  # the default grace, no flag
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, (value, out.stderr)
+        assert "Traceback" not in out.stderr and "unreadable retirement manifest" in out.stderr, out.stderr
+    manifest.write_text(head + "\n" + rest)  # as it was: within its grace still
+    out = apply(str(manifest))
+    assert out.returncode == 2 and "within its grace of 7d" in out.stderr
+    assert files_of(orders) == before
+
+
+def _forged(folder: Path, plan_id: str, planned_at: float) -> tuple[Path, RetirementPlan]:
+    """A manifest as `ckpt retire` writes one, for every file `folder` holds, placed where the
+    audit trail beside it keeps that folder's plans, its mtime ten days back."""
+    files = sorted(
+        (p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.relative_to(folder).as_posix()
+    )
+    infos = [FileInfo(p.relative_to(folder).as_posix(), p.stat().st_size, p.stat().st_mtime) for p in files]
+    url = Storage(str(folder)).url
+    evidence = Evidence(last_commit=None, last_commit_at=None, last_offset=None, last_offset_at=None,
+                        dormant_since=planned_at - 9 * DAY, dormant_seconds=7 * DAY)  # fmt: skip
+    plan_ = RetirementPlan(plan_id=plan_id, checkpoint=url, planned_at=planned_at, evidence=evidence,
+                           files=len(infos), total_bytes=sum(i.size for i in infos), newest_file_at=None,
+                           archive=None)  # fmt: skip
+    manifest = folder.parent / AUDIT_FOLDER / folder_name(url) / f"{plan_id}.retire.jsonl"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_bytes(plan_.header().encode() + b"\n" + b"".join(file_line(i) for i in infos))
+    os.utime(manifest, (planned_at, planned_at))
+    return manifest, plan_
+
+
+def test_a_forged_manifest_deletes_nothing_that_is_not_a_dormant_checkpoint(corpus, tmp_path) -> None:
+    """The header named a plain folder holding `important.txt`, `sub/db.bin` and a nested
+    checkpoint, `archive: null`, the manifest's mtime ten days back: the apply deleted all of it.
+    Now the manifest must match its plan's record beside the folder, and even a record forged
+    there too (by someone who can write beside it) deletes nothing: the apply judges the folder
+    itself again, and it is no checkpoint, and holds one."""
+    root = tmp_path / "root"
+    plain = root / "plain"
+    (plain / "sub").mkdir(parents=True)
+    (plain / "important.txt").write_text("keep me")
+    (plain / "sub" / "db.bin").write_bytes(os.urandom(4096))
+    dormant_copy(corpus, "long_chain", plain, "nested")
+    date_to(plain, 10 * DAY)
+    before = files_of(plain)
+    ten_days_ago = time.time() - 10 * DAY
+    plan_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ten_days_ago)) + "000Z-0a1b2c3d"
+    manifest, forged = _forged(plain, plan_id, float(int(ten_days_ago)))
+
+    out = apply(str(manifest))  # the default grace, no flag
+    assert out.returncode == 2 and "no record of plan" in out.stderr, out.stderr
+    assert files_of(plain) == before
+
+    from checkpoint.retire.record import PlanRecord, sha256_of
+    from checkpoint.safety import own_place
+
+    storage, folder = own_place(Storage(str(plain)))  # the record forged beside it too
+    record = Path(storage.full(f"{folder}/retirements/{plan_id}.json"))
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_bytes(PlanRecord.of(forged, sha256_of(str(manifest))).dump())
+    out = apply(str(manifest))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "holds another checkpoint (nested)" in out.stderr or "not a checkpoint" in out.stderr, out.stderr
+    assert files_of(plain) == before
+
+
+def test_an_edited_manifest_or_record_retires_nothing(corpus, tmp_path) -> None:
+    """A manifest is trusted as far as it matches its plan's record: a line edited (a file's size),
+    a record dated back, a record removed. Each refuses in one line before any lease."""
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, "long_chain", root)
+    before = files_of(orders)
+    planned = plan(orders, "--no-archive")
+    manifest = Path(planned["manifest"])
+    text = manifest.read_text()
+    head, first, rest = text.split("\n", 2)
+    row = json.loads(first)
+    manifest.write_text("\n".join([head, json.dumps({**row, "bytes": row["bytes"] + 1}), rest]))
+    time.sleep(1.1)
+    out = apply(str(manifest), *SHORT)
+    assert out.returncode == 2 and "not the one planned" in out.stderr, out.stderr
+    manifest.write_text(text)
+    from checkpoint.safety import own_place
+
+    storage, folder = own_place(Storage(str(orders)))
+    record = Path(storage.full(f"{folder}/retirements/{planned['plan_id']}.json"))
+    kept = record.read_bytes()
+    doc = json.loads(kept)
+    record.write_text(json.dumps({**doc, "planned_at": doc["planned_at"] - 30 * DAY}))
+    out = apply(str(manifest))  # dated a month back: the grace would have passed
+    assert out.returncode == 2 and "disagrees with its plan's record (planned_at)" in out.stderr, out.stderr
+    record.unlink()
+    out = apply(str(manifest), *SHORT)
+    assert out.returncode == 2 and "no record of plan" in out.stderr
+    record.write_bytes(kept)
+    assert files_of(orders) == before
+    assert not list((root / AUDIT_FOLDER).rglob("lease/*.json"))  # refused before any lease
+
+
+def test_an_empty_or_truncated_manifest_says_so(corpus, tmp_path) -> None:
+    orders = dormant_copy(corpus, "long_chain", tmp_path / "root")
+    planned = plan(orders, "--no-archive")
+    manifest = Path(planned["manifest"])
+    head = manifest.read_text().split("\n", 1)[0]
+    for text, said in (("", "the manifest is empty"), (head[:40], "ends within its header")):
+        manifest.write_text(text)
+        out = apply(str(manifest), *SHORT)
+        assert out.returncode == 2 and said in out.stderr, out.stderr
+
+
+def test_a_rerun_reads_its_archive_back_before_it_deletes_more(corpus, tmp_path) -> None:
+    """An apply killed after its archive and its first delete, the archive then removed (a bucket
+    lifecycle rule, a person): the rerun deleted the other 539 files and printed "archived at
+    batch 19". Now it reads the archive back first, and refuses while it is gone."""
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, "long_chain", root)
+    archive = tmp_path / "archive"
+    planned = plan(orders, "--archive", str(archive))
+    time.sleep(1.1)
+    args = (*SHORT, "--batch-size", "1", "--lease-ttl", "2s")
+    died = apply(planned["manifest"], *args, env={CRASH_ENV: "retire.deleted:1"})
+    assert died.returncode == -signal.SIGKILL
+    left = files_of(orders)
+    assert len(left) == planned["files"] - 1
+    shutil.rmtree(archive)
+    time.sleep(2.2)  # the killed run's lease expires
+    out = apply(planned["manifest"], *args)
+    assert out.returncode == 2 and "the archive" in out.stderr and "is gone" in out.stderr, out.stderr
+    assert "nothing more is deleted" in out.stderr and files_of(orders) == left
+
+
+def test_an_archive_gone_before_deletion_began_is_made_again(corpus, tmp_path) -> None:
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, "long_chain", root)
+    archive = tmp_path / "archive"
+    planned = plan(orders, "--archive", str(archive))
+    time.sleep(1.1)
+    args = (*SHORT, "--lease-ttl", "2s")
+    died = apply(planned["manifest"], *args, env={CRASH_ENV: "retire.archived"})
+    assert died.returncode == -signal.SIGKILL and len(files_of(orders)) == planned["files"]
+    shutil.rmtree(archive)
+    time.sleep(2.2)
+    done = apply(planned["manifest"], *args)
+    assert done.returncode == 0, done.stderr
+    assert not orders.exists() and ckpt("validate", str(archive)).returncode == 0
+
+
+def test_an_archive_through_a_link_into_the_checkpoint_is_refused_when_planned(corpus, tmp_path) -> None:
+    """`retire --archive` through a link to a folder inside the checkpoint was accepted; its apply
+    then wrote lease generations into the checkpoint and refused, so the plan never applied."""
+    root = tmp_path / "root"
+    orders = dormant_copy(corpus, "long_chain", root)
+    (orders / "spare").mkdir()
+    link = tmp_path / "archive"
+    link.symlink_to(orders / "spare")
+    before = files_of(orders)
+    out = ckpt("retire", str(orders), "--archive", str(link))
+    assert out.returncode == 2 and "resolves to" in out.stderr and "overlap" in out.stderr, out.stderr
+    assert files_of(orders) == before
+    assert not list((root / AUDIT_FOLDER).rglob("*.retire.jsonl"))
