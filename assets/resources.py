@@ -171,7 +171,9 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         floors = (("grace", self.grace, POLICY.min_grace_seconds, orphans),
                   ("quiet_period", self.quiet_period, POLICY.min_quiet_seconds, orphans),
                   ("retire_grace", self.retire_grace, POLICY.min_retire_grace_seconds,
-                   "a team would have no time to object to a retirement"))  # fmt: skip
+                   "a team would have no time to object to a retirement"),
+                  ("dormant_after", self.dormant_after, POLICY.min_dormant_seconds,
+                   "a query that committed in the last day would be planned for retirement"))  # fmt: skip
         for name, value, floor, why in floors:
             if parse_duration(value) < floor:
                 raise ValueError(f"{name} {value} is below the floor of {duration_text(floor)}: {why} (set "

@@ -175,8 +175,23 @@ class PurgeRefused(Refused):
     purge time ahead of now, error findings, a store whose layout is not the one known."""
 
 
+class PurgeIncomplete(Stopped):
+    """A purge stopped part-way (a store's Spark task failed or died): each store is purged or
+    not, and the same purge run again purges the rest."""
+
+    label = "purge incomplete"
+
+
 class LeaseHeld(Refused):
     """Another action holds the checkpoint's lease: nothing was done."""
+
+
+class LeaseRefused(Refused):
+    """A lease asked for with a time to live no action could hold it by: nothing was done."""
+
+
+class LeaseUnreadable(CheckpointError):
+    """A lease generation that cannot be read: never taken for free, since someone may hold it."""
 
 
 class LeaseLost(CheckpointError):

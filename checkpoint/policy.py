@@ -32,6 +32,7 @@ class Policy:
     # A checkpoint with no commit and no offset for this long is dormant (DORMANT; STOPPED_MID_BATCH
     # when its newest batch was planned and never committed): its query is stopped or gone.
     dormant_seconds: float = 7 * 86400
+    min_dormant_seconds: float = 86400  # a retirement plans no shorter dormancy without an unsafe flag
     # The commit sensor looks at a dormant checkpoint once per this long, not every tick.
     dormant_look_seconds: float = 86400
     # A retirement plan is applied no sooner than this after it was made (the time for a team to
@@ -49,6 +50,9 @@ class Policy:
     # copies of base files to local disk (chunk size x concurrent copies).
     rebuild_memtable_bytes: int = 64 << 20
     rebuild_block_cache_bytes: int = 32 << 20
+    # The chain is read a part of about this many decoded bytes at a time, never a whole changelog:
+    # its parsed records are the Python side of a rebuild's memory, whatever the chain's length.
+    rebuild_chunk_bytes: int = 8 << 20
     # Keys a migration tracks (about 200 bytes each) to count a store without reading it back;
     # past it, the store's keys are counted once written.
     migrate_tracked_keys: int = 250_000

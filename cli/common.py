@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from checkpoint import bounds
 from checkpoint.errors import Refused
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.safety import InPlace, Lease, TwoSided, lease_for
@@ -36,6 +37,24 @@ class Result:
     doc: dict[str, Any]
     text: Callable[[dict[str, Any]], str]
     exit_code: int = EXIT_OK
+
+
+def whole(low: int, high: int = bounds.MAX_COUNT) -> Callable[[str], int]:
+    """An argument type: a whole number from `low` to `high`, else argparse's own refusal."""
+
+    def parse(text: str) -> int:
+        try:
+            return bounds.count(int(text.strip()), "it", low=low, high=high)
+        except (ValueError, bounds.OutOfRange) as exc:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number from {low} to {high:,}"
+            ) from exc
+
+    return parse
+
+
+BATCH_ID = whole(0)  # a batch id: Spark's long
+DELETE_BATCH = whole(1, POLICY.delete_batch_size)  # keys in one delete request
 
 
 def duration(text: str) -> float:

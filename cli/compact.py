@@ -10,7 +10,7 @@ from checkpoint.safety import EachInPlace
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, in_place, takes_the_lease
+from .common import EXIT_FINDINGS, WHERE, Result, in_place, takes_the_lease, whole
 
 # The figures of each rebuild: what it read and wrote, and the memory it took.
 _SHOWN = ("operator", "partition", "store", "version", "unique_id", "path", "seconds", "keys", "chain_before",
@@ -40,7 +40,7 @@ def compact(args: argparse.Namespace) -> Result:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compact", help="materialise snapshots for stores with long changelog chains")
     p.add_argument("path", help=WHERE)
-    p.add_argument("--min-chain", type=int, default=POLICY.long_chain, metavar="N",
+    p.add_argument("--min-chain", type=whole(1), default=POLICY.long_chain, metavar="N",
                    help=f"compact from this chain length ({POLICY.long_chain})")  # fmt: skip
     p.add_argument("--master", default=POLICY.spark_master,
                    help=f"Spark master for the rebuild job ({POLICY.spark_master})")  # fmt: skip

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from checkpoint import bounds
 from checkpoint.cleanup import AuditTrail
 from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
+from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
@@ -39,10 +40,14 @@ def instant(text: str) -> float:
 def purge_command(args: argparse.Namespace) -> Result:
     if args.report:
         return Result(expired_report(Storage(args.path), args.as_of).as_dict(), render.expired_text)
+    from jobs.expiry import spark_purges  # Spark starts only for a purge, once its stores are planned
+    from jobs.spark_session import session_for
+
     request = in_place(args, Storage(args.path))
     audit = AuditTrail(args.audit or AuditTrail.default_for(request.storage.url))
-    done = purge_expired(request, PurgeOptions(audit, args.as_of, quiet_seconds(args), now=time.time()))
-    return Result(done.as_dict(), render.expired_text)
+    options = PurgeOptions(audit, args.as_of, quiet_seconds(args), now=time.time(),
+                           run=spark_purges(lambda: session_for(args.master)))  # fmt: skip
+    return Result(purge_expired(request, options).as_dict(), render.expired_text)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,10 +56,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help=WHERE)
     p.add_argument("--as-of", type=instant, metavar="TIME",
                    help="what expired at this time (ISO 8601 or epoch seconds; default now, and never "
-                   "later)")  # fmt: skip
+                   "later; for a query stopped mid-batch, that batch's own time, never later)")  # fmt: skip
     p.add_argument("--report", action="store_true", help="only report what has expired: nothing is written "
                    "and no lease is taken")  # fmt: skip
     quiet_period_option(p)
+    p.add_argument("--master", default=POLICY.spark_master,
+                   help=f"Spark master of the purge, a task a store ({POLICY.spark_master})")  # fmt: skip
     p.add_argument("--audit", metavar="URL", help="where the purge's record goes (default: the checkpoint's "
                    "audit trail, _ckpt_audit beside it)")  # fmt: skip
     takes_the_lease(p)

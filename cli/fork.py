@@ -9,7 +9,7 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, takes_the_lease, two_sided
+from .common import BATCH_ID, WHERE, Result, takes_the_lease, two_sided, whole
 
 
 def fork_command(args: argparse.Namespace) -> Result | int:
@@ -24,11 +24,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "reads: relocate, roll back, or audit a copy")  # fmt: skip
     p.add_argument("source", help=WHERE)
     p.add_argument("dest", help="an empty folder or URL (any fsspec URL; S3 to S3 copies server-side)")
-    p.add_argument("--batch", type=int, help="a committed batch (default: the latest committed)")
+    p.add_argument("--batch", type=BATCH_ID, help="a committed batch (default: the latest committed)")
     p.add_argument("--new-query-id", action="store_true",
                    help="give the fork a query id of its own (sinks that remember batches: "
                    "docs/fork.md)")  # fmt: skip
-    p.add_argument("--workers", type=int, default=POLICY.fork_workers, metavar="N",
+    p.add_argument("--workers", type=whole(1, 256), default=POLICY.fork_workers, metavar="N",
                    help=f"files copied at once (default {POLICY.fork_workers})")  # fmt: skip
     takes_the_lease(p, writes_no_plan=True)
     p.set_defaults(run=fork_command)

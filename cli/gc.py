@@ -12,6 +12,7 @@ from checkpoint.storage import Storage
 
 from . import render
 from .common import (
+    DELETE_BATCH,
     EXIT_FINDINGS,
     EXIT_OK,
     WHERE,
@@ -21,6 +22,7 @@ from .common import (
     quiet_period_option,
     quiet_seconds,
     takes_the_lease,
+    whole,
 )
 
 
@@ -75,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grace", type=duration, default=POLICY.grace_seconds, metavar="DURATION",
                    help=f"only files older than this (default {duration_text(POLICY.grace_seconds)}; "
                    f"below {duration_text(POLICY.min_grace_seconds)} is refused)")  # fmt: skip
-    p.add_argument("--retain-batches", type=int, metavar="N",
+    p.add_argument("--retain-batches", type=whole(1), metavar="N",
                    help="keep the last N committed batches (default: all in the commit log)")  # fmt: skip
     quiet_period_option(p)
     p.add_argument("--query-stopped", action="store_true",
@@ -84,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "lists), since a running query with no input looks stopped by its logs alone")  # fmt: skip
     p.add_argument("--audit", metavar="URL", help="where plans and outcomes are kept (default: "
                    "_ckpt_audit beside the checkpoint)")  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=POLICY.delete_batch_size, metavar="N",
+    p.add_argument("--batch-size", type=DELETE_BATCH, default=POLICY.delete_batch_size, metavar="N",
                    help=f"keys per delete request (1-{POLICY.delete_batch_size}, "
                    f"default {POLICY.delete_batch_size})")  # fmt: skip
     p.add_argument("--unsafe-short-grace", action="store_true",

@@ -11,7 +11,7 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, quiet_period_option, quiet_seconds, takes_the_lease, two_sided
+from .common import BATCH_ID, WHERE, Result, quiet_period_option, quiet_seconds, takes_the_lease, two_sided
 
 
 def migrate_command(args: argparse.Namespace) -> Result:
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "Spark's default formats")  # fmt: skip
     p.add_argument("source", help=WHERE)
     p.add_argument("dest", help="an empty folder or URL")
-    p.add_argument("--batch", type=int, help="a committed batch (default: the latest committed)")
+    p.add_argument("--batch", type=BATCH_ID, help="a committed batch (default: the latest committed)")
     quiet_period_option(p)
     p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
     p.add_argument("--audit", metavar="URL", help="where the migration's record goes (default: the "

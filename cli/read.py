@@ -23,7 +23,7 @@ from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, add_dormant_after
+from .common import BATCH_ID, EXIT_FINDINGS, WHERE, Result, add_dormant_after, whole
 
 
 def inspect(args: argparse.Namespace) -> Result:
@@ -93,7 +93,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lineage", help="per store: the replay chain Spark would load, its length and bytes")
     p.add_argument("path", help=WHERE)
     p.add_argument(
-        "--batch", type=int, help="a batch still in the commit log (default: the latest committed)"
+        "--batch", type=BATCH_ID, help="a batch still in the commit log (default: the latest committed)"
     )
     p.set_defaults(run=lineage)
 
@@ -114,7 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     for name in ("validate", "scan"):
         sub.choices[name].add_argument(
-            "--long-chain", type=int, default=POLICY.long_chain, metavar="N",
+            "--long-chain", type=whole(1), default=POLICY.long_chain, metavar="N",
             help=f"warn from this replay-chain length ({POLICY.long_chain})",
         )  # fmt: skip
         add_dormant_after(sub.choices[name])

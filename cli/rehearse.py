@@ -12,7 +12,7 @@ from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, duration, leased, takes_the_lease, terminated
+from .common import BATCH_ID, WHERE, Result, duration, leased, takes_the_lease, terminated, whole
 
 
 def _conf(text: str) -> tuple[str, str]:
@@ -23,10 +23,12 @@ def _conf(text: str) -> tuple[str, str]:
 
 
 def rehearse_command(args: argparse.Namespace) -> Result:
-    from jobs.rehearse import in_process, in_python  # Spark starts only once the scratch is forked
+    from jobs.rehearse import in_process, in_python, load_query  # Spark starts once the scratch is forked
     from jobs.spark_session import session_for
 
     src = Storage(args.checkpoint)
+    if not args.python:  # a module this interpreter cannot import is refused before Spark starts
+        load_query(args.query)
     run = (
         in_python(args.python, args.master)
         if args.python
@@ -51,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a function that takes a SparkSession and returns the query's DataStreamWriter "
                    "(df.writeStream...), as the deployment builds it; its sink is replaced by one that "
                    "writes nothing")  # fmt: skip
-    p.add_argument("--batch", type=int, help="the committed batch to replay (default: the latest committed)")
+    p.add_argument(
+        "--batch", type=BATCH_ID, help="the committed batch to replay (default: the latest committed)"
+    )
     p.add_argument("--python", metavar="PATH", help="run Spark in this interpreter (another PySpark: an "
                    "upgrade or a rollback); it needs this project's dependencies")  # fmt: skip
     p.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
@@ -59,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", action="store_true", help="keep the scratch fork (it is printed)")
     p.add_argument("--scratch-dir", metavar="DIR", help="where the local scratch fork goes (default: the "
                    "system's temporary folder)")  # fmt: skip
-    p.add_argument("--workers", type=int, default=POLICY.fork_workers, metavar="N",
+    p.add_argument("--workers", type=whole(1, 256), default=POLICY.fork_workers, metavar="N",
                    help=f"files copied at once (default {POLICY.fork_workers})")  # fmt: skip
     p.add_argument("--timeout", type=duration, default=POLICY.rehearsal_timeout_seconds, metavar="DURATION",
                    help="the time the query's function, the batch and the comparison may take in all "

@@ -330,6 +330,9 @@ def expired_text(doc: Doc) -> str:
         return f"no transformWithState store with a TTL at batch {_batch(doc['batch'])}: nothing expires"
     lines = [f"{doc['expired']:,} of {doc['entries']:,} entries ({doc['expired_share']:.1%}, "
              f"{human_bytes(doc['expired_bytes'])}) expired at {at}, batch {doc['batch']}"]  # fmt: skip
+    if doc.get("replays") is not None:
+        lines.append(f"stopped mid-batch: batch {doc['replays']} is planned and not committed; as of its own "
+                     "time, which its replay evicts by (nothing that replay reads is taken)")  # fmt: skip
     rows = [(s["operator"], s["partition"], s["store"], s["version"], s["entries"], s["expired"],
              human_bytes(s["expired_bytes"]), s["outcome"]) for s in doc["stores"]]  # fmt: skip
     lines.append(_table(rows, ("op", "part", "store", "version", "entries", "expired", "bytes", "outcome")))

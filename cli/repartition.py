@@ -21,6 +21,7 @@ from .common import (
     quiet_period_option,
     quiet_seconds,
     takes_the_lease,
+    whole,
 )
 
 
@@ -78,7 +79,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("repartition", help="change a stopped query's state partition count with Spark's "
                        "repartitioner: preflight, backup, rewrite, proof, undo on failure")  # fmt: skip
     p.add_argument("path", help=WHERE)
-    p.add_argument("--partitions", type=int, metavar="N", help="the new state partition count")
+    p.add_argument(
+        "--partitions",
+        type=whole(1, POLICY.max_state_partitions),
+        metavar="N",
+        help="the new state partition count",
+    )
     p.add_argument("--undo", action="store_true",
                    help="take back the newest repartition while its batch is still the latest")  # fmt: skip
     quiet_period_option(p)

@@ -22,7 +22,7 @@ from checkpoint.retire import (
 )
 from checkpoint.storage import Storage
 
-from .common import WHERE, Result, add_dormant_after, duration, leased, takes_the_lease
+from .common import DELETE_BATCH, WHERE, Result, add_dormant_after, duration, leased, takes_the_lease
 
 
 def retire(args: argparse.Namespace) -> Result:
@@ -34,9 +34,9 @@ def retire(args: argparse.Namespace) -> Result:
     storage = Storage(args.target)
     trail = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
     archive = None if args.no_archive else Storage(args.archive)
-    plan = plan_retirement(
-        storage, trail, archive=archive, now=time.time(), dormant_seconds=args.dormant_after
-    )
+    dormancy, short = args.dormant_after, args.unsafe_short_grace
+    plan = plan_retirement(storage, trail, archive=archive, now=time.time(), dormant_seconds=dormancy,
+                           allow_short=short)  # fmt: skip
     doc = {**plan.summary(), "applied": False, "applies_from": plan.planned_at + POLICY.retire_grace_seconds}
     return Result(doc, _plan_text)
 
@@ -104,8 +104,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    f"{duration_text(POLICY.min_retire_grace_seconds)} only with "
                    "--unsafe-short-grace)")  # fmt: skip
     p.add_argument("--unsafe-short-grace", action="store_true",
-                   help="apply: accept a grace under the floor (nobody had the time to object)")  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=POLICY.delete_batch_size, metavar="N",
+                   help="plan: accept a dormancy under the floor of "
+                   f"{duration_text(POLICY.min_dormant_seconds)}; apply: a grace under its floor (nobody "
+                   "had the time to object)")  # fmt: skip
+    p.add_argument("--batch-size", type=DELETE_BATCH, default=POLICY.delete_batch_size, metavar="N",
                    help=f"apply: keys per delete request (1-{POLICY.delete_batch_size})")  # fmt: skip
     takes_the_lease(p)
     p.set_defaults(run=retire)

@@ -58,12 +58,41 @@ def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
     """Runs `job` (`checkpoint.rehearsal.job_for`) on `spark`; the answer is plain values.
 
     The user's function is the one part of the rehearsal that is not ours, and it runs behind a
-    boundary: on a thread of its own with the job's deadline, with `DataStreamWriter.start` and
-    `toTable` refused while it runs (many deployments' `main` starts its query and waits on it,
-    which would run the production sink on the production checkpoint). What it raises, a
-    `SystemExit` included, a query it started anyway, and a deadline passed are answers
+    boundary: on a thread of its own with the job's deadline, and for as long as the rehearsal
+    runs, `DataStreamWriter.start` and `toTable` are refused to every thread but the rehearsal's
+    own start (many deployments' `main` starts its query and waits on it, which would run the
+    production sink on the production checkpoint), and from the threads the function started ever
+    after. What it raises, a `SystemExit` included, a query it started anyway (past PySpark's writer:
+    a listener sees every query this session starts), and a deadline passed are answers
     (`answer["code"]`, `answer["timed_out"]`), never an exception of this function. Whatever query
     is running afterwards that was not before is stopped, and named."""
+    seen: list[str] = []
+    listener = _starts_seen(spark, seen)
+    ours: list[str] = []
+    with _GUARD.lock:
+        _GUARD.armed += 1
+        _GUARD.starts = []
+    try:
+        answer = _rehearse(spark, job, ours)
+    finally:
+        with _GUARD.lock:
+            _GUARD.armed -= 1
+        _forget(spark, listener)
+    with _GUARD.lock:
+        refused = list(_GUARD.starts)
+    if refused and "code" not in answer:  # a thread it left called start later: refused, and said
+        late = f"a thread it started called DataStreamWriter.{refused[0]}() after it returned (refused)"
+        answer["code"] = {"outcome": CODE_STARTED, "type": None, "message": late}
+    foreign = [q for q in seen if q not in ours]
+    if foreign and answer.get("code", {}).get("outcome") != CODE_STARTED:  # the graver of the two
+        started = f"a query was started past PySpark's writer (id {foreign[0]})"
+        if raised := answer.get("code"):
+            started += f"; then it raised {raised['type']}: {raised['message'][:200]}"
+        answer["code"] = {"outcome": CODE_STARTED, "type": None, "message": started}
+    return answer
+
+
+def _rehearse(spark, job: dict[str, Any], ours: list[str]) -> dict[str, Any]:
     from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
@@ -78,6 +107,10 @@ def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
     with scoped_confs(spark, job["conf"]):
         before = {q.id for q in spark.streams.active}
         writer = _call_the_query(query, spark, deadline, answer)
+        if _stopped(spark):
+            stopped_it = "it stopped the Spark session the rehearsal runs in"
+            answer.setdefault("code", {"outcome": CODE_RAISED, "type": None, "message": stopped_it})
+            return answer
         stopped = _stop_queries_since(spark, before)
         if stopped:
             answer["stopped_queries"] = stopped
@@ -98,7 +131,8 @@ def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
         level = _log_level(spark)
         spark.sparkContext.setLogLevel("OFF")
         try:
-            started = writer.start()
+            started = _our_start(writer)
+            ours.append(str(started.id))
             try:
                 if not started.awaitTermination(max(deadline - time.monotonic(), 0.001)):
                     answer["timed_out"] = "the batch"
@@ -128,6 +162,48 @@ def rehearse_on(spark, job: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+def _stopped(spark) -> bool:
+    """Whether the session's context was stopped (by the user's function): a stopped SparkContext
+    lets go of its JVM context. A Spark Connect session has none on this side."""
+    context = getattr(spark, "_sc", None)
+    return context is not None and getattr(context, "_jsc", None) is None
+
+
+def _starts_seen(spark, seen: list[str]) -> Any:
+    """A listener that records the id of every query this session starts, however it is started;
+    None where the session takes none (then `start` and `toTable` are still refused)."""
+    try:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        class Seen(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None:
+                seen.append(str(event.id))
+
+            def onQueryProgress(self, event) -> None:
+                pass
+
+            def onQueryIdle(self, event) -> None:
+                pass
+
+            def onQueryTerminated(self, event) -> None:
+                pass
+
+        listener = Seen()
+        spark.streams.addListener(listener)
+        return listener
+    except Exception:  # noqa: BLE001 - a PySpark that takes no Python listener: the writer's guard alone
+        log.warning("no listener of query starts on this session: starts past PySpark's writer go unseen")
+        return None
+
+
+def _forget(spark, listener: Any) -> None:
+    if listener is not None and not _stopped(spark):
+        try:
+            spark.streams.removeListener(listener)
+        except Exception:  # noqa: BLE001 - a session going away: its listeners go with it
+            pass
+
+
 # What a query function did, as `answer["code"]["outcome"]` says it (`checkpoint.rehearsal.verdict`).
 CODE_RAISED, CODE_EXITED, CODE_STARTED = "raised", "exited", "started a query"
 _MESSAGE_SHOWN = 500
@@ -148,13 +224,26 @@ class _Guard:
         self.armed = 0
         self.hung: set[int] = set()
         self.starts: list[str] = []
+        self.local = threading.local()  # `ours`: this thread makes the rehearsal's own start
 
     def refuses(self, name: str) -> bool:
+        if getattr(self.local, "ours", False):
+            return False
         with self.lock:
             refused = self.armed > 0 or threading.get_ident() in self.hung
             if refused:
                 self.starts.append(name)
             return refused
+
+
+def _our_start(writer) -> Any:
+    """The rehearsal's own start of the replay, the one start the guard lets through."""
+    _guard_writers()
+    _GUARD.local.ours = True
+    try:
+        return writer.start()
+    finally:
+        _GUARD.local.ours = False
 
 
 _GUARD = _Guard()
@@ -176,17 +265,17 @@ def _call_the_query(query: Callable, spark, deadline: float, answer: dict[str, A
 
     _guard_writers()
     thread = threading.Thread(target=call, name="ckpt-rehearsal-query", daemon=True)
-    with _GUARD.lock:
-        _GUARD.armed += 1
-        _GUARD.starts = []
+    before = set(threading.enumerate())
     try:
         thread.start()
         thread.join(max(deadline - time.monotonic(), 0.001))
     finally:
+        # Its thread if it outlived the deadline, and every thread it started that still runs, may
+        # never start a query: not during the rehearsal, nor after it (a non-daemon thread keeps the
+        # process up to do just that).
+        left = [t for t in threading.enumerate() if t not in before and (t is not thread or t.is_alive())]
         with _GUARD.lock:
-            _GUARD.armed -= 1
-            if thread.is_alive() and thread.ident is not None:
-                _GUARD.hung.add(thread.ident)
+            _GUARD.hung.update(t.ident for t in left if t.ident is not None)
             starts = list(_GUARD.starts)
     if thread.is_alive():  # it cannot be killed: it is left, a daemon, and may start nothing
         answer["timed_out"] = "the query's function"
@@ -205,12 +294,39 @@ def _call_the_query(query: Callable, spark, deadline: float, answer: dict[str, A
 
 
 def _guard_writers() -> None:
-    """`DataStreamWriter.start` and `toTable` wrapped, once per process, to ask `_GUARD` first."""
+    """`DataStreamWriter.start` and `toTable` wrapped, once per process, to ask `_GUARD` first: the
+    Python writer's, and the JVM's as py4j calls it (`df.writeStream._jwrite.start()` goes past
+    the Python one)."""
     for cls in _writer_classes():
         for name in ("start", "toTable"):
             original = cls.__dict__[name]
             if not getattr(original, "_ckpt_guarded", False):
                 setattr(cls, name, _guarded(name, original))
+    try:
+        from py4j.java_gateway import JavaMember  # type: ignore[import-untyped]
+    except ImportError:  # no py4j (Spark Connect alone): no JVM writer on this side
+        return
+    call = JavaMember.__call__
+    if not getattr(call, "_ckpt_guarded", False):
+        JavaMember.__call__ = _guarded_jvm(call)
+
+
+def _guarded_jvm(original: Callable) -> Callable:
+    def call(self, *args: Any) -> Any:
+        if self.name in ("start", "toTable") and _is_stream_writer(self.container):
+            if _GUARD.refuses(self.name):
+                raise _StartRefused(f"DataStreamWriter.{self.name}() is refused while a rehearsal runs")
+        return original(self, *args)
+
+    call._ckpt_guarded = True  # type: ignore[attr-defined]
+    return call
+
+
+def _is_stream_writer(java_object: Any) -> bool:
+    try:
+        return str(java_object.getClass().getName()).endswith("DataStreamWriter")
+    except Exception:  # noqa: BLE001 - not an object whose class py4j can tell: not a writer we know
+        return False
 
 
 def _guarded(name: str, original: Callable) -> Callable:

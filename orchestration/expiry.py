@@ -8,7 +8,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets import markdown
-from assets.resources import CheckpointRootsResource, quiet_period_field
+from assets.resources import CheckpointRootsResource, SparkResource, quiet_period_field
 from checkpoint.analysis import human_bytes
 from checkpoint.errors import CheckpointError
 from checkpoint.expiry import PurgeOptions, purge_expired
@@ -23,12 +23,17 @@ class PurgeConfig(dg.Config):
     quiet_period: str | None = quiet_period_field()
 
 
-@dg.op(name="purge_expired")
-def purge_expired_op(context: dg.OpExecutionContext, config: PurgeConfig, roots: CheckpointRootsResource):
+@dg.op(name="purge_expired", tags={"kind": "spark"})
+def purge_expired_op(
+    context: dg.OpExecutionContext, config: PurgeConfig, roots: CheckpointRootsResource, spark: SparkResource
+):
     """The preflight, then each transformWithState store rebuilt without what expired, checked and
-    published under a free name."""
+    published under a free name: a Spark task a store, in this deployment's Spark."""
+    from jobs.expiry import spark_purges  # Spark only when this op runs
+
     request, audit = roots.in_place(context, config.partition), roots.audit_trail(config.partition)
-    options = PurgeOptions(audit, config.as_of, roots.quiet_seconds_at_least(config.quiet_period))
+    options = PurgeOptions(audit, config.as_of, roots.quiet_seconds_at_least(config.quiet_period),
+                           run=spark_purges(spark.session))  # fmt: skip
     try:
         done = purge_expired(request, options)
     except CheckpointError as exc:

@@ -81,7 +81,8 @@ def _plan(context, config: RetireConfig, roots: CheckpointRootsResource) -> tupl
                     roots.under_a_root(f"{config.archive_root.rstrip('/')}/{rel}")
                 )
             plan = plan_retirement(roots.checkpoint_storage(key), roots.audit_trail(key), archive=archive,
-                                   now=time.time(), dormant_seconds=dormant)  # fmt: skip
+                                   now=time.time(), dormant_seconds=dormant,
+                                   allow_short=roots.unsafe_floors)  # fmt: skip
         except CheckpointError as exc:
             refused.append(f"{key}: {exc}")
             continue

@@ -20,6 +20,7 @@ from testbed.cache import MANIFEST, corpus_base, ensure_generated
 from testbed.generators import (
     BIG_BASE_FORMATS,
     generate_big_base,
+    generate_long_chain,
     generate_rescue,
 )
 from testbed.queries import (
@@ -173,6 +174,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rescue", action="store_true", help="generate the lineage-overflow checkpoint only")
     parser.add_argument("--big-base", nargs=4, type=int, metavar=("KEYS", "TOUCH", "CHAIN", "RECORDS"),
                         help="generate one big-base checkpoint only")  # fmt: skip
+    parser.add_argument("--long-chain", nargs=2, type=int, metavar=("RECORDS", "CHANGELOGS"),
+                        help="generate one delta-only chain of a store only")  # fmt: skip
     parser.add_argument("--state", default="rocksdb_v2", choices=sorted(BIG_BASE_FORMATS),
                         help="the big base's state format")  # fmt: skip
     parser.add_argument("--partitions", type=int, default=1, help="the big base's partitions")
@@ -185,6 +188,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.big_base:
         generate_big_base(args.out, *args.big_base, state=args.state, partitions=args.partitions)
+        return
+    if args.long_chain:
+        generate_long_chain(args.out, *args.long_chain, state=args.state)
         return
     generate(args.out, args.only)
 

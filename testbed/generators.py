@@ -208,3 +208,50 @@ def ensure_big_base(
     if result.returncode != 0 or not (cache / MANIFEST).exists():
         raise RuntimeError(f"big-base generation failed (exit {result.returncode}); output in {cache}")
     return cache
+
+
+LONG_CHAIN_VERSION = 1
+
+
+def generate_long_chain(
+    out: Path, records: int, changelogs: int, state: str = "rocksdb_v2", log=print
+) -> dict:
+    """A delta-only chain of one store: `changelogs` batches of `records` rows each, every row a key
+    of its own (no base, snapshots off from the first batch), as a query that dies on the lineage
+    cap or whose snapshots never upload leaves it. `state`: one of BIG_BASE_FORMATS."""
+    from jobs.spark_session import local_session
+
+    _, confs = BIG_BASE_FORMATS[state]
+    out.mkdir(parents=True)
+    inputs = out / "input"
+    inputs.mkdir()
+    started = time.monotonic()
+    for b in range(changelogs):  # written as text, not as dicts: 10^7 rows in seconds
+        with open(inputs / f"part-{b:05d}.json", "w") as f:
+            for start in range(b * records, (b + 1) * records, 100_000):
+                f.write("".join(f'{{"id": {i}, "k": "c{i:010d}", "v": {i % 5}}}\n'
+                                for i in range(start, min((b + 1) * records, start + 100_000))))  # fmt: skip
+    one = {"spark.sql.shuffle.partitions": "1"}
+    spark = local_session(
+        master="local[2]", app_name="ckpt-long-chain", extra_conf={**one, "spark.driver.memory": "8g"}
+    )
+    try:
+        with scoped_confs(spark, {**one, **confs, **NO_SNAPSHOTS}):
+            _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
+    finally:
+        spark.stop()
+    facts = {"records_per_changelog": records, "changelogs": changelogs, "state": state,
+             "seconds": round(time.monotonic() - started, 1), "version": LONG_CHAIN_VERSION}  # fmt: skip
+    (out / MANIFEST).write_text(json.dumps(facts, indent=2))
+    log(f"corpus: a chain of {changelogs} x {records:,} records ({state}) generated in {facts['seconds']} s")
+    return facts
+
+
+def ensure_long_chain(records: int, changelogs: int = 10, state: str = "rocksdb_v2", log=print) -> Path:
+    """The cached long-chain checkpoint's scenario folder (`checkpoint/` inside), generated in a
+    child process when missing: the rebuild's benchmark input, outside the repository."""
+    name = f"{changelogs}x{records}" + ("" if state == "rocksdb_v2" else f"-{state}")
+    cache = corpus_base() / f"long-chain-v{LONG_CHAIN_VERSION}" / name
+    args = ["--long-chain", str(records), str(changelogs), "--state", state]
+    what = f"a chain of {changelogs} x {records:,} records ({state})"
+    return ensure_generated(cache, ["-m", "testbed.corpus", *args], what, log)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import logging
 import os
@@ -15,20 +16,23 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from checkpoint import bounds
 from checkpoint.analysis import FleetRow
 from checkpoint.cleanup.manifest import Plan, PlannedFile
 from checkpoint.errors import MALFORMED, CheckpointError, GcError
-from checkpoint.format import AUDIT_FOLDER, TRAIL_LOG_BYTES, is_number
+from checkpoint.format import AUDIT_FOLDER, RECORD_BYTES, bounded_lines, is_number
 from checkpoint.policy import POLICY
 from checkpoint.safety import folder_name
 from checkpoint.storage import FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
 _HELD, _HELD_LIMIT = "held.json", 4096
+_HEADER_LIMIT = 64 << 10
+# One append's records, as an object store keeps them (a part object each): a batch's outcomes.
+PART_BYTES = 256 << 20
 
 
 class Recordable(Protocol):
@@ -167,7 +171,8 @@ class AuditTrail:
     def read_plan(self, url: str) -> Plan:
         """A plan's header: its first line, one small read whatever the manifest holds."""
         with self.storage.open(self._rel_of(url), block_size=64 << 10) as f:
-            return Plan.parse(f.readline().decode(), url)
+            # A header is a few hundred bytes: no more is read, whatever the file holds after it.
+            return Plan.parse(f.readline(_HEADER_LIMIT).decode("utf-8", "replace"), url)
 
     def verified_copy(self, plan: Plan, folder: str) -> str:
         """The plan's manifest copied into the local `folder`, its sha256 taken on the way; raises
@@ -231,11 +236,36 @@ class AuditTrail:
 
     def records(self, rel: str) -> list[dict[str, Any]]:
         """Every line appended to `rel` (`append_records`), in order."""
+        return list(self.each_record(rel))
+
+    def each_record(self, rel: str) -> Iterator[dict[str, Any]]:
+        """The lines appended to `rel` (`append_records`), in order, a line at a time (each at most
+        RECORD_BYTES, however large the file says it is; on object stores a part, one append's
+        lines, at most PART_BYTES: one GET each). A line that is not a record this tool wrote
+        raises GcError: the trail is data someone may have edited."""
         if self.storage.backend.appends:
-            data = self.storage.read_if_exists(rel, limit=TRAIL_LOG_BYTES) or b""
-        else:
-            data = b"".join(self.storage.read_many(self._parts(rel), limit=TRAIL_LOG_BYTES).values())
-        return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+            if self.storage.stat(rel) is None:
+                return
+            with self.storage.open(rel, block_size=1 << 20) as fh:
+                yield from self._parsed(bounded_lines(fh.read, RECORD_BYTES, self.storage.full(rel)), rel)
+            return
+        for part in self._parts(rel):
+            data = self.storage.read_bytes(part, limit=PART_BYTES)
+            yield from self._parsed(bounded_lines(io.BytesIO(data).read, RECORD_BYTES, part), part)
+
+    def _parsed(self, lines: Iterable[bytes], rel: str) -> Iterator[dict[str, Any]]:
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (*MALFORMED, UnicodeDecodeError) as exc:
+                raise GcError(f"an unreadable record in the audit trail ({exc}): look at it; nothing was "
+                              "done", self.storage.full(rel)) from exc  # fmt: skip
+            if not isinstance(record, dict):
+                raise GcError("a record in the audit trail is not an object: look at it; nothing was done",
+                              self.storage.full(rel))  # fmt: skip
+            yield record
 
     def _parts(self, rel: str) -> list[str]:
         names = [f.rel for f in self.storage.list_dir(rel.rpartition("/")[0]).files]

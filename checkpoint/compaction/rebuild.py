@@ -8,34 +8,40 @@ before the base is opened (a wrong one corrupts list state silently), merges fol
 StringAppendOperator's semantics, rocksdict's own config file stays out of the zip, and
 column-family stores need a base zip for their family mapping.
 
-Memory follows the chain, never the store. The base's files are streamed to local disk (their
-CRC32C computed on the way) and opened in RocksDB with a bounded memtable and block cache and with
-automatic compactions off, so the base's SSTs stay byte for byte what they were. Only the keys the
-chain touches come into Python: read from the base by point lookups, replayed, and written back as
-one net change per key (a store touched 1.2M times over 250k keys takes 250k writes), so the new
-SSTs hold exactly those changes.
+Memory follows the work, never the store nor the chain. The base's files are streamed to local disk
+(their CRC32C computed on the way) and opened in RocksDB with a bounded memtable and block cache
+and with automatic compactions off, so the base's SSTs stay byte for byte what they were. The chain
+is read a part of each changelog at a time (`Policy.rebuild_chunk_bytes` of decoded records) and
+replayed onto the base in RocksDB as Spark's recovery replays it: puts, deletes and merges, in
+write batches. Nothing of the chain is held in Python beyond the part being written.
 
 Before anything is published the new checkpoint is checked in bounded memory, independently of
-the write path: every touched key read back from it equals a second replay done by a different
-algorithm (newest record first) over the base values read before any write; the base's SSTs are
-all still there, unchanged; the new SSTs hold no entry besides the changes; and the key count is
-the base's plus those inserted minus those deleted. Publishing writes SSTs (new names), checks
-them, then the zip under a temporary name that is linked into place without ever overwriting,
-then its `.crc`.
+the write path: the same records are replayed again, batched otherwise, into a second store on a
+copy of the base, and the two compared: without a base, every key of
+both in one ordered scan; with one, the keys the chain wrote (kept in a third store, read back in
+key order), a batch of lookups at a time, against the base as fetched for the key counts. The
+base's SSTs are all still there, unchanged. Each changelog is checked against its `.crc` sidecar
+as it is read, before anything built on it is published. Publishing writes SSTs (new names),
+checks them, then the zip under a temporary name that is linked into place without ever
+overwriting, then its `.crc`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import resource
 import shutil
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import islice, repeat
+from itertools import islice, repeat, zip_longest
+from operator import ne
 from pathlib import Path
+from typing import Any
 
 from checkpoint.errors import CorruptFileError, RebuildError
 from checkpoint.format import (
@@ -57,7 +63,6 @@ from checkpoint.rocksdb import (
     option_values,
     publish,
     set_options,
-    write_in_batches,
 )
 
 
@@ -105,88 +110,7 @@ class RebuildResult:
 
 
 _BATCH_RECORDS = 100_000
-
-
-def replay(base: dict[bytes, bytes], changelogs: Iterable[list[RecordRun]], delimiter: bytes) -> dict:
-    """The store's content after the changelogs, oldest first, in Spark's order: a put replaces, a
-    delete removes, a merge appends with StringAppendOperator's semantics (docs/compaction.md,
-    rebuild note 3)."""
-    state = dict(base)
-    for runs in changelogs:
-        for run in runs:
-            if run.op == "put":
-                state.update(zip(run.keys, run.written, strict=True))
-            elif run.op == "delete":
-                for key in run.keys:
-                    state.pop(key, None)
-            else:
-                for key, operand in zip(run.keys, run.written, strict=True):
-                    old = state.get(key)
-                    state[key] = operand if old is None else old + delimiter + operand
-    return state
-
-
-def replay_newest_first(
-    base: dict[bytes, bytes], changelogs: list[list[RecordRun]], delimiter: bytes
-) -> dict[bytes, bytes]:
-    """The same content computed from the other end, as the independent check of `replay`: a key's
-    newest put or delete decides it, merge operands newer than that are collected and appended, and
-    the base only fills in keys that no record decides. A different algorithm, not a second run of
-    the same one, so a mistake in either shows as a difference."""
-    decided: dict[bytes, bytes | None] = {}  # None: deleted
-    operands: dict[bytes, list[bytes]] = {}  # newest first, for keys not yet decided
-
-    def decide(key: bytes, value: bytes | None) -> None:
-        newer = operands.pop(key, None)
-        if newer:
-            value = delimiter.join(([] if value is None else [value]) + newer[::-1])
-        decided[key] = value
-
-    for runs in reversed(changelogs):
-        for run in reversed(runs):
-            if run.op != "merge" and operands.keys().isdisjoint(run.keys):
-                # the first writer from the end wins: setdefault, newest record first, in C
-                values = reversed(run.values) if run.values is not None else repeat(None)
-                deque(map(decided.setdefault, reversed(run.keys), values), maxlen=0)
-                continue
-            for i in range(len(run.keys) - 1, -1, -1):
-                key = run.keys[i]
-                if key in decided:
-                    continue
-                if run.op == "merge":
-                    operands.setdefault(key, []).append(run.written[i])
-                else:
-                    decide(key, run.values[i] if run.values is not None else None)
-    for key in list(operands):  # operands that no put or delete ends merge onto the base
-        decide(key, base.get(key))
-    content = {k: v for k, v in base.items() if k not in decided}
-    content.update({k: v for k, v in decided.items() if v is not None})
-    return content
-
-
-def _write_changes(db, base: dict[bytes, bytes], content: dict[bytes, bytes], memtable_bytes: int) -> None:
-    """Puts what changed against the base values of the touched keys and deletes what is gone: one
-    memtable entry per changed key rather than one per record replayed."""
-    import rocksdict
-
-    write_opts = rocksdict.WriteOptions()
-    # A property, although rocksdict's stub declares a method: the stub is wrong, not the call.
-    write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
-    get = base.get
-    changed = content if not base else {k: v for k, v in content.items() if get(k) != v}
-    # RocksDB switches memtables between writes only: a batch's size bounds how far one overshoots.
-    sample = list(islice(changed.items(), 1000))
-    entry = max(1, sum(len(k) + len(v) for k, v in sample) // max(1, len(sample)))
-    per_batch = min(_BATCH_RECORDS, max(1000, memtable_bytes // 8 // entry))
-    write_in_batches(db, write_opts, per_batch, "put", list(changed), list(changed.values()))
-    write_in_batches(db, write_opts, per_batch, "delete", list(base.keys() - content.keys()))
-
-
-def _point_reads(db, keys: list[bytes]):
-    """(key, value or None) for each key, by multi-gets of bounded size."""
-    for start in range(0, len(keys), _BATCH_RECORDS):
-        part = keys[start : start + _BATCH_RECORDS]
-        yield from zip(part, db.get(part), strict=True)
+_WRITES_WAITING = 4  # batches made and not yet written
 
 
 def reset_peak_rss() -> None:
@@ -269,29 +193,19 @@ def _rebuild(
             check_free_disk(tmp, 0, chain_bytes, ckpt.url)
         restore = {**SPARK_OPTIONS, **option_values(db_dir, SPARK_OPTIONS)}
         set_options(db_dir, bulk_options(policy, delimiter))
-        changelogs = [ckpt.read_changelog_runs(f, ckpt.read_verified(f))[1] for f in entry.chain]
-        records = sum(len(run.keys) for runs in changelogs for run in runs)
-        touched = list(set().union(*(run.keys for runs in changelogs for run in runs)))
-        if base:  # looked up in the base: neighbouring keys share blocks (1.4 s for 561k keys, not 2.2)
-            touched.sort()
-        db = open_db(db_dir, policy)
+        if cf_store:  # merges read the values written before them: a memtable that reads well
+            set_options(db_dir, {"memtable_factory": "{id=SkipListFactory;lookahead=0;}"})
+        stores = Stores(tmp, db_dir, base is not None, policy, delimiter)
         try:
-            block_cache = db.property_int_value("rocksdb.block-cache-capacity") or 0
-            # What the chain builds on, read before any write: the base value of each touched key.
-            before = {k: v for k, v in _point_reads(db, touched) if v is not None} if base else {}
-            _write_changes(db, before, replay(before, changelogs, delimiter), policy.rebuild_memtable_bytes)
-            with ThreadPoolExecutor(1) as pool:
-                # RocksDB's flush releases the GIL: the check's replay runs meanwhile
-                check = pool.submit(replay_newest_first, before, changelogs, delimiter)
-                db.flush()
-                rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
-                expected = check.result()
+            records = stores.replay(ckpt, entry, policy)
+            block_cache = stores.db.property_int_value("rocksdb.block-cache-capacity") or 0
+            stores.flush()
+            rocksdict.Checkpoint(stores.db).create_checkpoint(str(checkpoint_dir))
         finally:
-            db.close()
-        del changelogs
+            stores.close()
+        # Read with the rebuild's own merge operator (its delimiter), then given Spark's options back.
+        keys, internal, touched = _verify(ckpt, entry, checkpoint_dir, stores, policy, base)
         set_options(checkpoint_dir, restore)
-        _verify(ckpt, entry, checkpoint_dir, policy, base, touched, before, expected)
-        keys, internal = _count_keys(base.meta if base else None, before, expected)
         if rewrite is not None:
             set_options(checkpoint_dir, bulk_options(policy, delimiter))  # its merge operator, to read
             done = rewrite(checkpoint_dir, base.meta if base else None, tmp)
@@ -310,25 +224,150 @@ def _rebuild(
             records=records, chain_length=len(entry.chain),
             bytes_read=(base.bytes_read if base else 0) + chain_bytes,
             bytes_written=result["bytes"], ssts_reused=result["reused"], ssts_written=result["written"],
-            touched_keys=len(touched), memtable_bytes=policy.rebuild_memtable_bytes,
+            touched_keys=touched, memtable_bytes=policy.rebuild_memtable_bytes,
             block_cache_bytes=block_cache, peak_rss_bytes=peak_rss(),
         )  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class Stores:
+    """The RocksDB stores a rebuild writes, in its work folder, each a chunk of records at a time:
+    - `db`: the base (or nothing) and the chain replayed onto it, as Spark's recovery replays it
+      (puts, deletes and merges, in write batches; a merge written as the value it makes, read
+      from what the store holds then): what is published;
+    - `check`: the same records replayed again, a run in one batch, onto a copy of the base (its
+      SSTs linked): the independent check, compared with `db` by the keys the chain touched;
+    - with a base, `touched` (the keys the chain writes, for that comparison: without a base, every
+      key of the store is one) and `before` (the base as fetched, for the key counts).
+    Memory is the stores' bounded memtables and block caches and one part of a changelog."""
+
+    def __init__(self, tmp: Path, db_dir: Path, base: bool, policy: Policy, delimiter: bytes = b","):
+        self.check_dir, self.touched_dir, self.before_dir = tmp / "check", tmp / "touched", tmp / "before"
+        self.delimiter = delimiter
+        # The check's and the keys' stores are read once, in order: a quarter of the memtable each.
+        small = dataclasses.replace(policy, rebuild_memtable_bytes=policy.rebuild_memtable_bytes // 4)
+        if base:  # copies of the base as fetched, before anything is written to it
+            _linked_copy(db_dir, self.check_dir)
+            set_options(self.check_dir, {"write_buffer_size": str(small.rebuild_memtable_bytes)})
+            _linked_copy(db_dir, self.before_dir)
+        else:
+            self.check_dir.mkdir()
+        self.db = open_db(db_dir, policy)
+        self.check = open_db(self.check_dir, small)
+        self.touched = None
+        if base:
+            self.touched_dir.mkdir()
+            self.touched = open_db(self.touched_dir, small)
+
+    def replay(self, ckpt: Checkpoint, entry: StoreLineage, policy: Policy) -> int:
+        """Each changelog of the chain, oldest first, as it is read; the records replayed. The
+        batches are written by a thread of their own (RocksDB's writes release the GIL), in the
+        order they are made, while this one decodes and batches the next part: at most a few
+        batches wait, so memory stays a part of the chain."""
+        parts = (runs for f in entry.chain for runs in ckpt.stream_verified(f, policy.rebuild_chunk_bytes))
+        return self.write(parts)
+
+    def write(self, parts: Iterable[list[RecordRun]]) -> int:
+        """The runs of `parts`, in order, into every store; the records written."""
+        import rocksdict
+
+        write_opts = rocksdict.WriteOptions()
+        # A property, although rocksdict's stub declares a method: the stub is wrong, not the call.
+        write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
+        records = 0
+        pending: deque = deque()
+        with ThreadPoolExecutor(1) as writer:  # one thread: each store's writes keep their order
+            for runs in parts:
+                for run in runs:
+                    records += len(run.keys)
+                    if run.op == "merge":  # it reads what is written before it: written in turn, here
+                        while pending:
+                            pending.popleft().result()
+                        for store, batch in self._batches(run):
+                            store.write(batch, write_opts)
+                        continue
+                    for store, batch in self._batches(run):
+                        pending.append(writer.submit(store.write, batch, write_opts))
+                        while len(pending) > _WRITES_WAITING:
+                            pending.popleft().result()
+            while pending:
+                pending.popleft().result()
+        return records
+
+    def _batches(self, run: RecordRun) -> Iterator[tuple[Any, Any]]:
+        """(store, its write batch) of a run: the check's the whole run in one batch (a path of its
+        own), the store's and the keys' in slices of it. A merge is written as the value it makes
+        (rocksdict writes no merge records), each store's from its own current value."""
+        import rocksdict
+
+        values = () if run.op == "delete" else (run.written,)
+        whole = rocksdict.WriteBatch(raw_mode=True)  # a written batch is consumed: one per write
+        if run.op == "merge":
+            deque(map(whole.put, *self._merged(self.check, run.keys, run.written)), maxlen=0)
+        else:
+            deque(map(getattr(whole, run.op), run.keys, *values), maxlen=0)
+        yield self.check, whole
+        for start in range(0, len(run.keys), _BATCH_RECORDS):
+            end = start + _BATCH_RECORDS
+            keys, part = run.keys[start:end], [v[start:end] for v in values]
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            if run.op == "merge":
+                deque(map(batch.put, *self._merged(self.db, keys, part[0])), maxlen=0)
+            else:
+                deque(map(getattr(batch, run.op), keys, *part), maxlen=0)
+            yield self.db, batch
+            if self.touched is not None:
+                seen = rocksdict.WriteBatch(raw_mode=True)
+                deque(map(seen.put, keys, repeat(b"")), maxlen=0)
+                yield self.touched, seen
+
+    def _merged(self, store: Any, keys: list[bytes], operands: list[bytes]) -> tuple[list, list]:
+        """(keys, values) once `operands` are merged onto `store`'s values, as RocksDB's
+        StringAppendOperator does with Spark's delimiter (docs/compaction.md, rebuild note 3): an
+        operand alone onto nothing, else appended after the delimiter."""
+        current = dict.fromkeys(keys)
+        distinct = list(current)
+        current.update(zip(distinct, store.get(distinct), strict=True))
+        for key, operand in zip(keys, operands, strict=True):
+            old = current[key]
+            current[key] = operand if old is None else old + self.delimiter + operand
+        return list(current), list(current.values())
+
+    def flush(self) -> None:
+        with ThreadPoolExecutor(2) as pool:  # RocksDB's flushes release the GIL: side by side
+            for done in [pool.submit(d.flush) for d in (self.db, self.check, self.touched) if d is not None]:
+                done.result()
+
+    def close(self) -> None:
+        for d in (self.db, self.check, self.touched):
+            if d is not None:
+                d.close()
+
+
+def _linked_copy(src: Path, dst: Path) -> None:
+    """A RocksDB folder that shares `src`'s SSTs (hard links: never rewritten, compactions are off)
+    and has its own copies of the files RocksDB appends to or rewrites."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.suffix == ".sst":
+            os.link(f, dst / f.name)
+        else:
+            shutil.copy2(f, dst / f.name)
+
+
 def _verify(
     ckpt: Checkpoint,
     entry: StoreLineage,
     checkpoint_dir: Path,
+    stores: Stores,
     policy: Policy,
     base: FetchedBase | None,
-    touched: list[bytes],
-    before: dict[bytes, bytes],
-    expected: dict[bytes, bytes],
-) -> None:
-    """What RocksDB reads back from the new checkpoint's files, in memory for the chain only: the
-    touched keys against the independent replay, and the rest by what the files must be."""
+) -> tuple[int, int, int]:
+    """What RocksDB reads back from the new checkpoint's files against the check's store, in
+    bounded memory: without a base, every key of both in one ordered scan; with one, the keys the
+    chain touched, in order, a batch of lookups at a time (the base's other keys are its SSTs,
+    which must all be there byte for byte). Returns (numKeys, numInternalKeys, touched keys)."""
     import crc32c
 
     def refuse(why: str):
@@ -337,26 +376,21 @@ def _verify(
     if any(p.stat().st_size for p in checkpoint_dir.glob("*.log")):
         raise refuse("the new checkpoint has a non-empty WAL; its SSTs do not hold all of the store")
     db = open_db(checkpoint_dir, policy, read_only=True)
+    check = open_db(stores.check_dir, policy, read_only=True)
     try:
         live = {f["name"].lstrip("/"): f for f in db.live_files()}
         if base is None:
-            # Without a base the store holds the chain's keys only: one ordered scan reads them all
-            # several times faster than lookups, and shows a key that should not be there.
-            found, differ = 0, 0
-            for k, v in db.items():
-                want = expected.get(k)
-                found += want is not None
-                differ += want != v
-            differ += len(expected) - found
+            keys, differ = _compare_all(db, check)
+            counts, touched = (keys, 0), keys
         else:
-            differ = sum(1 for k, v in _point_reads(db, touched) if v != expected.get(k))
+            counts, touched, differ = _compare_touched(db, check, stores, base.meta, ckpt.url, policy)
     finally:
         db.close()
+        check.close()
     if differ:
         raise refuse(f"the rebuilt store differs from an independent replay in {differ} keys")
-    base_ssts = base.ssts if base else {}
-    # The keys the chain never touched are the base's: its SSTs are all still live, byte for byte...
-    for name, crc in base_ssts.items():
+    # The keys the chain never touched are the base's: its SSTs are all still live, byte for byte.
+    for name, crc in (base.ssts if base else {}).items():
         path = checkpoint_dir / name
         if name not in live or not path.exists():
             raise refuse(f"base SST {name} is no longer part of the store (compacted during the rebuild)")
@@ -366,34 +400,53 @@ def _verify(
                 value = crc32c.crc32c(block, value)
         if value != crc:
             raise refuse(f"base SST {name} changed during the rebuild")
-    # ...and the new SSTs hold one entry per key the chain changes, and nothing else.
-    entries = sum(f["num_entries"] for n, f in live.items() if n not in base_ssts)
-    # without a base every key the store ends with is a change
-    changes = sum(1 for k in touched if expected.get(k) != before.get(k)) if before else len(expected)
-    if entries != changes:
-        raise refuse(f"the new SSTs hold {entries} entries, not one per key the chain changes ({changes})")
+    return counts[0], counts[1], touched
 
 
-def _count_keys(
-    base_meta: SnapshotMetadata | None, before: dict[bytes, bytes], expected: dict[bytes, bytes]
-) -> tuple[int, int]:
-    """(numKeys, numInternalKeys): the base's, plus the keys the chain inserts, minus those it
-    deletes. Column-family stores count by each key's family id and its type."""
-    inserted = [k for k in expected if k not in before]
-    deleted = [k for k in before if k not in expected]
-    keys, internal = (base_meta.num_keys, base_meta.num_internal_keys) if base_meta else (0, 0)
-    if base_meta is not None and base_meta.column_family_mapping:
+def _compare_all(db, check) -> tuple[int, int]:
+    """(keys, keys that differ) of two stores that hold the chain alone: one ordered scan of both,
+    side by side."""
+    keys = differ = 0
+    for mine, theirs in zip_longest(db.items(), check.items()):
+        keys += mine is not None
+        differ += mine != theirs
+    return keys, differ
 
-        def is_internal(key: bytes) -> bool:
-            try:
-                return base_meta.family_of(key, "the rebuilt store")[1]
-            except CorruptFileError as exc:
-                raise RebuildError(str(exc)) from exc
 
-        moved = sum(map(is_internal, inserted)) - sum(map(is_internal, deleted))
-    else:
-        moved = 0
-    keys, internal = keys + len(inserted) - len(deleted) - moved, internal + moved
-    if keys < 0 or internal < 0:
-        raise RebuildError(f"the key count comes out negative ({keys}, {internal}): the base's is wrong")
-    return keys, internal
+def _compare_touched(
+    db, check, stores: Stores, meta: SnapshotMetadata, url: str, policy: Policy
+) -> tuple[tuple[int, int], int, int]:
+    """((numKeys, numInternalKeys), touched keys, keys that differ) over the keys the chain wrote,
+    read in key order from the touched store, a batch at a time, from the rebuilt store, the check's
+    and the base as fetched: the base's counts plus the keys the chain inserts, less those it
+    deletes. Column-family stores count by each key's family and its type."""
+    touched_db = open_db(stores.touched_dir, policy, read_only=True)
+    before = open_db(stores.before_dir, policy, read_only=True)
+
+    def internal(key: bytes) -> bool:
+        try:
+            return meta.family_of(key, "the rebuilt store")[1]
+        except CorruptFileError as exc:
+            raise RebuildError(str(exc), url) from exc
+
+    families = bool(meta.column_family_mapping)
+    keys, internal_keys, touched, differ = meta.num_keys, meta.num_internal_keys, 0, 0
+    try:
+        it = touched_db.keys()
+        while part := list(islice(it, _BATCH_RECORDS)):
+            mine, theirs, was = db.get(part), check.get(part), before.get(part)
+            touched += len(part)
+            differ += sum(map(ne, mine, theirs))
+            for key, now, then in zip(part, mine, was, strict=True):
+                change = (now is not None) - (then is not None)  # +1 inserted, -1 deleted
+                if change and families and internal(key):
+                    internal_keys += change
+                elif change:
+                    keys += change
+    finally:
+        touched_db.close()
+        before.close()
+    if keys < 0 or internal_keys < 0:
+        raise RebuildError(f"the key count comes out negative ({keys}, {internal_keys}): the base's is wrong",
+                           url)  # fmt: skip
+    return (keys, internal_keys), touched, differ

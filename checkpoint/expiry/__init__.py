@@ -1,6 +1,7 @@
 """transformWithState's expired state: what a TTL expired, read from a store's families (`ttl`),
 reported for a checkpoint and purged offline from a stopped query (`purge`: compaction's rebuild,
-the eviction Spark would do at its next batch, the result checked and published)."""
+the eviction Spark would do at its next batch, the result checked and published), each store in
+this process or, through the options' `run` port, a Spark task of its own (`jobs.expiry`)."""
 
 from checkpoint.errors import PurgeRefused
 from checkpoint.expiry.purge import (
@@ -11,7 +12,10 @@ from checkpoint.expiry.purge import (
     ExpiredState,
     PurgeOptions,
     StorePurge,
+    StorePurges,
+    StoreTask,
     expired_report,
+    in_this_process,
     purge_expired,
 )
 from checkpoint.expiry.ttl import Expired
@@ -26,6 +30,9 @@ __all__ = [
     "PurgeOptions",
     "PurgeRefused",
     "StorePurge",
+    "StorePurges",
+    "StoreTask",
     "expired_report",
+    "in_this_process",
     "purge_expired",
 ]

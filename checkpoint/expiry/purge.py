@@ -26,7 +26,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,14 +57,22 @@ PURGED, NOTHING, OWN_SNAPSHOT, LOOKED = "purged", "nothing expired", "its own sn
 _BATCH = 50_000
 
 
+# Purges the stores given, the lease's `check` before each starts, and gives each one's outcome in
+# order; raises when one fails (RebuildError in this process, PurgeIncomplete from Spark's tasks,
+# LeaseLost), after what finished is published. In this process (`in_this_process`), or one Spark
+# task a store (`jobs.expiry`).
+StorePurges = Callable[["list[StoreTask]", Callable[[], None]], "list[StorePurge]"]
+
+
 @dataclass(frozen=True)
 class PurgeOptions:
     audit: AuditTrail  # where its record goes
-    as_of: float | None = None  # seconds since the epoch; None: now
+    as_of: float | None = None  # seconds since the epoch; None: now (mid-batch: the batch's own time)
     quiet_seconds: float = POLICY.quiet_seconds
     now: float | None = None  # a manual clock; None: the time
     policy: Policy = POLICY  # the rebuild's memory and disk bounds
     what: str = "purge-expired"  # what the lease says it is held for
+    run: StorePurges | None = None  # None: `in_this_process`
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,9 @@ class ExpiredState:
     as_of_ms: int
     stores: tuple[StorePurge, ...]
     seconds: float
+    # The batch a query stopped mid-batch planned and will replay, whose own time the purge was as
+    # of; None for a query stopped after its last batch (or a report).
+    replays: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         entries = sum(v.entries for s in self.stores for v in s.variables)
@@ -111,7 +122,7 @@ class ExpiredState:
                 "expired": expired, "expired_bytes": gone,
                 "expired_share": round(expired / entries, 4) if entries else 0.0,
                 "purged": sum(s.outcome == PURGED for s in self.stores), "seconds": self.seconds,
-                "stores": [s.as_dict() for s in self.stores]}  # fmt: skip
+                "replays": self.replays, "stores": [s.as_dict() for s in self.stores]}  # fmt: skip
 
 
 def expired_report(storage: Storage, as_of: float | None = None, policy: Policy = POLICY) -> ExpiredState:
@@ -136,58 +147,109 @@ def expired_report(storage: Storage, as_of: float | None = None, policy: Policy 
 
 def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
     """The purge's door: the checkpoint's lease, the preflight, then each store purged (see the
-    module docstring). Raises PurgeRefused before anything is written."""
+    module docstring). Raises PurgeRefused before anything is written.
+
+    A query stopped mid-batch (batch N planned, its commit never written: a processing-time TTL
+    query asks for a batch at every trigger, so that is how it usually stops) is purged as its
+    replay of N will see it: as of N's own time, which the offset log records and the replay
+    reuses. N evicts exactly that, and nothing more; a later purge time is refused."""
     started = time.monotonic()
     audit, policy = options.audit, options.policy
     now = time.time() if options.now is None else options.now
-    as_of = now if options.as_of is None else options.as_of
     try:
-        bounds.instant(as_of, "the purge time")
         bounds.instant(now, "now")
         bounds.seconds(options.quiet_seconds, "the quiet period")
+        if options.as_of is not None:
+            bounds.instant(options.as_of, "the purge time")
     except bounds.OutOfRange as exc:
         raise PurgeRefused(f"{exc}; nothing was written", request.storage.url) from exc
-    if as_of > now:
-        raise PurgeRefused(f"the purge time {_utc(as_of)} is later than now ({_utc(now)}): a restart's first "
-                           "batch could come before it and still see what it would remove; nothing was "
-                           "written", request.storage.url)  # fmt: skip
-    as_of_ms = _ms(as_of)
+    if options.as_of is not None and options.as_of > now:
+        raise PurgeRefused(f"the purge time {_utc(options.as_of)} is later than now ({_utc(now)}): a "
+                           "restart's first batch could come before it and still see what it would remove; "
+                           "nothing was written", request.storage.url)  # fmt: skip
     with request.held(options.what) as check:
         ckpt = load_head(request.storage, strict=False, recent=2)
-        _preflight(ckpt, now, options.quiet_seconds)
+        replays = _preflight(ckpt, now, options.quiet_seconds)
+        as_of_ms = _purge_time(ckpt, replays, options.as_of, now)
         targets = _targets(ckpt)
         for entry, _ in targets:
             why = unproven_writer(ckpt, entry)
             if why is not None:
                 raise PurgeRefused(f"refused: {why}. Nothing was written", ckpt.url)
-        done = []
-        for i, (entry, props) in enumerate(targets, 1):
-            check()
-            done.append(_purge(ckpt.for_store(entry.store), entry, props, as_of_ms, policy))
-            crash_point("purge.after_store", i)
+        tasks = [
+            StoreTask(ckpt.for_store(entry.store), entry, props, as_of_ms, policy) for entry, props in targets
+        ]
+        done = (options.run or in_this_process)(tasks, check)
     result = ExpiredState(ckpt.url, ckpt.latest_committed_batch, as_of_ms, tuple(done),
-                          round(time.monotonic() - started, 3))  # fmt: skip
+                          round(time.monotonic() - started, 3), replays)  # fmt: skip
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}Z"
     rel = f"{folder_name(ckpt.url)}/purges/{stamp}.json"
     audit.storage.write(rel, json.dumps({"at": time.time(), **result.as_dict()}, indent=1).encode())
     return result
 
 
-def _preflight(ckpt: Checkpoint, now: float, quiet_seconds: float) -> None:
+def _purge_time(ckpt: Checkpoint, replays: int | None, as_of: float | None, now: float) -> int:
+    """The purge time in milliseconds: the one asked for (no later than now, checked before), by
+    default now; for a query stopped mid-batch, batch N's own time, and never later than it, as
+    the replay of N evicts as of that time and reads what expires after it."""
+    if replays is None:
+        return _ms(now if as_of is None else as_of)
+    entry = ckpt.batches[replays].offset
+    assert entry is not None  # an unfinished batch is a planned one: its offset file was read
+    if as_of is not None and _ms(as_of) > entry.batch_timestamp_ms:
+        own = _utc(entry.batch_timestamp_ms / 1000)
+        raise PurgeRefused(f"refused: the purge time {_utc(as_of)} is later than batch {replays}'s own time "
+                           f"({own}), which its replay evicts by: what expires between the two is still read "
+                           "by that batch; nothing was written", ckpt.url)  # fmt: skip
+    return entry.batch_timestamp_ms if as_of is None else _ms(as_of)
+
+
+@dataclass(frozen=True)
+class StoreTask:
+    """One store's purge, as plain values a Spark task can be shipped: the checkpoint narrowed to
+    the store, its lineage at the latest committed batch, its operator's properties (which name its
+    state variables), the purge time and the rebuild's bounds."""
+
+    ckpt: Checkpoint
+    entry: StoreLineage
+    props: dict[str, Any] | None
+    as_of_ms: int
+    policy: Policy
+
+    def purge(self) -> StorePurge:
+        return _purge(self.ckpt, self.entry, self.props, self.as_of_ms, self.policy)
+
+
+def in_this_process(tasks: list[StoreTask], check: Callable[[], None]) -> list[StorePurge]:
+    """The stores purged one after another in this process, the lease checked before each: the
+    `StorePurges` port without Spark (`jobs.expiry` runs each store as a Spark task)."""
+    done = []
+    for i, task in enumerate(tasks, 1):
+        check()
+        done.append(task.purge())
+        crash_point("purge.after_store", i)
+    return done
+
+
+def _preflight(ckpt: Checkpoint, now: float, quiet_seconds: float) -> int | None:
+    """Refuses a query that may be running, a checkpoint with error findings or nothing committed;
+    returns the batch a query stopped mid-batch planned and never committed (its replay's), or
+    None for one stopped after its last batch."""
+
     def refuse(why: str) -> PurgeRefused:
         return PurgeRefused(f"refused: {why}; nothing was written", ckpt.url)
 
     if ckpt.latest_committed_batch is None:
         raise refuse("no batch is committed")
-    if ckpt.is_live(now, quiet_seconds):
-        unfinished = ckpt.unfinished
+    times = [f.info.mtime for f in ckpt.files if f.kind in (FileKind.COMMIT, FileKind.OFFSET)]
+    if any(t is None or now - t < quiet_seconds for t in times):
+        planned = (
+            f"batch {ckpt.latest_planned_batch} is planned and not committed, and " if ckpt.unfinished else ""
+        )
         raise refuse(
-            f"batch {ckpt.latest_planned_batch} is planned and not committed (a running query, or one that "
-            "died: let it finish a batch, then stop it)"
-            if unfinished
-            else f"a commit or offset is newer than the quiet period ({duration_text(quiet_seconds)}): the "
-            "query looks alive, and only a stopped query is purged (for one known to be stopped, a shorter "
-            "--quiet-period)"
+            f"{planned}a commit or offset is newer than the quiet period ({duration_text(quiet_seconds)}): "
+            "the query looks alive, and only a stopped query is purged (for one known to be stopped, a "
+            "shorter --quiet-period)"
         )
     blocking = [f for f in validate(ckpt, ValidationOptions()).findings if f.severity == Severity.ERROR]
     if blocking:
@@ -195,6 +257,7 @@ def _preflight(ckpt: Checkpoint, now: float, quiet_seconds: float) -> None:
         raise refuse(
             f"{len(blocking)} error finding(s) ({codes}). First: {blocking[0].path}: {blocking[0].message}"
         )
+    return ckpt.latest_planned_batch if ckpt.unfinished else None
 
 
 def _targets(ckpt: Checkpoint) -> list[tuple[StoreLineage, dict[str, Any] | None]]:

@@ -14,7 +14,14 @@ from typing import Any
 from checkpoint.analysis import FindingCode, Severity, Validation, batch_spans, validate
 from checkpoint.errors import CorruptFileError, ForkRefused
 from checkpoint.fork.markers import ForkStarted
-from checkpoint.format import FileKind, bound_of, classify, parse_operator_metadata, parse_sidecar
+from checkpoint.format import (
+    MAX_SCHEMA_BYTES,
+    FileKind,
+    bound_of,
+    classify,
+    parse_operator_metadata,
+    parse_sidecar,
+)
 from checkpoint.model import Checkpoint, StoreId, StoreLineage, load_head, store_folder, untrusted_files
 from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
@@ -143,6 +150,11 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
         raise ForkRefused(
             f"the schema file {missing[0]} that operator metadata names is not in the checkpoint", storage.url
         )
+    if oversized := [i for i in found.values() if i is not None and i.size > MAX_SCHEMA_BYTES]:
+        big = oversized[0]
+        raise ForkRefused(f"the schema file {big.rel} holds {big.size:,} bytes, more than any Spark writes "
+                          f"({MAX_SCHEMA_BYTES:,}): FILE_OVER_ITS_BOUND; nothing was written",
+                          storage.url)  # fmt: skip
     return ForkSource(
         ckpt=view,
         batch=batch,

@@ -433,10 +433,13 @@ def stream_untyped_runs(read, codec: str, path: str, chunk: int = 8 << 20) -> It
     return _stream_runs(decompressing_reader(read, codec, path), False, path, chunk)
 
 
-def stream_changelog_runs(read, codec: str, path: str, chunk: int = 8 << 20) -> Iterator[list[RecordRun]]:
-    """As `stream_untyped_runs`, for a RocksDB changelog of format V1, whose version string (if
-    any) says whether its records are typed: v2 holds column families and merge records."""
-    header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2=False)
+def stream_changelog_runs(
+    read, codec: str, path: str, chunk: int = 8 << 20, *, named_v2: bool = False
+) -> Iterator[list[RecordRun]]:
+    """As `stream_untyped_runs`, for a RocksDB changelog, whose version string says whether its
+    records are typed (v2 and later hold column families and merge records); `named_v2`: a V2
+    name (with an id), which must hold a v3/v4 changelog with its lineage."""
+    header, reader = _read_header(decompressing_reader(read, codec, path), path, named_v2=named_v2)
     return _stream_runs(reader, header.has_column_families, path, chunk)
 
 

@@ -16,6 +16,7 @@ from checkpoint.format import (
     ZIP_WHOLE_BYTES,
     ChangelogHeader,
     ChangeRecord,
+    Checksumming,
     FileKind,
     RecordRun,
     Snapshot,
@@ -30,6 +31,7 @@ from checkpoint.format import (
     sidecar_agrees,
     sidecar_matches,
     signed,
+    stream_changelog_runs,
 )
 from checkpoint.model.files import CheckpointFile
 from checkpoint.policy import POLICY
@@ -108,6 +110,19 @@ class StateFileReads:
         """The records in runs, decoded from `read` as it is pulled (block checksums checked)."""
         named_v2 = f.what.carries_id
         return read_changelog_runs(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
+
+    def stream_verified(self, f: CheckpointFile, chunk: int) -> Iterator[list[RecordRun]]:
+        """A changelog's records, a part of about `chunk` decoded bytes at a time, as it is read
+        (a chunk of the file in memory, never the file); once the last part is given, the bytes
+        read are checked against its Spark `.crc` sidecar when it has one (CorruptFileError on a
+        mismatch: the caller has published nothing built on them yet)."""
+        with self.storage.open(f.rel, block_size=POLICY.copy_chunk_bytes, size=f.info.size) as fh:
+            tee = Checksumming(fh.read)
+            yield from stream_changelog_runs(
+                tee.read, self.changelog_codec, self.storage.full(f.rel), chunk, named_v2=f.what.carries_id
+            )
+            tee.drain(POLICY.copy_chunk_bytes)
+        self._check_sidecar(f.rel, tee.size, signed(tee.crc))
 
     def check_changelog(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
         """How many records the changelog holds, decoded from `read` and checked as a full read

@@ -14,13 +14,14 @@ from checkpoint.policy import Policy
 
 
 def check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> None:
-    """The base is on disk twice at most (downloaded, then the new SSTs beside it), plus the chain."""
-    need = 2 * base_bytes + chain_bytes
+    """The base is on disk twice at most (downloaded, then the new SSTs beside it), and the chain
+    three times (replayed into the store and into its check, its keys into a third)."""
+    need = 2 * base_bytes + 3 * chain_bytes
     free = shutil.disk_usage(tmp).free
     if free < need:
         raise RebuildError(
             f"not enough free disk in {tmp.parent} for this store: about {need:,} bytes needed (base x 2 + "
-            f"chain), {free:,} free; point TMPDIR at a larger disk",
+            f"chain x 3), {free:,} free; point TMPDIR at a larger disk",
             url,
         )
 

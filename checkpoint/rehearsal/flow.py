@@ -89,8 +89,15 @@ def rehearse(request: InPlace, options: RehearsalOptions) -> Rehearsal:
     # By place, before anything is made: a scratch folder inside the checkpoint (or through a link
     # into it) would write into what it copies.
     request.refuse_inside(Storage(str(where)), "the scratch folder")
-    made = _made_as_mkdir_p(where) if o.scratch_dir is not None else []
-    folder = Path(tempfile.mkdtemp(prefix="ckpt-rehearsal-", dir=where))
+    made: list[Path] = []
+    try:
+        if o.scratch_dir is not None:
+            _mkdir_p(where, made)
+        folder = Path(tempfile.mkdtemp(prefix="ckpt-rehearsal-", dir=where))
+    except OSError as exc:  # a file in the way, a dangling link, a read-only or full disk
+        _unmake(made)
+        raise RehearsalRefused(f"the scratch folder cannot be made there ({exc.strerror or exc}): nothing "
+                               "was made", str(where)) from exc  # fmt: skip
     dest = Storage(str(folder / "checkpoint"))
     done = False
     try:
@@ -112,15 +119,16 @@ def rehearse(request: InPlace, options: RehearsalOptions) -> Rehearsal:
             log.info("scratch kept at %s", dest.url)
 
 
-def _made_as_mkdir_p(folder: Path) -> list[Path]:
-    """`folder` and its missing parents made, as `mkdir -p` would; the ones made, deepest last."""
-    missing = [p for p in (folder, *folder.parents) if not p.exists()]
-    folder.mkdir(parents=True, exist_ok=True)
-    return list(reversed(missing))
+def _mkdir_p(folder: Path, made: list[Path]) -> None:
+    """`folder` and its missing parents made, as `mkdir -p` would; each appended to `made` as it is
+    made, deepest last (so what a failure part-way made is known)."""
+    for missing in reversed([p for p in (folder, *folder.parents) if not p.exists()]):
+        missing.mkdir()
+        made.append(missing)
 
 
 def _unmake(made: list[Path]) -> None:
-    """The folders `_made_as_mkdir_p` made, deepest first, each only while empty: a rehearsal that
+    """The folders `_mkdir_p` made, deepest first, each only while empty: a rehearsal that
     did not run leaves nothing it made."""
     for folder in reversed(made):
         try:

@@ -21,6 +21,7 @@ from checkpoint.analysis import Severity, unproven_writer, validate
 from checkpoint.errors import CheckpointError, RepartitionRefused
 from checkpoint.format import RAW_FAMILIES, SHUFFLE_PARTITIONS, FileKind, OffsetEntry, StateAction
 from checkpoint.model import Checkpoint, checkpoint_lineage, state_partition_folders
+from checkpoint.policy import POLICY
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 # The operators whose state Spark's repartitioner can re-key (its StatePartitionKeyExtractorFactory
@@ -92,8 +93,10 @@ def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: floa
 
     `ckpt` is the head-first load of the latest batches (`head.load_head(recent=2)`).
     """
-    if partitions < 1:
-        raise RepartitionRefused("--partitions must be at least 1", ckpt.url)
+    most = POLICY.max_state_partitions  # what a declaration may say (docs/safety.md)
+    if not 1 <= partitions <= most:
+        raise RepartitionRefused(f"--partitions must be 1 to {most:,}, not {partitions}: nothing was written",
+                                 ckpt.url)  # fmt: skip
     if ckpt.operators:
         ckpt.states.refuse(StateAction.REPARTITION, ckpt.url)
     committed, planned = ckpt.latest_committed_batch, ckpt.latest_planned_batch

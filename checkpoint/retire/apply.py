@@ -27,12 +27,13 @@ from checkpoint.retire.plan import refuse_nested
 from checkpoint.retire.record import (
     PlanRecord,
     deletion_began,
+    folder_of,
     mark_deleting,
     read_record,
     sha256_of,
 )
 from checkpoint.safety import InPlace, TakeLease, TwoSided, held_by
-from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
+from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
 ARCHIVED, DELETING, DELETED, RETIRED = "archived", "deleting", "deleted", "retired"
@@ -116,40 +117,77 @@ def _retire(
     check: Callable[[], None],
 ) -> tuple[dict | None, tuple[int, int], bool]:
     """Under the leases: (the archive's record, (files, bytes) deleted by this run, whether an
-    earlier run had retired it all)."""
+    earlier run had retired it all). The checkpoint is worked on where it was planned: its place
+    resolved (a link repointed since is not followed) and, where folders have them, the folder's
+    device and inode the plan recorded."""
     trail, plan, now = options.trail, options.plan, options.now
-    records = trail.records(rel)
-    deleting = deletion_began(checkpoint, plan)
-    present = sorted(_listed(checkpoint), key=lambda f: f.rel)
-    if not present and any(r.get("step") == RETIRED for r in records):
-        return next((r for r in records if r.get("step") == ARCHIVED), None), (0, 0), True
-    _recheck(checkpoint, manifest, plan, present, deleting=deleting)
-    _refuse_unsafe(checkpoint, present)
-    if not deleting:
-        _refuse_not_dormant(checkpoint, record, now)
-    archived = _archived(checkpoint, archive, plan, check, deleting=deleting)
-    if archived is not None and not any(r.get("step") == ARCHIVED for r in records):
+    here = checkpoint.resolved()
+    done = _TrailSoFar.of(trail, rel)
+    marker = deletion_began(checkpoint, plan)
+    present = sorted(_listed(here), key=lambda f: f.rel)
+    if not present and done.retired:
+        return done.archived, (0, 0), True
+    if present:  # a folder gone (a run killed at its very end) is no other folder
+        _refuse_moved(here, record)
+    _recheck(here, manifest, plan, present, deleting=marker is not None)
+    _refuse_unsafe(here, present)
+    if marker is None:
+        _refuse_not_dormant(here, record, now)
+    archived = _archived(here, archive, plan, check, marker)
+    if archived is not None and done.archived is None:
         crash_point("retire.archived")
         trail.append_records(rel, [archived])
-    if not deleting:
-        mark_deleting(checkpoint, plan, now)
+    if marker is None:
+        mark_deleting(checkpoint, plan, now, archived)
         trail.append_records(rel, [{"step": DELETING, "approved_by": options.approved_by,
                                     "files": len(present)}])  # fmt: skip
-    elif unrecorded := _unrecorded(plan, present, records):
+    elif unrecorded := _unrecorded(plan, present, done):
         trail.append_records(rel, [unrecorded])
-    deleted = _delete(checkpoint, present, trail, rel, options.batch_size, check)
+    deleted = _delete(here, present, trail, rel, options.batch_size, check, record.folder)
     trail.append_records(rel, [{"step": RETIRED, "approved_by": options.approved_by}])
     trail.seal_records(rel)
     log.info("%s: retired (plan %s)", checkpoint.url, plan.plan_id)
     return archived, deleted, False
 
 
-def _unrecorded(plan: RetirementPlan, present: list[FileInfo], records: list[dict]) -> dict | None:
+def _refuse_moved(here: Storage, record: PlanRecord) -> None:
+    if record.folder is not None and folder_of(here) != record.folder:
+        raise RetirementRefused("the checkpoint's folder is not the one planned (another folder was put "
+                                "in its place): nothing deleted, plan again", here.url)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _TrailSoFar:
+    """What earlier runs of this apply recorded, read a record at a time: whether one retired it
+    all, the archive one made, and the files and bytes the recorded batches deleted."""
+
+    retired: bool
+    archived: dict | None
+    files: int
+    bytes: int
+
+    @staticmethod
+    def of(trail: AuditTrail, rel: str) -> _TrailSoFar:
+        retired, archived, files, size = False, None, 0, 0
+        try:
+            for r in trail.each_record(rel):
+                step = r.get("step")
+                retired = retired or step == RETIRED
+                archived = r if step == ARCHIVED and archived is None else archived
+                if step == DELETED:
+                    files += bounds.count(r.get("files", 0), "files")
+                    size += bounds.count(r.get("bytes", 0), "bytes")
+        except bounds.OutOfRange as exc:
+            raise RetirementRefused(f"a record of this apply is not one it wrote ({exc}): look at it; "
+                                    "nothing deleted", f"{trail.url}/{rel}") from exc  # fmt: skip
+        return _TrailSoFar(retired, archived, files, size)
+
+
+def _unrecorded(plan: RetirementPlan, present: list[FileInfo], done: _TrailSoFar) -> dict | None:
     """What a killed run deleted and had not recorded yet (gone from the checkpoint, and in no
     record of a batch): recorded by the run that finds it, so the records add up to the plan."""
-    done = [r for r in records if r.get("step") == DELETED]
-    files = plan.files - len(present) - sum(int(r.get("files", 0)) for r in done)
-    size = plan.total_bytes - sum(f.size for f in present) - sum(int(r.get("bytes", 0)) for r in done)
+    files = plan.files - len(present) - done.files
+    size = plan.total_bytes - sum(f.size for f in present) - done.bytes
     if files <= 0:
         return None
     return {"step": DELETED, "files": files, "bytes": size, "failed_files": 0, "failed": [],
@@ -198,8 +236,15 @@ def _refuse_within_grace(
 def _verified_manifest(trail: AuditTrail, plan: RetirementPlan, record: PlanRecord, folder: str) -> str:
     """The manifest copied to the local `folder`, its sha256 the record's: the apply reads its
     lines from this copy, so what it checked is what it deletes by. Raises RetirementRefused."""
+    rel = manifest_rel(plan.checkpoint, plan.plan_id)
+    info = trail.storage.stat(rel)
+    if info is None or info.size != record.manifest_bytes:
+        found = "gone" if info is None else f"{info.size} bytes"
+        raise RetirementRefused(f"the manifest is not the one planned ({found}, its record "
+                                f"{record.manifest_bytes} bytes): edited or replaced; nothing "
+                                "deleted, plan again", plan.manifest)  # fmt: skip
     local = os.path.join(folder, "manifest.jsonl")
-    trail.storage.download(manifest_rel(plan.checkpoint, plan.plan_id), local)
+    trail.storage.download(rel, local, size=info.size)
     found = sha256_of(local)
     if found != record.manifest_sha256:
         raise RetirementRefused(f"the manifest is not the one planned (sha256 {found[:12]}..., its record "
@@ -278,28 +323,35 @@ def _archived(
     archive: Storage | None,
     plan: RetirementPlan,
     check: Callable[[], None],
-    *,
-    deleting: bool,
+    marker: dict | None,
 ) -> dict | None:
     """The archive, proven before anything (more) is deleted: before deletion began, the latest
     committed batch forked to it (resumed, or a no-op when complete) and validated; after, read back
-    and validated as it is, since the checkpoint it came from is partly gone and no record of an
-    earlier run is taken for it. None without an archive."""
+    as it is and validated, and it must be the fork this plan's deletion began with (the source,
+    the batch and the query id its marker beside the checkpoint names), since the checkpoint it
+    came from is partly gone and no record in the trail is taken for it. None without an archive."""
     if archive is None:
         return None
-    if not deleting:
+    if marker is None:
         result = fork_checkpoint(
             TwoSided(checkpoint, archive, held_by(check)), ForkOptions(what="retirement archive")
         )
         batch, query_id, files, size = result.batch, result.query_id, result.files, result.total_bytes
     else:
-        state = inspect_dest(archive)
-        done = state.complete
-        if done is None:
+        state, made = inspect_dest(archive), marker.get("archived") or {}
+        done, started = state.complete, state.started
+        if done is None or started is None:
             raise RetirementRefused(
                 f"the archive {archive.url} is {'incomplete' if state.files else 'gone'}, and this plan's "
                 "deletion began: nothing more is deleted; put the archive back (or fork what the "
                 "checkpoint still holds elsewhere), then run the same apply again", checkpoint.url,
+            )  # fmt: skip
+        if normalize_url(started.source) != plan.checkpoint or done.query_id != made.get("query_id"):
+            raise RetirementRefused(
+                f"the archive {archive.url} is not the one this plan's deletion began with (a fork of "
+                f"{started.source}, query {done.query_id}; the marker names query {made.get('query_id')}): "
+                "nothing more is deleted; put that archive back, then run the same apply again",
+                checkpoint.url,
             )  # fmt: skip
         batch, query_id, files, size = done.batch, done.query_id, done.files, done.total_bytes
     if batch != plan.evidence.last_commit:
@@ -321,6 +373,7 @@ def _delete(
     rel: str,
     batch_size: int,
     check: Callable[[], None],
+    root: tuple[int, ...] | None,
 ) -> tuple[int, int]:
     """Deletes `present` a batch at a time (one request each on S3), through the folders as they
     are now (a folder swapped for a link mid-way is not gone through), the lease checked before
@@ -328,6 +381,10 @@ def _delete(
     parent = checkpoint.parent()  # before the first delete: a plan refused a checkpoint without one
     folders = {"", *(f.rel.rsplit("/", i)[0] for f in present for i in range(1, f.rel.count("/") + 1))}
     held = checkpoint.folder_ids(sorted(folders))
+    if root is not None and present and tuple(held.get("", ())) != root:  # swapped since the listing
+        raise RetirementRefused(
+            "the checkpoint's folder is not the one planned: nothing deleted", checkpoint.url
+        )
     files = bytes_ = 0
     failed: dict[str, str] = {}
     for start in range(0, len(present), batch_size):

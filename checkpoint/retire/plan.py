@@ -8,11 +8,12 @@ import logging
 import os
 import tempfile
 
+from checkpoint import bounds
 from checkpoint.analysis import dormant_since, unfinished_batch
 from checkpoint.cleanup import AuditTrail, new_plan_id
 from checkpoint.errors import RetirementRefused, StorageError
 from checkpoint.fork import inspect_dest, read_source
-from checkpoint.format import FileKind
+from checkpoint.format import FileKind, classify
 from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
@@ -34,10 +35,22 @@ def plan_retirement(
     archive: Storage | None,
     now: float,
     dormant_seconds: float = POLICY.dormant_seconds,
+    allow_short: bool = False,
 ) -> RetirementPlan:
     """Writes the retirement manifest of a dormant checkpoint; raises RetirementRefused (nothing
     written) for one that is not dormant, not a checkpoint, holds another, or holds a file Spark
-    never writes. `archive` None is a retirement without one, which the caller was told to say."""
+    never writes. `archive` None is a retirement without one, which the caller was told to say.
+    A dormancy period under the floor (a day) is refused unless `allow_short`: a query committed
+    minutes ago is not dormant."""
+    try:
+        bounds.seconds(dormant_seconds, "the dormancy period", low=1.0)
+    except bounds.OutOfRange as exc:
+        raise RetirementRefused(f"{exc}: nothing planned", storage.url) from exc
+    floor = POLICY.min_dormant_seconds
+    if dormant_seconds < floor and not allow_short:
+        raise RetirementRefused(f"a dormancy of {duration_text(dormant_seconds)} is below the floor of "
+                                f"{duration_text(floor)} (--unsafe-short-grace): nothing planned",
+                                storage.url)  # fmt: skip
     try:
         storage.parent()  # its folders are removed through the folder that holds it
     except StorageError as exc:
@@ -99,20 +112,23 @@ def plan_retirement(
         with open(local, "wb") as out:
             out.write(plan.header().encode() + b"\n")
             out.writelines(file_line(f) for f in files)
-        digest = sha256_of(local)
+        digest, size = sha256_of(local), os.path.getsize(local)
         trail.storage.put_file(local, rel, move=True)
     # Last: a manifest without its record (a plan killed between the two) is refused at apply.
-    write_record(storage, plan, digest)
+    write_record(storage, plan, digest, size)
     log.info("%s: retirement planned: %d files (%s)", storage.url, plan.files, rel)
     return dataclasses.replace(plan, manifest=manifest_url(trail, plan.checkpoint, plan.plan_id))
 
 
 def refuse_nested(storage: Storage, files: list[FileInfo]) -> None:
     """A folder below the checkpoint that is a checkpoint itself (its own `metadata` beside
-    `offsets/` or `commits/`) is not this one's to delete."""
-    metadata = {f.rel.rpartition("/")[0] for f in files if f.rel.endswith("/metadata")}
-    logs = {f.rel.rsplit("/", 2)[0] for f in files if f.rel.count("/") >= 2
-            and f.rel.rsplit("/", 2)[1] in ("offsets", "commits")}  # fmt: skip
-    for nested in sorted(metadata & logs):
-        raise RetirementRefused(f"holds another checkpoint ({nested}): retire that one on its own, first",
-                                storage.url)  # fmt: skip
+    `offsets/` or `commits/`, even empty ones: a query that has not written a batch yet) is not this
+    one's to delete. Spark's own `metadata` files below the root are its operators'."""
+    operators = FileKind.OPERATOR_METADATA
+    holders = {f.rel.rpartition("/")[0] for f in files
+               if f.rel.endswith("/metadata") and classify(f.rel).kind != operators}  # fmt: skip
+    for folder in sorted(holders):
+        logs = {sub.rsplit("/", 1)[1] for sub in storage.list_dir(folder).folders}
+        if logs & {"offsets", "commits"}:
+            raise RetirementRefused(f"holds another checkpoint ({folder}): retire that one on its own, first",
+                                    storage.url)  # fmt: skip

@@ -19,7 +19,7 @@ from checkpoint import bounds
 from checkpoint.errors import MALFORMED, RetirementRefused
 from checkpoint.format import MAINT_TEMP_PREFIX
 from checkpoint.retire.manifest import RetirementPlan
-from checkpoint.safety import own_place
+from checkpoint.safety import Place, own_place
 from checkpoint.storage import Storage
 
 RECORD_FORMAT = 1
@@ -42,12 +42,24 @@ class PlanRecord:
     archive: str | None
     dormant_seconds: float
     last_commit: int | None
+    manifest_bytes: int  # the manifest's size: a larger one is not copied to be refused
+    place: str  # where the checkpoint was, resolved (`safety.Place`): a link repointed since refuses
+    folder: tuple[int, ...] | None  # its folder's device and inode, where folders have them
 
     @staticmethod
-    def of(plan: RetirementPlan, manifest_sha256: str) -> PlanRecord:
+    def of(plan: RetirementPlan, manifest_sha256: str, manifest_bytes: int, place: str,
+           folder: tuple[int, ...] | None) -> PlanRecord:  # fmt: skip
         return PlanRecord(plan.plan_id, plan.checkpoint, plan.planned_at, manifest_sha256, plan.files,
                           plan.total_bytes, plan.archive, plan.evidence.dormant_seconds,
-                          plan.evidence.last_commit)  # fmt: skip
+                          plan.evidence.last_commit, manifest_bytes, place, folder)  # fmt: skip
+
+    def matches(self, plan: RetirementPlan) -> list[str]:
+        """The fields of the manifest's header that differ from this record's."""
+        mine = asdict(self)
+        theirs = asdict(
+            PlanRecord.of(plan, self.manifest_sha256, self.manifest_bytes, self.place, self.folder)
+        )
+        return [k for k, v in mine.items() if theirs[k] != v]
 
     def dump(self) -> bytes:
         return json.dumps({**asdict(self), "type": "retirement-record", "format": RECORD_FORMAT},
@@ -59,7 +71,7 @@ class PlanRecord:
             raw = json.loads(data)
             if raw.get("type") != "retirement-record" or raw.get("format") != RECORD_FORMAT:
                 raise RetirementRefused(f"not a retirement record of format {RECORD_FORMAT}", where)
-            last = raw["last_commit"]
+            last, folder = raw["last_commit"], raw["folder"]
             record = PlanRecord(
                 plan_id=str(raw["plan_id"]), checkpoint=str(raw["checkpoint"]),
                 planned_at=bounds.instant(raw["planned_at"], "planned_at"),
@@ -69,6 +81,9 @@ class PlanRecord:
                 archive=None if raw["archive"] is None else str(raw["archive"]),
                 dormant_seconds=bounds.seconds(raw["dormant_seconds"], "dormant_seconds", low=1.0),
                 last_commit=None if last is None else bounds.count(last, "last_commit"),
+                manifest_bytes=bounds.count(raw["manifest_bytes"], "manifest_bytes"),
+                place=str(raw["place"]),
+                folder=None if folder is None else tuple(bounds.count(n, "folder") for n in folder),
             )  # fmt: skip
         except RetirementRefused:
             raise
@@ -82,10 +97,21 @@ def _place(checkpoint: Storage) -> tuple[Storage, str]:
     return storage, f"{folder}/retirements"
 
 
-def write_record(checkpoint: Storage, plan: RetirementPlan, manifest_sha256: str) -> None:
+def write_record(
+    checkpoint: Storage, plan: RetirementPlan, manifest_sha256: str, manifest_bytes: int
+) -> None:
     storage, folder = _place(checkpoint)
-    storage.write_if_absent(f"{folder}/{plan.plan_id}.json", PlanRecord.of(plan, manifest_sha256).dump(),
-                            MAINT_TEMP_PREFIX)  # fmt: skip
+    record = PlanRecord.of(
+        plan, manifest_sha256, manifest_bytes, str(Place.of(checkpoint)), folder_of(checkpoint)
+    )
+    storage.write_if_absent(f"{folder}/{plan.plan_id}.json", record.dump(), MAINT_TEMP_PREFIX)
+
+
+def folder_of(checkpoint: Storage) -> tuple[int, ...] | None:
+    """The checkpoint folder's device and inode (of the folder its path resolves to), where the
+    storage has folders."""
+    found = checkpoint.resolved().folder_ids([""]).get("")
+    return None if found is None else tuple(found)
 
 
 def read_record(checkpoint: Storage, plan: RetirementPlan, now: float) -> PlanRecord:
@@ -102,12 +128,14 @@ def read_record(checkpoint: Storage, plan: RetirementPlan, now: float) -> PlanRe
             plan.manifest,
         )
     record = PlanRecord.parse(data, storage.full(rel))
-    header = PlanRecord.of(plan, record.manifest_sha256)
-    if record != header:
-        differ = [k for k, v in asdict(record).items() if asdict(header)[k] != v]
+    if differ := record.matches(plan):
         raise RetirementRefused(f"the manifest's header disagrees with its plan's record "
                                 f"({', '.join(differ)}): edited; nothing deleted, plan again",
                                 plan.manifest)  # fmt: skip
+    if (now_at := str(Place.of(checkpoint))) != record.place:
+        raise RetirementRefused(f"the checkpoint is not where it was planned ({record.place}): its path "
+                                f"leads to {now_at} now; nothing deleted, plan again",
+                                checkpoint.url)  # fmt: skip
     if abs(record.planned_at - plan_id_time(plan.plan_id)) > _ID_SLACK_SECONDS:
         raise RetirementRefused("the plan's record gives another time than its plan id: edited; plan again",
                                 storage.full(rel))  # fmt: skip
@@ -132,8 +160,9 @@ def sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
-# Deletion began: written beside the checkpoint before the first delete, so that a run that finds
-# files gone knows an earlier run of this plan deleted them, whatever the trail says.
+# Deletion began: written beside the checkpoint before the first delete, with the archive it was
+# made with (its batch and query id), so that a run that finds files gone knows an earlier run of
+# this plan deleted them, and which archive it made, whatever the trail says.
 
 
 def _marker(checkpoint: Storage, plan: RetirementPlan) -> tuple[Storage, str]:
@@ -141,16 +170,32 @@ def _marker(checkpoint: Storage, plan: RetirementPlan) -> tuple[Storage, str]:
     return storage, f"{folder}/{plan.plan_id}.deleting"
 
 
-def mark_deleting(checkpoint: Storage, plan: RetirementPlan, at: float) -> None:
+def mark_deleting(checkpoint: Storage, plan: RetirementPlan, at: float, archived: dict | None) -> None:
     storage, rel = _marker(checkpoint, plan)
+    kept = None if archived is None else {k: archived[k] for k in ("archive", "batch", "query_id")}
+    data = json.dumps({"plan_id": plan.plan_id, "at": at, "archived": kept}).encode()
     try:
-        storage.write_if_absent(
-            rel, json.dumps({"plan_id": plan.plan_id, "at": at}).encode(), MAINT_TEMP_PREFIX
-        )
+        storage.write_if_absent(rel, data, MAINT_TEMP_PREFIX)
     except FileExistsError:  # an earlier run of this plan began
         pass
 
 
-def deletion_began(checkpoint: Storage, plan: RetirementPlan) -> bool:
+def deletion_began(checkpoint: Storage, plan: RetirementPlan) -> dict | None:
+    """The marker of this plan's deletion (`archived`: the archive it made), or None before it."""
     storage, rel = _marker(checkpoint, plan)
-    return storage.stat(rel) is not None
+    data = storage.read_if_exists(rel, limit=_RECORD_LIMIT)
+    if data is None:
+        return None
+    try:
+        marker = json.loads(data)
+        if not isinstance(marker, dict) or marker.get("plan_id") != plan.plan_id:
+            raise ValueError("not this plan's")
+        archived = marker.get("archived")
+        if archived is not None and not (
+            isinstance(archived, dict) and isinstance(archived.get("query_id"), str)
+        ):
+            raise ValueError("its archive is not named")
+        return marker
+    except (json.JSONDecodeError, *MALFORMED) as exc:
+        raise RetirementRefused(f"the marker of this plan's deletion is unreadable ({exc}): look at it; "
+                                "nothing more deleted", storage.full(rel)) from exc  # fmt: skip

@@ -45,13 +45,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import NoReturn
 
-from checkpoint.errors import CheckpointError, LeaseHeld, LeaseLost
+from checkpoint import bounds
+from checkpoint.errors import CheckpointError, LeaseHeld, LeaseLost, LeaseRefused, LeaseUnreadable
 from checkpoint.format import MAINT_TEMP_PREFIX, RECORD_BYTES, is_number
 from checkpoint.policy import POLICY
 from checkpoint.safety.naming import own_place
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
+
+# The shortest time to live a lease may be given: shorter, it expires between a holder's check and
+# its next change.
+MIN_TTL_SECONDS = 0.5
+
 
 # A holder stops acting this fraction of its TTL before its own expiry: a takeover needs the whole
 # TTL to pass, so a check that passes leaves the holder this long for its next change.
@@ -99,6 +105,10 @@ class Lease:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ):
+        try:  # a lease that lasts no time is lost before its holder acts, and locks the next one out
+            bounds.seconds(ttl, "the lease's time to live", low=MIN_TTL_SECONDS)
+        except bounds.OutOfRange as exc:
+            raise LeaseRefused(f"{exc}: nothing was done", storage.url) from exc
         self.storage, self.folder, self.owner, self.ttl = storage, f"{folder}/lease", owner, ttl
         self.clock, self.sleep = clock, sleep
         self.token = uuid.uuid4().hex
@@ -125,15 +135,17 @@ class Lease:
         return f"{self.folder}/{generation:012d}.json"
 
     def _read(self, generation: int) -> Holder | None:
-        raw = self.storage.read_if_exists(self._rel(generation), limit=RECORD_BYTES)
-        if raw is None:
-            return None
+        path = self.storage.full(self._rel(generation))
         try:
+            raw = self.storage.read_if_exists(self._rel(generation), limit=RECORD_BYTES)
+            if raw is None:
+                return None
             return Holder(**json.loads(raw))
-        except (ValueError, TypeError) as exc:  # never read as free: someone may hold it
-            raise CheckpointError(
-                f"unreadable maintenance lease: {exc}; remove it by hand if stale",
-                self.storage.full(self._rel(generation)),
+        except (CheckpointError, ValueError, TypeError) as exc:  # never read as free: someone may hold it
+            raise LeaseUnreadable(
+                f"unreadable maintenance lease ({exc}): when no action holds this checkpoint (none runs on "
+                f"it), delete {path} and run again",
+                path,
             ) from exc
 
     def _newest(self) -> tuple[int, Holder] | None:

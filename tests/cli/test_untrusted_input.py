@@ -134,3 +134,24 @@ def test_an_absurd_batch_id_is_a_one_line_answer_in_bounded_memory(copy_of, batc
     else:
         assert validated.returncode == 0, validated.stdout + validated.stderr
     assert files_of(path) == before
+
+
+def test_a_number_a_person_types_is_a_number_in_range(copy_of) -> None:
+    """The review: `repartition --partitions 100001` ran five minutes and left a batch no undo could
+    take back; `99999999999999999999999` failed inside Py4J after a backup; `gc --batch-size 0`,
+    `-1` and `1e23`, `--long-chain -1` were taken. Each is refused as the argument is read (exit 2,
+    argparse's own lines), nothing written."""
+    path = copy_of("snapshots")
+    before = files_of(path)
+    cases = [("repartition", str(path), "--partitions", "100001"),
+             ("repartition", str(path), "--partitions", "99999999999999999999999"),
+             ("repartition", str(path), "--partitions", "0"),
+             ("gc", str(path), "--batch-size", "0"), ("gc", str(path), "--batch-size=-1"),
+             ("gc", str(path), "--batch-size", "1e23"), ("scan", str(path.parent), "--long-chain=-1"),
+             ("fork", str(path), str(path.parent / "f"), "--batch=-3"),
+             ("fork", str(path), str(path.parent / "f"), "--workers", "0")]  # fmt: skip
+    for args in cases:
+        out = ckpt(*args)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr)
+        assert "is not a whole number from" in out.stderr, (args, out.stderr)
+    assert files_of(path) == before and not (path.parent / "f").exists()

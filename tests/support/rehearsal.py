@@ -171,9 +171,37 @@ def hangs(spark):
     return aggregation(spark)
 
 
-def starts_behind_the_guard(spark):
-    """A `main` that reaches past PySpark's writer to the JVM's (elsewhere than the checkpoint),
-    then returns a writer: the query it left running is stopped, and named."""
-    writer = aggregation(spark).option("checkpointLocation", os.environ[CHECKPOINT] + "-elsewhere")
-    writer._jwrite.start()
+def starts_past_the_writer_and_stops_it(spark):
+    """A `main` that starts its query through the JVM's writer, runs it a while and stops it itself,
+    then returns a writer: nothing is left running, and the listener of query starts says so."""
+    writer = (
+        aggregation(spark).format("noop").option("checkpointLocation", os.environ[CHECKPOINT] + "-elsewhere")
+    )
+    query = writer._jwrite.start()
+    query.awaitTermination(3000)
+    query.stop()
     return aggregation(spark)
+
+
+def starts_later_in_a_thread(spark):
+    """A `main` that leaves a thread behind which starts the production query once it returns."""
+    import threading
+    import time
+
+    writer = _production_writer(spark)
+
+    def later() -> None:
+        time.sleep(2)
+        try:
+            writer.start()
+        except BaseException:  # noqa: BLE001 - refused: what the test looks for is that it was
+            pass
+
+    threading.Thread(target=later).start()
+    return aggregation(spark)
+
+
+def stops_the_session(spark):
+    """A `main` that stops its session before it returns."""
+    spark.stop()
+    return None

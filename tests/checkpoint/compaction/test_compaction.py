@@ -172,13 +172,20 @@ def test_a_store_that_differs_from_the_independent_replay_is_not_published(copy_
     before = {p: p.stat().st_size for p in path.rglob("*")}
     ckpt = load_checkpoint(str(path))
     entry = next(e for e in checkpoint_lineage(ckpt) if e.chain_length)
-    write_changes = rebuild._write_changes
+    batches = rebuild.Stores._batches
 
-    def loses_one_key(db, base, content, *args):  # a store-side bug: one replayed key never reaches RocksDB
-        write_changes(db, base, dict(list(content.items())[1:]), *args)
+    def loses_one_key(self, run):  # a store-side bug: one replayed key never reaches the store
+        import rocksdict
 
-    monkeypatch.setattr(rebuild, "_write_changes", loses_one_key)
-    with pytest.raises(RebuildError, match="differs from an independent replay in 1 keys"):
+        for store, batch in batches(self, run):
+            if store is self.db and len(run.keys) > 1 and run.op == "put":
+                batch = rocksdict.WriteBatch(raw_mode=True)
+                for key, value in zip(run.keys[1:], run.written[1:], strict=True):
+                    batch.put(key, value)
+            yield store, batch
+
+    monkeypatch.setattr(rebuild.Stores, "_batches", loses_one_key)
+    with pytest.raises(RebuildError, match=r"differs from an independent replay in \d+ keys"):
         rebuild_store(ckpt, entry)
     assert {p: p.stat().st_size for p in path.rglob("*")} == before  # nothing written, not even an SST
 

@@ -76,20 +76,25 @@ def test_too_little_free_disk_is_refused_before_any_download(bases, tmp_path, mo
     before = _files(tmp_path / "small")
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(rebuild.shutil, "disk_usage", lambda _: usage._replace(free=1000))
-    with pytest.raises(RebuildError, match=r"not enough free disk .*\(base x 2 \+ chain\)"):
+    with pytest.raises(RebuildError, match=r"not enough free disk .*\(base x 2 \+ chain x 3\)"):
         rebuild_store(ckpt, entry)
     assert _files(tmp_path / "small") == before
 
 
-def test_an_entry_the_chain_never_wrote_is_caught(bases, tmp_path, monkeypatch) -> None:
+def test_a_touched_key_the_store_got_wrong_is_caught_on_a_base(bases, tmp_path, monkeypatch) -> None:
+    """With a base, the store and the check are compared by the keys the chain wrote, a batch of
+    lookups at a time: a value the store's path got wrong shows, and nothing is published."""
     ckpt, entry = _copy_and_plan(bases[SMALL], tmp_path / "small")
     before = _files(tmp_path / "small")
-    write_changes = rebuild._write_changes
+    batches = rebuild.Stores._batches
 
-    def rewrites_an_untouched_key(db, base, content, *args):  # a write-path bug outside the touched keys
-        write_changes(db, base, {**content, b"never-touched": b"x"}, *args)
+    def one_value_wrong(self, run):  # a write-path bug: the last record of each run gets another value
+        for store, batch in batches(self, run):
+            if store is self.db and run.op == "put":
+                batch.put(run.keys[-1], b"not what the chain wrote")
+            yield store, batch
 
-    monkeypatch.setattr(rebuild, "_write_changes", rewrites_an_untouched_key)
-    with pytest.raises(RebuildError, match=r"SSTs hold \d+ entries, not one per key the chain changes"):
+    monkeypatch.setattr(rebuild.Stores, "_batches", one_value_wrong)
+    with pytest.raises(RebuildError, match=r"differs from an independent replay in \d+ keys"):
         rebuild_store(ckpt, entry)
     assert _files(tmp_path / "small") == before

@@ -1,8 +1,9 @@
-"""Property tests for the rebuild's hot path: the changelog record parser and the two replays.
+"""Property tests for the rebuild's hot path: the changelog record parser and the replay.
 
 The oracles are deliberately naive: records encoded one by one as Spark's DataOutput writes them,
 and a replay that applies them one by one. The fast parser (numpy over runs of same-shaped records)
-and both replays (forward with dict.update, newest-first with setdefault) must agree with them.
+and the rebuild's replay into RocksDB (the store's batches and the check's, onto a base, with the
+merge operator's delimiter) must agree with them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checkpoint.compaction.rebuild import replay, replay_newest_first
+from checkpoint.compaction.rebuild import Stores
 from checkpoint.errors import CorruptFileError
 from checkpoint.format import changelog
 from checkpoint.format.changelog import check_changelog, check_records, parse_runs, records_of
@@ -159,11 +160,37 @@ def histories(draw):
     return base, changelogs
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def rocksdb_replay(base: dict, runs: list, delimiter: bytes, folder) -> tuple[dict, dict]:
+    """What the rebuild's stores hold after `runs` on `base`: (the store's, the check's)."""
+    from checkpoint.policy import POLICY
+    from checkpoint.rocksdb import bulk_options, open_db, set_options
+
+    db_dir = folder / "db"
+    db_dir.mkdir()
+    db = open_db(db_dir, POLICY)  # a new store, then given the rebuild's options as a base is
+    db.close()
+    set_options(db_dir, bulk_options(POLICY, delimiter))
+    db = open_db(db_dir, POLICY)
+    for key, value in base.items():
+        db.put(key, value)
+    db.flush()
+    db.close()
+    set_options(db_dir, {"memtable_factory": "{id=SkipListFactory;lookahead=0;}"})  # as for merges
+    stores = Stores(folder, db_dir, True, POLICY, delimiter)
+    try:
+        stores.write(iter(runs))
+        return dict(stores.db.items()), dict(stores.check.items())
+    finally:
+        stores.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(history=histories(), delimiter=st.sampled_from([b",", b""]))
-def test_both_replays_equal_the_record_by_record_one(history, delimiter: bytes) -> None:
+def test_the_replay_into_rocksdb_equals_the_record_by_record_one(
+    tmp_path_factory, history, delimiter
+) -> None:
     base, changelogs = history
     runs = [parse_runs(encode(records, True), True, "mem") for records in changelogs]
     expected = naive_replay(base, changelogs, delimiter)
-    assert replay(base, runs, delimiter) == expected
-    assert replay_newest_first(base, runs, delimiter) == expected
+    store, check = rocksdb_replay(base, runs, delimiter, tmp_path_factory.mktemp("replay"))
+    assert store == expected and check == expected

@@ -120,9 +120,12 @@ def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> Non
     stopped = stopped_copy(corpus, tmp_path / "stopped")
     out = ckpt("purge-expired", str(stopped), "--as-of", str(time.time() + 3600))
     assert out.returncode == 2 and "later than now" in out.stderr
-    (stopped / "commits" / "5").unlink()  # batch 5 planned, never committed: a query that died
+    (stopped / "commits" / "5").unlink()  # batch 5 planned, never committed, its offset just written
+    os.utime(stopped / "offsets" / "5")
     out = ckpt("purge-expired", str(stopped))
-    assert out.returncode == 2 and "batch 5 is planned and not committed" in out.stderr
+    assert (
+        out.returncode == 2 and "batch 5 is planned and not committed, and a commit or offset" in out.stderr
+    )
     out = ckpt("purge-expired", str(stopped), "--as-of", "yesterday")
     assert out.returncode == 2 and "neither ISO 8601" in out.stderr
     out = ckpt("purge-expired", str(stopped), "--as-of", "nan")
@@ -147,7 +150,8 @@ def test_absurd_times_and_a_quiet_period_under_its_floor_are_refused_before_anyt
     assert out.returncode == 2 and "later than now" in out.stderr, out.stderr
     recent = tmp_path / "recent"
     copy_checkpoint(corpus / NAME / "checkpoint", recent)
-    date_to(recent, 60)  # committed a minute ago
+    for log in (recent / "commits").iterdir():  # committed a minute ago, however old the cache
+        os.utime(log, (time.time() - 60, time.time() - 60))
     out = ckpt("purge-expired", str(recent), "--quiet-period", "0s")
     assert out.returncode == 2 and "below the floor of 15m" in out.stderr, out.stderr
     assert "--unsafe-short-quiet-period" in out.stderr
@@ -167,15 +171,23 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path,
     as_of = str(time.time())
     args = ("purge-expired", str(killed), "--as-of", as_of, "--lease-ttl", "3s")
     died = ckpt(*args, env={CRASH_ENV: point})
-    assert died.returncode == -signal.SIGKILL
-    refused = ckpt(*args)  # the killed run's lease is still held
-    assert refused.returncode == 2 and "lease" in refused.stderr
-    time.sleep(3.2)
+    if point.startswith("compaction."):  # in a store's Spark task, which dies: the purge stops
+        assert died.returncode == 1 and "purge incomplete" in died.stderr, died.stderr
+        assert "run the same purge again" in died.stderr
+    else:  # the driver killed: its lease is held until it expires
+        assert died.returncode == -signal.SIGKILL
+        refused = ckpt(*args)
+        assert refused.returncode == 2 and "lease" in refused.stderr
+        time.sleep(3.2)
     done = run(*args)
-    # A zip without its sidecar is the store's own snapshot to the rerun: Spark 4.3 reads it so.
+    # A zip without its sidecar is the store's own snapshot to the rerun: Spark 4.3 reads it so. The
+    # stores run two at a time (local[2]): the other one may have published before the kill.
     published = {"compaction.before_zip": 0, "compaction.before_sidecar": 1, "purge.after_store:1": 1,
                  "purge.after_store:4": 4}[point]  # fmt: skip
-    assert [s["outcome"] for s in done["stores"]].count("nothing expired") == published
+    assert [s["outcome"] for s in done["stores"]].count("nothing expired") in (
+        published,
+        min(published + 1, 4),
+    )
     assert run("purge-expired", str(killed), "--report", "--as-of", as_of)["expired"] == 0
     run("purge-expired", str(clean), "--as-of", as_of)
     assert state_rows(spark, killed, NAME) == state_rows(spark, clean, NAME)

@@ -49,3 +49,25 @@ def test_a_source_log_of_gigabytes_is_refused_by_the_rehearsal_before_spark(copy
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "a line of more than 1048576 bytes" in out.stderr and peak < PEAK, (peak, out.stderr)
     assert not (tmp_path / "scratch").exists() and files_of(path) == before
+
+
+def test_a_plan_or_a_schema_file_of_gigabytes_costs_no_memory(corpus, tmp_path) -> None:
+    """The review: a cleanup plan's manifest grown to 1,000 MB took `ckpt fleet` to 2.78 GB (its
+    header read as one line); a schema file made a 2 GiB sparse file was forked whole, 2 GiB of
+    disk, and the fork validated."""
+    from testbed.copying import copy_checkpoint
+
+    root = tmp_path / "root"
+    path = root / "q"
+    copy_checkpoint(corpus["snapshots"], path)
+    plan_out, _ = measured("gc", str(path))
+    assert plan_out.returncode == 0, plan_out.stderr
+    (manifest,) = (root / "_ckpt_audit").rglob("*.plan.jsonl")
+    os.truncate(manifest, 1000 << 20)  # its header line never ends
+    out, peak = measured("fleet", str(root), "--json")
+    assert "Traceback" not in out.stderr and peak < PEAK, (peak, out.stderr)
+    schema = next(p for p in path.glob("state/*/*/_metadata/schema") if p.is_file())
+    os.truncate(schema, SPARSE)
+    out, peak = measured("fork", str(path), str(tmp_path / "fork"))
+    assert out.returncode == 2 and "FILE_OVER_ITS_BOUND" in out.stderr and peak < PEAK, (peak, out.stderr)
+    assert not (tmp_path / "fork").exists()

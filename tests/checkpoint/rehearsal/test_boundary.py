@@ -22,7 +22,7 @@ from checkpoint.storage import Storage
 from cli.main import main
 from testbed.copying import copy_checkpoint
 from testbed.restart import latest_batch
-from tests.support.cli import CKPT
+from tests.support.cli import CKPT, ckpt
 from tests.support.files import files_of
 from tests.support.rehearsal import CHECKPOINT, INPUT, QUERIES, RELEASE, SINK_MARK, rehearsed
 
@@ -58,8 +58,7 @@ def test_a_function_that_starts_its_query_runs_nothing_for_real(spark, corpus, t
                                                               monkeypatch) -> None:  # fmt: skip
     """`q = writer.start(); q.awaitTermination()`, as Spark's examples end `main`, ran the production
     query on the production checkpoint: its sink ran the next batch there. `start` and `toTable`
-    are refused while the function runs, however it handles what they raise; a query started past
-    PySpark's writer is stopped once the function returns, and named."""
+    are refused while the function runs, however it handles what they raise."""
     checkpoint, inputs, before = _private(corpus, tmp_path)
     mark = tmp_path / "production-sink-ran"
     monkeypatch.setenv(SINK_MARK, str(mark))
@@ -69,9 +68,6 @@ def test_a_function_that_starts_its_query_runs_nothing_for_real(spark, corpus, t
         assert "DataStreamWriter.start()" in doc["code"]["message"] and not doc["stopped_queries"]
         assert not mark.exists() and not spark.streams.active
         assert files_of(checkpoint) == before
-    code, doc = rehearsed(capsys, monkeypatch, checkpoint, inputs, "starts_behind_the_guard")
-    assert (code, doc["outcome"]) == (5, Outcome.CODE_STARTED), doc
-    assert len(doc["stopped_queries"]) == 1 and not spark.streams.active
     assert files_of(checkpoint) == before
 
 
@@ -157,4 +153,44 @@ def test_what_recovery_reads_after_the_batch_is_the_checkpoints_own(spark, corpu
     assert (code, doc["outcome"]) == (0, Outcome.EQUAL), doc
     assert longest > 10 and doc["max_chain_length"] == longest, (longest, doc["max_chain_length"])
     assert json.dumps(doc)  # the document as --json prints it
+    assert files_of(checkpoint) == before
+
+
+def test_a_query_started_past_the_writer_or_later_from_its_thread_is_said(spark, corpus, tmp_path, capsys,
+                                                                          monkeypatch) -> None:  # fmt: skip
+    """The review's ways round the guard: a query started through the JVM's writer (py4j's call is
+    refused too, so nothing runs), and a thread the function leaves behind that starts the
+    production query once it has returned (refused: the guard stays up for the whole rehearsal,
+    and for that thread after)."""
+    checkpoint, inputs, before = _private(corpus, tmp_path)
+    mark = tmp_path / "production-sink-ran"
+    monkeypatch.setenv(SINK_MARK, str(mark))
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, inputs, "starts_past_the_writer_and_stops_it")
+    assert (code, doc["outcome"]) == (5, Outcome.CODE_STARTED), doc
+    assert "DataStreamWriter.start()" in doc["code"]["message"]
+    assert not (tmp_path / "checkpoint-elsewhere").exists()  # refused: it never started
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, inputs, "starts_later_in_a_thread")
+    assert (code, doc["outcome"]) == (5, Outcome.CODE_STARTED), doc
+    assert "after it returned (refused)" in doc["code"]["message"]
+    time.sleep(3)  # the thread is done: it started nothing
+    assert not mark.exists() and not spark.streams.active
+    assert files_of(checkpoint) == before
+
+
+def test_a_function_that_stops_the_session_or_a_scratch_that_cannot_be_made_is_said(corpus, tmp_path) -> None:
+    """`spark.stop()` in the function was a traceback and exit 1; a `--scratch-dir` that is a file,
+    or below one, was a traceback too. In a process of its own (its session is stopped)."""
+    checkpoint, inputs, before = _private(corpus, tmp_path)
+    env = {INPUT: str(inputs), CHECKPOINT: str(checkpoint), "PYTHONPATH": str(Path(__file__).parents[3])}
+    query = ["--query", f"{QUERIES}:stops_the_session"]
+    out = ckpt("rehearse", str(checkpoint), *query, "--json", env=env, timeout=300)
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert json.loads(out.stdout)["code"]["message"] == "it stopped the Spark session the rehearsal runs in"
+    (tmp_path / "a-file").write_text("x")
+    for where in (tmp_path / "a-file", tmp_path / "a-file" / "below"):
+        out = ckpt("rehearse", str(checkpoint), *query, "--scratch-dir", str(where), env=env)
+        assert out.returncode == 2 and "the scratch folder cannot be made there" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+    out = ckpt("rehearse", str(checkpoint), "--query", "no_such_module:main", env=env)
+    assert out.returncode == 2 and "No module named 'no_such_module'" in out.stderr, out.stderr
     assert files_of(checkpoint) == before

@@ -20,7 +20,7 @@ from checkpoint.safety import folder_name
 from checkpoint.storage import FileInfo, Storage
 from testbed.demo import date_to
 from tests.checkpoint.retire.test_retire import DAY, SHORT, apply, dormant_copy, plan
-from tests.support.cli import ckpt
+from tests.support.cli import ckpt, measured
 from tests.support.files import files_of
 
 
@@ -85,13 +85,21 @@ def test_a_forged_manifest_deletes_nothing_that_is_not_a_dormant_checkpoint(corp
     assert out.returncode == 2 and "no record of plan" in out.stderr, out.stderr
     assert files_of(plain) == before
 
-    from checkpoint.retire.record import PlanRecord, sha256_of
-    from checkpoint.safety import own_place
+    from checkpoint.retire.record import PlanRecord, folder_of, sha256_of
+    from checkpoint.safety import Place, own_place
 
     storage, folder = own_place(Storage(str(plain)))  # the record forged beside it too
     record = Path(storage.full(f"{folder}/retirements/{plan_id}.json"))
     record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_bytes(PlanRecord.of(forged, sha256_of(str(manifest))).dump())
+    record.write_bytes(
+        PlanRecord.of(
+            forged,
+            sha256_of(str(manifest)),
+            manifest.stat().st_size,
+            str(Place.of(Storage(str(plain)))),
+            folder_of(Storage(str(plain))),
+        ).dump()
+    )
     out = apply(str(manifest))
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "holds another checkpoint (nested)" in out.stderr or "not a checkpoint" in out.stderr, out.stderr
@@ -192,3 +200,114 @@ def test_an_archive_through_a_link_into_the_checkpoint_is_refused_when_planned(c
     assert out.returncode == 2 and "resolves to" in out.stderr and "overlap" in out.stderr, out.stderr
     assert files_of(orders) == before
     assert not list((root / AUDIT_FOLDER).rglob("*.retire.jsonl"))
+
+
+def _killed_after_first_delete(corpus, tmp_path, archive: Path) -> tuple[Path, dict, tuple]:
+    orders = dormant_copy(corpus, "long_chain", tmp_path / "root")
+    planned = plan(orders, "--archive", str(archive))
+    time.sleep(1.1)
+    args = (*SHORT, "--batch-size", "5", "--lease-ttl", "2s")
+    died = apply(planned["manifest"], *args, env={CRASH_ENV: "retire.deleted:1"})
+    assert died.returncode == -signal.SIGKILL
+    time.sleep(2.2)  # the killed run's lease expires
+    return orders, planned, args
+
+
+def test_a_rerun_refuses_an_archive_that_is_not_the_one_its_deletion_began_with(corpus, tmp_path) -> None:
+    """The review: the archive removed after deletion began, and a fork of another checkpoint at the
+    same batch put in its place: the rerun took it and deleted the rest. The marker of deletion
+    beside the checkpoint names the archive's source and query id, and the rerun checks both."""
+    archive = tmp_path / "archive"
+    orders, planned, args = _killed_after_first_delete(corpus, tmp_path, archive)
+    left = files_of(orders)
+    shutil.rmtree(archive)
+    other = dormant_copy(corpus, "long_chain", tmp_path / "elsewhere", "other")
+    forked = ckpt("fork", str(other), str(archive), "--new-query-id")
+    assert forked.returncode == 0, forked.stderr
+    out = apply(planned["manifest"], *args)
+    assert out.returncode == 2 and "is not the one this plan's deletion began with" in out.stderr, out.stderr
+    assert files_of(orders) == left
+
+
+def test_a_checkpoint_moved_or_replaced_since_its_plan_retires_nothing(corpus, tmp_path) -> None:
+    """Planned through a link: the link repointed to a copy before the apply, or the folder itself
+    replaced by a copy at the same path (names, sizes and mtimes all as planned). The apply works on
+    the place its plan recorded, and on the folder it recorded there."""
+    root = tmp_path / "root"
+    real = dormant_copy(corpus, "long_chain", root, "real")
+    copy = root / "copy"
+    shutil.copytree(real, copy, copy_function=shutil.copy2)
+    link = root / "orders"
+    link.symlink_to(real)
+    planned = plan(link, "--no-archive")
+    time.sleep(1.1)
+    link.unlink()
+    link.symlink_to(copy)
+    out = apply(planned["manifest"], *SHORT)  # its record is beside the place planned, not there
+    assert out.returncode == 2 and "no record of plan" in out.stderr, out.stderr
+    link.unlink()
+    link.symlink_to(real)
+    moved = root / "moved"
+    real.rename(moved)
+    shutil.copytree(moved, real, copy_function=shutil.copy2)
+    out = apply(planned["manifest"], *SHORT)
+    assert out.returncode == 2 and "not the one planned (another folder was put" in out.stderr, out.stderr
+    assert files_of(real) == files_of(moved) and files_of(copy)
+
+
+def test_a_nested_checkpoint_with_no_batch_yet_is_not_retired(corpus, tmp_path) -> None:
+    """A query started in a folder below, its `metadata` written and its logs' folders still empty:
+    a checkpoint by the docs' own definition, which the plan took for a file to delete."""
+    orders = dormant_copy(corpus, "long_chain", tmp_path / "root")
+    nested = orders / "sub"
+    (nested / "offsets").mkdir(parents=True)
+    (nested / "commits").mkdir()
+    (nested / "metadata").write_text('{"id":"11111111-2222-3333-4444-555555555555"}')
+    date_to(orders, 9 * DAY)
+    out = ckpt("retire", str(orders), "--no-archive")
+    assert out.returncode == 2 and "holds another checkpoint (sub)" in out.stderr, out.stderr
+
+
+def test_the_trail_of_an_apply_is_read_as_data(corpus, tmp_path) -> None:
+    """The apply's own records in the trail, edited: a line that is not JSON (a traceback before), a
+    record whose counts are not counts, a sparse gigabyte (2.1 GB of memory before); and a manifest
+    grown past its recorded size, refused before it is copied."""
+    archive = tmp_path / "archive"
+    orders, planned, args = _killed_after_first_delete(corpus, tmp_path, archive)
+    left = files_of(orders)
+    trail = tmp_path / "root" / AUDIT_FOLDER / folder_name(Storage(str(orders)).url)
+    outcomes = trail / f"{planned['plan_id']}.retire-outcomes.jsonl"
+    kept = outcomes.read_bytes()
+    for bad in (
+        b"\xff\xfe not json\n",
+        b'{"step": "deleted", "files": true}\n',
+        b'{"step": "deleted", "files": -3}\n',
+    ):
+        outcomes.write_bytes(kept + bad)
+        out = apply(planned["manifest"], *args)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, (
+            out.stderr
+        )
+    outcomes.write_bytes(kept)
+    os.truncate(outcomes, 1000 << 20)
+    out, peak = measured("retire", "--apply", planned["manifest"], *args)
+    assert out.returncode == 2 and peak < 400 << 20, (peak, out.stderr)
+    outcomes.write_bytes(kept)
+    manifest = Path(planned["manifest"])
+    with open(manifest, "ab") as f:
+        f.write(b" " * 100)
+    out = apply(planned["manifest"], *args)
+    assert out.returncode == 2 and "not the one planned" in out.stderr and "bytes" in out.stderr, out.stderr
+    assert files_of(orders) == left
+
+
+def test_a_dormancy_under_its_floor_is_refused(corpus, tmp_path) -> None:
+    """`--dormant-after 1s` planned a checkpoint committed seconds before; a day is the floor, as
+    Dagster's `dormant_after` has it, unless the plan says it is unsafe."""
+    orders = dormant_copy(corpus, "long_chain", tmp_path / "root")
+    date_to(orders, 600)
+    out = ckpt("retire", str(orders), "--no-archive", "--dormant-after", "1s")
+    assert out.returncode == 2 and "below the floor of 1d" in out.stderr, out.stderr
+    out = ckpt("retire", str(orders), "--no-archive", "--dormant-after", "0s", "--unsafe-short-grace")
+    assert out.returncode == 2 and "outside 1 to" in out.stderr, out.stderr
+    assert not list((tmp_path / "root" / AUDIT_FOLDER).rglob("*.retire.jsonl"))

@@ -503,3 +503,24 @@ def test_eight_processes_hammering_one_lease_never_overlap(tmp_path) -> None:
         assert last < next_start, f"{who} still held it at {last} when {next_who} took it at {next_start}"
     takeovers = (tmp_path / "audit" / "ckpt" / "lease-takeovers.jsonl").read_text().splitlines()
     assert takeovers  # holders that stalled or died were taken over, and none of them overlapped
+
+
+def test_a_lease_of_no_time_or_one_that_cannot_be_read_is_said_in_one_line(copy_of, tmp_path) -> None:
+    """The review: `--lease-ttl 0` was lost at once and left a generation that locked the next
+    action out for ten minutes; a lease generation made a 2 GiB sparse file locked the checkpoint
+    for good without saying how to free it."""
+    import os
+
+    from checkpoint.safety import lease_for
+    from tests.support.cli import ckpt
+
+    path = copy_of("snapshots")
+    out = ckpt("gc", str(path), "--apply", "--query-stopped", "--lease-ttl", "0s")
+    assert out.returncode == 2 and "the lease's time to live is 0.0" in out.stderr, out.stderr
+    with lease_for(Storage(str(path)), "a test").acquire():
+        pass
+    generation = sorted((path.parent / "_ckpt_audit").rglob("lease/*.json"))[-1]  # the newest, read first
+    os.truncate(generation, 2 << 30)
+    out = ckpt("gc", str(path), "--apply", "--query-stopped")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "unreadable maintenance lease" in out.stderr and f"delete {generation}" in out.stderr
