@@ -343,12 +343,10 @@ def _guarded(name: str, original: Callable) -> Callable:
 def _writer_classes() -> list[type]:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    classes: list[type] = [DataStreamWriter]
-    try:  # Spark Connect's own writer, where its client is installed
-        from pyspark.sql.connect.streaming.readwriter import DataStreamWriter as ConnectWriter
-    except Exception:  # noqa: BLE001 - no Connect client here (grpc missing): nothing to guard
-        return classes
-    return [*classes, ConnectWriter]
+    # Spark Connect's own writer, only where something imported it already: the function is handed
+    # a classic session, and importing Connect without its client calls sys.exit(0) in some mains.
+    connect = sys.modules.get("pyspark.sql.connect.streaming.readwriter")
+    return [DataStreamWriter, *([connect.DataStreamWriter] if connect is not None else [])]
 
 
 def _stop_queries_since(spark, before: set[str]) -> list[str]:

@@ -203,7 +203,7 @@ def _handback_seeds(checkpoint: Path) -> dict[str, bytes]:
     return {
         "retirement_header": plan.header().encode(),
         "retirement_line": file_line(info),
-        "retirement_record": PlanRecord.of(plan, "ab" * 32).dump(),
+        "retirement_record": PlanRecord.of(plan, "ab" * 32, 4096, str(checkpoint), (2049, 131)).dump(),
         "held": json.dumps({"since": 1.6e9, "files": len(files), "bytes": plan.total_bytes}).encode(),
     }
 

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Protocol
 from checkpoint import bounds
 from checkpoint.analysis import FleetRow
 from checkpoint.cleanup.manifest import Plan, PlannedFile
-from checkpoint.errors import MALFORMED, CheckpointError, GcError
+from checkpoint.errors import MALFORMED, CheckpointError, CorruptFileError, GcError
 from checkpoint.format import AUDIT_FOLDER, RECORD_BYTES, bounded_lines, is_number
 from checkpoint.policy import POLICY
 from checkpoint.safety import folder_name
@@ -172,7 +172,8 @@ class AuditTrail:
         """A plan's header: its first line, one small read whatever the manifest holds."""
         with self.storage.open(self._rel_of(url), block_size=64 << 10) as f:
             # A header is a few hundred bytes: no more is read, whatever the file holds after it.
-            return Plan.parse(f.readline(_HEADER_LIMIT).decode("utf-8", "replace"), url)
+            first = f.read(_HEADER_LIMIT).split(b"\n", 1)[0]
+            return Plan.parse(first.decode("utf-8", "replace"), url)
 
     def verified_copy(self, plan: Plan, folder: str) -> str:
         """The plan's manifest copied into the local `folder`, its sha256 taken on the way; raises
@@ -205,17 +206,21 @@ class AuditTrail:
         else:
             source = self.storage.open(self._rel_of(plan.manifest), block_size=1 << 20)
         with source as f:
-            f.readline()  # the header
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    batch.append(PlannedFile.parse(json.loads(line)))
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise GcError(f"unreadable plan manifest: {exc}", plan.manifest) from exc
-                if len(batch) == chunk:
-                    yield batch
-                    batch = []
+            lines = bounded_lines(f.read, RECORD_BYTES, plan.manifest)  # a line a file: never gigabytes
+            try:
+                next(lines, None)  # the header
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        batch.append(PlannedFile.parse(json.loads(line)))
+                    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                        raise GcError(f"unreadable plan manifest: {exc}", plan.manifest) from exc
+                    if len(batch) == chunk:
+                        yield batch
+                        batch = []
+            except CorruptFileError as exc:
+                raise GcError(f"unreadable plan manifest: {exc}", plan.manifest) from exc
         if batch:
             yield batch
 

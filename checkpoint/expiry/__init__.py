@@ -15,7 +15,6 @@ from checkpoint.expiry.purge import (
     StorePurges,
     StoreTask,
     expired_report,
-    in_this_process,
     purge_expired,
 )
 from checkpoint.expiry.ttl import Expired
@@ -33,6 +32,5 @@ __all__ = [
     "StorePurges",
     "StoreTask",
     "expired_report",
-    "in_this_process",
     "purge_expired",
 ]
