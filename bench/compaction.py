@@ -11,10 +11,18 @@ One process, one SparkSession (local[2]), real streaming queries:
   (c) the job's wall time for 16 stores against the same stores rebuilt one after another;
   (d) one store per base size (1M, 3M, 10M keys, written by PySpark, cached outside the repo) with
       the same 20-changelog chain on top: our rebuild in a fresh process (its peak RSS and seconds)
-      against Spark's own load-and-replay of the same version (a state read at the latest batch).
+      against Spark's own load-and-replay of the same version (a state read at the latest batch);
+  (e) one store's delta-only chain of 10 changelogs, every record a key of its own (10^6 and 10^7
+      records, written by PySpark, cached outside the repo), in format V2 and V1 (an aggregation,
+      no base) and in a store of column families (a join in state format 3, on a base of one row):
+      our rebuild in a fresh process (its peak RSS and seconds) against Spark's load-and-replay of
+      the same version.
+      Memory must not follow the chain: peak RSS x1.25 at most from the short chain to the long one.
 
     python -m bench.compaction [--parts abcd] [--keys 250000] [--batches 40] [--shapes 750000x30,...]
         [--big-bases 1000000,3000000,10000000]
+    python -m bench.compaction --parts e [--chains 100000,1000000]
+        [--chain-states rocksdb_v2,rocksdb_v1,join_cf]
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ from checkpoint.compaction import plan_compaction, rebuild_store
 from checkpoint.model import load_checkpoint
 from jobs.compact import run_compaction
 from jobs.spark_session import local_session
-from testbed.generators import ensure_big_base
+from testbed.copying import copy_checkpoint
+from testbed.generators import ensure_big_base, ensure_long_chain
 from testbed.queries import FREQUENT_SNAPSHOTS, NO_SNAPSHOTS, aggregation
 from testbed.scenarios import Scenario
 
@@ -59,9 +68,11 @@ def _timed(fn) -> float:
     return time.perf_counter() - started
 
 
-def _state_read(spark, path: Path, partition: int | None = None) -> float:
+def _state_read(
+    spark, path: Path, partition: int | None = None, options: dict[str, str] | None = None
+) -> float:
     def run() -> None:
-        df = spark.read.format("statestore").load(str(path))
+        df = spark.read.format("statestore").options(**(options or {})).load(str(path))
         if partition is not None:
             df = df.where(f"partition_id = {partition}")
         df.count()
@@ -84,8 +95,8 @@ BIG_TOUCH = 500_000  # (d)'s chain updates keys below this: present in every bas
 
 
 def _rebuild_in_a_fresh_process(checkpoint: Path, copy: Path) -> dict:
-    """(d): a new interpreter per rebuild, so its peak RSS is this rebuild's and nothing else's."""
-    shutil.copytree(checkpoint, copy)
+    """(d), (e): a new interpreter per rebuild, so its peak RSS is this rebuild's and nothing else's."""
+    copy_checkpoint(checkpoint, copy)  # a copy that names itself (a column-family store's schema paths)
     code = ("import json, sys; from bench.compaction import _rebuild_one_store_in_place as r; "
             "print(json.dumps(r(sys.argv[1]).as_dict()))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True, check=True)
@@ -118,6 +129,41 @@ def _big_bases(spark, sizes: list[int], out: Path) -> list[dict]:
     return rows
 
 
+def _long_chains(spark, per_changelog: list[int], states: list[str], out: Path) -> list[dict]:
+    rows = []
+    for state in states:
+        for records in per_changelog:
+            checkpoint = ensure_long_chain(records, 10, state) / "checkpoint"
+            # A join's store is read a side at a time; either side's read loads (replays) all of it.
+            options = {"joinSide": "left"} if state == "join_cf" else {}
+            spark_s = min(_state_read(spark, checkpoint, options=options) for _ in range(2))
+            runs = [_rebuild_in_a_fresh_process(checkpoint, out / f"chain-{records}-{i}") for i in range(2)]
+            best = min(runs, key=lambda r: r["seconds"])
+            rows.append({
+                "state": state, "records": best["records"], "keys": best["keys"],
+                "rebuild_s": best["seconds"],
+                "peak_rss_mb": round(max(r["peak_rss_bytes"] for r in runs) / 2**20),
+                "spark_s": round(spark_s, 3), "ratio": round(best["seconds"] / spark_s, 3),
+            })  # fmt: skip
+            print(f"(e) {rows[-1]}", flush=True)
+            for i in range(2):
+                shutil.rmtree(out / f"chain-{records}-{i}")
+    return rows
+
+
+def _print_chains(chains: list[dict]) -> None:
+    for row in chains:
+        print(f"(e) {row['state']}: a chain of {row['records']:,} records: rebuild {row['rebuild_s']} s, "
+              f"peak RSS {row['peak_rss_mb']} MB; Spark's load-and-replay {row['spark_s']} s; "
+              f"rebuild / Spark = {row['ratio']:.2f}")  # fmt: skip
+    for state in dict.fromkeys(r["state"] for r in chains):
+        mine = [r for r in chains if r["state"] == state]
+        if len(mine) > 1:
+            print(f"(e) {state}: from {mine[0]['records']:,} to {mine[-1]['records']:,} records: peak RSS "
+                  f"x{mine[-1]['peak_rss_mb'] / mine[0]['peak_rss_mb']:.2f}, rebuild seconds "
+                  f"x{mine[-1]['rebuild_s'] / mine[0]['rebuild_s']:.2f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=250_000)
@@ -136,9 +182,26 @@ def main() -> None:
         default=[1_000_000, 3_000_000, 10_000_000],
         help="(d)'s base sizes in keys",
     )
-    parser.add_argument("--parts", choices=("abcd", "abc", "d"), default="abcd", help="(a)-(c) share inputs")
+    parser.add_argument(
+        "--chains",
+        type=lambda t: [int(n) for n in t.split(",")],
+        default=[100_000, 1_000_000],
+        help="(e)'s records per changelog (10 changelogs)",
+    )
+    parser.add_argument(
+        "--chain-states", type=lambda t: t.split(","), default=["rocksdb_v2", "rocksdb_v1", "join_cf"]
+    )
+    parser.add_argument("--parts", choices=("abcd", "abc", "d", "e"), default="abcd",
+                        help="(a)-(c) share inputs")  # fmt: skip
     parser.add_argument("--dir", type=Path)
     args = parser.parse_args()
+    if args.parts == "e":
+        spark = local_session(master="local[2]", app_name="bench-compaction")
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+            chains = _long_chains(spark, args.chains, args.chain_states, Path(tmp))
+        spark.stop()
+        _print_chains(chains)
+        return
     if set(args.parts) == {"d"}:  # (d) alone needs none of the shared inputs
         spark = local_session(master="local[2]", app_name="bench-compaction")
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:

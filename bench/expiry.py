@@ -17,6 +17,15 @@ off: the latest version is a changelog over a zip, as a stopped query leaves it.
            reads (`ckpt lineage`), the rows Spark's reader shows before the batch.
 
     python -m bench.expiry [--entries 1000000]
+
+With `--stores N`, the purge of N such stores (synthetic for scale: the one store copied into N
+partitions, the logs and the operator's metadata saying N) by the Spark job, a task a store on
+`local[2]` (`ckpt purge-expired`), against the same purge in one process, a store after another
+(`checkpoint.expiry.purge_expired` without Spark, the purge before it ran as a Spark job). Each in
+a fresh process under `/usr/bin/time -v`: seconds, and the peak RSS it reports (the largest of the
+process and the descendants it waited for).
+
+    python -m bench.expiry --stores 16 [--entries 1000000]
 """
 
 from __future__ import annotations
@@ -94,11 +103,26 @@ def _rows(spark, checkpoint: Path) -> int:
                for v in VARIABLES)  # fmt: skip
 
 
-def _purge(checkpoint: Path) -> dict:
-    """`ckpt purge-expired` in a fresh process under /usr/bin/time -v: its document, seconds, peak RSS."""
+# The purge in this process, a store after another, without Spark: the `StorePurges` port's default.
+_IN_PROCESS = """
+import json, sys, time
+from checkpoint.cleanup import AuditTrail
+from checkpoint.expiry import PurgeOptions, purge_expired
+from checkpoint.safety import InPlace, taken_at_once
+from checkpoint.storage import Storage
+storage = Storage(sys.argv[1])
+options = PurgeOptions(AuditTrail(AuditTrail.default_for(storage.url)), now=time.time())
+print(json.dumps(purge_expired(InPlace(storage, taken_at_once("bench")), options).as_dict()))
+"""
+
+
+def _purge(checkpoint: Path, in_process: bool = False) -> dict:
+    """`ckpt purge-expired` (or the purge without Spark) in a fresh process under /usr/bin/time -v:
+    its document, seconds, peak RSS."""
     ckpt = str(Path(sys.executable).parent / "ckpt")
+    command = [sys.executable, "-c", _IN_PROCESS] if in_process else [ckpt, "purge-expired", "--json"]
     started = time.perf_counter()
-    out = subprocess.run(["/usr/bin/time", "-v", ckpt, "purge-expired", str(checkpoint), "--json"],
+    out = subprocess.run(["/usr/bin/time", "-v", *command, str(checkpoint)],
                          capture_output=True, text=True, check=False)  # fmt: skip
     seconds = time.perf_counter() - started
     if out.returncode != 0:
@@ -144,14 +168,67 @@ def _restart(spark, scenario: Path, checkpoint: Path, extra: Path) -> dict:
     }
 
 
+def replicated(checkpoint: Path, dest: Path, stores: int) -> Path:
+    """A copy of a one-partition checkpoint whose store is copied into `stores` partitions: the
+    offset logs' shuffle partitions, the commit logs' unique ids (format V2) and the operator's
+    metadata say so. Synthetic, for scale: a restart would find keys in partitions they do not
+    hash to; the purge and Spark's reader read it as they read any."""
+    copy_checkpoint(checkpoint, dest)
+    for n in range(1, stores):
+        shutil.copytree(dest / "state" / "0" / "0", dest / "state" / "0" / str(n))
+    for log in [*(dest / "offsets").iterdir(), *(dest / "commits").iterdir()]:
+        if not log.name.isdigit():
+            continue
+        header, meta, *rest = log.read_text().split("\n")
+        doc = json.loads(meta)
+        if log.parent.name == "offsets":
+            doc["conf"]["spark.sql.shuffle.partitions"] = str(stores)
+        for ids in doc.get("stateUniqueIds", {}).values():
+            ids[:] = ids * stores
+        log.write_text("\n".join([header, json.dumps(doc, separators=(",", ":")), *rest]))
+        (log.parent / f".{log.name}.crc").unlink(missing_ok=True)
+    for meta in (dest / "state" / "0" / "_metadata").rglob("[!.]*"):
+        if meta.is_file():
+            text = re.sub(r'"numPartitions":\d+', f'"numPartitions":{stores}', meta.read_text())
+            meta.write_text(text)
+            (meta.parent / f".{meta.name}.crc").unlink(missing_ok=True)
+    return dest
+
+
+def many_stores(spark, scenario: Path, work: Path, stores: int) -> dict:
+    copies = {how: replicated(scenario / "checkpoint", work / how, stores) for how in ("spark", "in_process")}
+    for copy in copies.values():
+        date_to(copy, 3600)
+    with scoped_confs(spark, {**_ONE, "spark.sql.shuffle.partitions": str(stores)}):
+        rows_before = _rows(spark, copies["spark"])
+    runs = {how: _purge(path, in_process=how == "in_process") for how, path in copies.items()}
+    with scoped_confs(spark, {**_ONE, "spark.sql.shuffle.partitions": str(stores)}):
+        rows_after = {how: _rows(spark, path) for how, path in copies.items()}
+    docs = {how: r["doc"] for how, r in runs.items()}
+    return {
+        "stores": stores, "entries": docs["spark"]["entries"], "expired": docs["spark"]["expired"],
+        "same_result": [s["expired"] for s in docs["spark"]["stores"]]
+        == [s["expired"] for s in docs["in_process"]["stores"]] and len(set(rows_after.values())) == 1,
+        "rows_spark_reads_before": rows_before, "rows_spark_reads_after": rows_after["spark"],
+        **{f"{how}_seconds": round(r["seconds"], 2) for how, r in runs.items()},
+        **{f"{how}_peak_rss_mib": round(r["peak_rss"] / 2**20) for how, r in runs.items()},
+        "spark_over_in_process": round(runs["spark"]["seconds"] / runs["in_process"]["seconds"], 2),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--stores", type=int, default=0, help="the purge of this many stores, Spark's job "
+                        "against one process")  # fmt: skip
     args = parser.parse_args()
     spark = local_session(master="local[2]", app_name="bench-expiry")
     work = Path(tempfile.mkdtemp(prefix="bench-expiry-"))
     try:
         scenario = ensure_checkpoint(spark, args.entries)
+        if args.stores:
+            print(json.dumps(many_stores(spark, scenario, work, args.stores), indent=1))
+            return
         purged, control = work / "purged", work / "control"
         for copy in (purged, control):
             copy_checkpoint(scenario / "checkpoint", copy)

@@ -48,11 +48,19 @@ class Policy:
     # A rebuild's memory, whatever the store's size: RocksDB's memtable (flushed to a new SST when
     # full, so a large chain flushes several times), its block cache for the point reads, and the
     # copies of base files to local disk (chunk size x concurrent copies).
-    rebuild_memtable_bytes: int = 64 << 20
+    rebuild_memtable_bytes: int = 32 << 20
     rebuild_block_cache_bytes: int = 32 << 20
     # The chain is read a part of about this many decoded bytes at a time, never a whole changelog:
     # its parsed records are the Python side of a rebuild's memory, whatever the chain's length.
-    rebuild_chunk_bytes: int = 8 << 20
+    # Smaller than a changelog of 10^5 records, so that a short chain's parts are already as large
+    # as a long one's; with the 32 MiB memtable, which both chains fill, peak RSS hardly follows
+    # the chain (bench/README.md, compaction (e): 8 MiB parts and a 64 MiB memtable took 218 MB for
+    # 10^6 records and 314 MB for 10^7; these take 197 and 210).
+    rebuild_chunk_bytes: int = 2 << 20
+    # A migration writes a whole store, which its restarted query then opens: 64 MiB memtables
+    # leave 12 level-0 SSTs at 10M keys, under RocksDB's write slowdown (20), where 32 MiB would
+    # leave about 24 (docs/migrate.md).
+    migrate_memtable_bytes: int = 64 << 20
     # Keys a migration tracks (about 200 bytes each) to count a store without reading it back;
     # past it, the store's keys are counted once written.
     migrate_tracked_keys: int = 250_000

@@ -331,11 +331,20 @@ def expired_text(doc: Doc) -> str:
     lines = [f"{doc['expired']:,} of {doc['entries']:,} entries ({doc['expired_share']:.1%}, "
              f"{human_bytes(doc['expired_bytes'])}) expired at {at}, batch {doc['batch']}"]  # fmt: skip
     if doc.get("replays") is not None:
-        lines.append(f"stopped mid-batch: batch {doc['replays']} is planned and not committed; as of its own "
-                     "time, which its replay evicts by (nothing that replay reads is taken)")  # fmt: skip
+        lines.append(f"batch {doc['replays']} is planned and not committed (stopped mid-batch, or running): "
+                     "its replay evicts as of its own time, and this is no later: nothing it reads "
+                     "is taken")  # fmt: skip
     rows = [(s["operator"], s["partition"], s["store"], s["version"], s["entries"], s["expired"],
              human_bytes(s["expired_bytes"]), s["outcome"]) for s in doc["stores"]]  # fmt: skip
     lines.append(_table(rows, ("op", "part", "store", "version", "entries", "expired", "bytes", "outcome")))
+    variables: dict[str, list[int]] = {}
+    for s in doc["stores"]:
+        for v in s["variables"]:
+            sums = variables.setdefault(v["name"], [0, 0, 0])
+            for i, k in enumerate(("entries", "expired", "expired_bytes")):
+                sums[i] += v[k]
+    totals = [(name, e, x, human_bytes(b)) for name, (e, x, b) in sorted(variables.items())]
+    lines.append(_table(totals, ("state variable", "entries", "expired", "bytes")))
     if any(s["outcome"] == "its own snapshot" for s in doc["stores"]):
         lines.append("a store whose version is its own snapshot keeps its expired entries: its name is "
                      "taken, and Spark evicts them in the query's next batch")  # fmt: skip

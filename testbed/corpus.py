@@ -18,7 +18,7 @@ from pathlib import Path
 
 from testbed.cache import MANIFEST, corpus_base, ensure_generated
 from testbed.generators import (
-    BIG_BASE_FORMATS,
+    LONG_CHAIN_STATES,
     generate_big_base,
     generate_long_chain,
     generate_rescue,
@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="generate one big-base checkpoint only")  # fmt: skip
     parser.add_argument("--long-chain", nargs=2, type=int, metavar=("RECORDS", "CHANGELOGS"),
                         help="generate one delta-only chain of a store only")  # fmt: skip
-    parser.add_argument("--state", default="rocksdb_v2", choices=sorted(BIG_BASE_FORMATS),
-                        help="the big base's state format")  # fmt: skip
+    parser.add_argument("--state", default="rocksdb_v2", choices=LONG_CHAIN_STATES,
+                        help="the state format of the big base (not join_cf) or the chain")  # fmt: skip
     parser.add_argument("--partitions", type=int, default=1, help="the big base's partitions")
     args = parser.parse_args(argv)
     if args.killed_child:

@@ -13,6 +13,7 @@ from pathlib import Path
 from checkpoint.format import (
     CHANGELOG_CONF,
     HDFS_PROVIDER,
+    JOIN_STATE_FORMAT_CONF,
     PROVIDER_CONF,
     ROCKSDB_PROVIDER,
 )
@@ -23,6 +24,7 @@ from testbed.queries import (
     NO_SNAPSHOTS,
     _run,
     aggregation,
+    stream_join,
     write_inputs,
 )
 from testbed.scenarios import Scenario
@@ -213,31 +215,46 @@ def ensure_big_base(
 LONG_CHAIN_VERSION = 1
 
 
+# A long chain's stores besides BIG_BASE_FORMATS': a stream-stream join in state format 3, one store
+# of column families (a chain of which needs a base: its zip names the families).
+JOIN_CF = "join_cf"
+LONG_CHAIN_STATES = (*sorted(BIG_BASE_FORMATS), JOIN_CF)
+
+
+def _keyed_file(path: Path, first: int, last: int, prefix: str = "c") -> None:
+    """Rows `first`..`last` - 1, each a key of its own, written as text, not as dicts: 10^7 rows in
+    seconds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for start in range(first, last, 100_000):
+            f.write("".join(f'{{"id": {i}, "k": "{prefix}{i:010d}", "v": {i % 5}}}\n'
+                            for i in range(start, min(last, start + 100_000))))  # fmt: skip
+
+
 def generate_long_chain(
     out: Path, records: int, changelogs: int, state: str = "rocksdb_v2", log=print
 ) -> dict:
-    """A delta-only chain of one store: `changelogs` batches of `records` rows each, every row a key
-    of its own (no base, snapshots off from the first batch), as a query that dies on the lineage
-    cap or whose snapshots never upload leaves it. `state`: one of BIG_BASE_FORMATS."""
+    """A delta-only chain of one store: `changelogs` batches of `records` records each, every one
+    a key of its own, as a query that dies on the lineage cap or whose snapshots never upload
+    leaves it. `state`: one of BIG_BASE_FORMATS (an aggregation, no base: snapshots off from the
+    first batch), or JOIN_CF: a join whose unmatched left rows are kept (two records a row, its
+    count and its value) over a base of one row that Spark snapshotted."""
     from jobs.spark_session import local_session
 
-    _, confs = BIG_BASE_FORMATS[state]
     out.mkdir(parents=True)
-    inputs = out / "input"
-    inputs.mkdir()
     started = time.monotonic()
-    for b in range(changelogs):  # written as text, not as dicts: 10^7 rows in seconds
-        with open(inputs / f"part-{b:05d}.json", "w") as f:
-            for start in range(b * records, (b + 1) * records, 100_000):
-                f.write("".join(f'{{"id": {i}, "k": "c{i:010d}", "v": {i % 5}}}\n'
-                                for i in range(start, min((b + 1) * records, start + 100_000))))  # fmt: skip
     one = {"spark.sql.shuffle.partitions": "1"}
     spark = local_session(
         master="local[2]", app_name="ckpt-long-chain", extra_conf={**one, "spark.driver.memory": "8g"}
     )
     try:
-        with scoped_confs(spark, {**one, **confs, **NO_SNAPSHOTS}):
-            _run(aggregation(spark, {"": str(inputs)}), out / "checkpoint")
+        if state == JOIN_CF:
+            _join_cf_chain(spark, out, records, changelogs, one)
+        else:
+            for b in range(changelogs):
+                _keyed_file(out / "input" / f"part-{b:05d}.json", b * records, (b + 1) * records)
+            with scoped_confs(spark, {**one, **BIG_BASE_FORMATS[state][1], **NO_SNAPSHOTS}):
+                _run(aggregation(spark, {"": str(out / "input")}), out / "checkpoint")
     finally:
         spark.stop()
     facts = {"records_per_changelog": records, "changelogs": changelogs, "state": state,
@@ -245,6 +262,21 @@ def generate_long_chain(
     (out / MANIFEST).write_text(json.dumps(facts, indent=2))
     log(f"corpus: a chain of {changelogs} x {records:,} records ({state}) generated in {facts['seconds']} s")
     return facts
+
+
+def _join_cf_chain(spark, out: Path, records: int, changelogs: int, one: dict[str, str]) -> None:
+    paths = {"left": str(out / "input" / "left"), "right": str(out / "input" / "right")}
+    _keyed_file(out / "input" / "left" / "part-00000.json", 0, 1)
+    _keyed_file(out / "input" / "right" / "part-00000.json", 0, 1, prefix="unmatched")
+    join = {**one, JOIN_STATE_FORMAT_CONF: "3"}
+    with scoped_confs(spark, {**join, "spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"}):
+        _run(stream_join(spark, paths), out / "checkpoint", "append")
+    _wait_for_snapshot(out / "checkpoint")
+    rows = records // 2
+    for b in range(changelogs):
+        _keyed_file(out / "input" / "left" / f"part-{b + 1:05d}.json", 1 + b * rows, 1 + (b + 1) * rows)
+    with scoped_confs(spark, {**join, **NO_SNAPSHOTS}):
+        _run(stream_join(spark, paths), out / "checkpoint", "append")
 
 
 def ensure_long_chain(records: int, changelogs: int = 10, state: str = "rocksdb_v2", log=print) -> Path:

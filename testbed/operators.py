@@ -28,13 +28,16 @@ from testbed.queries import (
     _stream,
     stream_join,
 )
-from testbed.scenarios import Scenario
+from testbed.scenarios import KilledScenario, Scenario, run_killed_child, run_until_killed
+from testbed.sinks import _killing_sink
 
-OPERATORS_VERSION = 3
+OPERATORS_VERSION = 4
 _HOUR_MS = 3_600_000
 # An expiring query's two TTLs: one no cache outlives, one every entry outlives by the next batch.
 _DECADE_MS = 10 * 365 * 24 * _HOUR_MS
 _EXPIRES_MS = 1
+# A processing-time timer no restart reaches (2100-01-01).
+_NEVER_DUE_MS = 4_102_444_800_000
 # A processing-time TTL asks for a no-data batch after every batch: availableNow would never end.
 NO_EMPTY_BATCHES = {
     "spark.sql.streaming.noDataMicroBatches.enabled": "false"
@@ -175,6 +178,73 @@ class ExpiringScenario(Scenario):
         return {"batches": self.batches, "ttl_ms": [_DECADE_MS, _EXPIRES_MS]}
 
 
+class TimedState(EveryState):
+    """`EveryState` with processing-time timers at fixed instants, so that a restart fires the same
+    ones whenever it runs: one at the key's last event id in ms (1970: due in the batch that sets
+    it) and one in 2100 (never due: a registered timer that a purge must keep)."""
+
+    def init(self, handle) -> None:
+        super().init(handle)
+        self.handle = handle
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator:
+        rows = list(rows)
+        yield from super().handleInputRows(key, iter(rows), timerValues)
+        last = max(int(pdf["id"].max()) for pdf in rows)
+        self.handle.registerTimer(last)
+        self.handle.registerTimer(_NEVER_DUE_MS + last)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator:
+        import pandas as pd
+
+        yield pd.DataFrame({"k": [key[0]], "n": [-expiredTimerInfo.getExpiryTimeInMs()]})
+
+
+def timed_state(spark, paths: dict[str, str], max_files: int = 1, ttl_ms: int = _EXPIRES_MS):
+    return (
+        _stream(spark, paths[""], max_files)
+        .groupBy("k")
+        .transformWithStateInPandas(TimedState(ttl_ms), "k string, n long", "Update", "ProcessingTime")
+    )
+
+
+class StoppedMidBatch(ExpiringScenario, KilledScenario):
+    """`expiring` with processing-time timers, as users run it: its second run on a processing-time
+    trigger with no-data batches on (a processing-time TTL asks for one after every batch), its
+    driver killed in the no-data batch after the last input, as a stop usually finds such a query:
+    offset N written, commit N not. What batch N - 1 wrote has expired as of batch N's time; what
+    the first run wrote has not. A restart (no-data batches off, so that it ends) replays batch N."""
+
+    child_module = "testbed.operators"
+
+    def build(self, spark, out: Path) -> dict:
+        checkpoint = out / "checkpoint"
+        self.write_inputs(out, self.first_run)
+        with scoped_confs(spark, self.confs):
+            _run(self.query(spark, self.paths(out), 1, ttl_ms=_DECADE_MS), checkpoint)
+        _wait_for_snapshot(checkpoint, stores=int(spark.conf.get("spark.sql.shuffle.partitions")))
+        self.write_inputs(out, self.batches - self.first_run, start=self.first_run)
+        run_until_killed(out, self.child_module)
+        return {
+            "batches": self.batches,
+            "ttl_ms": [_DECADE_MS, _EXPIRES_MS],
+            "stopped_in_batch": self.batches,
+        }
+
+    def killed_run(self, spark, out: Path, marker: Path) -> None:
+        confs = {**self.confs, **NO_SNAPSHOTS, **{k: "true" for k in NO_EMPTY_BATCHES}}
+        with scoped_confs(spark, confs):
+            query = (
+                self.query(spark, self.paths(out), 1)
+                .writeStream.outputMode(self.output_mode)
+                .option("checkpointLocation", str(out / "checkpoint"))
+                .foreachBatch(_killing_sink(marker, at=self.batches))  # the no-data batch after the inputs
+                .trigger(processingTime="1 second")
+                .start()
+            )
+            query.awaitTermination()
+
+
 def timers(spark, paths: dict[str, str], max_files: int = 1):
     return (
         _events(spark, paths, max_files)
@@ -195,6 +265,11 @@ OPERATOR_SCENARIOS: tuple[Scenario, ...] = (
                      expiring_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES}),
     ExpiringScenario("expiring_v1", "the same in format V1 (`<v>.zip`, `<v>.changelog`)",
                      expiring_state, 6, {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES, **FORMAT_V1}),
+    StoppedMidBatch("stopped_midbatch", "transformWithStateInPandas: TTLs and processing-time timers, "
+                    "no-data batches on, the driver gone mid-batch", timed_state, 6,
+                    {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES}),
+    StoppedMidBatch("stopped_midbatch_v1", "the same in format V1", timed_state, 6,
+                    {**FREQUENT_SNAPSHOTS, **NO_EMPTY_BATCHES, **FORMAT_V1}),
     Scenario("join_cf_v1", "stream-stream join, state format 3 (column families), in checkpoint format V1",
              stream_join, 6, {**FREQUENT_SNAPSHOTS, **FORMAT_V1, JOIN_STATE_FORMAT_CONF: "3"},
              inputs=JOIN_INPUTS, output_mode="append"),
@@ -223,7 +298,11 @@ def ensure_operator_corpus(cache: Path | None = None, log=print) -> Path:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("out", type=Path)
+    parser.add_argument("--killed-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.killed_child:
+        run_killed_child(args.out, scenario_named(args.out.name))
+        return
     generate(args.out, scenarios=OPERATOR_SCENARIOS, version=OPERATORS_VERSION)
 
 

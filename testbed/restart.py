@@ -35,6 +35,8 @@ USER_READERS: dict[str, list[dict[str, str]]] = {
 for _name in ("list_state", "every_state", "timers"):  # the same queries on RocksDB format V1
     USER_READERS[f"rocksdb_v1_{_name}"] = USER_READERS[_name]
 USER_READERS["expiring_v1"] = USER_READERS["expiring"]
+USER_READERS["stopped_midbatch"] = [*USER_READERS["expiring"], {"readRegisteredTimers": "true"}]
+USER_READERS["stopped_midbatch_v1"] = USER_READERS["stopped_midbatch"]
 
 
 def plain(value: Any) -> Any:

@@ -93,35 +93,42 @@ class KilledScenario(Scenario):
         # Nothing is moved afterwards: offset and source logs record absolute input paths.
         self.write_inputs(out, self.batches)
         live = out / "checkpoint_after_restart"
-        marker = out / "batch-running.marker"
-        child = subprocess.Popen(
-            [sys.executable, "-m", self.child_module, "--killed-child", str(out)],
-            start_new_session=True,  # the driver's JVM is in this group: kill both at once
-            stdout=subprocess.DEVNULL,
-            stderr=open(out / "child.log", "w"),
-        )
-        deadline = time.monotonic() + 600
-        while not marker.exists():
-            if child.poll() is not None:
-                raise RuntimeError(
-                    f"killed-scenario child exited with {child.returncode}: {out / 'child.log'}"
-                )
-            if time.monotonic() > deadline:
-                os.killpg(child.pid, signal.SIGKILL)
-                raise RuntimeError("killed-scenario child never reached the batch to kill")
-            time.sleep(0.2)
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        run_until_killed(out, self.child_module)
         shutil.copytree(live, out / "checkpoint_before_restart")
         self.run(spark, out, live)
         return {"batches": self.batches, "killed_at_batch": KILLED_AT_BATCH}
 
+    def killed_run(self, spark, out: Path, marker: Path) -> None:
+        """What the child runs until its sink writes `marker` and it is killed."""
+        self.run(spark, out, out / "checkpoint_after_restart", sink=_killing_sink(marker))
 
-def run_killed_child(folder: Path, scenario: Scenario) -> None:
+
+def run_until_killed(out: Path, child_module: str) -> None:
+    """Runs `python -m child_module --killed-child out` and SIGKILLs it, its JVM with it, once its
+    sink wrote `out/batch-running.marker`: a driver gone mid-batch, offset N written, commit N not."""
+    marker = out / "batch-running.marker"
+    child = subprocess.Popen(
+        [sys.executable, "-m", child_module, "--killed-child", str(out)],
+        start_new_session=True,  # the driver's JVM is in this group: kill both at once
+        stdout=subprocess.DEVNULL,
+        stderr=open(out / "child.log", "w"),
+    )
+    deadline = time.monotonic() + 600
+    while not marker.exists():
+        if child.poll() is not None:
+            raise RuntimeError(f"killed-scenario child exited with {child.returncode}: {out / 'child.log'}")
+        if time.monotonic() > deadline:
+            os.killpg(child.pid, signal.SIGKILL)
+            raise RuntimeError("killed-scenario child never reached the batch to kill")
+        time.sleep(0.2)
+    os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def run_killed_child(folder: Path, scenario: KilledScenario) -> None:
     """The driver a KilledScenario kills: runs `scenario` until its sink reaches the batch to kill."""
     from jobs.spark_session import local_session
 
     spark = local_session(master="local[2]", app_name="corpus-killed-child")
-    marker = folder / "batch-running.marker"
-    scenario.run(spark, folder, folder / "checkpoint_after_restart", sink=_killing_sink(marker))
+    scenario.killed_run(spark, folder, folder / "batch-running.marker")
     raise SystemExit("the killed-scenario child was not killed")

@@ -38,10 +38,10 @@ def _retry_sink(df, batch_id: int) -> None:
     df.foreachPartition(_fail_first_attempt(batch_id))
 
 
-def _killing_sink(marker: Path):
+def _killing_sink(marker: Path, at: int = KILLED_AT_BATCH):
     def sink(df, batch_id: int) -> None:
         _noop_sink(df, batch_id)
-        if batch_id == KILLED_AT_BATCH:
+        if batch_id == at:
             # The batch's state is committed on every partition; the commit log is not written yet.
             marker.write_text(str(batch_id))
             time.sleep(3600)

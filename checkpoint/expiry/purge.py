@@ -110,8 +110,9 @@ class ExpiredState:
     as_of_ms: int
     stores: tuple[StorePurge, ...]
     seconds: float
-    # The batch a query stopped mid-batch planned and will replay, whose own time the purge was as
-    # of; None for a query stopped after its last batch (or a report).
+    # The batch planned and not committed (a query stopped mid-batch, or a running one's) that a
+    # restart replays as of its own time: the purge is never later than it, nor by default a report.
+    # None for a query stopped after its last batch.
     replays: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -126,9 +127,10 @@ class ExpiredState:
 
 
 def expired_report(storage: Storage, as_of: float | None = None, policy: Policy = POLICY) -> ExpiredState:
-    """What has expired, as of `as_of` (default now, never later), in every transformWithState
-    store with a TTL at the latest committed batch. Reads what a recovery of that batch reads, a
-    store at a time; writes nothing and takes no lease, so a running query is reported too."""
+    """What has expired, as of `as_of` (default now, never later; for a batch planned and not
+    committed, its own time), in every transformWithState store with a TTL at the latest committed
+    batch. Reads what a recovery of that batch reads, a store at a time; writes nothing and takes
+    no lease, so a running query is reported too."""
     now = time.time()
     if as_of is not None:
         try:
@@ -138,11 +140,22 @@ def expired_report(storage: Storage, as_of: float | None = None, policy: Policy 
         if as_of > now:
             raise PurgeRefused(f"the report's time {_utc(as_of)} is later than now ({_utc(now)}): what "
                                "expires later is not expired to Spark", storage.url)  # fmt: skip
-    started, as_of_ms = time.monotonic(), _ms(now if as_of is None else as_of)
+    started = time.monotonic()
     ckpt = load_head(storage, strict=False, recent=2)
+    # A batch planned and not committed (a query stopped mid-batch, or one running) evicts as of its
+    # own time: by default the report is what that batch, or a purge, takes.
+    planned = ckpt.batches.get(ckpt.latest_planned_batch or 0) if ckpt.unfinished else None
+    replays = planned.id if planned is not None and planned.offset is not None else None
+    as_of_ms = (
+        _replay_time(ckpt, replays)
+        if replays is not None and as_of is None
+        else _ms(now if as_of is None else as_of)
+    )
+    if replays is not None and as_of_ms > _replay_time(ckpt, replays):
+        replays = None  # asked for later than the replay evicts: not what a purge would take
     batch = ckpt.latest_committed_batch
     stores = tuple(_look(ckpt.for_store(e.store), e, props, as_of_ms, policy) for e, props in _targets(ckpt))
-    return ExpiredState(ckpt.url, batch, as_of_ms, stores, round(time.monotonic() - started, 3))
+    return ExpiredState(ckpt.url, batch, as_of_ms, stores, round(time.monotonic() - started, 3), replays)
 
 
 def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
@@ -194,14 +207,18 @@ def _purge_time(ckpt: Checkpoint, replays: int | None, as_of: float | None, now:
     the replay of N evicts as of that time and reads what expires after it."""
     if replays is None:
         return _ms(now if as_of is None else as_of)
+    own = _replay_time(ckpt, replays)
+    if as_of is not None and _ms(as_of) > own:
+        raise PurgeRefused(f"refused: the purge time {_utc(as_of)} is later than batch {replays}'s own "
+                           f"time ({_utc(own / 1000)}), which its replay evicts by: what expires between the "
+                           "two is still read by that batch; nothing was written", ckpt.url)  # fmt: skip
+    return own if as_of is None else _ms(as_of)
+
+
+def _replay_time(ckpt: Checkpoint, replays: int) -> int:
     entry = ckpt.batches[replays].offset
     assert entry is not None  # an unfinished batch is a planned one: its offset file was read
-    if as_of is not None and _ms(as_of) > entry.batch_timestamp_ms:
-        own = _utc(entry.batch_timestamp_ms / 1000)
-        raise PurgeRefused(f"refused: the purge time {_utc(as_of)} is later than batch {replays}'s own time "
-                           f"({own}), which its replay evicts by: what expires between the two is still read "
-                           "by that batch; nothing was written", ckpt.url)  # fmt: skip
-    return entry.batch_timestamp_ms if as_of is None else _ms(as_of)
+    return entry.batch_timestamp_ms
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,7 @@ def write_store(
     import rocksdict
 
     started = time.monotonic()
+    policy = dataclasses.replace(policy, rebuild_memtable_bytes=policy.migrate_memtable_bytes)
     sid = entry.store
     if not entry.loadable:
         raise RebuildError(f"{sid}: the replay chain of version {entry.version} is incomplete", ckpt.url)

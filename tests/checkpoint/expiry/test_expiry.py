@@ -120,6 +120,8 @@ def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> Non
     stopped = stopped_copy(corpus, tmp_path / "stopped")
     out = ckpt("purge-expired", str(stopped), "--as-of", str(time.time() + 3600))
     assert out.returncode == 2 and "later than now" in out.stderr
+    out = ckpt("purge-expired", str(stopped), "--report", "--as-of", str(time.time() + 3600))
+    assert out.returncode == 2 and "later than now" in out.stderr  # as --help says: never later
     (stopped / "commits" / "5").unlink()  # batch 5 planned, never committed, its offset just written
     os.utime(stopped / "offsets" / "5")
     out = ckpt("purge-expired", str(stopped))
@@ -191,6 +193,23 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path,
     assert run("purge-expired", str(killed), "--report", "--as-of", as_of)["expired"] == 0
     run("purge-expired", str(clean), "--as-of", as_of)
     assert state_rows(spark, killed, NAME) == state_rows(spark, clean, NAME)
+
+
+def test_the_purge_runs_unchanged_on_a_standalone_cluster(spark, corpus, tmp_path) -> None:
+    """A task a store on a standalone master and worker, as on `local[2]`: the same state after."""
+    from testbed.restart import state_rows
+    from tests.support.cluster import standalone_cluster
+
+    on_cluster, here = stopped_copy(corpus, tmp_path / "cluster"), stopped_copy(corpus, tmp_path / "here")
+    as_of = str(time.time())
+    with standalone_cluster(tmp_path / "cluster-logs") as master:
+        out = ckpt("purge-expired", str(on_cluster), "--as-of", as_of, "--master", master, "--json",
+                   timeout=600, env={"SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    done = json.loads(out.stdout)
+    assert {s["outcome"] for s in done["stores"]} == {"purged"} and done["expired"] > 0
+    assert run("purge-expired", str(here), "--as-of", as_of)["expired"] == done["expired"]
+    assert state_rows(spark, on_cluster, NAME) == state_rows(spark, here, NAME)
 
 
 def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_partition(

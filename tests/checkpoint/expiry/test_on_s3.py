@@ -6,6 +6,8 @@ import json
 import re
 import time
 
+import pytest
+
 from checkpoint.storage import Storage
 from testbed.copying import upload_checkpoint
 from tests.support.cli import ckpt
@@ -53,3 +55,29 @@ def test_expired_state_on_s3_is_reported_as_locally_purged_and_restarts_like_its
     reach(spark, Storage(url, server.storage_options()))  # Spark's s3a settings for the bucket
     changed = restart(spark, NAME, corpus / NAME, Storage(url).spark_url, tmp_path / "extra")
     assert differences(changed, restart(spark, NAME, corpus / NAME, control, tmp_path / "extra")) == []
+
+
+@pytest.mark.parametrize("name", ["stopped_midbatch", "stopped_midbatch_v1"])
+def test_a_query_stopped_mid_batch_on_s3_is_purged_as_its_replay_sees_it(s3, spark, tmp_path, name) -> None:
+    """The purge time read from the batch planned and not committed, on S3 as locally; the query
+    restarted from the bucket (its replay of that batch first) ends like an untouched local copy."""
+    from jobs.spark_session import reach
+    from testbed.operators import ensure_operator_corpus
+    from testbed.restart import differences, restart
+    from tests.checkpoint.expiry.test_expiry import by_variable, stopped_copy
+    from tests.checkpoint.expiry.test_midbatch import planned
+
+    server, proxy, bucket = s3
+    corpus = ensure_operator_corpus()
+    url = upload_checkpoint(server.filesystem(), corpus / name / "checkpoint", f"{bucket}/midbatch/{name}")
+    control = stopped_copy(corpus, tmp_path / "control", name)
+    batch, own = planned(control)
+    local = json.loads(ckpt("purge-expired", str(control), "--report", "--json").stdout)
+    out = cli(proxy, "purge-expired", url, "--json", "--quiet-period", "0s", "--unsafe-short-quiet-period")
+    assert out.returncode == 0, out.stderr
+    done = json.loads(out.stdout)
+    assert (done["replays"], done["as_of_ms"]) == (batch, own) == (local["replays"], local["as_of_ms"])
+    assert {s["outcome"] for s in done["stores"]} == {"purged"} and by_variable(done) == by_variable(local)
+    reach(spark, Storage(url, server.storage_options()))
+    changed = restart(spark, name, corpus / name, Storage(url).spark_url, tmp_path / "extra")
+    assert differences(changed, restart(spark, name, corpus / name, control, tmp_path / "extra")) == []
