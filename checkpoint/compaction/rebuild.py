@@ -109,7 +109,7 @@ class RebuildResult:
         return dict(self.__dict__)
 
 
-_BATCH_RECORDS = 100_000
+_BATCH_RECORDS = 100_000  # keys compared a read at a time
 _WRITES_WAITING = 4  # batches made and not yet written
 
 
@@ -234,10 +234,10 @@ def _rebuild(
 class Stores:
     """The RocksDB stores a rebuild writes, in its work folder, each a chunk of records at a time:
     - `db`: the base (or nothing) and the chain replayed onto it, as Spark's recovery replays it
-      (puts, deletes and merges, in write batches; a merge written as the value it makes, read
+      (puts, deletes and merges, a write batch a part; a merge written as the value it makes, read
       from what the store holds then): what is published;
-    - `check`: the same records replayed again, a run in one batch, onto a copy of the base (its
-      SSTs linked): the independent check, compared with `db` by the keys the chain touched;
+    - `check`: the same records replayed again onto a copy of the base (its SSTs linked), its
+      merges made from its own values: the independent check, compared with `db`;
     - with a base, `touched` (the keys the chain writes, for that comparison: without a base, every
       key of the store is one) and `before` (the base as fetched, for the key counts).
     Memory is the stores' bounded memtables and block caches and one part of a changelog."""
@@ -279,60 +279,59 @@ class Stores:
         pending: deque = deque()
         with ThreadPoolExecutor(1) as writer:  # one thread: each store's writes keep their order
             for runs in parts:
-                for run in runs:
-                    records += len(run.keys)
-                    if run.op == "merge":  # it reads what is written before it: written in turn, here
-                        while pending:
-                            pending.popleft().result()
-                        for store, batch in self._batches(run):
-                            store.write(batch, write_opts)
-                        continue
-                    for store, batch in self._batches(run):
-                        pending.append(writer.submit(store.write, batch, write_opts))
-                        while len(pending) > _WRITES_WAITING:
-                            pending.popleft().result()
+                records += sum(len(run.keys) for run in runs)
+                if any(run.op == "merge" for run in runs):  # it reads what the parts before wrote
+                    while pending:
+                        pending.popleft().result()
+                for store, batch in self._batches(runs):
+                    pending.append(writer.submit(store.write, batch, write_opts))
+                    while len(pending) > _WRITES_WAITING:
+                        pending.popleft().result()
             while pending:
                 pending.popleft().result()
         return records
 
-    def _batches(self, run: RecordRun) -> Iterator[tuple[Any, Any]]:
-        """(store, its write batch) of a run: the check's the whole run in one batch (a path of its
-        own), the store's and the keys' in slices of it. A merge is written as the value it makes
-        (rocksdict writes no merge records), each store's from its own current value."""
+    def _batches(self, runs: list[RecordRun]) -> Iterator[tuple[Any, Any]]:
+        """(store, its write batch) of a part: one batch a store. A part is a few MiB of records
+        whatever its runs (a transformWithState store alternates puts and merges record by record),
+        so that a write, and the read its merges make, is a part's, never a record's. The check's
+        merges are made from its own values, the store's from the store's."""
         import rocksdict
 
-        values = () if run.op == "delete" else (run.written,)
-        whole = rocksdict.WriteBatch(raw_mode=True)  # a written batch is consumed: one per write
-        if run.op == "merge":
-            deque(map(whole.put, *self._merged(self.check, run.keys, run.written)), maxlen=0)
-        else:
-            deque(map(getattr(whole, run.op), run.keys, *values), maxlen=0)
-        yield self.check, whole
-        for start in range(0, len(run.keys), _BATCH_RECORDS):
-            end = start + _BATCH_RECORDS
-            keys, part = run.keys[start:end], [v[start:end] for v in values]
-            batch = rocksdict.WriteBatch(raw_mode=True)
-            if run.op == "merge":
-                deque(map(batch.put, *self._merged(self.db, keys, part[0])), maxlen=0)
-            else:
-                deque(map(getattr(batch, run.op), keys, *part), maxlen=0)
-            yield self.db, batch
-            if self.touched is not None:
-                seen = rocksdict.WriteBatch(raw_mode=True)
-                deque(map(seen.put, keys, repeat(b"")), maxlen=0)
-                yield self.touched, seen
+        for store in (self.check, self.db):
+            batch = rocksdict.WriteBatch(raw_mode=True)  # a written batch is consumed: one per write
+            for op, keys, values in self._resolved(store, runs):
+                deque(map(getattr(batch, op), keys, *values), maxlen=0)
+            yield store, batch
+        if self.touched is not None:
+            seen = rocksdict.WriteBatch(raw_mode=True)
+            for run in runs:
+                deque(map(seen.put, run.keys, repeat(b"")), maxlen=0)
+            yield self.touched, seen
 
-    def _merged(self, store: Any, keys: list[bytes], operands: list[bytes]) -> tuple[list, list]:
-        """(keys, values) once `operands` are merged onto `store`'s values, as RocksDB's
-        StringAppendOperator does with Spark's delimiter (docs/compaction.md, rebuild note 3): an
-        operand alone onto nothing, else appended after the delimiter."""
-        current = dict.fromkeys(keys)
-        distinct = list(current)
-        current.update(zip(distinct, store.get(distinct), strict=True))
-        for key, operand in zip(keys, operands, strict=True):
-            old = current[key]
-            current[key] = operand if old is None else old + self.delimiter + operand
-        return list(current), list(current.values())
+    def _resolved(self, store: Any, runs: list[RecordRun]) -> Iterator[tuple[str, list[bytes], tuple]]:
+        """(op, keys, its values as map's arguments) of each run, a merge made the put of the value
+        it makes, as RocksDB's StringAppendOperator does with Spark's delimiter (docs/compaction.md,
+        rebuild note 3): an operand alone onto nothing, else appended after the delimiter. What a
+        merge appends to is what `store` held before the part, read at once for every key the part
+        merges, then the part's own writes in order (rocksdict writes no merge records)."""
+        merged = {key for run in runs if run.op == "merge" for key in run.keys}
+        distinct = list(merged)
+        current = dict(zip(distinct, store.get(distinct), strict=True)) if distinct else {}
+        for run in runs:
+            if run.op == "merge":
+                made = []
+                for key, operand in zip(run.keys, run.written, strict=True):
+                    old = current[key]
+                    current[key] = value = operand if old is None else old + self.delimiter + operand
+                    made.append(value)
+                yield "put", run.keys, (made,)
+                continue
+            values = () if run.op == "delete" else (run.written,)
+            if merged:  # the last write of a key merged later in the part is what that merge reads
+                written = dict(zip(run.keys, run.written, strict=True)) if values else dict.fromkeys(run.keys)
+                current.update((key, written[key]) for key in merged.intersection(written))
+            yield run.op, run.keys, values
 
     def flush(self) -> None:
         with ThreadPoolExecutor(2) as pool:  # RocksDB's flushes release the GIL: side by side
