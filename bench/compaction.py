@@ -113,10 +113,7 @@ def _big_bases(spark, sizes: list[int], out: Path) -> list[dict]:
     rows = []
     for keys in sizes:
         checkpoint = ensure_big_base(keys, BIG_TOUCH) / "checkpoint"
-        spark_s = min(_state_read(spark, checkpoint) for _ in range(2))
-        runs = [_rebuild_in_a_fresh_process(checkpoint, out / f"big-{keys}-{i}") for i in range(2)]
-        best = min(runs, key=lambda r: r["seconds"])
-        peak = max(r["peak_rss_bytes"] for r in runs)
+        best, peak, spark_s = _best_of_two(spark, checkpoint, out / f"big-{keys}")
         rows.append({
             "base_keys": keys, "keys": best["keys"], "records": best["records"],
             "touched_keys": best["touched_keys"], "bytes_read": best["bytes_read"],
@@ -124,9 +121,17 @@ def _big_bases(spark, sizes: list[int], out: Path) -> list[dict]:
             "spark_s": round(spark_s, 3), "ratio": round(best["seconds"] / spark_s, 3),
         })  # fmt: skip
         print(f"(d) {rows[-1]}", flush=True)
-        for i in range(2):
-            shutil.rmtree(out / f"big-{keys}-{i}")
     return rows
+
+
+def _best_of_two(spark, checkpoint: Path, copies: Path, options: dict[str, str] | None = None):
+    """(d), (e): (the faster of two rebuilds in fresh processes, the larger peak RSS of the two,
+    Spark's faster of two load-and-replays of the same version)."""
+    spark_s = min(_state_read(spark, checkpoint, options=options) for _ in range(2))
+    runs = [_rebuild_in_a_fresh_process(checkpoint, copies.with_name(f"{copies.name}-{i}")) for i in range(2)]
+    for i in range(2):
+        shutil.rmtree(copies.with_name(f"{copies.name}-{i}"))
+    return min(runs, key=lambda r: r["seconds"]), max(r["peak_rss_bytes"] for r in runs), spark_s
 
 
 def _long_chains(spark, per_changelog: list[int], states: list[str], out: Path) -> list[dict]:
@@ -136,18 +141,13 @@ def _long_chains(spark, per_changelog: list[int], states: list[str], out: Path) 
             checkpoint = ensure_long_chain(records, 10, state) / "checkpoint"
             # A join's store is read a side at a time; either side's read loads (replays) all of it.
             options = {"joinSide": "left"} if state == "join_cf" else {}
-            spark_s = min(_state_read(spark, checkpoint, options=options) for _ in range(2))
-            runs = [_rebuild_in_a_fresh_process(checkpoint, out / f"chain-{records}-{i}") for i in range(2)]
-            best = min(runs, key=lambda r: r["seconds"])
+            best, peak, spark_s = _best_of_two(spark, checkpoint, out / f"chain-{records}", options)
             rows.append({
                 "state": state, "records": best["records"], "keys": best["keys"],
-                "rebuild_s": best["seconds"],
-                "peak_rss_mb": round(max(r["peak_rss_bytes"] for r in runs) / 2**20),
+                "rebuild_s": best["seconds"], "peak_rss_mb": round(peak / 2**20),
                 "spark_s": round(spark_s, 3), "ratio": round(best["seconds"] / spark_s, 3),
             })  # fmt: skip
             print(f"(e) {rows[-1]}", flush=True)
-            for i in range(2):
-                shutil.rmtree(out / f"chain-{records}-{i}")
     return rows
 
 
