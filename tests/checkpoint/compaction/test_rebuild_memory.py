@@ -86,15 +86,15 @@ def test_a_touched_key_the_store_got_wrong_is_caught_on_a_base(bases, tmp_path, 
     lookups at a time: a value the store's path got wrong shows, and nothing is published."""
     ckpt, entry = _copy_and_plan(bases[SMALL], tmp_path / "small")
     before = _files(tmp_path / "small")
-    batches = rebuild.Stores._batches
+    resolved = rebuild.Stores._resolved
 
-    def one_value_wrong(self, run):  # a write-path bug: the last record of each run gets another value
-        for store, batch in batches(self, run):
-            if store is self.db and run.op == "put":
-                batch.put(run.keys[-1], b"not what the chain wrote")
-            yield store, batch
+    def one_value_wrong(self, store, runs):  # a write-path bug: each put's last value wrong
+        for op, keys, values in resolved(self, store, runs):
+            if store is self.db and op == "put":
+                values = ([*values[0][:-1], b"not what the chain wrote"],)
+            yield op, keys, values
 
-    monkeypatch.setattr(rebuild.Stores, "_batches", one_value_wrong)
+    monkeypatch.setattr(rebuild.Stores, "_resolved", one_value_wrong)
     with pytest.raises(RebuildError, match=r"differs from an independent replay in \d+ keys"):
         rebuild_store(ckpt, entry)
     assert _files(tmp_path / "small") == before

@@ -19,6 +19,7 @@ from testbed.demo import date_to
 from testbed.operators import ensure_operator_corpus
 from tests.support.cli import ckpt
 from tests.support.files import files_of
+from tests.support.leases import lapse_leases
 
 NAME = "expiring"
 # Where Spark's state reader shows each variable's expiry.
@@ -171,7 +172,7 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path,
 
     killed, clean = stopped_copy(corpus, tmp_path / "killed"), stopped_copy(corpus, tmp_path / "clean")
     as_of = str(time.time())
-    args = ("purge-expired", str(killed), "--as-of", as_of, "--lease-ttl", "3s")
+    args = ("purge-expired", str(killed), "--as-of", as_of, "--lease-ttl", "10m")
     died = ckpt(*args, env={CRASH_ENV: point})
     if point.startswith("compaction."):  # in a store's Spark task, which dies: the purge stops
         assert died.returncode == 1 and "purge incomplete" in died.stderr, died.stderr
@@ -180,7 +181,7 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path,
         assert died.returncode == -signal.SIGKILL
         refused = ckpt(*args)
         assert refused.returncode == 2 and "lease" in refused.stderr
-        time.sleep(3.2)
+        lapse_leases(killed)
     done = run(*args)
     # A zip without its sidecar is the store's own snapshot to the rerun: Spark 4.3 reads it so. The
     # stores run two at a time (local[2]): the other one may have published before the kill.

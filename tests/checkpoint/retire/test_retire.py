@@ -21,6 +21,7 @@ from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
 from testbed.demo import date_to
 from tests.support.cli import ckpt
+from tests.support.leases import lapse_leases
 from tests.support.state import restart_like_untouched
 
 DAY = 86400.0
@@ -181,14 +182,14 @@ def test_killed_at_any_moment_the_same_apply_finishes_it(corpus, tmp_path, point
     archive = tmp_path / "archive"
     planned = plan(orders, "--archive", str(archive))
     time.sleep(1.1)
-    args = (*SHORT, "--batch-size", "10", "--lease-ttl", "4s")
+    args = (*SHORT, "--batch-size", "10", "--lease-ttl", "10m")
     died = apply(planned["manifest"], *args, env={CRASH_ENV: point})
     assert died.returncode == -signal.SIGKILL
     left = files_of(orders)
     assert (len(left) == planned["files"]) == (not point.startswith("retire.deleted"))
     refused = apply(planned["manifest"], *args)  # the killed run's lease is still held
     assert refused.returncode == 2 and "lease" in refused.stderr
-    time.sleep(4.2)
+    lapse_leases(root)
     done = apply(planned["manifest"], *args)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["deleted_files"] == len(left) and not orders.exists()
