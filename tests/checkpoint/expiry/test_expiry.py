@@ -163,15 +163,26 @@ def test_absurd_times_and_a_quiet_period_under_its_floor_are_refused_before_anyt
     assert files_of(stopped) == before and not list(tmp_path.glob("_ckpt_audit/*/purges"))
 
 
-@pytest.mark.parametrize(
-    "point",
-    ["compaction.before_zip", "compaction.before_sidecar", "purge.after_store:1", "purge.after_store:4"],
-)
-def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path, point) -> None:
+@pytest.fixture(scope="module")
+def cleanly_purged(spark, corpus, tmp_path_factory) -> tuple[str, object]:
+    """(the purge time, the state rows) of a copy purged in one run, never killed: what every
+    killed and rerun purge of the same copy must end as, purged as of the same time."""
     from testbed.restart import state_rows
 
-    killed, clean = stopped_copy(corpus, tmp_path / "killed"), stopped_copy(corpus, tmp_path / "clean")
+    clean = stopped_copy(corpus, tmp_path_factory.mktemp("clean") / "clean")
     as_of = str(time.time())
+    run("purge-expired", str(clean), "--as-of", as_of)
+    return as_of, state_rows(spark, clean, NAME)
+
+
+@pytest.mark.parametrize("point", ["compaction.before_sidecar", "purge.after_store:1", "purge.after_store:4"])
+def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, cleanly_purged, tmp_path, point):
+    """Killed in a store's Spark task after its zip and before its sidecar, and the driver killed
+    after the first and after the last store: the same purge run again ends as a clean one."""
+    from testbed.restart import state_rows
+
+    as_of, clean_rows = cleanly_purged
+    killed = stopped_copy(corpus, tmp_path / "killed")
     args = ("purge-expired", str(killed), "--as-of", as_of, "--lease-ttl", "10m")
     died = ckpt(*args, env={CRASH_ENV: point})
     if point.startswith("compaction."):  # in a store's Spark task, which dies: the purge stops
@@ -185,15 +196,13 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, tmp_path,
     done = run(*args)
     # A zip without its sidecar is the store's own snapshot to the rerun: Spark 4.3 reads it so. The
     # stores run two at a time (local[2]): the other one may have published before the kill.
-    published = {"compaction.before_zip": 0, "compaction.before_sidecar": 1, "purge.after_store:1": 1,
-                 "purge.after_store:4": 4}[point]  # fmt: skip
+    published = {"compaction.before_sidecar": 1, "purge.after_store:1": 1, "purge.after_store:4": 4}[point]
     assert [s["outcome"] for s in done["stores"]].count("nothing expired") in (
         published,
         min(published + 1, 4),
     )
     assert run("purge-expired", str(killed), "--report", "--as-of", as_of)["expired"] == 0
-    run("purge-expired", str(clean), "--as-of", as_of)
-    assert state_rows(spark, killed, NAME) == state_rows(spark, clean, NAME)
+    assert state_rows(spark, killed, NAME) == clean_rows
 
 
 def test_the_purge_runs_unchanged_on_a_standalone_cluster(spark, corpus, tmp_path) -> None:
