@@ -34,12 +34,12 @@ import resource
 import shutil
 import tempfile
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import count, islice, repeat
-from operator import ne
+from itertools import chain, count, islice, repeat
+from operator import itemgetter, ne
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,10 @@ class RebuildResult:
 
 
 _BATCH_RECORDS = 100_000  # keys compared a read at a time
+# With a base, both stores are compared whole, in one ordered scan, unless the base holds more than
+# this many times the keys the chain touched: a key scanned costs about a tenth of the three lookups
+# a touched key costs (the purge of a store whose chain rewrote most of it spent 11 of 19 s in them).
+_SCAN_WHEN_TOUCHED_OF = 4
 _WRITES_WAITING = 4  # batches made and not yet written
 
 
@@ -305,33 +309,46 @@ class Stores:
             yield store, batch
         if self.touched is not None:
             seen = rocksdict.WriteBatch(raw_mode=True)
-            for run in runs:
-                deque(map(seen.put, run.keys, repeat(b"")), maxlen=0)
+            deque(map(seen.put, chain.from_iterable(run.keys for run in runs), repeat(b"")), maxlen=0)
             yield self.touched, seen
 
     def _resolved(self, store: Any, runs: list[RecordRun]) -> Iterator[tuple[str, list[bytes], tuple]]:
-        """(op, keys, its values as map's arguments) of each run, a merge made the put of the value
-        it makes, as RocksDB's StringAppendOperator does with Spark's delimiter (docs/compaction.md,
-        rebuild note 3): an operand alone onto nothing, else appended after the delimiter. What a
-        merge appends to is what `store` held before the part, read at once for every key the part
-        merges, then the part's own writes in order (rocksdict writes no merge records)."""
+        """(op, keys, its values as map's arguments) of the part's writes in order, a merge made the
+        put of the value it makes, as RocksDB's StringAppendOperator does with Spark's delimiter
+        (docs/compaction.md, rebuild note 3): an operand alone onto nothing, else appended after the
+        delimiter. What a merge appends to is what `store` held before the part, read at once for
+        every key the part merges, then the part's own writes in order (rocksdict writes no merge
+        records). Puts and made merges in a row are one run: a transformWithState part alternates
+        them record by record, and a run costs a call."""
         merged = {key for run in runs if run.op == "merge" for key in run.keys}
+        if not merged:
+            for run in runs:
+                yield run.op, run.keys, (() if run.op == "delete" else (run.written,))
+            return
         distinct = list(merged)
-        current = dict(zip(distinct, store.get(distinct), strict=True)) if distinct else {}
+        current = dict(zip(distinct, store.get(distinct), strict=True))
+        keys: list[bytes] = []
+        values: list[bytes] = []
         for run in runs:
-            if run.op == "merge":
-                made = []
-                for key, operand in zip(run.keys, run.written, strict=True):
-                    old = current[key]
-                    current[key] = value = operand if old is None else old + self.delimiter + operand
-                    made.append(value)
-                yield "put", run.keys, (made,)
+            if run.op == "delete":
+                if keys:
+                    yield "put", keys, (values,)
+                    keys, values = [], []
+                yield "delete", run.keys, ()
+                current.update((key, None) for key in merged.intersection(run.keys))
                 continue
-            values = () if run.op == "delete" else (run.written,)
-            if merged:  # the last write of a key merged later in the part is what that merge reads
-                written = dict(zip(run.keys, run.written, strict=True)) if values else dict.fromkeys(run.keys)
-                current.update((key, written[key]) for key in merged.intersection(written))
-            yield run.op, run.keys, values
+            keys.extend(run.keys)
+            if run.op == "put":
+                values.extend(run.written)
+                # The last write of a key merged later in the part is what that merge reads.
+                current.update(pair for pair in zip(run.keys, run.written, strict=True) if pair[0] in merged)
+                continue
+            for key, operand in zip(run.keys, run.written, strict=True):
+                old = current[key]
+                current[key] = value = operand if old is None else old + self.delimiter + operand
+                values.append(value)
+        if keys:
+            yield "put", keys, (values,)
 
     def flush(self) -> None:
         with ThreadPoolExecutor(2) as pool:  # RocksDB's flushes release the GIL: side by side
@@ -364,9 +381,10 @@ def _verify(
     base: FetchedBase | None,
 ) -> tuple[int, int, int]:
     """What RocksDB reads back from the new checkpoint's files against the check's store, in
-    bounded memory: without a base, every key of both in one ordered scan; with one, the keys the
-    chain touched, in order, a batch of lookups at a time (the base's other keys are its SSTs,
-    which must all be there byte for byte). Returns (numKeys, numInternalKeys, touched keys)."""
+    bounded memory: every key of both in one ordered scan, unless a base holds many times the keys
+    the chain touched; then those keys, in order, a batch of lookups at a time (the base's other
+    keys are its SSTs, which must all be there byte for byte). Returns (numKeys, numInternalKeys,
+    touched keys)."""
     import crc32c
 
     def refuse(why: str):
@@ -381,8 +399,11 @@ def _verify(
         if base is None:
             keys, differ = _compare_all(db, check)
             counts, touched = (keys, 0), keys
+        elif (touched := _touched(stores, policy)) * _SCAN_WHEN_TOUCHED_OF >= _keys_of(base.meta):
+            keys, differ = _compare_all(db, check)
+            counts = _counted(db, base.meta, ckpt.url) if base.meta.column_family_mapping else (keys, 0)
         else:
-            counts, touched, differ = _compare_touched(db, check, stores, base.meta, ckpt.url, policy)
+            counts, differ = _compare_touched(db, check, stores, base.meta, ckpt.url, policy)
     finally:
         db.close()
         check.close()
@@ -413,10 +434,41 @@ def _compare_all(db, check) -> tuple[int, int]:
     return keys, differ + abs(keys - checked)
 
 
+def _touched(stores: Stores, policy: Policy) -> int:
+    """How many distinct keys the chain wrote: the touched store's keys, counted in C."""
+    touched_db = open_db(stores.touched_dir, policy, read_only=True)
+    try:
+        n = count()
+        deque(zip(touched_db.keys(), n, strict=False), maxlen=0)
+        return next(n)
+    finally:
+        touched_db.close()
+
+
+def _keys_of(meta: SnapshotMetadata) -> int:
+    return meta.num_keys + meta.num_internal_keys
+
+
+def _counted(db, meta: SnapshotMetadata, url: str) -> tuple[int, int]:
+    """(numKeys, numInternalKeys) of a column-family store, read from its keys: counted by their
+    two-byte family prefix in C, each prefix then told internal or not once."""
+    keys, internal_keys = 0, 0
+    for prefix, n in Counter(map(itemgetter(slice(0, 2)), db.keys())).items():
+        try:
+            internal = meta.family_of(prefix, "the rebuilt store")[1]
+        except CorruptFileError as exc:
+            raise RebuildError(str(exc), url) from exc
+        if internal:
+            internal_keys += n
+        else:
+            keys += n
+    return keys, internal_keys
+
+
 def _compare_touched(
     db, check, stores: Stores, meta: SnapshotMetadata, url: str, policy: Policy
-) -> tuple[tuple[int, int], int, int]:
-    """((numKeys, numInternalKeys), touched keys, keys that differ) over the keys the chain wrote,
+) -> tuple[tuple[int, int], int]:
+    """((numKeys, numInternalKeys), keys that differ) over the keys the chain wrote,
     read in key order from the touched store, a batch at a time, from the rebuilt store, the check's
     and the base as fetched: the base's counts plus the keys the chain inserts, less those it
     deletes. Column-family stores count by each key's family and its type."""
@@ -430,12 +482,11 @@ def _compare_touched(
             raise RebuildError(str(exc), url) from exc
 
     families = bool(meta.column_family_mapping)
-    keys, internal_keys, touched, differ = meta.num_keys, meta.num_internal_keys, 0, 0
+    keys, internal_keys, differ = meta.num_keys, meta.num_internal_keys, 0
     try:
         it = touched_db.keys()
         while part := list(islice(it, _BATCH_RECORDS)):
             mine, theirs, was = db.get(part), check.get(part), before.get(part)
-            touched += len(part)
             differ += sum(map(ne, mine, theirs))
             for key, now, then in zip(part, mine, was, strict=True):
                 change = (now is not None) - (then is not None)  # +1 inserted, -1 deleted
@@ -449,4 +500,4 @@ def _compare_touched(
     if keys < 0 or internal_keys < 0:
         raise RebuildError(f"the key count comes out negative ({keys}, {internal_keys}): the base's is wrong",
                            url)  # fmt: skip
-    return (keys, internal_keys), touched, differ
+    return (keys, internal_keys), differ

@@ -14,6 +14,7 @@ from checkpoint.compaction.rebuild import rebuild_store
 from checkpoint.errors import RebuildError
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.lineage import checkpoint_lineage
+from testbed.copying import copy_checkpoint
 from testbed.generators import ensure_big_base
 from tests.checkpoint.compaction.test_compaction import _rows_of_partition, _snapshot_rows
 
@@ -38,7 +39,10 @@ def _files(path: Path) -> dict[Path, int]:
     return {p: p.stat().st_size for p in path.rglob("*")}
 
 
-def test_peak_python_memory_stays_flat_when_the_base_grows_tenfold(bases, spark, tmp_path) -> None:
+def test_peak_python_memory_stays_flat_when_the_base_grows_tenfold(bases, spark, tmp_path, monkeypatch):
+    # Both by lookups of the touched keys, whose batches are the memory that must stay flat: left
+    # to choose, the small base is compared by one scan of both stores, which holds less still.
+    monkeypatch.setattr(rebuild, "_SCAN_WHEN_TOUCHED_OF", 0)
     results, peaks = {}, {}
     for keys, src in bases.items():
         ckpt, entry = _copy_and_plan(src, tmp_path / str(keys))
@@ -81,9 +85,12 @@ def test_too_little_free_disk_is_refused_before_any_download(bases, tmp_path, mo
     assert _files(tmp_path / "small") == before
 
 
-def test_a_touched_key_the_store_got_wrong_is_caught_on_a_base(bases, tmp_path, monkeypatch) -> None:
-    """With a base, the store and the check are compared by the keys the chain wrote, a batch of
-    lookups at a time: a value the store's path got wrong shows, and nothing is published."""
+@pytest.mark.parametrize("scan", [True, False], ids=["one scan of both", "lookups of the touched keys"])
+def test_a_touched_key_the_store_got_wrong_is_caught_on_a_base(bases, tmp_path, monkeypatch, scan) -> None:
+    """With a base, the store and the check are compared whole in one ordered scan, or, where the
+    base holds many times the keys the chain wrote, by those keys, a batch of lookups at a time:
+    either way a value the store's path got wrong shows, and nothing is published."""
+    monkeypatch.setattr(rebuild, "_SCAN_WHEN_TOUCHED_OF", 10**9 if scan else 0)
     ckpt, entry = _copy_and_plan(bases[SMALL], tmp_path / "small")
     before = _files(tmp_path / "small")
     resolved = rebuild.Stores._resolved
@@ -98,3 +105,17 @@ def test_a_touched_key_the_store_got_wrong_is_caught_on_a_base(bases, tmp_path, 
     with pytest.raises(RebuildError, match=r"differs from an independent replay in \d+ keys"):
         rebuild_store(ckpt, entry)
     assert _files(tmp_path / "small") == before
+
+
+def test_a_column_family_store_counts_the_same_scanned_or_looked_up(corpus, tmp_path, monkeypatch) -> None:
+    """numKeys and numInternalKeys of a rebuilt column-family store: counted from its keys by
+    family in the scan, or as the base's counts plus the touched keys' inserts and deletes."""
+    counts = {}
+    for scan in (True, False):
+        monkeypatch.setattr(rebuild, "_SCAN_WHEN_TOUCHED_OF", 10**9 if scan else 0)
+        copy_checkpoint(corpus["join_cf"], tmp_path / str(scan))
+        ckpt = load_checkpoint(str(tmp_path / str(scan)))
+        entries = [e for e in checkpoint_lineage(ckpt) if e.chain_length and e.base is not None]
+        assert entries
+        counts[scan] = [(r.keys, r.internal_keys) for r in (rebuild_store(ckpt, e) for e in entries)]
+    assert counts[True] == counts[False] and all(keys for keys, _ in counts[True])
