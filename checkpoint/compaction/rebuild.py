@@ -428,10 +428,23 @@ def _compare_all(db, check) -> tuple[int, int]:
     side by side."""
     # Compared in C (map and zip, no Python loop body): each (key, value) with its position, so that
     # the counts come along. Past the shorter store, each item left in the other is a difference.
-    ours, theirs, mine, other = db.items(), check.items(), count(), count()
+    ours, theirs = db.items(read_opt=_once_in_order()), check.items(read_opt=_once_in_order())
+    mine, other = count(), count()
     differ = sum(map(ne, zip(ours, mine, strict=False), zip(theirs, other, strict=False)))
     keys, checked = next(mine) + sum(1 for _ in ours), next(other) + sum(1 for _ in theirs)
     return keys, differ + abs(keys - checked)
+
+
+def _once_in_order():
+    """Read options for a scan that reads each block once: its blocks are not kept in the block
+    cache (two stores of 10^7 keys scanned side by side: 119 MB peak, 62 MB without). No readahead
+    of our own: the rebuild's SSTs all stay in level 0, so a scan reads every one of them at once
+    and a buffer a file grows with the store (2 MiB each: 214 MB)."""
+    import rocksdict
+
+    options = rocksdict.ReadOptions()
+    options.fill_cache(False)
+    return options
 
 
 def _touched(stores: Stores, policy: Policy) -> int:
@@ -439,7 +452,7 @@ def _touched(stores: Stores, policy: Policy) -> int:
     touched_db = open_db(stores.touched_dir, policy, read_only=True)
     try:
         n = count()
-        deque(zip(touched_db.keys(), n, strict=False), maxlen=0)
+        deque(zip(touched_db.keys(read_opt=_once_in_order()), n, strict=False), maxlen=0)
         return next(n)
     finally:
         touched_db.close()
@@ -453,7 +466,7 @@ def _counted(db, meta: SnapshotMetadata, url: str) -> tuple[int, int]:
     """(numKeys, numInternalKeys) of a column-family store, read from its keys: counted by their
     two-byte family prefix in C, each prefix then told internal or not once."""
     keys, internal_keys = 0, 0
-    for prefix, n in Counter(map(itemgetter(slice(0, 2)), db.keys())).items():
+    for prefix, n in Counter(map(itemgetter(slice(0, 2)), db.keys(read_opt=_once_in_order()))).items():
         try:
             internal = meta.family_of(prefix, "the rebuilt store")[1]
         except CorruptFileError as exc:

@@ -407,11 +407,15 @@ def _same_shape(data: bytes, model: int, pos: int, head: int, klen: int, stride:
     offsets = np.r_[0:head, head + klen : head + klen + 4]
     expected = arr[model + offsets]
     limit = (len(data) - pos) // stride  # whole records only
+    if limit <= 0:
+        return 0
+    # The records ahead as the rows of a read-only view, a record a row: no index arrays to build.
+    as_strided = np.lib.stride_tricks.as_strided
+    rows = as_strided(arr[pos:], shape=(limit, stride), strides=(stride, 1), writeable=False)
     count, chunk = 0, 64
     while count < limit:
         n = min(chunk, limit - count)
-        starts = pos + stride * np.arange(count, count + n)
-        same = (arr[starts[:, None] + offsets] == expected).all(axis=1)
+        same = (rows[count : count + n, offsets] == expected).all(axis=1)
         if not same.all():
             return count + int(same.argmin())
         count += n
