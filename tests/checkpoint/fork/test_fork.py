@@ -29,6 +29,7 @@ from testbed.corpus import scenario_named
 from testbed.recovery import recovery_files
 from tests.cli.test_cli import CKPT, ckpt
 from tests.support.forking import fork
+from tests.support.leases import lapse_leases
 from tests.support.paths import PROJECT
 from tests.support.state import read_state, restart_like_untouched
 
@@ -233,7 +234,7 @@ def test_a_fork_killed_part_way_is_marked_incomplete_and_a_rerun_finishes_it(
     src, untouched, dest = tmp_path / "src", tmp_path / "untouched", tmp_path / "dest"
     copy_checkpoint(corpus[name], src)
     copy_checkpoint(corpus[name], untouched)
-    args = ["fork", str(src), str(dest), "--batch", "7", "--workers", "1", "--lease-ttl", "2s"]
+    args = ["fork", str(src), str(dest), "--batch", "7", "--workers", "1", "--lease-ttl", "10m"]
     child = subprocess.Popen([sys.executable, "-c", _SLOW_FORK, *args], cwd=PROJECT)
     deadline = time.monotonic() + 60
     while len(list(dest.rglob("*.sst"))) < 3:
@@ -248,7 +249,7 @@ def test_a_fork_killed_part_way_is_marked_incomplete_and_a_rerun_finishes_it(
     assert validation.returncode == 2 and "an interrupted fork, not a checkpoint yet" in validation.stderr
     # A copy killed mid-file leaves a temp file of this tool's naming: the re-run removes it.
     (dest / "state/0/0/.ckpt-maint-0.sst.0123abcd.tmp").write_bytes(b"partial")
-    time.sleep(2.5)  # the killed run's leases expire
+    lapse_leases(src)
     out = subprocess.run(
         [CKPT, *args[:3], "--batch", "7", "--json"], capture_output=True, text=True, timeout=120
     )
@@ -330,7 +331,7 @@ def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpu
     first log file that Spark would start from, and the re-run finishes the fork."""
     src, dest = tmp_path / "src", tmp_path / "dest"
     copy_checkpoint(corpus["snapshots"], src)
-    args = ["fork", str(src), str(dest), "--lease-ttl", "1s"]
+    args = ["fork", str(src), str(dest), "--lease-ttl", "10m"]
     env = {**os.environ, CRASH_ENV: f"fork.after_step:{step}"}
     died = subprocess.run([CKPT, *args], env=env, capture_output=True, text=True, timeout=120)
     assert died.returncode == -signal.SIGKILL
@@ -340,7 +341,7 @@ def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpu
     validation = ckpt("validate", str(dest))
     assert validation.returncode != 0  # an interrupted fork (exit 2) or INCOMPLETE_FORK (exit 1)
     assert "interrupted fork" in validation.stderr or "INCOMPLETE_FORK" in validation.stdout
-    time.sleep(1.2)  # the killed run's leases expire
+    lapse_leases(src)
     done = ckpt("fork", *args[1:3], "--json")
     assert done.returncode == 0, done.stderr
     latest = load_checkpoint(str(src)).latest_committed_batch
@@ -351,14 +352,14 @@ def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpu
 def test_bytes_kept_from_a_killed_run_are_checked_before_any_log_is_written(corpus, tmp_path) -> None:
     src, dest = tmp_path / "src", tmp_path / "dest"
     copy_checkpoint(corpus["long_chain"], src)
-    args = ["fork", str(src), str(dest), "--lease-ttl", "1s"]
+    args = ["fork", str(src), str(dest), "--lease-ttl", "10m"]
     env = {**os.environ, CRASH_ENV: "fork.after_step:0"}
     assert subprocess.run([CKPT, *args], env=env, capture_output=True, timeout=120).returncode == -9
     kept = sorted((dest / "state/0/1").glob("*.changelog"))[-1]
     data = bytearray(kept.read_bytes())
     data[-3] ^= 0xFF  # same size: only its CRC32C tells, and the re-run did not copy it
     kept.write_bytes(bytes(data))
-    time.sleep(1.2)
+    lapse_leases(src)
     again = ckpt("fork", *args[1:3])
     assert again.returncode == 1 and ".crc sidecar" in again.stderr
     assert not (dest / "offsets").exists() and not (dest / "commits").exists()

@@ -22,6 +22,7 @@ from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from tests.support.cli import ckpt
 from tests.support.files import files_of
+from tests.support.leases import lapse_leases
 
 NAMED_V2 = re.compile(r"^\d+_[0-9a-f-]{36}\.(zip|changelog)$")
 V2_SESSION = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
@@ -194,12 +195,12 @@ def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finish
 
     src = _stopped(defaults, "hdfs_dedup", tmp_path / "src")
     dest = tmp_path / "dest"
-    killed = ckpt("migrate", str(src), str(dest), "--lease-ttl", "1s", env={CRASH_ENV: point})
+    killed = ckpt("migrate", str(src), str(dest), "--lease-ttl", "10m", env={CRASH_ENV: point})
     assert killed.returncode == -9, killed.stderr
     refused = ckpt("validate", str(dest))
     assert refused.returncode != 0  # an interrupted fork (exit 2) or INCOMPLETE_FORK (exit 1)
     assert "interrupted fork" in refused.stderr or "INCOMPLETE_FORK" in refused.stdout
-    time.sleep(1.5)  # the killed run's leases expire
+    lapse_leases(src)
     proven = _migrate(spark, src, dest, tmp_path / "audit").proven
     assert ckpt("validate", str(dest)).returncode == 0
     # Its proof read DEST's state equal to SRC's in every store, as a migration never interrupted.

@@ -32,6 +32,7 @@ from testbed.demo import date_back
 from testbed.operators import ensure_operator_corpus, scenario_named
 from testbed.restart import differences, restart
 from tests.cli.test_cli import CKPT, ckpt
+from tests.support.leases import lapse_leases
 from tests.support.planning import candidates_of, plan_of
 
 # A real checkpoint for every operator Spark's repartitioner supports: the main corpus's, then the
@@ -256,7 +257,7 @@ def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corp
             "0s",
             "--unsafe-short-quiet-period",
             "--lease-ttl",
-            "2s",
+            "10m",
         ],
         start_new_session=True,  # the driver's JVM is in this group: kill both at once
         stdout=subprocess.DEVNULL,
@@ -270,7 +271,7 @@ def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corp
         time.sleep(0.05)
     os.killpg(child.pid, signal.SIGKILL)
     child.wait()
-    time.sleep(2.5)  # the killed holder's lease expires
+    lapse_leases(changed)
     other = ckpt(
         "repartition",
         str(changed),

@@ -22,6 +22,7 @@ from testbed.demo import date_to
 from tests.checkpoint.retire.test_retire import DAY, SHORT, apply, dormant_copy, plan
 from tests.support.cli import ckpt, measured
 from tests.support.files import files_of
+from tests.support.leases import lapse_leases
 
 
 def test_a_manifest_whose_numbers_are_not_numbers_retires_nothing(corpus, tmp_path) -> None:
@@ -159,13 +160,13 @@ def test_a_rerun_reads_its_archive_back_before_it_deletes_more(corpus, tmp_path)
     archive = tmp_path / "archive"
     planned = plan(orders, "--archive", str(archive))
     time.sleep(1.1)
-    args = (*SHORT, "--batch-size", "1", "--lease-ttl", "2s")
+    args = (*SHORT, "--batch-size", "1", "--lease-ttl", "10m")
     died = apply(planned["manifest"], *args, env={CRASH_ENV: "retire.deleted:1"})
     assert died.returncode == -signal.SIGKILL
     left = files_of(orders)
     assert len(left) == planned["files"] - 1
     shutil.rmtree(archive)
-    time.sleep(2.2)  # the killed run's lease expires
+    lapse_leases(root)
     out = apply(planned["manifest"], *args)
     assert out.returncode == 2 and "the archive" in out.stderr and "is gone" in out.stderr, out.stderr
     assert "nothing more is deleted" in out.stderr and files_of(orders) == left
@@ -177,11 +178,11 @@ def test_an_archive_gone_before_deletion_began_is_made_again(corpus, tmp_path) -
     archive = tmp_path / "archive"
     planned = plan(orders, "--archive", str(archive))
     time.sleep(1.1)
-    args = (*SHORT, "--lease-ttl", "2s")
+    args = (*SHORT, "--lease-ttl", "10m")
     died = apply(planned["manifest"], *args, env={CRASH_ENV: "retire.archived"})
     assert died.returncode == -signal.SIGKILL and len(files_of(orders)) == planned["files"]
     shutil.rmtree(archive)
-    time.sleep(2.2)
+    lapse_leases(root)
     done = apply(planned["manifest"], *args)
     assert done.returncode == 0, done.stderr
     assert not orders.exists() and ckpt("validate", str(archive)).returncode == 0
@@ -206,10 +207,10 @@ def _killed_after_first_delete(corpus, tmp_path, archive: Path) -> tuple[Path, d
     orders = dormant_copy(corpus, "long_chain", tmp_path / "root")
     planned = plan(orders, "--archive", str(archive))
     time.sleep(1.1)
-    args = (*SHORT, "--batch-size", "5", "--lease-ttl", "2s")
+    args = (*SHORT, "--batch-size", "5", "--lease-ttl", "10m")
     died = apply(planned["manifest"], *args, env={CRASH_ENV: "retire.deleted:1"})
     assert died.returncode == -signal.SIGKILL
-    time.sleep(2.2)  # the killed run's lease expires
+    lapse_leases(orders.parent)
     return orders, planned, args
 
 
