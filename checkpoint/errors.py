@@ -81,6 +81,11 @@ class Refused(CheckpointError):
     """Refused before anything was written or deleted: the message says why (exit 2)."""
 
 
+class SparkUnavailable(Refused):
+    """The Spark session an action runs its tasks in could not be started (a master that is not
+    one, or does not answer): refused before any store was touched."""
+
+
 class Stopped(CheckpointError):
     """Stopped part-way: what was done is marked or put back, and the same action run again
     finishes it (exit 1). `label` opens the CLI's line."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,23 @@ def whole(low: int, high: int = bounds.MAX_COUNT) -> Callable[[str], int]:
 
 BATCH_ID = whole(0)  # a batch id: Spark's long
 DELETE_BATCH = whole(1, POLICY.delete_batch_size)  # keys in one delete request
+
+
+# The masters Spark's submit takes: a typo is refused here in one line, not by the JVM's stack trace.
+_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+, *\d+, *\d+\]|(spark|k8s)://\S+|yarn")
+
+
+def spark_master(text: str) -> str:
+    if not _MASTER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Spark master (local, local[N], local[*], "
+                                         "spark://HOST:PORT, k8s://URL or yarn)")  # fmt: skip
+    return text
+
+
+def master_option(p: argparse.ArgumentParser, what: str = "") -> None:
+    """`--master`: the Spark master an action runs its tasks on, one name and one check everywhere."""
+    p.add_argument("--master", type=spark_master, default=POLICY.spark_master,
+                   help=f"Spark master{what} ({POLICY.spark_master})")  # fmt: skip
 
 
 def duration(text: str) -> float:

@@ -10,7 +10,7 @@ from checkpoint.safety import EachInPlace
 from checkpoint.storage import Storage
 
 from . import render
-from .common import EXIT_FINDINGS, WHERE, Result, in_place, takes_the_lease, whole
+from .common import EXIT_FINDINGS, WHERE, Result, in_place, master_option, takes_the_lease, whole
 
 # The figures of each rebuild: what it read and wrote, and the memory it took.
 _SHOWN = ("operator", "partition", "store", "version", "unique_id", "path", "seconds", "keys", "chain_before",
@@ -42,8 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help=WHERE)
     p.add_argument("--min-chain", type=whole(1), default=POLICY.long_chain, metavar="N",
                    help=f"compact from this chain length ({POLICY.long_chain})")  # fmt: skip
-    p.add_argument("--master", default=POLICY.spark_master,
-                   help=f"Spark master for the rebuild job ({POLICY.spark_master})")  # fmt: skip
+    master_option(p, " for the rebuild job")
     p.add_argument("--driver-memory", metavar="SIZE",
                    help="the driver's heap (spark.driver.memory, e.g. 8g): the HDFS-backed store's map is "
                    "loaded there")  # fmt: skip

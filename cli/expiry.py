@@ -11,11 +11,18 @@ from datetime import datetime, timezone
 from checkpoint import bounds
 from checkpoint.cleanup import AuditTrail
 from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
-from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import WHERE, Result, in_place, quiet_period_option, quiet_seconds, takes_the_lease
+from .common import (
+    WHERE,
+    Result,
+    in_place,
+    master_option,
+    quiet_period_option,
+    quiet_seconds,
+    takes_the_lease,
+)
 
 
 def instant(text: str) -> float:
@@ -60,8 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", action="store_true", help="only report what has expired: nothing is written "
                    "and no lease is taken")  # fmt: skip
     quiet_period_option(p)
-    p.add_argument("--master", default=POLICY.spark_master,
-                   help=f"Spark master of the purge, a task a store ({POLICY.spark_master})")  # fmt: skip
+    master_option(p, " of the purge, a task a store")
     p.add_argument("--audit", metavar="URL", help="where the purge's record goes (default: the checkpoint's "
                    "audit trail, _ckpt_audit beside it)")  # fmt: skip
     takes_the_lease(p)

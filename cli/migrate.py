@@ -7,11 +7,19 @@ import argparse
 
 from checkpoint.cleanup import AuditTrail
 from checkpoint.migrate import MigrationOptions
-from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
 from . import render
-from .common import BATCH_ID, WHERE, Result, quiet_period_option, quiet_seconds, takes_the_lease, two_sided
+from .common import (
+    BATCH_ID,
+    WHERE,
+    Result,
+    master_option,
+    quiet_period_option,
+    quiet_seconds,
+    takes_the_lease,
+    two_sided,
+)
 
 
 def migrate_command(args: argparse.Namespace) -> Result:
@@ -32,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dest", help="an empty folder or URL")
     p.add_argument("--batch", type=BATCH_ID, help="a committed batch (default: the latest committed)")
     quiet_period_option(p)
-    p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
+    master_option(p)
     p.add_argument("--audit", metavar="URL", help="where the migration's record goes (default: the "
                    "source's audit trail, _ckpt_audit beside it)")  # fmt: skip
     takes_the_lease(p)

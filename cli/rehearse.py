@@ -12,7 +12,17 @@ from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
 from . import render
-from .common import BATCH_ID, WHERE, Result, duration, leased, takes_the_lease, terminated, whole
+from .common import (
+    BATCH_ID,
+    WHERE,
+    Result,
+    duration,
+    leased,
+    master_option,
+    takes_the_lease,
+    terminated,
+    whole,
+)
 
 
 def _conf(text: str) -> tuple[str, str]:
@@ -69,6 +79,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the time the query's function, the batch and the comparison may take in all "
                    f"(default {duration_text(POLICY.rehearsal_timeout_seconds)}); past it the outcome "
                    "says what was running, exit 6")  # fmt: skip
-    p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
+    master_option(p)
     takes_the_lease(p)
     p.set_defaults(run=rehearse_command)

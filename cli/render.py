@@ -325,7 +325,9 @@ def _expired(row: Doc) -> str:
 
 
 def expired_text(doc: Doc) -> str:
-    at = datetime.fromtimestamp(doc["as_of_ms"] / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    # To the millisecond, as the purge acts: a time rounded to the second would be one it did not use.
+    at = datetime.fromtimestamp(doc["as_of_ms"] / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    at = at.replace("+00:00", " UTC")
     if not doc["stores"]:
         return f"no transformWithState store with a TTL at batch {_batch(doc['batch'])}: nothing expires"
     lines = [f"{doc['expired']:,} of {doc['entries']:,} entries ({doc['expired_share']:.1%}, "

@@ -18,6 +18,7 @@ from .common import (
     WHERE,
     Result,
     in_place,
+    master_option,
     quiet_period_option,
     quiet_seconds,
     takes_the_lease,
@@ -73,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", help=WHERE)
     p.add_argument("--candidates", type=_counts, metavar="N,N,...",
                    help="partition counts to predict with Spark's own hash (starts Spark)")  # fmt: skip
-    p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
+    master_option(p)
     p.set_defaults(run=state_profile)
 
     p = sub.add_parser("repartition", help="change a stopped query's state partition count with Spark's "
@@ -93,6 +94,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "before the quiet period has passed")  # fmt: skip
     p.add_argument("--audit", metavar="URL", help="where the records and the backup fork go (default: "
                    "_ckpt_audit beside the checkpoint)")  # fmt: skip
-    p.add_argument("--master", default=POLICY.spark_master, help=f"Spark master ({POLICY.spark_master})")
+    master_option(p)
     takes_the_lease(p)
     p.set_defaults(run=repartition_command)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.crash import crash_point
-from checkpoint.errors import PurgeIncomplete
+from checkpoint.errors import CorruptFileError, PurgeIncomplete
 from checkpoint.progress import Progress, report
 
 from .per_store import NotDone, PerStore, each_store
@@ -65,14 +65,24 @@ def run_purge_tasks(spark: Any, tasks: list[StoreTask], check: Callable[[], None
         task, why = next(((t, w) for t, w in failed if w.started), failed[0])
         if why.error is not None and not why.started:
             raise why.error  # the lease lost before a store: its own error, as the CLI and Dagster word it
+        if why.reason.startswith(DAMAGED) or isinstance(why.error, CorruptFileError):  # a rerun stops there
+            then = ("the others are as they were, and the same purge finishes them once that file is "
+                    "restored (ckpt validate --deep checks every file against its sidecar)")  # fmt: skip
+        else:
+            then = "run the same purge again to finish it"
         raise PurgeIncomplete(f"{task.entry.store}: {why.reason}; {len(done)} of {len(tasks)} stores "
-                              "purged: run the same purge again to finish it", task.ckpt.url)  # fmt: skip
+                              f"purged: {then}", task.ckpt.url)  # fmt: skip
     return done
+
+
+DAMAGED = "a file it reads is damaged: "
 
 
 def _purge_in_task(task: StoreTask) -> StorePurge | str:
     task_crash_point("purge.task", task.entry.store)
     try:
         return task.purge()
+    except CorruptFileError as exc:
+        return DAMAGED + failure_line(exc)
     except Exception as exc:  # noqa: BLE001 - a RocksDB, JVM or I/O failure fails this store alone
         return failure_line(exc)

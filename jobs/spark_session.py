@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkpoint import crash
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, SparkUnavailable
 from checkpoint.format import (
     CHANGELOG_CONF,
     FORMAT_VERSION_CONF,
@@ -156,14 +156,20 @@ def session_for(
     """
     from pyspark.sql import SparkSession
 
-    if master.startswith("local") and not remote:
-        return local_session(master=master, extra_conf=conf)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master(master)
-    builder = builder.appName("ckpt-maint")
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        if master.startswith("local") and not remote:
+            return local_session(master=master, extra_conf=conf)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = SparkSession.builder.remote(remote) if remote else SparkSession.builder.master(master)
+        builder = builder.appName("ckpt-maint")
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+    except Exception as exc:  # py4j's, PySpark's and the JVM's own: the first line says which
+        where = f"remote {remote!r}" if remote else f"master {master!r}"
+        raise SparkUnavailable(f"the Spark session could not start on {where}: {type(exc).__name__}: "
+                               f"{first_line(exc)}; "
+                               "nothing was written") from exc  # fmt: skip
 
 
 def task_context(spark, instead: str):

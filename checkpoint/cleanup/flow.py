@@ -65,6 +65,7 @@ def apply_cleanup(request: InPlace, options: CleanupOptions) -> Cleaned:
     GcError when the commit log no longer matches the plan, LeaseLost when the lease is taken
     over."""
     audit, plan = options.audit, options.plan
+    request.refuse_inside(audit.storage, "the audit trail")
     with request.held(options.what) as check:
         current = options.planned if options.planned is not None else plan()
         verdict = check_plan(current, request.storage)

@@ -52,6 +52,7 @@ from checkpoint.model import (
     store_ids,
 )
 from checkpoint.policy import POLICY
+from checkpoint.safety.place import refuse_inside
 from checkpoint.storage import Storage
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ def plan_gc(
     (`query_stopped`): a running query idle for longer than the quiet period looks stopped by
     its logs alone. Logs newer than the quiet period make it live whatever the caller says."""
     now = time.time() if now is None else now
+    # A manifest written inside the checkpoint would be a file its metadata does not name.
+    refuse_inside(storage, audit.storage, "the audit trail")
     if grace_seconds < POLICY.min_grace_seconds and not allow_short_grace:
         raise GcError(
             f"a grace period of {grace_seconds:.0f} s is below {POLICY.min_grace_seconds / 60:g} minutes: "

@@ -37,7 +37,7 @@ from checkpoint.analysis import Severity, ValidationOptions, unproven_writer, va
 from checkpoint.cleanup import AuditTrail
 from checkpoint.compaction import Rewrite, Rewritten, rewrite_store
 from checkpoint.crash import crash_point
-from checkpoint.errors import PurgeRefused, RebuildError
+from checkpoint.errors import PurgeRefused, RebuildError, StorageError
 from checkpoint.expiry.ttl import Expired, TtlVariable, expired_in, ttl_variables
 from checkpoint.format import FileKind, SnapshotMetadata, StateAction
 from checkpoint.model import Checkpoint, StoreLineage, checkpoint_lineage, load_head
@@ -180,6 +180,9 @@ def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
         raise PurgeRefused(f"the purge time {_utc(options.as_of)} is later than now ({_utc(now)}): a "
                            "restart's first batch could come before it and still see what it would remove; "
                            "nothing was written", request.storage.url)  # fmt: skip
+    # The record is written into the trail, never into the checkpoint: a trail inside it would be
+    # files its metadata does not name, which every later action refuses.
+    request.refuse_inside(audit.storage, "the audit trail")
     with request.held(options.what) as check:
         ckpt = load_head(request.storage, strict=False, recent=2)
         replays = _preflight(ckpt, now, options.quiet_seconds)
@@ -192,11 +195,20 @@ def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
         tasks = [
             StoreTask(ckpt.for_store(entry.store), entry, props, as_of_ms, policy) for entry, props in targets
         ]
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}Z"
+        rel = f"{folder_name(ckpt.url)}/purges/{stamp}.json"
+        # Recorded as begun before any store is touched: a trail that cannot be written refuses the
+        # purge with nothing done, and a purge killed part-way leaves its record of what it began.
+        begun = {"at": time.time(), "outcome": "begun", "url": ckpt.url, "as_of_ms": as_of_ms,
+                 "stores": [str(entry.store) for entry, _ in targets]}  # fmt: skip
+        try:
+            audit.storage.write(rel, json.dumps(begun, indent=1).encode())
+        except (StorageError, OSError) as exc:
+            raise PurgeRefused(f"the audit trail cannot be written ({exc}); nothing was purged",
+                               ckpt.url) from exc  # fmt: skip
         done = (options.run or in_this_process)(tasks, check)
     result = ExpiredState(ckpt.url, ckpt.latest_committed_batch, as_of_ms, tuple(done),
                           round(time.monotonic() - started, 3), replays)  # fmt: skip
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}Z"
-    rel = f"{folder_name(ckpt.url)}/purges/{stamp}.json"
     audit.storage.write(rel, json.dumps({"at": time.time(), **result.as_dict()}, indent=1).encode())
     return result
 

@@ -30,7 +30,12 @@ from checkpoint.model.lineage import (
     store_ids,
 )
 from checkpoint.model.scopes import Listing, Scope, StateFolders
-from checkpoint.model.transfer import check_free_disk, check_hadoop_checksum, download_checked
+from checkpoint.model.transfer import (
+    check_disk_left,
+    check_free_disk,
+    check_hadoop_checksum,
+    download_checked,
+)
 
 __all__ = [
     "Checkpoint",
@@ -42,6 +47,7 @@ __all__ = [
     "StoreId",
     "StoreLineage",
     "build_checkpoint",
+    "check_disk_left",
     "check_free_disk",
     "check_hadoop_checksum",
     "checkpoint_lineage",

@@ -12,16 +12,33 @@ from checkpoint.format import check_hadoop_crc, hadoop_crc_bytes
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.policy import Policy
 
+# What a rebuild keeps free beyond its estimate: the memtables it may be flushing (two of the
+# store's and two of each other store's) and RocksDB's own reserve. RocksDB that meets a full disk
+# retries its flush forever, and a rebuild waiting on it would hold its lease as long.
+DISK_MARGIN = 128 << 20
+
 
 def check_free_disk(tmp: Path, base_bytes: int, chain_bytes: int, url: str) -> None:
     """The base is on disk twice at most (downloaded, then the new SSTs beside it), and the chain
-    three times (replayed into the store and into its check, its keys into a third)."""
-    need = 2 * base_bytes + 3 * chain_bytes
+    five times: replayed into the store and into its check, as SSTs of up to 1.6 times the
+    changelogs' bytes each (a delta-only chain of 5 x 10^6 records), and its keys into a third."""
+    need = 2 * base_bytes + 5 * chain_bytes + DISK_MARGIN
     free = shutil.disk_usage(tmp).free
     if free < need:
         raise RebuildError(
             f"not enough free disk in {tmp.parent} for this store: about {need:,} bytes needed (base x 2 + "
-            f"chain x 3), {free:,} free; point TMPDIR at a larger disk",
+            f"chain x 5 + 128 MiB), {free:,} free; point TMPDIR at a larger disk",
+            url,
+        )
+
+
+def check_disk_left(tmp: Path, url: str | None = None) -> None:
+    """Between two writes of a rebuild: refused before RocksDB meets a full disk."""
+    free = shutil.disk_usage(tmp).free
+    if free < DISK_MARGIN:
+        raise RebuildError(
+            f"the disk of {tmp.parent} filled during the rebuild ({free:,} bytes left, under "
+            f"{DISK_MARGIN >> 20} MiB): nothing was published; point TMPDIR at a larger disk",
             url,
         )
 

@@ -80,9 +80,48 @@ def test_too_little_free_disk_is_refused_before_any_download(bases, tmp_path, mo
     before = _files(tmp_path / "small")
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(rebuild.shutil, "disk_usage", lambda _: usage._replace(free=1000))
-    with pytest.raises(RebuildError, match=r"not enough free disk .*\(base x 2 \+ chain x 3\)"):
+    with pytest.raises(RebuildError, match=r"not enough free disk .*\(base x 2 \+ chain x 5 \+ 128 MiB\)"):
         rebuild_store(ckpt, entry)
     assert _files(tmp_path / "small") == before
+
+
+def test_a_disk_that_fills_during_the_rebuild_stops_it_before_rocksdb_meets_it(bases, tmp_path, monkeypatch):
+    """The review: a disk with room for the estimate filled during the replay, and RocksDB retried
+    its flush forever while the rebuild held the lease. Under 128 MiB free between two writes,
+    the rebuild stops, publishes nothing, and leaves no work folder."""
+    ckpt, entry = _copy_and_plan(bases[SMALL], tmp_path / "small")
+    before = _files(tmp_path / "small")
+    usage, looks = shutil.disk_usage(tmp_path), []
+
+    def filling(path):
+        looks.append(path)  # the first look is the estimate's; every later one finds the disk full
+        return usage._replace(free=usage.free if len(looks) == 1 else 64 << 20)
+
+    monkeypatch.setattr(rebuild.shutil, "disk_usage", filling)
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(RebuildError, match=r"filled during the rebuild .*nothing was published"):
+        rebuild_store(ckpt, entry, workdir=str(work))
+    assert len(looks) >= 2 and _files(tmp_path / "small") == before and not list(work.iterdir())
+
+
+def test_a_killed_rebuilds_work_folder_is_removed_by_the_next(tmp_path) -> None:
+    """A kill -9 leaves the work folder (a store's copies) behind: the next rebuild on this host
+    removes those whose process is gone, and leaves a live one's and what it did not make."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    killed, live, foreign = (tmp_path / f"ckpt-rebuild-{x}" for x in "abc")
+    for folder, pid in ((killed, int(dead.stdout)), (live, os.getppid())):
+        (folder / "db").mkdir(parents=True)
+        (folder / "owner.json").write_text(json.dumps({"host": rebuild.socket.gethostname(), "pid": pid}))
+    (foreign / "db").mkdir(parents=True)
+    made = rebuild.scratch(str(tmp_path))
+    assert not killed.exists() and live.exists() and foreign.exists() and made.exists()
+    assert json.loads((made / "owner.json").read_text())["pid"] == os.getpid()
 
 
 @pytest.mark.parametrize("scan", [True, False], ids=["one scan of both", "lookups of the touched keys"])

@@ -119,6 +119,18 @@ def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> Non
     assert out.returncode == 2 and "looks alive" in out.stderr
 
     stopped = stopped_copy(corpus, tmp_path / "stopped")
+    untouched = files_of(stopped)
+    # The review: a trail inside the checkpoint was accepted (its record then a folder the metadata
+    # does not name, which every later action refused); a trail that is a file failed after every
+    # store was purged; a master that is none printed the JVM's stack. Each is refused first.
+    out = ckpt("purge-expired", str(stopped), "--audit", str(stopped / "state" / "0" / "0"))
+    assert out.returncode == 2 and "the audit trail and the source overlap" in out.stderr, out.stderr
+    (tmp_path / "a-file").write_text("not a folder")
+    out = ckpt("purge-expired", str(stopped), "--audit", str(tmp_path / "a-file"))
+    assert out.returncode == 2 and "the audit trail cannot be written" in out.stderr, out.stderr
+    out = ckpt("purge-expired", str(stopped), "--master", "foo")
+    assert out.returncode == 2 and "'foo' is not a Spark master" in out.stderr, out.stderr
+    assert files_of(stopped) == untouched
     out = ckpt("purge-expired", str(stopped), "--as-of", str(time.time() + 3600))
     assert out.returncode == 2 and "later than now" in out.stderr
     out = ckpt("purge-expired", str(stopped), "--report", "--as-of", str(time.time() + 3600))
@@ -134,6 +146,18 @@ def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> Non
     out = ckpt("purge-expired", str(stopped), "--as-of", "nan")
     assert out.returncode == 2 and "is not a time" in out.stderr
     assert files_of(live) == before and not list((tmp_path / "_ckpt_audit").glob("*/purges"))
+
+
+def test_a_damaged_file_stops_the_purge_without_advice_to_run_it_again(corpus, tmp_path) -> None:
+    """The review: a changelog cut short made the purge say "run the same purge again to finish
+    it", which stops on the same file. It now names the damage and what a rerun needs first."""
+    damaged = stopped_copy(corpus, tmp_path / "damaged")
+    folder = damaged / "state" / "0" / "1"
+    newest = max(folder.glob("*.changelog"), key=lambda p: int(p.name.split("_")[0].split(".")[0]))
+    newest.write_bytes(newest.read_bytes()[:-7])
+    out = ckpt("purge-expired", str(damaged))
+    assert out.returncode == 1 and "a file it reads is damaged" in out.stderr, out.stderr
+    assert "once that file is restored" in out.stderr and "run the same purge again" not in out.stderr
 
 
 def test_absurd_times_and_a_quiet_period_under_its_floor_are_refused_before_anything(
