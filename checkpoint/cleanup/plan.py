@@ -52,7 +52,7 @@ from checkpoint.model import (
     store_ids,
 )
 from checkpoint.policy import POLICY
-from checkpoint.safety.place import refuse_inside
+from checkpoint.safety import refuse_inside
 from checkpoint.storage import Storage
 
 if TYPE_CHECKING:

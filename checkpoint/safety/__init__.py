@@ -16,8 +16,8 @@ from checkpoint.safety.door import (
 )
 from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.safety.naming import folder_name, own_place
-from checkpoint.safety.place import Place, refuse_overlap
+from checkpoint.safety.place import Place, refuse_inside, refuse_overlap
 
 __all__ = ["EachInPlace", "Held", "InPlace", "Lease", "LeaseHeld", "LeaseLost", "Place", "TakeLease",
-           "TwoSided", "folder_name", "held_by", "lease_for", "own_place", "refuse_overlap",
+           "TwoSided", "folder_name", "held_by", "lease_for", "own_place", "refuse_inside", "refuse_overlap",
            "taken_at_once"]  # fmt: skip

@@ -219,12 +219,11 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, cleanly_p
         lapse_leases(killed)
     done = run(*args)
     # A zip without its sidecar is the store's own snapshot to the rerun: Spark 4.3 reads it so. The
-    # stores run two at a time (local[2]): the other one may have published before the kill.
+    # stores run two at a time (local[2]) in Spark's JVM, which finishes the stores in flight, and
+    # may start the next, before it sees its driver gone (seen: three published after the first).
     published = {"compaction.before_sidecar": 1, "purge.after_store:1": 1, "purge.after_store:4": 4}[point]
-    assert [s["outcome"] for s in done["stores"]].count("nothing expired") in (
-        published,
-        min(published + 1, 4),
-    )
+    outcomes = [s["outcome"] for s in done["stores"]]
+    assert published <= outcomes.count("nothing expired") <= len(outcomes) == 4, outcomes
     assert run("purge-expired", str(killed), "--report", "--as-of", as_of)["expired"] == 0
     assert state_rows(spark, killed, NAME) == clean_rows
 
