@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -37,7 +38,7 @@ from checkpoint.analysis import Severity, ValidationOptions, unproven_writer, va
 from checkpoint.cleanup import AuditTrail
 from checkpoint.compaction import Rewrite, Rewritten, rewrite_store
 from checkpoint.crash import crash_point
-from checkpoint.errors import PurgeRefused, RebuildError, StorageError
+from checkpoint.errors import CheckpointError, PurgeRefused, RebuildError, StorageError
 from checkpoint.expiry.ttl import Expired, TtlVariable, expired_in, ttl_variables
 from checkpoint.format import FileKind, SnapshotMetadata, StateAction
 from checkpoint.model import Checkpoint, StoreLineage, checkpoint_lineage, load_head
@@ -54,6 +55,8 @@ from checkpoint.safety import InPlace, folder_name
 from checkpoint.storage import Storage
 
 PURGED, NOTHING, OWN_SNAPSHOT, LOOKED = "purged", "nothing expired", "its own snapshot", "looked"
+log = logging.getLogger(__name__)
+
 _BATCH = 50_000
 
 
@@ -206,7 +209,15 @@ def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
         except (StorageError, OSError) as exc:
             raise PurgeRefused(f"the audit trail cannot be written ({exc}); nothing was purged",
                                ckpt.url) from exc  # fmt: skip
-        done = (options.run or in_this_process)(tasks, check)
+        try:
+            done = (options.run or in_this_process)(tasks, check)
+        except CheckpointError as exc:  # stopped part-way, or Spark never started: the record says so
+            ended = {**begun, "at": time.time(), "outcome": "stopped", "why": str(exc)}
+            try:
+                audit.storage.write(rel, json.dumps(ended, indent=1).encode())
+            except (StorageError, OSError):
+                log.warning("%s: the purge's record could not be ended; it still says begun", ckpt.url)
+            raise
     result = ExpiredState(ckpt.url, ckpt.latest_committed_batch, as_of_ms, tuple(done),
                           round(time.monotonic() - started, 3), replays)  # fmt: skip
     audit.storage.write(rel, json.dumps({"at": time.time(), **result.as_dict()}, indent=1).encode())

@@ -158,6 +158,9 @@ def test_a_damaged_file_stops_the_purge_without_advice_to_run_it_again(corpus, t
     out = ckpt("purge-expired", str(damaged))
     assert out.returncode == 1 and "a file it reads is damaged" in out.stderr, out.stderr
     assert "once that file is restored" in out.stderr and "run the same purge again" not in out.stderr
+    (record,) = (tmp_path / "_ckpt_audit").glob("*/purges/*.json")  # written as begun, then ended
+    ended = json.loads(record.read_text())
+    assert ended["outcome"] == "stopped" and "damaged" in ended["why"] and len(ended["stores"]) == 4
 
 
 def test_absurd_times_and_a_quiet_period_under_its_floor_are_refused_before_anything(
