@@ -64,6 +64,11 @@ class FleetReportConfig(dg.Config):
         description="Also tell whether this Spark (4.0 to 4.3) restarts each checkpoint; default: the "
         "deployment's CKPT_TARGET_SPARK",
     )
+    held: bool = Field(
+        default=False,
+        description="Also list each dormant checkpoint whose bytes its audit trail does not know yet (once "
+        "per dormancy, kept there); default: only what the trails know, no checkpoint listed",
+    )
 
 
 def _idle(row: FleetRow) -> str:
@@ -94,7 +99,11 @@ def _age(seconds: float | None) -> str:
 
 
 def _rows(
-    roots: CheckpointRootsResource, keys: list[str], history: MaintenanceHistory, target: str | None
+    roots: CheckpointRootsResource,
+    keys: list[str],
+    history: MaintenanceHistory,
+    target: str | None,
+    held: bool = False,
 ) -> list[FleetRow]:
     """Every checkpoint's row, side by side (`each_checkpoint`: threads on object stores, worker
     processes on local disks), most urgent first."""
@@ -105,20 +114,22 @@ def _rows(
         name, rel = parse_partition_key(key)
         options = roots.root(name).storage_options
         audit = (roots.audit_url, roots.audit_options(name))  # the trail's URL told only for a dormant one
-        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target, audit))
+        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target, audit,
+                      held))  # fmt: skip
     latency_bound = any(s.backend.latency_bound for s in storages.values())
     return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound, timed_out=_timed_out), policy)
 
 
 def _look(item: tuple) -> FleetRow:
-    key, url, options, policy, known, target, (audit_url, audit_options) = item
-    # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
+    key, url, options, policy, known, target, (audit_url, audit_options), held = item
+    # a dormant checkpoint's bytes, as its audit trail knows them; with `held`, listed once per
+    # dormancy where not known
     return with_held(look_at(key, url, options, policy, known, target), Storage(url, options), audit_url,
-                     audit_options)  # fmt: skip
+                     audit_options, listing=held)  # fmt: skip
 
 
 def _timed_out(item: tuple, timeout: float) -> FleetRow:
-    key, url, _, _, known, _, _ = item
+    key, url, _, _, known, _, _, _ = item
     return unreadable_row(key, url, f"no answer in {timeout:g} s: the look was abandoned", **known)
 
 
@@ -183,7 +194,7 @@ def checkpoint_fleet_report(
         except UnknownSparkVersion as exc:
             raise dg.Failure(str(exc)) from exc
     keys = sorted(context.instance.get_dynamic_partitions(CHECKPOINTS))
-    rows = _rows(roots, keys, MaintenanceHistory(context.instance, keys), target or None)
+    rows = _rows(roots, keys, MaintenanceHistory(context.instance, keys), target or None, config.held)
     context.log.info(f"read {len(rows)} checkpoints head-first")
     fleet = totals(rows, target or None)
     chart = _write_chart(context, rows, roots)

@@ -98,6 +98,8 @@ class Policy:
     # tree listed as several prefixes, stores resolved by a head-first load, checkpoints read by
     # the fleet report and by the commit sensor's tick.
     list_workers: int = 8
+    # Files a walk of a whole checkpoint holds at once (`Storage.pages`): S3's page.
+    list_page: int = 1000
     # Cleanup planning: partitions decided in this many worker processes (deciding is Python work,
     # and so is what botocore spends on each request: one core bounds each process), from this
     # many partition folders up (fewer do not repay starting the processes). On object stores

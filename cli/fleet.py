@@ -39,7 +39,8 @@ def fleet(args: argparse.Namespace) -> Result:
     rows = ranked(
         each_checkpoint(
             functools.partial(_row, cleanup=cleanup, target=args.target_spark, expired=args.expired,
-                              policy=dataclasses.replace(POLICY, dormant_seconds=args.dormant_after)), found,
+                              policy=dataclasses.replace(POLICY, dormant_seconds=args.dormant_after),
+                              held=args.held), found,
             latency_bound=latency_bound, timed_out=_timed_out,
         )
     )  # fmt: skip
@@ -52,7 +53,12 @@ def fleet(args: argparse.Namespace) -> Result:
 
 
 def _row(
-    url: str, cleanup: str | None, target: str | None = None, policy: Policy = POLICY, expired: bool = False
+    url: str,
+    cleanup: str | None,
+    target: str | None = None,
+    policy: Policy = POLICY,
+    expired: bool = False,
+    held: bool = False,
 ) -> FleetRow:
     """One checkpoint's row; module-level, with plain arguments, so that a worker process can be
     given it."""
@@ -61,8 +67,9 @@ def _row(
         known |= _expired(url) if expired else {}
     except CheckpointError as exc:  # its audit trail or a store cannot be read: a row that says so
         return unreadable_row(url, url, str(exc))
-    # a dormant checkpoint's bytes: listed once per dormancy, kept in its audit trail
-    return with_held(look_at(url, url, None, policy, known, target), Storage(url))
+    # a dormant checkpoint's bytes, as its audit trail knows them; with `held`, listed once per
+    # dormancy where not known
+    return with_held(look_at(url, url, None, policy, known, target), Storage(url), listing=held)
 
 
 def _timed_out(url: str, timeout: float) -> FleetRow:
@@ -105,6 +112,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expired", action="store_true",
                    help="also what a TTL has expired in each transformWithState store (reads each such "
                    "store as its recovery does)")  # fmt: skip
+    p.add_argument("--held", action="store_true",
+                   help="also list each dormant checkpoint whose bytes its audit trail does not know yet "
+                   "(once per dormancy, kept there; a retirement plan keeps them too); default: only "
+                   "what the trails know")  # fmt: skip
     add_dormant_after(p)
     p.add_argument("--target-spark", type=_line, metavar="VERSION",
                    help="also whether Spark VERSION (4.0 to 4.3) restarts each checkpoint, from its metadata "

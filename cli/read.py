@@ -17,7 +17,7 @@ from checkpoint.analysis import (
 )
 from checkpoint.errors import CheckpointError
 from checkpoint.expiry import expired_report
-from checkpoint.model import FoundCheckpoint, checkpoint_lineage, load_checkpoint, load_head, within_deadline
+from checkpoint.model import FoundCheckpoint, checkpoint_lineage, load_census, load_head, within_deadline
 from checkpoint.model import scan as find
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
@@ -27,7 +27,8 @@ from .common import BATCH_ID, EXIT_FINDINGS, WHERE, Result, add_dormant_after, w
 
 
 def inspect(args: argparse.Namespace) -> Result:
-    return _with_expired(args, Result(inspect_summary(load_checkpoint(args.path)), render.inspect_text))
+    # every file counted a page of the listing at a time: memory for its logs, not its history
+    return _with_expired(args, Result(inspect_summary(*load_census(args.path)), render.inspect_text))
 
 
 def lineage(args: argparse.Namespace) -> Result:

@@ -124,9 +124,12 @@ def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
     idle = [r for r in rows if r["dormant_since"] is not None or r["stopped_mid_batch_since"] is not None]
     if idle:
         dormant = sum(r["dormant_since"] is not None for r in idle)
-        held = human_bytes(sum(r["bytes_held"] or 0 for r in idle))
+        unknown = sum(r["bytes_held"] is None for r in idle)
+        held = f"holding {human_bytes(sum(r['bytes_held'] or 0 for r in idle))}" if unknown < len(idle) else ""
+        if unknown:  # the default view lists no checkpoint: what a trail does not know yet is not shown
+            held += f"{', and ' if held else ''}{unknown} holding what is not known yet (--held lists them)"
         lines += [f"{dormant} dormant, {len(idle) - dormant} stopped mid-batch (no commit and no offset for "
-                  f"the dormancy period), holding {held}", ""]  # fmt: skip
+                  f"the dormancy period), {held}", ""]  # fmt: skip
     if counts:
         lines += [f"Spark {counts['target']} restarts {counts['yes']} of {len(rows)} checkpoints; "
                   f"{counts['no']} not, {counts['unknown']} cannot be told (docs/format.md, upgrade "

@@ -12,6 +12,7 @@ the same replay chains at the latest batch and differ only in older history.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -150,23 +151,46 @@ def files(partitions: int, versions: int, **shape: int) -> dict[str, bytes]:
 
 
 def write_local(
-    root: Path, content: dict[str, bytes] | Iterable[tuple[str, bytes]], mtime: float = OLD
+    root: Path,
+    content: dict[str, bytes] | Iterable[tuple[str, bytes]],
+    mtime: float = OLD,
+    *,
+    link_same: bool = False,
 ) -> int:
-    """Writes the files under `root`, dated `mtime`; returns how many."""
+    """Writes the files under `root`, dated `mtime`; returns how many. `link_same`: a file whose
+    bytes an earlier one had is a hard link to it (a checkpoint of 10^7 files in the inodes of its
+    distinct contents, a few hundred thousand), as many links an inode as the disk allows."""
     made: set[Path] = set()
+    first: dict[bytes, tuple[Path, int]] = {}  # content -> the file it is linked to, and its links
     n = 0
     for rel, data in content.items() if isinstance(content, dict) else content:
         path = root / rel
         if path.parent not in made:
             path.parent.mkdir(parents=True, exist_ok=True)
             made.add(path.parent)
+        n += 1
+        if link_same and (seen := first.get(data)) is not None and seen[1] < _LINKS_AN_INODE:
+            try:
+                os.link(seen[0], path)
+                first[data] = (seen[0], seen[1] + 1)
+                continue
+            except OSError as exc:  # the disk's own limit of links, lower than ours
+                if exc.errno != errno.EMLINK:
+                    raise
         path.write_bytes(data)
         os.utime(path, (mtime, mtime))
-        n += 1
+        if link_same:
+            first[data] = (path, 1)
     return n
 
 
-def build(root: Path, partitions: int, versions: int, *, hdfs: bool = False, **shape: int) -> int:
+_LINKS_AN_INODE = 60_000  # ext4 allows 65,000
+
+
+def build(
+    root: Path, partitions: int, versions: int, *, hdfs: bool = False, link_same: bool = False, **shape: int
+) -> int:
     """Writes one synthetic checkpoint to local disk (format V2 on RocksDB, or with `hdfs`
-    Spark's defaults); returns its file count."""
-    return write_local(root, (iter_hdfs_files if hdfs else iter_files)(partitions, versions, **shape))
+    Spark's defaults); returns its file count. `link_same`: see `write_local`."""
+    files = (iter_hdfs_files if hdfs else iter_files)(partitions, versions, **shape)
+    return write_local(root, files, link_same=link_same)

@@ -12,7 +12,7 @@ from typing import Any
 import humanfriendly
 
 from checkpoint.analysis.checks import Validation
-from checkpoint.model import Checkpoint, StoreLineage
+from checkpoint.model import Census, Checkpoint, StoreLineage
 
 # Control characters (C0, DEL, C1: newline, CR, tab, ESC and the 8-bit CSI of ANSI sequences) as
 # Python writes them in a literal, so a folder named to forge a row or move the cursor prints as
@@ -45,16 +45,17 @@ def _identity(ckpt: Checkpoint) -> dict[str, Any]:
     }
 
 
-def inspect_summary(ckpt: Checkpoint) -> dict[str, Any]:
-    """The `ckpt inspect --json` document."""
+def inspect_summary(ckpt: Checkpoint, census: Census | None = None) -> dict[str, Any]:
+    """The `ckpt inspect --json` document: `census` counts the files (`load_census`), else the
+    model's own files do."""
     return {
         **_identity(ckpt),
         "operators": [
             {"id": op.id, "name": op.name, "stores": list(op.store_names), "partitions": op.num_partitions}
             for op in ckpt.operators.values()
         ],
-        "files": ckpt.count_by_kind(),
-        "bytes": ckpt.total_bytes,
+        "files": ckpt.count_by_kind() if census is None else census.count,
+        "bytes": ckpt.total_bytes if census is None else census.bytes,
     }
 
 

@@ -59,11 +59,15 @@ def with_held(
     checkpoint: Storage,
     audit_url: str | None = None,
     audit_options: dict[str, Any] | None = None,
+    *,
+    listing: bool = False,
 ) -> FleetRow:
-    """A fleet row with what its checkpoint holds when it is dormant or stopped mid-batch
-    (`AuditTrail.held`, in the trail at `audit_url`, default beside the checkpoint); as it was
-    when it is not, when it has no trail (at the top of a bucket) or when the listing fails (said
-    in the log)."""
+    """A fleet row with what its checkpoint holds when it is dormant or stopped mid-batch, as its
+    audit trail (at `audit_url`, default beside the checkpoint) knows it (`AuditTrail.held`), and
+    with `listing` from a listing of it when the trail does not know; as it was when it is not
+    dormant, when it has no trail (at the top of a bucket), when nothing is known, or when the
+    listing fails (said in the log). A listing of every dormant checkpoint costs what its history
+    holds: the fleet view makes it only when asked (`--held`)."""
     since = row.idle_since
     if since is None:
         return row
@@ -72,11 +76,13 @@ def with_held(
     except CheckpointError:  # no folder beside it for a trail (a bucket top): not known, not a failure
         return row
     try:
-        files, total = trail.held(checkpoint, since)
+        held = trail.held(checkpoint, since, listing=listing)
     except CheckpointError as exc:
         log.warning("%s: what it holds could not be listed: %s", checkpoint.url, exc)
         return row
-    return dataclasses.replace(row, files_held=files, bytes_held=total)
+    if held is None:
+        return row
+    return dataclasses.replace(row, files_held=held[0], bytes_held=held[1])
 
 
 def parse_held(data: bytes, since: float) -> tuple[int, int] | None:
@@ -145,23 +151,34 @@ class AuditTrail:
             self.storage.put_file(whole, rel, move=True)
         return dataclasses.replace(plan, manifest=f"{self.url}/{rel}", digest=digest)
 
-    def held(self, checkpoint: Storage, since: float) -> tuple[int, int]:
+    def held(self, checkpoint: Storage, since: float, *, listing: bool = True) -> tuple[int, int] | None:
         """(files, bytes) a dormant checkpoint holds. It changes nothing while dormant, so it is
-        listed once per dormancy, and the figures kept in its folder of the trail with the time it
-        is dormant since (`held.json`): a checkpoint that wrote again is dormant from a later time,
-        and is listed again. What the file says is checked, never trusted: anything else (a count
-        that is no whole number up to 2^63, `true` for 1, another dormancy's time) is a new listing."""
-        rel = f"{folder_name(checkpoint.url)}/{_HELD}"
-        try:  # absent, oversized or unreadable: listed again
+        listed once per dormancy (`listing`: else None when not known yet), a page at a time, and
+        the figures kept in its folder of the trail with the time it is dormant since (`held.json`,
+        also written by a retirement plan, which lists it anyway): a checkpoint that wrote again is
+        dormant from a later time, and is listed again. What the file says is checked, never
+        trusted: anything else (a count that is no whole number up to 2^63, `true` for 1, another
+        dormancy's time) is as good as absent."""
+        rel = self._held_rel(checkpoint)
+        try:  # absent, oversized or unreadable: not known
             kept = parse_held(self.storage.read_many([rel], limit=_HELD_LIMIT)[rel], since)
         except CheckpointError:
             kept = None
-        if kept is not None:
+        if kept is not None or not listing:
             return kept
-        files = checkpoint.list_files()
-        held = len(files), sum(f.size for f in files)
-        self.storage.write(rel, json.dumps({"since": since, "files": held[0], "bytes": held[1]}).encode())
-        return held
+        files = total = 0
+        for page in checkpoint.pages():
+            files, total = files + len(page), total + sum(f.size for f in page)
+        self.keep_held(checkpoint, since, files, total)
+        return files, total
+
+    def keep_held(self, checkpoint: Storage, since: float, files: int, total: int) -> None:
+        """Keeps what a listing of a checkpoint dormant since `since` found (see `held`)."""
+        data = json.dumps({"since": since, "files": files, "bytes": total}).encode()
+        self.storage.write(self._held_rel(checkpoint), data)
+
+    def _held_rel(self, checkpoint: Storage) -> str:
+        return f"{folder_name(checkpoint.url)}/{_HELD}"
 
     def _rel_of(self, url: str) -> str:
         if not url.startswith(self.url + "/"):

@@ -1,8 +1,10 @@
 """What a checkpoint is, as Spark's recovery sees it: the immutable model (`checkpoint`; what it
 holds and how it was listed, `scopes`; its operators, `operators`), its head-first loading
-(`head`), each store's replay chain (`lineage`), finding checkpoints under a root (`discovery`)
-and a checkpoint's files copied to local disk, checked (`transfer`)."""
+(`head`), a whole checkpoint counted a page of its listing at a time (`census`), each store's
+replay chain (`lineage`), finding checkpoints under a root (`discovery`) and a checkpoint's files
+copied to local disk, checked (`transfer`)."""
 
+from checkpoint.model.census import Census, load_census
 from checkpoint.model.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -38,6 +40,7 @@ from checkpoint.model.transfer import (
 )
 
 __all__ = [
+    "Census",
     "Checkpoint",
     "CheckpointFile",
     "FoundCheckpoint",
@@ -57,6 +60,7 @@ __all__ = [
     "is_checkpoint",
     "latest_commit",
     "newest_commit",
+    "load_census",
     "load_checkpoint",
     "load_head",
     "maintained_batches",

@@ -5,11 +5,12 @@ package's docstring)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -23,7 +24,7 @@ from checkpoint.format import FileKind, classify
 from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import RetirementPlan, manifest_rel, outcomes_rel, planned_files, when
-from checkpoint.retire.plan import refuse_nested
+from checkpoint.retire.plan import nested_holders, refuse_nested
 from checkpoint.retire.record import (
     PlanRecord,
     deletion_began,
@@ -124,13 +125,15 @@ def _retire(
     here = checkpoint.resolved()
     done = _TrailSoFar.of(trail, rel)
     marker = deletion_began(checkpoint, plan)
-    present = sorted(_listed(here), key=lambda f: f.rel)
-    if not present and done.retired:
+    pages = _pages(here)
+    first = next(pages, None)
+    if first is None and done.retired:
         return done.archived, (0, 0), True
-    if present:  # a folder gone (a run killed at its very end) is no other folder
+    if first is not None:  # a folder gone (a run killed at its very end) is no other folder
         _refuse_moved(here, record)
-    _recheck(here, manifest, plan, present, deleting=marker is not None)
-    _refuse_unsafe(here, present)
+    present = _recheck(here, manifest, plan, itertools.chain([first] if first else [], pages),
+                       deleting=marker is not None)  # fmt: skip
+    refuse_nested(here, present.holders)
     if marker is None:
         _refuse_not_dormant(here, record, now)
     archived = _archived(here, archive, plan, check, marker)
@@ -140,10 +143,10 @@ def _retire(
     if marker is None:
         mark_deleting(checkpoint, plan, now, archived)
         trail.append_records(rel, [{"step": DELETING, "approved_by": options.approved_by,
-                                    "files": len(present)}])  # fmt: skip
+                                    "files": present.files}])  # fmt: skip
     elif unrecorded := _unrecorded(plan, present, done):
         trail.append_records(rel, [unrecorded])
-    deleted = _delete(here, present, trail, rel, options.batch_size, check, record.folder)
+    deleted = _delete(here, manifest, plan, present, trail, rel, options, check, record.folder)
     trail.append_records(rel, [{"step": RETIRED, "approved_by": options.approved_by}])
     trail.seal_records(rel)
     log.info("%s: retired (plan %s)", checkpoint.url, plan.plan_id)
@@ -183,11 +186,11 @@ class _TrailSoFar:
         return _TrailSoFar(retired, archived, files, size)
 
 
-def _unrecorded(plan: RetirementPlan, present: list[FileInfo], done: _TrailSoFar) -> dict | None:
+def _unrecorded(plan: RetirementPlan, present: _Present, done: _TrailSoFar) -> dict | None:
     """What a killed run deleted and had not recorded yet (gone from the checkpoint, and in no
     record of a batch): recorded by the run that finds it, so the records add up to the plan."""
-    files = plan.files - len(present) - done.files
-    size = plan.total_bytes - sum(f.size for f in present) - done.bytes
+    files = plan.files - present.files - done.files
+    size = plan.total_bytes - present.bytes - done.bytes
     if files <= 0:
         return None
     return {"step": DELETED, "files": files, "bytes": size, "failed_files": 0, "failed": [],
@@ -253,38 +256,80 @@ def _verified_manifest(trail: AuditTrail, plan: RetirementPlan, record: PlanReco
     return local
 
 
+@dataclass
+class _Present:
+    """What the checkpoint holds now, counted as its listing is checked against the manifest: the
+    apply's memory is a page of the listing and a name per folder, never its files."""
+
+    files: int = 0
+    bytes: int = 0
+    folders: set[str] = dataclasses.field(default_factory=lambda: {""})  # "" is the checkpoint's own
+    holders: set[str] = dataclasses.field(default_factory=set)  # `nested_holders`
+
+
 def _recheck(
-    checkpoint: Storage, manifest: str, plan: RetirementPlan, present: list[FileInfo], *, deleting: bool
-) -> None:
-    """Each file the checkpoint holds now is one the manifest lists with its size and mtime;
-    refused on any other, or on one the manifest lists and the checkpoint lost, unless this plan's
-    deletion began (then what is gone is what it deleted)."""
-    if not present and not deleting:
+    checkpoint: Storage,
+    manifest: str,
+    plan: RetirementPlan,
+    pages: Iterable[list[FileInfo]],
+    *,
+    deleting: bool,
+) -> _Present:
+    """Each file the checkpoint holds now is one the manifest lists with its size and mtime, and
+    one Spark writes (no link out, no FIFO); refused on any other, or on one the manifest lists
+    and the checkpoint lost, unless this plan's deletion began (then what is gone is what it
+    deleted)."""
+    present, untrusted = _Present(), None
+    for page in _matching(checkpoint, manifest, plan, pages, deleting=deleting, strict=True):
+        present.files += len(page)
+        present.bytes += sum(f.size for f in page)
+        present.folders.update(f.rel.rsplit("/", i)[0] for f in page for i in range(1, f.rel.count("/") + 1))
+        present.holders |= nested_holders(page)
+        if untrusted is None and (found := untrusted_files(checkpoint, page)):
+            untrusted = min(found), found[min(found)]
+    if not present.files and not deleting:
         raise RetirementRefused("the checkpoint is gone, and no run of this plan deleted it", checkpoint.url)
-    at, gone = 0, None
-    # A merge of two lists sorted by path: a manifest out of order refuses (a file looks new).
-    for path, size, mtime in planned_files(manifest, plan):
-        if at < len(present) and present[at].rel < path:
-            _refuse_written(checkpoint, plan, present[at].rel)
-        if at < len(present) and present[at].rel == path:
-            if (present[at].size, present[at].mtime) != (size, mtime):
-                _refuse_written(checkpoint, plan, path)
-            at += 1
-        elif gone is None and not deleting:
-            gone = path
-    if at < len(present):
-        _refuse_written(checkpoint, plan, present[at].rel)
-    if gone is not None:
+    if untrusted is not None:  # what the plan refused, judged again on the files there now
+        raise RetirementRefused(f"{untrusted[1]}: a file Spark never writes; nothing deleted", untrusted[0])
+    return present
+
+
+def _matching(
+    checkpoint: Storage,
+    manifest: str,
+    plan: RetirementPlan,
+    pages: Iterable[list[FileInfo]],
+    *,
+    deleting: bool,
+    strict: bool,
+) -> Iterator[list[FileInfo]]:
+    """The listed files, a page at a time, merged with the manifest's (both in order of path: a
+    manifest out of order refuses, since a file then looks new). `strict`: refused on a file it
+    does not list with that size and mtime, or, unless `deleting`, on one it lists that is gone;
+    else such a file is left out (it stays, for the listing after the deletion to name)."""
+    planned = planned_files(manifest, plan)
+    want, gone = next(planned, None), None
+    for page in pages:
+        out = []
+        for f in page:
+            while want is not None and want[0] < f.rel:
+                gone = gone or want[0]
+                want = next(planned, None)
+            if want is not None and want[0] == f.rel and (f.size, f.mtime) == want[1:]:
+                out.append(f)
+                want = next(planned, None)
+            elif strict:
+                _refuse_written(checkpoint, plan, f.rel)
+            elif want is not None and want[0] == f.rel:
+                want = next(planned, None)
+        if out:
+            yield out
+    while want is not None:  # to its end: a manifest longer than its header says refuses
+        gone = gone or want[0]
+        want = next(planned, None)
+    if strict and gone is not None and not deleting:
         raise RetirementRefused(f"{gone}, which the plan lists, is gone: something changed the checkpoint "
                                 "since the plan; plan again", checkpoint.url)  # fmt: skip
-
-
-def _refuse_unsafe(checkpoint: Storage, present: list[FileInfo]) -> None:
-    """What the plan refused, judged again on the files there now: one Spark never writes (a link
-    out, a FIFO), or a folder below that is a checkpoint of its own."""
-    for rel, why in sorted(untrusted_files(checkpoint, present).items()):
-        raise RetirementRefused(f"{why}: a file Spark never writes; nothing deleted", rel)
-    refuse_nested(checkpoint, present)
 
 
 def _refuse_not_dormant(checkpoint: Storage, record: PlanRecord, now: float) -> None:
@@ -368,28 +413,31 @@ def _archived(
 
 def _delete(
     checkpoint: Storage,
-    present: list[FileInfo],
+    manifest: str,
+    plan: RetirementPlan,
+    present: _Present,
     trail: AuditTrail,
     rel: str,
-    batch_size: int,
+    options: RetireOptions,
     check: Callable[[], None],
     root: tuple[int, ...] | None,
 ) -> tuple[int, int]:
-    """Deletes `present` a batch at a time (one request each on S3), through the folders as they
-    are now (a folder swapped for a link mid-way is not gone through), the lease checked before
-    each batch and each batch recorded; then the folders, the checkpoint's own last."""
+    """Deletes the files listed now that the manifest lists as they are, a batch at a time (one
+    request each on S3) as the listing comes, through the folders as they were when checked (a
+    folder swapped for a link mid-way is not gone through), the lease checked before each batch
+    and each batch recorded; then the folders, the checkpoint's own last. A file the manifest does
+    not list (one that appeared under the lease) is never deleted: it is left, and named."""
     parent = checkpoint.parent()  # before the first delete: a plan refused a checkpoint without one
-    folders = {"", *(f.rel.rsplit("/", i)[0] for f in present for i in range(1, f.rel.count("/") + 1))}
-    held = checkpoint.folder_ids(sorted(folders))
-    if root is not None and present and tuple(held.get("", ())) != root:  # swapped since the listing
+    held = checkpoint.folder_ids(sorted(present.folders))
+    if root is not None and present.files and tuple(held.get("", ())) != root:  # swapped since the listing
         raise RetirementRefused(
             "the checkpoint's folder is not the one planned: nothing deleted", checkpoint.url
         )
     files = bytes_ = 0
     failed: dict[str, str] = {}
-    for start in range(0, len(present), batch_size):
+    listed = _matching(checkpoint, manifest, plan, _pages(checkpoint), deleting=True, strict=False)
+    for chunk in _batches(listed, options.batch_size):
         check()
-        chunk = present[start : start + batch_size]
         rels = [f.rel for f in chunk]
         why = delete_with_redrive(checkpoint, rels, POLICY.delete_attempts, time.sleep, held)
         ok = [f for f in chunk if f.rel not in why]
@@ -408,18 +456,34 @@ def _delete(
                                    checkpoint.url)  # fmt: skip
     name = checkpoint.root.rstrip("/").rsplit("/", 1)[-1]
     parent.remove_empty_folders([f"{name}/{f}" if f else name for f in _folders(checkpoint)])
-    left = [f.rel for f in _listed(checkpoint)]
+    left, first = 0, None
+    for page in _pages(checkpoint):
+        left, first = left + len(page), first or page[0].rel
     if left:
-        raise RetirementIncomplete(f"{len(left)} file(s) appeared while it was deleted (e.g. {left[0]}): "
+        raise RetirementIncomplete(f"{left} file(s) appeared while it was deleted (e.g. {first}): "
                                    "look at them; nothing of them was deleted", checkpoint.url)  # fmt: skip
     return files, bytes_
 
 
-def _listed(storage: Storage) -> list[FileInfo]:
+def _pages(storage: Storage) -> Iterator[list[FileInfo]]:
+    """The checkpoint's files a page at a time; none once it is gone."""
     try:
-        return storage.list_files()
+        yield from storage.pages()
     except NotACheckpointError:
-        return []
+        return
+
+
+def _batches(pages: Iterable[list[FileInfo]], size: int) -> Iterator[list[FileInfo]]:
+    """The files of `pages` regrouped `size` at a time."""
+    batch: list[FileInfo] = []
+    for page in pages:
+        for f in page:
+            batch.append(f)
+            if len(batch) == size:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
 
 
 def _folders(storage: Storage) -> list[str]:

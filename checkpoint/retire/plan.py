@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import tempfile
+from collections.abc import Iterable
+from typing import BinaryIO
 
 from checkpoint import bounds
 from checkpoint.analysis import dormant_since, unfinished_batch
 from checkpoint.cleanup import AuditTrail, new_plan_id
-from checkpoint.errors import RetirementRefused, StorageError
+from checkpoint.errors import CheckpointError, RetirementRefused, StorageError
 from checkpoint.fork import inspect_dest, read_source
 from checkpoint.format import FileKind, classify
 from checkpoint.model import is_checkpoint, load_head, untrusted_files
@@ -83,11 +86,6 @@ def plan_retirement(
         if held.files and held.started is None:
             raise RetirementRefused(f"the archive is not empty ({len(held.files)} files)", archive.url)
         read_source(storage)  # what the fork at the apply would refuse is refused now
-    files = sorted(storage.list_files(), key=lambda f: f.rel)
-    for rel, why in sorted(untrusted_files(storage, files).items()):
-        raise RetirementRefused(f"{why}: a file Spark never writes; look at it, then plan again", rel)
-    refuse_nested(storage, files)
-
     commits = [f for f in ckpt.files if f.kind == FileKind.COMMIT]
     offsets = [f for f in ckpt.files if f.kind == FileKind.OFFSET]
     newest_commit = max(commits, key=lambda f: f.what.batch or 0, default=None)
@@ -99,34 +97,74 @@ def plan_retirement(
         last_offset_at=None if newest_offset is None else newest_offset.info.mtime,
         dormant_since=since, dormant_seconds=dormant_seconds,
     )  # fmt: skip
-    plan = RetirementPlan(
-        plan_id=new_plan_id(now),
-        checkpoint=storage.url, planned_at=now, evidence=evidence, files=len(files),
-        total_bytes=sum(f.size for f in files),
-        newest_file_at=max((f.mtime for f in files if f.mtime is not None), default=None),
-        archive=None if archive is None else archive.url,
-    )  # fmt: skip
-    rel = manifest_rel(plan.checkpoint, plan.plan_id)
     with tempfile.TemporaryDirectory(prefix="ckpt-retire-") as tmp:
+        # Its rows are written as the listing comes, a page at a time (in order of path, as the
+        # apply merges them), and the header, which counts them, is put before them after.
+        rows = os.path.join(tmp, "rows.jsonl")
+        with open(rows, "wb") as out:
+            listed = _listed_into(storage, out)
+        refuse_nested(storage, listed.holders)
+        plan = RetirementPlan(
+            plan_id=new_plan_id(now),
+            checkpoint=storage.url, planned_at=now, evidence=evidence, files=listed.files,
+            total_bytes=listed.bytes, newest_file_at=listed.newest,
+            archive=None if archive is None else archive.url,
+        )  # fmt: skip
+        rel = manifest_rel(plan.checkpoint, plan.plan_id)
         local = os.path.join(tmp, "manifest.jsonl")
-        with open(local, "wb") as out:
+        with open(local, "wb") as out, open(rows, "rb") as body:
             out.write(plan.header().encode() + b"\n")
-            out.writelines(file_line(f) for f in files)
+            shutil.copyfileobj(body, out)
+        os.remove(rows)
         digest, size = sha256_of(local), os.path.getsize(local)
         trail.storage.put_file(local, rel, move=True)
     # Last: a manifest without its record (a plan killed between the two) is refused at apply.
     write_record(storage, plan, digest, size)
+    try:  # the listing paid for the plan tells the fleet view what the dormant checkpoint holds
+        trail.keep_held(storage, since, listed.files, listed.bytes)
+    except CheckpointError as exc:  # the plan stands; the fleet view lists it when asked
+        log.warning("%s: what it holds was not kept in the audit trail: %s", storage.url, exc)
     log.info("%s: retirement planned: %d files (%s)", storage.url, plan.files, rel)
     return dataclasses.replace(plan, manifest=manifest_url(trail, plan.checkpoint, plan.plan_id))
 
 
-def refuse_nested(storage: Storage, files: list[FileInfo]) -> None:
+@dataclasses.dataclass
+class _Listed:
+    files: int = 0
+    bytes: int = 0
+    newest: float | None = None
+    holders: set[str] = dataclasses.field(default_factory=set)  # see `nested_holders`
+
+
+def _listed_into(storage: Storage, out: BinaryIO) -> _Listed:
+    """Every file of the checkpoint written to `out` as the manifest's rows, a page at a time;
+    refused at the first file Spark never writes (a link out, a FIFO)."""
+    listed = _Listed()
+    for page in storage.pages():
+        for rel, why in sorted(untrusted_files(storage, page).items()):
+            raise RetirementRefused(f"{why}: a file Spark never writes; look at it, then plan again", rel)
+        out.writelines(file_line(f) for f in page)
+        listed.files += len(page)
+        listed.bytes += sum(f.size for f in page)
+        newest = max((f.mtime for f in page if f.mtime is not None), default=None)
+        if newest is not None and (listed.newest is None or newest > listed.newest):
+            listed.newest = newest
+        listed.holders |= nested_holders(page)
+    return listed
+
+
+def nested_holders(files: Iterable[FileInfo]) -> set[str]:
+    """The folders below the checkpoint that hold a `metadata` of a query (Spark's own below the
+    root are its operators'): each may be a checkpoint of its own (`refuse_nested`)."""
+    operators = FileKind.OPERATOR_METADATA
+    return {f.rel.rpartition("/")[0] for f in files
+            if f.rel.endswith("/metadata") and classify(f.rel).kind != operators}  # fmt: skip
+
+
+def refuse_nested(storage: Storage, holders: Iterable[str]) -> None:
     """A folder below the checkpoint that is a checkpoint itself (its own `metadata` beside
     `offsets/` or `commits/`, even empty ones: a query that has not written a batch yet) is not this
-    one's to delete. Spark's own `metadata` files below the root are its operators'."""
-    operators = FileKind.OPERATOR_METADATA
-    holders = {f.rel.rpartition("/")[0] for f in files
-               if f.rel.endswith("/metadata") and classify(f.rel).kind != operators}  # fmt: skip
+    one's to delete. `holders`: `nested_holders` of its files."""
     for folder in sorted(holders):
         logs = {sub.rsplit("/", 1)[1] for sub in storage.list_dir(folder).folders}
         if logs & {"offsets", "commits"}:

@@ -8,7 +8,7 @@ relative to its root."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, Protocol, TypeVar
 
 from checkpoint.storage.files import Calls, FileInfo, Folder
@@ -29,6 +29,11 @@ class Backend(Protocol):
 
     def find(self, top: str, prefix: str) -> list[FileInfo]:
         """Every file under `top`, named from `prefix` on; a missing `top` lists as nothing."""
+        ...
+
+    def pages(self, top: str, prefix: str, page: int) -> Iterator[list[FileInfo]]:
+        """What `find` lists, in order of path (as `sorted` orders the names) and a page of at most
+        `page` files at a time, never the whole tree at once."""
         ...
 
     def ls(self, top: str, prefix: str) -> Folder: ...

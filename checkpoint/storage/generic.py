@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
 from fsspec.spec import AbstractBufferedFile
@@ -66,6 +66,36 @@ class FsspecBackend:
             inside = top + "/"
             for key in [k for k in cache if k == top or k.startswith(inside)]:
                 cache.pop(key, None)
+
+    def pages(self, top: str, prefix: str, page: int) -> Iterator[list[FileInfo]]:
+        """A walk of shallow listings, depth first, each folder's files and subfolders merged in
+        order of path (a folder's own paths all start with `<folder>/`), so that what it yields is
+        in the order a sorted `find` has: memory for one folder per level, never the tree."""
+        # each level: its entries still to visit, as (sort key, file or None, folder's full path)
+        stack = [iter(self._entries(top, prefix))]
+        out: list[FileInfo] = []
+        while stack:
+            entry = next(stack[-1], None)
+            if entry is None:
+                stack.pop()
+                continue
+            _, file, folder = entry
+            if file is not None:
+                out.append(file)
+                if len(out) >= page:
+                    yield out
+                    out = []
+            else:
+                stack.append(iter(self._entries(folder, prefix)))
+        if out:
+            yield out
+
+    def _entries(self, top: str, prefix: str) -> list[tuple[str, FileInfo | None, str]]:
+        found = self.ls(top, prefix)
+        entries: list[tuple[str, FileInfo | None, str]] = [(f.rel, f, "") for f in found.files]
+        entries += [(d + "/", None, prefix + d) for d in found.folders]
+        entries.sort(key=lambda e: e[0])
+        return entries
 
     def ls(self, top: str, prefix: str) -> Folder:
         self.fs.invalidate_cache(top)

@@ -12,7 +12,7 @@ import pytest
 
 from checkpoint.storage import Storage
 from tests.support.runs import checkpoints_of
-from tests.support.s3 import cli, root_options, via_proxy
+from tests.support.s3 import cli, direct, root_options, via_proxy
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +105,36 @@ def test_an_idle_commit_sensor_tick_is_one_listing_per_checkpoint(s3, s3_histori
         assert sorted(r.target for r in proxy.requests) == sorted(
             f"{bucket}/histories/{name}/commits/" for name in [*s3_histories, "gone"]
         )
+
+
+def test_the_fleet_view_lists_no_dormant_checkpoint_unless_asked(s3, s3_histories) -> None:
+    """Two dormant checkpoints that differ only in history cost `ckpt fleet` the same requests:
+    what a dormant one holds is what its audit trail knows, and only `--held` lists it (once per
+    dormancy: the view after that reads it from the trail)."""
+    import time
+
+    _, proxy, bucket = s3
+    time.sleep(1.1)  # their files were written at least this long ago: dormant after 1 s
+
+    def view(*extra: str) -> tuple[dict, dict[str, dict]]:
+        counts = {}
+        for name, url in s3_histories.items():
+            proxy.reset()
+            out = cli(proxy, "fleet", url, "--dormant-after", "1s", "--json", *extra)
+            assert out.returncode == 0, out.stderr
+            counts[name] = proxy.counts()
+            (row,) = json.loads(out.stdout)["checkpoints"]
+            assert row["dormant_since"] is not None, row
+            counts[name + "-row"] = row
+        return counts, {n: counts.pop(n + "-row") for n in s3_histories}
+
+    counts, rows = view()
+    assert counts["small"] == counts["big"] and all(r["bytes_held"] is None for r in rows.values()), counts
+    listed, rows = view("--held")
+    assert listed["small"]["ListObjectsV2"] < listed["big"]["ListObjectsV2"], listed  # a page per 1,000
+    fs = direct(s3)
+    for name, row in rows.items():
+        found = fs.find(f"{bucket}/histories/{name}", detail=True)
+        assert (row["files_held"], row["bytes_held"]) == (len(found), sum(e["size"] for e in found.values()))
+    again, rows = view()
+    assert again["small"] == again["big"] and all(r["bytes_held"] for r in rows.values()), again

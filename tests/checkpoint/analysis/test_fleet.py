@@ -238,8 +238,12 @@ def test_the_report_shows_dormant_checkpoints_and_counts_them(corpus, tmp_path) 
     date_to(root / "orders", 9 * 86400)
     date_to(root / "clicks", 8 * 86400)
     date_to(root / "joins", 8 * 3600)
-    _, meta, _ = _report(root)
+    _, meta, _ = _report(root)  # no checkpoint listed: what they hold is not known yet
     assert (meta["dormant_checkpoints"], meta["stopped_mid_batch_checkpoints"]) == (1, 1)
+    assert meta["dormant_bytes"] == 0
+    idle = {r.data["checkpoint"]: r.data["dormant_since"] for r in meta["fleet"].records}
+    assert re.search(r" UTC \(stopped mid-batch\)$", idle["f:clicks"]) and idle["f:orders"].endswith(" UTC")
+    _, meta, _ = _report(root, run_config={"ops": {"checkpoint_fleet_report": {"config": {"held": True}}}})
     held = sum(
         sum(p.stat().st_size for p in (root / name).rglob("*") if p.is_file())
         for name in ("orders", "clicks")

@@ -86,38 +86,44 @@ def test_the_cli_names_dormant_checkpoints_in_validate_and_fleet(corpus, tmp_pat
 
 
 def _held_once_per_dormancy(root: Path, row: dict) -> None:
-    """What a dormant checkpoint holds is listed once, kept in its audit trail with the time it is
-    dormant since, and listed again only when that time moves (it wrote again)."""
+    """What a dormant checkpoint holds is not listed by the default view (its trail knows nothing
+    yet); `--held` lists it once, keeps it in its audit trail with the time it is dormant since,
+    and every view reads it there, until that time moves (it wrote again)."""
     orders = root / "orders"
     files = [p for p in orders.rglob("*") if p.is_file()]
     on_disk = sum(p.stat().st_size for p in files)
-    assert (row["files_held"], row["bytes_held"]) == (len(files), on_disk)
     kept = root / AUDIT_FOLDER / folder_name(Storage(str(orders)).url) / "held.json"
-    doc = json.loads(kept.read_text())
-    assert doc == {"since": row["dormant_since"], "files": row["files_held"], "bytes": on_disk}
+    assert (row["files_held"], row["bytes_held"]) == (None, None) and not kept.exists()
+    text = ckpt("fleet", str(root), "--no-cleanup-plan").stdout
+    assert "period), 2 holding what is not known yet (--held lists them)" in text, text
 
-    def held() -> int:
-        rows = json.loads(ckpt("fleet", str(root), "--no-cleanup-plan", "--json").stdout)["checkpoints"]
+    def held(*extra: str) -> int:
+        out = ckpt("fleet", str(root), "--no-cleanup-plan", "--json", *extra)
+        rows = json.loads(out.stdout)["checkpoints"]
         return next(r["bytes_held"] for r in rows if r["url"].endswith("/orders"))
 
+    assert held("--held") == on_disk
+    doc = json.loads(kept.read_text())
+    assert doc == {"since": row["dormant_since"], "files": len(files), "bytes": on_disk}
     kept.write_text(json.dumps({**doc, "bytes": 7}))
-    assert held() == 7  # not listed again
+    assert held() == 7 and held("--held") == 7  # not listed again
     for bad in ("x" * 10_000, json.dumps({**doc, "bytes": -1}), json.dumps({**doc, "bytes": True}) + "[", ""):
         kept.write_text(bad)
-        assert held() == on_disk  # what it says is checked, never trusted
+        assert held() is None  # what it says is checked, never trusted
+        assert held("--held") == on_disk
     # Numbers that are not counts: 1,001 digits (an OverflowError in the text view), 2^63, `true`
     # for 1, a float. Each is listed again, in the text view too, never a traceback.
     for bad in ({"bytes": int("9" * 1001)}, {"bytes": 1 << 63}, {"files": True}, {"files": 3.0}):
         kept.write_text(json.dumps({**doc, **bad}))
-        rows = json.loads(ckpt("fleet", str(root), "--no-cleanup-plan", "--json").stdout)["checkpoints"]
+        rows = json.loads(ckpt("fleet", str(root), "--no-cleanup-plan", "--json", "--held").stdout)["checkpoints"]
         row = next(r for r in rows if r["url"].endswith("/orders"))
         assert (row["files_held"], row["bytes_held"]) == (len(files), on_disk), bad
         kept.write_text(json.dumps({**doc, **bad}))
         text = ckpt("fleet", str(root), "--no-cleanup-plan")
         assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
     kept.write_text(json.dumps({**doc, "bytes": 7}))
-    date_to(orders, 10 * DAY)  # a later dormancy (as after a commit): listed again
-    assert held() == on_disk
+    date_to(orders, 10 * DAY)  # a later dormancy (as after a commit): not known, listed again
+    assert held() is None and held("--held") == on_disk
 
 
 CAPS = Caps(max_runs_per_tick=5, max_queued_per_job=3, validation_period_seconds=900,

@@ -70,7 +70,10 @@ def test_plan_then_apply_within_the_grace_refused_then_after_it_and_the_archive_
     assert evidence["last_commit"] == evidence["last_offset"] is not None and evidence["dormant_since"]
     lines = Path(planned["manifest"]).read_text().splitlines()
     assert json.loads(lines[0])["type"] == "retirement" and len(lines) == 1 + len(before)
-    assert {json.loads(line)["path"] for line in lines[1:]} == set(before)
+    assert [json.loads(line)["path"] for line in lines[1:]] == sorted(before)  # in order: the apply merges
+    # the listing the plan paid for tells the fleet view what the dormant checkpoint holds
+    fleet = json.loads(ckpt("fleet", str(root), "--no-cleanup-plan", "--json").stdout)["checkpoints"]
+    assert (fleet[0]["files_held"], fleet[0]["bytes_held"]) == (len(before), sum(before.values()))
 
     early = apply(planned["manifest"])  # the default grace: 7 days
     assert early.returncode == 2 and "within its grace of 7d" in early.stderr
