@@ -80,7 +80,42 @@ def _check(name: str, asset: str, findings: list[Finding]) -> dg.AssetCheckResul
 
 
 def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
-    return dg.AssetCheckSpec(name, asset=asset, blocking=True, description=description)
+    # Partitioned as its asset: the catalog shows each checkpoint's result, and an alert can fire
+    # on one checkpoint's, also when a run of many recorded it (`partition_checks`).
+    return dg.AssetCheckSpec(
+        name, asset=asset, blocking=True, description=description, partitions_def=checkpoint_partitions
+    )
+
+
+# Each audit check: its asset and the findings it judges.
+_CHECKS = (
+    (COMMIT_LOG_CHECK, "checkpoint_inventory", Category.COMMIT_LOG),
+    (LINEAGE_CHECK, "checkpoint_lineage_report", Category.LINEAGE),
+    (SNAPSHOT_CHECK, "checkpoint_lineage_report", Category.SNAPSHOT),
+)
+
+
+def partition_checks(
+    key: str, validation: Validation | None, asset: str | None = None
+) -> list[dg.AssetCheckEvaluation]:
+    """One checkpoint's results of the audit checks (of `asset`'s only, when named), for its
+    partition: what a run of many checkpoints records for each, beside the run's own result of
+    each check over all of them. `validation` None: the checkpoint could not be read, and every
+    check fails for it."""
+    out = []
+    for name, of, category in _CHECKS:
+        if asset is not None and of != asset:
+            continue
+        if validation is None:
+            result = dg.AssetCheckResult(check_name=name, asset_key=of, passed=False,
+                                         metadata={"errors": 1, "codes": "unreadable"})  # fmt: skip
+        else:
+            result = _check(name, of, list(validation.of(category)))
+        out.append(dg.AssetCheckEvaluation(
+            asset_key=dg.AssetKey(of), check_name=name, passed=result.passed, metadata=result.metadata,
+            severity=result.severity, blocking=True, partition=key,
+        ))  # fmt: skip
+    return out
 
 
 def _in_range(validations: dict[str, Validation], category: Category) -> list[Finding]:
@@ -131,6 +166,9 @@ def checkpoint_inventory(
             "bytes": sum(s["bytes"] for _, s, _ in done.values()),
             "checkpoints_table": range_table(("batch", "last commit", "files", "size"), rows),
         }
+        for key, (_, _, validation) in done.items():
+            for evaluation in partition_checks(key, validation, "checkpoint_inventory"):
+                context.log_event(evaluation)
         return dg.MaterializeResult(metadata=metadata, check_results=[check])
     ((ckpt, summary, _),) = done.values()
     table = markdown.table(
@@ -199,6 +237,9 @@ def checkpoint_lineage_report(
             "max_chain_length": max(_most(r, "chain_length") for r in reports.values()),
             "checkpoints_table": range_table(("batch", "stores", "longest chain", "replay"), rows),
         }
+        for key, validation in validations.items():
+            for evaluation in partition_checks(key, validation, "checkpoint_lineage_report"):
+                context.log_event(evaluation)
         return dg.MaterializeResult(metadata=metadata, check_results=checks)
     ((ckpt, _),) = done.values()
     (report,) = reports.values()

@@ -33,8 +33,11 @@ class Policy:
     # when its newest batch was planned and never committed): its query is stopped or gone.
     dormant_seconds: float = 7 * 86400
     min_dormant_seconds: float = 86400  # a retirement plans no shorter dormancy without an unsafe flag
-    # The commit sensor looks at a dormant checkpoint once per this long, not every tick.
-    dormant_look_seconds: float = 86400
+    # The commit sensor looks at a dormant checkpoint once per this long, not every tick: whether
+    # the commit after the newest it saw exists (one stat, one HEAD on S3). Once per
+    # `dormant_list_seconds` that look is the listing of `commits/` every other look is.
+    dormant_look_seconds: float = 3600
+    dormant_list_seconds: float = 86400
     # A retirement plan is applied no sooner than this after it was made (the time for a team to
     # object); below the floor only with `--unsafe-short-grace` (`unsafe_floors` in Dagster).
     retire_grace_seconds: float = 7 * 86400

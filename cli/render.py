@@ -125,7 +125,8 @@ def fleet_text(doc: Doc, attention: list[tuple[str, str, str]]) -> str:
     if idle:
         dormant = sum(r["dormant_since"] is not None for r in idle)
         unknown = sum(r["bytes_held"] is None for r in idle)
-        held = f"holding {human_bytes(sum(r['bytes_held'] or 0 for r in idle))}" if unknown < len(idle) else ""
+        known = human_bytes(sum(r["bytes_held"] or 0 for r in idle))
+        held = f"holding {known}" if unknown < len(idle) else ""
         if unknown:  # the default view lists no checkpoint: what a trail does not know yet is not shown
             held += f"{', and ' if held else ''}{unknown} holding what is not known yet (--held lists them)"
         lines += [f"{dormant} dormant, {len(idle) - dormant} stopped mid-batch (no commit and no offset for "

@@ -21,7 +21,9 @@ holds; this decides. Tests drive it with a manual clock.
   tick stopped (`looking_order`), so every checkpoint is looked at within ceil(fleet / what a tick
   looks at) ticks, whatever the fleet's size. A checkpoint not looked at keeps its state.
 - A dormant checkpoint (its newest commit older than the dormancy period) is looked at once per
-  `dormant_look_seconds`, not every tick: the cursor keeps when it was last looked at. A look that
+  `dormant_look_seconds`, not every tick: the cursor keeps when it was last looked at. That look
+  is one stat of the commit after the newest seen, and once per `dormant_list_seconds` the listing
+  of its commits (`lists_dormant`: a query started afresh in its folder is seen then). A look that
   finds a new commit wakes it: from then on it is looked at every round again.
 - The cursor is packed (zlib, base64): at 10,000 checkpoints it stays under 64 KB (the sensor's
   benchmark says how far under). A cursor of an earlier release is read, then replaced.
@@ -77,8 +79,10 @@ class Caps:
     # waiting up to `compaction_gather_seconds` from the oldest for a run's worth.
     max_per_compaction_run: int = 1
     compaction_gather_seconds: float = 0.0
-    # A dormant checkpoint is looked at once per so long (0: every round, as any other).
+    # A dormant checkpoint is looked at once per so long (0: every round, as any other), and of
+    # those looks one per `dormant_list_seconds` lists its commits (`lists_dormant`).
     dormant_look_seconds: float = 0.0
+    dormant_list_seconds: float = 0.0
 
 
 @dataclass
@@ -250,6 +254,19 @@ def _unrun(runs: Any, expected: int) -> list[Any]:
     if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts) or sum(counts) != expected:
         raise CursorError(f"a column's runs do not add up to its {expected} keys")
     return [value for value, count in zip(runs[::2], counts, strict=True) for _ in range(count)]
+
+
+def lists_dormant(key: str, state: SensorState, now: float, list_seconds: float) -> bool:
+    """Whether this look at `key` lists its commits, as every look at a checkpoint that is not
+    dormant does: a dormant one's look is else one stat of the commit after the newest seen. Its
+    listing comes with the look that crosses its own boundary of a period of `list_seconds`
+    (spread over the period by its name, so the fleet's do not come in one tick): once a period,
+    whatever the looks' interval, with nothing more in the cursor."""
+    last = state.dormant.get(key)
+    if last is None or list_seconds <= 0:
+        return True
+    spread = zlib.crc32(key.encode()) % int(list_seconds)
+    return (now + spread) // list_seconds != (last + spread) // list_seconds
 
 
 def looking_order(

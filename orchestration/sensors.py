@@ -15,7 +15,7 @@ from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRef
 from checkpoint.model import newest_commit, within_deadline
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.storage import Storage
-from orchestration.due import Caps, Look, SensorState, looking_order, plan_tick, resume_at
+from orchestration.due import Caps, Look, SensorState, lists_dormant, looking_order, plan_tick, resume_at
 from orchestration.jobs import maintain_checkpoints_job, validate_checkpoints_job
 from orchestration.maintenance import batched, maintenance_request
 from orchestration.queue import COMPACTS_TAG, KIND_TAG, Kind
@@ -109,6 +109,9 @@ SENSOR_CAPS = Caps(
     dormant_look_seconds=parse_duration(
         os.environ.get("CKPT_DORMANT_LOOK_INTERVAL", duration_text(POLICY.dormant_look_seconds))
     ),
+    dormant_list_seconds=parse_duration(
+        os.environ.get("CKPT_DORMANT_LIST_INTERVAL", duration_text(POLICY.dormant_list_seconds))
+    ),
 )
 _WAITING = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED)
 _IN_FLIGHT = (*_WAITING, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
@@ -120,16 +123,22 @@ def _look(
     seen: int | None,
     storages: dict[str, Storage],
     quiet_since: float,
+    listing: bool = True,
 ) -> Look:
     """One checkpoint: idle, one shallow listing of `commits/`, which also says whether it is
     dormant (its newest commit written before `quiet_since`); a new commit adds the head-first
-    reads of the two newest batches and the compaction asset's own plan of them. `storages` are
-    the roots', opened once a tick: a checkpoint's is a child of its root's, sharing its client."""
+    reads of the two newest batches and the compaction asset's own plan of them. Without
+    `listing` (a dormant one between its listings), one stat of the commit after `seen` first: the
+    listing only when it is there. `storages` are the roots', opened once a tick: a checkpoint's
+    is a child of its root's, sharing its client."""
     try:
         name, rel = parse_partition_key(key)
         if name not in storages:
             raise CheckpointError(f"no configured checkpoint root named {name!r}")
-        latest, written = newest_commit(storages[name].child(rel))
+        storage = storages[name].child(rel)
+        if not listing and seen is not None and storage.stat(f"commits/{seen + 1}") is None:
+            return Look(seen, dormant=True)
+        latest, written = newest_commit(storage)
         if latest is None or latest == seen:
             return Look(latest, dormant=written is not None and written <= quiet_since)
         try:
@@ -224,8 +233,13 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     # two and Python work, which threads only contend for.
     remote = any(s.backend.latency_bound for s in storages.values())
     quiet_since = now - roots.policy().dormant_seconds
-    looks = look_within(order, lambda k: _look(roots, k, before.seen.get(k), storages, quiet_since),
-                        COMMIT_SENSOR_BUDGET, COMMIT_SENSOR_WORKERS if remote else 1)  # fmt: skip
+    list_every = SENSOR_CAPS.dormant_list_seconds
+
+    def one(key: str) -> Look:
+        listing = lists_dormant(key, before, now, list_every)
+        return _look(roots, key, before.seen.get(key), storages, quiet_since, listing)
+
+    looks = look_within(order, one, COMMIT_SENSOR_BUDGET, COMMIT_SENSOR_WORKERS if remote else 1)
     for key, look in looks.items():
         if look.problem is not None:
             context.log.warning(f"{key}: skipped this tick: {look.problem}")

@@ -3,13 +3,16 @@ sensor request, instead of one run (one process) per checkpoint and commit.
 
 Each checkpoint is read head-first at its latest committed batch and validated as the audit assets
 do; each gets a materialization of `checkpoint_inventory` and `checkpoint_lineage_report` for its
-partition (error and warning codes, longest chain), so the partitions page counts it as audited.
+partition (error and warning codes, longest chain), so the partitions page counts it as audited,
+and its result of each audit check, so the catalog shows the checks passing or failing per
+checkpoint and an alert can fire on one.
 One unreadable checkpoint holds back no other; the run fails at the end, naming every checkpoint
 with error findings in a table and a CSV.
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
 import hashlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +21,8 @@ import dagster as dg
 from pydantic import Field
 
 from assets import markdown
-from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
+from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report, partition_checks
+from assets.partitions import CHECKPOINTS
 from assets.reports import write_csv
 from assets.resources import CheckpointRootsResource, StepContext
 from checkpoint.analysis import Severity, ValidationOptions, validate
@@ -28,6 +32,8 @@ from orchestration.queue import Kind, run_tags
 # Rows of a run's table in the UI; every row is in its CSV. A batched run names at most 500
 # checkpoints, so its `failed` table lists each one that failed.
 _SHOWN = 500
+_PROGRESS_SECONDS = 10.0  # between a long run's progress lines
+_clock = time.monotonic  # a test moves it by hand
 
 
 @dataclass
@@ -77,13 +83,21 @@ def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Se
     """Head-first validation of each checkpoint, materializing its audit partitions."""
     options = ValidationOptions(long_chain_threshold=roots.policy().long_chain)
     done = Outcomes(("batch", "errors", "warnings", "longest chain"))
-    for key in keys:
+    context.log.info(f"validating {len(keys)} checkpoint(s) head-first")
+    last = _clock()
+    for at, key in enumerate(keys):
+        if _clock() - last >= _PROGRESS_SECONDS:  # a run of 500 takes minutes: say where it is
+            last = _clock()
+            context.log.info(f"validated {at} of {len(keys)} checkpoint(s), {len(done.failed)} failed so far")
         try:
             ckpt = roots.load(key)
             found = validate(ckpt, options)
         except (CheckpointError, ValueError) as exc:  # a run's config names any string
             done.rows[key] = ["-", "unreadable", "-", "-"]
             done.fail(key, str(exc))
+            if context.instance.has_dynamic_partition(CHECKPOINTS, key):  # a config names any string
+                for evaluation in partition_checks(key, None):
+                    context.log_event(evaluation)
             continue
         errors = ",".join(sorted({f.code for f in found.findings if f.severity == Severity.ERROR}))
         warnings = ",".join(sorted({f.code for f in found.findings if f.severity == Severity.WARNING}))
@@ -106,6 +120,9 @@ def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Se
                           "max_chain_length": chain, "batch": -1 if batch is None else batch},
             )
         )  # fmt: skip
+        for evaluation in partition_checks(key, found):  # the catalog's per-checkpoint results
+            context.log_event(evaluation)
+    context.log.info(f"validated {len(keys)} of {len(keys)} checkpoint(s), {len(done.failed)} failed")
     return done
 
 

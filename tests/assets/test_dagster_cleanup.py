@@ -344,6 +344,29 @@ def test_a_batched_run_names_what_its_config_gets_wrong_and_audits_the_rest(inst
                          strict=True):  # fmt: skip
         assert name in failed and why in failed, (name, failed)
     assert instance.get_materialized_partitions(dg.AssetKey("checkpoint_lineage_report")) == {key}
+    # each checkpoint's result of each audit check, for its partition (the run's own over all of
+    # them fails): what the catalog shows per checkpoint and an alert fires on
+    checks = {(c.name, i.partition_key): i.latest_execution_status.value
+              for c in (dg.AssetCheckKey(dg.AssetKey("checkpoint_inventory"), "commit_log_consistency"),
+                        dg.AssetCheckKey(dg.AssetKey("checkpoint_lineage_report"), "lineage_completeness"),
+                        dg.AssetCheckKey(dg.AssetKey("checkpoint_lineage_report"), "snapshot_integrity"))
+              for i in instance.event_log_storage.get_asset_check_partition_info([c])}  # fmt: skip
+    assert checks == {(name, key): "SUCCEEDED" for name, _ in checks} and len(checks) == 3, checks
+    broken = "t:gone"
+    instance.add_dynamic_partitions("checkpoints", [broken])
+    run = validation_request([key, broken], "by hand").run_config
+    validate_checkpoints_job.execute_in_process(run_config=run, instance=instance, resources={"roots": roots},
+                                               raise_on_error=False)  # fmt: skip
+    logs = [e.message for e in instance.all_logs(result.run_id) if e.message]
+    assert any("validating 4 checkpoint(s) head-first" in m for m in logs), logs
+    assert any("validated 4 of 4 checkpoint(s), 3 failed" in m for m in logs), logs
+    failed = instance.event_log_storage.get_asset_check_partition_info(
+        [dg.AssetCheckKey(dg.AssetKey("checkpoint_lineage_report"), "lineage_completeness")]
+    )
+    assert {i.partition_key: i.latest_execution_status.value for i in failed} == {
+        key: "SUCCEEDED",
+        broken: "FAILED",
+    }
 
 
 def test_a_run_whose_csv_cannot_be_written_still_names_every_failure(instance, aged_root, tmp_path) -> None:
@@ -647,3 +670,23 @@ def test_a_range_of_checkpoints_is_audited_planned_and_cleaned_in_one_run(instan
         ).records[0]
         metadata = found.asset_materialization.metadata
         assert 2 * value_for(metadata, "t:a", name) == metadata[name].value > 0, asset
+
+
+def test_a_long_batched_validation_says_where_it_is(instance, aged_root, monkeypatch) -> None:
+    """A progress line at least every 10 s of a batched validation (a clock moved by hand: 6 s a
+    reading), between its first and its last."""
+    import itertools
+
+    from orchestration import validation
+    from orchestration.jobs import validate_checkpoints_job
+
+    ticks = itertools.count(step=6.0)
+    monkeypatch.setattr(validation, "_clock", lambda: next(ticks))
+    roots, key = _setup(instance, aged_root)
+    run = validation.validation_request([key, "no-colon", "t:a", "t:b"], "by hand").run_config
+    result = validate_checkpoints_job.execute_in_process(
+        run_config=run, instance=instance, resources={"roots": roots}, raise_on_error=False
+    )
+    logs = [e.message for e in instance.all_logs(result.run_id) if e.message and "validat" in e.message]
+    between = [m for m in logs if re.search(r"validated [1-3] of 4 checkpoint\(s\), \d failed so far", m)]
+    assert len(between) == 2, logs

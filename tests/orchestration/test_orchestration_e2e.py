@@ -285,6 +285,15 @@ def test_a_validation_launched_behind_compactions_starts_before_them(setup) -> N
     spans = sorted((runs[r]["startTime"], runs[r]["endTime"]) for r in (first, second))
     assert spans[1][0] >= spans[0][1], spans  # never two compacting runs at once
     assert runs[check]["startTime"] <= spans[1][0], (runs[check], spans)
+    # the batched validation recorded each checkpoint's result of each check, for its partition
+    for partition in ("e2e:chain", "e2e:orders"):
+        found = dev.graphql(CHECKS, p=partition)["assetCheckExecutions"]
+        assert any(e["runId"] == check and e["status"] == "SUCCEEDED" for e in found), (partition, found)
+        assert all(e["partition"] == partition for e in found), found
+
+
+CHECKS = """query($p: String) { assetCheckExecutions(assetKey: {path: ["checkpoint_lineage_report"]},
+  checkName: "lineage_completeness", partition: $p, limit: 20) { runId status partition } }"""
 
 
 def _chromium(base: Path, url: str, shot_name: str, expect: tuple[str, ...]) -> str:
