@@ -8,8 +8,8 @@ holds; this decides. Tests drive it with a manual clock.
   the cap). Crossings are kept in the cursor until served, oldest first; none is dropped while the
   queue is full. A checkpoint whose compaction run is already queued or running gets no second one.
   Due checkpoints go into runs of `max_per_compaction_run` (one Spark application each; each run
-  takes each of its checkpoints' leases), gathered for up to `compaction_gather_seconds` from the
-  oldest crossing unless a full run is due sooner.
+  takes each of its checkpoints' leases): each full run at once, and what is left over gathered
+  for up to `compaction_gather_seconds` from its own oldest crossing unless it fills a run sooner.
 - A checkpoint's first sight is not a commit to validate when it is already audited (discovery's
   run validated it): onboarding validates each checkpoint once.
 - Validation is due for a checkpoint with a commit not yet validated, at most once per period, or at
@@ -347,13 +347,15 @@ def plan_tick(
         del state.crossings[key]  # the run already queued or running compacts the newest batch
     due = sorted(state.crossings, key=lambda k: (state.crossings[k], k))
     per_run = max(1, caps.max_per_compaction_run)
-    gathering = (
-        bool(due) and len(due) < per_run and now - state.crossings[due[0]] < caps.compaction_gather_seconds
-    )
-    if gathering:
-        left = caps.compaction_gather_seconds - (now - state.crossings[due[0]])
-        waiting.append(f"{len(due)} compaction(s) gathering for a run of up to {per_run} ({left:.0f} s left)")
-        due = []
+    # Whole runs go at once; what is left over (the newest) gathers on from its own oldest, so a
+    # burst of 16 is a run of 10 now and one of 6 (or more) once its window has passed.
+    rest = due[len(due) // per_run * per_run :]
+    if rest and now - state.crossings[rest[0]] < caps.compaction_gather_seconds:
+        left = caps.compaction_gather_seconds - (now - state.crossings[rest[0]])
+        waiting.append(
+            f"{len(rest)} compaction(s) gathering for a run of up to {per_run} ({left:.0f} s left)"
+        )
+        due = due[: len(due) - len(rest)]
     room = max(0, min(budget, caps.max_queued_per_job - queued.get("compact", 0)))
     runs_c = [due[i : i + per_run] for i in range(0, len(due), per_run)]
     compact = tuple(tuple((key, state.seen[key]) for key in run) for run in runs_c[:room])

@@ -99,6 +99,16 @@ def test_due_compactions_are_gathered_into_runs_of_many_checkpoints() -> None:
     assert plan_tick(lone.state, {"a": Look(7)}, 1120.0, caps, NOTHING_QUEUED, set()).compact == (
         (("a", 7),),
     )
+    # 16 cross in one tick: a run of 10 at once; the 6 left over gather on, from their own oldest
+    burst = {f"b{i:02d}": _new(7, crossing=True) for i in range(16)}
+    first = plan_tick(SensorState(), burst, 2000.0, caps, NOTHING_QUEUED, set())
+    assert [len(r) for r in first.compact] == [10] and "6 compaction(s) gathering" in first.waiting
+    more = {f"c{i}": _new(7, crossing=True) for i in range(3)}  # three more, a minute later
+    idle = {k: Look(7) for k in [*burst, *more]}
+    later = plan_tick(first.state, {**idle, **more}, 2060.0, caps, NOTHING_QUEUED, set())
+    assert later.compact == () and "9 compaction(s) gathering" in later.waiting
+    last = plan_tick(later.state, idle, 2120.0, caps, NOTHING_QUEUED, set())
+    assert [len(r) for r in last.compact] == [9]  # the window of the oldest left over has passed
 
 
 def test_a_checkpoint_discovery_audited_is_not_validated_again_at_first_sight() -> None:
