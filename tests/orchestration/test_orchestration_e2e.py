@@ -296,6 +296,15 @@ CHECKS = """query($p: String) { assetCheckExecutions(assetKey: {path: ["checkpoi
   checkName: "lineage_completeness", partition: $p, limit: 20) { runId status partition } }"""
 
 
+def test_the_recipe_starts_with_no_error_in_its_logs(setup) -> None:
+    """The daemon and the webserver, started once the code server answers (the recipe's order),
+    never find its location unreachable."""
+    dev, *_ = setup
+    for name in ("dagster-daemon", "dagster-webserver"):
+        text = (Path(dev.log) / f"{name}.log").read_text(errors="replace")
+        assert "DagsterUserCodeUnreachableError" not in text, text[-3000:]
+
+
 def _chromium(base: Path, url: str, shot_name: str, expect: tuple[str, ...]) -> str:
     """A screenshot of a UI page into test-artifacts/, and the page's DOM once it shows `expect`.
 
