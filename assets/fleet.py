@@ -99,11 +99,7 @@ def _age(seconds: float | None) -> str:
 
 
 def _rows(
-    roots: CheckpointRootsResource,
-    keys: list[str],
-    history: MaintenanceHistory,
-    target: str | None,
-    held: bool = False,
+    roots: CheckpointRootsResource, keys: list[str], history: MaintenanceHistory, target: str | None
 ) -> list[FleetRow]:
     """Every checkpoint's row, side by side (`each_checkpoint`: threads on object stores, worker
     processes on local disks), most urgent first."""
@@ -114,22 +110,38 @@ def _rows(
         name, rel = parse_partition_key(key)
         options = roots.root(name).storage_options
         audit = (roots.audit_url, roots.audit_options(name))  # the trail's URL told only for a dormant one
-        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target, audit,
-                      held))  # fmt: skip
+        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target, audit))
     latency_bound = any(s.backend.latency_bound for s in storages.values())
     return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound, timed_out=_timed_out), policy)
 
 
 def _look(item: tuple) -> FleetRow:
-    key, url, options, policy, known, target, (audit_url, audit_options), held = item
-    # a dormant checkpoint's bytes, as its audit trail knows them; with `held`, listed once per
-    # dormancy where not known
+    key, url, options, policy, known, target, (audit_url, audit_options) = item
+    # a dormant checkpoint's bytes, as its audit trail knows them (`held` lists the others after)
     return with_held(look_at(key, url, options, policy, known, target), Storage(url, options), audit_url,
-                     audit_options, listing=held)  # fmt: skip
+                     audit_options)  # fmt: skip
+
+
+def _held(
+    context: dg.AssetExecutionContext, roots: CheckpointRootsResource, rows: list[FleetRow]
+) -> list[FleetRow]:
+    """The rows, each dormant one whose bytes its audit trail does not know listed (once per
+    dormancy: kept there), one after another after the looks, which are bounded in time: a
+    listing takes what the checkpoint holds."""
+    unknown = [r for r in rows if r.idle_since is not None and r.problem is None and r.bytes_held is None]
+    context.log.info(f"listing {len(unknown)} dormant checkpoint(s) whose bytes are not known yet")
+    listed = {}
+    for at, row in enumerate(unknown, 1):
+        name, _ = parse_partition_key(row.key)
+        options = roots.root(name).storage_options
+        trail = roots.audit_url, roots.audit_options(name)
+        listed[row.key] = with_held(row, Storage(row.url, options), *trail, listing=True)
+        context.log.info(f"listed {at} of {len(unknown)}: {row.key}")
+    return [listed.get(r.key, r) for r in rows]
 
 
 def _timed_out(item: tuple, timeout: float) -> FleetRow:
-    key, url, _, _, known, _, _, _ = item
+    key, url, _, _, known, _, _ = item
     return unreadable_row(key, url, f"no answer in {timeout:g} s: the look was abandoned", **known)
 
 
@@ -194,7 +206,9 @@ def checkpoint_fleet_report(
         except UnknownSparkVersion as exc:
             raise dg.Failure(str(exc)) from exc
     keys = sorted(context.instance.get_dynamic_partitions(CHECKPOINTS))
-    rows = _rows(roots, keys, MaintenanceHistory(context.instance, keys), target or None, config.held)
+    rows = _rows(roots, keys, MaintenanceHistory(context.instance, keys), target or None)
+    if config.held:
+        rows = ranked(_held(context, roots, rows), roots.policy())
     context.log.info(f"read {len(rows)} checkpoints head-first")
     fleet = totals(rows, target or None)
     chart = _write_chart(context, rows, roots)

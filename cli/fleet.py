@@ -39,11 +39,14 @@ def fleet(args: argparse.Namespace) -> Result:
     rows = ranked(
         each_checkpoint(
             functools.partial(_row, cleanup=cleanup, target=args.target_spark, expired=args.expired,
-                              policy=dataclasses.replace(POLICY, dormant_seconds=args.dormant_after),
-                              held=args.held), found,
+                              policy=dataclasses.replace(POLICY, dormant_seconds=args.dormant_after)), found,
             latency_bound=latency_bound, timed_out=_timed_out,
         )
     )  # fmt: skip
+    if args.held:
+        # After the looks, which are bounded in time: a listing takes what the checkpoint holds
+        # (a minute and more at 10^7 files), so it is no look's to make.
+        rows = [with_held(r, Storage(r.url), listing=True) if _unknown(r) else r for r in rows]
     attention = printable([(a.row.url, a.reason, a.action) for a in needs_attention(rows)])
     code = EXIT_FINDINGS if any(r.errors for r in rows) else 0
     doc: dict[str, Any] = {"checkpoints": [r.as_dict() for r in rows]}
@@ -53,12 +56,7 @@ def fleet(args: argparse.Namespace) -> Result:
 
 
 def _row(
-    url: str,
-    cleanup: str | None,
-    target: str | None = None,
-    policy: Policy = POLICY,
-    expired: bool = False,
-    held: bool = False,
+    url: str, cleanup: str | None, target: str | None = None, policy: Policy = POLICY, expired: bool = False
 ) -> FleetRow:
     """One checkpoint's row; module-level, with plain arguments, so that a worker process can be
     given it."""
@@ -67,9 +65,13 @@ def _row(
         known |= _expired(url) if expired else {}
     except CheckpointError as exc:  # its audit trail or a store cannot be read: a row that says so
         return unreadable_row(url, url, str(exc))
-    # a dormant checkpoint's bytes, as its audit trail knows them; with `held`, listed once per
-    # dormancy where not known
-    return with_held(look_at(url, url, None, policy, known, target), Storage(url), listing=held)
+    # a dormant checkpoint's bytes, as its audit trail knows them (`--held` lists the others after)
+    return with_held(look_at(url, url, None, policy, known, target), Storage(url))
+
+
+def _unknown(row: FleetRow) -> bool:
+    """Dormant (or stopped mid-batch), read, and what it holds not known yet."""
+    return row.idle_since is not None and row.problem is None and row.bytes_held is None
 
 
 def _timed_out(url: str, timeout: float) -> FleetRow:

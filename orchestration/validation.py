@@ -97,7 +97,7 @@ def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Se
             done.fail(key, str(exc))
             if context.instance.has_dynamic_partition(CHECKPOINTS, key):  # a config names any string
                 for evaluation in partition_checks(key, None):
-                    context.log_event(evaluation)
+                    context.log_event(evaluation)  # type: ignore[arg-type]  # typed narrower than it takes
             continue
         errors = ",".join(sorted({f.code for f in found.findings if f.severity == Severity.ERROR}))
         warnings = ",".join(sorted({f.code for f in found.findings if f.severity == Severity.WARNING}))
@@ -121,7 +121,7 @@ def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Se
             )
         )  # fmt: skip
         for evaluation in partition_checks(key, found):  # the catalog's per-checkpoint results
-            context.log_event(evaluation)
+            context.log_event(evaluation)  # type: ignore[arg-type]  # typed narrower than it takes
     context.log.info(f"validated {len(keys)} of {len(keys)} checkpoint(s), {len(done.failed)} failed")
     return done
 

@@ -25,11 +25,13 @@ from checkpoint.cleanup.manifest import Plan, PlannedFile
 from checkpoint.errors import MALFORMED, CheckpointError, CorruptFileError, GcError
 from checkpoint.format import AUDIT_FOLDER, RECORD_BYTES, bounded_lines, is_number
 from checkpoint.policy import POLICY
+from checkpoint.progress import Progress, report
 from checkpoint.safety import folder_name
 from checkpoint.storage import FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
 _HELD, _HELD_LIMIT = "held.json", 4096
+_HELD_PROGRESS = 100_000  # files between the progress lines of a listing of what a checkpoint holds
 _HEADER_LIMIT = 64 << 10
 # One append's records, as an object store keeps them (a part object each): a batch's outcomes.
 PART_BYTES = 256 << 20
@@ -168,7 +170,11 @@ class AuditTrail:
             return kept
         files = total = 0
         for page in checkpoint.pages():
-            files, total = files + len(page), total + sum(f.size for f in page)
+            before, files, total = files, files + len(page), total + sum(f.size for f in page)
+            if files // _HELD_PROGRESS > before // _HELD_PROGRESS:  # 10^7 files take a minute or two
+                report(
+                    log, Progress("files listed", files, None), "%s: %d files listed", checkpoint.url, files
+                )
         self.keep_held(checkpoint, since, files, total)
         return files, total
 
