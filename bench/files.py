@@ -15,6 +15,7 @@ proportion to the files only for the commands whose job is every file (`inspect`
 removed before it runs, so that each lists as its first run would.
 
     python -m bench.files [--versions 500 5000] [--partitions 300] [--only inspect retire] [--dir DIR]
+                          [--repeat N]
 """
 
 from __future__ import annotations
@@ -52,8 +53,17 @@ def commands(checkpoint: Path, scratch: Path) -> dict[str, list[str]]:
     }
 
 
-def measure(command: list[str]) -> dict[str, float]:
-    """Seconds and peak RSS (MB) of one command in a fresh process; a failure raises."""
+def measure(command: list[str], repeat: int = 1, before=lambda: None) -> dict[str, float]:
+    """Seconds (the best of `repeat` runs, `before` each) and peak RSS (MB, the largest) of one
+    command in a fresh process each run; a failure raises."""
+    runs = []
+    for _ in range(repeat):
+        before()
+        runs.append(_once(command))
+    return {"seconds": min(r["seconds"] for r in runs), "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)}
+
+
+def _once(command: list[str]) -> dict[str, float]:
     started = time.perf_counter()
     out = subprocess.run(["/usr/bin/time", "-v", *command], capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - started
@@ -85,6 +95,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=300)
     parser.add_argument("--only", nargs="*", default=None, help="commands whose name starts with these words")
     parser.add_argument("--dir", type=Path, default=cache_home() / "bench-files")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each command: the best time is kept")
     args = parser.parse_args()
 
     results: dict[str, dict[str, dict[str, float]]] = {}
@@ -99,9 +110,12 @@ def main() -> None:
             for name, command in commands(checkpoint, Path(tmp)).items():
                 if args.only and not any(name.startswith(w) for w in args.only):
                     continue
-                shutil.rmtree(checkpoint.parent / "_ckpt_audit", ignore_errors=True)
-                shutil.rmtree(Path(tmp) / "fork", ignore_errors=True)
-                got = measure(command)
+
+                def fresh(tmp: str = tmp, checkpoint: Path = checkpoint) -> None:
+                    shutil.rmtree(checkpoint.parent / "_ckpt_audit", ignore_errors=True)
+                    shutil.rmtree(Path(tmp) / "fork", ignore_errors=True)
+
+                got = measure(command, args.repeat, fresh)
                 results.setdefault(name, {})[str(files)] = got
                 print(f"  {name:32s} {got['seconds']:8.2f} s {got['peak_rss_mb']:8.1f} MB", flush=True)
         shutil.rmtree(checkpoint.parent / "_ckpt_audit", ignore_errors=True)
