@@ -16,6 +16,12 @@ removed before it runs, so that each lists as its first run would.
 
     python -m bench.files [--versions 500 5000] [--partitions 300] [--only inspect retire] [--dir DIR]
                           [--repeat N]
+    python -m bench.files --s3 [--versions 500 5000] [--partitions 30]
+
+With `--s3`, each checkpoint is uploaded to SeaweedFS on loopback (through s3fs, 1,000 objects a
+batch) and the commands whose job is every file run on its `s3://` URL through the counting
+proxy, where a listing is ListObjectsV2's pages of 1,000 keys: their seconds, peak RSS and
+requests. S3 dates each object by its upload, so dormancy and quiet periods are told 1 s.
 """
 
 from __future__ import annotations
@@ -87,6 +93,67 @@ def checkpoint_of(base: Path, partitions: int, versions: int) -> Path:
     return where
 
 
+def s3_commands(url: str, scratch: Path) -> dict[str, list[str]]:
+    short = ["--dormant-after", "1s"]
+    return {
+        "lineage": [_CKPT, "lineage", url, "--json"],
+        "fleet ROOT --held": [_CKPT, "fleet", url.rsplit("/", 1)[0], "--held", "--json", *short],
+        "gc (plan only)": [_CKPT, "gc", url, "--json", "--quiet-period", "1s", "--unsafe-short-quiet-period"],
+        "retire (plan only)": [
+            _CKPT,
+            "retire",
+            url,
+            "--no-archive",
+            "--json",
+            *short,
+            "--unsafe-short-grace",
+        ],
+        "inspect": [_CKPT, "inspect", url, "--json"],
+    }
+
+
+def on_s3(args: argparse.Namespace) -> None:
+    import os
+
+    from testbed.s3server import s3_services
+    from testbed.synthetic import iter_files
+
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-files-s3-") as tmp,
+        s3_services(Path(tmp), "bench") as (
+            server,
+            proxy,
+        ),
+    ):
+        fs = server.filesystem()
+        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint  # the children reach the store through it
+        for versions in args.versions:
+            started, n, batch = time.perf_counter(), 0, {}
+            for rel, data in iter_files(args.partitions, versions):
+                batch[f"bench/v{versions}/ckpt/{rel}"] = data
+                if len(batch) == 1000:
+                    fs.pipe(batch)
+                    n, batch = n + len(batch), {}
+            fs.pipe(batch)
+            n += len(batch)
+            took = time.perf_counter() - started
+            print(f"== {n:,} objects ({args.partitions} x {versions}), uploaded in {took:.0f} s", flush=True)
+            time.sleep(1.1)  # dormant after 1 s
+            for name, command in s3_commands(f"s3://bench/v{versions}/ckpt", Path(tmp)).items():
+                if args.only and not any(name.startswith(w) for w in args.only):
+                    continue
+                if fs.exists(f"bench/v{versions}/_ckpt_audit"):  # each command lists as its first run
+                    fs.rm(f"bench/v{versions}/_ckpt_audit", recursive=True)
+                proxy.reset()
+                got = measure(command)
+                got["requests"] = sum(proxy.counts().values())
+                results.setdefault(name, {})[str(n)] = got
+                print(f"  {name:24s} {got['seconds']:8.2f} s {got['peak_rss_mb']:8.1f} MB "
+                      f"{got['requests']:8,} requests", flush=True)  # fmt: skip
+    print(json.dumps({"s3": results}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -96,7 +163,13 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="commands whose name starts with these words")
     parser.add_argument("--dir", type=Path, default=cache_home() / "bench-files")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each command: the best time is kept")
+    parser.add_argument("--s3", action="store_true", help="on SeaweedFS, through the counting proxy")
+    parser.add_argument("--s3-partitions", type=int, default=30)
     args = parser.parse_args()
+    if args.s3:
+        args.partitions = args.s3_partitions
+        on_s3(args)
+        return
 
     results: dict[str, dict[str, dict[str, float]]] = {}
     sizes = {}
