@@ -11,7 +11,8 @@ import pytest
 
 from checkpoint.cleanup.apply import apply_plan
 from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.errors import StorageError
+from checkpoint.errors import NotACheckpointError, StorageError
+from checkpoint.model import load_census
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.storage import Storage
 from tests.support.cli import CKPT
@@ -71,6 +72,7 @@ def test_a_listing_cut_part_way_fails_instead_of_shrinking(s3, s3_copy_of, tmp_p
         lambda: load_checkpoint(url, options),
         lambda: plan_of(Storage(url, options), audit),  # a plan can't be built from a partial listing
         lambda: apply_plan(plan, Storage(url, options), audit, sleep=lambda s: None),
+        lambda: load_census(url, options),  # `ckpt inspect`: a page at a time, the same failure
     ]
     for call in calls:
         proxy.reset()  # its requests and its faults
@@ -85,6 +87,21 @@ def test_a_listing_cut_part_way_fails_instead_of_shrinking(s3, s3_copy_of, tmp_p
     out = cli(proxy, "gc", url, "--json")
     assert out.returncode == 2 and "listing failed" in out.stderr and "Traceback" not in out.stderr
     assert proxy.counts() == {"ListObjectsV2": 3}
+
+
+def test_a_walk_is_the_listing_a_page_at_a_time(s3, s3_copy_of) -> None:
+    """`Storage.pages`: what one listing gives, in its order, one ListObjectsV2 per page of keys
+    asked (7 here, 1,000 by default), never the whole tree at once; a missing root is an error."""
+    _, proxy, bucket = s3
+    url = s3_copy_of("join")
+    storage = Storage(url, via_proxy(s3))
+    whole = storage.list_files()
+    proxy.reset()
+    pages = list(storage.pages(page=7))
+    assert [f for p in pages for f in p] == whole and max(map(len, pages)) == 7
+    assert proxy.counts() == {"ListObjectsV2": -(-len(whole) // 7)}
+    with pytest.raises(NotACheckpointError):
+        list(Storage(f"s3://{bucket}/nothing-here", via_proxy(s3)).pages())
 
 
 def test_credentials_from_the_environment_and_clear_errors(s3, s3_copy_of) -> None:

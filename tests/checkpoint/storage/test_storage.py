@@ -10,7 +10,7 @@ import fsspec
 import pytest
 
 from checkpoint.analysis.report import inspect_summary
-from checkpoint.errors import OutsideCheckpointError, StorageError
+from checkpoint.errors import NotACheckpointError, OutsideCheckpointError, StorageError
 from checkpoint.format.layout import FileKind
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.storage import Storage
@@ -332,3 +332,45 @@ def test_a_file_is_put_under_a_new_name_only_and_never_over_another(tmp_path, wh
     assert storage.read_bytes("state/0/0/13.snapshot", limit=1 << 20) == b"theirs"
     listed = sorted(f.rel for f in storage.list_files("state"))
     assert listed == ["state/0/0/12.snapshot", "state/0/0/13.snapshot"]
+
+
+def test_a_walk_is_the_listing_a_page_at_a_time(tmp_path, corpus) -> None:
+    """`Storage.pages` on a local disk: what one listing gives, in its order (names that sort
+    around `/`: `a.x` before `a/b`, `a-b/`, `a0`), at most a page at a time, a link listed as
+    itself and never followed; a root that is missing or a file is refused, as by the listing."""
+    from testbed.copying import copy_checkpoint
+
+    root = tmp_path / "ckpt"
+    copy_checkpoint(corpus["join"], root)
+    for rel in ("a/b", "a-b/c", "a.x", "a0", "Z", "é/ü", "new\nline"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(rel)
+    os.symlink(root / "a", root / "to-a")  # a link to a folder: a file of the listing, not walked
+    storage = Storage(str(root))
+    whole = storage.list_files()
+    pages = list(storage.pages(page=7))
+    assert [(f.rel, f.size, f.mtime, f.link) for p in pages for f in p] == [
+        (f.rel, f.size, f.mtime, f.link) for f in whole
+    ]
+    assert max(map(len, pages)) <= 7 and [f.rel for f in whole] == sorted(f.rel for f in whole)
+    assert "to-a" in {f.rel for f in whole} and "to-a/b" not in {f.rel for f in whole}
+    for bad in (tmp_path / "missing", root / "Z"):
+        with pytest.raises(NotACheckpointError, match="no such directory"):
+            list(Storage(str(bad)).pages())
+
+
+def test_a_walk_that_comes_out_of_order_is_refused(tmp_path) -> None:
+    """A caller writes what a walk yields in order (a retirement manifest) and merges it with
+    another: a backend whose listing is not in order fails the walk, never reorders it."""
+    (tmp_path / "b").write_text("b")
+    (tmp_path / "a").write_text("a")
+    storage = Storage(str(tmp_path))
+    real = storage.backend.pages
+
+    def reversed_pages(top, prefix, page):
+        for found in real(top, prefix, page):
+            yield list(reversed(found))
+
+    storage.backend.pages = reversed_pages  # type: ignore[method-assign]
+    with pytest.raises(StorageError, match="came out of order"):
+        list(storage.pages())
