@@ -84,6 +84,8 @@ def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Se
     options = ValidationOptions(long_chain_threshold=roots.policy().long_chain)
     done = Outcomes(("batch", "errors", "warnings", "longest chain"))
     context.log.info(f"validating {len(keys)} checkpoint(s) head-first")
+    # A config names any string (`t:a/` is `t:a` read again): checks are recorded for partitions.
+    partitions = set(context.instance.get_dynamic_partitions(CHECKPOINTS))
     last = _clock()
     for at, key in enumerate(keys):
         if _clock() - last >= _PROGRESS_SECONDS:  # a run of 500 takes minutes: say where it is
@@ -95,7 +97,7 @@ def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Se
         except (CheckpointError, ValueError) as exc:  # a run's config names any string
             done.rows[key] = ["-", "unreadable", "-", "-"]
             done.fail(key, str(exc))
-            if context.instance.has_dynamic_partition(CHECKPOINTS, key):  # a config names any string
+            if key in partitions:
                 for evaluation in partition_checks(key, None):
                     context.log_event(evaluation)  # type: ignore[arg-type]  # typed narrower than it takes
             continue
@@ -120,7 +122,7 @@ def validate_keys(context: StepContext, roots: CheckpointRootsResource, keys: Se
                           "max_chain_length": chain, "batch": -1 if batch is None else batch},
             )
         )  # fmt: skip
-        for evaluation in partition_checks(key, found):  # the catalog's per-checkpoint results
+        for evaluation in partition_checks(key, found) if key in partitions else ():  # the catalog's
             context.log_event(evaluation)  # type: ignore[arg-type]  # typed narrower than it takes
     context.log.info(f"validated {len(keys)} of {len(keys)} checkpoint(s), {len(done.failed)} failed")
     return done

@@ -31,6 +31,7 @@ from checkpoint.storage import FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
 _HELD, _HELD_LIMIT = "held.json", 4096
+_HELD_MAX = 1 << 48
 _HELD_PROGRESS = 100_000  # files between the progress lines of a listing of what a checkpoint holds
 _HEADER_LIMIT = 64 << 10
 # One append's records, as an object store keeps them (a part object each): a batch's outcomes.
@@ -89,11 +90,14 @@ def with_held(
 
 def parse_held(data: bytes, since: float) -> tuple[int, int] | None:
     """(files, bytes) that `held.json` keeps for the dormancy from `since`; None for anything else
-    (another dormancy's, not JSON, a count that is no whole number up to 2^63, `true` for 1)."""
+    (another dormancy's, not JSON, a count that is no whole number up to 2^48, `true` for 1). A
+    checkpoint of 256 TiB is past any a listing counted; the fleet's totals of 10,000 such stay
+    within the 64 bits Dagster's metadata takes."""
     try:
         doc = json.loads(data)
         if isinstance(doc, dict) and doc.get("since") == since:
-            return bounds.count(doc.get("files"), "files"), bounds.count(doc.get("bytes"), "bytes")
+            files = bounds.count(doc.get("files"), "files", high=_HELD_MAX)
+            return files, bounds.count(doc.get("bytes"), "bytes", high=_HELD_MAX)
     except MALFORMED:
         pass
     return None

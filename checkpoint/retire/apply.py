@@ -39,6 +39,8 @@ from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage, normalize_url
 log = logging.getLogger(__name__)
 ARCHIVED, DELETING, DELETED, RETIRED = "archived", "deleting", "deleted", "retired"
 _FAILED_KEPT = 20  # failures named per batch record; all are counted
+# How far the storage's clock (a file's mtime) may run ahead of the planner's (the plan's time).
+_CLOCKS_APART = 60.0
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def _retire(
     if first is not None:  # a folder gone (a run killed at its very end) is no other folder
         _refuse_moved(here, record)
     present = _recheck(here, manifest, plan, itertools.chain([first] if first else [], pages),
-                       deleting=marker is not None)  # fmt: skip
+                       deleting=marker is not None, planned_at=record.planned_at)  # fmt: skip
     refuse_nested(here, present.holders)
     if marker is None:
         _refuse_not_dormant(here, record, now)
@@ -234,6 +236,15 @@ def _refuse_within_grace(
             f"nothing is deleted before {when(record.planned_at + options.grace_seconds)}",
             plan.manifest,
         )
+    # The record is a file beside the checkpoint, which someone could have written: a dormancy
+    # below the floor is what a plan makes only when told it is unsafe, and so is its apply.
+    floor = POLICY.min_dormant_seconds
+    if record.dormant_seconds < floor and not options.allow_short_grace:
+        raise RetirementRefused(
+            f"planned with a dormancy of {duration_text(record.dormant_seconds)}, below the floor of "
+            f"{duration_text(floor)} (--unsafe-short-grace): nothing deleted",
+            plan.manifest,
+        )
 
 
 def _verified_manifest(trail: AuditTrail, plan: RetirementPlan, record: PlanRecord, folder: str) -> str:
@@ -274,13 +285,18 @@ def _recheck(
     pages: Iterable[list[FileInfo]],
     *,
     deleting: bool,
+    planned_at: float,
 ) -> _Present:
-    """Each file the checkpoint holds now is one the manifest lists with its size and mtime, and
-    one Spark writes (no link out, no FIFO); refused on any other, or on one the manifest lists
-    and the checkpoint lost, unless this plan's deletion began (then what is gone is what it
-    deleted)."""
-    present, untrusted = _Present(), None
+    """Each file the checkpoint holds now is one the manifest lists with its size and mtime,
+    written before the plan (its record's time), and one Spark writes (no link out, no FIFO);
+    refused on any other, or on one the manifest lists and the checkpoint lost, unless this plan's
+    deletion began (then what is gone is what it deleted). A manifest that lists a file written
+    after its own plan is forged, whatever else it matches."""
+    present, untrusted, newest = _Present(), None, None
     for page in _matching(checkpoint, manifest, plan, pages, deleting=deleting, strict=True):
+        for f in page:
+            if f.mtime is not None and f.mtime > planned_at + _CLOCKS_APART and newest is None:
+                newest = f
         present.files += len(page)
         present.bytes += sum(f.size for f in page)
         present.folders.update(f.rel.rsplit("/", i)[0] for f in page for i in range(1, f.rel.count("/") + 1))
@@ -291,6 +307,8 @@ def _recheck(
         raise RetirementRefused("the checkpoint is gone, and no run of this plan deleted it", checkpoint.url)
     if untrusted is not None:  # what the plan refused, judged again on the files there now
         raise RetirementRefused(f"{untrusted[1]}: a file Spark never writes; nothing deleted", untrusted[0])
+    if newest is not None:
+        _refuse_written(checkpoint, plan, newest.rel, deleting=deleting)
     return present
 
 
@@ -319,7 +337,7 @@ def _matching(
                 out.append(f)
                 want = next(planned, None)
             elif strict:
-                _refuse_written(checkpoint, plan, f.rel)
+                _refuse_written(checkpoint, plan, f.rel, deleting=deleting)
             elif want is not None and want[0] == f.rel:
                 want = next(planned, None)
         if out:
@@ -353,12 +371,16 @@ def _refuse_not_dormant(checkpoint: Storage, record: PlanRecord, now: float) -> 
                                 checkpoint.url)  # fmt: skip
 
 
-def _refuse_written(checkpoint: Storage, plan: RetirementPlan, rel: str) -> NoReturn:
+def _refuse_written(checkpoint: Storage, plan: RetirementPlan, rel: str, *, deleting: bool) -> NoReturn:
     what = classify(rel)
     if what.kind in (FileKind.COMMIT, FileKind.OFFSET):
         written = f"{'commit' if what.kind == FileKind.COMMIT else 'offset'} {what.batch} was written"
     else:
         written = f"{rel} was written or changed"
+    if deleting:  # an earlier run deleted part of it: a new plan would not find a checkpoint
+        raise RetirementRefused(f"{written} since the plan ({when(plan.planned_at)}), after an earlier run "
+                                "of this apply began deleting: nothing more deleted; look at what is left "
+                                "(the audit trail names what was deleted)", checkpoint.url)  # fmt: skip
     raise RetirementRefused(f"{written} since the plan ({when(plan.planned_at)}): the checkpoint is not "
                             "dormant as planned; nothing deleted, plan again", checkpoint.url)  # fmt: skip
 

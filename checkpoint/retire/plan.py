@@ -21,7 +21,7 @@ from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
 from checkpoint.retire.record import sha256_of, write_record
-from checkpoint.safety import refuse_overlap
+from checkpoint.safety import refuse_inside, refuse_overlap
 from checkpoint.storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,8 @@ def plan_retirement(
         raise RetirementRefused(
             "a checkpoint at the top of a bucket is a root, never retired", storage.url
         ) from exc
+    # its manifest and records in the checkpoint would be files the apply finds unplanned, forever
+    refuse_inside(storage, trail.storage, "the audit trail")
     top = storage.list_dir("")
     if not is_checkpoint(top, ""):
         raise RetirementRefused("not a checkpoint (no metadata with offsets/ or commits/): nothing retired",

@@ -70,7 +70,10 @@ class FsspecBackend:
     def pages(self, top: str, prefix: str, page: int) -> Iterator[list[FileInfo]]:
         """A walk of shallow listings, depth first, each folder's files and subfolders merged in
         order of path (a folder's own paths all start with `<folder>/`), so that what it yields is
-        in the order a sorted `find` has: memory for one folder per level, never the tree."""
+        in the order a sorted `find` has: memory for one folder per level, never the tree. On S3 too
+        (a delimiter listing a folder, page by page), rather than the flat listing's pages: not
+        every store lists keys in their order (SeaweedFS lists `commits/9` before `commits.bak`),
+        and a caller writes what it yields in order."""
         # each level: its entries still to visit, as (sort key, file or None, folder's full path)
         stack = [iter(self._entries(top, prefix))]
         out: list[FileInfo] = []

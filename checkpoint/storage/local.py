@@ -306,8 +306,11 @@ class LocalBackend(FsspecBackend):
         return os.fdopen(open_regular(path, fence), "rb")
 
     def write(self, target: str, data: bytes) -> None:
+        # Replaced whole, never written through: a link or a FIFO someone put at one of this
+        # tool's files (an audit trail is writable by others) is replaced, not followed or
+        # blocked on.
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        self.fs.pipe_file(target, data)
+        replace_atomically(target, data, ".ckpt-write-")
 
     def write_new(self, target: str, data: bytes, temp_prefix: str) -> str | None:
         write_new(target, data, temp_prefix)

@@ -4,7 +4,6 @@ conditional writes and bulk deletes included."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from checkpoint.errors import StorageError
@@ -52,26 +51,6 @@ class S3Backend(FsspecBackend):
             token = page["NextContinuationToken"]
         files.sort(key=lambda f: f.rel)
         return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders))
-
-    def pages(self, top: str, prefix: str, page: int) -> Iterator[list[FileInfo]]:
-        # ListObjectsV2 without a delimiter: one request per 1,000 keys, in the order of their
-        # UTF-8 bytes, which is the order of Python's strings; a key ending in "/" is a folder
-        # marker, no file. A page is what S3 answers (at most `page` keys asked for).
-        bucket, _, key = top.partition("/")
-        key_prefix = f"{key}/" if key else ""
-        base, token = len(prefix), None
-        while True:
-            answer = self.fs.call_s3(
-                "list_objects_v2", Bucket=bucket, Prefix=key_prefix, MaxKeys=min(page, 1000),
-                **({"ContinuationToken": token} if token else {}),
-            )  # fmt: skip
-            files = [FileInfo(f"{bucket}/{o['Key']}"[base:], int(o.get("Size") or 0), mtime_of(o))
-                     for o in answer.get("Contents", []) if not o["Key"].endswith("/")]  # fmt: skip
-            if files:
-                yield files
-            if not answer.get("IsTruncated"):
-                return
-            token = answer["NextContinuationToken"]
 
     def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         # s3fs's info() answers a missing key with a LIST for a "directory" of that name: a plain

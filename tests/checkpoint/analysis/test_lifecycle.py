@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import time
 import zlib
@@ -113,7 +114,8 @@ def _held_once_per_dormancy(root: Path, row: dict) -> None:
         assert held("--held") == on_disk
     # Numbers that are not counts: 1,001 digits (an OverflowError in the text view), 2^63, `true`
     # for 1, a float. Each is listed again, in the text view too, never a traceback.
-    for bad in ({"bytes": int("9" * 1001)}, {"bytes": 1 << 63}, {"files": True}, {"files": 3.0}):
+    for bad in ({"bytes": int("9" * 1001)}, {"bytes": 1 << 63}, {"bytes": (1 << 48) + 1}, {"files": True},
+                {"files": 3.0}):  # fmt: skip
         kept.write_text(json.dumps({**doc, **bad}))
         rows = json.loads(ckpt("fleet", str(root), "--no-cleanup-plan", "--json", "--held").stdout)[
             "checkpoints"
@@ -123,6 +125,16 @@ def _held_once_per_dormancy(root: Path, row: dict) -> None:
         kept.write_text(json.dumps({**doc, **bad}))
         text = ckpt("fleet", str(root), "--no-cleanup-plan")
         assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    # A link or a FIFO put at it (anyone may write the trail) is replaced, never written through
+    # nor blocked on: the review's link overwrote an outside file, its FIFO hung the plan.
+    victim = root / "victim.txt"
+    victim.write_text("keep")
+    kept.unlink()
+    kept.symlink_to(victim)
+    assert held("--held") == on_disk and victim.read_text() == "keep" and not kept.is_symlink()
+    kept.unlink()
+    os.mkfifo(kept)
+    assert held() is None and held("--held") == on_disk and kept.is_file()
     kept.write_text(json.dumps({**doc, "bytes": 7}))
     date_to(orders, 10 * DAY)  # a later dormancy (as after a commit): not known, listed again
     assert held() is None and held("--held") == on_disk

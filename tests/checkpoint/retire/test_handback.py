@@ -6,6 +6,7 @@ not a dormant checkpoint, and an archive gone between two runs of one apply."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -312,3 +313,53 @@ def test_a_dormancy_under_its_floor_is_refused(corpus, tmp_path) -> None:
     out = ckpt("retire", str(orders), "--no-archive", "--dormant-after", "0s", "--unsafe-short-grace")
     assert out.returncode == 2 and "outside 1 to" in out.stderr, out.stderr
     assert not list((tmp_path / "root" / AUDIT_FOLDER).rglob("*.retire.jsonl"))
+
+
+def test_a_forged_record_retires_no_checkpoint_written_since_its_plan(corpus, tmp_path) -> None:
+    """The review's reproduction: a manifest and its record forged beside a live checkpoint (its
+    last commit a minute old), planned 8 days back, with a dormancy of 1 s (below the floor) or of
+    7 days, with or without a forged deletion marker (which skipped the dormancy check). The
+    apply, with no flag, deleted all 420 files. Now a record below the floor needs the unsafe
+    flag, and a file written after the plan's time refuses the apply however the manifest lists
+    it: nothing deleted."""
+    from checkpoint.retire.record import PlanRecord, folder_of, sha256_of
+    from checkpoint.safety import Place, own_place
+
+    root = tmp_path / "root"
+    live = dormant_copy(corpus, "long_chain", root)
+    date_to(live, 60)  # committed a minute ago
+    before = files_of(live)
+    eight_days_ago = float(int(time.time() - 8 * DAY))
+    storage, folder = own_place(Storage(str(live)))
+    for n, (dormancy, marker) in enumerate([(1.0, False), (7 * DAY, False), (7 * DAY, True), (1.0, True)]):
+        at = eight_days_ago - n  # a plan id of its own each
+        plan_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime(at)) + "000Z-0a1b2c3d"
+        manifest, forged = _forged(live, plan_id, at)
+        forged = dataclasses.replace(
+            forged, evidence=dataclasses.replace(forged.evidence, dormant_seconds=dormancy)
+        )
+        manifest.write_bytes(forged.header().encode() + b"\n" + manifest.read_bytes().split(b"\n", 1)[1])
+        record = Path(storage.full(f"{folder}/retirements/{plan_id}.json"))
+        record.parent.mkdir(parents=True, exist_ok=True)
+        place, held = str(Place.of(Storage(str(live)))), folder_of(Storage(str(live)))
+        record.write_bytes(PlanRecord.of(forged, sha256_of(str(manifest)), manifest.stat().st_size, place,
+                                         held).dump())  # fmt: skip
+        if marker:
+            mark = record.with_suffix(".deleting")
+            mark.write_text(json.dumps({"plan_id": plan_id, "at": at, "archived": None}))
+        out = apply(str(manifest))  # the default grace, no flag
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, (dormancy, marker, out.stderr)
+        why = "below the floor of 1d" if dormancy < DAY else "was written"
+        assert why in out.stderr and "Traceback" not in out.stderr, (dormancy, marker, out.stderr)
+        assert files_of(live) == before
+
+
+def test_an_audit_trail_inside_the_checkpoint_is_refused_when_planned(corpus, tmp_path) -> None:
+    """`--audit` at or inside the checkpoint was taken: the manifest and `held.json` landed in it,
+    and every apply then found them unplanned. Refused by place, as gc and the purge refuse it."""
+    orders = dormant_copy(corpus, "long_chain", tmp_path / "root")
+    before = files_of(orders)
+    for inside in (orders, orders / "trail", orders / "state" / "trail"):
+        out = ckpt("retire", str(orders), "--no-archive", "--audit", str(inside))
+        assert out.returncode == 2 and "the audit trail and the source overlap" in out.stderr, out.stderr
+        assert files_of(orders) == before
