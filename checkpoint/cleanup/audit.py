@@ -163,8 +163,8 @@ class AuditTrail:
         the figures kept in its folder of the trail with the time it is dormant since (`held.json`,
         also written by a retirement plan, which lists it anyway): a checkpoint that wrote again is
         dormant from a later time, and is listed again. What the file says is checked, never
-        trusted: anything else (a count that is no whole number up to 2^63, `true` for 1, another
-        dormancy's time) is as good as absent."""
+        trusted: anything else (`parse_held`: a count that is no whole number up to 2^48, `true` for
+        1, another dormancy's time) is as good as absent."""
         rel = self._held_rel(checkpoint)
         try:  # absent, oversized or unreadable: not known
             kept = parse_held(self.storage.read_many([rel], limit=_HELD_LIMIT)[rel], since)

@@ -145,7 +145,8 @@ class Storage:
 
     def pages(self, under: str = "", page: int = POLICY.list_page) -> Iterator[list[FileInfo]]:
         """What `list_files` lists, in its order, `page` files at a time at most: a walk of a
-        checkpoint of 10^7 files in the memory of a page (of one folder's files on a local disk).
+        checkpoint of 10^7 files in the memory of a page and of the folder being listed (a shallow
+        listing a folder at a time, on S3 too: `FsspecBackend.pages`).
         A missing root is an error, as there; a listing that comes out of order raises, since a
         caller may write what it yields in order (a manifest) and merge it with another."""
         top = self.full(under)
@@ -164,11 +165,6 @@ class Storage:
                 yield found
         if not seen and not under and not self.backend.is_dir(self.root):
             raise NotACheckpointError("no such directory", self.url)
-
-    def each_file(self, under: str = "") -> Iterator[FileInfo]:
-        """`pages`, a file at a time."""
-        for found in self.pages(under):
-            yield from found
 
     def list_tree(
         self, split: Callable[[Storage], list[str]], workers: int = POLICY.list_workers
