@@ -131,7 +131,8 @@ def test_the_fleet_view_lists_no_dormant_checkpoint_unless_asked(s3, s3_historie
     counts, rows = view()
     assert counts["small"] == counts["big"] and all(r["bytes_held"] is None for r in rows.values()), counts
     listed, rows = view("--held")
-    assert listed["small"]["ListObjectsV2"] < listed["big"]["ListObjectsV2"], listed  # a page per 1,000
+    for name in s3_histories:  # `--held` lists each, a folder at a time: more requests than the view
+        assert listed[name]["ListObjectsV2"] > counts[name]["ListObjectsV2"], (listed, counts)
     fs = direct(s3)
     for name, row in rows.items():
         found = fs.find(f"{bucket}/histories/{name}", detail=True)
