@@ -191,7 +191,11 @@ def starts_later_in_a_thread(spark):
     writer = _production_writer(spark)
 
     def later() -> None:
-        time.sleep(2)
+        # Once the rehearsal's own query runs (it has returned, and the rehearsal is under way):
+        # a fixed sleep raced the rehearsal's end on a fast run and its start on a loaded one.
+        deadline = time.monotonic() + 30
+        while not spark.streams.active and time.monotonic() < deadline:
+            time.sleep(0.01)
         try:
             writer.start()
         except BaseException:  # noqa: BLE001 - refused: what the test looks for is that it was
