@@ -116,7 +116,7 @@ def on_s3(args: argparse.Namespace) -> None:
     import os
 
     from testbed.s3server import s3_services
-    from testbed.synthetic import iter_files
+    from testbed.synthetic import iter_files, upload
 
     results: dict[str, dict[str, dict[str, float]]] = {}
     with (
@@ -129,14 +129,8 @@ def on_s3(args: argparse.Namespace) -> None:
         fs = server.filesystem()
         os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint  # the children reach the store through it
         for versions in args.versions:
-            started, n, batch = time.perf_counter(), 0, {}
-            for rel, data in iter_files(args.partitions, versions):
-                batch[f"bench/v{versions}/ckpt/{rel}"] = data
-                if len(batch) == 1000:
-                    fs.pipe(batch)
-                    n, batch = n + len(batch), {}
-            fs.pipe(batch)
-            n += len(batch)
+            started = time.perf_counter()
+            n = upload(fs, f"bench/v{versions}/ckpt", iter_files(args.partitions, versions))
             took = time.perf_counter() - started
             print(f"== {n:,} objects ({args.partitions} x {versions}), uploaded in {took:.0f} s", flush=True)
             time.sleep(1.1)  # dormant after 1 s

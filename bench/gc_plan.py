@@ -34,7 +34,7 @@ from pathlib import Path
 from checkpoint.cleanup import AuditTrail, plan_gc
 from checkpoint.cleanup.pool import partitions_at_once, planning_workers
 from checkpoint.storage import Storage
-from testbed.synthetic import build, iter_files
+from testbed.synthetic import build, iter_files, upload
 
 
 def main() -> None:
@@ -92,14 +92,7 @@ def _on_s3(args, work: Path) -> None:
     with s3_services(work / "seaweedfs", "bench") as (server, proxy):
         fs = server.filesystem()
         t = time.perf_counter()
-        n, batch = 0, {}
-        for rel, data in iter_files(args.partitions, args.versions):
-            batch[f"bench/ckpt/{rel}"] = data
-            if len(batch) == 1000:
-                fs.pipe(batch)
-                n, batch = n + len(batch), {}
-        fs.pipe(batch)
-        n += len(batch)
+        n = upload(fs, "bench/ckpt", iter_files(args.partitions, args.versions))
         print(f"synthetic checkpoint: {n:,} objects on SeaweedFS ({time.perf_counter() - t:.0f} s to upload)",
               flush=True)  # fmt: skip
         options = json.dumps(server.storage_options(proxy.endpoint))

@@ -187,6 +187,19 @@ def write_local(
 _LINKS_AN_INODE = 60_000  # ext4 allows 65,000
 
 
+def upload(fs, prefix: str, content: Iterable[tuple[str, bytes]]) -> int:
+    """Puts the files under `prefix` of an fsspec filesystem (an object store), 1,000 a request
+    batch, never holding more; returns how many."""
+    n, batch = 0, {}
+    for rel, data in content:
+        batch[f"{prefix}/{rel}"] = data
+        if len(batch) == 1000:
+            fs.pipe(batch)
+            n, batch = n + len(batch), {}
+    fs.pipe(batch)
+    return n + len(batch)
+
+
 def build(
     root: Path, partitions: int, versions: int, *, hdfs: bool = False, link_same: bool = False, **shape: int
 ) -> int:
