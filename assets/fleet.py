@@ -128,7 +128,7 @@ def _held(
     """The rows, each dormant one whose bytes its audit trail does not know listed (once per
     dormancy: kept there), one after another after the looks, which are bounded in time: a
     listing takes what the checkpoint holds."""
-    unknown = [r for r in rows if r.idle_since is not None and r.problem is None and r.bytes_held is None]
+    unknown = [r for r in rows if r.held_unknown]
     context.log.info(f"listing {len(unknown)} dormant checkpoint(s) whose bytes are not known yet")
     listed = {}
     for at, row in enumerate(unknown, 1):

@@ -46,7 +46,7 @@ def fleet(args: argparse.Namespace) -> Result:
     if args.held:
         # After the looks, which are bounded in time: a listing takes what the checkpoint holds
         # (a minute and more at 10^7 files), so it is no look's to make.
-        rows = [with_held(r, Storage(r.url), listing=True) if _unknown(r) else r for r in rows]
+        rows = [with_held(r, Storage(r.url), listing=True) if r.held_unknown else r for r in rows]
     attention = printable([(a.row.url, a.reason, a.action) for a in needs_attention(rows)])
     code = EXIT_FINDINGS if any(r.errors for r in rows) else 0
     doc: dict[str, Any] = {"checkpoints": [r.as_dict() for r in rows]}
@@ -67,11 +67,6 @@ def _row(
         return unreadable_row(url, url, str(exc))
     # a dormant checkpoint's bytes, as its audit trail knows them (`--held` lists the others after)
     return with_held(look_at(url, url, None, policy, known, target), Storage(url))
-
-
-def _unknown(row: FleetRow) -> bool:
-    """Dormant (or stopped mid-batch), read, and what it holds not known yet."""
-    return row.idle_since is not None and row.problem is None and row.bytes_held is None
 
 
 def _timed_out(url: str, timeout: float) -> FleetRow:

@@ -69,6 +69,11 @@ class FleetRow:
     def idle_since(self) -> float | None:
         return self.dormant_since if self.dormant_since is not None else self.stopped_mid_batch_since
 
+    @property
+    def held_unknown(self) -> bool:
+        """Idle, read, and what it holds not known yet: what `--held` lists."""
+        return self.idle_since is not None and self.problem is None and self.bytes_held is None
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,
