@@ -109,6 +109,10 @@ class Policy:
     # each process decides several partitions at once, `list_workers` in flight in all.
     plan_processes: int = 4
     plan_processes_from: int = 16
+    # What the partitions a plan decides at once in one process may hold of their listings in all
+    # (a few hundred bytes a file), and one partition more: a partition starts once the largest
+    # listed so far fits beside those in hand (`cleanup.held`).
+    plan_files_at_once: int = 50_000
     store_workers: int = 16
     fleet_workers: int = 16
     # On local disks a look at a checkpoint is Python work one core bounds: from this many

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TextIO
 
+from checkpoint.cleanup.held import HeldFiles
 from checkpoint.cleanup.manifest import PlannedFile, Totals, _line, _line_tail
 from checkpoint.cleanup.rules import (
     FileIndex,
@@ -31,6 +32,7 @@ from checkpoint.model import (
     StoreId,
     partitions_named,
 )
+from checkpoint.policy import POLICY
 from checkpoint.storage import FileInfo, Storage
 
 if TYPE_CHECKING:
@@ -43,8 +45,18 @@ LINES_PER_WRITE = 8192  # a partition's lines are written in chunks, never held 
 Lister = Callable[[Storage, str], list[FileInfo]]
 
 
+# The partitions a plan decides at once in this process (in threads, on object stores) hold about
+# so many listed files in all, and one partition more (`held`).
+HELD = HeldFiles(POLICY.plan_files_at_once)
+
+
 def list_folder(storage: Storage, folder: str) -> list[FileInfo]:
-    return storage.list_files(folder)
+    """A partition's files in path order, listed a page at a time: each page waits for room."""
+    files: list[FileInfo] = []
+    for page in storage.pages(folder):
+        HELD.take(len(page))
+        files += page
+    return files
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,11 @@ class Decided:
 
 
 def decide_into(context: Context, folder: str, lines: TextIO, held: TextIO) -> Decided:
+    with HELD.deciding(context.spill_dir, folder):  # a plan's own temporary folder names it
+        return _decide(context, folder, lines, held)
+
+
+def _decide(context: Context, folder: str, lines: TextIO, held: TextIO) -> Decided:
     infos = context.lister(context.base.storage, folder)
     listing = CheckpointFile.of_listing(infos)
     committed = context.committed.get(folder, {})

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from checkpoint.cleanup.decide import Context, Decided, Lister, decide_apart, decide_into, list_folder
+from checkpoint.cleanup.decide import HELD, Context, Decided, Lister, decide_apart, decide_into, list_folder
 from checkpoint.cleanup.spill import Spill
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
@@ -116,6 +116,15 @@ def _process_pool(context: Context, workers: int) -> ProcessPoolExecutor:
 
 
 def in_order(
+    context: Context, folders: list[str], workers: int, spill: Spill
+) -> Iterator[tuple[str, Decided]]:
+    try:
+        yield from _in_order(context, folders, workers, spill)
+    finally:
+        HELD.forget(context.spill_dir)
+
+
+def _in_order(
     context: Context, folders: list[str], workers: int, spill: Spill
 ) -> Iterator[tuple[str, Decided]]:
     """Each partition folder decided (listed, read, decided), yielded in folder order: in
