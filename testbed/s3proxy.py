@@ -42,6 +42,12 @@ class Request:
 def operation(method: str, path: str, query: dict[str, list[str]]) -> str:
     if method == "POST" and "delete" in query:
         return "DeleteObjects"
+    if "uploads" in query and method == "POST":
+        return "CreateMultipartUpload"
+    if "uploadId" in query:  # a multipart upload's own requests
+        return {"PUT": "UploadPart", "POST": "CompleteMultipartUpload", "DELETE": "AbortMultipartUpload"}.get(
+            method, "ListParts"
+        )
     if method == "GET" and query.get("list-type") == ["2"]:
         return "ListObjectsV2"
     if method == "GET" and path.count("/") <= 1 and not query.get("uploads"):

@@ -11,7 +11,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from fsspec.spec import AbstractBufferedFile
 
-from checkpoint.errors import OversizedFileError
+from checkpoint.errors import OversizedFileError, StorageError
 from checkpoint.storage.backend import Backend
 from checkpoint.storage.files import Calls, FileInfo, Folder, failing, found_files, mtime_of, write_error
 
@@ -96,7 +96,12 @@ class FsspecBackend:
     def _entries(self, top: str, prefix: str) -> list[tuple[str, FileInfo | None, str]]:
         found = self.ls(top, prefix)
         entries: list[tuple[str, FileInfo | None, str]] = [(f.rel, f, "") for f in found.files]
-        entries += [(d + "/", None, prefix + d) for d in found.folders]
+        for d in found.folders:
+            # An S3 key with an empty part (`state/0/1//x`) lists its folder as a child of itself:
+            # walked, it would be listed again and again, for ever.
+            if not (prefix + d).startswith(top + "/") or (prefix + d).rstrip("/") == top:
+                raise StorageError(f"a folder that lists as inside itself: {d!r}", top)
+            entries.append((d + "/", None, prefix + d))
         entries.sort(key=lambda e: e[0])
         return entries
 
@@ -106,6 +111,8 @@ class FsspecBackend:
             entries = self.fs.ls(top, detail=True)
         except FileNotFoundError:
             return Folder((), (), False)
+        finally:
+            self._forget_listings(top)  # a walk must not leave every folder's listing cached
         inside = top + "/"
         files, folders = [], []
         for entry in entries:

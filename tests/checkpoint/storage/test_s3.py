@@ -140,3 +140,16 @@ def test_a_download_is_one_ranged_get_per_chunk_and_catches_a_wrong_size(s3, tmp
     proxy.reset()
     assert storage.download("blob", str(tmp_path / "c"), chunk=4096)[0] == 2500  # size unknown: a HEAD
     assert proxy.counts() == {"HeadObject": 1, "GetObject": 1}
+
+
+def test_an_upload_goes_a_part_of_8_mib_at_a_time(s3, tmp_path) -> None:
+    """s3fs reads a file of less than 100 MiB whole before it sends it (its parts are 50 MiB): a
+    manifest of 20 MiB goes up in three parts, so the upload holds one part, not the file."""
+    _, proxy, bucket = s3
+    data = os.urandom(20 << 20)
+    (tmp_path / "manifest").write_bytes(data)
+    storage = Storage(f"s3://{bucket}/upload", via_proxy(s3))
+    proxy.reset()
+    storage.put_file(str(tmp_path / "manifest"), "manifest.jsonl")
+    assert proxy.counts() == {"CreateMultipartUpload": 1, "UploadPart": 3, "CompleteMultipartUpload": 1}
+    assert direct(s3).cat(f"{bucket}/upload/manifest.jsonl") == data

@@ -374,3 +374,25 @@ def test_a_walk_that_comes_out_of_order_is_refused(tmp_path) -> None:
     storage.backend.pages = reversed_pages  # type: ignore[method-assign]
     with pytest.raises(StorageError, match="came out of order"):
         list(storage.pages())
+
+
+def test_a_folder_that_lists_as_inside_itself_fails_the_walk(tmp_path, monkeypatch) -> None:
+    """An S3 key with an empty part (`state/0/1//x`) lists its folder among its own children: a
+    walk would list it for ever. It fails, naming the folder."""
+    from checkpoint.storage.files import Folder
+
+    (tmp_path / "state" / "0").mkdir(parents=True)
+    (tmp_path / "state" / "0" / "1.delta").write_bytes(b"x")
+    storage = Storage(str(tmp_path))
+    backend = type(storage.backend)
+    real = backend.ls
+
+    def looping(self, top: str, prefix: str) -> Folder:
+        found = real(self, top, prefix)
+        if top.endswith("/state/0"):
+            return Folder(found.files, (*found.folders, top[len(prefix) :]), True)
+        return found
+
+    monkeypatch.setattr(backend, "ls", looping)
+    with pytest.raises(StorageError, match="lists as inside itself"):
+        list(storage.pages())
