@@ -24,7 +24,7 @@ def checkpoint_audit_schedule(context: dg.ScheduleEvaluationContext):
     if not keys:
         return dg.SkipReason("no checkpoints discovered yet (the discovery sensor adds them)")
     size = max(1, POLICY.validation_run_max_checkpoints)
-    runs = [validation_request(run, f"audit:{tick}") for run in batched(keys, size)]
+    runs = [validation_request(run, f"audit:{tick}", bulk=True) for run in batched(keys, size)]
     context.log.info(f"{len(keys)} checkpoint(s) in {len(runs)} validation run(s) of {size} at most")
     return runs
 

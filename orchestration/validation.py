@@ -27,7 +27,7 @@ from assets.reports import write_csv
 from assets.resources import CheckpointRootsResource, StepContext
 from checkpoint.analysis import Severity, ValidationOptions, validate
 from checkpoint.errors import CheckpointError
-from orchestration.queue import Kind, run_tags
+from orchestration.queue import BULK_TAG, Kind, run_tags
 
 # Rows of a run's table in the UI; every row is in its CSV. A batched run names at most 500
 # checkpoints, so its `failed` table lists each one that failed.
@@ -140,11 +140,18 @@ def validate_each(context: dg.OpExecutionContext, config: ValidateConfig, roots:
 
 
 JOB = "validate_checkpoints"
+BULK_MAX_RUNTIME_SECONDS = 2 * 3600
 
 
-def validation_request(keys: Sequence[str], why: str) -> dg.RunRequest:
-    """One run that validates `keys`; its run key names them, so a repeated tick asks for it once."""
+def validation_request(keys: Sequence[str], why: str, *, bulk: bool = False) -> dg.RunRequest:
+    """One run that validates `keys`; its run key names them, so a repeated tick asks for it once.
+    `bulk`: an audit of the whole fleet (discovery's, the schedule's), which runs one at a time
+    (`queue.BULK_TAG`); the commit sensor's runs, of checkpoints that just wrote, do not wait for it."""
     digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
     config = {"ops": {"validate_each": {"config": {"partitions": list(keys)}}}}
     tags = {**run_tags(Kind.VALIDATION), "ckpt/checkpoints": str(len(keys))}
+    if bulk:
+        # One at a time: a run stuck on a hung mount would hold every later audit behind it until
+        # the deployment's 6 h limit. 500 checkpoints take minutes.
+        tags.update({BULK_TAG: "true", "dagster/max_runtime": str(BULK_MAX_RUNTIME_SECONDS)})
     return dg.RunRequest(job_name=JOB, run_config=config, run_key=f"{why}:{digest}", tags=tags)

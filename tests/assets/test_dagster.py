@@ -76,10 +76,17 @@ def test_discovery_sensor_adds_then_idles_then_removes(instance, corpus, tmp_pat
     assert [r.job_name for r in first.run_requests] == ["validate_checkpoints"]
     audited = first.run_requests[0].run_config["ops"]["validate_each"]["config"]["partitions"]
     assert audited == ["local:a/orders", "local:b/clicks"]
+    assert first.run_requests[0].tags["ckpt/bulk"] == "true"  # a bulk audit: one at a time
 
     second = _tick(instance, roots, first.cursor)
     assert isinstance(second, dg.SkipReason)
     assert "none new or vanished" in second.skip_message
+    # The tick added its partitions itself; had it not ended (its runs never asked for, its cursor
+    # not kept), the next asks for the audits again: the same run, by its run key.
+    lost = _tick(instance, roots, None)
+    assert isinstance(lost, dg.SensorResult) and lost.cursor == first.cursor
+    assert [r.run_key for r in lost.run_requests] == [r.run_key for r in first.run_requests]
+    assert lost.run_requests[0].tags["ckpt/bulk"] == "true"
 
     instance.add_dynamic_partitions("checkpoints", ["added-by-hand"])
     shutil.rmtree(root / "b")
@@ -105,10 +112,12 @@ def test_a_fleet_found_at_once_is_audited_in_capped_batches_over_ticks(
     monkeypatch.setattr(sensors, "POLICY", dataclasses.replace(POLICY, validation_run_max_checkpoints=3))
     roots = _roots(tmp_path, "f")
     audited: list[list[str]] = []
+    cursor = None
     for _ in range(3):
-        result = _tick(instance, roots)
+        result = _tick(instance, roots, cursor)
         if isinstance(result, dg.SkipReason):
             break
+        cursor = result.cursor
         assert len(result.run_requests) <= 2
         audited += [r.run_config["ops"]["validate_each"]["config"]["partitions"] for r in result.run_requests]
     assert [len(run) for run in audited] == [3, 3, 3, 1]
@@ -249,6 +258,8 @@ def test_the_audit_schedule_requests_every_checkpoint_in_batched_runs(instance) 
     named = batches_of(requests, "validation")
     assert sorted(k for run in named for k in run) == sorted(keys) and max(map(len, named)) == 500
     assert {r.tags["dagster/priority"] for r in requests} == {"20"}
+    assert {r.tags.get("ckpt/bulk") for r in requests} == {"true"}  # one at a time (dagster.yaml)
+    assert {r.tags.get("dagster/max_runtime") for r in requests} == {"7200"}  # and none stuck for hours
     assert [r.run_key for r in checkpoint_audit_schedule(ctx)] == [r.run_key for r in requests]
     later = dg.build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 21, 12))
     assert not {r.run_key for r in checkpoint_audit_schedule(later)} & {r.run_key for r in requests}
@@ -306,6 +317,7 @@ def test_the_deployment_queues_runs_as_the_shipped_instance(tmp_path) -> None:
         limits = shipped.get_concurrency_config().run_queue_config.tag_concurrency_limits
     assert (pools.pool_granularity, pools.default_pool_limit) == (None, 1)
     assert {"key": "ckpt/compacts", "value": "true", "limit": 1} in limits
+    assert {"key": "ckpt/bulk", "value": "true", "limit": 1} in limits
     ours = yaml.safe_load((tmp_path / "dagster.yaml").read_text())
     deployed = yaml.safe_load((project / "deploy" / "dagster.yaml").read_text())
     assert deployed["concurrency"]["pools"] == ours["concurrency"]["pools"]

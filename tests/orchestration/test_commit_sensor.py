@@ -133,11 +133,12 @@ def _fleet(root: Path, count: int, versions: dict[str, int], crossing: set[str])
         synthetic.write_local(root / name, synthetic.files(1, versions[name], window=3, snapshot_every=every))
 
 
-def _queue_runs(instance: dg.DagsterInstance, kind: Kind, count: int) -> None:
+def _queue_runs(instance: dg.DagsterInstance, kind: Kind, count: int, bulk: bool = False) -> None:
     # Created and not yet launched: a QUEUED run would need the code location's origin to be made.
     for _ in range(count):
+        tags = {**run_tags(kind), **({"ckpt/bulk": "true"} if bulk else {})}
         run = DagsterRun(job_name="maintain_checkpoints", run_id=str(uuid.uuid4()),
-                         status=DagsterRunStatus.NOT_STARTED, tags=run_tags(kind))  # fmt: skip
+                         status=DagsterRunStatus.NOT_STARTED, tags=tags)  # fmt: skip
         instance.add_run(run)
 
 
@@ -171,9 +172,13 @@ def test_200_committing_checkpoints_get_runs_only_for_what_is_due(tmp_path, no_g
         done = validate_checkpoints_job.execute_in_process(run_config=audited, instance=instance,
                                                            resources={"roots": roots})  # fmt: skip
         assert done.success
+        # An audit tick's bulk runs wait behind their limit of one: they take none of the room
+        # the sensor has for its own validation runs.
+        _queue_runs(instance, Kind.VALIDATION, 19, bulk=True)
         first = tick(None)
         assert batches_of(first, "validation") == [keys[100:]]
         assert len(first.run_requests) == 1
+        assert "ckpt/bulk" not in first.run_requests[0].tags  # of checkpoints that wrote: not held back
 
         _fleet(tmp_path, 200, {n: 12 for n in names}, crossing)  # every one commits; three cross
         second = tick(first.cursor)
@@ -302,9 +307,9 @@ def test_10000_checkpoints_every_tick_within_its_budget_and_every_due_compaction
         found = sensors.checkpoint_discovery_sensor(
             dg.build_sensor_context(instance=instance, resources={"roots": roots})
         )
-        keys = [k for r in found.dynamic_partitions_requests for k in r.partition_keys]
+        keys = instance.get_dynamic_partitions("checkpoints")  # added by the tick itself, at once
         assert len(keys) == count and len(found.run_requests) == 20
-        instance.add_dynamic_partitions("checkpoints", keys)
+        assert not found.dynamic_partitions_requests
 
         cursor, spans, requested, ticks, round_ticks = None, [], {}, 0, None
         while (len(requested) < len(crossing) or round_ticks is None) and ticks < 60:
