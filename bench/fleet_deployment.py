@@ -7,27 +7,36 @@ dated past the quiet period), the others synthetic (`testbed.synthetic`, the rea
 
 Two phases, each on a fresh copy, a fresh database and a fresh deployment:
 - `one run per checkpoint`: the commit sensor asks for compaction runs of one checkpoint each
-  (`CKPT_COMPACTION_RUN_MAX_CHECKPOINTS=1`), as releases before batching did;
+  (`CKPT_COMPACTION_RUN_MAX_CHECKPOINTS=1`), as releases before batching did (`--no-baseline`
+  leaves it out: at 10,000 checkpoints and 100 due it is an hour of runs that says nothing new);
 - `batched`: the shipped settings (runs of 10).
 Each measures, from the sensors' tick records and the runs' and materializations' timestamps:
-the time from the commit sensor's first tick over the discovered fleet until every due checkpoint
-has a compaction materialization, and the compaction runs it took; and, launched through GraphQL
+discovery, from its first tick until every checkpoint is a partition (the instance's partitions,
+and the ticks' records of when the tick that added them ended); the commit sensor's ticks, each
+one's span against its budget; the time from the commit sensor's first tick over the discovered
+fleet until every due checkpoint has a compaction materialization, and the compaction runs it
+took; and, launched through GraphQL
 when the first compaction run has started, how long a validation run of 10 checkpoints waits in
 the queue (its start time less its creation time). The batched phase then times the schedules'
 evaluation ("Test schedule", GraphQL's dry run) at the fleet's size and, once the instance holds
-10,000 partitions, at 10,000.
+10,000 partitions, at 10,000; and loads the UI's asset, partitions and runs pages in headless
+Chromium (Playwright, `pip install playwright`, driving Debian's /usr/bin/chromium), each timed
+from the navigation until its content shows and the network is quiet, with the console's errors.
 
-Targets (issue 60): a schedule tick at 10,000 evaluates in under 30 s and asks for at most 100
-runs; the due compactions take at most `due / 10` runs and under a quarter of the one-run-per-
-checkpoint phase's time; the validation run starts within 60 s.
+Targets (issues 60 and 74): a schedule tick at 10,000 evaluates in under 30 s and asks for at most
+100 runs; the due compactions take at most `due / 10` runs (at 10,000 with 100 due: 12 runs and
+15 minutes at most) and under a quarter of the one-run-per-checkpoint phase's time; the validation
+run starts within 60 s; each page loads in under 3 s with no console error.
 
-    python -m bench.fleet_deployment [--checkpoints 2000] [--due 40] [--out bench/fleet_deployment.json]
+    python -m bench.fleet_deployment [--checkpoints 2000] [--due 40] [--no-baseline]
+        [--out bench/fleet_deployment.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -41,8 +50,11 @@ from testbed.deployment import deployment
 from testbed.postgres import postgres_server
 
 LOCATION, REPOSITORY, ROOT = "ckpt-maint", "__repository__", "bench"
+# A commit sensor's tick starts no look after its budget (CKPT_COMMIT_SENSOR_BUDGET, 30 s) and
+# abandons one after its timeout (10 s): it ends within the two.
+COMMIT_BUDGET = 30.0 + 10.0
 TICKS = """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor {
-  sensorState { ticks(limit: 200) { timestamp endTimestamp status requestedJobRunCount } } } } }"""
+  sensorState { ticks(limit: 1000) { timestamp endTimestamp status requestedJobRunCount } } } } }"""
 RUNS = """query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) { ... on Runs {
   results { runId status creationTime startTime endTime } } } }"""
 MATERIALIZED = """query($p: [String!]) { assetNodeOrError(assetKey: {path: ["checkpoint_compaction"]}) {
@@ -82,6 +94,8 @@ def phase(work: Path, name: str, args, settings: dict[str, str], schedules: bool
         discovery = {**sensor, "sensorName": "checkpoint_discovery_sensor"}
         found = dev.wait_for("discovery", lambda: _ticks(dev, discovery), 600, every=5)
         discovered_at = min(t["endTimestamp"] or t["timestamp"] for t in found)
+        home, n = work / name / "dagster_home", args.checkpoints
+        every = dev.wait_for(f"{n} partitions", lambda: _discovered(dev, discovery, home, url, n), 1800)
         compaction = [{"key": "ckpt/kind", "value": "compaction"}]
 
         def first_started():
@@ -95,7 +109,15 @@ def phase(work: Path, name: str, args, settings: dict[str, str], schedules: bool
         ticks = sorted(t["timestamp"] for t in commit if t["timestamp"] >= discovered_at)
         runs = dev.graphql(RUNS, tags=compaction)["runsOrError"]["results"]
         waited = dev.wait_for("the validation run", lambda: _started(dev, validation), 600, every=2)
+        spans = [t["endTimestamp"] - t["timestamp"] for t in commit if t["endTimestamp"]]
         result = {
+            "discovery_seconds_to_every_partition": every,
+            "commit_sensor_ticks": {
+                "ticks": len(spans),
+                "longest_seconds": round(max(spans), 1),
+                "over_budget_and_a_look": sum(s > COMMIT_BUDGET for s in spans),
+                "failed": sum(t["status"] == "FAILURE" for t in commit),
+            },
             "compaction_runs": len(runs),
             "seconds_first_tick_to_all_compacted": round(max(done.values()) - ticks[0], 1),
             "validation_wait_seconds": round(waited, 1),
@@ -103,14 +125,37 @@ def phase(work: Path, name: str, args, settings: dict[str, str], schedules: bool
         print(json.dumps({name: result}), flush=True)
         if schedules:
             result["schedules"] = {str(args.checkpoints): _dry_runs(dev)}
-            _add_partitions(work / name / "dagster_home", url, 10_000 - args.checkpoints)
-            result["schedules"]["10000"] = _dry_runs(dev)
+            if args.checkpoints < 10_000:
+                _add_partitions(work / name / "dagster_home", url, 10_000 - args.checkpoints)
+                result["schedules"]["10000"] = _dry_runs(dev)
+            result["pages"] = _pages(dev, work / name, due[0])
+            print(json.dumps({name: result}), flush=True)
     return result
 
 
-def _ticks(dev, selector: dict) -> list[dict]:
+def _ticks(dev, selector: dict, finished: tuple[str, ...] = ("SUCCESS", "SKIPPED")) -> list[dict]:
     state = dev.graphql(TICKS, s=selector)["sensorOrError"]["sensorState"]
-    return [t for t in state["ticks"] if t["status"] in ("SUCCESS", "SKIPPED")]
+    return [t for t in state["ticks"] if t["status"] in finished]
+
+
+def _discovered(dev, selector: dict, home: Path, url: str, count: int) -> dict | None:
+    """Once the instance holds `count` partitions (the discovery tick adds them itself): seconds
+    from discovery's first tick to the end of the last tick that asked for audit runs, and the
+    ticks until then, from the ticks' records."""
+    import os
+
+    import dagster as dg
+
+    os.environ["DAGSTER_PG_URL"] = url
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        if len(instance.get_dynamic_partitions("checkpoints")) < count:
+            return None
+    ticks = sorted(_ticks(dev, selector, ("SUCCESS", "SKIPPED", "FAILURE")), key=lambda t: t["timestamp"])
+    asked = [n for n, t in enumerate(ticks) if t["requestedJobRunCount"] and t["endTimestamp"]]
+    if not asked:
+        return None  # the partitions are there; the tick's record is not yet
+    last = ticks[asked[-1]]
+    return {"seconds": round(last["endTimestamp"] - ticks[0]["timestamp"], 1), "ticks": asked[-1] + 1}
 
 
 def _all_compacted(dev, keys: list[str]) -> dict[str, float] | None:
@@ -160,6 +205,70 @@ def _dry_runs(dev) -> dict[str, dict]:
     return out
 
 
+PAGES = {
+    # page: its path, and a text that shows once its data has arrived
+    "asset": ("/assets/checkpoint_compaction", "max_chain_after"),  # its latest metadata
+    "partitions": ("/assets/checkpoint_compaction?view=partitions", "{key}"),
+    "runs": ("/runs", "validate_checkpoints"),
+}
+
+
+def _pages(dev, where: Path, key: str, loads: int = 3) -> dict[str, dict]:
+    """Each page in headless Chromium, the median of `loads` loads: seconds from the navigation
+    until its data shows (a text that only the data has), and until the network has been quiet for
+    500 ms (the UI keeps polling, so quiet, not closed: lazy parts of a page, such as the status
+    of 10,000 partitions, come in by then); the console's errors and uncaught exceptions; and the
+    slowest GraphQL queries it made, by name. A first visit (the overview, its scripts not yet
+    cached) is timed apart; each page then opens in a new tab of the same browser, as a person
+    who has the UI open goes from page to page."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as e:
+        raise SystemExit("the UI figures need Playwright: pip install playwright") from e
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+    out = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=flags)
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        for name, (path, text) in {"first visit": ("/overview", "Overview"), **PAGES}.items():
+            times: list[float] = []
+            quiet: list[float] = []
+            errors: list[str] = []
+            queries: dict[str, float] = {}
+            for _ in range(1 if name == "first visit" else loads):
+                page = context.new_page()
+                page.on("console", lambda m, errors=errors: m.type == "error" and errors.append(m.text))
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.on("requestfinished", lambda r, queries=queries: _timed(r, queries))
+                began = time.perf_counter()
+                page.goto(dev.url + path, wait_until="domcontentloaded", timeout=120_000)
+                page.get_by_text(text.format(key=key), exact=False).first.wait_for(timeout=120_000)
+                times.append(time.perf_counter() - began)
+                page.wait_for_load_state("networkidle", timeout=120_000)
+                quiet.append(time.perf_counter() - began)
+                page.screenshot(path=str(where / f"page-{name.replace(' ', '-')}.png"))
+                page.close()
+            slowest = sorted(queries.items(), key=lambda q: -q[1])[:3]
+            out[name] = {"seconds": round(statistics.median(times), 2), "loads": [round(t, 2) for t in times],
+                         "network_quiet_seconds": round(statistics.median(quiet), 2),
+                         "console_errors": errors, "slowest_queries_ms": dict(slowest)}  # fmt: skip
+        browser.close()
+    return out
+
+
+def _timed(request, queries: dict[str, float]) -> None:
+    """The longest a GraphQL query of this name took, from its request's start to its response's end."""
+    if "/graphql" not in request.url:
+        return
+    try:
+        name = (request.post_data_json or {}).get("operationName") or request.url.rpartition("op=")[2] or "?"
+    except ValueError:
+        name = request.url.rpartition("op=")[2] or "?"
+    took = request.timing.get("responseEnd", -1)
+    queries[name] = max(queries.get(name, 0.0), round(took))
+
+
 def _add_partitions(home: Path, url: str, count: int) -> None:
     """Partitions of checkpoints that are not there: a schedule's evaluation reads only the names."""
     import os
@@ -175,18 +284,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoints", type=int, default=2000)
     p.add_argument("--due", type=int, default=40)
+    p.add_argument("--no-baseline", action="store_true", help="leave out the one-run-per-checkpoint phase")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fleet-deployment-"))
-    one = phase(work, "one_per_run", args, {"CKPT_COMPACTION_RUN_MAX_CHECKPOINTS": "1"}, schedules=False)
-    batched = phase(work, "batched", args, {}, schedules=True)
-    summary = {
-        "checkpoints": args.checkpoints, "due": args.due,
-        "one run per checkpoint": one, "batched": batched,
-        "time_ratio_batched_to_one_per_run": round(
+    summary: dict = {"checkpoints": args.checkpoints, "due": args.due}
+    if not args.no_baseline:
+        one = phase(work, "one_per_run", args, {"CKPT_COMPACTION_RUN_MAX_CHECKPOINTS": "1"}, schedules=False)
+        summary["one run per checkpoint"] = one
+    summary["batched"] = batched = phase(work, "batched", args, {}, schedules=True)
+    if not args.no_baseline:
+        summary["time_ratio_batched_to_one_per_run"] = round(
             batched["seconds_first_tick_to_all_compacted"] / one["seconds_first_tick_to_all_compacted"], 3
-        ),
-    }  # fmt: skip
+        )
     print(json.dumps(summary, indent=2))
     if args.out:
         args.out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -127,11 +127,10 @@ def main() -> None:
         started = time.monotonic()
         found = sensors.checkpoint_discovery_sensor(context)
         took = time.monotonic() - started
-        added = [k for r in found.dynamic_partitions_requests for k in r.partition_keys]
+        added = instance.get_dynamic_partitions("checkpoints")  # the tick added them
         audits = len(found.run_requests)
         print(f"discovery, first tick: {took:.1f} s, {len(added)} partitions added, {audits} audit run(s) "
               f"requested (the release before: {len(added)} runs, one each)")  # fmt: skip
-        instance.add_dynamic_partitions("checkpoints", added)
         keys = sorted(added)
 
         def tick(cursor: str | None, label: str) -> str | None:
