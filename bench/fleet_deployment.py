@@ -142,12 +142,7 @@ def _discovered(dev, selector: dict, home: Path, url: str, count: int) -> dict |
     """Once the instance holds `count` partitions (the discovery tick adds them itself): seconds
     from discovery's first tick to the end of the last tick that asked for audit runs, and the
     ticks until then, from the ticks' records."""
-    import os
-
-    import dagster as dg
-
-    os.environ["DAGSTER_PG_URL"] = url
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with _instance(home, url) as instance:
         if len(instance.get_dynamic_partitions("checkpoints")) < count:
             return None
     ticks = sorted(_ticks(dev, selector, ("SUCCESS", "SKIPPED", "FAILURE")), key=lambda t: t["timestamp"])
@@ -269,14 +264,19 @@ def _timed(request, queries: dict[str, float]) -> None:
     queries[name] = max(queries.get(name, 0.0), round(took))
 
 
-def _add_partitions(home: Path, url: str, count: int) -> None:
-    """Partitions of checkpoints that are not there: a schedule's evaluation reads only the names."""
+def _instance(home: Path, url: str):
+    """The deployment's own instance (its dagster.yaml, its Postgres), opened from this process."""
     import os
 
     import dagster as dg
 
     os.environ["DAGSTER_PG_URL"] = url
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    return dg.DagsterInstance.from_config(str(home))
+
+
+def _add_partitions(home: Path, url: str, count: int) -> None:
+    """Partitions of checkpoints that are not there: a schedule's evaluation reads only the names."""
+    with _instance(home, url) as instance:
         instance.add_dynamic_partitions("checkpoints", [f"{ROOT}:extra/q{i:05d}" for i in range(count)])
 
 

@@ -86,9 +86,7 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
             return dg.SkipReason(f"{where}; none new or vanished, none unaudited")
         runs = batched(unaudited[: size * DISCOVERY_MAX_RUNS], size)
         context.log.info(f"{where}, none new; {len(unaudited)} never audited, in {len(runs)} run(s)")
-        return dg.SensorResult(
-            run_requests=[validation_request(run, "discovered", bulk=True) for run in runs], cursor=cursor
-        )
+        return dg.SensorResult(run_requests=_audits(runs), cursor=cursor)
     requests: list[dg.DeleteDynamicPartitionsRequest] = []
     if added:
         # Added here, in one statement, not asked of the daemon: it asks the instance whether each
@@ -104,7 +102,7 @@ def checkpoint_discovery_sensor(context: dg.SensorEvaluationContext, roots: Chec
         context.log.info(f"{len(new) - len(added)} new checkpoint(s) wait for the next ticks: {len(added)} "
                          f"added and audited in {len(runs)} run(s) this tick")  # fmt: skip
     return dg.SensorResult(
-        run_requests=[validation_request(run, "discovered", bulk=True) for run in runs],
+        run_requests=_audits(runs),
         dynamic_partitions_requests=requests,
         cursor=cursor,
     )
@@ -133,6 +131,11 @@ SENSOR_CAPS = Caps(
 )
 _WAITING = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED)
 _IN_FLIGHT = (*_WAITING, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
+
+
+def _audits(runs: list[list[str]]) -> list[dg.RunRequest]:
+    """Discovery's bulk audits; a run's key names its checkpoints, so one asked for twice runs once."""
+    return [validation_request(run, "discovered", bulk=True) for run in runs]
 
 
 def _look(

@@ -32,7 +32,7 @@ class HeldFiles:
         freed: waits for room first."""
         with self._changed:
             held = self._held.setdefault(plan, {})
-            while not self._first(held, folder) and not self._fits(plan, held, self._largest.get(plan)):
+            while not self._first(held, folder) and not self._fits(held, self._largest.get(plan)):
                 self._changed.wait()
             held[folder] = 0
         self._mine.where = (plan, folder)
@@ -61,7 +61,7 @@ class HeldFiles:
         plan, folder = where
         with self._changed:
             held = self._held[plan]
-            while not self._first(held, folder) and not self._fits(plan, held, files):
+            while not self._first(held, folder) and not self._fits(held, files):
                 self._changed.wait()
             held[folder] = held.get(folder, 0) + files
 
@@ -73,5 +73,5 @@ class HeldFiles:
     def _first(held: dict[str, int], folder: str) -> bool:
         return not held or folder <= min(held)
 
-    def _fits(self, plan: str, held: dict[str, int], more: int | None) -> bool:
+    def _fits(self, held: dict[str, int], more: int | None) -> bool:
         return more is not None and sum(held.values()) + more <= self.limit
