@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,12 +55,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def recipe() -> list[list[str]]:
-    """The commands of docs/dagster.md's deployment recipe that start a process, as written."""
+# Each process of the deployment ends within this long of its SIGTERM, or the fixture fails.
+STOP_WITHIN = 30.0
+
+
+def _block() -> list[str]:
     page = (PROJECT / "docs" / "dagster.md").read_text()
     block = page.split("## Deploy", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
-    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
-    return [shlex.split(line.removesuffix("&").strip()) for line in lines if line.startswith("dagster")]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines()]
+
+
+def recipe() -> list[list[str]]:
+    """The commands of docs/dagster.md's deployment recipe that start a process, as written."""
+    return [shlex.split(line.removesuffix("&").strip()) for line in _block() if line.startswith("dagster")]
+
+
+def _as_the_shell_starts() -> Callable[[], None] | None:
+    """What a shell running the recipe does to a `&` process before it runs: without job control
+    (`set -m`) it ignores SIGINT and SIGQUIT in it, which Dagster's processes then also make of
+    SIGTERM. Started the same way here, the recipe's processes stop as they would for its reader."""
+    if "set -m" in _block():
+        return None
+
+    def ignore() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+    return ignore
 
 
 @contextmanager
@@ -77,6 +98,7 @@ def deployment(home: Path, env: dict[str, str], postgres_url: str) -> Iterator[D
     bin_dir = Path(sys.executable).parent
     log = home  # each process's log is a file in it
     processes: list[subprocess.Popen] = []
+    names: list[str] = []
     dev = DagsterDev(f"http://127.0.0.1:{web_port}", home, log)
     try:
         for command in recipe():
@@ -85,10 +107,12 @@ def deployment(home: Path, env: dict[str, str], postgres_url: str) -> Iterator[D
             if "dagster-webserver" in args[0]:
                 args[args.index("3000")] = str(web_port)
             name = Path(args[0]).name + ("-" + args[1] if args[0].endswith("/dagster") else "")
+            names.append(name)
             with (home / f"{name}.log").open("wb") as out:
                 processes.append(
                     subprocess.Popen(args, cwd=PROJECT, env=environ, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)  # its children go down with it
+                                     start_new_session=True,  # its children go down with it
+                                     preexec_fn=_as_the_shell_starts())
                 )  # fmt: skip
             if len(processes) == 1:  # the code server answers before anything loads from it
                 dev.wait_for("the code server", lambda: _exited(processes) or _healthy(environ), 180)
@@ -97,18 +121,22 @@ def deployment(home: Path, env: dict[str, str], postgres_url: str) -> Iterator[D
             raise AssertionError(f"a process of the deployment exited: {_logs(home)}")
         yield dev
     finally:
-        for process in reversed(processes):
+        # The recipe's order: the webserver and the daemon, then the code server.
+        outlasted = []
+        for process, name in reversed(list(zip(processes, names, strict=False))):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        for process in reversed(processes):
             try:
-                process.wait(timeout=60)
+                process.wait(timeout=STOP_WITHIN)
             except subprocess.TimeoutExpired:
+                outlasted.append(name)
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         for pid in _left_behind(home):
             with contextlib.suppress(ProcessLookupError):  # it may end between the scan and here
                 os.kill(pid, signal.SIGKILL)
+        if outlasted and sys.exc_info()[0] is None:
+            raise AssertionError(f"outlasted SIGTERM by {STOP_WITHIN:g} s (killed): {outlasted}")
 
 
 def _expand(arg: str, environ: dict[str, str]) -> str:
