@@ -6,6 +6,7 @@ store's publish behind its own checkpoint's lease check."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -15,7 +16,10 @@ from checkpoint.compaction.targets import Skip, Target, plan_compaction
 from checkpoint.errors import CheckpointError, CompactionDeferred
 from checkpoint.model import Checkpoint, StoreId, StoreLineage, checkpoint_lineage, load_head
 from checkpoint.policy import POLICY
+from checkpoint.progress import Progress, report
 from checkpoint.safety import EachInPlace
+
+log = logging.getLogger(__name__)
 
 # What one rebuild task needs, planned on the driver: no task loads or lists the checkpoint.
 Task = tuple[Checkpoint, StoreLineage]
@@ -86,18 +90,26 @@ def compact_checkpoints(request: EachInPlace, options: CompactionOptions[Outcome
     planned: list[Planned] = []
     refused: list[Refusal] = []
     checks: dict[str, Callable[[], None]] = {}
+    # Said first: each checkpoint's head-first reads log their own progress lines before any
+    # store is rebuilt, and a run's log should say what they are for.
+    total = len(request.names)
+    log.info("compaction of %d checkpoint(s): each read at its newest two batches and planned", total)
     with ExitStack() as held:
-        for name in request.names:
+        for at, name in enumerate(request.names, 1):
             try:
                 door = request.door(name)  # a name that names no checkpoint is refused like one unread
                 check = held.enter_context(door.held(o.what))
                 ckpt = load_head(door.storage, strict=o.strict, recent=2)
                 checks[ckpt.url] = check
                 planned.append(_plan(name, ckpt, o.min_chain, o.quiet_seconds, o.go_on))
+                said = f"{len(planned[-1].targets)} store(s) to compact"
             except CheckpointError as exc:
                 if not o.go_on:
                     raise
                 refused.append(Refusal(name, str(exc)))
+                said = "refused"
+            report(log, Progress("checkpoints planned", at, total), "%d of %d checkpoint(s) planned: %s, %s",
+                   at, total, name, said)  # fmt: skip
         tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
         outcomes = o.rebuild(tasks, lambda ckpt: checks[ckpt.url]()) if tasks else []
         after = {p.name: _chains_after(p) for p in planned if p.targets}

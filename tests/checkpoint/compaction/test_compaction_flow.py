@@ -5,6 +5,7 @@ Spark job's own tests are in test_compaction)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,22 @@ def test_each_store_is_checked_against_its_own_checkpoints_lease(
     )
     by_checkpoint = {name: {o[2] for o in done.outcomes if o[0] == name} for name in names}
     assert by_checkpoint == {"long_chain": {"lost"}, "list_state": {"ok"}}
+
+
+def test_a_runs_log_says_what_it_compacts_first_then_counts_the_checkpoints_planned(
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    copy_checkpoint(corpus["long_chain"], tmp_path / "chain")
+    (tmp_path / "empty").mkdir()
+    with caplog.at_level(logging.INFO):
+        compact_checkpoints(
+            EachInPlace(["chain", "empty"], _door(tmp_path)),
+            CompactionOptions(Recorder(), strict=True, go_on=True, what="compaction", **PLAN_ALL),
+        )
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "compaction of 2 checkpoint(s): each read at its newest two batches and planned"
+    planned = [line for line in lines if "checkpoint(s) planned" in line]
+    assert planned[0] == "1 of 2 checkpoint(s) planned: chain, 4 store(s) to compact"
+    assert planned[1] == "2 of 2 checkpoint(s) planned: empty, refused"
+    progress = [r.__dict__["progress"] for r in caplog.records if "checkpoint(s) planned" in r.getMessage()]
+    assert [(p.done, p.total) for p in progress] == [(1, 2), (2, 2)]
