@@ -255,10 +255,16 @@ TEMP_PEAK_GIB = 1
 COLD_CACHE_GIB = 6
 
 
+_STARTED = pytest.StashKey[float]()
+
+
 def pytest_sessionstart(session) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):  # the controller checks once, before any worker starts
         return
     import tempfile
+    import time
+
+    session.config.stash[_STARTED] = time.time()
 
     from testbed import fleet
     from testbed.cache import MANIFEST, cache_home
@@ -273,6 +279,32 @@ def pytest_sessionstart(session) -> None:
         needs.append(("a cold cache's corpora and PySparks", home, COLD_CACHE_GIB * GIB))
     if lines := shortfall(needs):
         pytest.exit("not enough room on disk, so no test was run: " + "; ".join(lines), returncode=4)
+
+
+def pytest_sessionfinish(session) -> None:
+    """The cached corpora are every test's input: a test that leased or audited one (a fork or a
+    migration of it, not of a copy) changed what the others read, and fails the session here."""
+    started = session.config.stash.get(_STARTED, None)
+    if os.environ.get("PYTEST_XDIST_WORKER") or started is None:
+        return
+    from testbed.cache import cache_home
+
+    written = sorted(str(f) for f in _trails_in(cache_home()) if f.stat().st_mtime >= started - 1)
+    if written:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nA test wrote into the cached corpora (use a copy): {written[:5]}", file=sys.stderr)
+
+
+def _trails_in(home: Path) -> list[Path]:
+    """The files of every audit trail a checkpoint of the corpora holds (the venvs and the fleet,
+    which no test forks, left out: they are most of the cache)."""
+    found = []
+    for corpus in home.iterdir() if home.is_dir() else ():
+        if corpus.is_dir() and not corpus.name.startswith(("pyspark-", "fleet-", "jars", "bench-")):
+            for folder, _, files in os.walk(corpus):
+                if "/_ckpt_audit/" in folder + "/":
+                    found += [Path(folder) / f for f in files]
+    return found
 
 
 def pytest_collection_modifyitems(config, items) -> None:

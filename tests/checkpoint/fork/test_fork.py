@@ -97,13 +97,14 @@ def test_a_fork_at_an_earlier_batch_restarts_alone_like_the_original(
     ["long_chain", "watermark", "retention", "task_retry", "two_actions", "zstd", "killed_after_restart"],
 )
 def test_a_fork_holds_exactly_what_recovery_reads(corpus, tmp_path, name) -> None:
-    ckpt_ = load_checkpoint(str(corpus[name]))
+    src = copy_checkpoint(corpus[name], tmp_path / "src")  # a fork leases its source: never the corpus
+    ckpt_ = load_checkpoint(str(src))
     for batch in sorted(
         {ckpt_.latest_committed_batch, max(b for b in ckpt_.batches if b <= 3 or name == "retention")}
     ):
         dest = tmp_path / f"at-{batch}"
-        result = fork(Storage(str(corpus[name])), Storage(str(dest)), batch)
-        assert files_of(dest) == recovery_files(corpus[name], batch).keys() | MARKERS, (name, batch)
+        result = fork(Storage(str(src)), Storage(str(dest)), batch)
+        assert files_of(dest) == recovery_files(src, batch).keys() | MARKERS, (name, batch)
         assert result.copied_files == result.files and result.resumed_files == 0
         assert load_checkpoint(str(dest)).latest_committed_batch == batch
 
@@ -129,7 +130,7 @@ def test_a_linked_fork_shares_the_state_files_and_outlives_its_source(spark, cor
 def test_a_link_the_file_system_refuses_is_a_copy(corpus, tmp_path, monkeypatch) -> None:
     import errno
 
-    src, dest = corpus["snapshots"], tmp_path / "dest"
+    src, dest = copy_checkpoint(corpus["snapshots"], tmp_path / "src"), tmp_path / "dest"
     real_link = os.link
     refused: list[str] = []
 
@@ -159,11 +160,12 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
     for gone in (pruned / "state").glob("*/*/13*"):
         gone.unlink()
     foreign = copy_of("snapshots")
+    plain = copy_checkpoint(corpus["snapshots"], tmp_path / "plain")
     for offsets in (foreign / "offsets").glob("[0-9]*"):
         offsets.write_text(offsets.read_text().replace("RocksDBStateStoreProvider", "KvStoreProvider"))
     cases = {
-        "not empty": ([str(corpus["snapshots"]), str(busy)], "the destination is not empty"),
-        "unknown batch": ([str(corpus["snapshots"]), str(tmp_path / "a"), "--batch", "99"],
+        "not empty": ([str(plain), str(busy)], "the destination is not empty"),
+        "unknown batch": ([str(plain), str(tmp_path / "a"), "--batch", "99"],
                           "batch 99 is not in the commit log (it holds batches 0-11)"),
         "pruned": ([str(pruned), str(tmp_path / "b"), "--batch", "12"],
                    "the state files of batch 12 are gone"),
@@ -179,21 +181,21 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
         assert message in out.stderr and out.stderr.count("\n") == 1 and not out.stdout, (case, out.stderr)
     assert files_of(busy) == {"notes.txt"}
     assert not [p for p in tmp_path.iterdir() if p.name in "abcd"]  # refused before writing anything
-    assert not (damaged / "_ckpt_audit").exists()  # not even a lease
+    assert not (damaged / "_ckpt_audit").exists() and not (plain / "_ckpt_audit").exists()  # not even a lease
 
 
 def test_a_rerun_of_a_complete_fork_copies_nothing(corpus, tmp_path) -> None:
-    dest = tmp_path / "dest"
-    first = run_fork(tmp_path / "audit", str(corpus["join"]), str(dest))
-    again = run_fork(tmp_path / "audit", str(corpus["join"]), str(dest))
+    src, dest = str(copy_checkpoint(corpus["join"], tmp_path / "src")), tmp_path / "dest"
+    first = run_fork(tmp_path / "audit", src, str(dest))
+    again = run_fork(tmp_path / "audit", src, str(dest))
     assert again["already_complete"] and again["copied_files"] == 0 and again["files"] == first["files"]
-    other = ckpt_fork(tmp_path / "audit", str(corpus["join"]), str(dest), "--new-query-id")
+    other = ckpt_fork(tmp_path / "audit", src, str(dest), "--new-query-id")
     assert other.returncode == 2 and "holds a fork of" in other.stderr
     # Killed between the query metadata and the completion marker: a checkpoint that validation flags.
     (dest / FORK_COMPLETE).unlink()
     validation = ckpt("validate", str(dest))
     assert validation.returncode == 1 and "INCOMPLETE_FORK" in validation.stdout
-    again = run_fork(tmp_path / "audit", str(corpus["join"]), str(dest))
+    again = run_fork(tmp_path / "audit", src, str(dest))
     assert again["resumed_files"] == again["files"] and again["copied_files"] == 0
     assert ckpt("validate", str(dest)).returncode == 0
 

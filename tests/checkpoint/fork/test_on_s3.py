@@ -20,12 +20,11 @@ def test_a_fork_goes_local_to_s3_to_s3_and_back_and_restarts_like_the_original(
     options = via_proxy(s3)
     name = "list_state"
     a, b = f"s3://{bucket}/forks/{name}-a", f"s3://{bucket}/forks/{name}-b"
-    to_s3 = fork(Storage(str(corpus[name])), Storage(a, options))
+    local = copy_checkpoint(corpus[name], tmp_path / "local" / name)  # a fork leases its source
+    to_s3 = fork(Storage(str(local)), Storage(a, options))
     assert to_s3.server_side_files == 0 and to_s3.copied_files == to_s3.files
     meta = direct(s3).cat_file(f"{a[len('s3://') :]}/state/0/_metadata/v2/0").decode()
-    assert (
-        f'"s3a://{a[len("s3://") :]}/state/0/_stateSchema/default/' in meta and str(corpus[name]) not in meta
-    )
+    assert f'"s3a://{a[len("s3://") :]}/state/0/_stateSchema/default/' in meta and str(local) not in meta
 
     proxy.reset()
     within = fork(Storage(a, options), Storage(b, options))

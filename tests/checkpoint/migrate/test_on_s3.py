@@ -27,7 +27,10 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     from tests.checkpoint.migrate.test_migrate import restarted_differently
 
     _, proxy, bucket = s3
-    src = Storage(s3_copy_of(name), via_proxy(s3)) if where == "s3-to-s3" else Storage(str(defaults[name]))
+    if where == "s3-to-s3":
+        src = Storage(s3_copy_of(name), via_proxy(s3))
+    else:  # a copy: the migration leases its source
+        src = Storage(str(copy_checkpoint(defaults[name], tmp_path / "src")))
     dest = Storage(f"s3://{bucket}/migrated-{where}-{name}", via_proxy(s3))
     audit = AuditTrail(f"s3://{bucket}/audit-migrate-{where}-{name}", via_proxy(s3))
     proxy.reset()

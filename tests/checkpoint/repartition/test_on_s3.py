@@ -24,7 +24,8 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
     untouched = tmp_path / "untouched"
     copy_checkpoint(corpus[name], untouched)
     storage = Storage(f"s3://{bucket}/repartition/{name}", options)
-    fork(Storage(str(corpus[name])), storage)  # as Spark would have written it there
+    # As Spark would have written it there; from a copy, as a fork leases its source.
+    fork(Storage(str(copy_checkpoint(corpus[name], tmp_path / "source"))), storage)
     audit = AuditTrail(f"s3://{bucket}/repartition-audit", options)
 
     def tree() -> dict[str, int]:
