@@ -59,29 +59,32 @@ def _free_port() -> int:
 STOP_WITHIN = 30.0
 
 
-def _block() -> list[str]:
+def recipe() -> list[list[str]]:
+    """The commands of docs/dagster.md's deployment recipe that start a process, as written (a
+    leading `env --default-signal=...` included)."""
     page = (PROJECT / "docs" / "dagster.md").read_text()
     block = page.split("## Deploy", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
-    return [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    return [shlex.split(line.removesuffix("&").strip()) for line in lines if line.endswith("&")]
 
 
-def recipe() -> list[list[str]]:
-    """The commands of docs/dagster.md's deployment recipe that start a process, as written."""
-    return [shlex.split(line.removesuffix("&").strip()) for line in _block() if line.startswith("dagster")]
-
-
-def _as_the_shell_starts() -> Callable[[], None] | None:
-    """What a shell running the recipe does to a `&` process before it runs: without job control
-    (`set -m`) it ignores SIGINT and SIGQUIT in it, which Dagster's processes then also make of
-    SIGTERM. Started the same way here, the recipe's processes stop as they would for its reader."""
-    if "set -m" in _block():
-        return None
+def _as_a_script_starts(command: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """The command without its `env --default-signal=SIGS` (which is GNU's), and what a shell
+    running the recipe as a script does to a `&` process before it runs: without a terminal
+    neither bash nor dash has job control, and both start it with SIGINT and SIGQUIT ignored
+    (which `dagster code-server` then also makes of SIGTERM), unless the command restores them."""
+    if command[0] == "env" and command[1].startswith("--default-signal="):
+        restored = set(command[1].partition("=")[2].split(","))
+        command = command[2:]
+    else:
+        restored = set()
+    ignored = [sig for sig in (signal.SIGINT, signal.SIGQUIT) if sig.name.removeprefix("SIG") not in restored]
 
     def ignore() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+        for sig in ignored:
+            signal.signal(sig, signal.SIG_IGN)
 
-    return ignore
+    return command, ignore if ignored else None
 
 
 @contextmanager
@@ -101,7 +104,8 @@ def deployment(home: Path, env: dict[str, str], postgres_url: str) -> Iterator[D
     names: list[str] = []
     dev = DagsterDev(f"http://127.0.0.1:{web_port}", home, log)
     try:
-        for command in recipe():
+        for written in recipe():
+            command, before = _as_a_script_starts(written)
             args = [_expand(a, environ) for a in command]
             args = [str(bin_dir / args[0]), *("127.0.0.1" if a == "0.0.0.0" else a for a in args[1:])]
             if "dagster-webserver" in args[0]:
@@ -112,7 +116,7 @@ def deployment(home: Path, env: dict[str, str], postgres_url: str) -> Iterator[D
                 processes.append(
                     subprocess.Popen(args, cwd=PROJECT, env=environ, stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True,  # its children go down with it
-                                     preexec_fn=_as_the_shell_starts())
+                                     preexec_fn=before)
                 )  # fmt: skip
             if len(processes) == 1:  # the code server answers before anything loads from it
                 dev.wait_for("the code server", lambda: _exited(processes) or _healthy(environ), 180)
