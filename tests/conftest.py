@@ -287,17 +287,19 @@ def pytest_sessionfinish(session) -> None:
     started = session.config.stash.get(_STARTED, None)
     if os.environ.get("PYTEST_XDIST_WORKER") or started is None:
         return
-    from testbed.cache import cache_home
+    from testbed.cache import cache_home, corpus_base
 
-    written = sorted(str(f) for f in _trails_in(cache_home()) if f.stat().st_mtime >= started - 1)
+    homes = {cache_home(), corpus_base().parent}  # CKPT_CORPUS_CACHE moves the corpora
+    trails = {f for home in homes for f in _trails_in(home)}
+    written = sorted(str(f) for f in trails if f.stat().st_mtime >= started - 1)
     if written:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print(f"\nA test wrote into the cached corpora (use a copy): {written[:5]}", file=sys.stderr)
 
 
 def _trails_in(home: Path) -> list[Path]:
-    """The files of every audit trail a checkpoint of the corpora holds (the venvs and the fleet,
-    which no test forks, left out: they are most of the cache)."""
+    """The files of every audit trail a checkpoint of the corpora holds (the venvs, the fleet and
+    the benchmarks' inputs, which no test forks, left out: they are most of the cache)."""
     found = []
     for corpus in home.iterdir() if home.is_dir() else ():
         if corpus.is_dir() and not corpus.name.startswith(("pyspark-", "fleet-", "jars", "bench-")):

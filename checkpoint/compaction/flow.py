@@ -7,6 +7,7 @@ store's publish behind its own checkpoint's lease check."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from checkpoint.progress import Progress, report
 from checkpoint.safety import EachInPlace
 
 log = logging.getLogger(__name__)
+PROGRESS_SECONDS = 10.0  # between the planning's progress lines, its first and last apart
+clock = time.monotonic  # a test moves it by hand
 
 # What one rebuild task needs, planned on the driver: no task loads or lists the checkpoint.
 Task = tuple[Checkpoint, StoreLineage]
@@ -94,6 +97,7 @@ def compact_checkpoints(request: EachInPlace, options: CompactionOptions[Outcome
     # store is rebuilt, and a run's log should say what they are for.
     total = len(request.names)
     log.info("compaction of %d checkpoint(s): each read at its newest two batches and planned", total)
+    said_at = -PROGRESS_SECONDS
     with ExitStack() as held:
         for at, name in enumerate(request.names, 1):
             try:
@@ -102,18 +106,27 @@ def compact_checkpoints(request: EachInPlace, options: CompactionOptions[Outcome
                 ckpt = load_head(door.storage, strict=o.strict, recent=2)
                 checks[ckpt.url] = check
                 planned.append(_plan(name, ckpt, o.min_chain, o.quiet_seconds, o.go_on))
-                said = f"{len(planned[-1].targets)} store(s) to compact"
+                said = _planned(planned[-1])
             except CheckpointError as exc:
                 if not o.go_on:
                     raise
                 refused.append(Refusal(name, str(exc)))
-                said = "refused"
-            report(log, Progress("checkpoints planned", at, total), "%d of %d checkpoint(s) planned: %s, %s",
-                   at, total, name, said)  # fmt: skip
+                said = f"refused: {exc}"
+            # A batch of 500 says where it is every few seconds, not 500 times.
+            if at in (1, total) or clock() - said_at >= PROGRESS_SECONDS:
+                said_at = clock()
+                progress = Progress("checkpoints planned", at, total)
+                report(log, progress, "%d of %d checkpoint(s) planned: %s, %s", at, total, name, said)
         tasks = [task for p in planned for task in tasks_for(p.ckpt, p.targets)]
         outcomes = o.rebuild(tasks, lambda ckpt: checks[ckpt.url]()) if tasks else []
         after = {p.name: _chains_after(p) for p in planned if p.targets}
     return Compaction(tuple(planned), tuple(refused), tuple(outcomes), after)
+
+
+def _planned(p: Planned) -> str:
+    if not p.targets and any(skip.operator == -1 for skip in p.skips):  # `_plan`'s deferral
+        return "deferred: a running format V1 query, compacted once stopped"
+    return f"{len(p.targets)} store(s) to compact"
 
 
 def _chains_after(planned: Planned) -> dict[StoreId, int]:

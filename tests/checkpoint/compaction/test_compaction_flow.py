@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.compaction import CompactionOptions, compact_checkpoints
+from checkpoint.compaction.targets import Skip
 from checkpoint.errors import CompactionDeferred, LeaseHeld, LeaseLost
 from checkpoint.safety import EachInPlace, InPlace, Lease, lease_for, taken_at_once
 from checkpoint.storage import Storage
@@ -147,6 +148,31 @@ def test_a_runs_log_says_what_it_compacts_first_then_counts_the_checkpoints_plan
     assert lines[0] == "compaction of 2 checkpoint(s): each read at its newest two batches and planned"
     planned = [line for line in lines if "checkpoint(s) planned" in line]
     assert planned[0] == "1 of 2 checkpoint(s) planned: chain, 4 store(s) to compact"
-    assert planned[1] == "2 of 2 checkpoint(s) planned: empty, refused"
+    assert planned[1].startswith("2 of 2 checkpoint(s) planned: empty, refused: ")
     progress = [r.__dict__["progress"] for r in caplog.records if "checkpoint(s) planned" in r.getMessage()]
     assert [(p.done, p.total) for p in progress] == [(1, 2), (2, 2)]
+
+
+def test_a_long_planning_says_where_it_is_every_few_seconds_and_names_a_deferral(
+    corpus: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import checkpoint.compaction.flow as flow
+
+    names = [f"chain-{i}" for i in range(5)]
+    for name in names:
+        copy_checkpoint(corpus["long_chain"], tmp_path / name)
+    now = iter(
+        [0.0, 4.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0]
+    )  # read for each checkpoint after the first, and as each line is said
+    monkeypatch.setattr(flow, "clock", lambda: next(now))
+    with caplog.at_level(logging.INFO):
+        compact_checkpoints(
+            EachInPlace(names, _door(tmp_path)),
+            CompactionOptions(Recorder(), strict=True, go_on=True, what="compaction", **PLAN_ALL),
+        )
+    said = [r.getMessage() for r in caplog.records if "checkpoint(s) planned" in r.getMessage()]
+    # the first; then none until 10 s have passed since it; then the last
+    assert [line.split(" checkpoint")[0] for line in said] == ["1 of 5", "3 of 5", "5 of 5"]
+    assert said[0].endswith("chain-0, 4 store(s) to compact")
+    deferred = flow.Planned("q", None, (), (Skip(-1, -1, "*", "a running format V1 query"),))  # type: ignore[arg-type]
+    assert flow._planned(deferred) == "deferred: a running format V1 query, compacted once stopped"
