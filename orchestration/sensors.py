@@ -265,7 +265,8 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
         listing = lists_dormant(key, before, now, list_every)
         return _look(roots, key, before.seen.get(key), storages, quiet_since, listing)
 
-    looks = look_within(order, one, COMMIT_SENSOR_BUDGET, COMMIT_SENSOR_WORKERS if remote else 1)
+    workers = COMMIT_SENSOR_WORKERS if remote else 1
+    looks = look_within(order, one, COMMIT_SENSOR_BUDGET, workers, look_timeout=COMMIT_SENSOR_LOOK_TIMEOUT)
     for key, look in looks.items():
         if look.problem is not None:
             context.log.warning(f"{key}: skipped this tick: {look.problem}")

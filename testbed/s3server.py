@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     socks, ports = [], []
     try:
         while len(ports) < count:
@@ -78,7 +78,7 @@ def start_s3_server(workdir: Path, access_key: str, secret_key: str, region: str
     identity = {"name": "ckpt-tests", "credentials": [{"accessKey": access_key, "secretKey": secret_key}]}
     identity["actions"] = ["Admin", "Read", "Write", "List", "Tagging"]
     config.write_text(json.dumps({"identities": [identity]}))
-    master, volume, filer, s3, iam, metrics, iceberg, lance, *grpc = _free_ports(12)
+    master, volume, filer, s3, iam, metrics, iceberg, lance, *grpc = free_ports(12)
     args = [
         weed_binary(), "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
         f"-master.port={master}", f"-master.port.grpc={grpc[0]}", "-master.telemetry=false",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
 
@@ -156,6 +157,51 @@ def s3(tmp_path_factory):
                 os.environ["AWS_ENDPOINT_URL"] = before
 
 
+@contextmanager
+def _environment(**values: str):
+    """Variables set for a session's tests and the commands they start, then put back."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def azure(tmp_path_factory):
+    """A real Azure Blob Storage server (Azurite) on loopback, one container per test session,
+    reached by adlfs through AZURE_STORAGE_CONNECTION_STRING (the CLI's children too). Yields
+    (server, container)."""
+    import uuid
+
+    from testbed.azurite import azurite_services
+
+    container = f"ckpt-tests-{uuid.uuid4().hex[:8]}"
+    with azurite_services(tmp_path_factory.mktemp("azurite"), container) as server:
+        with _environment(AZURE_STORAGE_CONNECTION_STRING=server.connection_string()):
+            yield server, container
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory):
+    """A GCS emulator on loopback behind the proxy that counts requests and keeps GCS's create
+    precondition (`testbed.gcsserver`), one bucket per test session, reached by gcsfs through
+    STORAGE_EMULATOR_HOST. Yields (server, proxy, bucket)."""
+    import uuid
+
+    from testbed.gcsserver import gcs_services
+
+    bucket = f"ckpt-tests-{uuid.uuid4().hex[:8]}"
+    with gcs_services(tmp_path_factory.mktemp("gcs"), bucket) as (server, proxy):
+        with _environment(STORAGE_EMULATOR_HOST=proxy.endpoint, GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false"):
+            yield server, proxy, bucket
+
+
 @pytest.fixture
 def s3_copy_of(s3, corpus: dict[str, Path], request):
     """Uploads a private copy of a corpus checkpoint (the main corpus', or one of Spark's default
@@ -203,7 +249,8 @@ def written_by():
 # (`stress`: no Java, but a minute each). A test that uses none is a unit test: it
 # runs without Java, from synthetic checkpoints and the lz4 writer (`make test-unit`).
 _CORPORA = {"corpus_root", "corpus", "defaults", "manifest", "loaded", "copy_of", "rescue", "operators"}
-_TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("spark", {"spark", "written_by"}),
+_TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("cloud", {"azure", "gcs"}),
+          ("spark", {"spark", "written_by"}),
           ("corpus", _CORPORA))  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from checkpoint.analysis import dormant_since, unfinished_batch
 from checkpoint.cleanup import AuditTrail, new_plan_id
 from checkpoint.errors import CheckpointError, RetirementRefused, StorageError
 from checkpoint.fork import inspect_dest, read_source
-from checkpoint.format import FileKind, classify
+from checkpoint.format import FileKind
 from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
@@ -156,11 +156,11 @@ def _listed_into(storage: Storage, out: BinaryIO) -> _Listed:
 
 
 def nested_holders(files: Iterable[FileInfo]) -> set[str]:
-    """The folders below the checkpoint that hold a `metadata` of a query (Spark's own below the
-    root are its operators'): each may be a checkpoint of its own (`refuse_nested`)."""
-    operators = FileKind.OPERATOR_METADATA
-    return {f.rel.rpartition("/")[0] for f in files
-            if f.rel.endswith("/metadata") and classify(f.rel).kind != operators}  # fmt: skip
+    """The folders below the checkpoint that hold a `metadata`: each may be a checkpoint of its
+    own (`refuse_nested`). An operator's `state/<op>/_metadata` is one too: Spark's holds no log
+    folders, but a checkpoint put there would otherwise pass for operator metadata. One listing
+    an operator, as many as a query has."""
+    return {f.rel.rpartition("/")[0] for f in files if f.rel.endswith("/metadata")}
 
 
 def refuse_nested(storage: Storage, holders: Iterable[str]) -> None:

@@ -100,15 +100,37 @@ def failing(what: str, where: str, vanished: str | None = None) -> Iterator[None
         raise StorageError(vanished or f"{what} failed: {exc}", where) from exc
     except OSError as exc:
         raise StorageError(f"{what} failed: {exc}", where) from exc
+    except Exception as exc:
+        if not client_error(exc):
+            raise
+        raise StorageError(f"{what} failed: {type(exc).__name__}: {exc}", where) from exc
+
+
+def client_error(exc: BaseException) -> bool:
+    """An error of a store's own client library that its fsspec filesystem lets through instead
+    of an OSError: azure-core's (adlfs passes a refused range or a throttled request on as
+    `HttpResponseError`)."""
+    return type(exc).__module__.startswith("azure.core.")
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status a store answered with, from the error or the one it was raised from:
+    botocore's response dict, azure-core's `status_code`."""
+    for e in (exc, exc.__cause__):
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(getattr(e, "status_code", None), int):
+            return e.status_code  # type: ignore[union-attr]
+    return None
 
 
 def write_error(exc: OSError, target: str) -> Exception:
     """A conditional write the store refused (412, or 409 for a concurrent conditional write) is
     FileExistsError; anything else a StorageError."""
     text = str(exc).lower()
-    response = getattr(exc.__cause__, "response", None) or {}
-    code = str(response.get("Error", {}).get("Code", "")).lower()
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    if status in (409, 412) or "precondition" in code + text or "pre-condition" in text:
+    response = getattr(exc.__cause__, "response", None)
+    code = str(response.get("Error", {}).get("Code", "")).lower() if isinstance(response, dict) else ""
+    if http_status(exc) in (409, 412) or "precondition" in code + text or "pre-condition" in text:
         return FileExistsError(target)
     return StorageError(f"write failed: {exc}", target)

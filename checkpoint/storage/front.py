@@ -15,8 +15,10 @@ from fsspec.core import url_to_fs
 from checkpoint.errors import NotACheckpointError, StorageError
 from checkpoint.policy import POLICY
 from checkpoint.storage import listing
+from checkpoint.storage.azure import AzureBackend
 from checkpoint.storage.backend import Backend
 from checkpoint.storage.files import VANISHED, Calls, FileInfo, Folder, failing, write_error
+from checkpoint.storage.gcs import GCSBackend
 from checkpoint.storage.generic import FsspecBackend
 from checkpoint.storage.local import LocalBackend
 from checkpoint.storage.s3 import S3Backend
@@ -24,7 +26,15 @@ from checkpoint.storage.urls import normalize_url, options_from_env
 
 log = logging.getLogger(__name__)
 _HEADS_AT_ONCE = 64  # files `read_heads` reads together: on S3 a partition's headers in a round trip or two
-_BACKENDS: dict[str, type[FsspecBackend]] = {"file": LocalBackend, "local": LocalBackend, "s3": S3Backend}
+_BACKENDS: dict[str, type[FsspecBackend]] = {
+    "file": LocalBackend,
+    "local": LocalBackend,
+    "s3": S3Backend,
+    "abfs": AzureBackend,  # adlfs' first name for az://, abfs[s]:// (urls.py spells them az://)
+    "az": AzureBackend,
+    "gs": GCSBackend,  # gcsfs' first name for gs:// and gcs://
+    "gcs": GCSBackend,
+}
 
 
 def backend_for(fs: Any) -> Backend:

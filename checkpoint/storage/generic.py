@@ -13,16 +13,28 @@ from fsspec.spec import AbstractBufferedFile
 
 from checkpoint.errors import OversizedFileError, StorageError
 from checkpoint.storage.backend import Backend
-from checkpoint.storage.files import Calls, FileInfo, Folder, failing, found_files, mtime_of, write_error
+from checkpoint.storage.files import (
+    Calls,
+    FileInfo,
+    Folder,
+    failing,
+    found_files,
+    http_status,
+    mtime_of,
+    write_error,
+)
 
 T = TypeVar("T")
 
 
 def _unsatisfiable(exc: BaseException) -> bool:
     """A ranged read from byte 0 the store refused as unsatisfiable: the object is empty (HTTP
-    416; S3 names it InvalidRange)."""
-    code = getattr(getattr(exc, "__cause__", None), "response", {}).get("Error", {}).get("Code")
-    return code == "InvalidRange" or "not satisfiable" in str(exc) or "416" in str(exc)
+    416, which S3 and Azure name InvalidRange). Told by the status the store answered, never by
+    the message, which holds the path (a name with `416` in it is no empty object)."""
+    response = getattr(exc.__cause__, "response", None)  # botocore's error, under s3fs'
+    if isinstance(response, dict) and response.get("Error", {}).get("Code") == "InvalidRange":
+        return True
+    return http_status(exc) == 416
 
 
 class FsspecBackend:
@@ -154,7 +166,7 @@ class FsspecBackend:
         and an empty object is what that refusal means."""
         try:
             data = self.fs.cat_file(path, start=0, end=limit + 1, **self._one_get)
-        except OSError as exc:
+        except Exception as exc:
             if not _unsatisfiable(exc):
                 raise
             return b""
@@ -167,7 +179,7 @@ class FsspecBackend:
         got = self.fs.cat_ranges(paths, [0] * len(paths), [limit + 1] * len(paths), on_error="return")
         out: dict[str, bytes] = {}
         for path, data in zip(paths, got, strict=True):
-            if isinstance(data, OSError) and _unsatisfiable(data):
+            if isinstance(data, BaseException) and _unsatisfiable(data):
                 data = b""
             elif isinstance(data, BaseException):
                 raise data
@@ -310,3 +322,22 @@ class FsspecBackend:
 
     def spark_url(self, root: str) -> str:
         return f"{self.protocol}://{root}"
+
+
+DELETES_AT_ONCE = 16
+
+
+def delete_side_by_side(fs: Any, root: str, rels: list[str]) -> dict[str, str]:
+    """One DELETE a file through an asynchronous fsspec filesystem, `DELETES_AT_ONCE` in flight,
+    each answered on its own: {rel: why} of the files not deleted, a file already gone counting
+    as deleted. For stores whose DELETE answers only once the object is gone (Azure, GCS)."""
+    from fsspec.asyn import _run_coros_in_chunks, sync
+
+    coros = [fs._rm_file(f"{root}/{rel}") for rel in rels]
+    got = sync(fs.loop, _run_coros_in_chunks, coros, batch_size=DELETES_AT_ONCE, return_exceptions=True)
+    errors = {}
+    for rel, result in zip(rels, got, strict=True):
+        if isinstance(result, BaseException) and not isinstance(result, FileNotFoundError):
+            errors[rel] = f"{type(result).__name__}: {result}"
+    fs.invalidate_cache(root)
+    return errors

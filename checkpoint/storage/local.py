@@ -8,7 +8,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
 from checkpoint.errors import OutsideCheckpointError
@@ -122,19 +122,46 @@ def pread_all(fd: int, n: int, full: str) -> bytes:
     return data
 
 
-def _file_of(entry: os.DirEntry, cut: int) -> FileInfo:
-    """A listed entry that is not a folder, as fsspec's local listing sees it: a symlink is a file,
-    never followed, sized as its target (0 when the target is gone); a FIFO, a device or a socket
-    is `special`. FileNotFoundError when the entry vanished since the folder was read."""
+def _file_of(entry: os.DirEntry, path: str, cut: int) -> FileInfo:
+    """A listed entry at `path` that is not a folder, as fsspec's local listing sees it: a symlink
+    is a file, never followed, sized as its target (0 when the target is gone); a FIFO, a device or
+    a socket is `special`. FileNotFoundError when the entry vanished since the folder was read."""
     st = entry.stat(follow_symlinks=False)
     link = entry.is_symlink()
     size = st.st_size
     if link:
         try:
-            size = os.stat(entry.path).st_size
+            size = os.stat(path).st_size
         except OSError:
             size = 0
-    return FileInfo(entry.path[cut:], size, st.st_mtime, link, not link and not stat.S_ISREG(st.st_mode))
+    return FileInfo(path[cut:], size, st.st_mtime, link, not link and not stat.S_ISREG(st.st_mode))
+
+
+def _open_folder(path: str, real: str | None) -> int:
+    """A descriptor of the folder at `path`: NotADirectoryError or FileNotFoundError when it is not
+    one, or is gone. With `real`, the opened folder must really be there: one swapped for a link
+    since its parent was listed (or a folder above it swapped) would be followed out of the
+    checkpoint, and what it holds listed as the checkpoint's, so it is refused. Checked on the
+    open folder, so no swap slips in between."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    if real is not None:
+        where = where_open(fd, path)
+        if where != real:
+            os.close(fd)
+            if where.endswith(" (deleted)"):  # removed since it was opened
+                raise FileNotFoundError(errno.ENOENT, "removed while it was listed", path)
+            raise OutsideCheckpointError(f"a folder replaced while it was listed, now at {where}", path)
+    return fd
+
+
+def _scan(fd: int, path: str) -> Iterator[tuple[os.DirEntry, str]]:
+    """The entries of the open folder at `path`, each with its path; closes it."""
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                yield entry, os.path.join(path, entry.name)
+    finally:
+        os.close(fd)
 
 
 def walk_local(top: str, cut: int) -> list[FileInfo]:
@@ -144,47 +171,52 @@ def walk_local(top: str, cut: int) -> list[FileInfo]:
     are cut `cut` characters in. A missing folder, or a file given as the folder, lists as nothing,
     as with `find`."""
     files: list[FileInfo] = []
-    folders = [top]
+    # each folder to list, and where it really is: `top` itself may be a link (a checkpoint kept
+    # elsewhere), a folder below it may not
+    folders: list[tuple[str, str | None]] = [(top, None)]
     while folders:
-        folder = folders.pop()
+        folder, real = folders.pop()
         try:
-            entries = os.scandir(folder)
+            fd = _open_folder(folder, real)
         except (NotADirectoryError, FileNotFoundError):
             continue  # or removed since its parent was listed
-        with entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        folders.append(entry.path)
-                    else:
-                        files.append(_file_of(entry, cut))
-                except FileNotFoundError:
-                    continue
+        here = real or where_open(fd, folder)
+        for entry, path in _scan(fd, folder):
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append((path, os.path.join(here, entry.name)))
+                else:
+                    files.append(_file_of(entry, path, cut))
+            except FileNotFoundError:
+                continue
     return files
 
 
-def list_local(top: str, cut: int) -> Folder:
+def list_local(top: str, cut: int, root: str | None = None) -> Folder:
     """One local folder as fsspec's `ls(detail=True)` shows it, from one `os.scandir`: fsspec's
     costs a dict and two path normalisations per entry, and the fleet view and the commit sensor
     list thousands of small folders a pass. A file given as the folder lists as an empty folder
-    that exists, a missing one as a folder that does not."""
+    that exists, a missing one as a folder that does not. A folder under `root` (a walk's, which
+    may itself be a link) must really be there (`_open_folder`)."""
     files: list[FileInfo] = []
     folders: list[str] = []
+    real = None
+    if root and top.startswith(root + "/"):
+        real = os.path.realpath(root) + top[len(root) :].rstrip("/")
     try:
-        entries = os.scandir(top)
+        fd = _open_folder(top, real)
     except NotADirectoryError:
         return Folder((), (), True)
     except FileNotFoundError:
         return Folder((), (), False)
-    with entries:
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    folders.append(entry.path[cut:])
-                else:
-                    files.append(_file_of(entry, cut))
-            except FileNotFoundError:
-                continue
+    for entry, path in _scan(fd, top):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(path[cut:])
+            else:
+                files.append(_file_of(entry, path, cut))
+        except FileNotFoundError:
+            continue
     return Folder(tuple(sorted(files, key=lambda f: f.rel)), tuple(sorted(folders)), True)
 
 
@@ -252,7 +284,7 @@ class LocalBackend(FsspecBackend):
         return walk_local(top, len(prefix))
 
     def ls(self, top: str, prefix: str) -> Folder:
-        return list_local(top, len(prefix))
+        return list_local(top, len(prefix), prefix.rstrip("/"))
 
     def fence(self, root: str) -> str | None:
         return fence_of(root)

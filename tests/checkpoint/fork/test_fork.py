@@ -181,6 +181,9 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
         assert message in out.stderr and out.stderr.count("\n") == 1 and not out.stdout, (case, out.stderr)
     assert files_of(busy) == {"notes.txt"}
     assert not [p for p in tmp_path.iterdir() if p.name in "abcd"]  # refused before writing anything
+    # A DEST that is not this fork's is refused before the leases: no record beside somebody's folder.
+    trails = tmp_path / "_ckpt_audit"
+    assert trails.is_dir() and not list(trails.glob("busy-*")), sorted(p.name for p in trails.iterdir())
 
 
 def test_a_rerun_of_a_complete_fork_copies_nothing(corpus, tmp_path) -> None:

@@ -149,6 +149,11 @@ def test_only_a_dormant_checkpoint_of_its_own_is_planned(corpus, tmp_path) -> No
     out = ckpt("retire", str(orders), "--no-archive")
     assert out.returncode == 2 and "holds another checkpoint (nested)" in out.stderr
     shutil.rmtree(nested)
+    # One kept in an operator's `_metadata` folder: its `metadata` passes for the operator's.
+    shutil.copytree(corpus["long_chain"], orders / "state/0/_metadata", dirs_exist_ok=True)
+    date_to(orders, 9 * DAY)
+    out = ckpt("retire", str(orders), "--no-archive")
+    assert out.returncode == 2 and "holds another checkpoint (state/0/_metadata)" in out.stderr
     out = ckpt("retire", str(root), "--no-archive")  # the folder that holds them is no checkpoint
     assert out.returncode == 2 and "not a checkpoint" in out.stderr
     assert not (root / AUDIT_FOLDER).exists() or not list((root / AUDIT_FOLDER).rglob("*.retire.jsonl"))

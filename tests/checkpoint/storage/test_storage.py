@@ -396,3 +396,42 @@ def test_a_folder_that_lists_as_inside_itself_fails_the_walk(tmp_path, monkeypat
     monkeypatch.setattr(backend, "ls", looping)
     with pytest.raises(StorageError, match="lists as inside itself"):
         list(storage.pages())
+
+
+@pytest.mark.parametrize("walk", ["whole", "pages"])
+@pytest.mark.parametrize("swapped", ["state", "state/0"])
+def test_a_folder_swapped_for_a_link_while_it_is_walked_is_refused(
+    tmp_path, monkeypatch, walk, swapped
+) -> None:
+    """A folder replaced by a link to somewhere else after its parent was listed, just before it
+    is opened (`state/0`), or a folder above it so replaced (`state`, when `state/0` is opened),
+    would be walked out of the checkpoint and the outside listed as its files: the walk is refused,
+    naming where the folder now leads. A checkpoint that is itself a link is walked as before."""
+    from checkpoint.storage import local
+
+    real_root = tmp_path / "kept"
+    (real_root / "state" / "0" / "0").mkdir(parents=True)
+    (real_root / "state" / "0" / "0" / "1.delta").write_bytes(b"x")
+    (tmp_path / "ckpt").symlink_to(real_root, target_is_directory=True)
+    outside = tmp_path / "outside"
+    (outside / "0" / "0").mkdir(parents=True)
+    (outside / "0" / "0" / "secret").write_text("not the checkpoint's")
+    (outside / "state" / "0" / "0").mkdir(parents=True)
+    (outside / "state" / "0" / "0" / "secret").write_text("not the checkpoint's")
+    storage = Storage(str(tmp_path / "ckpt"))
+    listing = (lambda: [f for p in storage.pages() for f in p]) if walk == "pages" else storage.list_files
+    assert [f.rel for f in listing()] == ["state/0/0/1.delta"]
+
+    opened = os.open
+    trigger = str(tmp_path / "ckpt" / "state/0")
+
+    def swap_then_open(path, flags, *args, **kwargs):
+        if path == trigger and not (real_root / swapped).is_symlink():
+            os.rename(real_root / swapped, tmp_path / "moved-away")
+            target = outside / "state" / "0" if swapped == "state/0" else outside / "state"
+            (real_root / swapped).symlink_to(target, target_is_directory=True)
+        return opened(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(local.os, "open", swap_then_open)
+    with pytest.raises(OutsideCheckpointError, match="replaced while it was listed, now at .*outside"):
+        listing()

@@ -1,0 +1,272 @@
+"""A Google Cloud Storage server on loopback for the tests: gcp-storage-emulator (PyPI), behind a
+proxy that counts requests and keeps the precondition the emulator ignores.
+
+The emulator takes `ifGenerationMatch=0` on an upload and overwrites the object anyway. GCS
+documents that such an upload fails with 412 when the object exists, checked when the object is
+finalised. The proxy does that: an upload with the precondition (a one-request multipart upload,
+or the last chunk of a resumable one, whose start is checked too) waits for the other conditional
+uploads, asks the emulator whether the object exists, and answers 412 if it does; so of two writers
+racing for a name one wins, as on GCS. Everything else passes through, counted by operation.
+
+gcsfs reaches it through STORAGE_EMULATOR_HOST (anonymous), with its experimental bucket-type probe
+off (GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false): that probe speaks gRPC, which the emulator lacks.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from testbed.s3server import free_ports
+
+_DROP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+
+
+def operation(method: str, path: str, query: dict[str, list[str]]) -> str:
+    """The JSON API call a request is, by GCS's names."""
+    if path.startswith("/upload/"):
+        return "upload"
+    if path.startswith("/batch/"):
+        return "batch"
+    if "/rewriteTo/" in path or "/copyTo/" in path:
+        return "copy"
+    if path.startswith("/download/") or query.get("alt") == ["media"]:
+        return "get"
+    parts = path.strip("/").split("/")  # storage v1 b <bucket> o [<name>]
+    if method == "GET" and parts[-1] == "o":
+        return "list"
+    if method == "DELETE":
+        return "delete"
+    if method == "GET" and "o" in parts:
+        return "stat"
+    return f"{method} {'/'.join(parts[:4])}"
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    op: str
+    path: str
+    conditional: bool
+
+
+class GCSProxy:
+    def __init__(self, upstream: str):
+        parsed = urllib.parse.urlparse(upstream)
+        self.upstream = (parsed.hostname, parsed.port)
+        self.requests: list[Request] = []
+        self.lock = threading.Lock()
+        self.creating = threading.Lock()  # conditional uploads, one at a time
+        self.resumable: dict[str, tuple[str, str]] = {}  # upload id -> (bucket, name) created if absent
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+
+    def counts(self) -> Counter:
+        with self.lock:
+            return Counter(r.op for r in self.requests)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def exists(self, bucket: str, name: str) -> bool:
+        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
+        try:
+            conn.request("GET", f"/storage/v1/b/{bucket}/o/{urllib.parse.quote(name, safe='')}")
+            response = conn.getresponse()
+            response.read()
+            return response.status == 200
+        finally:
+            conn.close()
+
+    def _handler(self):
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args):
+                pass
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        chunk = self.rfile.read(size)
+                        self.rfile.readline()
+                        if size == 0:
+                            break
+                        chunks.append(chunk)
+                    return b"".join(chunks)
+                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+            def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in _DROP:
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _refuse(self, name: str) -> None:
+                error = {"code": 412, "message": f"At least one of the pre-conditions you specified did not "
+                                                 f"hold (the object {name} exists)"}  # fmt: skip
+                body = json.dumps({"error": {**error, "errors": [{**error, "reason": "conditionNotMet"}]}})
+                self._reply(412, [("Content-Type", "application/json")], body.encode())
+
+            def _forward(self, body: bytes):
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _DROP}
+                conn = http.client.HTTPConnection(*proxy.upstream, timeout=120)
+                try:
+                    conn.request(self.command, self.path, body=body or None, headers=headers)
+                    resp = conn.getresponse()
+                    return resp.status, resp.getheaders(), resp.read()
+                finally:
+                    conn.close()
+
+            def _handle(self):
+                parsed = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
+                op = operation(self.command, parsed.path, query)
+                body = self._body() if self.command in ("PUT", "POST") else b""
+                span = self.headers.get("Content-Range", "")
+                created = _created(parsed.path, query, body, proxy.resumable, span)
+                with proxy.lock:
+                    proxy.requests.append(Request(self.command, op, parsed.path, created is not None))
+                if created is None:
+                    return self._reply(*self._forward(body))
+                with proxy.creating:
+                    if proxy.exists(*created):
+                        return self._refuse(created[1])
+                    status, headers, answer = self._forward(body)
+                    upload_id = _upload_id(headers)
+                    if upload_id and "uploadType" in query:  # a resumable upload began: check its end too
+                        proxy.resumable[upload_id] = created
+                    self._reply(status, headers, answer)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = _handle
+
+        return Handler
+
+
+def _created(
+    path: str, query: dict[str, list[str]], body: bytes, resumable: dict, content_range: str
+) -> tuple[str, str] | None:
+    """(bucket, name) of an upload that must create its object, at the request that would create
+    it or begin to; None for any other request."""
+    if not path.startswith("/upload/storage/v1/b/"):
+        return None
+    bucket = path.split("/")[5]
+    upload_id = (query.get("upload_id") or [""])[0]
+    if upload_id:  # a resumable upload's chunk: the last one finalises the object
+        if upload_id not in resumable:
+            return None
+        return resumable[upload_id] if _last_chunk(content_range) else None
+    if query.get("ifGenerationMatch") != ["0"]:
+        return None
+    if "name" in query:
+        return bucket, query["name"][0]
+    # a multipart upload: its first part is the object's metadata, in JSON
+    head = body.split(b"\n\n", 1)[1] if b"\n\n" in body else b""
+    try:
+        return bucket, json.loads(head.split(b"\n--", 1)[0])["name"]
+    except (ValueError, KeyError):
+        return None
+
+
+def _last_chunk(content_range: str) -> bool:
+    """Whether a chunk's `Content-Range: bytes a-b/total` ends the object (its total known and
+    reached), so that the store finalises it."""
+    span, _, total = content_range.removeprefix("bytes ").partition("/")
+    if not total.isdigit():
+        return False
+    return span == "*" or span.partition("-")[2] == str(int(total) - 1)
+
+
+def _upload_id(headers: list[tuple[str, str]]) -> str | None:
+    location = next((v for k, v in headers if k.lower() == "location"), None)
+    if not location:
+        return None
+    return (urllib.parse.parse_qs(urllib.parse.urlsplit(location).query).get("upload_id") or [None])[0]
+
+
+@dataclass
+class GCSEmulator:
+    endpoint: str
+    process: subprocess.Popen
+    log: Path
+
+    def filesystem(self, endpoint: str | None = None):
+        """A client straight to the server (past the proxy), for setting up and checking."""
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(endpoint_url=endpoint or self.endpoint, token="anon", project="test",
+                             skip_instance_cache=True)  # fmt: skip
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_gcs_emulator(workdir: Path, bucket: str) -> GCSEmulator:
+    (port,) = free_ports(1)
+    log = workdir / "gcs-emulator.log"
+    binary = Path(sys.executable).parent / "gcp-storage-emulator"
+    if not binary.exists():
+        raise RuntimeError("the GCS emulator is missing: pip install gcp-storage-emulator (a dev dependency)")
+    args = [str(binary), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory",
+            "--default-bucket", bucket]  # fmt: skip
+    process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=workdir)
+    server = GCSEmulator(f"http://127.0.0.1:{port}", process, log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the GCS emulator exited ({process.returncode}): {log.read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(f"{server.endpoint}/storage/v1/b/{bucket}", timeout=2)
+            return server
+        except urllib.error.HTTPError:
+            return server
+        except OSError:
+            time.sleep(0.3)
+    server.stop()
+    raise RuntimeError(f"the GCS emulator did not start within 60 s: {log.read_text()[-2000:]}")
+
+
+@contextmanager
+def gcs_services(workdir: Path, bucket: str) -> Iterator[tuple[GCSEmulator, GCSProxy]]:
+    """The emulator with an empty bucket, and the proxy in front of it."""
+    server = start_gcs_emulator(workdir, bucket)
+    proxy = GCSProxy(server.endpoint)
+    try:
+        yield server, proxy
+    finally:
+        proxy.close()
+        server.stop()

@@ -1,0 +1,205 @@
+"""Azure Blob Storage and Google Cloud Storage as backends, against real servers on loopback
+(Azurite; the GCS emulator behind the proxy that keeps GCS's create precondition): a new object
+by the store's own precondition, two writers racing for a name and for the lease, a real
+checkpoint read as it reads on a local disk, and the commands that read it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+
+from checkpoint.analysis.checks import validate
+from checkpoint.errors import LeaseHeld
+from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.safety.lease import lease_for
+from checkpoint.storage import Storage
+from checkpoint.storage.azure import AzureBackend
+from checkpoint.storage.gcs import GCSBackend
+from testbed.copying import copy_checkpoint, upload_checkpoint
+from tests.support.cli import ckpt
+
+
+@pytest.fixture(params=["azure", "gcs"])
+def store(request) -> dict:
+    """One store: its URL's protocol, the Spark connector's, a client past any proxy, and where a
+    test puts its objects (a folder of its own in the session's container or bucket)."""
+    if request.param == "azure":
+        server, container = request.getfixturevalue("azure")
+        return {"name": "azure", "protocol": "az", "spark": "abfs", "fs": server.filesystem(),
+                "base": f"{container}/{uuid.uuid4().hex[:8]}", "backend": AzureBackend}  # fmt: skip
+    server, proxy, bucket = request.getfixturevalue("gcs")
+    return {"name": "gcs", "protocol": "gs", "spark": "gs", "fs": server.filesystem(proxy.endpoint),
+            "base": f"{bucket}/{uuid.uuid4().hex[:8]}", "backend": GCSBackend}  # fmt: skip
+
+
+def _race(n: int, attempt: Callable[[int], object]) -> tuple[list[int], list[BaseException]]:
+    """`attempt(i)` for i < n in n threads released at once: who returned, and what the others raised."""
+    gate, won, lost = threading.Barrier(n), [], []
+
+    def one(i: int) -> None:
+        gate.wait()
+        try:
+            attempt(i)
+            won.append(i)
+        except BaseException as exc:  # noqa: BLE001 - every outcome is counted
+            lost.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return won, lost
+
+
+def test_two_writers_racing_for_a_name_one_wins_and_the_other_is_refused(store, tmp_path) -> None:
+    """Create-if-absent is the store's own precondition (If-None-Match: * on Blob, ifGenerationMatch=0
+    on GCS): of eight writers released at once on one name, one wins and the seven others get
+    FileExistsError; the object holds the winner's bytes. The same for an upload from a file (a
+    snapshot published by compaction), and a name already there is never replaced."""
+    storage = Storage(f"{store['protocol']}://{store['base']}")
+    assert isinstance(storage.backend, store["backend"])
+    won, lost = _race(8, lambda i: storage.write_if_absent("lease/7.json", b"writer %d" % i, ".tmp-"))
+    assert len(won) == 1 and len(lost) == 7 and all(isinstance(e, FileExistsError) for e in lost), lost
+    assert storage.read_bytes("lease/7.json", limit=100) == b"writer %d" % won[0]
+
+    files = []
+    for i in range(4):
+        files.append(tmp_path / f"{i}.zip")
+        files[-1].write_bytes(bytes([i]) * 300_000)
+    won, lost = _race(4, lambda i: storage.put_new(str(files[i]), "state/0/0/12.zip", ".tmp-"))
+    assert len(won) == 1 and all(isinstance(e, FileExistsError) for e in lost), lost
+    assert storage.read_bytes("state/0/0/12.zip", limit=400_000) == files[won[0]].read_bytes()
+    with pytest.raises(FileExistsError):
+        storage.write_if_absent("state/0/0/12.zip", b"over it", ".tmp-")
+
+
+def test_the_lease_has_one_holder_when_two_actions_race_for_it(store) -> None:
+    """The maintenance lease rests on create-if-absent: two actions that ask for it at once on the
+    same checkpoint, one holds it, the other is refused naming it; once given back, it is free."""
+    storage = Storage(f"{store['protocol']}://{store['base']}/orders")
+    held = []
+
+    def take(i: int) -> None:
+        held.append(lease_for(storage, f"action {i}").acquire())
+
+    won, lost = _race(2, take)
+    assert len(won) == 1 and len(lost) == 1 and isinstance(lost[0], LeaseHeld), lost
+    held[0].release()
+    lease_for(storage, "after").acquire().release()
+
+
+def test_a_real_checkpoint_reads_as_on_a_local_disk_and_its_commands_answer(store, corpus) -> None:
+    """A checkpoint a real query wrote, uploaded as Spark's connector would have written it: the
+    model is the local one's (batches, stores, files), validation finds what it finds there (the
+    long chain), and `ckpt validate`, `lineage` and `inspect` answer on its URL as on the local
+    copy."""
+    local = corpus["long_chain"]
+    url = upload_checkpoint(
+        store["fs"], local, f"{store['base']}/long_chain", store["protocol"], store["spark"]
+    )
+    here, there = load_checkpoint(str(local)), load_checkpoint(url)
+    assert there.latest_committed_batch == here.latest_committed_batch
+    assert sorted(map(str, there.stores)) == sorted(map(str, here.stores))
+    assert {f.rel for f in there.files if not f.rel.endswith(".crc")} == {
+        f.rel for f in here.files if not f.rel.endswith(".crc")
+    }
+    found, expected = validate(there), validate(here)
+    assert found.ok and [f.code for f in found.findings] == [f.code for f in expected.findings]
+    for command in ("validate", "lineage", "inspect"):
+        out, local_out = ckpt(command, url, "--json"), ckpt(command, str(local), "--json")
+        assert out.returncode == local_out.returncode, (command, out.stderr[-2000:])
+        assert (
+            "Traceback" not in out.stderr
+            and json.loads(out.stdout).keys() == json.loads(local_out.stdout).keys()
+        )
+
+
+def test_a_url_for_the_store_names_its_backend(store) -> None:
+    """Each spelling Spark and fsspec use for the store reaches its own backend, not the generic one."""
+    spellings = {"azure": ("az://c/x", "abfs://c/x", "abfss://c/x"), "gcs": ("gs://b/x", "gcs://b/x")}
+    for url in spellings[store["name"]]:
+        assert isinstance(Storage(url).backend, store["backend"]), url
+
+
+def _files(fs, base: str) -> set[str]:
+    return {p[len(base) + 1 :] for p in fs.find(base)}
+
+
+def test_the_gcs_proxy_keeps_the_precondition_the_emulator_ignores(gcs) -> None:
+    """The emulator alone overwrites an object on `ifGenerationMatch=0`; through the proxy the
+    upload is refused with 412 as GCS documents, for a one-request upload and a resumable one."""
+    server, proxy, bucket = gcs
+    base = f"{bucket}/{uuid.uuid4().hex[:8]}"
+    direct = server.filesystem()
+    direct.pipe_file(f"{base}/x", b"1")
+    direct.pipe_file(f"{base}/x", b"2", mode="create")  # the emulator's own answer: replaced
+    assert direct.cat(f"{base}/x") == b"2"
+    proxied = server.filesystem(proxy.endpoint)
+    with pytest.raises(FileExistsError):
+        proxied.pipe_file(f"{base}/x", b"3", mode="create")
+    big = b"y" * (proxied.blocksize + 1)  # past one chunk: a resumable upload
+    proxied.pipe_file(f"{base}/big", big, mode="create")
+    with pytest.raises(FileExistsError):
+        proxied.pipe_file(f"{base}/big", b"z" * len(big), mode="create")
+    assert direct.cat(f"{base}/x") == b"2" and direct.cat(f"{base}/big") == big
+    assert _files(direct, base) == {"x", "big"}
+
+
+def test_an_empty_object_reads_as_empty_and_a_missing_one_as_missing(store) -> None:
+    """Azure refuses a range of an empty blob (416, InvalidRange, raised past adlfs as azure-core's
+    error): that is an empty file. A missing object is missing, even when its name holds `416`
+    (a snapshot's `11_..-4165-...zip` was once read as empty, and so as a broken zip)."""
+    storage = Storage(f"{store['protocol']}://{store['base']}/empty")
+    storage.write_if_absent("commits/0", b"", ".tmp-")
+    assert storage.read_bytes("commits/0", limit=10) == b""
+    assert storage.read_if_exists("state/0/0/11_51c4f939-5a7f-4165-9fe4.zip", limit=10) is None
+    assert storage.read_many(["commits/0"], limit=10) == {"commits/0": b""}
+
+
+def test_a_cleanup_there_then_a_fork_back_restarts_like_an_untouched_copy(
+    store, spark, corpus, corpus_root, tmp_path
+) -> None:
+    """`ckpt gc --apply` on the store deletes what the same plan deletes on a local copy, and
+    nothing else; the cleaned checkpoint forked back to a local disk (`ckpt fork`) restarts its
+    real query to the state of an untouched copy: the proof by restart, as Hadoop's abfs and gs
+    connectors are not in the registries this project installs from."""
+    from testbed.restart import scenario_named
+    from tests.support.state import restart_like_untouched
+
+    name = "snapshots"  # snapshots every few versions: the changelogs before them go
+    where = f"{store['base']}/{name}"
+    url = upload_checkpoint(store["fs"], corpus[name], where, store["protocol"], store["spark"])
+    # Objects are dated by their upload: a grace and a quiet period of a second, on both copies.
+    quick = ["--grace", "1s", "--unsafe-short-grace", "--quiet-period", "1s", "--unsafe-short-quiet-period"]
+    quiet = [*quick, "--query-stopped", "--retain-batches", "2", "--json"]
+    time.sleep(1.1)
+    local = copy_checkpoint(corpus[name], tmp_path / "local")
+    kept_locally = _cleaned_locally(local, quiet)
+    out = ckpt("gc", url, *quiet, "--apply")
+    assert out.returncode == 0, out.stderr[-2000:]
+    done = json.loads(out.stdout)
+    assert done["deleted"] > 0 and done["failed"] == 0, done
+    assert {rel for rel in _files(store["fs"], where) if not rel.endswith(".crc")} == kept_locally
+
+    back = tmp_path / "back"
+    out = ckpt("fork", url, str(back), "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    untouched = copy_checkpoint(corpus[name], tmp_path / "untouched")
+    scenario = scenario_named(name)
+    restart_like_untouched(spark, scenario, corpus_root / name, back, untouched, tmp_path / "more-input")
+
+
+def _cleaned_locally(local, args: list[str]) -> set[str]:
+    """What `ckpt gc --apply` keeps of a local copy, Hadoop's `.crc` files aside (on a store they
+    are whatever the upload copied: no reader's)."""
+    out = ckpt("gc", str(local), *args, "--apply")
+    assert out.returncode == 0, out.stderr[-2000:]
+    return {
+        str(p.relative_to(local)) for p in local.rglob("*") if p.is_file() and not p.name.endswith(".crc")
+    }
