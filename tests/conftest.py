@@ -249,7 +249,7 @@ def written_by():
 # (`stress`: no Java, but a minute each). A test that uses none is a unit test: it
 # runs without Java, from synthetic checkpoints and the lz4 writer (`make test-unit`).
 _CORPORA = {"corpus_root", "corpus", "defaults", "manifest", "loaded", "copy_of", "rescue", "operators"}
-_TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("cloud", {"azure", "gcs"}),
+_TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("cloud", {"azure", "gcs", "cloud_store"}),
           ("spark", {"spark", "written_by"}),
           ("corpus", _CORPORA))  # fmt: skip
 
@@ -266,7 +266,8 @@ _LONGEST_FIRST = ("orchestration/test_orchestration_e2e", "checkpoint/analysis/t
                   "checkpoint/fork/test_fork", "checkpoint/analysis/test_readiness",
                   "checkpoint/cleanup/test_gc_memory", "orchestration/test_commit_sensor",
                   "checkpoint/safety/test_lease", "checkpoint/test_history_on_s3",
-                  "checkpoint/retire/test_on_s3", "checkpoint/cleanup/test_on_s3")  # fmt: skip
+                  "checkpoint/retire/test_on_s3", "checkpoint/cleanup/test_on_s3",
+                  "checkpoint/storage/test_clouds")  # fmt: skip
 
 
 # The corpora a cold cache generates, by the fixture that needs each (used directly or through

@@ -25,7 +25,7 @@ from tests.support.cli import ckpt
 
 
 @pytest.fixture(params=["azure", "gcs"])
-def store(request) -> dict:
+def cloud_store(request) -> dict:
     """One store: its URL's protocol, the Spark connector's, a client past any proxy, and where a
     test puts its objects (a folder of its own in the session's container or bucket)."""
     if request.param == "azure":
@@ -57,13 +57,13 @@ def _race(n: int, attempt: Callable[[int], object]) -> tuple[list[int], list[Bas
     return won, lost
 
 
-def test_two_writers_racing_for_a_name_one_wins_and_the_other_is_refused(store, tmp_path) -> None:
+def test_two_writers_racing_for_a_name_one_wins_and_the_other_is_refused(cloud_store, tmp_path) -> None:
     """Create-if-absent is the store's own precondition (If-None-Match: * on Blob, ifGenerationMatch=0
     on GCS): of eight writers released at once on one name, one wins and the seven others get
     FileExistsError; the object holds the winner's bytes. The same for an upload from a file (a
     snapshot published by compaction), and a name already there is never replaced."""
-    storage = Storage(f"{store['protocol']}://{store['base']}")
-    assert isinstance(storage.backend, store["backend"])
+    storage = Storage(f"{cloud_store['protocol']}://{cloud_store['base']}")
+    assert isinstance(storage.backend, cloud_store["backend"])
     won, lost = _race(8, lambda i: storage.write_if_absent("lease/7.json", b"writer %d" % i, ".tmp-"))
     assert len(won) == 1 and len(lost) == 7 and all(isinstance(e, FileExistsError) for e in lost), lost
     assert storage.read_bytes("lease/7.json", limit=100) == b"writer %d" % won[0]
@@ -79,10 +79,10 @@ def test_two_writers_racing_for_a_name_one_wins_and_the_other_is_refused(store, 
         storage.write_if_absent("state/0/0/12.zip", b"over it", ".tmp-")
 
 
-def test_the_lease_has_one_holder_when_two_actions_race_for_it(store) -> None:
+def test_the_lease_has_one_holder_when_two_actions_race_for_it(cloud_store) -> None:
     """The maintenance lease rests on create-if-absent: two actions that ask for it at once on the
     same checkpoint, one holds it, the other is refused naming it; once given back, it is free."""
-    storage = Storage(f"{store['protocol']}://{store['base']}/orders")
+    storage = Storage(f"{cloud_store['protocol']}://{cloud_store['base']}/orders")
     held = []
 
     def take(i: int) -> None:
@@ -94,14 +94,18 @@ def test_the_lease_has_one_holder_when_two_actions_race_for_it(store) -> None:
     lease_for(storage, "after").acquire().release()
 
 
-def test_a_real_checkpoint_reads_as_on_a_local_disk_and_its_commands_answer(store, corpus) -> None:
+def test_a_real_checkpoint_reads_as_on_a_local_disk_and_its_commands_answer(cloud_store, corpus) -> None:
     """A checkpoint a real query wrote, uploaded as Spark's connector would have written it: the
     model is the local one's (batches, stores, files), validation finds what it finds there (the
     long chain), and `ckpt validate`, `lineage` and `inspect` answer on its URL as on the local
     copy."""
     local = corpus["long_chain"]
     url = upload_checkpoint(
-        store["fs"], local, f"{store['base']}/long_chain", store["protocol"], store["spark"]
+        cloud_store["fs"],
+        local,
+        f"{cloud_store['base']}/long_chain",
+        cloud_store["protocol"],
+        cloud_store["spark"],
     )
     here, there = load_checkpoint(str(local)), load_checkpoint(url)
     assert there.latest_committed_batch == here.latest_committed_batch
@@ -120,11 +124,11 @@ def test_a_real_checkpoint_reads_as_on_a_local_disk_and_its_commands_answer(stor
         )
 
 
-def test_a_url_for_the_store_names_its_backend(store) -> None:
+def test_a_url_for_the_store_names_its_backend(cloud_store) -> None:
     """Each spelling Spark and fsspec use for the store reaches its own backend, not the generic one."""
     spellings = {"azure": ("az://c/x", "abfs://c/x", "abfss://c/x"), "gcs": ("gs://b/x", "gcs://b/x")}
-    for url in spellings[store["name"]]:
-        assert isinstance(Storage(url).backend, store["backend"]), url
+    for url in spellings[cloud_store["name"]]:
+        assert isinstance(Storage(url).backend, cloud_store["backend"]), url
 
 
 def _files(fs, base: str) -> set[str]:
@@ -151,11 +155,11 @@ def test_the_gcs_proxy_keeps_the_precondition_the_emulator_ignores(gcs) -> None:
     assert _files(direct, base) == {"x", "big"}
 
 
-def test_an_empty_object_reads_as_empty_and_a_missing_one_as_missing(store) -> None:
+def test_an_empty_object_reads_as_empty_and_a_missing_one_as_missing(cloud_store) -> None:
     """Azure refuses a range of an empty blob (416, InvalidRange, raised past adlfs as azure-core's
     error): that is an empty file. A missing object is missing, even when its name holds `416`
     (a snapshot's `11_..-4165-...zip` was once read as empty, and so as a broken zip)."""
-    storage = Storage(f"{store['protocol']}://{store['base']}/empty")
+    storage = Storage(f"{cloud_store['protocol']}://{cloud_store['base']}/empty")
     storage.write_if_absent("commits/0", b"", ".tmp-")
     assert storage.read_bytes("commits/0", limit=10) == b""
     assert storage.read_if_exists("state/0/0/11_51c4f939-5a7f-4165-9fe4.zip", limit=10) is None
@@ -163,7 +167,7 @@ def test_an_empty_object_reads_as_empty_and_a_missing_one_as_missing(store) -> N
 
 
 def test_a_cleanup_there_then_a_fork_back_restarts_like_an_untouched_copy(
-    store, spark, corpus, corpus_root, tmp_path
+    cloud_store, spark, corpus, corpus_root, tmp_path
 ) -> None:
     """`ckpt gc --apply` on the store deletes what the same plan deletes on a local copy, and
     nothing else; the cleaned checkpoint forked back to a local disk (`ckpt fork`) restarts its
@@ -173,8 +177,10 @@ def test_a_cleanup_there_then_a_fork_back_restarts_like_an_untouched_copy(
     from tests.support.state import restart_like_untouched
 
     name = "snapshots"  # snapshots every few versions: the changelogs before them go
-    where = f"{store['base']}/{name}"
-    url = upload_checkpoint(store["fs"], corpus[name], where, store["protocol"], store["spark"])
+    where = f"{cloud_store['base']}/{name}"
+    url = upload_checkpoint(
+        cloud_store["fs"], corpus[name], where, cloud_store["protocol"], cloud_store["spark"]
+    )
     # Objects are dated by their upload: a grace and a quiet period of a second, on both copies.
     quick = ["--grace", "1s", "--unsafe-short-grace", "--quiet-period", "1s", "--unsafe-short-quiet-period"]
     quiet = [*quick, "--query-stopped", "--retain-batches", "2", "--json"]
@@ -185,7 +191,7 @@ def test_a_cleanup_there_then_a_fork_back_restarts_like_an_untouched_copy(
     assert out.returncode == 0, out.stderr[-2000:]
     done = json.loads(out.stdout)
     assert done["deleted"] > 0 and done["failed"] == 0, done
-    assert {rel for rel in _files(store["fs"], where) if not rel.endswith(".crc")} == kept_locally
+    assert {rel for rel in _files(cloud_store["fs"], where) if not rel.endswith(".crc")} == kept_locally
 
     back = tmp_path / "back"
     out = ckpt("fork", url, str(back), "--json")
