@@ -4,8 +4,9 @@ A checkpoint is addressed by a URL (plain path, file://, s3://, any fsspec proto
 the model are relative to the checkpoint root and always use `/`, whatever the backend. The front
 (`front.Storage`: a root, its children, pickling, call counting, one error) reaches the bytes
 through one `backend.Backend` per storage, each in its own module: `local` (durable writes, the
-kernel's reads), `s3` (botocore's calls: conditional writes, bulk deletes, server-side copies) and
-`generic` (fsspec's calls, for any other protocol, and what the other two start from); `urls`
+kernel's reads), `s3` (botocore's calls: conditional writes, bulk deletes, server-side copies),
+`azure` and `gcs` (the store's own create precondition through adlfs and gcsfs, server-side
+copies) and `generic` (fsspec's calls, for any other protocol, and what the others start from); `urls`
 gives every location one spelling; `files` what they all answer with. The layers above ask a
 backend what it is like (`latency_bound`, `appends`, `hidden_checksums`), never which it is.
 

@@ -324,20 +324,60 @@ class FsspecBackend:
         return f"{self.protocol}://{root}"
 
 
+class PreconditionBackend(FsspecBackend):
+    """A store whose fsspec filesystem sends the store's own create-if-absent precondition for
+    `mode="create"` and has a server-side copy and a DELETE that answers once the object is gone
+    (Azure's adlfs, GCS's gcsfs: each proven by two writers racing, tests/checkpoint/storage/
+    test_clouds.py). The generic backend trusts no such thing of a filesystem it has not seen."""
+
+    def write_new(self, target: str, data: bytes, temp_prefix: str) -> str | None:
+        """One upload the store itself refuses to land on an existing object, so of two writers
+        racing for a name exactly one wins, with no window between a check and the write."""
+        try:
+            self.fs.pipe_file(target, data, mode="create")
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            raise write_error(exc, target) from exc
+        return None
+
+    def put_new(self, local_path: str, target: str, temp_prefix: str) -> None:
+        """`write_new` streamed from the file, in the store's blocks or chunks: the precondition
+        is checked when the object is committed, so it appears whole or not at all."""
+        try:
+            self.fs.put_file(local_path, target, mode="create")
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            raise write_error(exc, target) from exc
+
+    def copies_to(self, other: Backend) -> bool:
+        return other.fs is self.fs  # one endpoint, one set of credentials
+
+    def copy(self, source: str, target: str, size: int, calls: Calls) -> None:
+        calls.add("copy")
+        self.fs.cp_file(source, target)
+
+    def delete(
+        self,
+        root: str,
+        rels: list[str],
+        fence: str | None = None,
+        folders: dict[str, list[int]] | None = None,
+    ) -> dict[str, str]:
+        """One DELETE a file, `DELETES_AT_ONCE` in flight, each answered on its own: {rel: why}
+        of the files not deleted, a file already gone counting as deleted."""
+        from fsspec.asyn import _run_coros_in_chunks, sync
+
+        coros = [self.fs._rm_file(f"{root}/{rel}") for rel in rels]
+        at_once = {"batch_size": DELETES_AT_ONCE, "return_exceptions": True}
+        got = sync(self.fs.loop, _run_coros_in_chunks, coros, **at_once)
+        errors = {}
+        for rel, result in zip(rels, got, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, FileNotFoundError):
+                errors[rel] = f"{type(result).__name__}: {result}"
+        self.fs.invalidate_cache(root)
+        return errors
+
+
 DELETES_AT_ONCE = 16
-
-
-def delete_side_by_side(fs: Any, root: str, rels: list[str]) -> dict[str, str]:
-    """One DELETE a file through an asynchronous fsspec filesystem, `DELETES_AT_ONCE` in flight,
-    each answered on its own: {rel: why} of the files not deleted, a file already gone counting
-    as deleted. For stores whose DELETE answers only once the object is gone (Azure, GCS)."""
-    from fsspec.asyn import _run_coros_in_chunks, sync
-
-    coros = [fs._rm_file(f"{root}/{rel}") for rel in rels]
-    got = sync(fs.loop, _run_coros_in_chunks, coros, batch_size=DELETES_AT_ONCE, return_exceptions=True)
-    errors = {}
-    for rel, result in zip(rels, got, strict=True):
-        if isinstance(result, BaseException) and not isinstance(result, FileNotFoundError):
-            errors[rel] = f"{type(result).__name__}: {result}"
-    fs.invalidate_cache(root)
-    return errors
