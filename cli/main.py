@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -37,8 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Store clients that log a failure, traceback and all, before they raise it (gcsfs' "out of
+# retries"): the error reaches the terminal once, as the command's one line.
+_QUIET_CLIENTS = ("gcsfs", "adlfs", "azure")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for name in _QUIET_CLIENTS:
+        logging.getLogger(name).addHandler(logging.NullHandler())
     with shown(sys.stderr, quiet=args.json) as progress:
         try:
             result: Result | int = args.run(args)

@@ -85,11 +85,15 @@ class DestState:
 
 
 def inspect_dest(dest: Storage) -> DestState:
-    """DEST's files (one listing: DEST is the fork's own size) and its fork markers, if any."""
+    """DEST's files (one listing: DEST is the fork's own size) and its fork markers, if any. A
+    file (an object) at DEST's own name is refused: a listing shows it as nothing, and the fork
+    would write its checkpoint beside it."""
     try:
         files = {f.rel: f for f in dest.list_files()}
     except NotACheckpointError:  # nothing there yet
         files = {}
+    if not files and dest.stat("") is not None:
+        raise ForkRefused("the destination is a file, not a folder", dest.url)
     started = complete = None
     if FORK_STARTED in files:
         started = ForkStarted.parse(

@@ -156,17 +156,26 @@ def _listed_into(storage: Storage, out: BinaryIO) -> _Listed:
 
 
 def nested_holders(files: Iterable[FileInfo]) -> set[str]:
-    """The folders below the checkpoint that hold a `metadata`: each may be a checkpoint of its
-    own (`refuse_nested`). An operator's `state/<op>/_metadata` is one too: Spark's holds no log
-    folders, but a checkpoint put there would otherwise pass for operator metadata. One listing
-    an operator, as many as a query has."""
-    return {f.rel.rpartition("/")[0] for f in files if f.rel.endswith("/metadata")}
+    """The folders below the checkpoint that may be a checkpoint of their own (`refuse_nested`):
+    each that holds a `metadata` (an operator's `state/<op>/_metadata` too: Spark's holds no log
+    folders, but a checkpoint put there would pass for operator metadata; one listing an
+    operator), and each that holds an `offsets/` or `commits/` folder with a file in it, since
+    Spark restarts a checkpoint whose `metadata` is gone from its logs, under a new id."""
+    holders = set()
+    for f in files:
+        parts = f.rel.split("/")
+        if parts[-1] == "metadata" and len(parts) > 1:
+            holders.add("/".join(parts[:-1]))
+        for i, part in enumerate(parts[1:-1], start=1):
+            if part in ("offsets", "commits"):
+                holders.add("/".join(parts[:i]))
+    return holders
 
 
 def refuse_nested(storage: Storage, holders: Iterable[str]) -> None:
-    """A folder below the checkpoint that is a checkpoint itself (its own `metadata` beside
-    `offsets/` or `commits/`, even empty ones: a query that has not written a batch yet) is not this
-    one's to delete. `holders`: `nested_holders` of its files."""
+    """A folder below the checkpoint that is a checkpoint itself (`offsets/` or `commits/` in it,
+    beside its own `metadata`, even empty ones: a query that has not written a batch yet; or
+    without one) is not this one's to delete. `holders`: `nested_holders` of its files."""
     for folder in sorted(holders):
         logs = {sub.rsplit("/", 1)[1] for sub in storage.list_dir(folder).folders}
         if logs & {"offsets", "commits"}:

@@ -11,8 +11,25 @@ What the shared `PreconditionBackend` relies on, as Blob Storage does it:
 
 from __future__ import annotations
 
+from checkpoint.storage.files import FileInfo
 from checkpoint.storage.generic import PreconditionBackend
 
 
 class AzureBackend(PreconditionBackend):
-    pass
+    def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
+        """One `Get Blob Properties` (a HEAD): adlfs' `info` lists the name as a folder too when
+        it is missing."""
+        from azure.core.exceptions import ResourceNotFoundError
+        from fsspec.asyn import sync
+
+        container, blob, _ = self.fs.split_path(path)
+
+        async def head():
+            async with self.fs.service_client.get_blob_client(container, blob) as client:
+                return await client.get_blob_properties()
+
+        try:
+            props = sync(self.fs.loop, head)
+        except ResourceNotFoundError:
+            return None
+        return FileInfo(rel, int(props.size or 0), props.last_modified.timestamp())

@@ -65,6 +65,8 @@ class FsspecBackend:
             found = self.fs.find(top, withdirs=False, detail=True)
         finally:
             self._forget_listings(top)
+        if not isinstance(found, dict):  # adlfs finds a lone blob given as the folder as a list
+            found = {}
         return found_files(found, prefix, top)
 
     def _forget_listings(self, top: str) -> None:

@@ -148,7 +148,8 @@ def _open_folder(path: str, real: str | None) -> int:
         where = where_open(fd, path)
         if where != real:
             os.close(fd)
-            if where.endswith(" (deleted)"):  # removed since it was opened
+            # Linux marks a folder removed since it was opened so; a folder really named so is not
+            if where.endswith(" (deleted)") and not os.path.lexists(where):
                 raise FileNotFoundError(errno.ENOENT, "removed while it was listed", path)
             raise OutsideCheckpointError(f"a folder replaced while it was listed, now at {where}", path)
     return fd

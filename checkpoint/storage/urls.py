@@ -81,6 +81,13 @@ def normalize_url(url: str) -> str:
         path = os.path.abspath(os.path.expanduser(path))
         return re.sub("/{2,}", "/", path)  # abspath keeps a leading "//" (POSIX allows it)
     refuse_userinfo(url, "the location")
+    if "?" in path or "#" in path:
+        # A query is where a SAS token or a signature rides (`?sv=...&sig=...`): never a path's.
+        raise StorageError(
+            "the location carries a query: give credentials (a SAS token, a signature) through the "
+            "environment, never in a URL",
+            f"{protocol}://{re.split('[?#]', path, maxsplit=1)[0]}?***",
+        )
     protocol = _PROTOCOL_ALIASES.get(protocol, protocol)
     path = re.sub("/{2,}", "/", path)
     return f"{protocol}://{path.rstrip('/') or path}"

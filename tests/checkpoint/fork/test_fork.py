@@ -163,8 +163,11 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
     plain = copy_checkpoint(corpus["snapshots"], tmp_path / "plain")
     for offsets in (foreign / "offsets").glob("[0-9]*"):
         offsets.write_text(offsets.read_text().replace("RocksDBStateStoreProvider", "KvStoreProvider"))
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("someone's")
     cases = {
         "not empty": ([str(plain), str(busy)], "the destination is not empty"),
+        "a file": ([str(plain), str(a_file)], "the destination is a file, not a folder"),
         "unknown batch": ([str(plain), str(tmp_path / "a"), "--batch", "99"],
                           "batch 99 is not in the commit log (it holds batches 0-11)"),
         "pruned": ([str(pruned), str(tmp_path / "b"), "--batch", "12"],
@@ -183,7 +186,10 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
     assert not [p for p in tmp_path.iterdir() if p.name in "abcd"]  # refused before writing anything
     # A DEST that is not this fork's is refused before the leases: no record beside somebody's folder.
     trails = tmp_path / "_ckpt_audit"
-    assert trails.is_dir() and not list(trails.glob("busy-*")), sorted(p.name for p in trails.iterdir())
+    assert trails.is_dir() and not list(trails.glob("busy-*")) and not list(trails.glob("notes.txt-*")), (
+        sorted(p.name for p in trails.iterdir())
+    )
+    assert a_file.read_text() == "someone's"
 
 
 def test_a_rerun_of_a_complete_fork_copies_nothing(corpus, tmp_path) -> None:

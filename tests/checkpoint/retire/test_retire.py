@@ -154,6 +154,14 @@ def test_only_a_dormant_checkpoint_of_its_own_is_planned(corpus, tmp_path) -> No
     date_to(orders, 9 * DAY)
     out = ckpt("retire", str(orders), "--no-archive")
     assert out.returncode == 2 and "holds another checkpoint (state/0/_metadata)" in out.stderr
+    shutil.rmtree(orders / "state/0/_metadata")
+    # One whose `metadata` is gone: Spark restarts it from its logs, under a new id.
+    inner = orders / "state/0/0/inner"
+    shutil.copytree(corpus["long_chain"], inner)
+    (inner / "metadata").unlink()
+    date_to(orders, 9 * DAY)
+    out = ckpt("retire", str(orders), "--no-archive")
+    assert out.returncode == 2 and "holds another checkpoint (state/0/0/inner)" in out.stderr
     out = ckpt("retire", str(root), "--no-archive")  # the folder that holds them is no checkpoint
     assert out.returncode == 2 and "not a checkpoint" in out.stderr
     assert not (root / AUDIT_FOLDER).exists() or not list((root / AUDIT_FOLDER).rglob("*.retire.jsonl"))

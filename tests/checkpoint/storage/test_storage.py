@@ -435,3 +435,17 @@ def test_a_folder_swapped_for_a_link_while_it_is_walked_is_refused(
     monkeypatch.setattr(local.os, "open", swap_then_open)
     with pytest.raises(OutsideCheckpointError, match="replaced while it was listed, now at .*outside"):
         listing()
+
+
+def test_a_url_with_a_query_is_refused_without_echoing_it() -> None:
+    """A SAS token or a signature rides in a URL's query (`?sv=...&sig=...`): such a URL is refused
+    before anything is opened, and the message shows the path, never the query; as a path, the
+    query would have named objects and trails (`f9?sig=.../`)."""
+    for url in (
+        "az://c/streams/join?sv=2020&sig=SECRETSIG",
+        "gs://b/x#sig=SECRETSIG",
+        "s3://b/x?X-Amz-Signature=SECRETSIG",
+    ):
+        with pytest.raises(StorageError) as refused:
+            Storage(url)
+        assert "SECRETSIG" not in str(refused.value) and "query" in str(refused.value), url
