@@ -27,12 +27,11 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from testbed.forwarding import Forwarding
 from testbed.s3server import free_ports
-
-_DROP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
 def operation(method: str, path: str, query: dict[str, list[str]]) -> str:
@@ -101,71 +100,34 @@ class GCSProxy:
     def _handler(self):
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def _body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks = []
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0], 16)
-                        chunk = self.rfile.read(size)
-                        self.rfile.readline()
-                        if size == 0:
-                            break
-                        chunks.append(chunk)
-                    return b"".join(chunks)
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-            def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-                self.send_response(status)
-                for k, v in headers:
-                    if k.lower() not in _DROP:
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
+        class Handler(Forwarding):
+            upstream = proxy.upstream
 
             def _refuse(self, name: str) -> None:
                 error = {"code": 412, "message": f"At least one of the pre-conditions you specified did not "
                                                  f"hold (the object {name} exists)"}  # fmt: skip
                 body = json.dumps({"error": {**error, "errors": [{**error, "reason": "conditionNotMet"}]}})
-                self._reply(412, [("Content-Type", "application/json")], body.encode())
-
-            def _forward(self, body: bytes):
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _DROP}
-                conn = http.client.HTTPConnection(*proxy.upstream, timeout=120)
-                try:
-                    conn.request(self.command, self.path, body=body or None, headers=headers)
-                    resp = conn.getresponse()
-                    return resp.status, resp.getheaders(), resp.read()
-                finally:
-                    conn.close()
+                self.reply(412, [("Content-Type", "application/json")], body.encode())
 
             def _handle(self):
                 parsed = urllib.parse.urlsplit(self.path)
                 query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
                 op = operation(self.command, parsed.path, query)
-                body = self._body() if self.command in ("PUT", "POST") else b""
+                body = self.body() if self.command in ("PUT", "POST") else b""
                 span = self.headers.get("Content-Range", "")
                 created = _created(parsed.path, query, body, proxy.resumable, span)
                 with proxy.lock:
                     proxy.requests.append(Request(self.command, op, parsed.path, created is not None))
                 if created is None:
-                    return self._reply(*self._forward(body))
+                    return self.reply(*self.forward(self.forwarded_headers(), body))
                 with proxy.creating:
                     if proxy.exists(*created):
                         return self._refuse(created[1])
-                    status, headers, answer = self._forward(body)
+                    status, headers, answer = self.forward(self.forwarded_headers(), body)
                     upload_id = _upload_id(headers)
                     if upload_id and "uploadType" in query:  # a resumable upload began: check its end too
                         proxy.resumable[upload_id] = created
-                    self._reply(status, headers, answer)
+                    self.reply(status, headers, answer)
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = _handle
 

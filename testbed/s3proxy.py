@@ -9,18 +9,18 @@ client's signature covers the body), so a key reported as failed really is still
 from __future__ import annotations
 
 import hashlib
-import http.client
 import threading
 import urllib.parse
 import xml.etree.ElementTree as ET
 from base64 import b64encode
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from testbed.forwarding import Forwarding
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 CUT_TOKEN = "ckpt-proxy-cut"
-_DROP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
 @dataclass(frozen=True)
@@ -102,54 +102,13 @@ class S3Proxy:
     def _handler(self):
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # A reply is written as headers, then body: with Nagle's algorithm on, the body waits for
-            # the client's delayed ACK of the headers (up to 40 ms on Linux), a stall S3 never adds.
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args):
-                pass
-
-            def _body(self) -> bytes:
-                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                    chunks = []
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0], 16)
-                        chunk = self.rfile.read(size)
-                        self.rfile.readline()
-                        if size == 0:
-                            break
-                        chunks.append(chunk)
-                    return b"".join(chunks)
-                return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-            def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-                self.send_response(status)
-                length = str(len(body))
-                for k, v in headers:
-                    if k.lower() == "content-length" and self.command == "HEAD":
-                        length = v  # a HEAD answers with the object's size and no body
-                    elif k.lower() not in _DROP:
-                        self.send_header(k, v)
-                self.send_header("Content-Length", length)
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
+        class Handler(Forwarding):
+            upstream = proxy.upstream
 
             def _error(self, status: int, code: str) -> None:
                 body = f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
                 body += "<Message>injected by the test proxy</Message></Error>"
-                self._reply(status, [("Content-Type", "application/xml")], body.encode())
-
-            def _forward(self, headers: dict[str, str], body: bytes):
-                conn = http.client.HTTPConnection(*proxy.upstream, timeout=120)
-                try:
-                    conn.request(self.command, self.path, body=body or None, headers=headers)
-                    resp = conn.getresponse()
-                    return resp.status, resp.getheaders(), resp.read()
-                finally:
-                    conn.close()
+                self.reply(status, [("Content-Type", "application/xml")], body.encode())
 
             def _handle(self):
                 parsed = urllib.parse.urlsplit(self.path)
@@ -157,7 +116,7 @@ class S3Proxy:
                 op = operation(self.command, parsed.path, query)
                 if op == "PutObject" and "x-amz-copy-source" in {k.lower() for k in self.headers}:
                     op = "CopyObject"  # server-side: the bytes never pass the proxy
-                body = self._body() if self.command in ("PUT", "POST") else b""
+                body = self.body() if self.command in ("PUT", "POST") else b""
                 with proxy.lock:
                     prefix = (query.get("prefix") or [""])[0]
                     condition = next((h for h in ("If-None-Match", "If-Match") if h in self.headers), "")
@@ -168,16 +127,16 @@ class S3Proxy:
                     return self._error(503, "SlowDown")
                 if op == "ListObjectsV2" and query.get("continuation-token") == [CUT_TOKEN]:
                     return self._error(500, "InternalError")
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _DROP}
+                headers = self.forwarded_headers()
                 withheld: list[str] = []
                 if op == "DeleteObjects" and proxy.faults.fail_delete_keys:
                     body, headers, withheld = proxy._withhold(self.path, headers, body)
-                status, resp_headers, resp_body = self._forward(headers, body)
+                status, resp_headers, resp_body = self.forward(headers, body)
                 if op == "ListObjectsV2" and status == 200 and proxy.faults.cut_listing_after is not None:
                     resp_body = _cut_listing(resp_body, proxy.faults.cut_listing_after)
                 if withheld and status == 200:
                     resp_body = _add_errors(resp_body, withheld)
-                self._reply(status, resp_headers, resp_body)
+                self.reply(status, resp_headers, resp_body)
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
