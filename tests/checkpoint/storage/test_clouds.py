@@ -26,8 +26,9 @@ from tests.support.cli import ckpt
 
 @pytest.fixture(params=["azure", "gcs"])
 def cloud_store(request) -> dict:
-    """One store: its URL's protocol, the Spark connector's, a client past any proxy, and where a
-    test puts its objects (a folder of its own in the session's container or bucket)."""
+    """One store: its URL's protocol, the Spark connector's, the client a test sets up with (on
+    GCS through the proxy, so its uploads keep the precondition too), and where a test puts its
+    objects (a folder of its own in the session's container or bucket)."""
     if request.param == "azure":
         server, container = request.getfixturevalue("azure")
         return {"name": "azure", "protocol": "az", "spark": "abfs", "fs": server.filesystem(),
