@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.cache import cache_home
-from testbed.s3server import free_ports
+from testbed.s3server import free_ports, stop_process, wait_serving
 
 AZURITE = "3.35.0"
 ACCOUNT = "devstoreaccount1"
@@ -66,12 +63,7 @@ class Azurite:
         return adlfs.AzureBlobFileSystem(**self.storage_options(), skip_instance_cache=True)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 def start_azurite(workdir: Path) -> Azurite:
@@ -83,19 +75,8 @@ def start_azurite(workdir: Path) -> Azurite:
     args = [str(azurite_binary()), *where, "--skipApiVersionCheck", "--loose"]
     process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=workdir)
     server = Azurite(f"http://127.0.0.1:{port}/{ACCOUNT}", process, log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"azurite exited with {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(server.endpoint + "?comp=list", timeout=2)
-            return server
-        except urllib.error.HTTPError:  # any answer (an unsigned request is refused): serving
-            return server
-        except OSError:
-            time.sleep(0.3)
-    server.stop()
-    raise RuntimeError(f"azurite did not start within 60 s: {log.read_text()[-2000:]}")
+    wait_serving(process, log, server.endpoint + "?comp=list", "azurite")
+    return server
 
 
 @contextmanager

@@ -19,7 +19,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,7 +30,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from testbed.forwarding import Forwarding
-from testbed.s3server import free_ports
+from testbed.s3server import free_ports, stop_process, wait_serving
 
 
 def operation(method: str, path: str, query: dict[str, list[str]]) -> str:
@@ -189,12 +188,7 @@ class GCSEmulator:
                              skip_instance_cache=True)  # fmt: skip
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 def start_gcs_emulator(workdir: Path, bucket: str) -> GCSEmulator:
@@ -207,19 +201,8 @@ def start_gcs_emulator(workdir: Path, bucket: str) -> GCSEmulator:
             "--default-bucket", bucket]  # fmt: skip
     process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=workdir)
     server = GCSEmulator(f"http://127.0.0.1:{port}", process, log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the GCS emulator exited ({process.returncode}): {log.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(f"{server.endpoint}/storage/v1/b/{bucket}", timeout=2)
-            return server
-        except urllib.error.HTTPError:
-            return server
-        except OSError:
-            time.sleep(0.3)
-    server.stop()
-    raise RuntimeError(f"the GCS emulator did not start within 60 s: {log.read_text()[-2000:]}")
+    wait_serving(process, log, f"{server.endpoint}/storage/v1/b/{bucket}", "the GCS emulator")
+    return server
 
 
 @contextmanager

@@ -33,6 +33,34 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def stop_process(process: subprocess.Popen) -> None:
+    """A test server stopped: terminated, killed after 5 s (nothing to lose by a kill)."""
+    process.terminate()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def wait_serving(process: subprocess.Popen, log: Path, url: str, name: str, seconds: float = 60) -> None:
+    """Until `url` answers at all (an unsigned request refused counts: the server serves); a
+    server that exits or does not answer within `seconds` is stopped and raises, with its log."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited ({process.returncode}): {log.read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.3)
+    stop_process(process)
+    raise RuntimeError(f"{name} did not start within {seconds:g} s: {log.read_text()[-2000:]}")
+
+
 def weed_binary() -> str:
     found = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
     if not found:
@@ -63,12 +91,7 @@ class S3Server:
         return s3fs.S3FileSystem(**self.storage_options(), skip_instance_cache=True)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)  # a test server: nothing to lose by a kill
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
 
 
 def start_s3_server(workdir: Path, access_key: str, secret_key: str, region: str) -> S3Server:

@@ -330,18 +330,8 @@ class PreconditionBackend(FsspecBackend):
     """A store whose fsspec filesystem sends the store's own create-if-absent precondition for
     `mode="create"` and has a server-side copy and a DELETE that answers once the object is gone
     (Azure's adlfs, GCS's gcsfs: each proven by two writers racing, tests/checkpoint/storage/
-    test_clouds.py). The generic backend trusts no such thing of a filesystem it has not seen."""
-
-    def write_new(self, target: str, data: bytes, temp_prefix: str) -> str | None:
-        """One upload the store itself refuses to land on an existing object, so of two writers
-        racing for a name exactly one wins, with no window between a check and the write."""
-        try:
-            self.fs.pipe_file(target, data, mode="create")
-        except FileExistsError:
-            raise
-        except OSError as exc:
-            raise write_error(exc, target) from exc
-        return None
+    test_clouds.py). The generic backend trusts no such thing of a filesystem it has not seen.
+    `write_new` is the generic one (`mode="create"`), here with the store's refusal behind it."""
 
     def put_new(self, local_path: str, target: str, temp_prefix: str) -> None:
         """`write_new` streamed from the file, in the store's blocks or chunks: the precondition
