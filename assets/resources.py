@@ -69,12 +69,15 @@ _HIDE_INPUT = ConfigDict(hide_input_in_errors=True)
 
 
 class CheckpointRoot(dg.Config):
-    """A folder (any fsspec URL) under which checkpoints are found at any depth."""
+    """A folder (a path, or a URL on a proven store: docs/storage.md) under which checkpoints are
+    found at any depth."""
 
     model_config = _HIDE_INPUT
 
     name: str = Field(description="Short, stable name: the first part of every partition key under it")
-    url: str = Field(description="file:///..., s3://bucket/prefix, or any fsspec URL")
+    url: str = Field(
+        description="file:///..., s3://bucket/prefix, az://container/prefix or gs://bucket/prefix"
+    )
     storage_options: dict[str, Any] = Field(
         default_factory=dict, description="Passed to fsspec (e.g. endpoint_url, anon); never logged"
     )

@@ -38,6 +38,11 @@ class StorageError(CheckpointError):
     """Listing or reading failed (permissions, network, a listing cut short)."""
 
 
+class UnprovenStorageError(StorageError):
+    """A store no test of this project runs against: refused, or with the user's leave read and
+    never written (docs/storage.md)."""
+
+
 class UntrustedFileError(StorageError):
     """A path a checkpoint holds that is no regular file of its own: nothing of it was read."""
 

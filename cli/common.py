@@ -18,7 +18,7 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1
 EXIT_UNREADABLE = 2
 
-WHERE = "checkpoint folder: a path or any fsspec URL (file://, s3://, ...)"
+WHERE = "checkpoint folder: a path or a URL (file://, s3://, az://, gs://)"
 
 
 class Terminated(KeyboardInterrupt):

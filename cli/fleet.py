@@ -99,7 +99,7 @@ def _expired(url: str) -> dict[str, Any]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fleet", help="one row per checkpoint under the roots, most urgent first")
-    p.add_argument("roots", nargs="+", help="folders or fsspec URLs holding checkpoints at any depth")
+    p.add_argument("roots", nargs="+", help="folders or URLs holding checkpoints at any depth")
     p.add_argument("--plan", action="store_true",
                    help="make a fresh dry-run cleanup plan of each checkpoint (each lists all of its "
                    "checkpoint); default: the reclaimable bytes of the newest plan in its audit "

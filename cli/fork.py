@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fork", help="a new checkpoint holding exactly what recovery at a committed batch "
                        "reads: relocate, roll back, or audit a copy")  # fmt: skip
     p.add_argument("source", help=WHERE)
-    p.add_argument("dest", help="an empty folder or URL (any fsspec URL; S3 to S3 copies server-side)")
+    p.add_argument("dest", help="an empty folder or URL (copied server-side within one object store)")
     p.add_argument("--batch", type=BATCH_ID, help="a committed batch (default: the latest committed)")
     p.add_argument("--new-query-id", action="store_true",
                    help="give the fork a query id of its own (sinks that remember batches: "

@@ -20,6 +20,7 @@ import sys
 
 from checkpoint.analysis import printable
 from checkpoint.errors import CheckpointError, Stopped
+from checkpoint.storage import UNPROVEN_LEAVE
 
 from . import compact, expiry, fleet, fork, gc, migrate, read, rehearse, repartition, retire
 from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result, Terminated
@@ -45,6 +46,8 @@ _QUIET_CLIENTS = ("gcsfs", "adlfs", "azure")
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "unproven_storage", False):
+        os.environ[UNPROVEN_LEAVE] = "1"  # in the environment: the command's worker processes read it too
     for name in _QUIET_CLIENTS:
         logging.getLogger(name).addHandler(logging.NullHandler())
     with shown(sys.stderr, quiet=args.json) as progress:

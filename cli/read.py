@@ -20,7 +20,7 @@ from checkpoint.expiry import expired_report
 from checkpoint.model import FoundCheckpoint, checkpoint_lineage, load_census, load_head, within_deadline
 from checkpoint.model import scan as find
 from checkpoint.policy import POLICY
-from checkpoint.storage import Storage
+from checkpoint.storage import UNPROVEN_LEAVE, Storage
 
 from . import render
 from .common import BATCH_ID, EXIT_FINDINGS, WHERE, Result, add_dormant_after, whole
@@ -110,8 +110,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=validate_command)
 
     p = sub.add_parser("scan", help="every checkpoint under a root, at any depth, with its health")
-    p.add_argument("root", help="a folder or any fsspec URL")
+    p.add_argument("root", help="a folder or URL")
     p.set_defaults(run=scan)
+
+    for name in ("inspect", "lineage", "validate", "scan"):
+        sub.choices[name].add_argument(
+            "--unproven-storage", action="store_true",
+            help="read a store no test here runs against, through fsspec's generic calls (as "
+                 f"{UNPROVEN_LEAVE}=1); nothing is ever written there",
+        )  # fmt: skip
 
     for name in ("validate", "scan"):
         sub.choices[name].add_argument(

@@ -1,20 +1,25 @@
-"""A real Azure Blob Storage server on loopback for the tests: Azurite, from the npm registry.
+"""A real Azure Blob Storage server on loopback for the tests: Azurite, from the npm registry,
+behind a proxy that counts requests by Blob Storage's operation names.
 
 Installed once into the cache (`npm install azurite@AZURITE`, about a minute) when it is missing;
 its blob service alone, bound to 127.0.0.1 on a free port, data in the test's folder. The account
-is Azurite's well-known development account, whose key is public: nothing here is a secret.
+is Azurite's well-known development account, whose key is public: nothing here is a secret. A
+request's Shared Key signature covers its path, query and `x-ms-` headers, not the host, so it
+passes the proxy unchanged.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.cache import cache_home
+from testbed.forwarding import CountingProxy, Forwarding
 from testbed.s3server import free_ports, stop_process, wait_serving
 
 AZURITE = "3.35.0"
@@ -50,8 +55,10 @@ class Azurite:
     log: Path
 
     def connection_string(self, endpoint: str | None = None) -> str:
+        """Through `endpoint` (a proxy's, `http://127.0.0.1:<port>`) when given."""
+        blob = f"{endpoint}/{ACCOUNT}" if endpoint else self.endpoint
         return (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
-                f"BlobEndpoint={endpoint or self.endpoint};")  # fmt: skip
+                f"BlobEndpoint={blob};")  # fmt: skip
 
     def storage_options(self, endpoint: str | None = None) -> dict:
         return {"connection_string": self.connection_string(endpoint)}
@@ -79,12 +86,61 @@ def start_azurite(workdir: Path) -> Azurite:
     return server
 
 
+def operation(method: str, query: dict[str, list[str]], copy: bool) -> str:
+    """The Blob Storage call a request is: `list` (List Blobs), `stat` (Get Blob Properties), `get`
+    (Get Blob, ranged or whole), `upload` (Put Blob, Put Block List), `block` (Put Block), `copy`
+    (Copy Blob), `delete` (Delete Blob), `batch` (Blob Batch); a container's or the account's own
+    call by its method and `restype`."""
+    comp = (query.get("comp") or [""])[0]
+    if "restype" in query and comp != "list":
+        return f"{method} {query['restype'][0]}"
+    if comp in ("list", "batch", "block"):
+        return comp
+    if method == "PUT":
+        return "copy" if copy else "upload"
+    return {"GET": "get", "HEAD": "stat", "DELETE": "delete"}.get(method, f"{method} {comp}".strip())
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    op: str
+    path: str  # /<account>/<container>[/<blob>]
+    prefix: str  # a listing's
+
+
+class AzureProxy(CountingProxy):
+    def _handler(self):
+        proxy = self
+
+        class Handler(Forwarding):
+            upstream = proxy.upstream
+
+            def _handle(self):
+                parsed = urllib.parse.urlsplit(self.path)
+                query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
+                copy = "x-ms-copy-source" in {k.lower() for k in self.headers}
+                op = operation(self.command, query, copy)
+                proxy.record(Request(self.command, op, parsed.path, (query.get("prefix") or [""])[0]))
+                body = self.body() if self.command in ("PUT", "POST") else b""
+                self.reply(*self.forward(self.forwarded_headers(), body))
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+        return Handler
+
+
 @contextmanager
-def azurite_services(workdir: Path, container: str) -> Iterator[Azurite]:
-    """The server and an empty container."""
+def azurite_services(workdir: Path, container: str) -> Iterator[tuple[Azurite, AzureProxy]]:
+    """The server with an empty container, and the counting proxy in front of it (its blob
+    endpoint is the proxy's endpoint and the account: `server.connection_string(endpoint)`)."""
     server = start_azurite(workdir)
+    proxy = None
     try:
         server.filesystem().mkdir(container)
-        yield server
+        proxy = AzureProxy(server.endpoint)
+        yield server, proxy
     finally:
+        if proxy is not None:
+            proxy.close()
         server.stop()

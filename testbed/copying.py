@@ -27,12 +27,15 @@ def copy_checkpoint(src: Path | str, dst: Path | str) -> Path:
     return dst
 
 
-def upload_checkpoint(fs, src: Path, dest: str, protocol: str = "s3", spark: str = "s3a") -> str:
+def upload_checkpoint(fs, src: Path, dest: str, protocol: str = "s3", spark_root: str | None = None) -> str:
     """Uploads a local checkpoint to `dest` (`bucket/key` on the object store's filesystem `fs`) as
-    Spark would have written it there through its `spark` connector; returns its `protocol` URL.
-    Hadoop's .crc files mean nothing on an object store."""
+    Spark would have written it there, naming it `spark_root` (by default `s3a://<dest>`, as the
+    s3a connector does); returns its `protocol` URL. Hadoop's .crc files mean nothing on an object
+    store."""
     fs.put(str(src) + "/", dest, recursive=True)
     for meta in src.glob("state/*/_metadata/v2/[!.]*"):
         rel = meta.relative_to(src).as_posix()
-        fs.pipe(f"{dest}/{rel}", rewrite_schema_paths(meta.read_bytes(), f"{spark}://{dest}", str(meta)))
+        fs.pipe(
+            f"{dest}/{rel}", rewrite_schema_paths(meta.read_bytes(), spark_root or f"s3a://{dest}", str(meta))
+        )
     return f"{protocol}://{dest}"

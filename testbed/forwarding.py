@@ -1,11 +1,16 @@
-"""What the test proxies in front of the object store servers share (`s3proxy`, `gcsserver`): a
+"""What the test proxies in front of the object store servers share (`s3proxy`, `gcsserver`,
+`azurite`): a server on loopback that records every request it passes on (`CountingProxy`), and a
 request handler that reads a request's body, sends the request on to the server, and writes its
-answer back."""
+answer back (`Forwarding`)."""
 
 from __future__ import annotations
 
 import http.client
-from http.server import BaseHTTPRequestHandler
+import threading
+import urllib.parse
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 # Hop-by-hop headers, and the length: the proxy sends each body whole, with its own length.
 DROP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
@@ -60,3 +65,38 @@ class Forwarding(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+
+
+class CountingProxy:
+    """A proxy on loopback in front of a store's server (`upstream`, its URL): `requests` holds
+    what each handler recorded (each with an `op`, the store's name for the call), `counts` them
+    by operation. A subclass gives its `Forwarding` handler (`_handler`)."""
+
+    def __init__(self, upstream: str):
+        parsed = urllib.parse.urlparse(upstream)
+        self.upstream = (parsed.hostname, parsed.port)
+        self.requests: list[Any] = []
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _handler(self) -> type[Forwarding]:
+        raise NotImplementedError
+
+    def record(self, request: Any) -> None:
+        with self.lock:
+            self.requests.append(request)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+
+    def counts(self) -> Counter:
+        with self.lock:
+            return Counter(r.op for r in self.requests)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -22,14 +22,12 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from testbed.forwarding import Forwarding
+from testbed.forwarding import CountingProxy, Forwarding
 from testbed.s3server import free_ports, stop_process, wait_serving
 
 
@@ -61,30 +59,11 @@ class Request:
     conditional: bool
 
 
-class GCSProxy:
+class GCSProxy(CountingProxy):
     def __init__(self, upstream: str):
-        parsed = urllib.parse.urlparse(upstream)
-        self.upstream = (parsed.hostname, parsed.port)
-        self.requests: list[Request] = []
-        self.lock = threading.Lock()
         self.creating = threading.Lock()  # conditional uploads, one at a time
         self.resumable: dict[str, tuple[str, str]] = {}  # upload id -> (bucket, name) created if absent
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def reset(self) -> None:
-        with self.lock:
-            self.requests.clear()
-
-    def counts(self) -> Counter:
-        with self.lock:
-            return Counter(r.op for r in self.requests)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(upstream)
 
     def exists(self, bucket: str, name: str) -> bool:
         conn = http.client.HTTPConnection(*self.upstream, timeout=30)
@@ -115,8 +94,7 @@ class GCSProxy:
                 body = self.body() if self.command in ("PUT", "POST") else b""
                 span = self.headers.get("Content-Range", "")
                 created = _created(parsed.path, query, body, proxy.resumable, span)
-                with proxy.lock:
-                    proxy.requests.append(Request(self.command, op, parsed.path, created is not None))
+                proxy.record(Request(self.command, op, parsed.path, created is not None))
                 if created is None:
                     return self.reply(*self.forward(self.forwarded_headers(), body))
                 with proxy.creating:

@@ -9,15 +9,12 @@ client's signature covers the body), so a key reported as failed really is still
 from __future__ import annotations
 
 import hashlib
-import threading
 import urllib.parse
 import xml.etree.ElementTree as ET
 from base64 import b64encode
-from collections import Counter
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 
-from testbed.forwarding import Forwarding
+from testbed.forwarding import CountingProxy, Forwarding
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 CUT_TOKEN = "ckpt-proxy-cut"
@@ -65,31 +62,16 @@ class Faults:
     fail_delete_times: int = 1  # how many DeleteObjects requests fail those keys
 
 
-class S3Proxy:
+class S3Proxy(CountingProxy):
     def __init__(self, upstream: str, access_key: str, secret_key: str, region: str):
-        parsed = urllib.parse.urlparse(upstream)
-        self.upstream = (parsed.hostname, parsed.port)
         self.credentials = (access_key, secret_key, region)
-        self.requests: list[Request] = []
         self.faults = Faults()
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(upstream)
 
     def reset(self) -> None:
+        super().reset()
         with self.lock:
-            self.requests.clear()
             self.faults = Faults()
-
-    def counts(self) -> Counter:
-        with self.lock:
-            return Counter(r.op for r in self.requests)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     def _take_slowdown(self, op: str) -> bool:
         with self.lock:
@@ -117,12 +99,10 @@ class S3Proxy:
                 if op == "PutObject" and "x-amz-copy-source" in {k.lower() for k in self.headers}:
                     op = "CopyObject"  # server-side: the bytes never pass the proxy
                 body = self.body() if self.command in ("PUT", "POST") else b""
-                with proxy.lock:
-                    prefix = (query.get("prefix") or [""])[0]
-                    condition = next((h for h in ("If-None-Match", "If-Match") if h in self.headers), "")
-                    proxy.requests.append(
-                        Request(self.command, op, parsed.path, "Range" in self.headers, prefix, condition)
-                    )
+                prefix = (query.get("prefix") or [""])[0]
+                condition = next((h for h in ("If-None-Match", "If-Match") if h in self.headers), "")
+                ranged = "Range" in self.headers
+                proxy.record(Request(self.command, op, parsed.path, ranged, prefix, condition))
                 if proxy._take_slowdown(op):
                     return self._error(503, "SlowDown")
                 if op == "ListObjectsV2" and query.get("continuation-token") == [CUT_TOKEN]:

@@ -174,17 +174,17 @@ def _environment(**values: str):
 
 @pytest.fixture(scope="session")
 def azure(tmp_path_factory):
-    """A real Azure Blob Storage server (Azurite) on loopback, one container per test session,
-    reached by adlfs through AZURE_STORAGE_CONNECTION_STRING (the CLI's children too). Yields
-    (server, container)."""
+    """A real Azure Blob Storage server (Azurite) on loopback behind the proxy that counts requests,
+    one container per test session, reached by adlfs through AZURE_STORAGE_CONNECTION_STRING (the
+    CLI's children too) via the proxy. Yields (server, proxy, container)."""
     import uuid
 
     from testbed.azurite import azurite_services
 
     container = f"ckpt-tests-{uuid.uuid4().hex[:8]}"
-    with azurite_services(tmp_path_factory.mktemp("azurite"), container) as server:
-        with _environment(AZURE_STORAGE_CONNECTION_STRING=server.connection_string()):
-            yield server, container
+    with azurite_services(tmp_path_factory.mktemp("azurite"), container) as (server, proxy):
+        with _environment(AZURE_STORAGE_CONNECTION_STRING=server.connection_string(proxy.endpoint)):
+            yield server, proxy, container
 
 
 @pytest.fixture(scope="session")

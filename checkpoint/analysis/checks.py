@@ -176,7 +176,7 @@ def _path_findings(ckpt: Checkpoint) -> Iterable[Finding]:
                                    f"operator {op.id} names the schema file {path}, which is no path in a "
                                    "checkpoint")  # fmt: skip
                     continue
-                if normalize_url(root) != here:
+                if not ckpt.storage.is_at(root):
                     yield _finding(
                         FindingCode.MOVED_CHECKPOINT,
                         ckpt.storage.full(meta_path),

@@ -40,8 +40,10 @@ class TwoSided:
 
     @contextmanager
     def held(self, what: str) -> Iterator[Callable[[], None]]:
-        """The overlap refused by place, then SRC's lease and DEST's; yields the `check` of both,
-        which the action calls before each thing it publishes."""
+        """A store that takes no writes refused, the overlap refused by place, then SRC's lease and
+        DEST's; yields the `check` of both, which the action calls before each thing it publishes."""
+        self.src.refuse_writes()  # the source's lease is written there
+        self.dest.refuse_writes()
         refuse_overlap(self.src, self.dest)
         with self.take(self.src, f"{what} (source)") as held, self.take(self.dest, what) as lease:
 
@@ -63,6 +65,7 @@ class InPlace:
     def held(self, what: str) -> Iterator[Callable[[], None]]:
         """The checkpoint's lease; yields its `check`, which the action calls before each thing it
         publishes."""
+        self.storage.refuse_writes()
         with self.take(self.storage, what) as lease:
             yield lease.check
 

@@ -1,12 +1,14 @@
 """Checkpoint storage through fsspec: the one door to bytes.
 
-A checkpoint is addressed by a URL (plain path, file://, s3://, any fsspec protocol). Paths inside
+A checkpoint is addressed by a URL (plain path, file://, s3://, az://, gs://; any other fsspec
+protocol read-only, and only with the user's leave: `front.PROVEN`). Paths inside
 the model are relative to the checkpoint root and always use `/`, whatever the backend. The front
 (`front.Storage`: a root, its children, pickling, call counting, one error) reaches the bytes
 through one `backend.Backend` per storage, each in its own module: `local` (durable writes, the
 kernel's reads), `s3` (botocore's calls: conditional writes, bulk deletes, server-side copies),
 `azure` and `gcs` (the store's own create precondition through adlfs and gcsfs, server-side
-copies) and `generic` (fsspec's calls, for any other protocol, and what the others start from); `urls`
+copies) and `generic` (fsspec's calls, what the others start from, and the read-only backend of
+a protocol not proven); `urls`
 gives every location one spelling; `files` what they all answer with. The layers above ask a
 backend what it is like (`latency_bound`, `appends`, `hidden_checksums`), never which it is.
 
@@ -18,7 +20,7 @@ call is counted in `calls`, shared by a root and its children, so tests and benc
 what two checkpoints cost on any backend."""
 
 from checkpoint.storage.files import Calls, FileInfo, Folder, mtime_of
-from checkpoint.storage.front import Storage
+from checkpoint.storage.front import PROVEN, UNPROVEN_LEAVE, Storage
 from checkpoint.storage.s3 import DELETE_MAX_KEYS
 from checkpoint.storage.urls import (
     credentials_in,
@@ -32,6 +34,8 @@ from checkpoint.storage.urls import (
 __all__ = [
     "Calls",
     "DELETE_MAX_KEYS",
+    "PROVEN",
+    "UNPROVEN_LEAVE",
     "FileInfo",
     "Folder",
     "Storage",

@@ -11,11 +11,51 @@ What the shared `PreconditionBackend` relies on, as Blob Storage does it:
 
 from __future__ import annotations
 
-from checkpoint.storage.files import FileInfo
+from typing import Any
+
+from checkpoint.storage.files import FileInfo, Folder
 from checkpoint.storage.generic import PreconditionBackend
 
 
 class AzureBackend(PreconditionBackend):
+    @property
+    def account(self) -> str | None:  # type: ignore[override]  # read from the client, not set
+        return self.fs.service_client.account_name
+
+    def spark_url(self, root: str) -> str:
+        """Hadoop's ABFS spelling, which names the account: Spark resolves no container without it."""
+        container, _, path = root.partition("/")
+        return f"abfss://{container}@{self.account}.dfs.core.windows.net/{path}".rstrip("/")
+
+    def ls(self, top: str, prefix: str) -> Folder:
+        """One List Blobs by the folder's prefix with `/` as delimiter (page by page): adlfs lists
+        the bare name first and then the folder, two requests where one does (an idle sensor look
+        was two listings a checkpoint)."""
+        from azure.core.exceptions import ResourceNotFoundError
+        from azure.storage.blob import BlobProperties
+        from fsspec.asyn import sync
+
+        container, path, _ = self.fs.split_path(top)
+
+        async def listing() -> list[Any]:
+            async with self.fs.service_client.get_container_client(container) as client:
+                found = client.walk_blobs(name_starts_with=f"{path}/" if path else None, delimiter="/")
+                return [item async for item in found]
+
+        try:
+            items = sync(self.fs.loop, listing)
+        except ResourceNotFoundError:  # no such container
+            return Folder((), (), False)
+        files, folders = [], []
+        for item in items:
+            child = f"{container}/{item.name}".rstrip("/")[len(prefix) :]
+            if not isinstance(item, BlobProperties):  # the asynchronous client's BlobPrefix: a folder
+                folders.append(child)
+            elif item.name != f"{path}/":  # a folder marker some tools write
+                files.append(FileInfo(child, int(item.size or 0), item.last_modified.timestamp()))
+        files.sort(key=lambda f: f.rel)
+        return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders))
+
     def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         """One `Get Blob Properties` (a HEAD): adlfs' `info` lists the name as a folder too when
         it is missing."""

@@ -26,6 +26,8 @@ class Backend(Protocol):
     # Hadoop's file system for this storage keeps a hidden `.<name>.crc` beside each file it
     # writes, and checks it on every read (its local file system).
     hidden_checksums: bool
+    # The account the credentials reach, where a store's URLs may name one (Azure's); else None.
+    account: str | None
 
     def find(self, top: str, prefix: str) -> list[FileInfo]:
         """Every file under `top`, named from `prefix` on; a missing `top` lists as nothing."""
@@ -93,6 +95,9 @@ class Backend(Protocol):
         ...
 
     def append(self, target: str, data: bytes) -> str: ...
+
+    def refuse_writes(self) -> None:
+        """Raises where nothing may be written (UnprovenStorageError)."""
 
     def copies_to(self, other: Backend) -> bool:
         """Whether `copy` reaches `other`'s files server-side."""

@@ -6,23 +6,24 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
 from fsspec.core import url_to_fs
 
-from checkpoint.errors import NotACheckpointError, StorageError
+from checkpoint.errors import NotACheckpointError, StorageError, UnprovenStorageError
 from checkpoint.policy import POLICY
 from checkpoint.storage import listing
 from checkpoint.storage.azure import AzureBackend
 from checkpoint.storage.backend import Backend
 from checkpoint.storage.files import VANISHED, Calls, FileInfo, Folder, failing, write_error
 from checkpoint.storage.gcs import GCSBackend
-from checkpoint.storage.generic import FsspecBackend
+from checkpoint.storage.generic import FsspecBackend, UnprovenBackend
 from checkpoint.storage.local import LocalBackend
 from checkpoint.storage.s3 import S3Backend
-from checkpoint.storage.urls import normalize_url, options_from_env
+from checkpoint.storage.urls import azure_account, normalize_url, options_from_env, scheme_of
 
 log = logging.getLogger(__name__)
 _HEADS_AT_ONCE = 64  # files `read_heads` reads together: on S3 a partition's headers in a round trip or two
@@ -37,23 +38,47 @@ _BACKENDS: dict[str, type[FsspecBackend]] = {
 }
 
 
+# The stores the tests here run against (docs/storage.md), by the one spelling urls.py gives.
+PROVEN = {"file": "local disks", "s3": "s3://", "az": "az:// (abfs[s]://, wasb[s]://)", "gs": "gs://"}
+# The user's leave to read a store that is not proven: read-only, by the generic backend.
+UNPROVEN_LEAVE = "CKPT_UNPROVEN_STORAGE"
+
+
 def backend_for(fs: Any) -> Backend:
     """The backend for an fsspec filesystem: its own module where one exists, else fsspec's
-    generic calls."""
+    generic calls, reading only."""
     proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return _BACKENDS.get(proto, FsspecBackend)(fs)
+    return _BACKENDS.get(proto, UnprovenBackend)(fs)
+
+
+def _refuse_unproven(url: str) -> None:
+    leave = os.environ.get(UNPROVEN_LEAVE, "")
+    if leave not in ("", "0", "1"):
+        raise UnprovenStorageError(f"{UNPROVEN_LEAVE}={leave!r}: set it to 1 or leave it unset")
+    if scheme_of(url) not in PROVEN and leave != "1":
+        raise UnprovenStorageError(
+            f"{scheme_of(url)}:// is not a proven store (proven: {', '.join(PROVEN.values())}); a read-only "
+            f"command reads it with --unproven-storage or {UNPROVEN_LEAVE}=1, and nothing writes there",
+            url,
+        )
 
 
 class Storage:
     """The files of one checkpoint root."""
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None):
+        account = azure_account(url)
         self.url = normalize_url(url)
+        _refuse_unproven(self.url)
         try:
-            fs, root = url_to_fs(self.url, **options_from_env(self.url, storage_options))
+            fs, root = url_to_fs(self.url, **options_from_env(self.url, storage_options, account))
         except (ValueError, ImportError) as exc:
             raise StorageError(f"cannot open storage: {exc}", url) from exc
         self.backend = backend_for(fs)
+        reached = self.backend.account
+        if account is not None and reached != account:
+            # adlfs takes a connection string's account over the one asked for, and says nothing.
+            raise StorageError(f"the URL names the account {account}; the credentials reach {reached}", url)
         self.root = root.rstrip("/")
         self.calls = Calls()
         self._fence: str | None | bool = False  # not known yet (`fence`)
@@ -302,6 +327,11 @@ class Storage:
     # Writing. Nothing here overwrites unless asked to: `write` is for this tool's own files (plans,
     # outcomes), `write_if_absent` for anything inside a checkpoint.
 
+    def refuse_writes(self) -> None:
+        """Raises UnprovenStorageError where nothing may be written: a store no test runs
+        against. The doors ask it before any lease is taken."""
+        self.backend.refuse_writes()
+
     def write(self, rel: str, data: bytes) -> None:
         """Creates or replaces one of this tool's own files (a plan): never a checkpoint's."""
         self.calls.add("write")
@@ -439,8 +469,15 @@ class Storage:
     @property
     def spark_url(self) -> str:
         """The root as Spark qualifies it in the paths it records (operator metadata v2): `file:/...`
-        on local disk, `s3a://bucket/...` on S3 (Hadoop's connector), `<protocol>://...` elsewhere."""
+        on local disk, `s3a://bucket/...` on S3 (Hadoop's connector), `abfss://container@account
+        .dfs.core.windows.net/...` on Azure, `<protocol>://...` elsewhere."""
         return self.backend.spark_url(self.root)
+
+    def is_at(self, url: str) -> bool:
+        """Whether `url`, read from a checkpoint's own files, names this root: one spelling, and
+        where it names an Azure account, the one these credentials reach."""
+        account = azure_account(url)
+        return normalize_url(url) == self.url and account in (None, self.backend.account)
 
     def open(self, rel: str, block_size: int | None = None, size: int | None = None) -> BinaryIO:
         """A buffered reader. On object stores `block_size` is how much each request reads ahead,

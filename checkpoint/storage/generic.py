@@ -11,7 +11,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from fsspec.spec import AbstractBufferedFile
 
-from checkpoint.errors import OversizedFileError, StorageError
+from checkpoint.errors import OversizedFileError, StorageError, UnprovenStorageError
 from checkpoint.storage.backend import Backend
 from checkpoint.storage.files import (
     Calls,
@@ -41,6 +41,7 @@ class FsspecBackend:
     latency_bound = True
     appends = False
     hidden_checksums = False
+    account: str | None = None
 
     def __init__(self, fs: Any):
         self.fs = fs
@@ -275,6 +276,9 @@ class FsspecBackend:
         self.fs.pipe_file(part, data)
         return part
 
+    def refuse_writes(self) -> None:
+        """Writes are taken here (an unproven store refuses them)."""
+
     def copies_to(self, other: Backend) -> bool:
         return False
 
@@ -324,6 +328,21 @@ class FsspecBackend:
 
     def spark_url(self, root: str) -> str:
         return f"{self.protocol}://{root}"
+
+
+class UnprovenBackend(FsspecBackend):
+    """A protocol no test here runs against, read through fsspec's generic calls with the user's
+    leave (`--unproven-storage`) and never written: the lease, the audit trail and every
+    published file rest on a refusal of an existing name that nobody has seen this store give,
+    so every write is refused before a request is sent."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise UnprovenStorageError(
+            f"{self.protocol}:// is not a proven store: read-only commands read it, nothing writes there"
+        )
+
+    write = write_new = replace = write_from = put_file = put_new = append = _refuse
+    copy = link = delete = remove_empty_folders = refuse_writes = _refuse
 
 
 class PreconditionBackend(FsspecBackend):

@@ -427,9 +427,24 @@ class LocalBackend(FsspecBackend):
     def identity(self, root: str) -> str:
         """Symlinks resolved (`/x/alias/q` with alias -> real is `/x/real/q`), bind mounts and a
         file system mounted twice taken back to one mount (`mounts`), and the spelling
-        lower-cased where the file system ignores case."""
+        lower-cased where the file system ignores case. A link to nothing on the way is refused:
+        what is made at its place (a lease, a fork) would land where the link points, which
+        nobody named (a link to `/nowhere` put a lease folder at `/`)."""
+        _refuse_dangling(root)
         real = canonical_path(root)
         return real.lower() if ignores_case(real) else real
 
     def spark_url(self, root: str) -> str:
         return f"file:{root}"
+
+
+def _refuse_dangling(path: str) -> None:
+    """The last part of `path` that is there, if it is a link whose target is not, refused."""
+    at = path
+    while not os.path.lexists(at):
+        if (parent := os.path.dirname(at)) == at:
+            return
+        at = parent
+    if os.path.islink(at) and not os.path.exists(at):
+        link = "a link" if at == path else f"{at}, on its way, is a link"
+        raise OutsideCheckpointError(f"{link} to {os.readlink(at)!r}, which does not exist", path)

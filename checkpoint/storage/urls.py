@@ -22,17 +22,39 @@ _CREDENTIAL = re.compile(
 )
 # `scheme://user:password@host/...`: user info before the first slash of the authority.
 _USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/@]*@)")
+# Hadoop's spelling of an Azure location, which Spark's ABFS (and legacy WASB) connector writes
+# into a checkpoint's own files: the container before the `@`, then the account's endpoint. The
+# names are Azure's (a container of 3-63 lowercase letters, digits and hyphens; an account of 3-24
+# letters and digits), so a user and password (`user:secret@`) never pass for one.
+_AZURE_QUALIFIED = re.compile(
+    r"^(?:abfss?|wasbs?|az)://(?P<container>[a-z0-9][a-z0-9-]{1,61}[a-z0-9])@"
+    r"(?P<account>[a-z0-9]{3,24})\.(?:dfs|blob)\.core\.windows\.net(?=/|$)",
+    re.IGNORECASE,
+)
+
+
+def _userinfo(url: str) -> bool:
+    url = url.strip()
+    return bool(_USERINFO.match(url)) and not _AZURE_QUALIFIED.match(url)
+
+
+def azure_account(url: str) -> str | None:
+    """The storage account an account-qualified Azure URL names, else None."""
+    found = _AZURE_QUALIFIED.match(url.strip())
+    return found["account"].lower() if found else None
 
 
 def redact(url: str) -> str:
     """The URL with any user info hidden: what a message may show of it."""
+    if not _userinfo(url):
+        return url.strip()
     return _USERINFO.sub(lambda m: f"{m['scheme']}***@", url.strip())
 
 
 def refuse_userinfo(url: str, where: str = "a URL") -> None:
     """A URL that carries a user or password prints it in every message, log line and finding
     that names a path: refused, and never echoed."""
-    if _USERINFO.match(url.strip()):
+    if _userinfo(url):
         raise StorageError(
             f"{where} carries a user or password: give credentials through the environment "
             "(botocore's chain, the file system's own variables), never in a URL",
@@ -54,7 +76,7 @@ def credentials_in(options: Any, path: str = "") -> list[str]:
     elif isinstance(options, (list, tuple)):
         for i, value in enumerate(options):
             found += credentials_in(value, f"{path}[{i}]")
-    elif isinstance(options, str) and _USERINFO.match(options.strip()):
+    elif isinstance(options, str) and _userinfo(options):
         found.append(path or "a URL")
     return found
 
@@ -67,10 +89,15 @@ def normalize_url(url: str) -> str:
     `/x//q/` and a relative `q` from `/x` are one path); symlinks are kept, as a user named them.
     Object stores: `<protocol>://bucket/key` with doubled and trailing slashes removed, as Hadoop's
     Path (and so Spark) spells the keys it writes; a protocol's aliases are one protocol (`s3a://`
-    and `s3n://` are `s3://`, `gcs://` is `gs://`, `abfs[s]://` is `az://`), and
-    `file://localhost/x` is `/x` (RFC 8089).
+    and `s3n://` are `s3://`, `gcs://` is `gs://`, `abfs[s]://` and `wasb[s]://` are `az://`), and
+    `file://localhost/x` is `/x` (RFC 8089). Hadoop's account-qualified Azure URL
+    (`abfss://container@account.dfs.core.windows.net/x`) is `az://container/x`: the account is
+    the credentials' (`azure_account` reads it, and Storage checks that the two agree), as an S3
+    endpoint is.
     """
     url = url.strip()
+    if qualified := _AZURE_QUALIFIED.match(url):
+        url = f"az://{qualified['container'].lower()}{url[qualified.end() :]}"
     if url.startswith("file:") and not url.startswith("file://"):
         url = "file://" + url[len("file:") :]  # Hadoop's spelling of a local path: file:/x/q
     if url.lower().startswith("file://localhost/"):
@@ -93,7 +120,9 @@ def normalize_url(url: str) -> str:
     return f"{protocol}://{path.rstrip('/') or path}"
 
 
-_PROTOCOL_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "az", "abfss": "az"}
+_PROTOCOL_ALIASES = {
+    "s3a": "s3", "s3n": "s3", "gcs": "gs", "abfs": "az", "abfss": "az", "wasb": "az", "wasbs": "az"
+}  # fmt: skip
 
 
 def scheme_of(url: str) -> str:
@@ -101,14 +130,21 @@ def scheme_of(url: str) -> str:
     return split_protocol(url)[0] or "file"
 
 
-def options_from_env(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+def options_from_env(
+    url: str, storage_options: dict[str, Any] | None, account: str | None = None
+) -> dict[str, Any]:
     """Explicit options win; for s3:// the standard AWS_ENDPOINT_URL, AWS_REGION and
-    AWS_MAX_ATTEMPTS fill the gaps.
+    AWS_MAX_ATTEMPTS fill the gaps; on Azure the `account` an account-qualified URL named.
 
     Keys and secrets are left to botocore's own credential chain (AWS_ACCESS_KEY_ID, profiles,
     instance roles), so they never pass through, or get logged by, this code.
     """
     options = dict(storage_options or {})
+    if account is not None:
+        given = options.get("account_name")
+        if given and str(given).lower() != account:
+            raise StorageError(f"the URL names the storage account {account}, its options {given}", url)
+        options["account_name"] = account
     if not url.startswith(("s3://", "s3a://")):
         return options
     # One retry policy: botocore's adaptive mode (back-off with jitter, and a client-side rate

@@ -165,6 +165,9 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
         offsets.write_text(offsets.read_text().replace("RocksDBStateStoreProvider", "KvStoreProvider"))
     a_file = tmp_path / "notes.txt"
     a_file.write_text("someone's")
+    # Links to nothing: what the fork makes (its lease first) would land where they point.
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere" / "deeper")
+    (tmp_path / "via").symlink_to(tmp_path / "nolink")
     cases = {
         "not empty": ([str(plain), str(busy)], "the destination is not empty"),
         "a file": ([str(plain), str(a_file)], "the destination is a file, not a folder"),
@@ -176,6 +179,9 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
         "damaged": ([str(damaged), str(tmp_path / "d")], "REPLAY_CHAIN_BROKEN"),
         "inside the source": ([str(damaged), str(damaged / "fork")],
                               "the destination and the source overlap"),
+        "a link to nothing": ([str(plain), str(tmp_path / "gone")], "gone: a link to"),
+        "a link to nothing on the way": ([str(plain), str(tmp_path / "via" / "new")],
+                                         f"{tmp_path / 'via'}, on its way, is a link to"),
     }  # fmt: skip
     for case, (args, message) in cases.items():
         # The overlap case keeps the default audit trail, beside DEST: inside SRC, so refused first.
@@ -183,7 +189,7 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(corpus, copy_of, tm
         assert out.returncode == 2, (case, out.stdout, out.stderr)
         assert message in out.stderr and out.stderr.count("\n") == 1 and not out.stdout, (case, out.stderr)
     assert files_of(busy) == {"notes.txt"}
-    assert not [p for p in tmp_path.iterdir() if p.name in "abcd"]  # refused before writing anything
+    assert not [p for p in tmp_path.iterdir() if p.name in ("a", "b", "c", "d", "nowhere", "nolink")]
     # A DEST that is not this fork's is refused before the leases: no record beside somebody's folder.
     trails = tmp_path / "_ckpt_audit"
     assert trails.is_dir() and not list(trails.glob("busy-*")) and not list(trails.glob("notes.txt-*")), (

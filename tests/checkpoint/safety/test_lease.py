@@ -413,15 +413,6 @@ def test_bind_mounts_of_a_checkpoint_or_its_folder_meet_one_lease(copy_of, tmp_p
     other.release()
 
 
-def test_protocol_aliases_are_one_spelling() -> None:
-    from checkpoint.storage import normalize_url
-
-    assert normalize_url("s3a://b/k") == normalize_url("s3n://b/k/") == "s3://b/k"
-    assert normalize_url("gcs://b//k") == "gs://b/k"
-    assert normalize_url("abfs://c/k") == normalize_url("abfss://c/k") == "az://c/k"
-    assert normalize_url("file://localhost/x/q") == normalize_url("file:/x/q") == "/x/q"
-
-
 def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_of, tmp_path) -> None:
     """A Dagster run with `audit_url` set holds the lease (a real run, executed by Dagster); the CLI,
     with its default audit folder, is refused and deletes nothing."""

@@ -20,22 +20,31 @@ from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from checkpoint.storage.azure import AzureBackend
 from checkpoint.storage.gcs import GCSBackend
+from testbed.azurite import ACCOUNT
 from testbed.copying import copy_checkpoint, upload_checkpoint
 from tests.support.cli import ckpt
 
 
 @pytest.fixture(params=["azure", "gcs"])
 def cloud_store(request) -> dict:
-    """One store: its URL's protocol, the Spark connector's, the client a test sets up with (on
-    GCS through the proxy, so its uploads keep the precondition too), and where a test puts its
-    objects (a folder of its own in the session's container or bucket)."""
+    """One store: its URL's protocol, how Spark's connector names a place there (`container/key` or
+    `bucket/key` to the URL written into a checkpoint's schema paths), the client a test sets up
+    with (on GCS through the proxy, so its uploads keep the precondition too), and where a test
+    puts its objects (a folder of its own in the session's container or bucket)."""
     if request.param == "azure":
-        server, container = request.getfixturevalue("azure")
-        return {"name": "azure", "protocol": "az", "spark": "abfs", "fs": server.filesystem(),
+        server, _, container = request.getfixturevalue("azure")
+        return {"name": "azure", "protocol": "az", "spark": _abfs, "fs": server.filesystem(),
                 "base": f"{container}/{uuid.uuid4().hex[:8]}", "backend": AzureBackend}  # fmt: skip
     server, proxy, bucket = request.getfixturevalue("gcs")
-    return {"name": "gcs", "protocol": "gs", "spark": "gs", "fs": server.filesystem(proxy.endpoint),
-            "base": f"{bucket}/{uuid.uuid4().hex[:8]}", "backend": GCSBackend}  # fmt: skip
+    return {"name": "gcs", "protocol": "gs", "spark": lambda where: f"gs://{where}",
+            "fs": server.filesystem(proxy.endpoint), "base": f"{bucket}/{uuid.uuid4().hex[:8]}",
+            "backend": GCSBackend}  # fmt: skip
+
+
+def _abfs(where: str, account: str = ACCOUNT) -> str:
+    """`container/key` as Spark's ABFS connector names it: with the account."""
+    container, _, key = where.partition("/")
+    return f"abfss://{container}@{account}.dfs.core.windows.net/{key}"
 
 
 def _race(n: int, attempt: Callable[[int], object]) -> tuple[list[int], list[BaseException]]:
@@ -106,7 +115,7 @@ def test_a_real_checkpoint_reads_as_on_a_local_disk_and_its_commands_answer(clou
         local,
         f"{cloud_store['base']}/long_chain",
         cloud_store["protocol"],
-        cloud_store["spark"],
+        cloud_store["spark"](f"{cloud_store['base']}/long_chain"),
     )
     here, there = load_checkpoint(str(local)), load_checkpoint(url)
     assert there.latest_committed_batch == here.latest_committed_batch
@@ -130,6 +139,48 @@ def test_a_url_for_the_store_names_its_backend(cloud_store) -> None:
     spellings = {"azure": ("az://c/x", "abfs://c/x", "abfss://c/x"), "gcs": ("gs://b/x", "gcs://b/x")}
     for url in spellings[cloud_store["name"]]:
         assert isinstance(Storage(url).backend, cloud_store["backend"]), url
+
+
+def test_hadoops_account_qualified_azure_urls_name_the_same_place(azure, corpus, tmp_path) -> None:
+    """Spark's ABFS connector names an Azure place with its account (`abfss://container@account
+    .dfs.core.windows.net/key`) and writes that into a transformWithState checkpoint's schema
+    paths. That URL is the `az://` URL's place, read alike; one naming an account the credentials
+    do not reach is refused; the checkpoint validates as its local copy does, a copy whose paths
+    name another account is found moved, and a fork there writes the spelling Spark resolves."""
+    from checkpoint.analysis.findings import FindingCode
+    from checkpoint.errors import StorageError
+    from checkpoint.format import parse_operator_metadata
+
+    server, _, container = azure
+    fs, base, name = server.filesystem(), f"{container}/{uuid.uuid4().hex[:8]}", "list_state"
+    where = f"{base}/{name}"
+    upload_checkpoint(fs, corpus[name], where, "az", _abfs(where))
+    storage = Storage(_abfs(where))
+    assert storage.url == f"az://{where}" and isinstance(storage.backend, AzureBackend)
+    assert storage.spark_url == _abfs(where)
+    with pytest.raises(StorageError, match=f"names the account elsewhere1; the credentials reach {ACCOUNT}"):
+        Storage(_abfs(where, "elsewhere1"))
+
+    local = copy_checkpoint(corpus[name], tmp_path / "local")
+    codes = [f.code for f in validate(load_checkpoint(str(local))).findings]
+    assert [f.code for f in validate(load_checkpoint(storage)).findings] == codes
+    for url in (_abfs(where), f"az://{where}"):
+        out, local_out = ckpt("validate", url, "--json"), ckpt("validate", str(local), "--json")
+        assert (out.returncode, out.stderr) == (local_out.returncode, ""), out.stderr[-2000:]
+
+    moved = f"{base}/moved"
+    upload_checkpoint(fs, corpus[name], moved, "az", _abfs(moved, "elsewhere1"))
+    assert FindingCode.MOVED_CHECKPOINT in {
+        f.code for f in validate(load_checkpoint(f"az://{moved}")).findings
+    }
+
+    out = ckpt("fork", f"az://{where}", _abfs(f"{base}/forked"), "--json")
+    assert out.returncode == 0, out.stderr[-2000:]
+    forked = load_checkpoint(f"az://{base}/forked")
+    assert [f.code for f in validate(forked).findings] == codes
+    metadata = [parse_operator_metadata(fs.cat(r), r) for r in fs.find(f"{base}/forked/state") if "/v2/" in r]
+    paths = [p for meta in metadata for store in meta.stores for p in store.schema_paths]
+    assert paths and all(p.startswith(_abfs(f"{base}/forked") + "/state/") for p in paths), paths
 
 
 def _files(fs, base: str) -> set[str]:
@@ -180,7 +231,7 @@ def test_a_cleanup_there_then_a_fork_back_restarts_like_an_untouched_copy(
     name = "snapshots"  # snapshots every few versions: the changelogs before them go
     where = f"{cloud_store['base']}/{name}"
     url = upload_checkpoint(
-        cloud_store["fs"], corpus[name], where, cloud_store["protocol"], cloud_store["spark"]
+        cloud_store["fs"], corpus[name], where, cloud_store["protocol"], cloud_store["spark"](where)
     )
     # Objects are dated by their upload: a grace and a quiet period of a second, on both copies.
     quick = ["--grace", "1s", "--unsafe-short-grace", "--quiet-period", "1s", "--unsafe-short-quiet-period"]

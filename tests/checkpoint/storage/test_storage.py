@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections import Counter
@@ -51,8 +52,12 @@ class CountingFS:
 
 
 @pytest.fixture
-def in_memory(corpus):
-    """A corpus checkpoint copied into fsspec's memory filesystem."""
+def in_memory(corpus, monkeypatch):
+    """A corpus checkpoint copied into fsspec's memory filesystem, read with the user's leave (no
+    test here runs its writes)."""
+    from checkpoint.storage import UNPROVEN_LEAVE
+
+    monkeypatch.setenv(UNPROVEN_LEAVE, "1")
     created = []
 
     def put(name: str) -> str:
@@ -122,7 +127,11 @@ def test_a_file_vanishing_between_listing_and_read(in_memory) -> None:
         load_checkpoint(storage)
 
 
-def test_unknown_protocol_is_a_clear_error() -> None:
+def test_unknown_protocol_is_a_clear_error(monkeypatch) -> None:
+    monkeypatch.delenv("CKPT_UNPROVEN_STORAGE", raising=False)
+    with pytest.raises(StorageError, match="nosuchproto:// is not a proven store"):
+        Storage("nosuchproto://bucket/ckpt")
+    monkeypatch.setenv("CKPT_UNPROVEN_STORAGE", "1")
     with pytest.raises(StorageError, match="cannot open storage"):
         Storage("nosuchproto://bucket/ckpt")
 
@@ -272,7 +281,9 @@ def test_a_head_that_cannot_be_read_is_named_and_no_file_stays_open(tmp_path) ->
     assert list(storage.read_heads(files[:5], 64)) == [bytes([i]) * 64 for i in range(5)]
 
 
-def test_heads_are_each_files_first_bytes_in_order_and_a_vanished_file_is_named(tmp_path) -> None:
+def test_heads_are_each_files_first_bytes_in_order_and_a_vanished_file_is_named(
+    tmp_path, monkeypatch
+) -> None:
     """`read_heads` gives the first bytes of many files, in the order asked (past a chunk's worth
     of them), a short file whole and an empty one without a read; a file gone
     since its listing stops it with `vanished`, naming that file. Local disk and fsspec's memory
@@ -285,6 +296,7 @@ def test_heads_are_each_files_first_bytes_in_order_and_a_vanished_file_is_named(
         (local / rel).write_bytes(content)
     memory = f"/{uuid.uuid4().hex}/ckpt"
     fsspec.filesystem("memory").pipe({f"{memory}/{rel}": content for rel, content in data.items()})
+    monkeypatch.setenv("CKPT_UNPROVEN_STORAGE", "1")  # read only
     try:
         for url in (str(local), f"memory://{memory}"):
             storage = Storage(url)
@@ -316,14 +328,12 @@ def test_a_storage_unpickled_elsewhere_keeps_one_retry_policy() -> None:
     assert elsewhere.fs is not storage.fs and elsewhere.fs.retries == 1
 
 
-@pytest.mark.parametrize("where", ["local", "memory"])
-def test_a_file_is_put_under_a_new_name_only_and_never_over_another(tmp_path, where) -> None:
+def test_a_file_is_put_under_a_new_name_only_and_never_over_another(tmp_path) -> None:
     """`put_new` (a compacted snapshot's publish): the bytes land whole under a free name; over a
     taken one it raises and the file there keeps its bytes, with no temp file left beside it."""
     source = tmp_path / "source"
     source.write_bytes(b"x" * 100_000)
-    url = str(tmp_path / "root") if where == "local" else f"memory://put-new-{uuid.uuid4().hex}"
-    storage = Storage(url)
+    storage = Storage(str(tmp_path / "root"))
     storage.put_new(str(source), "state/0/0/12.snapshot", ".ckpt-maint-")
     assert storage.read_bytes("state/0/0/12.snapshot", limit=1 << 20) == source.read_bytes()
     storage.write("state/0/0/13.snapshot", b"theirs")
@@ -449,3 +459,94 @@ def test_a_url_with_a_query_is_refused_without_echoing_it() -> None:
         with pytest.raises(StorageError) as refused:
             Storage(url)
         assert "SECRETSIG" not in str(refused.value) and "query" in str(refused.value), url
+
+
+def test_protocol_aliases_are_one_spelling() -> None:
+    """One spelling per place, whichever of its aliases names it: Hadoop's account-qualified Azure
+    URL (which Spark's ABFS connector writes into a checkpoint's schema paths) too, its account
+    kept apart. A user and password never pass for a container and an account."""
+    from checkpoint.storage import normalize_url
+    from checkpoint.storage.urls import azure_account, redact
+
+    assert normalize_url("s3a://b/k") == normalize_url("s3n://b/k/") == "s3://b/k"
+    assert normalize_url("gcs://b//k") == "gs://b/k"
+    assert (
+        normalize_url("abfs://c/k")
+        == normalize_url("abfss://c/k")
+        == normalize_url("wasbs://c/k")
+        == "az://c/k"
+    )
+    assert normalize_url("file://localhost/x/q") == normalize_url("file:/x/q") == "/x/q"
+    qualified = "abfss://ckpts@acct1.dfs.core.windows.net/a//q/"
+    assert (
+        normalize_url(qualified)
+        == normalize_url("wasbs://ckpts@ACCT1.blob.core.windows.net/a/q")
+        == "az://ckpts/a/q"
+    )
+    assert azure_account(qualified) == "acct1" and azure_account("az://ckpts/a/q") is None
+    assert redact(qualified) == qualified
+    for userinfo in (
+        "abfss://user:SECRETPW@acct1.dfs.core.windows.net/q",  # a password
+        "abfss://ckpts@acct1.dfs.core.windows.net.elsewhere.example/q",  # another host
+        "s3://ckpts@acct1.dfs.core.windows.net/q",  # not Azure's connector
+        "abfss://ck_pts@acct1.dfs.core.windows.net/q",  # no container's name
+    ):
+        with pytest.raises(StorageError, match="user or password") as refused:
+            normalize_url(userinfo)
+        assert "SECRETPW" not in str(refused.value) and "***@" in str(refused.value), userinfo
+
+
+def test_a_store_no_test_runs_against_is_refused_or_with_leave_read_and_never_written(
+    monkeypatch, in_memory, corpus, tmp_path, capsys
+) -> None:
+    """A protocol outside the proven ones (local, S3, Azure, GCS) is refused in one line naming
+    them. With the user's leave (CKPT_UNPROVEN_STORAGE=1, or a read-only command's
+    --unproven-storage) it is read through fsspec's generic calls, and every write is refused
+    before a request: a write command holds no lease there and changes nothing."""
+    from checkpoint.errors import UnprovenStorageError
+    from checkpoint.storage import UNPROVEN_LEAVE
+    from cli.main import main
+
+    monkeypatch.delenv(UNPROVEN_LEAVE, raising=False)  # restored unset after `main` sets it
+    url = in_memory("join")
+    memory = fsspec.filesystem("memory")
+    before = {p: memory.cat(p) for p in memory.find(url[len("memory://") :])}
+    with pytest.raises(
+        UnprovenStorageError, match=r"memory:// is not a proven store \(proven: local disks, s3://"
+    ):
+        Storage(url)
+    assert main(["validate", url]) == 2 and "not a proven store" in capsys.readouterr().err
+    monkeypatch.setenv(UNPROVEN_LEAVE, "yes")
+    with pytest.raises(UnprovenStorageError, match="set it to 1 or leave it unset"):
+        Storage(url)
+
+    monkeypatch.delenv(UNPROVEN_LEAVE)
+    assert main(["validate", url, "--unproven-storage", "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+    storage = Storage(url)
+    assert len(load_checkpoint(storage).batches) == len(load_checkpoint(str(corpus["join"])).batches)
+    source = tmp_path / "snapshot"
+    source.write_bytes(b"x")
+    writes = {
+        "write": lambda: storage.write("commits/99", b"x"),
+        "write_if_absent": lambda: storage.write_if_absent("commits/99", b"x", ".t-"),
+        "put_new": lambda: storage.put_new(str(source), "state/0/0/99.snapshot", ".t-"),
+        "put_file": lambda: storage.put_file(str(source), "state/0/0/99.snapshot"),
+        "append": lambda: storage.append("_ckpt_audit/x", b"x"),
+        "delete_batch": lambda: storage.delete_batch(["commits/0"]),
+        "copy_to": lambda: Storage(str(corpus["join"])).copy_to("commits/0", storage, "commits/99", 1, ".t-"),
+    }
+    for name, write in writes.items():
+        with pytest.raises(UnprovenStorageError, match="nothing writes there"):
+            write()
+            pytest.fail(f"{name} wrote")
+    quick = ["--grace", "1s", "--unsafe-short-grace", "--quiet-period", "1s", "--unsafe-short-quiet-period"]
+    assert main(["gc", url, *quick, "--query-stopped", "--apply"]) == 2
+    assert "is not a proven store" in capsys.readouterr().err
+    from testbed.copying import copy_checkpoint
+
+    source = copy_checkpoint(corpus["join"], tmp_path / "source")
+    assert main(["fork", str(source), "memory://fork-here/q"]) == 2
+    assert "is not a proven store" in capsys.readouterr().err
+    assert {p: memory.cat(p) for p in memory.find(url[len("memory://") :])} == before
+    assert not memory.exists("/fork-here") and not (source / "_ckpt_audit").exists()
