@@ -1,14 +1,16 @@
-"""Benchmark: discovery, the commit sensor and the fleet view over a fleet on S3 (SeaweedFS on
-loopback, every request counted at the proxy in front of it).
+"""Benchmark: discovery, the commit sensor and the fleet view over a fleet on an object store
+(S3: SeaweedFS; Azure: Azurite; GCS: the GCS emulator; each on loopback, every request counted at
+the proxy in front of it).
 
 `--checkpoints` synthetic format V2 checkpoints (as `bench.sensor_scale` writes them locally, less
-Hadoop's hidden checksums, which S3 has not) under one bucket, the project's own sensors evaluated
-as the daemon evaluates them. Reported, each with its time and its requests: discovery's first tick;
-the commit sensor's first round; idle ticks (requests per checkpoint per tick); a busy tick after a
-tenth of the fleet committed; the cursor's size; `ckpt fleet`; and the floor: a bare listing of every
-`commits/` folder, as many at once as the sensor looks.
+Hadoop's hidden checksums, which object stores have not) under one bucket or container, the
+project's own sensors evaluated as the daemon evaluates them. Reported, each with its time and its
+requests: discovery's first tick; the commit sensor's first round; idle ticks (requests per
+checkpoint per tick); a busy tick after a tenth of the fleet committed; the cursor's size; `ckpt
+fleet`; and the floor: a bare listing of every `commits/` folder through the same client, as many
+at once as the sensor looks.
 
-    python -m bench.sensor_s3 [--checkpoints 1000] [--budget 30]
+    python -m bench.sensor_stores [--store s3|azure|gcs] [--checkpoints 1000] [--budget 30]
 """
 
 from __future__ import annotations
@@ -19,18 +21,51 @@ import io
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench.sensor_scale import first_round_then_idle
 from testbed import synthetic
-from testbed.s3server import s3_services
 
 BUCKET = "fleet"
 
 
+@contextmanager
+def _store(name: str, work: Path) -> Iterator[tuple[Any, Any, str, dict[str, Any]]]:
+    """(a client past the proxy, the proxy, the fleet's root URL, the root's storage options), with
+    the environment a deployment would give the store's client (never credentials in options)."""
+    if name == "s3":
+        from testbed.s3server import s3_services
+
+        with s3_services(work, BUCKET) as (server, proxy):
+            os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+            options = server.storage_options(proxy.endpoint)
+            yield (
+                server.filesystem(),
+                proxy,
+                f"s3://{BUCKET}",
+                {k: v for k, v in options.items() if k not in ("key", "secret")},
+            )
+    elif name == "azure":
+        from testbed.azurite import azurite_services
+
+        with azurite_services(work, BUCKET) as (server, proxy):
+            os.environ["AZURE_STORAGE_CONNECTION_STRING"] = server.connection_string(proxy.endpoint)
+            yield server.filesystem(), proxy, f"az://{BUCKET}", {}
+    else:
+        from testbed.gcsserver import gcs_services
+
+        with gcs_services(work, BUCKET) as (server, proxy):
+            os.environ["STORAGE_EMULATOR_HOST"] = proxy.endpoint
+            os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+            yield server.filesystem(), proxy, f"gs://{BUCKET}", {}
+
+
 def _put(fs, folder: str, versions: int) -> None:
-    """One checkpoint, its files at once (s3fs sends them concurrently)."""
+    """One checkpoint, its files at once (the store's client sends them concurrently)."""
     files = synthetic.iter_files(1, versions, window=3, snapshot_every=5)
     fs.pipe({f"{folder}/{rel}": data for rel, data in files if not rel.rsplit("/", 1)[-1].startswith(".")})
 
@@ -50,6 +85,7 @@ def _per_checkpoint(counts, checkpoints: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--store", choices=("s3", "azure", "gcs"), default="s3")
     parser.add_argument("--checkpoints", type=int, default=1000)
     parser.add_argument("--budget", type=float, default=30.0, help="the commit sensor's tick budget (s)")
     args = parser.parse_args()
@@ -61,17 +97,9 @@ def main() -> None:
     from cli.main import main as ckpt
     from orchestration import sensors
 
-    with tempfile.TemporaryDirectory() as work, s3_services(Path(work), BUCKET) as (server, proxy):
-        fs = server.filesystem()
+    with tempfile.TemporaryDirectory() as work, _store(args.store, Path(work)) as (fs, proxy, url, options):
         _upload(fs, args.checkpoints, 9)
-        # Where the server is, never who we are: the credentials are the environment's (botocore).
-        options = {
-            k: v for k, v in server.storage_options(proxy.endpoint).items() if k not in ("key", "secret")
-        }
-        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
-        roots = CheckpointRootsResource(
-            roots=[CheckpointRoot(name="s", url=f"s3://{BUCKET}", storage_options=options)]
-        )
+        roots = CheckpointRootsResource(roots=[CheckpointRoot(name="s", url=url, storage_options=options)])
         with dg.instance_for_test() as instance:
             proxy.reset()
             began = time.monotonic()
@@ -97,12 +125,12 @@ def main() -> None:
 
             cursor, idle = first_round_then_idle(tick, len(keys), 3)
 
-            s3 = roots.storage("s")
+            store = roots.storage("s")
             folders = [f"{k.split(':', 1)[1]}/commits" for k in keys]
             proxy.reset()
             began = time.monotonic()
             with ThreadPoolExecutor(sensors.COMMIT_SENSOR_WORKERS) as pool:
-                list(pool.map(s3.list_dir, folders))
+                list(pool.map(store.list_dir, folders))
             bare = time.monotonic() - began
             floor = _per_checkpoint(proxy.counts(), len(keys))
             print(f"bare listing of every commits/ folder: {bare:.2f} s; {floor}")
@@ -111,7 +139,7 @@ def main() -> None:
             proxy.reset()
             began = time.monotonic()
             with contextlib.redirect_stdout(io.StringIO()):
-                ckpt(["fleet", f"s3://{BUCKET}", "--no-cleanup-plan", "--json"])
+                ckpt(["fleet", url, "--no-cleanup-plan", "--json"])
             took = time.monotonic() - began
             print(f"ckpt fleet --no-cleanup-plan: {took:.1f} s, {took / bare:.1f}x the bare listing; "
                   f"{_per_checkpoint(proxy.counts(), len(keys))}")  # fmt: skip
