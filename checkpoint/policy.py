@@ -85,6 +85,9 @@ class Policy:
     # A look at one checkpoint (the commit sensor's, the fleet view's, discovery's listing of a
     # folder) that has not answered in this long is abandoned and reported: the others go on.
     look_timeout_seconds: float = 10
+    # On an object store a look is many round trips, through one client the looks in flight share:
+    # bounded as a hang, not as a pace (8 looks side by side on Azure passed 10 s on a busy host).
+    remote_look_timeout_seconds: float = 60
     sensor_max_queued_per_job: int = 8
     validation_run_max_checkpoints: int = 500
     # The schedules' runs name at most so many checkpoints each (maintenance validates, compacts

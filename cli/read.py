@@ -77,10 +77,10 @@ def scan(args: argparse.Namespace) -> Result:
 
     # One at a time as before (side by side on an object store), each bounded: a checkpoint that
     # hangs (a stalled mount) is one row, and the others are read.
-    workers = POLICY.list_workers if storage.backend.latency_bound else 1
-    done = within_deadline(
-        found, entry, math.inf, workers, time.monotonic, POLICY.look_timeout_seconds, timed_out
-    )
+    remote = storage.backend.latency_bound
+    workers = POLICY.list_workers if remote else 1
+    timeout = POLICY.remote_look_timeout_seconds if remote else POLICY.look_timeout_seconds
+    done = within_deadline(found, entry, math.inf, workers, time.monotonic, timeout, timed_out)
     entries = list(done.values())
     code = 0 if all(e["health"] == "ok" for e in entries) else EXIT_FINDINGS
     return Result({"root": storage.url, "checkpoints": entries}, render.scan_text, code)

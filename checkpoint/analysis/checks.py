@@ -41,7 +41,7 @@ from checkpoint.format import (
 )
 from checkpoint.model import Checkpoint, CheckpointFile, StoreId, StoreLineage, checkpoint_lineage
 from checkpoint.policy import POLICY
-from checkpoint.storage import normalize_url
+from checkpoint.storage import redact
 
 
 @dataclass(frozen=True)
@@ -180,10 +180,10 @@ def _path_findings(ckpt: Checkpoint) -> Iterable[Finding]:
                     yield _finding(
                         FindingCode.MOVED_CHECKPOINT,
                         ckpt.storage.full(meta_path),
-                        f"operator {op.id} reads its state schema from {path}, under {root}, not under this "
-                        f"checkpoint: it was moved or copied, and Spark cannot restart here. Run `ckpt fork "
-                        f"{here} NEW` (the fork rewrites these paths) and start the query on NEW, or move "
-                        f"it back to {normalize_url(root)}",
+                        f"operator {op.id} reads its state schema from {redact(path)}, under "
+                        f"{redact(root)}, not under this checkpoint: it was moved or copied, and Spark "
+                        f"cannot restart here. Run `ckpt fork {here} NEW` (the fork rewrites these paths) "
+                        f"and start the query on NEW, or move it back to {redact(root)}",
                     )
                     continue
                 named[f"state/{rel}"] = meta_path

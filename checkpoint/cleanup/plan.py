@@ -89,6 +89,7 @@ def plan_gc(
     (`query_stopped`): a running query idle for longer than the quiet period looks stopped by
     its logs alone. Logs newer than the quiet period make it live whatever the caller says."""
     now = time.time() if now is None else now
+    storage.refuse_writes()  # a plan no apply could carry out: refused before it is written
     # A manifest written inside the checkpoint would be a file its metadata does not name.
     refuse_inside(storage, audit.storage, "the audit trail")
     if grace_seconds < POLICY.min_grace_seconds and not allow_short_grace:

@@ -175,7 +175,7 @@ def each_checkpoint(
     *,
     latency_bound: bool,
     timed_out: Callable[[T, float], R] | None = None,
-    timeout: float = POLICY.look_timeout_seconds,
+    timeout: float | None = None,
 ) -> list[R]:
     """`look` at every item (one checkpoint each), the results in the items' order.
 
@@ -191,6 +191,8 @@ def each_checkpoint(
         # In threads, each look bounded by `timeout`: a checkpoint that hangs is one row
         # `timed_out` makes, and the others go on (a worker process is not abandoned so).
         workers = POLICY.fleet_workers if latency_bound else 1
+        if timeout is None:
+            timeout = POLICY.remote_look_timeout_seconds if latency_bound else POLICY.look_timeout_seconds
         done = within_deadline(items, look, math.inf, workers, time.monotonic, timeout, timed_out)
         return list(done.values())
     if latency_bound:

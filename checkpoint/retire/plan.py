@@ -45,6 +45,9 @@ def plan_retirement(
     never writes. `archive` None is a retirement without one, which the caller was told to say.
     A dormancy period under the floor (a day) is refused unless `allow_short`: a query committed
     minutes ago is not dormant."""
+    for place in (storage, archive):  # a plan no apply could carry out: refused before it is written
+        if place is not None:
+            place.refuse_writes()
     try:
         bounds.seconds(dormant_seconds, "the dormancy period", low=1.0)
     except bounds.OutOfRange as exc:

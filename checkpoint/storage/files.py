@@ -103,14 +103,19 @@ def failing(what: str, where: str, vanished: str | None = None) -> Iterator[None
     except Exception as exc:
         if not client_error(exc):
             raise
-        raise StorageError(f"{what} failed: {type(exc).__name__}: {exc}", where) from exc
+        # Azure's text goes on with the request's id, time and the XML body: its first line and
+        # its code say it.
+        first = next(iter(str(exc).strip().splitlines()), "")
+        code = getattr(getattr(exc, "error_code", None), "value", None) or getattr(exc, "error_code", None)
+        why = f"{first} ({code})" if code and str(code) not in first else first
+        raise StorageError(f"{what} failed: {type(exc).__name__}: {why}", where) from exc
 
 
 def client_error(exc: BaseException) -> bool:
     """An error of a store's own client library that its fsspec filesystem lets through instead
     of an OSError: azure-core's (adlfs passes a refused range or a throttled request on as
-    `HttpResponseError`)."""
-    return type(exc).__module__.startswith("azure.core.")
+    `HttpResponseError`), botocore's (no credentials found, a malformed endpoint)."""
+    return type(exc).__module__.startswith(("azure.core.", "botocore."))
 
 
 def http_status(exc: BaseException) -> int | None:

@@ -72,7 +72,7 @@ class Storage:
         _refuse_unproven(self.url)
         try:
             fs, root = url_to_fs(self.url, **options_from_env(self.url, storage_options, account))
-        except (ValueError, ImportError) as exc:
+        except (ValueError, TypeError, ImportError) as exc:  # TypeError: a protocol that wants more arguments
             raise StorageError(f"cannot open storage: {exc}", url) from exc
         self.backend = backend_for(fs)
         reached = self.backend.account
@@ -476,8 +476,11 @@ class Storage:
     def is_at(self, url: str) -> bool:
         """Whether `url`, read from a checkpoint's own files, names this root: one spelling, and
         where it names an Azure account, the one these credentials reach."""
-        account = azure_account(url)
-        return normalize_url(url) == self.url and account in (None, self.backend.account)
+        try:
+            here = normalize_url(url) == self.url
+        except StorageError:  # a spelling no location has (user info, a query): not this one
+            return False
+        return here and azure_account(url) in (None, self.backend.account)
 
     def open(self, rel: str, block_size: int | None = None, size: int | None = None) -> BinaryIO:
         """A buffered reader. On object stores `block_size` is how much each request reads ahead,

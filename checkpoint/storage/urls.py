@@ -57,7 +57,8 @@ def refuse_userinfo(url: str, where: str = "a URL") -> None:
     if _userinfo(url):
         raise StorageError(
             f"{where} carries a user or password: give credentials through the environment "
-            "(botocore's chain, the file system's own variables), never in a URL",
+            "(botocore's chain, the file system's own variables), never in a URL (before an `@`, "
+            "only an Azure container before `<account>.dfs|blob.core.windows.net` is taken)",
             redact(url),
         )
 

@@ -168,11 +168,18 @@ def test_hadoops_account_qualified_azure_urls_name_the_same_place(azure, corpus,
         out, local_out = ckpt("validate", url, "--json"), ckpt("validate", str(local), "--json")
         assert (out.returncode, out.stderr) == (local_out.returncode, ""), out.stderr[-2000:]
 
-    moved = f"{base}/moved"
-    upload_checkpoint(fs, corpus[name], moved, "az", _abfs(moved, "elsewhere1"))
-    assert FindingCode.MOVED_CHECKPOINT in {
-        f.code for f in validate(load_checkpoint(f"az://{moved}")).findings
-    }
+    # Schema paths naming another account, or a host that is no account's: moved, not unreadable.
+    sovereign = _abfs(f"{base}/sovereign").replace(".windows.net", ".chinacloudapi.cn")
+    for moved, spark_root in (
+        (f"{base}/moved", _abfs(f"{base}/moved", "elsewhere1")),
+        (f"{base}/sovereign", sovereign),
+    ):
+        upload_checkpoint(fs, corpus[name], moved, "az", spark_root)
+        found = {f.code for f in validate(load_checkpoint(f"az://{moved}")).findings}
+        assert FindingCode.MOVED_CHECKPOINT in found, (spark_root, found)
+    out = ckpt("validate", f"az://{container.upper()}/{name}")  # Azure names no container so
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and len(out.stderr) < 400, out.stderr
+    assert "InvalidResourceName" in out.stderr, out.stderr
 
     out = ckpt("fork", f"az://{where}", _abfs(f"{base}/forked"), "--json")
     assert out.returncode == 0, out.stderr[-2000:]

@@ -132,8 +132,38 @@ def test_unknown_protocol_is_a_clear_error(monkeypatch) -> None:
     with pytest.raises(StorageError, match="nosuchproto:// is not a proven store"):
         Storage("nosuchproto://bucket/ckpt")
     monkeypatch.setenv("CKPT_UNPROVEN_STORAGE", "1")
-    with pytest.raises(StorageError, match="cannot open storage"):
-        Storage("nosuchproto://bucket/ckpt")
+    for url in ("nosuchproto://bucket/ckpt", "reference://"):  # the second wants more arguments
+        with pytest.raises(StorageError, match="cannot open storage"):
+            Storage(url)
+
+
+def test_a_store_without_credentials_is_one_line(monkeypatch, capsys) -> None:
+    """botocore's own errors (no credentials anywhere) are the one line an unreadable store gets,
+    exit 2, not a traceback."""
+    import s3fs
+
+    from cli.main import main
+
+    for name in [n for n in os.environ if n.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    s3fs.S3FileSystem.clear_instance_cache()
+    assert main(["inspect", "s3://bucket/ckpt"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NoCredentialsError" in err and "Traceback" not in err, err
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_a_path_read_from_a_checkpoint_names_this_place_or_another() -> None:
+    """`is_at` reads a URL out of a checkpoint's files (a schema path): a spelling no location
+    has (user info, a query) is another place, not a refusal of the whole checkpoint."""
+    storage = Storage("/x/q")
+    assert storage.is_at("file:/x/q") and storage.is_at("/x//q/")
+    for other in ("/x/r", "s3://u:pw@b/x/q", "abfss://c@acct.dfs.core.windows.net.elsewhere.example/x/q",
+                  "abfss://ckpts@acct.dfs.core.chinacloudapi.cn/x/q", "file:/x/q?sig=1"):  # fmt: skip
+        assert not storage.is_at(other), other
 
 
 def test_validation_reads_headers_and_zip_metadata_only(in_memory) -> None:
@@ -506,6 +536,7 @@ def test_a_store_no_test_runs_against_is_refused_or_with_leave_read_and_never_wr
     from checkpoint.errors import UnprovenStorageError
     from checkpoint.storage import UNPROVEN_LEAVE
     from cli.main import main
+    from testbed.copying import copy_checkpoint
 
     monkeypatch.delenv(UNPROVEN_LEAVE, raising=False)  # restored unset after `main` sets it
     url = in_memory("join")
@@ -543,8 +574,15 @@ def test_a_store_no_test_runs_against_is_refused_or_with_leave_read_and_never_wr
     quick = ["--grace", "1s", "--unsafe-short-grace", "--quiet-period", "1s", "--unsafe-short-quiet-period"]
     assert main(["gc", url, *quick, "--query-stopped", "--apply"]) == 2
     assert "is not a proven store" in capsys.readouterr().err
-    from testbed.copying import copy_checkpoint
-
+    # Plans no apply could carry out, refused before they are written: a cleanup's of the store,
+    # a retirement's with its archive there.
+    assert main(["gc", url, *quick, "--query-stopped", "--audit", str(tmp_path / "trail")]) == 2
+    assert "is not a proven store" in capsys.readouterr().err and not (tmp_path / "trail").exists()
+    dormant = copy_checkpoint(corpus["join"], tmp_path / "dormant")
+    assert main(["retire", str(dormant), "--archive", "memory://archive-here/q", "--dormant-after", "1s",
+                 "--unsafe-short-grace"]) == 2  # fmt: skip
+    assert "is not a proven store" in capsys.readouterr().err and not (dormant / "_ckpt_audit").exists()
+    assert not (tmp_path / "_ckpt_audit").exists() and not memory.exists("/archive-here")
     source = copy_checkpoint(corpus["join"], tmp_path / "source")
     assert main(["fork", str(source), "memory://fork-here/q"]) == 2
     assert "is not a proven store" in capsys.readouterr().err
