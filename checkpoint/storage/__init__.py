@@ -1,16 +1,16 @@
 """Checkpoint storage through fsspec: the one door to bytes.
 
 A checkpoint is addressed by a URL (plain path, file://, s3://, az://, gs://; any other fsspec
-protocol read-only, and only with the user's leave: `front.PROVEN`). Paths inside
-the model are relative to the checkpoint root and always use `/`, whatever the backend. The front
+protocol read-only, and only with the user's leave: `front.PROVEN`). Paths inside the model are
+relative to the checkpoint root and always use `/`, whatever the backend. The front
 (`front.Storage`: a root, its children, pickling, call counting, one error) reaches the bytes
 through one `backend.Backend` per storage, each in its own module: `local` (durable writes, the
 kernel's reads), `s3` (botocore's calls: conditional writes, bulk deletes, server-side copies),
 `azure` and `gcs` (the store's own create precondition through adlfs and gcsfs, server-side
-copies) and `generic` (fsspec's calls, what the others start from, and the read-only backend of
-a protocol not proven); `urls`
-gives every location one spelling; `files` what they all answer with. The layers above ask a
-backend what it is like (`latency_bound`, `appends`, `hidden_checksums`), never which it is.
+copies) and `generic` (fsspec's calls, what the others start from, and the read-only backend of a
+protocol not proven); `urls` gives every location one spelling; `files` what they all answer with.
+The layers above ask a backend what it is like (`latency_bound`, `appends`, `hidden_checksums`),
+never which it is.
 
 Reads come in the sizes the work needs: a shallow listing of one folder (one delimiter LIST on S3),
 a stat (one HEAD), a whole or ranged read (one GET), and the recursive listing that only cleanup
