@@ -1,7 +1,7 @@
 """Where a location really is, for every "inside / outside / overlaps" question an action asks
 (docs/safety.md, "containment by place"): two spellings that reach one folder are one place.
 
-A place is the storage's protocol and the root as the storage finds it (`Storage.resolved`, the
+A place is the protocol of the storage's URL and the root as the storage finds it (`Storage.resolved`, the
 maintenance lease's identity): on a local disk symlinks resolved, even for a folder yet to be made
 (its nearest existing parent resolved, then its name), a bind mount or a file system mounted twice
 taken back to one mount, case folded where the disk ignores it; on an object store the one
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from checkpoint.errors import OverlapRefused
-from checkpoint.storage import Storage
+from checkpoint.storage import Storage, scheme_of
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class Place:
 
     @staticmethod
     def of(storage: Storage) -> Place:
-        return Place(storage.protocol, storage.resolved().root.rstrip("/") or "/")
+        # The protocol of the URL's one spelling (`az`, not adlfs' first name `abfs`): what messages show.
+        return Place(scheme_of(storage.url), storage.resolved().root.rstrip("/") or "/")
 
     def contains(self, other: Place) -> bool:
         """Whether `other` is this place or lies below it."""

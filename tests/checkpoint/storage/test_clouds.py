@@ -181,6 +181,10 @@ def test_hadoops_account_qualified_azure_urls_name_the_same_place(azure, corpus,
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and len(out.stderr) < 400, out.stderr
     assert "InvalidResourceName" in out.stderr, out.stderr
 
+    inside = ckpt("fork", f"az://{where}", _abfs(f"{where}/sub"))  # one place, two spellings
+    assert inside.returncode == 2 and "overlap (az://" in inside.stderr, inside.stderr
+    assert "abfs://" not in inside.stderr and "resolves to" not in inside.stderr, inside.stderr
+
     out = ckpt("fork", f"az://{where}", _abfs(f"{base}/forked"), "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     forked = load_checkpoint(f"az://{base}/forked")
