@@ -106,7 +106,8 @@ def failing(what: str, where: str, vanished: str | None = None) -> Iterator[None
         # Azure's text goes on with the request's id, time and the XML body: its first line and
         # its code say it.
         first = next(iter(str(exc).strip().splitlines()), "")
-        code = getattr(getattr(exc, "error_code", None), "value", None) or getattr(exc, "error_code", None)
+        code = getattr(exc, "error_code", None)
+        code = getattr(code, "value", code)  # azure's StorageErrorCode enum: its name as Azure spells it
         why = f"{first} ({code})" if code and str(code) not in first else first
         raise StorageError(f"{what} failed: {type(exc).__name__}: {why}", where) from exc
 
