@@ -3,14 +3,15 @@
 the proxy in front of it).
 
 `--checkpoints` synthetic format V2 checkpoints (as `bench.sensor_scale` writes them locally, less
-Hadoop's hidden checksums, which object stores have not) under one bucket or container, the
+Hadoop's hidden checksums, which object stores have not), each retaining `--retained` batches of
+offsets and commits (Spark's `minBatchesToRetain`, 100 by default), under one bucket or container, the
 project's own sensors evaluated as the daemon evaluates them. Reported, each with its time and its
 requests: discovery's first tick; the commit sensor's first round; idle ticks (requests per
 checkpoint per tick); a busy tick after a tenth of the fleet committed; the cursor's size; `ckpt
 fleet`; and the floor: a bare listing of every `commits/` folder through the same client, as many
 at once as the sensor looks.
 
-    python -m bench.sensor_stores [--store s3|azure|gcs] [--checkpoints 1000] [--budget 30]
+    python -m bench.sensor_stores [--store s3|azure|gcs] [--checkpoints 1000] [--retained 100] [--budget 30]
 """
 
 from __future__ import annotations
@@ -64,16 +65,16 @@ def _store(name: str, work: Path) -> Iterator[tuple[Any, Any, str, dict[str, Any
             yield server.filesystem(), proxy, f"gs://{BUCKET}", {}
 
 
-def _put(fs, folder: str, versions: int) -> None:
+def _put(fs, folder: str, versions: int, retained: int) -> None:
     """One checkpoint, its files at once (the store's client sends them concurrently)."""
-    files = synthetic.iter_files(1, versions, window=3, snapshot_every=5)
+    files = synthetic.iter_files(1, versions, window=retained, snapshot_every=5)
     fs.pipe({f"{folder}/{rel}": data for rel, data in files if not rel.rsplit("/", 1)[-1].startswith(".")})
 
 
-def _upload(fs, count: int, versions: int) -> None:
+def _upload(fs, count: int, versions: int, retained: int) -> None:
     started = time.monotonic()
     for i in range(count):
-        _put(fs, f"{BUCKET}/team-{i % 40:02d}/query-{i:05d}", versions)
+        _put(fs, f"{BUCKET}/team-{i % 40:02d}/query-{i:05d}", versions, retained)
     print(f"uploaded {count} checkpoints ({time.monotonic() - started:.0f} s)")
 
 
@@ -87,6 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--store", choices=("s3", "azure", "gcs"), default="s3")
     parser.add_argument("--checkpoints", type=int, default=1000)
+    parser.add_argument("--retained", type=int, default=100, help="batches of offsets and commits kept")
     parser.add_argument("--budget", type=float, default=30.0, help="the commit sensor's tick budget (s)")
     args = parser.parse_args()
     os.environ["CKPT_COMMIT_SENSOR_BUDGET"] = str(args.budget)
@@ -98,7 +100,8 @@ def main() -> None:
     from orchestration import sensors
 
     with tempfile.TemporaryDirectory() as work, _store(args.store, Path(work)) as (fs, proxy, url, options):
-        _upload(fs, args.checkpoints, 9)
+        versions = args.retained + 6
+        _upload(fs, args.checkpoints, versions, args.retained)
         roots = CheckpointRootsResource(roots=[CheckpointRoot(name="s", url=url, storage_options=options)])
         with dg.instance_for_test() as instance:
             proxy.reset()
@@ -146,7 +149,7 @@ def main() -> None:
 
             busy = keys[:: max(1, len(keys) // max(1, len(keys) // 10))]
             for key in busy:  # one more version: a new commit each (the older files written again)
-                _put(fs, f"{BUCKET}/{key.split(':', 1)[1]}", 10)
+                _put(fs, f"{BUCKET}/{key.split(':', 1)[1]}", versions + 1, args.retained)
             tick(cursor, f"busy tick ({len(busy)} new commits)")
 
 

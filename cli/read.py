@@ -17,7 +17,14 @@ from checkpoint.analysis import (
 )
 from checkpoint.errors import CheckpointError
 from checkpoint.expiry import expired_report
-from checkpoint.model import FoundCheckpoint, checkpoint_lineage, load_census, load_head, within_deadline
+from checkpoint.model import (
+    FoundCheckpoint,
+    Logs,
+    checkpoint_lineage,
+    load_census,
+    load_head,
+    within_deadline,
+)
 from checkpoint.model import scan as find
 from checkpoint.policy import POLICY
 from checkpoint.storage import UNPROVEN_LEAVE, Storage
@@ -34,7 +41,7 @@ def inspect(args: argparse.Namespace) -> Result:
 def lineage(args: argparse.Namespace) -> Result:
     if args.expired and args.batch is not None:
         raise CheckpointError("--expired reads the latest committed batch: leave out --batch", args.path)
-    ckpt = load_head(args.path, batches=None if args.batch is None else [args.batch])
+    ckpt = load_head(args.path, batches=None if args.batch is None else [args.batch], logs=Logs.RECOVERY)
     entries = checkpoint_lineage(ckpt, args.batch)
     code = EXIT_FINDINGS if any(e.problem for e in entries) else 0
     return _with_expired(args, Result(lineage_document(entries), render.lineage_text, code))
@@ -66,7 +73,8 @@ def scan(args: argparse.Namespace) -> Result:
     def entry(f: FoundCheckpoint) -> dict[str, Any]:
         ckpt = validation = error = None
         try:
-            ckpt = f.load(storage, strict=False)  # head-first: what recovery reads, no state listing
+            # head-first, and of the logs what a restart reads: no state listing, no retained history
+            ckpt = f.load(storage, strict=False, logs=Logs.RECOVERY)
             validation = validate(ckpt, _options(args))
         except CheckpointError as exc:  # one unreadable checkpoint does not hide the others
             error = str(exc)

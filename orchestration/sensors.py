@@ -12,7 +12,7 @@ from dagster import DagsterRunStatus
 from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key, root_of
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
-from checkpoint.model import newest_commit, within_deadline
+from checkpoint.model import Logs, newest_commit, within_deadline
 from checkpoint.policy import POLICY, duration_text, parse_duration
 from checkpoint.storage import Storage
 from orchestration.due import Caps, Look, SensorState, lists_dormant, looking_order, plan_tick, resume_at
@@ -163,7 +163,7 @@ def _look(
         if latest is None or latest == seen:
             return Look(latest, dormant=written is not None and written <= quiet_since)
         try:
-            targets, _ = roots.compaction_plan(roots.load(key, recent=2))
+            targets, _ = roots.compaction_plan(roots.load(key, recent=2, logs=Logs.RECOVERY))
         except CompactionDeferred:  # a running V1 query: the maintenance schedule compacts it once stopped
             return Look(latest, new=True)
         except CompactionRefused:

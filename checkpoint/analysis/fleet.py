@@ -1,7 +1,8 @@
 """The fleet view: one row per checkpoint, from the head-first model, ranked by what needs attention.
 
-A row costs what the head-first validation at the latest committed batch costs (the logs and what
-recovery reads), never a listing of `state/`. What only a full listing knows (the bytes a cleanup
+A row costs what the head-first validation at the latest committed batch costs, of the logs only
+what a restart reads (`Logs.RECOVERY`: not the hundred retained batches), never a listing of
+`state/`. What only a full listing knows (the bytes a cleanup
 would reclaim) and what only the orchestrator knows (when maintenance last ran) are handed in by
 the caller: the CLI plans a dry-run cleanup, Dagster reads its own last plans and runs.
 """
@@ -24,7 +25,7 @@ from checkpoint.analysis.readiness import Facts, Readiness, readiness_of
 from checkpoint.analysis.report import human_bytes
 from checkpoint.errors import CheckpointError
 from checkpoint.format import LINEAGE_HEADER_CAP
-from checkpoint.model import Checkpoint, load_head
+from checkpoint.model import Checkpoint, Logs, load_head
 from checkpoint.policy import POLICY, Policy
 from checkpoint.storage import Storage
 
@@ -164,7 +165,7 @@ def look_at(
     """The row of one checkpoint read head-first, or, when it cannot be read, a row that says why.
     Plain arguments, so that a worker process can be given it (`discovery.each_checkpoint`)."""
     try:
-        ckpt = load_head(Storage(url, storage_options), strict=False)
+        ckpt = load_head(Storage(url, storage_options), strict=False, logs=Logs.RECOVERY)
         return fleet_row(key, ckpt, policy, target=target, **known)
     except CheckpointError as exc:  # one unreadable checkpoint is a row, never the end
         return unreadable_row(key, url, str(exc), **known)

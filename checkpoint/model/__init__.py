@@ -31,7 +31,7 @@ from checkpoint.model.lineage import (
     state_partitions,
     store_ids,
 )
-from checkpoint.model.scopes import Listing, Scope, StateFolders
+from checkpoint.model.scopes import Listing, Logs, Scope, StateFolders
 from checkpoint.model.transfer import (
     check_disk_left,
     check_free_disk,
@@ -45,6 +45,7 @@ __all__ = [
     "CheckpointFile",
     "FoundCheckpoint",
     "Listing",
+    "Logs",
     "Scope",
     "StateFolders",
     "StoreId",

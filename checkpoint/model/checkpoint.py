@@ -255,12 +255,15 @@ def build_checkpoint(
     *,
     strict: bool = True,
     state_folders: dict[int, StateFolders] | None = None,
+    unread: frozenset[str] = frozenset(),
 ) -> Checkpoint:
     """The model of `files`; `state_folders` are the `state/<op>` folders listed and what was seen
-    in them (default: what `files` show, which a full listing gives)."""
+    in them (default: what `files` show, which a full listing gives). The log files in `unread`
+    stay in `files`, by name, and are neither read nor parsed: their batches are not in `batches`."""
     by_kind: dict[FileKind, list[CheckpointFile]] = defaultdict(list)
     for f in files:
-        by_kind[f.kind].append(f)
+        if f.rel not in unread:
+            by_kind[f.kind].append(f)
     if not by_kind[FileKind.QUERY_METADATA] and not by_kind[FileKind.OFFSET]:
         if by_kind[FileKind.FORK_MARKER]:
             raise NotACheckpointError(
@@ -318,7 +321,8 @@ def build_checkpoint(
     metadata = [(f, m) for f in found if (m := parse(f, metadata_parser(f.what.operator)))]
     # An untrusted log file stays, as an unreadable one does (the log checks know it is there);
     # an untrusted state file is as good as absent.
-    files = tuple(f for f in files if f.rel not in untrusted or f.rel in log_rels) if untrusted else files
+    kept = log_rels | unread  # an unread log file that is untrusted stays too, its problem said
+    files = tuple(f for f in files if f.rel not in untrusted or f.rel in kept) if untrusted else files
     operators = operators_of(metadata, files, commits, problems, strict=strict)
     folders = state_folders_of(f.what for f in files) if state_folders is None else state_folders
 

@@ -9,6 +9,10 @@ replay chains recovery walks at the chosen batches:
   absent ones), a stat and one ranged read of the committed changelog's header, a stat of each
   changelog of the replay chain, and a stat of each SST a found zip lists (and of `.crc` sidecars
   when asked).
+With `logs=Logs.RECOVERY`, of the retained offset and commit files (a hundred batches of each by
+Spark's default) only those a restart reads are read: the newest commit, the offsets of the newest
+two batches and the newest offset; and the commit and offsets of each asked batch. The others are
+listed, never read (a ranking's, a look's cost; validation reads them all).
 Format V1 (RocksDB's `<v>.zip` and `<v>.changelog`, the HDFS-backed store's `<v>.snapshot` and
 `<v>.delta`) names no ids, and which versions have a snapshot only a listing tells: per store, one
 shallow listing of its folder (what Spark's own RocksDB recovery lists too), then a read of the
@@ -60,6 +64,7 @@ from checkpoint.model.checkpoint import (
 )
 from checkpoint.model.lineage import listed_lineage, store_ids
 from checkpoint.model.operators import FileProblem
+from checkpoint.model.scopes import Logs
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.storage import FileInfo, Storage
@@ -100,18 +105,22 @@ def load_head(
     recent: int = 1,
     sidecars: bool = False,
     workers: int = POLICY.store_workers,
+    logs: Logs = Logs.ALL,
 ) -> Checkpoint:
     """The logs and the recovery set of `batches` (default: the `recent` newest committed ones).
 
     `strict` is load_checkpoint's: off, unparsable log files become `problems` for validation.
     `sidecars` also looks up the Spark `.crc` of every state file found (deep validation, rebuild).
+    `logs` says which retained offset and commit files are read (`Logs`).
     """
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
+    batches = None if batches is None else list(batches)
     for attempt in range(_LOG_ATTEMPTS):
-        logs, folders = _log_files(storage)
+        found, folders = _log_files(storage)
+        unread = _beyond_recovery(found, batches, recent) if logs == Logs.RECOVERY else frozenset()
         try:
             base = build_checkpoint(
-                storage, CheckpointFile.of_listing(logs), strict=strict, state_folders=folders
+                storage, CheckpointFile.of_listing(found), strict=strict, state_folders=folders, unread=unread
             )
             break
         except StorageError as exc:
@@ -158,6 +167,25 @@ def load_head(
         resolved_batches=frozenset(wanted),
         prefetched=resolver.prefetched,
     )
+
+
+def _beyond_recovery(listed: list[FileInfo], batches: list[int] | None, recent: int) -> frozenset[str]:
+    """The offset and commit files neither a restart nor a look at `batches` (default: the `recent`
+    newest committed) reads. Spark's restart reads the newest commit, the newest offsets and those
+    of the batch before them (`MicroBatchExecution.populateStartOffsets`)."""
+    ids: dict[FileKind, dict[int, str]] = {FileKind.OFFSET: {}, FileKind.COMMIT: {}}
+    for f in listed:
+        what = classify(f.rel)
+        if what.kind in ids and what.batch is not None:
+            ids[what.kind][what.batch] = f.rel
+    offsets, commits = ids[FileKind.OFFSET], ids[FileKind.COMMIT]
+    committed = sorted(commits)
+    asked = committed[-recent:] if batches is None else [b for b in batches if b in commits]
+    read_commits = {*asked, *committed[-1:]}
+    read_offsets = {b - back for b in read_commits for back in (0, 1)} | {max(offsets, default=-1)}
+    unread = [rel for b, rel in commits.items() if b not in read_commits]
+    unread += [rel for b, rel in offsets.items() if b not in read_offsets]
+    return frozenset(unread)
 
 
 def _order(sid: StoreId) -> tuple[int, int, str]:

@@ -17,6 +17,15 @@ class Scope(StrEnum):
     RECOVERY = "recovery"  # the logs and what recovery reads at `resolved_batches`
 
 
+class Logs(StrEnum):
+    """Which of the retained offset and commit files a head-first load reads. Spark keeps 100
+    batches of each (`minBatchesToRetain`); its restart reads the newest commit and the newest two
+    offsets. Every retained file is listed either way: gaps are seen by name."""
+
+    ALL = "all"  # every one: validation checks the two logs against each other, file by file
+    RECOVERY = "recovery"  # what a restart reads, and the asked batches': a look's, a ranking's
+
+
 class Listing(StrEnum):
     """How `load_checkpoint` lists: one recursive listing, each state partition folder on its own
     and concurrently (object stores, where wall time is round trips), or whichever suits the

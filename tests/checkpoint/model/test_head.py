@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from checkpoint.analysis.checks import ValidationOptions, validate
+from checkpoint.analysis.fleet import fleet_row
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError
+from checkpoint.model import Logs
 from checkpoint.model.checkpoint import Scope, load_checkpoint
 from checkpoint.model.discovery import find_checkpoints
 from checkpoint.model.head import latest_commit, load_head
@@ -67,6 +69,56 @@ def test_a_batch_that_was_not_read_is_refused_not_reported_as_missing(corpus) ->
     assert [e.as_dict() for e in checkpoint_lineage(at, older)] == [
         e.as_dict() for e in checkpoint_lineage(load_checkpoint(str(corpus["snapshots"])), older)
     ]
+
+
+def test_the_logs_a_restart_reads_give_what_every_log_gives_on_every_corpus_checkpoint(corpus) -> None:
+    """`Logs.RECOVERY` reads the newest commit and the newest offsets, not every retained batch:
+    the fleet's row, the lineage and the compaction plan are the same as from every log file."""
+    fewer = 0
+    for name, path in corpus.items():
+        every, recovery = (load_head(str(path), strict=False, recent=2, logs=logs) for logs in Logs)
+        assert fleet_row(name, recovery, now=1e10) == fleet_row(name, every, now=1e10), name
+        for batch in sorted(b.id for b in recovery.batches.values() if b.committed):
+            assert checkpoint_lineage(recovery, batch) == checkpoint_lineage(every, batch), name
+        ours, theirs = (plan_compaction(c, min_chain=2, quiet_seconds=0) for c in (recovery, every))
+        assert ours == theirs, name
+        assert recovery.files == every.files, name  # every log file listed, by name
+        read = {n: c.storage.calls.snapshot()["read"] for n, c in (("recovery", recovery), ("every", every))}
+        assert read["recovery"] <= read["every"], name
+        fewer += read["recovery"] < read["every"]
+    assert fewer >= len(corpus) // 2  # most corpus queries ran more batches than a restart reads
+
+
+def test_a_look_reads_the_logs_a_restart_reads_whatever_the_retention(tmp_path) -> None:
+    """Spark keeps a hundred batches of offsets and commits: a look reads the same few files from a
+    checkpoint that retains 100 as from one that retains 4, and a validation reads them all."""
+    cost = {}
+    for retained in (4, 100):
+        synthetic.build(tmp_path / str(retained), 2, 120, window=retained)
+        for logs in Logs:
+            storage = Storage(str(tmp_path / str(retained)))
+            fleet_row("k", load_head(storage, strict=False, logs=logs))
+            cost[retained, logs] = dict(storage.calls.snapshot())
+    assert cost[4, Logs.RECOVERY] == cost[100, Logs.RECOVERY]
+    assert cost[100, Logs.ALL]["read"] - cost[4, Logs.ALL]["read"] == 2 * (100 - 4)
+
+
+def test_an_older_log_file_damaged_is_not_read_by_a_look_and_the_newest_is(copy_of) -> None:
+    """A restart reads the newest commit, never an older one: a look finds damage where a restart
+    would meet it, and leaves the older files to validation, which reads every one."""
+    path = copy_of("snapshots")
+    every = load_head(str(path), strict=False)
+    latest = every.latest_committed_batch
+    (path / "commits" / str(latest - 2)).write_bytes(b"v1\n{not json")
+
+    def codes(logs: Logs) -> set[str]:
+        return {f.code for f in validate(load_head(str(path), strict=False, logs=logs)).findings}
+
+    assert "UNREADABLE_LOG_FILE" in codes(Logs.ALL) - codes(Logs.RECOVERY)
+    (path / "commits" / str(latest)).write_bytes(b"v1\n{not json")
+    assert "UNREADABLE_LOG_FILE" in codes(Logs.RECOVERY)
+    with pytest.raises(CheckpointError):
+        load_head(str(path), logs=Logs.RECOVERY)  # strict: refused, as Spark's restart fails there
 
 
 def test_latest_commit_is_one_listing_of_the_commit_log(corpus) -> None:
