@@ -26,8 +26,11 @@ class Backend(Protocol):
     # Hadoop's file system for this storage keeps a hidden `.<name>.crc` beside each file it
     # writes, and checks it on every read (its local file system).
     hidden_checksums: bool
-    # The account the credentials reach, where a store's URLs may name one (Azure's); else None.
-    account: str | None
+
+    @property
+    def account(self) -> str | None:
+        """The account the credentials reach, where a store's URLs may name one (Azure's); else None."""
+        ...
 
     def find(self, top: str, prefix: str) -> list[FileInfo]:
         """Every file under `top`, named from `prefix` on; a missing `top` lists as nothing."""

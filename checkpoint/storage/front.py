@@ -20,14 +20,14 @@ from checkpoint.storage.azure import AzureBackend
 from checkpoint.storage.backend import Backend
 from checkpoint.storage.files import VANISHED, Calls, FileInfo, Folder, failing, write_error
 from checkpoint.storage.gcs import GCSBackend
-from checkpoint.storage.generic import FsspecBackend, UnprovenBackend
+from checkpoint.storage.generic import UnprovenBackend
 from checkpoint.storage.local import LocalBackend
 from checkpoint.storage.s3 import S3Backend
 from checkpoint.storage.urls import azure_account, normalize_url, options_from_env, scheme_of
 
 log = logging.getLogger(__name__)
 _HEADS_AT_ONCE = 64  # files `read_heads` reads together: on S3 a partition's headers in a round trip or two
-_BACKENDS: dict[str, type[FsspecBackend]] = {
+_BACKENDS: dict[str, Callable[[Any], Backend]] = {
     "file": LocalBackend,
     "local": LocalBackend,
     "s3": S3Backend,

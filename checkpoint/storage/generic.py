@@ -38,6 +38,9 @@ def _unsatisfiable(exc: BaseException) -> bool:
 
 
 class FsspecBackend:
+    """fsspec's calls, shared by every backend. A new file's upload (`put_new`) and a delete are
+    each backend's own: fsspec's generic calls can only check, then act, and leave the window."""
+
     latency_bound = True
     appends = False
     hidden_checksums = False
@@ -261,14 +264,6 @@ class FsspecBackend:
     def put_file(self, local_path: str, target: str, *, move: bool) -> None:
         self.fs.put_file(local_path, target)
 
-    def put_new(self, local_path: str, target: str, temp_prefix: str) -> None:
-        # fsspec has no conditional upload of a file: checked, then written. The window between
-        # the two is the caller's to close (compaction holds the checkpoint's lease).
-        if self.fs.exists(target):
-            raise FileExistsError(target)
-        with failing("upload", target):
-            self.fs.put_file(local_path, target)
-
     def append(self, target: str, data: bytes) -> str:
         """No append on object stores: each call writes its own part `<target>.<ns>` (nanoseconds,
         so parts sort in order) and returns that part's path."""
@@ -291,28 +286,6 @@ class FsspecBackend:
     def folder_ids(self, full: Callable[[str], str], rels: Iterable[str]) -> dict[str, list[int]]:
         """Object stores have no folders: nothing to hold a delete to."""
         return {}
-
-    def delete(
-        self,
-        root: str,
-        rels: list[str],
-        fence: str | None = None,
-        folders: dict[str, list[int]] | None = None,
-    ) -> dict[str, str]:
-        """One delete per file, then a check that it is gone; a file already gone counts as deleted."""
-        errors = {}
-        for rel in rels:
-            path = f"{root}/{rel}"
-            try:
-                self.fs.rm_file(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                errors[rel] = f"{type(exc).__name__}: {exc}"
-                continue
-            if self.fs.exists(path):  # never report as deleted what is still there
-                errors[rel] = "still present after the delete"
-        return errors
 
     def remove_empty_folders(
         self, full: Callable[[str], str], rels: Iterable[str], fence: str | None = None
