@@ -13,11 +13,13 @@ from checkpoint.analysis import (
     lineage_document,
     scan_entry,
     validate,
+    validate_look,
     validation_document,
 )
 from checkpoint.errors import CheckpointError
 from checkpoint.expiry import expired_report
 from checkpoint.model import (
+    Checkpoint,
     FoundCheckpoint,
     Logs,
     checkpoint_lineage,
@@ -72,10 +74,12 @@ def scan(args: argparse.Namespace) -> Result:
 
     def entry(f: FoundCheckpoint) -> dict[str, Any]:
         ckpt = validation = error = None
+
+        def look(logs: Logs) -> Checkpoint:  # head-first: no state listing, no retained history
+            return f.load(storage, strict=False, logs=logs)
+
         try:
-            # head-first, and of the logs what a restart reads: no state listing, no retained history
-            ckpt = f.load(storage, strict=False, logs=Logs.RECOVERY)
-            validation = validate(ckpt, _options(args))
+            ckpt, validation = validate_look(look, _options(args))
         except CheckpointError as exc:  # one unreadable checkpoint does not hide the others
             error = str(exc)
         return scan_entry(f.url, ckpt, validation, error)

@@ -162,13 +162,17 @@ def _look(
         latest, written = newest_commit(storage)
         if latest is None or latest == seen:
             return Look(latest, dormant=written is not None and written <= quiet_since)
-        try:
-            targets, _ = roots.compaction_plan(roots.load(key, recent=2, logs=Logs.RECOVERY))
-        except CompactionDeferred:  # a running V1 query: the maintenance schedule compacts it once stopped
-            return Look(latest, new=True)
-        except CompactionRefused:
-            return Look(latest, new=True, error=True)
-        return Look(latest, new=True, crossing=bool(targets))
+        # Of the logs what a restart reads; a refusal is told from every retained one, as the
+        # compaction run reads them (an older batch may explain what the newest alone cannot).
+        for logs in (Logs.RECOVERY, Logs.ALL):
+            try:
+                targets, _ = roots.compaction_plan(roots.load(key, recent=2, logs=logs))
+                return Look(latest, new=True, crossing=bool(targets))
+            except CompactionDeferred:  # a running V1 query: the maintenance schedule compacts it stopped
+                return Look(latest, new=True)
+            except CompactionRefused:
+                continue
+        return Look(latest, new=True, error=True)  # refused on every retained log too
     except (CheckpointError, ValueError) as exc:
         return Look(None, problem=str(exc))
 

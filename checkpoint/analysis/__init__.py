@@ -14,6 +14,7 @@ from checkpoint.analysis.checks import (
     dormant_since,
     unfinished_batch,
     validate,
+    validate_look,
 )
 from checkpoint.analysis.findings import batch_spans, utc_minute
 from checkpoint.analysis.fleet import (
@@ -84,5 +85,6 @@ __all__ = [
     "unproven_writer",
     "unreadable_row",
     "validate",
+    "validate_look",
     "validation_document",
 ]

@@ -8,7 +8,7 @@ the replay chains whole: lz4/zstd block checksums and the `.crc` sidecars.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -39,7 +39,7 @@ from checkpoint.format import (
     bound_of,
     parse_sidecar,
 )
-from checkpoint.model import Checkpoint, CheckpointFile, StoreId, StoreLineage, checkpoint_lineage
+from checkpoint.model import Checkpoint, CheckpointFile, Logs, StoreId, StoreLineage, checkpoint_lineage
 from checkpoint.policy import POLICY
 from checkpoint.storage import redact
 
@@ -109,6 +109,25 @@ def validate(
             if options.deep:
                 findings += _deep_findings(ckpt, lineage)
     return Validation(tuple(findings), tuple(lineage), versions)
+
+
+def validate_look(
+    load: Callable[[Logs], Checkpoint], options: ValidationOptions = ValidationOptions()
+) -> tuple[Checkpoint, Validation]:
+    """A look's validation (the fleet's rows, `scan`): `load(Logs.RECOVERY)`, of the logs only what a
+    restart reads. What the newest batches alone cannot tell is told from every retained log:
+    an error (a damaged newest commit leaves the format to be guessed from nothing) and a folder
+    no read batch names (an older batch may, before a repartition). Load and validation again,
+    with `Logs.ALL`, then: those rows say what `validate` says."""
+    ckpt = load(Logs.RECOVERY)
+    validation = validate(ckpt, options)
+    if any(f.severity == Severity.ERROR or f.code in _ACROSS_BATCHES for f in validation.findings):
+        ckpt = load(Logs.ALL)
+        validation = validate(ckpt, options)
+    return ckpt, validation
+
+
+_ACROSS_BATCHES = frozenset({FindingCode.UNNAMED_STATE_FOLDER})
 
 
 def unfinished_batch(ckpt: Checkpoint) -> int | None:

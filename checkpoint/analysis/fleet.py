@@ -16,16 +16,18 @@ from typing import Any
 from checkpoint.analysis.checks import (
     FindingCode,
     Severity,
+    Validation,
     ValidationOptions,
     dormant_since,
     unfinished_batch,
     validate,
+    validate_look,
 )
 from checkpoint.analysis.readiness import Facts, Readiness, readiness_of
 from checkpoint.analysis.report import human_bytes
 from checkpoint.errors import CheckpointError
 from checkpoint.format import LINEAGE_HEADER_CAP
-from checkpoint.model import Checkpoint, Logs, load_head
+from checkpoint.model import Checkpoint, load_head
 from checkpoint.policy import POLICY, Policy
 from checkpoint.storage import Storage
 
@@ -111,19 +113,15 @@ def fleet_row(
     policy: Policy = POLICY,
     now: float | None = None,
     target: str | None = None,
+    validation: Validation | None = None,
     **known: Any,
 ) -> FleetRow:
     """The row of a checkpoint loaded head-first (`strict=False`); `known` fills the fields the
     model cannot know (reclaimable_bytes, last_compaction, last_cleanup). With `target` (a line of
-    `readiness.LINES`), whether that Spark restarts it, from what the validation read."""
+    `readiness.LINES`), whether that Spark restarts it, from what the validation read. `validation`:
+    the checkpoint's under `row_options`, when the caller has it (`look_at`)."""
     now = time.time() if now is None else now
-    options = ValidationOptions(
-        long_chain_threshold=policy.long_chain,
-        header_cap_ratio=policy.header_cap_ratio,
-        now=now,
-        dormant_seconds=policy.dormant_seconds,
-    )
-    validation = validate(ckpt, options)
+    validation = validate(ckpt, row_options(policy, now)) if validation is None else validation
     codes = {
         sev: tuple(sorted({f.code for f in validation.findings if f.severity == sev})) for sev in Severity
     }
@@ -154,6 +152,15 @@ def fleet_row(
     )
 
 
+def row_options(policy: Policy, now: float) -> ValidationOptions:
+    return ValidationOptions(
+        long_chain_threshold=policy.long_chain,
+        header_cap_ratio=policy.header_cap_ratio,
+        now=now,
+        dormant_seconds=policy.dormant_seconds,
+    )
+
+
 def look_at(
     key: str,
     url: str,
@@ -164,9 +171,13 @@ def look_at(
 ) -> FleetRow:
     """The row of one checkpoint read head-first, or, when it cannot be read, a row that says why.
     Plain arguments, so that a worker process can be given it (`discovery.each_checkpoint`)."""
+    now = time.time()
     try:
-        ckpt = load_head(Storage(url, storage_options), strict=False, logs=Logs.RECOVERY)
-        return fleet_row(key, ckpt, policy, target=target, **known)
+        storage = Storage(url, storage_options)
+        ckpt, validation = validate_look(
+            lambda logs: load_head(storage, strict=False, logs=logs), row_options(policy, now)
+        )
+        return fleet_row(key, ckpt, policy, now, target, validation, **known)
     except CheckpointError as exc:  # one unreadable checkpoint is a row, never the end
         return unreadable_row(key, url, str(exc), **known)
 

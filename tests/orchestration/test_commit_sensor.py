@@ -336,3 +336,20 @@ def test_10000_checkpoints_every_tick_within_its_budget_and_every_due_compaction
             spans,
         )
         assert len(cursor or "") <= 64 * 1024
+
+
+def test_a_refusal_the_newest_logs_alone_would_give_is_told_from_every_log(corpus, tmp_path) -> None:
+    """A new commit's look plans compaction from the logs a restart reads. A refusal there is told
+    from every retained log, as the compaction run reads them: after a repartition a few batches
+    ago, the operator metadata's count is only an older batch's, and the long chain is still
+    requested, not sent to validation as an error."""
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
+    from orchestration import sensors
+    from testbed.copying import copy_checkpoint
+    from tests.support import damage
+
+    damage.widened_lately(copy_checkpoint(corpus["long_chain"], tmp_path / "q"))
+    root = CheckpointRoot(name="f", url=str(tmp_path))
+    roots = CheckpointRootsResource(roots=[root], long_chain_threshold=2)
+    look = sensors._look(roots, "f:q", None, {"f": roots.storage("f")}, quiet_since=0.0)
+    assert (look.new, look.crossing, look.error, look.problem) == (True, True, False, None)

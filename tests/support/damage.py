@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -128,3 +129,29 @@ def fifo_for(path: Path) -> None:
     """A FIFO where a file was (or where one is expected): a reader that blocks on it hangs."""
     path.unlink(missing_ok=True)
     os.mkfifo(path)
+
+
+def widened_lately(checkpoint: Path, batches: int = 3) -> None:
+    """The newest `batches` batches run with twice the partitions, as after a repartition a few
+    batches ago (format V2): their commits name the ids of partition p for p + n too, their offsets
+    pin 2n shuffle partitions, and the new partitions' folders hold the old ones' files. The
+    operator metadata keeps the first run's count, as Spark's repartitioning leaves it."""
+    newest = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())[-batches:]
+    width = 0
+    for batch in newest:
+        head, entry, *rest = (checkpoint / "commits" / str(batch)).read_text().split("\n")
+        commit = json.loads(entry)
+        for op, partitions in commit["stateUniqueIds"].items():
+            width = len(partitions)
+            commit["stateUniqueIds"][op] = partitions * 2
+        (checkpoint / "commits" / str(batch)).write_text("\n".join([head, json.dumps(commit), *rest]))
+        offsets = checkpoint / "offsets" / str(batch)
+        pinned, wider = (f'"spark.sql.shuffle.partitions":"{n}"' for n in (width, 2 * width))
+        assert pinned in offsets.read_text(), offsets
+        offsets.write_text(offsets.read_text().replace(pinned, wider))
+        for log in ("commits", "offsets"):
+            (checkpoint / log / f".{batch}.crc").unlink(missing_ok=True)
+    for op in (checkpoint / "state").iterdir():
+        for p in range(width):
+            if (op / str(p)).is_dir():
+                shutil.copytree(op / str(p), op / str(p + width))

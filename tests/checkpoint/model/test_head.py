@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.analysis.checks import ValidationOptions, validate
-from checkpoint.analysis.fleet import fleet_row
+from checkpoint.analysis.fleet import fleet_row, look_at
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.model import Logs
@@ -20,9 +20,11 @@ from checkpoint.model.checkpoint import Scope, load_checkpoint
 from checkpoint.model.discovery import find_checkpoints
 from checkpoint.model.head import latest_commit, load_head
 from checkpoint.model.lineage import checkpoint_lineage
+from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 from testbed import synthetic
 from testbed.copying import copy_checkpoint
+from tests.support import damage
 
 # Same versions modulo the snapshot interval: the same replay chains (5 changelogs) at the latest
 # batch, 60 against 300 versions of history per store.
@@ -229,3 +231,34 @@ def test_a_log_file_pruned_between_listing_and_read_is_read_again(copy_of, monke
     monkeypatch.setattr(Storage, "read_many", prune_once)
     ckpt = load_head(str(path))
     assert pruned and 0 not in ckpt.batches and ckpt.latest_committed_batch is not None
+
+
+def _look(path: Path) -> tuple[dict, set[str]]:
+    """A fleet row's answer (`look_at`, which reads of the logs what a restart reads) and the
+    codes of its findings."""
+    row = look_at("k", str(path), None, POLICY, {})
+    return row.as_dict(), {*row.errors, *row.warnings}
+
+
+def test_a_look_tells_from_every_log_what_the_newest_batches_alone_cannot(corpus, tmp_path) -> None:
+    """A repartition a few batches ago (the operator metadata keeps the first run's count, which
+    only older batches have) and a damaged newest commit (the format would be guessed from no
+    commit): the look reads every retained log then, and says what validation says."""
+    widened, damaged = (copy_checkpoint(corpus["long_chain"], tmp_path / n) for n in ("widened", "damaged"))
+    damage.widened_lately(widened)
+    assert validate(load_head(str(widened), strict=False)).ok
+    newest_only = validate(load_head(str(widened), strict=False, logs=Logs.RECOVERY))
+    assert "STORES_DISAGREE" in {f.code for f in newest_only.findings}  # what the fallback is for
+    row, codes = _look(widened)
+    assert "STORES_DISAGREE" not in codes and row["state_format"] == "rocksdb V2"
+
+    healthy = _look(damaged)[0]
+    (damaged / "commits" / str(healthy["latest_committed_batch"])).write_bytes(b"garbage")
+    guessed = fleet_row("k", load_head(str(damaged), strict=False, logs=Logs.RECOVERY))
+    assert guessed.state_format != healthy["state_format"] == "rocksdb V2"  # what the fallback is for
+    row, codes = _look(damaged)
+    assert "UNREADABLE_LOG_FILE" in codes and row["state_format"] == healthy["state_format"]
+    every = fleet_row("k", load_head(str(damaged), strict=False))
+    assert {k: v for k, v in row.items() if k != "last_commit_age_seconds"} == {
+        k: v for k, v in every.as_dict().items() if k != "last_commit_age_seconds"
+    }
