@@ -91,6 +91,12 @@ class SparkUnavailable(Refused):
     one, or does not answer): refused before any store was touched."""
 
 
+class SparkCannotReach(Refused):
+    """The Spark session an action reads or writes the state in has no file system for the
+    checkpoint's store (its Hadoop connector is not on the classpath): refused before anything
+    was written."""
+
+
 class Stopped(CheckpointError):
     """Stopped part-way: what was done is marked or put back, and the same action run again
     finishes it (exit 1). `label` opens the CLI's line."""

@@ -54,8 +54,10 @@ class SparkStoreWriter:
     RocksDB and its chain's decoding are its task's, so the driver's memory does not follow the
     state's size, and the stores of a query's partitions are written side by side."""
 
-    def __init__(self, spark: Any):
+    def __init__(self, spark: Any, *storages: Storage):
         self.spark = spark
+        for storage in storages:  # refused here, before the destination holds anything, if unreachable
+            reach(spark, storage)
 
     def __call__(self, jobs: list[StoreJob], check: Callable[[], None]) -> Iterator[StoreWritten]:
         how: PerStore[StoreJob, StoreWritten] = PerStore(
@@ -139,6 +141,9 @@ def migrate(session: Callable[[], Any], request: TwoSided, options: MigrationOpt
     the state and Spark's reader proving it; `session` makes the SparkSession, once the preflight
     passed."""
     spark = functools.cache(session)
-    with_spark = dataclasses.replace(options, digests=lambda src, dest: SparkStateDigests(spark(), src, dest),
-                                     writer=lambda: SparkStoreWriter(spark()))  # fmt: skip
+    with_spark = dataclasses.replace(
+        options,
+        digests=lambda src, dest: SparkStateDigests(spark(), src, dest),
+        writer=lambda: SparkStoreWriter(spark(), request.src, request.dest),
+    )
     return migrate_checkpoint(request, with_spark)

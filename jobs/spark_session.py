@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkpoint import crash
-from checkpoint.errors import CheckpointError, SparkUnavailable
+from checkpoint.errors import CheckpointError, SparkCannotReach, SparkUnavailable
 from checkpoint.format import (
     CHANGELOG_CONF,
     FORMAT_VERSION_CONF,
@@ -114,19 +114,35 @@ def local_session(
 
 
 def reach(spark, storage: Storage) -> None:
-    """Lets the session's s3a reach an S3 root as this project's own client does: the endpoint,
-    region and any credentials given as options, set for that bucket only (Hadoop's per-bucket
-    `fs.s3a.bucket.<name>.*`), so one session serves buckets of several stores. Nothing for other
-    roots. Spark still needs the hadoop-aws connector on its classpath (`spark.jars`)."""
+    """Lets the session reach a root, or refuses (`SparkCannotReach`) when its Hadoop has no file
+    system for the root's scheme (`abfss://` without hadoop-azure, `gs://` without the GCS
+    connector): an action asks this before it writes, not when Spark first reads.
+
+    An S3 root's s3a is set as this project's own client reaches it: the endpoint, region and any
+    credentials given as options, for that bucket only (Hadoop's per-bucket `fs.s3a.bucket.<name>.*`),
+    so one session serves buckets of several stores. Spark still needs the hadoop-aws connector on
+    its classpath (`spark.jars`)."""
+    try:
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    except Exception:  # a Spark Connect session has no driver JVM on this side to ask or configure
+        log.warning("%s: cannot ask a remote session for its file systems or set its options; the cluster "
+                    "must reach the root itself", storage.url)  # fmt: skip
+        return
+    scheme = storage.spark_url.split("://", 1)[0] if "://" in storage.spark_url else "file"
+    try:
+        spark.sparkContext._jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, hadoop)
+    except Exception as exc:  # Py4J's error around Hadoop's: no such scheme, or its class not found
+        lines = str(exc).splitlines()
+        # Py4J's first line names its call; Hadoop's own follows, after ": "
+        cause = next((ln[2:] for ln in lines if ln.startswith(": ")), lines[0] if lines else "")[:300]
+        raise SparkCannotReach(
+            f"this Spark has no Hadoop file system for {scheme}:// ({cause}): put the store's connector "
+            "on its classpath, or fork the checkpoint to local disk and act there; nothing was written",
+            storage.url,
+        ) from exc
     if storage.protocol != "s3":
         return
     c = storage.s3_connection()
-    try:
-        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    except Exception:  # a Spark Connect session has no driver JVM on this side to configure
-        log.warning("%s: cannot set s3a options on a remote session; the cluster must reach the bucket "
-                    "itself", storage.url)  # fmt: skip
-        return
     prefix = f"fs.s3a.bucket.{c['bucket']}."
     endpoint = c["endpoint"]
     if endpoint:

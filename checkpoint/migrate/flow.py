@@ -354,6 +354,7 @@ def _migrate(
         dest.delete_batch(sorted(state.files))
     source = read_source(src, batch)
     prefixed = preflight(source, now, quiet_seconds)
+    write_stores = writer()  # before DEST holds anything: a writer that cannot reach a side refuses
     entries = list(source.lineage)
     ids = {e.store: str(uuid.uuid4()) for e in entries}
     plan = plan_logs(source, dest, ids)
@@ -362,7 +363,7 @@ def _migrate(
                      ZipTarget(dest, store_folder(e.store), e.version, ids[e.store], sidecar=True),
                      prefixed.get((e.store.operator, e.store.store))) for e in entries]  # fmt: skip
     written, writing = [], time.monotonic()
-    for i, store in enumerate(writer()(jobs, check), 1):
+    for i, store in enumerate(write_stores(jobs, check), 1):
         written.append(store)
         crash_point("migrate.after_store", i)
         report(log, Progress("stores migrated", i, len(jobs)), "%d of %d stores written", i, len(jobs))

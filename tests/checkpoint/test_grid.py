@@ -1,5 +1,5 @@
 """Every action over every state format Spark writes and every backend: {HDFS, RocksDB V1, RocksDB
-V2} x {local, S3}. A format is one line of `FORMATS` (a real query's checkpoint in it), a backend
+V2} x {local, S3, Azure}. A format is one line of `FORMATS` (a real query's checkpoint in it), a backend
 one line of `BACKENDS`: both get every test here from that line.
 
 What each action does in a format is asked of the format (`checkpoint.format.states`); here the
@@ -24,7 +24,7 @@ import pytest
 from checkpoint.analysis import Severity, validate
 from checkpoint.cleanup import AuditTrail, CleanupOptions, apply_cleanup
 from checkpoint.compaction import CompactionOptions, compact_checkpoints
-from checkpoint.errors import MigrationRefused, NotACheckpointError, RepartitionRefused
+from checkpoint.errors import MigrationRefused, NotACheckpointError, RepartitionRefused, SparkCannotReach
 from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
 from checkpoint.fork import fork_checkpoint
 from checkpoint.format import StateAction
@@ -51,7 +51,13 @@ FORMATS = {
     "rocksdb V1": ("rocksdb_v1_changelog", set()),
     "rocksdb V2": ("two_actions", {M}),
 }
-BACKENDS = ("local", "s3")
+BACKENDS = ("local", "s3", "azure")
+# The server a cell on an object store reaches when it is set up: its test tier's mark.
+_TIER = {"s3": pytest.mark.s3, "azure": pytest.mark.cloud}
+# Where the tests' Spark has a Hadoop file system: s3a's jars are installed; Azure's connector
+# (hadoop-azure) is in no registry this project installs from (docs/storage.md). A migration and a
+# repartition read and write the state through Spark: elsewhere they refuse before writing.
+SPARK_REACHES = {"local", "s3"}
 # A query whose TTLs expired (the operator corpus's `expiring`), in each format that keeps TTL state.
 EXPIRING = {"rocksdb V1": "expiring_v1", "rocksdb V2": "expiring"}
 LATER = 7 * 3600  # planned "seven hours from now": every copied file is past the grace period
@@ -70,10 +76,10 @@ class Cell:
 
 def _cells(allowing: StateAction | None = None) -> list:
     """Every cell, or those whose format allows `allowing`: a test's parametrization of `cell`. A
-    cell on S3 reaches the server when it is set up, so its tier is marked here (`tests/conftest.py`
-    tells the others from the fixtures a test names)."""
+    cell on an object store reaches the server when it is set up, so its tier is marked here
+    (`tests/conftest.py` tells the others from the fixtures a test names)."""
     return [
-        pytest.param((f, b), id=f"{f}-{b}", marks=[pytest.mark.s3] if b == "s3" else [])
+        pytest.param((f, b), id=f"{f}-{b}", marks=[_TIER[b]] if b in _TIER else [])
         for f in FORMATS
         for b in BACKENDS
         if allowing is None or allowing not in FORMATS[f][1]
@@ -86,13 +92,18 @@ def _placed(request, fmt: str, backend: str, local: Path, tmp_path: Path) -> Cel
     if backend == "local":
         copy_checkpoint(local, tmp_path / name)
         return Cell(fmt, backend, Storage(str(tmp_path / name)), lambda n: Storage(str(tmp_path / n)))
-    server, proxy, bucket = request.getfixturevalue("s3")
+    server, proxy, bucket = request.getfixturevalue(backend)
+    # Credentials in the options, not only in the environment: a compaction's Spark tasks get them
+    # with the pickled filesystem, as a deployment's executors get theirs from their own setup.
     options = server.storage_options(proxy.endpoint)
-    prefix = f"s3://{bucket}/grid-{uuid.uuid4().hex[:8]}"
-    upload_checkpoint(server.filesystem(), local, f"{prefix[len('s3://') :]}/{name}")
-    return Cell(
-        fmt, backend, Storage(f"{prefix}/{name}", options), lambda n: Storage(f"{prefix}/{n}", options)
+    scheme = {"s3": "s3", "azure": "az"}[backend]
+    prefix = f"{scheme}://{bucket}/grid-{uuid.uuid4().hex[:8]}"
+    storage = Storage(f"{prefix}/{name}", options)
+    # Its schema paths as Spark's connector for the store spells them (s3a://, abfss://)
+    upload_checkpoint(
+        server.filesystem(), local, f"{prefix[len(scheme) + 3 :]}/{name}", scheme, storage.spark_url
     )
+    return Cell(fmt, backend, storage, lambda n: Storage(f"{prefix}/{n}", options))
 
 
 @pytest.fixture(params=_cells())
@@ -164,7 +175,7 @@ def test_a_fork_holds_what_recovery_reads_and_reads_as_healthy(cell: Cell) -> No
     assert forked.states.name == cell.format and _errors(forked) == []
     assert _recovery(forked) == _recovery(cell.head())
     # Within one object store, every file the fork did not have to rewrite is copied by the store.
-    assert (result.server_side_files > 0) == (cell.backend == "s3")
+    assert (result.server_side_files > 0) == (cell.backend != "local")
 
 
 def test_cleanup_deletes_only_what_recovery_never_reads(cell: Cell, tmp_path: Path, corpus, defaults) -> None:
@@ -261,7 +272,13 @@ def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
     before = _tree(cell.storage)
     dest = cell.place("migrated")
     options = MigrationOptions(AuditTrail(str(tmp_path / "audit")), quiet_seconds=0)
-    result = migrate(lambda: spark, TwoSided(cell.storage, dest, taken_at_once("tests")), options)
+    request = TwoSided(cell.storage, dest, taken_at_once("tests"))
+    if cell.backend not in SPARK_REACHES:
+        with pytest.raises(SparkCannotReach, match="no Hadoop file system for abfss://"):
+            migrate(lambda: spark, request, options)
+        assert _tree(dest) == {} and _tree(cell.storage) == before
+        return
+    result = migrate(lambda: spark, request, options)
     assert result.source_state == cell.format and result.proven
     migrated = load_head(dest, strict=False)
     assert migrated.states.name == "rocksdb V2" and _errors(migrated) == []
@@ -278,7 +295,14 @@ def test_a_repartition_keeps_every_row_and_reads_as_healthy(cell: Cell, spark, t
     before = cell.head()
     partitions = 2 * len({e.store.partition for e in checkpoint_lineage(before)})
     options = RepartitionOptions(AuditTrail(str(tmp_path / "audit")), partitions, quiet_seconds=0)
-    done = repartition(lambda: spark, InPlace(cell.storage, taken_at_once("tests")), options)
+    request = InPlace(cell.storage, taken_at_once("tests"))
+    if cell.backend not in SPARK_REACHES:
+        untouched = _tree(cell.storage)
+        with pytest.raises(SparkCannotReach, match="no Hadoop file system for abfss://"):
+            repartition(lambda: spark, request, options)
+        assert _tree(cell.storage) == untouched and not (tmp_path / "audit").exists()
+        return
+    done = repartition(lambda: spark, request, options)
     assert done.to_partitions == partitions == 2 * done.from_partitions
     assert done.stores and all(s.digest_after == s.digest_before and s.rows > 0 for s in done.stores)
     after = cell.head()
