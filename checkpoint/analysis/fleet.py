@@ -1,10 +1,10 @@
 """The fleet view: one row per checkpoint, from the head-first model, ranked by what needs attention.
 
 A row costs what the head-first validation at the latest committed batch costs, of the logs only
-what a restart reads (`Logs.RECOVERY`: not the hundred retained batches), never a listing of
-`state/`. What only a full listing knows (the bytes a cleanup
-would reclaim) and what only the orchestrator knows (when maintenance last ran) are handed in by
-the caller: the CLI plans a dry-run cleanup, Dagster reads its own last plans and runs.
+what a restart reads (`checks.validate_look`: not the hundred retained batches, unless those tell
+what the newest cannot), never a listing of `state/`. What only a full listing knows (the bytes a
+cleanup would reclaim) and what only the orchestrator knows (when maintenance last ran) are handed
+in by the caller: the CLI plans a dry-run cleanup, Dagster reads its own last plans and runs.
 """
 
 from __future__ import annotations
