@@ -507,6 +507,12 @@ def test_protocol_aliases_are_one_spelling() -> None:
         == "az://c/k"
     )
     assert normalize_url("file://localhost/x/q") == normalize_url("file:/x/q") == "/x/q"
+    # Another machine's disk is refused, not read below the working folder as `otherhost/x/q`
+    with pytest.raises(StorageError, match="names the host 'otherhost'"):
+        normalize_url("file://otherhost/x/q")
+    with pytest.raises(StorageError, match="user or password") as refused:
+        normalize_url("file://user:SECRETPW@otherhost/x/q")
+    assert "SECRETPW" not in str(refused.value)
     qualified = "abfss://ckpts@acct1.dfs.core.windows.net/a//q/"
     assert (
         normalize_url(qualified)
