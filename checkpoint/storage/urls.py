@@ -97,13 +97,13 @@ def normalize_url(url: str) -> str:
     endpoint is.
     """
     url = url.strip()
-    if (host := re.match("(?i)file://([^/]+)", url)) and host[1].lower() != "localhost":
+    if (host := re.match("(?i)file://([^/?#]+)", url)) and host[1].lower() != "localhost":
         # Another machine's disk (RFC 8089): fsspec would read `otherhost/x` below the working folder.
         refuse_userinfo(url, "the location")
         raise StorageError(
             f"a file:// URL that names the host {host[1]!r}: a local disk is /x, file:///x or "
             "file://localhost/x, and another machine's is not reached from here",
-            url,
+            f"file://{host[1]}/...",
         )
     if qualified := _AZURE_QUALIFIED.match(url):
         url = f"az://{qualified['container'].lower()}{url[qualified.end() :]}"
