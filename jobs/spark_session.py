@@ -27,7 +27,7 @@ from checkpoint.format import (
     SHUFFLE_PARTITIONS,
 )
 from checkpoint.policy import POLICY
-from checkpoint.storage import Storage
+from checkpoint.storage import Storage, scheme_of
 
 if TYPE_CHECKING:
     from checkpoint.model import StoreId
@@ -128,7 +128,7 @@ def reach(spark, storage: Storage) -> None:
         log.warning("%s: cannot ask a remote session for its file systems or set its options; the cluster "
                     "must reach the root itself", storage.url)  # fmt: skip
         return
-    scheme = storage.spark_url.split("://", 1)[0] if "://" in storage.spark_url else "file"
+    scheme = scheme_of(storage.spark_url)  # Hadoop's: s3a, abfss, file
     try:
         spark.sparkContext._jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, hadoop)
     except Exception as exc:  # Py4J's error around Hadoop's: no such scheme, or its class not found

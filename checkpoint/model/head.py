@@ -117,11 +117,10 @@ def load_head(
     batches = None if batches is None else list(batches)
     for attempt in range(_LOG_ATTEMPTS):
         found, folders = _log_files(storage)
-        unread = _beyond_recovery(found, batches, recent) if logs == Logs.RECOVERY else frozenset()
+        log_files = CheckpointFile.of_listing(found)
+        unread = _beyond_recovery(log_files, batches, recent) if logs == Logs.RECOVERY else frozenset()
         try:
-            base = build_checkpoint(
-                storage, CheckpointFile.of_listing(found), strict=strict, state_folders=folders, unread=unread
-            )
+            base = build_checkpoint(storage, log_files, strict=strict, state_folders=folders, unread=unread)
             break
         except StorageError as exc:
             # A live query's log retention deletes the oldest commit and offset files: one listed
@@ -169,15 +168,16 @@ def load_head(
     )
 
 
-def _beyond_recovery(listed: list[FileInfo], batches: list[int] | None, recent: int) -> frozenset[str]:
+def _beyond_recovery(
+    listed: tuple[CheckpointFile, ...], batches: list[int] | None, recent: int
+) -> frozenset[str]:
     """The offset and commit files neither a restart nor a look at `batches` (default: the `recent`
     newest committed) reads. Spark's restart reads the newest commit, the newest offsets and those
     of the batch before them (`MicroBatchExecution.populateStartOffsets`)."""
     ids: dict[FileKind, dict[int, str]] = {FileKind.OFFSET: {}, FileKind.COMMIT: {}}
     for f in listed:
-        what = classify(f.rel)
-        if what.kind in ids and what.batch is not None:
-            ids[what.kind][what.batch] = f.rel
+        if f.kind in ids and f.what.batch is not None:
+            ids[f.kind][f.what.batch] = f.rel
     offsets, commits = ids[FileKind.OFFSET], ids[FileKind.COMMIT]
     committed = sorted(commits)
     asked = committed[-recent:] if batches is None else [b for b in batches if b in commits]
