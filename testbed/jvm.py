@@ -18,9 +18,15 @@ went to work that is not the test's (docs/testing.md gives the figures):
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 # C1 alone, the serial collector, children started by vfork.
 JAVA = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Djdk.lang.Process.launchMechanism=VFORK"
+# The class archive (`testbed.class_archive`), and its warnings off: a JVM that cannot map one
+# starts without it, and its warning would land on stdout, in `ckpt --json`'s output.
+ARCHIVE_OPTION = "-XX:SharedArchiveFile="
+ARCHIVE_SILENT = "-Xlog:cds=off,cds+dynamic=off"
+_ARCHIVE = re.compile(rf" ?(?:{re.escape(ARCHIVE_OPTION)}\S+|{re.escape(ARCHIVE_SILENT)})(?!\S)")
 # Spark reads `spark.*` system properties as its conf; 4.1 moved the class into a package of its own.
 CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 _SUITES_MANAGER = re.compile(
@@ -42,12 +48,15 @@ def _manager_option(spark_version: str) -> str:
     return f"-D{CHECKPOINT_MANAGER}={checkpoint_manager(spark_version)}"
 
 
-def options(spark_version: str) -> str:
-    """The suite's JVM options for a Spark of `spark_version`."""
-    return f"{JAVA} {_manager_option(spark_version)}"
+def options(spark_version: str, archive: Path | None = None) -> str:
+    """The suite's JVM options for a Spark of `spark_version`, with the class archive of that
+    Spark's classes if there is one (`testbed.class_archive`)."""
+    named = f" {ARCHIVE_OPTION}{archive} {ARCHIVE_SILENT}" if archive is not None else ""
+    return f"{JAVA} {_manager_option(spark_version)}{named}"
 
 
 def for_version(submit_opts: str, spark_version: str) -> str:
     """`submit_opts` (a parent's `SPARK_SUBMIT_OPTS`) for a child running `spark_version`: the
-    suite's checkpoint manager, if named there, named as that Spark names it; the rest as it is."""
-    return _SUITES_MANAGER.sub(_manager_option(spark_version), submit_opts)
+    suite's checkpoint manager, if named there, named as that Spark names it; the suite's class
+    archive dropped (it holds another Spark's classes); the rest as it is."""
+    return _ARCHIVE.sub("", _SUITES_MANAGER.sub(_manager_option(spark_version), submit_opts))

@@ -8,7 +8,7 @@ they share the cores with the first tests instead. A fixture that needs one stil
 `ensure_*`, which waits on the lock and finds the corpus there; if the background generation
 failed, the fixture generates it again and fails loudly.
 
-    python -m testbed.prewarm corpus defaults rescue generations
+    python -m testbed.prewarm corpus defaults rescue generations classes
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 def _corpora() -> dict[str, tuple[Callable[[], object], Callable[[], bool]]]:
     """name -> (its ensure function, whether the cache holds it complete)."""
-    from testbed import cache, corpus, defaults, generations, generators
+    from testbed import cache, class_archive, corpus, defaults, generations, generators
 
     def manifest_in(folder: Path) -> Callable[[], bool]:
         return lambda: (folder / cache.MANIFEST).exists()
@@ -35,6 +35,8 @@ def _corpora() -> dict[str, tuple[Callable[[], object], Callable[[], bool]]]:
         "rescue": (generators.ensure_rescue_corpus, manifest_in(generators.rescue_cache_dir())),
         # The other PySparks' virtualenvs and checkpoints, used by few tests, so late under xdist.
         "generations": (generations.ensure_every_release, generations.every_release_ready),
+        # Spark's classes for the suite's JVMs, which start without it until it is there.
+        "classes": (lambda: class_archive.ensure(cache.cache_home()), class_archive.ready),
     }
 
 

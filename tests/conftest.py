@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 
 from checkpoint.model.checkpoint import Checkpoint, load_checkpoint
-from testbed import jvm
-from testbed.cache import MANIFEST
+from testbed import class_archive, jvm
+from testbed.cache import MANIFEST, cache_home
 from testbed.copying import copy_checkpoint
 from testbed.corpus import checkpoints, ensure_corpus
 
 # The suite's JVMs (this session's, and every child's through the environment), tuned for minutes
-# of little data and many small files (`testbed.jvm`, docs/testing.md).
-JVM_OPTIONS = jvm.options(version("pyspark"))
+# of little data and many small files (`testbed.jvm`, docs/testing.md), mapping Spark's classes from
+# the cache's archive once the session's start has written it (`testbed.class_archive`).
+JVM_OPTIONS = jvm.options(version("pyspark"), class_archive.path_for(cache_home()))
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
 
 
@@ -237,7 +238,6 @@ def written_by():
     """`written_by(version)`: the folder of `testbed.generations.SCENARIOS` as PySpark `version`
     wrote them (format V2), generated once in a cached virtualenv of that version; with
     `defaults=True`, `DEFAULT_SCENARIOS` (Spark's default formats)."""
-    from testbed.cache import cache_home
     from testbed.generations import ensure_written_by
 
     return lambda version, defaults=False: ensure_written_by(cache_home(), version, defaults=defaults)
@@ -273,7 +273,7 @@ _LONGEST_FIRST = ("orchestration/test_orchestration_e2e", "checkpoint/analysis/t
 # The corpora a cold cache generates, by the fixture that needs each (used directly or through
 # another): started side by side in the background when the session starts (`testbed.prewarm`).
 _PREWARMED = {"corpus_root": "corpus", "defaults": "defaults", "rescue": "rescue",
-              "written_by": "generations"}  # fmt: skip
+              "written_by": "generations", "spark": "classes"}  # fmt: skip
 _BACKGROUND = pytest.StashKey["subprocess.Popen | None"]()
 
 
@@ -281,7 +281,6 @@ def pytest_collection_finish(session) -> None:
     # Once per session: by the first worker under pytest-xdist (each collects every test), else here.
     if os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
         return
-    from testbed.cache import cache_home
     from testbed.prewarm import start
 
     used = {fixture for item in session.items for fixture in item.fixturenames}
@@ -297,8 +296,8 @@ def pytest_unconfigure(config) -> None:
 
 # Room the suite takes on disk (docs/testing.md): its temporary files at their peak (a passing
 # test's are removed as it ends: pyproject's tmp_path_retention_policy; 0.37 GB sampled, and the
-# 10,000-checkpoint fleet, 0.8 GiB, is cached), and a cold cache filled (5.5 GiB: the corpora, the
-# other PySparks' virtualenvs and pip's downloads for them, the fleet).
+# 10,000-checkpoint fleet, 0.8 GiB, is cached), and a cold cache filled (5.7 GiB: the corpora, the
+# other PySparks' virtualenvs and pip's downloads for them, the fleet, Spark's class archive).
 TEMP_PEAK_GIB = 1
 COLD_CACHE_GIB = 6
 
@@ -315,12 +314,12 @@ def pytest_sessionstart(session) -> None:
     session.config.stash[_STARTED] = time.time()
 
     from testbed import fleet
-    from testbed.cache import MANIFEST, cache_home
     from testbed.prewarm import missing
     from tests.support.disk import GIB, shortfall
 
     home = cache_home()
-    cold = bool(missing(sorted(set(_PREWARMED.values())))) or not (fleet.cache_dir() / MANIFEST).exists()
+    corpora = sorted(set(_PREWARMED.values()) - {"classes"})  # a new venv's archive alone is no cold cache
+    cold = bool(missing(corpora)) or not (fleet.cache_dir() / MANIFEST).exists()
     unit_only = session.config.getoption("markexpr", "").strip() == "unit"
     needs = [("the tests' temporary files", Path(tempfile.gettempdir()), TEMP_PEAK_GIB * GIB)]
     if cold and not unit_only:
@@ -335,7 +334,7 @@ def pytest_sessionfinish(session) -> None:
     started = session.config.stash.get(_STARTED, None)
     if os.environ.get("PYTEST_XDIST_WORKER") or started is None:
         return
-    from testbed.cache import cache_home, corpus_base
+    from testbed.cache import corpus_base
 
     homes = {cache_home(), corpus_base().parent}  # CKPT_CORPUS_CACHE moves the corpora
     trails = {f for home in homes for f in _trails_in(home)}

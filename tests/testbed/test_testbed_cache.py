@@ -54,6 +54,59 @@ def test_the_suites_jvms_run_with_the_suites_options(spark) -> None:
     assert spark.conf.get(jvm.CHECKPOINT_MANAGER) == jvm.checkpoint_manager(spark.version)
 
 
+# A child that starts this Python's Spark as the suite's JVMs start, and says whether its JVM mapped
+# the class archive and what it printed.
+_MAPS = """
+import sys
+from jobs.spark_session import local_session
+spark = local_session(app_name="maps")
+pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+print("MAPPED" if sys.argv[1] in open(f"/proc/{pid}/maps").read() else "NOT MAPPED")
+spark.stop()
+"""
+
+
+def test_a_jvm_maps_the_class_archive_and_one_it_cannot_map_changes_nothing(spark, tmp_path: Path) -> None:
+    """`testbed.class_archive`: once the cache holds it, a JVM started as the suite starts them maps
+    Spark's classes from it, printing nothing more. An archive a JVM cannot use (another classpath)
+    is skipped without a word, and a truncated one never gets the archive's name."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    from testbed import class_archive, jvm
+    from testbed.cache import cache_home
+
+    archive = class_archive.ensure(cache_home())
+    assert archive is not None and archive.exists()
+    env = {**os.environ, "SPARK_SUBMIT_OPTS": jvm.options(spark.version, archive)}
+    started = subprocess.run([sys.executable, "-c", _MAPS, str(archive)], env=env, capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert started.returncode == 0 and started.stdout.splitlines() == ["MAPPED"], started.stderr[-2000:]
+    assert "cds" not in started.stderr
+
+    given = [str(class_archive.java()), *jvm.options(spark.version, archive).split()]
+    elsewhere = subprocess.run([*given, "-cp", str(tmp_path), "-version"], capture_output=True, text=True,
+                               timeout=60)  # fmt: skip
+    assert elsewhere.returncode == 0 and "warning" not in elsewhere.stdout + elsewhere.stderr
+
+    for name, size in (("whole", archive.stat().st_size), ("truncated", 1 << 20)):
+        scratch = tmp_path / name
+        scratch.mkdir()
+        with open(archive, "rb") as whole:
+            (scratch / "classes.jsa").write_bytes(whole.read(size))
+        shutil.copyfile(class_archive.classpath_of(archive), scratch / "classpath")
+        if name == "whole":
+            class_archive.publish(scratch, tmp_path / f"{name}.jsa")
+            continue
+        with pytest.raises(RuntimeError, match="cannot be mapped"):
+            class_archive.publish(scratch, tmp_path / f"{name}.jsa")
+    assert (tmp_path / "whole.jsa").exists() and not (tmp_path / "truncated.jsa").exists()
+
+
 def test_a_child_gets_the_checkpoint_manager_as_its_spark_names_it() -> None:
     """Spark 4.1 moved the class; a 4.0 child given 4.1's name would fail to start a query."""
     from testbed import jvm
@@ -67,6 +120,9 @@ def test_a_child_gets_the_checkpoint_manager_as_its_spark_names_it() -> None:
     # Anything else, a manager somebody chose among it, is passed on as it is.
     own = "-Xmx1g -Dspark.sql.streaming.checkpointFileManagerClass=com.example.Manager"
     assert jvm.for_version(own, "4.0.5") == own
+    # The class archive holds the suite's Spark's classes: another Spark's child starts without it.
+    archived = jvm.options("4.3.0", Path("/cache/jvm-classes/spark-1.jsa"))
+    assert jvm.for_version(archived, "4.0.5") == to_4_0 and "jsa" in archived
 
 
 def test_the_suites_checkpoint_manager_writes_what_sparks_default_writes(spark, tmp_path: Path) -> None:
