@@ -84,6 +84,8 @@ def ensure(cache: Path) -> Path | None:
     with cache_lock(archive):
         if archive.exists():
             return archive
+        for stale in archive.parent.glob(".writing-*"):  # a writer killed part way (the lock is ours)
+            shutil.rmtree(stale, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=archive.parent, prefix=".writing-") as scratch:
             _write(Path(scratch), archive)
     return archive
@@ -114,21 +116,10 @@ def publish(scratch: Path, archive: Path) -> None:
     written, classpath = scratch / "classes.jsa", scratch / "classpath"
     runner = java()
     assert runner is not None
-    check = subprocess.run(
-        [
-            str(runner),
-            *jvm.JAVA.split(),
-            "-Xshare:on",
-            f"{jvm.ARCHIVE_OPTION}{written}",
-            "-cp",
-            classpath.read_text(),
-            "-version",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=scratch,
-    )  # fmt: skip (a crash's hs_err file there)
+    command = [str(runner), *jvm.JAVA.split(), "-Xshare:on", f"{jvm.ARCHIVE_OPTION}{written}",
+               "-cp", classpath.read_text(), "-version"]  # fmt: skip
+    # In the scratch folder: a JVM that crashes on the archive leaves its hs_err file there.
+    check = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=scratch)
     if check.returncode != 0:
         raise RuntimeError(f"the class archive {archive.name} cannot be mapped: {check.stdout[-500:]}")
     shutil.copyfile(classpath, classpath_of(archive))

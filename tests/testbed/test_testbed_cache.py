@@ -96,8 +96,8 @@ def test_a_jvm_maps_the_class_archive_and_one_it_cannot_map_changes_nothing(spar
     for name, size in (("whole", archive.stat().st_size), ("truncated", 1 << 20)):
         scratch = tmp_path / name
         scratch.mkdir()
-        with open(archive, "rb") as whole:
-            (scratch / "classes.jsa").write_bytes(whole.read(size))
+        shutil.copyfile(archive, scratch / "classes.jsa")
+        os.truncate(scratch / "classes.jsa", size)
         shutil.copyfile(class_archive.classpath_of(archive), scratch / "classpath")
         if name == "whole":
             class_archive.publish(scratch, tmp_path / f"{name}.jsa")
