@@ -68,11 +68,9 @@ def path_for(cache: Path) -> Path | None:
     return cache / "jvm-classes" / f"spark-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsa"
 
 
-def ready() -> bool:
-    """Whether the cache holds the archive, or there is none to make (no Java, no PySpark)."""
-    from testbed.cache import cache_home
-
-    archive = path_for(cache_home())
+def ready(cache: Path) -> bool:
+    """Whether `cache` holds the archive, or there is none to make (no Java, no PySpark)."""
+    archive = path_for(cache)
     return archive is None or archive.exists()
 
 

@@ -36,7 +36,10 @@ def _corpora() -> dict[str, tuple[Callable[[], object], Callable[[], bool]]]:
         # The other PySparks' virtualenvs and checkpoints, used by few tests, so late under xdist.
         "generations": (generations.ensure_every_release, generations.every_release_ready),
         # Spark's classes for the suite's JVMs, which start without it until it is there.
-        "classes": (lambda: class_archive.ensure(cache.cache_home()), class_archive.ready),
+        "classes": (
+            lambda: class_archive.ensure(cache.cache_home()),
+            lambda: class_archive.ready(cache.cache_home()),
+        ),
     }
 
 
