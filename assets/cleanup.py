@@ -23,7 +23,6 @@ from checkpoint.cleanup import (
     CheckResult,
     Cleaned,
     CleanupOptions,
-    Plan,
     apply_cleanup,
     check_plan,
     plan_cleanup,
@@ -31,6 +30,7 @@ from checkpoint.cleanup import (
 )
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
+from checkpoint.safety import Plan
 
 GROUP = "checkpoint_cleanup"
 PLAN_CHECK = "plan_matches_commit_log"

@@ -38,8 +38,8 @@ from checkpoint.analysis import (
     totals,
     unreadable_row,
     utc_minute,
+    with_held,
 )
-from checkpoint.cleanup import with_held
 from checkpoint.errors import UnknownSparkVersion
 from checkpoint.model import each_checkpoint
 from checkpoint.policy import POLICY

@@ -15,7 +15,6 @@ import dagster as dg
 from pydantic import ConfigDict, Field, model_validator
 
 from assets.partitions import parse_partition_key, partition_key
-from checkpoint.cleanup import AuditTrail
 from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError, LeaseHeld
 from checkpoint.model import (
@@ -27,7 +26,7 @@ from checkpoint.model import (
     load_head,
 )
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from checkpoint.safety import InPlace, Lease, TwoSided, lease_for
+from checkpoint.safety import AuditTrail, InPlace, Lease, TwoSided, lease_for
 from checkpoint.storage import Storage, credentials_in, refuse_userinfo, scheme_of
 
 StepContext = dg.OpExecutionContext | dg.AssetExecutionContext

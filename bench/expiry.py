@@ -106,7 +106,7 @@ def _rows(spark, checkpoint: Path) -> int:
 # The purge in this process, a store after another, without Spark: the `StorePurges` port's default.
 _IN_PROCESS = """
 import json, sys, time
-from checkpoint.cleanup import AuditTrail
+from checkpoint.safety import AuditTrail
 from checkpoint.expiry import PurgeOptions, purge_expired
 from checkpoint.safety import InPlace, taken_at_once
 from checkpoint.storage import Storage

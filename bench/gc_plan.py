@@ -31,8 +31,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.cleanup import AuditTrail, plan_gc
+from checkpoint.cleanup import plan_gc
 from checkpoint.cleanup.pool import partitions_at_once, planning_workers
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.synthetic import build, iter_files, upload
 

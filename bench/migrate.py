@@ -67,9 +67,8 @@ def _python_workers(pid: int) -> list[int]:
 def _migrate_in_place(src: str, dest: str, audit: str) -> dict:
     """In a fresh interpreter: the migration, its figures, the driver's peak RSS and its Python
     workers' (they write the stores)."""
-    from checkpoint.cleanup import AuditTrail
     from checkpoint.migrate import MigrationOptions
-    from checkpoint.safety import TwoSided, taken_at_once
+    from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
 
@@ -95,9 +94,8 @@ def _fresh(checkpoint: Path, work: Path) -> dict:
 
 
 def _in_session(spark, checkpoint: Path, work: Path) -> dict:
-    from checkpoint.cleanup import AuditTrail
     from checkpoint.migrate import MigrationOptions
-    from checkpoint.safety import TwoSided, taken_at_once
+    from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
 

@@ -23,10 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.cleanup import AuditTrail
 from checkpoint.model import load_head
 from checkpoint.repartition import head_profile, state_readers
-from checkpoint.safety import InPlace, taken_at_once
+from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
 from jobs.repartition import RepartitionOptions, predict, repartition, rows_per_partition
 from jobs.spark_session import local_session, scoped_confs

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from checkpoint.analysis import ValidationOptions, validate
-from checkpoint.cleanup import AuditTrail, CleanupOptions, Plan, apply_cleanup, plan_gc
+from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_gc
 from checkpoint.compaction import plan_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.model import find_checkpoints
-from checkpoint.safety import InPlace, taken_at_once
+from checkpoint.safety import AuditTrail, InPlace, Plan, taken_at_once
 from checkpoint.storage import Storage
 from testbed.copying import upload_checkpoint
 from testbed.corpus import checkpoints, ensure_corpus

@@ -9,8 +9,8 @@ import time
 from datetime import datetime, timezone
 
 from checkpoint import bounds
-from checkpoint.cleanup import AuditTrail
 from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 from . import render

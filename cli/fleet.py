@@ -16,12 +16,14 @@ from checkpoint.analysis import (
     spark_line,
     totals,
     unreadable_row,
+    with_held,
 )
-from checkpoint.cleanup import AuditTrail, plan_gc, with_held
+from checkpoint.cleanup import plan_gc
 from checkpoint.errors import CheckpointError, GcError, UnknownSparkVersion
 from checkpoint.expiry import expired_report
 from checkpoint.model import each_checkpoint, scan
 from checkpoint.policy import POLICY, Policy
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 from . import render

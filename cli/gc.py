@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 
-from checkpoint.cleanup import AuditTrail, CleanupOptions, Plan, apply_cleanup, plan_cleanup, plan_gc
+from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_cleanup, plan_gc
 from checkpoint.policy import POLICY, duration_text
+from checkpoint.safety import AuditTrail, Plan
 from checkpoint.storage import Storage
 
 from . import render

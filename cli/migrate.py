@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.cleanup import AuditTrail
 from checkpoint.migrate import MigrationOptions
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 from . import render

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import Refused
 from checkpoint.model import load_head
 from checkpoint.policy import POLICY
 from checkpoint.repartition import head_profile
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 from . import render

@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 from checkpoint.analysis import human_bytes, utc_minute
-from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import RetirementRefused
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire import (
@@ -20,6 +19,7 @@ from checkpoint.retire import (
     read_retirement,
     retirement_request,
 )
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 from .common import DELETE_BATCH, WHERE, Result, add_dormant_after, duration, leased, takes_the_lease

@@ -26,7 +26,7 @@ from .per_store import PerStore, Where, each_store
 from .spark_session import failure_line, task_crash_point
 
 if TYPE_CHECKING:
-    from checkpoint.compaction import RebuildResult, Target, Task
+    from checkpoint.compaction import RebuildResult, Task
     from checkpoint.model import Checkpoint, StoreId, StoreLineage
 
 log = logging.getLogger(__name__)
@@ -79,18 +79,7 @@ def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
     return _outcome((ckpt, entry), lambda: rebuild_store(ckpt, entry))
 
 
-def run_compaction(
-    spark, ckpt: Checkpoint, targets: list[Target], check: Callable[[Checkpoint], None] | None = None
-) -> list[StoreOutcome]:
-    """Rebuilds every target of one checkpoint in parallel (see run_compaction_tasks)."""
-    from checkpoint.compaction import tasks_for
-
-    return run_compaction_tasks(spark, tasks_for(ckpt, targets), check)
-
-
-def run_compaction_tasks(
-    spark, tasks: list[Task], check: Callable[[Checkpoint], None] | None = None
-) -> list[StoreOutcome]:
+def run_compaction_tasks(spark, tasks: list[Task], check: Callable[[Checkpoint], None]) -> list[StoreOutcome]:
     """One Spark job per store (`jobs.per_store`), for any number of checkpoints. A failed store is
     reported in its outcome, whatever failed, and never stops the others. `check(checkpoint)` (its
     lease's) runs on the driver before each store's job, whose task publishes: once it raises, no
@@ -118,8 +107,7 @@ def run_compaction_tasks(
         instead="RocksDB stores are rebuilt in this process, one after another",
     )  # fmt: skip
     outcomes = []
-    done = each_store(spark, tasks, how, check=None if check is None else lambda t: check(t[0]),
-                      stop_on_failure=False)  # fmt: skip
+    done = each_store(spark, tasks, how, check=lambda t: check(t[0]), stop_on_failure=False)
     for task, out in done:
         outcome = (
             out if isinstance(out, StoreOutcome) else StoreOutcome.of(task, out.seconds, error=out.reason)

@@ -64,7 +64,7 @@ def each_store(
     stores: Sequence[T],
     how: PerStore[T, R],
     *,
-    check: Callable[[T], None] | None = None,
+    check: Callable[[T], None],
     stop_on_failure: bool,
 ) -> Iterator[tuple[T, R | NotDone]]:
     """(store, what it gave or why not) for every store, in the order given, as many at once as
@@ -78,8 +78,7 @@ def each_store(
         if stop:
             return NotDone(f"not started: {stop[0]}", started=False)
         try:
-            if check is not None:
-                check(store)
+            check(store)
         except Exception as exc:  # noqa: BLE001 - the lease is lost: nothing more may be published
             stop.append(str(exc))
             return NotDone(f"not started: {exc}", started=False, error=exc)

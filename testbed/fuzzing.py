@@ -19,7 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from checkpoint import bounds
-from checkpoint.cleanup import parse_held
 from checkpoint.errors import CheckpointError
 from checkpoint.format import (
     SHUFFLE_PARTITIONS,
@@ -41,6 +40,7 @@ from checkpoint.format import (
 )
 from checkpoint.policy import POLICY
 from checkpoint.retire import Evidence, PlanRecord, RetirementPlan, file_line, parse_file_line
+from checkpoint.safety import parse_held
 from checkpoint.storage import FileInfo
 from orchestration.due import SensorState
 from testbed.lz4java import frame

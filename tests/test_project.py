@@ -90,12 +90,13 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 def test_a_planted_cycle_is_found(tmp_path) -> None:
     """The lease imported the audit trail, which imported the cleanup planner, which imported the
-    trail back: a cycle the layers alone would not name inside one package."""
-    root = _planted(tmp_path, {"checkpoint/cleanup/manifest.py": "from checkpoint.cleanup import audit"})
+    trail back: a cycle the layers alone would not name inside one package. Planted here as the
+    plan's kept form importing the trail that reads it."""
+    root = _planted(tmp_path, {"checkpoint/safety/manifest.py": "from checkpoint.safety import trail"})
     code = "from tests.support.imports import cycles; print('\\n'.join(cycles()))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
                          env={**os.environ, "PYTHONPATH": str(root)}, check=True)  # fmt: skip
-    assert "checkpoint.cleanup.manifest -> checkpoint.cleanup.audit" in out.stdout.splitlines()
+    assert "checkpoint.safety.manifest -> checkpoint.safety.trail" in out.stdout.splitlines()
 
 
 def test_formats_are_asked_not_compared() -> None:
@@ -307,6 +308,27 @@ def test_no_face_exports_an_action_that_skips_its_door() -> None:
     for package, name in (("fork", "fork"), ("migrate", "migrate"), ("cleanup", "apply_plan"),
                           ("fork", "apply_fork")):  # fmt: skip
         assert not hasattr(importlib.import_module(f"checkpoint.{package}"), name), (package, name)
+
+
+def test_no_core_function_defaults_a_lease_check_to_nothing() -> None:
+    """A `check` is the leases' own, handed down by a door. A default that checks nothing lets a
+    caller forget it and write under no lease: every core function that takes one is given it."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import checkpoint
+
+    defaulted = []
+    for info in pkgutil.walk_packages(checkpoint.__path__, "checkpoint."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if not inspect.isfunction(obj) or obj.__module__ != info.name:
+                continue
+            check = inspect.signature(obj).parameters.get("check")
+            if check is not None and check.default is not inspect.Parameter.empty:
+                defaulted.append(f"{info.name}.{name}")
+    assert defaulted == []
 
 
 def test_every_door_has_one_shape() -> None:

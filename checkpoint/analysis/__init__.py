@@ -26,6 +26,7 @@ from checkpoint.analysis.fleet import (
     shown,
     totals,
     unreadable_row,
+    with_held,
 )
 from checkpoint.analysis.generation import PROVEN_SPARKS, unproven_writer
 from checkpoint.analysis.readiness import (
@@ -84,6 +85,7 @@ __all__ = [
     "utc_minute",
     "unproven_writer",
     "unreadable_row",
+    "with_held",
     "validate",
     "validate_look",
     "validation_document",

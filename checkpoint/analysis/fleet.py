@@ -5,12 +5,14 @@ what a restart reads (`checks.validate_look`: not the hundred retained batches, 
 what the newest cannot), never a listing of `state/`. What only a full listing knows (the bytes a
 cleanup would reclaim) and what only the orchestrator knows (when maintenance last ran) are handed
 in by the caller: the CLI plans a dry-run cleanup, Dagster reads its own last plans and runs.
+What a dormant checkpoint holds comes from its audit trail (`with_held`), listed only on request.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from checkpoint.analysis.checks import (
@@ -29,7 +31,10 @@ from checkpoint.errors import CheckpointError
 from checkpoint.format import LINEAGE_HEADER_CAP
 from checkpoint.model import Checkpoint, load_head
 from checkpoint.policy import POLICY, Policy
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
+
+log = logging.getLogger(__name__)
 
 UNREADABLE = "UNREADABLE"
 
@@ -59,7 +64,7 @@ class FleetRow:
     dormant_since: float | None = None
     stopped_mid_batch_since: float | None = None
     # What a dormant (or stopped mid-batch) checkpoint holds: a listing, once per dormancy, that
-    # the caller hands in (`cleanup.with_held`); None when not dormant or not known.
+    # the caller hands in (`with_held`); None when not dormant or not known.
     files_held: int | None = None
     bytes_held: int | None = None
     # What a TTL has expired in its transformWithState stores (`checkpoint.expiry`), when looked at:
@@ -180,6 +185,37 @@ def look_at(
         return fleet_row(key, ckpt, policy, now, target, validation, **known)
     except CheckpointError as exc:  # one unreadable checkpoint is a row, never the end
         return unreadable_row(key, url, str(exc), **known)
+
+
+def with_held(
+    row: FleetRow,
+    checkpoint: Storage,
+    audit_url: str | None = None,
+    audit_options: dict[str, Any] | None = None,
+    *,
+    listing: bool = False,
+) -> FleetRow:
+    """A fleet row with what its checkpoint holds when it is dormant or stopped mid-batch, as its
+    audit trail (at `audit_url`, default beside the checkpoint) knows it (`AuditTrail.held`), and
+    with `listing` from a listing of it when the trail does not know; as it was when it is not
+    dormant, when it has no trail (at the top of a bucket), when nothing is known, or when the
+    listing fails (said in the log). A listing of every dormant checkpoint costs what its history
+    holds: the fleet view makes it only when asked (`--held`)."""
+    since = row.idle_since
+    if since is None:
+        return row
+    try:
+        trail = AuditTrail(audit_url or AuditTrail.default_for(checkpoint.url), audit_options)
+    except CheckpointError:  # no folder beside it for a trail (a bucket top): not known, not a failure
+        return row
+    try:
+        held = trail.held(checkpoint, since, listing=listing)
+    except CheckpointError as exc:
+        log.warning("%s: what it holds could not be listed: %s", checkpoint.url, exc)
+        return row
+    if held is None:
+        return row
+    return replace(row, files_held=held[0], bytes_held=held[1])
 
 
 def headroom(fraction: float, policy: Policy = POLICY) -> Severity | None:

@@ -1,8 +1,9 @@
 """Orphan cleanup, plan -> check -> apply: which files can never be read again (`rules`), one
 partition decided by them (`decide`), many at once (`pool`) into local spill files (`spill`), the
-plan written as a streamed manifest (`plan`, `manifest`) into the audit trail (`audit`), the
-apply that trusts nothing but the checkpoint (`apply`), and the apply under the lease as both
-adapters run it, planning again when the query moved on (`flow`)."""
+plan written as a streamed manifest (`plan`) into the audit trail (both kept as
+`checkpoint.safety` keeps them), the apply that trusts nothing but the checkpoint (`apply`), and
+the apply under the lease as both adapters run it, planning again when the query moved on
+(`flow`)."""
 
 from checkpoint.cleanup.apply import (
     ApplyResult,
@@ -12,29 +13,21 @@ from checkpoint.cleanup.apply import (
     check_plan,
     delete_with_redrive,
 )
-from checkpoint.cleanup.audit import AuditTrail, parse_held, with_held
 from checkpoint.cleanup.flow import REPLANNED, Cleaned, CleanupOptions, Planned, apply_cleanup, plan_cleanup
-from checkpoint.cleanup.manifest import Plan, PlannedFile, new_plan_id
 from checkpoint.cleanup.plan import plan_gc
 
 __all__ = [
     "ApplyResult",
-    "AuditTrail",
-    "with_held",
-    "parse_held",
     "CheckResult",
     "Cleaned",
     "CleanupOptions",
     "Planned",
     "Kind",
     "Outcome",
-    "Plan",
-    "PlannedFile",
     "REPLANNED",
     "apply_cleanup",
     "plan_cleanup",
     "check_plan",
     "delete_with_redrive",
-    "new_plan_id",
     "plan_gc",
 ]

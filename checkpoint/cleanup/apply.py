@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.manifest import Plan, PlannedFile, Totals
 from checkpoint.cleanup.plan import Recheck
+from checkpoint.cleanup.totals import Totals
 from checkpoint.crash import crash_point
 from checkpoint.errors import CheckpointError, CleanupStopped, GcError
 from checkpoint.format import FileKind, classify, commit_digest
 from checkpoint.policy import POLICY
+from checkpoint.safety import AuditTrail, Plan, PlannedFile
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 
@@ -154,10 +154,11 @@ def apply_plan(
     plan: Plan,
     storage: Storage,
     audit: AuditTrail,
+    *,
+    check: Callable[[], None],
     batch_size: int = POLICY.delete_batch_size,
     attempts: int = POLICY.delete_attempts,
     sleep: Callable[[float], None] = time.sleep,
-    check: Callable[[], None] | None = None,
     checked: CheckResult | None = None,
 ) -> ApplyResult:
     """Deletes the plan's candidates that are unchanged since planning. Idempotent.
@@ -183,8 +184,7 @@ def apply_plan(
             for line in batch:
                 recheck.check(line)
         for batch in audit.candidates(plan, chunk, local=manifest):
-            if check is not None:
-                check()
+            check()
             # A listing or a stat that fails raises here, before anything of this batch is deleted.
             outcomes, ready = _restat(_current(storage, batch, plan.partition_files), batch)
             if ready:

@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TextIO
 
 from checkpoint.cleanup.held import HeldFiles
-from checkpoint.cleanup.manifest import PlannedFile, Totals, _line, _line_tail
 from checkpoint.cleanup.rules import (
     FileIndex,
     GcOptions,
@@ -24,6 +23,7 @@ from checkpoint.cleanup.rules import (
     UnsafeToPlan,
     find_orphans,
 )
+from checkpoint.cleanup.totals import Totals
 from checkpoint.errors import CheckpointError, GcError
 from checkpoint.format import FileKind
 from checkpoint.model import (
@@ -33,6 +33,7 @@ from checkpoint.model import (
     partitions_named,
 )
 from checkpoint.policy import POLICY
+from checkpoint.safety import PlannedFile, candidate_line, candidate_tail
 from checkpoint.storage import FileInfo, Storage
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def _decide(context: Context, folder: str, lines: TextIO, held: TextIO) -> Decid
                 planned = PlannedFile(rel, size, info.mtime or 0.0, group.reason, group.store)
                 held.write(json.dumps({"sst_mtime": held_for_floor[rel], **planned.as_dict()}) + "\n")
                 continue
-            out.append(_line(size, info.mtime or 0.0, rel, group.tail))
+            out.append(candidate_line(size, info.mtime or 0.0, rel, group.tail))
             group.sizes.append(size)
         lines.write("".join(out))
     by_reason, by_store = Totals(), Totals()
@@ -149,7 +150,7 @@ class _Group:
 
     def __init__(self, reason: str, store: str | None) -> None:
         self.reason, self.store = reason, store
-        self.tail = _line_tail(reason, store)
+        self.tail = candidate_tail(reason, store)
         self.sizes: list[int] = []
 
 

@@ -11,10 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from checkpoint.cleanup.apply import ApplyResult, Kind, Outcome, apply_plan, check_plan
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.manifest import Plan
 from checkpoint.policy import POLICY
-from checkpoint.safety import InPlace
+from checkpoint.safety import AuditTrail, InPlace, Plan
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)

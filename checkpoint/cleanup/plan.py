@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, NoReturn
 
 from checkpoint.analysis import Category, Severity, validate
 from checkpoint.cleanup.decide import Context, Lister, list_folder, scan_partition
-from checkpoint.cleanup.manifest import Plan, PlannedFile, new_plan_id
 from checkpoint.cleanup.pool import in_order, planning_workers
 from checkpoint.cleanup.rules import (
     GcOptions,
@@ -52,11 +51,11 @@ from checkpoint.model import (
     store_ids,
 )
 from checkpoint.policy import POLICY
-from checkpoint.safety import refuse_inside
+from checkpoint.safety import Plan, PlannedFile, new_plan_id, refuse_inside
 from checkpoint.storage import Storage
 
 if TYPE_CHECKING:
-    from checkpoint.cleanup.audit import AuditTrail
+    from checkpoint.safety import AuditTrail
 
 log = logging.getLogger(__name__)
 

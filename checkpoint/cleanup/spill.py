@@ -11,12 +11,13 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from checkpoint.cleanup.decide import Decided
-from checkpoint.cleanup.manifest import PlannedFile, Totals
 from checkpoint.cleanup.rules import (
     Kept,
 )
+from checkpoint.cleanup.totals import Totals
 from checkpoint.format import FileKind, classify
 from checkpoint.progress import Progress, report
+from checkpoint.safety import PlannedFile
 
 if TYPE_CHECKING:
     pass

@@ -35,7 +35,6 @@ from typing import Any
 
 from checkpoint import bounds
 from checkpoint.analysis import Severity, ValidationOptions, unproven_writer, validate
-from checkpoint.cleanup import AuditTrail
 from checkpoint.compaction import Rewrite, Rewritten, rewrite_store
 from checkpoint.crash import crash_point
 from checkpoint.errors import CheckpointError, PurgeRefused, RebuildError, StorageError
@@ -51,7 +50,7 @@ from checkpoint.rocksdb import (
     set_options,
     write_in_batches,
 )
-from checkpoint.safety import InPlace, folder_name
+from checkpoint.safety import AuditTrail, InPlace, folder_name
 from checkpoint.storage import Storage
 
 PURGED, NOTHING, OWN_SNAPSHOT, LOOKED = "purged", "nothing expired", "its own snapshot", "looked"

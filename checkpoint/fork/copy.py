@@ -180,10 +180,10 @@ def apply_fork(
     src: Storage,
     dest: Storage,
     state: DestState,
-    workers: int = POLICY.fork_workers,
-    check: Callable[[], None] = lambda: None,
-    since: tuple[float, int] | None = None,
     *,
+    check: Callable[[], None],
+    workers: int = POLICY.fork_workers,
+    since: tuple[float, int] | None = None,
     link: bool = False,
     before_complete: Callable[[], None] = lambda: None,
 ) -> ForkResult:
@@ -349,7 +349,7 @@ def fork_checkpoint(request: TwoSided, options: ForkOptions = ForkOptions()) -> 
     check_dest(inspect_dest(request.dest), request.src.url, options.batch,
                new_query_id=options.new_query_id, dest=request.dest)  # fmt: skip
     with request.held(options.what) as check:
-        return fork_under(request.src, request.dest, options, check)
+        return _fork_held(request.src, request.dest, options, check)
 
 
 @dataclass(frozen=True)
@@ -366,10 +366,9 @@ def write_fork_plan(request: TwoSided, options: PlanOptions) -> ForkResult:
                           before_complete=options.before_complete)  # fmt: skip
 
 
-def fork_under(src: Storage, dest: Storage, options: ForkOptions, check: Callable[[], None]) -> ForkResult:
-    """Forks SRC into DEST as `options` say; see the module docstring. The caller holds SRC's and
-    DEST's maintenance leases and passes their `check` (the door does; tests of the copy alone
-    pass a no-op)."""
+def _fork_held(src: Storage, dest: Storage, options: ForkOptions, check: Callable[[], None]) -> ForkResult:
+    """Forks SRC into DEST as `options` say, under the leases the door holds (their `check`); see
+    the module docstring."""
     batch, new_query_id = options.batch, options.new_query_id
     since = (time.monotonic(), src.calls.total() + dest.calls.total())
     refuse_overlap(src, dest)
@@ -386,4 +385,5 @@ def fork_under(src: Storage, dest: Storage, options: ForkOptions, check: Callabl
     if new_query_id:
         query_id = state.started.query_id if state.started is not None else str(uuid.uuid4())
     plan = plan_fork(source, dest, query_id)
-    return apply_fork(plan, src, dest, state, options.workers, check, since, link=options.link)
+    return apply_fork(plan, src, dest, state, check=check, workers=options.workers, since=since,
+                      link=options.link)  # fmt: skip

@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from checkpoint.cleanup import AuditTrail
 from checkpoint.crash import crash_point
 from checkpoint.errors import CheckpointError, ForkIncomplete, MigrationFailed, MigrationRefused
 from checkpoint.fork import (
@@ -73,7 +72,7 @@ from checkpoint.model import Checkpoint, StoreId, store_folder
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.rocksdb import ZipTarget
-from checkpoint.safety import TwoSided, folder_name, held_by, refuse_overlap
+from checkpoint.safety import AuditTrail, TwoSided, folder_name, held_by, refuse_overlap
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -335,7 +334,7 @@ def _migrate(
     *,
     now: float | None = None,
     quiet_seconds: float = POLICY.quiet_seconds,
-    check: Callable[[], None] = lambda: None,
+    check: Callable[[], None],
     writer: Callable[[], StoreWriter] = lambda: write_here,
 ) -> MigrationResult:
     """See the module docstring. The caller holds SRC's and DEST's leases and passes their

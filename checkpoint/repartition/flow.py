@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from checkpoint.analysis import Severity, validate
-from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError, LeaseLost, RepartitionFailed, RepartitionRefused
 from checkpoint.fork import ForkOptions, fork_checkpoint
 from checkpoint.model import load_head
@@ -38,7 +37,7 @@ from checkpoint.repartition.records import (
     StoreProof,
     Undone,
 )
-from checkpoint.safety import InPlace, TwoSided, held_by
+from checkpoint.safety import AuditTrail, InPlace, TwoSided, held_by
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)

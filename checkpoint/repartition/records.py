@@ -12,11 +12,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import CheckpointError
 from checkpoint.format import RECORD_BYTES, TRAIL_LOG_BYTES
 from checkpoint.repartition.guards import Before, Preflight
-from checkpoint.safety import folder_name
+from checkpoint.safety import AuditTrail, folder_name
 
 REPARTITIONED, UNDONE = "repartitioned", "undone"
 

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from checkpoint import bounds
 from checkpoint.analysis import Severity, dormant_since, unfinished_batch, validate
-from checkpoint.cleanup import AuditTrail, delete_with_redrive
+from checkpoint.cleanup import delete_with_redrive
 from checkpoint.crash import crash_point
 from checkpoint.errors import NotACheckpointError, RetirementIncomplete, RetirementRefused
 from checkpoint.fork import ForkOptions, fork_checkpoint, inspect_dest
@@ -33,7 +33,7 @@ from checkpoint.retire.record import (
     read_record,
     sha256_of,
 )
-from checkpoint.safety import InPlace, TakeLease, TwoSided, held_by
+from checkpoint.safety import AuditTrail, InPlace, TakeLease, TwoSided, held_by
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,8 @@ from typing import Any, TypeVar
 
 from checkpoint import bounds
 from checkpoint.analysis import utc_minute
-from checkpoint.cleanup import AuditTrail
 from checkpoint.errors import MALFORMED, RetirementRefused
-from checkpoint.safety import folder_name
+from checkpoint.safety import AuditTrail, folder_name
 from checkpoint.storage import FileInfo
 
 RETIREMENT_FORMAT = 1

@@ -13,7 +13,6 @@ from typing import BinaryIO
 
 from checkpoint import bounds
 from checkpoint.analysis import dormant_since, unfinished_batch
-from checkpoint.cleanup import AuditTrail, new_plan_id
 from checkpoint.errors import CheckpointError, RetirementRefused, StorageError
 from checkpoint.fork import inspect_dest, read_source
 from checkpoint.format import FileKind
@@ -21,7 +20,7 @@ from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
 from checkpoint.retire.record import sha256_of, write_record
-from checkpoint.safety import refuse_inside, refuse_overlap
+from checkpoint.safety import AuditTrail, new_plan_id, refuse_inside, refuse_overlap
 from checkpoint.storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)

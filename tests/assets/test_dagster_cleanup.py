@@ -21,7 +21,7 @@ from assets.partitions import partition_key
 from assets.ranges import value_for
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from checkpoint.cleanup import REPLANNED
-from checkpoint.cleanup.manifest import PlannedFile
+from checkpoint.safety import PlannedFile
 from checkpoint.safety.lease import lease_for
 from orchestration.location import build_definitions
 from testbed.copying import copy_checkpoint

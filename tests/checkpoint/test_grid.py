@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint.analysis import Severity, validate
-from checkpoint.cleanup import AuditTrail, CleanupOptions, apply_cleanup
+from checkpoint.cleanup import CleanupOptions, apply_cleanup
 from checkpoint.compaction import CompactionOptions, compact_checkpoints
 from checkpoint.errors import MigrationRefused, NotACheckpointError, RepartitionRefused, SparkCannotReach
 from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
@@ -38,7 +38,7 @@ from checkpoint.retire import (
     read_retirement,
     retirement_request,
 )
-from checkpoint.safety import EachInPlace, InPlace, TwoSided, taken_at_once
+from checkpoint.safety import AuditTrail, EachInPlace, InPlace, TwoSided, taken_at_once
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint, upload_checkpoint
 from tests.support.planning import candidates_of, plan_of

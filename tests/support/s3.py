@@ -16,7 +16,7 @@ from typing import Any
 
 import s3fs
 
-from checkpoint.cleanup import AuditTrail
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from tests.support.cli import CKPT

@@ -16,23 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup.apply import apply_plan
-from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CompactionRefused, RepartitionRefused
 from checkpoint.model.head import load_head
-from checkpoint.safety import InPlace, taken_at_once
+from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
-from jobs.compact import run_compaction
 from jobs.repartition import RepartitionOptions, repartition
 from testbed.cache import cache_home
 from testbed.copying import copy_checkpoint
 from testbed.generations import DEFAULT_SCENARIOS, RELEASES, SCENARIOS, restart_under
 from testbed.restart import differences
 from tests.support import damage
+from tests.support.compacting import compact_unleased
 from tests.support.files import files_of
 from tests.support.forking import fork
-from tests.support.planning import plan_of
+from tests.support.planning import apply_unleased, plan_of
 
 pytestmark = pytest.mark.slow
 
@@ -49,12 +47,12 @@ def _compact_and_clean(spark, path: Path, audit: Path, spark_4_0: bool) -> tuple
         assert files_of(path) == before
     else:
         targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
-        outcomes = run_compaction(spark, ckpt, targets)
+        outcomes = compact_unleased(spark, ckpt, targets)
         assert targets and all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
         compacted = len(outcomes)
     trail = AuditTrail(str(audit))
     plan = plan_of(path, audit=trail, retain_batches=2, now=time.time() + 7 * 3600)
-    result = apply_plan(plan, Storage(str(path)), trail)
+    result = apply_unleased(plan, Storage(str(path)), trail)
     assert not result.failed.files and result.deleted.files == plan.files
     return compacted, result.deleted.files
 
@@ -124,14 +122,14 @@ def test_default_formats_compacted_cleaned_and_forked_restart_under_the_spark_th
         }
         ckpt = load_head(str(copies["compacted"]))
         targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
-        outcomes = run_compaction(spark, ckpt, targets)
+        outcomes = compact_unleased(spark, ckpt, targets)
         assert targets and all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
         head = load_head(str(copies["cleaned"]), strict=False)
         assert head.format_version == 1, name
         assert [f for f in validate(head).findings if f.severity == Severity.ERROR] == [], name
         trail = AuditTrail(str(work / "audit"))
         plan = plan_of(copies["cleaned"], audit=trail, retain_batches=2, now=time.time() + 7 * 3600)
-        result = apply_plan(plan, Storage(str(copies["cleaned"])), trail)
+        result = apply_unleased(plan, Storage(str(copies["cleaned"])), trail)
         assert plan.files > 0 and not result.failed.files and result.deleted.files == plan.files
         # At the latest batch: restarted with its original input folder in a glob, PySpark 4.0.5's
         # file source reads every file again (an untouched copy too), so a fork at an earlier

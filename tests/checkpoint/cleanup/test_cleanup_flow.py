@@ -10,17 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup import (
-    REPLANNED,
-    AuditTrail,
-    CleanupOptions,
-    Plan,
-    apply_cleanup,
-    plan_cleanup,
-    plan_gc,
-)
+from checkpoint.cleanup import REPLANNED, CleanupOptions, apply_cleanup, plan_cleanup, plan_gc
 from checkpoint.errors import LeaseHeld
-from checkpoint.safety import InPlace, lease_for, taken_at_once
+from checkpoint.safety import AuditTrail, InPlace, Plan, lease_for, taken_at_once
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back

@@ -33,10 +33,10 @@ def test_cleanup_keeps_what_recovery_reads_and_the_query_restarts_like_untouched
     """What Spark's maintenance would have removed had the query kept running (and orphan SSTs)
     goes; the last two batches read the same state, and the restarted query ends in the state of
     an untouched copy restarted with the same input."""
-    from checkpoint.cleanup.apply import apply_plan
-    from checkpoint.cleanup.audit import AuditTrail
+    from checkpoint.safety import AuditTrail
     from jobs.spark_session import scoped_confs
     from testbed.defaults import scenario_named
+    from tests.support.planning import apply_unleased
     from tests.support.state import read_state, restart_like_untouched
 
     cleaned, untouched = (
@@ -49,7 +49,7 @@ def test_cleanup_keeps_what_recovery_reads_and_the_query_restarts_like_untouched
     plan = _plan(cleaned, audit=audit, retain_batches=2)
     with scoped_confs(spark, V1_SESSION):
         before = {b: read_state(spark, cleaned, b, name) for b in window}
-        result = apply_plan(plan, ckpt_.storage, audit)
+        result = apply_unleased(plan, ckpt_.storage, audit)
         assert plan.files > 0 and not result.failed.files and result.deleted.files == plan.files
         assert {b: read_state(spark, cleaned, b, name) for b in window} == before
         assert _plan(cleaned, retain_batches=2).files == 0  # a second run plans nothing

@@ -15,31 +15,23 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup.apply import apply_plan, check_plan
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.manifest import Plan, PlannedFile
+from checkpoint.cleanup.apply import check_plan
 from checkpoint.crash import CRASH_ENV
 from checkpoint.errors import GcError, OutsideCheckpointError
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.model.checkpoint import load_checkpoint
-from checkpoint.model.lineage import store_ids
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
 from tests.support.paths import PROJECT
-from tests.support.planning import candidates_of, plan_of
+from tests.support.planning import LATER, apply_unleased, candidates_of, plan_later, plan_of
 from tests.support.state import read_state, restart_like_untouched
 
-# The test clock: seven hours from now, so every corpus file is past the default 6 h grace.
-LATER = 7 * 3600
 V2 = [
     "long_chain", "snapshots", "watermark", "retention", "killed_before_restart", "killed_after_restart",
     "task_retry", "two_actions", "dedup_agg", "join", "join_cf", "list_state", "zstd",
 ]  # fmt: skip
-
-
-def plan_later(path: Path, **kwargs) -> Plan:
-    return plan_of(path, now=time.time() + LATER, **kwargs)
 
 
 def outside_state(path: Path) -> dict[str, tuple[int, float]]:
@@ -167,7 +159,7 @@ def test_apply_keeps_state_and_the_query_restarts_like_an_untouched_copy(
     plan = plan_later(
         cleaned, audit=audit, retain_batches=2
     )  # the last two batches: as aggressive as allowed
-    result = apply_plan(plan, ckpt.storage, audit)
+    result = apply_unleased(plan, ckpt.storage, audit)
     assert not result.failed.files and result.deleted.files == plan.files
 
     assert {b: read_state(spark, cleaned, b, scenario.name) for b in window} == before
@@ -184,7 +176,7 @@ def test_apply_keeps_state_and_the_query_restarts_like_an_untouched_copy(
 def test_every_uncommitted_attempt_is_gone(copy_of, tmp_path, name) -> None:
     path = copy_of(name)
     audit = AuditTrail(str(tmp_path / "audit"))
-    apply_plan(plan_later(path, audit=audit), Storage(str(path)), audit)
+    apply_unleased(plan_later(path, audit=audit), Storage(str(path)), audit)
     ckpt = load_checkpoint(str(path))
     newest = ckpt.latest_committed_batch + 1
     for sid, store in ckpt.stores.items():
@@ -201,8 +193,8 @@ def test_second_apply_of_the_same_plan_deletes_nothing(copy_of, tmp_path) -> Non
     audit = AuditTrail(str(tmp_path / "audit"))
     plan = plan_later(path, audit=audit)
     storage = Storage(str(path))
-    first = apply_plan(plan, storage, audit)
-    second = apply_plan(plan, storage, audit)
+    first = apply_unleased(plan, storage, audit)
+    second = apply_unleased(plan, storage, audit)
     assert first.deleted.files == plan.files > 0
     assert not second.deleted.files and not second.failed.files
     assert set(second.skipped.whys) == {"already gone"} and second.skipped.files == plan.files
@@ -218,7 +210,7 @@ def test_a_changed_file_is_skipped_not_deleted(copy_of, tmp_path) -> None:
     plan = plan_later(path, audit=audit)
     victim = path / candidates_of(plan)[0].path
     os.utime(victim, (time.time(), time.time()))
-    result = apply_plan(plan, Storage(str(path)), audit)
+    result = apply_unleased(plan, Storage(str(path)), audit)
     assert victim.exists()
     assert dict(result.skipped.whys) == {"changed since the plan": 1}
 
@@ -234,7 +226,7 @@ def test_check_refuses_a_plan_whose_commit_log_changed(copy_of, tmp_path) -> Non
     verdict = check_plan(plan, storage)
     assert not verdict.ok and "commits [2] changed" in verdict.message
     with pytest.raises(GcError, match="refused"):
-        apply_plan(plan, storage, audit)
+        apply_unleased(plan, storage, audit)
     assert all((path / c.path).exists() for c in candidates_of(plan))
 
 
@@ -475,39 +467,10 @@ def test_the_manifest_lists_zips_before_ssts_and_each_sidecar_after_its_main(cop
     assert kinds == set(order) and len(blocks) > 1 and len(sidecars) > len(planned) / 2
 
 
-def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of, tmp_path) -> None:
-    """Scenarios on a manual clock: 13 plans a minute apart; the newest 10 stay whatever their age,
-    older ones go once 30 days old, and the removal is recorded before anything is deleted."""
-    from checkpoint.safety.naming import folder_name
-
-    path = copy_of("two_actions")
-    audit = AuditTrail(str(tmp_path / "audit"))
-    start = time.time() + LATER
-    plans = [plan_of(path, audit=audit, now=start + 60 * i) for i in range(13)]
-    apply_plan(plans[0], Storage(str(path)), audit)  # the oldest has outcomes too: they go with it
-    folder = tmp_path / "audit" / folder_name(str(path))
-    assert audit.latest_plan(str(path)) == dataclasses.replace(plans[-1], digest="")
-
-    def age(plan, days: float) -> None:
-        for f in folder.glob(f"{plan.plan_id}.*"):
-            os.utime(f, (time.time() - days * 86400,) * 2)
-
-    for plan in plans[:12]:
-        age(plan, 40)
-    age(plans[1], 20)  # beyond the newest ten but younger than a month: stays
-    assert audit.prune(str(path), time.time()) == [plans[0].plan_id, plans[2].plan_id]
-    left = sorted({f.name.split(".", 1)[0] for f in folder.glob("*.jsonl") if f.name != "pruned.jsonl"})
-    assert left == sorted(p.plan_id for p in plans if p not in (plans[0], plans[2]))
-    record = json.loads((folder / "pruned.jsonl").read_text().splitlines()[-1])
-    assert record["removed_plans"] == [plans[0].plan_id, plans[2].plan_id] and record["files"] == 3
-    assert audit.prune(str(path), time.time()) == []  # nothing more is due
-    assert audit.latest_plan(str(path)) == dataclasses.replace(plans[-1], digest="")
-
-
 _PLAN_IN_A_FRESH_PROCESS = """
 import json, sys, threading, time
 from checkpoint.cleanup import plan as gc_plan, pool as planning_pool
-from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 started, pool = [], planning_pool.ProcessPoolExecutor
@@ -543,103 +506,6 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(copy_of, t
         out = json.loads(run.stdout)
         assert out["started"] == [method]
         assert manifest(out["plan_id"], out["manifest"]) == manifest(here.plan_id, here.manifest)
-
-
-def test_the_manifest_is_the_same_bytes_however_its_parts_are_copied(copy_of, tmp_path, monkeypatch) -> None:
-    """Decided in worker processes, a plan's lines come in a file per partition, assembled into the
-    manifest by the kernel (sendfile) where it can: the same bytes as Python's copy, including after
-    a sendfile that fails part-way."""
-    path, now = copy_of("two_actions"), time.time() + LATER
-
-    def manifest(trail: str) -> list[bytes]:
-        plan = plan_of(path, AuditTrail(str(tmp_path / trail)), now=now, workers=2)
-        assert plan.files > 0
-        head, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
-        return [head.replace(plan.plan_id.encode(), b"<id>"), *lines]
-
-    by_kernel = manifest("kernel")
-    real_sendfile, calls = os.sendfile, []
-
-    def sendfile_that_breaks(out: int, src: int, offset: int, count: int) -> int:
-        calls.append(offset)
-        if offset > 0:
-            raise OSError(22, "Invalid argument")
-        return real_sendfile(out, src, offset, min(count, 100))
-
-    monkeypatch.setattr(os, "sendfile", sendfile_that_breaks)
-    assert manifest("python") == by_kernel
-    assert 0 in calls and any(offset == 100 for offset in calls)  # it broke after 100 bytes were sent
-
-
-def _lines_naming(path: Path, rels: list[str]) -> str:
-    """Manifest lines for files as they are: their true size and mtime, as an editor would write."""
-    return "".join(
-        PlannedFile(rel, (path / rel).stat().st_size, (path / rel).stat().st_mtime, "superseded", None).line()
-        for rel in rels
-    )
-
-
-def _committed_files(path: Path) -> list[str]:
-    """What recovery at the latest batch reads first: each store's committed changelog or zip."""
-    ckpt = load_checkpoint(str(path))
-    batch = ckpt.latest_committed_batch
-    ids = {(sid.operator, sid.partition, sid.store, ckpt.committed_unique_id(batch, sid))
-           for sid in store_ids(ckpt, batch)}  # fmt: skip
-    return sorted(f.info.rel for f in ckpt.files if f.kind in (FileKind.CHANGELOG, FileKind.ZIP)
-                  and f.what.version == batch + 1
-                  and (f.what.operator, f.what.partition, f.what.store, f.what.unique_id) in ids)  # fmt: skip
-
-
-def _everything(path: Path) -> dict[str, tuple[int, float]]:
-    return {p.relative_to(path).as_posix(): (p.stat().st_size, p.stat().st_mtime)
-            for p in path.rglob("*") if p.is_file()}  # fmt: skip
-
-
-def test_an_edited_manifest_deletes_nothing(copy_of, tmp_path) -> None:
-    """The reproduction: lines naming the query metadata and the newest commit and offset, with
-    their true size and mtime, appended to a plan's manifest. The digest the planner returned
-    (held by the caller, never read from the manifest) refuses the whole apply."""
-    path = copy_of("two_actions")
-    audit = AuditTrail(str(tmp_path / "audit"))
-    plan = plan_later(path, audit=audit)
-    latest = load_checkpoint(str(path)).latest_committed_batch
-    with open(plan.manifest, "a") as manifest:
-        manifest.write(_lines_naming(path, ["metadata", f"commits/{latest}", f"offsets/{latest}"]))
-    before = _everything(path)
-    with pytest.raises(GcError, match="not the one planned"):
-        apply_plan(plan, Storage(str(path)), audit)
-    with pytest.raises(GcError, match="no digest"):  # a plan read back from its manifest alone
-        apply_plan(audit.read_plan(plan.manifest), Storage(str(path)), audit)
-    assert _everything(path) == before
-
-
-@pytest.mark.parametrize("what", ["logs", "committed state", "outside state/"])
-def test_a_manifest_naming_what_a_batch_reads_deletes_nothing_even_with_its_digest(
-    copy_of, tmp_path, what
-) -> None:
-    """A manifest whose digest matches (a forged record, or a bug in the planner) is still not
-    trusted: every line is classified again under the lease against the commit log read then,
-    and one line that is not an orphan now refuses the apply before the first deletion."""
-    path = copy_of("two_actions")
-    audit = AuditTrail(str(tmp_path / "audit"))
-    plan = plan_later(path, audit=audit)
-    latest = load_checkpoint(str(path)).latest_committed_batch
-    victims = {
-        "logs": ["metadata", f"commits/{latest}", f"offsets/{latest}"],
-        "committed state": _committed_files(path)[:1],
-        "outside state/": ["state/0/_metadata/metadata"],
-    }[what]
-    assert victims
-    forged_lines = tmp_path / "lines.jsonl"
-    planned = Path(plan.manifest).read_text().splitlines(keepends=True)[1:]
-    forged_lines.write_text("".join(planned) + _lines_naming(path, victims))
-    forged_plan = dataclasses.replace(plan, plan_id=f"{plan.plan_id}-forged")
-    forged = audit.write_manifest(forged_plan, [str(forged_lines)])
-    before = _everything(path)
-    with pytest.raises(GcError, match="refused, nothing deleted: its manifest names"):
-        apply_plan(forged, Storage(str(path)), audit)
-    assert _everything(path) == before
-    assert apply_plan(plan, Storage(str(path)), audit).deleted.files  # the plan as made still applies
 
 
 def test_an_idle_running_query_keeps_the_sst_a_future_snapshot_may_reuse(copy_of) -> None:

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from checkpoint.cleanup.apply import apply_plan
-from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.cleanup.plan import plan_gc
 from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.safety import AuditTrail
 from jobs.spark_session import scoped_confs
 from testbed.defaults import HDFS as DEFAULT_HDFS
 from testbed.queries import FREQUENT_SNAPSHOTS, _keyed_rows, aggregation, write_inputs
 from testbed.sinks import _two_actions_sink
+from tests.support.planning import apply_unleased
 from tests.support.state import control_state, latest_state
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def test_live_query_survives_repeated_cleanup(spark, tmp_path, confs, retain) ->
                     ckpt.storage, audit, grace_seconds=0, retain_batches=retain, allow_short_grace=True
                 )
                 assert plan.live
-                deleted += apply_plan(plan, ckpt.storage, audit).deleted.files
+                deleted += apply_unleased(plan, ckpt.storage, audit).deleted.files
                 runs += 1
             time.sleep(0.3)
         feeder.join()

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup.audit import AuditTrail
-from checkpoint.cleanup.manifest import Plan
 from checkpoint.cleanup.plan import plan_gc
+from checkpoint.safety import AuditTrail, Plan
 from checkpoint.storage import Storage
 from testbed import synthetic
 from tests.support.cli import CKPT

@@ -13,13 +13,12 @@ import pytest
 
 from checkpoint.cleanup import plan as gc_plan
 from checkpoint.cleanup import pool as planning_pool
-from checkpoint.cleanup.apply import apply_plan
-from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.errors import CheckpointError
 from checkpoint.format.layout import FileKind
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
-from tests.support.planning import candidates_of, plan_of
+from tests.support.planning import apply_unleased, candidates_of, plan_of
 from tests.support.s3 import LATER, direct, planned_on, via_proxy
 
 
@@ -47,7 +46,7 @@ def test_cleanup_on_s3_deletes_what_the_local_plan_names(s3, s3_copy_of, corpus,
     partitions = len({"/".join(c.path.split("/")[:3]) for c in planned})
     assert proxy.counts()["HeadObject"] == 0 and rechecked >= partitions
     proxy.reset()
-    result = apply_plan(remote, Storage(url, options), audit, batch_size=50)
+    result = apply_unleased(remote, Storage(url, options), audit, batch_size=50)
     deleted = {o["path"] for o in audit.outcomes(remote) if o["outcome"] == "deleted"}  # every one
     assert deleted == {c.path for c in planned} and result.deleted.files == len(planned)
     assert not result.failed.files
@@ -132,7 +131,7 @@ def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path
     audit = AuditTrail(str(tmp_path))
     plan, storage, _, flaky = _three_keys_failing(s3, s3_copy_of, audit, times=1)
     sleeps: list[float] = []
-    result = apply_plan(plan, storage, audit, sleep=sleeps.append)
+    result = apply_unleased(plan, storage, audit, sleep=sleeps.append)
     assert result.deleted.files == plan.files and not result.failed.files
     assert s3[1].counts()["DeleteObjects"] == 2 and len(sleeps) == 1
     assert not any(direct(s3).exists(k) for k in flaky)
@@ -141,7 +140,7 @@ def test_partial_delete_failures_are_retried_key_by_key(s3, s3_copy_of, tmp_path
 def test_keys_that_keep_failing_are_reported_and_never_called_deleted(s3, s3_copy_of, tmp_path) -> None:
     audit = AuditTrail(str(tmp_path))
     plan, storage, stuck, keys = _three_keys_failing(s3, s3_copy_of, audit, times=100)
-    result = apply_plan(plan, storage, audit, attempts=3, sleep=lambda s: None)
+    result = apply_unleased(plan, storage, audit, attempts=3, sleep=lambda s: None)
     assert {o.path for o in result.failed.sample} == stuck and result.failed.files == 3
     assert all(o.why.startswith("InternalError") for o in result.failed.sample)
     assert not stuck & {o.path for o in result.deleted.sample}
@@ -157,8 +156,8 @@ def test_the_audit_trail_on_s3_names_objects_that_exist(s3, s3_copy_of) -> None:
     url, options = s3_copy_of("two_actions"), via_proxy(s3)
     audit = AuditTrail(f"s3://{bucket}/audit-{url.rsplit('/', 2)[-2]}", options)
     plan, planned = planned_on(url, options, audit)
-    first = apply_plan(plan, Storage(url, options), audit)
-    again = apply_plan(plan, Storage(url, options), audit)  # idempotent: everything already gone
+    first = apply_unleased(plan, Storage(url, options), audit)
+    again = apply_unleased(plan, Storage(url, options), audit)  # idempotent: everything already gone
     assert first.deleted.files == plan.files and not again.deleted.files
     server = direct(s3)
     assert audit.read_plan(plan.manifest) == dataclasses.replace(plan, digest="")

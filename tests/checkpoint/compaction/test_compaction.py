@@ -21,10 +21,10 @@ from checkpoint.errors import RebuildError
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.lineage import checkpoint_lineage
 from checkpoint.rocksdb import merge_delimiter
-from jobs.compact import run_compaction
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
 from tests.support import damage
+from tests.support.compacting import compact_unleased
 from tests.support.planning import candidates_of, plan_of
 from tests.support.state import READERS, read_state, restart_like_untouched
 
@@ -106,7 +106,7 @@ def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root,
     ckpt = load_checkpoint(str(compacted))
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
     assert targets
-    results = run_compaction(spark, ckpt, targets)
+    results = compact_unleased(spark, ckpt, targets)
     assert all(r.ok for r in results), results
     fresh = {r.rebuilt.path for r in results}
     assert {Path(p).name.split("_")[0] for p in fresh} == {str(newest)}
@@ -225,7 +225,7 @@ def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, rescue, tmp_path) -> 
 
     targets, _ = plan_compaction(before)
     assert targets and {t.reason for t in targets} == {"lineage_header_near_cap"}
-    results = run_compaction(spark, before, targets)
+    results = compact_unleased(spark, before, targets)
     assert all(r.ok for r in results), results
     RESCUE.restart(spark, scenario_dir, rescued, tmp_path / "more")
     after = load_checkpoint(str(rescued), strict=False)

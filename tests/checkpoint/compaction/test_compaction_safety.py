@@ -19,11 +19,11 @@ from checkpoint.errors import CompactionRefused
 from checkpoint.format.crc import crc32c_signed
 from checkpoint.model.head import load_head
 from checkpoint.model.lineage import checkpoint_lineage
-from jobs.compact import run_compaction
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
 from tests.support import damage
 from tests.support.cli import CKPT
+from tests.support.compacting import compact_unleased
 from tests.support.files import files_of
 
 pytestmark = pytest.mark.slow
@@ -90,7 +90,7 @@ def test_a_damaged_sst_fails_its_store_and_the_others_go_on(spark, copy_of, hidd
     sst.write_bytes(bytes(data))
     if not hidden_crc:
         sst.with_name(f".{sst.name}.crc").unlink()
-    outcomes = run_compaction(spark, ckpt, targets)
+    outcomes = compact_unleased(spark, ckpt, targets)
     failed = [o for o in outcomes if not o.ok]
     assert [o.store for o in failed] == [victim]
     if hidden_crc:
@@ -114,7 +114,7 @@ def test_a_spark_connect_session_rebuilds_rocksdb_stores_here_and_tells_hdfs_one
     path = copy_of("long_chain")
     ckpt = load_head(str(path), recent=2)
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
-    outcomes = run_compaction(Connect(), ckpt, targets)
+    outcomes = compact_unleased(Connect(), ckpt, targets)
     assert len(outcomes) == 4 and all(o.ok for o in outcomes), [o.error for o in outcomes]
     assert len({p.parent for p in (path / "state").rglob("*.zip")}) == 4
     hdfs = copy_checkpoint(defaults["hdfs_deltas"], tmp_path / "hdfs")
@@ -122,7 +122,7 @@ def test_a_spark_connect_session_rebuilds_rocksdb_stores_here_and_tells_hdfs_one
     before = files_of(hdfs)
     ckpt = load_head(str(hdfs), recent=2)
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
-    outcomes = run_compaction(Connect(), ckpt, targets)
+    outcomes = compact_unleased(Connect(), ckpt, targets)
     assert outcomes and all("Spark Connect" in (o.error or "") for o in outcomes), [o.error for o in outcomes]
     assert files_of(hdfs) == before
 
@@ -141,7 +141,7 @@ def test_a_task_killed_with_9_fails_its_store_alone(
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
     assert len(targets) == 4
     monkeypatch.setenv(CRASH_ENV, "compaction.task:0/2/default")
-    results = run_compaction(spark, ckpt, targets)
+    results = compact_unleased(spark, ckpt, targets)
     monkeypatch.delenv(CRASH_ENV)
     failed = [r for r in results if not r.ok]
     assert [r.store.partition for r in failed] == [2] and "the Spark task died" in failed[0].error

@@ -36,10 +36,10 @@ def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_
     nothing else new; Spark's reader loads the same state from that snapshot alone, with the chain
     before it gone; and the restarted query ends in the state of an untouched copy."""
     from checkpoint.compaction.targets import plan_compaction
-    from jobs.compact import run_compaction
     from jobs.spark_session import scoped_confs
     from testbed.defaults import scenario_named
     from testbed.demo import date_back
+    from tests.support.compacting import compact_unleased
     from tests.support.files import files_of
     from tests.support.state import read_state, restart_like_untouched
 
@@ -53,7 +53,7 @@ def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_
     entries = checkpoint_lineage(load_checkpoint(str(compacted)), latest)
     # In this session's Spark: `ckpt compact` itself runs in the checksum and leftover tests.
     ckpt_ = load_head(str(compacted), recent=2)
-    outcomes = run_compaction(spark, ckpt_, plan_compaction(ckpt_, min_chain=1)[0])
+    outcomes = compact_unleased(spark, ckpt_, plan_compaction(ckpt_, min_chain=1)[0])
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     base = HDFS_NAMES if name.startswith("hdfs") else ROCKSDB_NAMES
     published = {Path(o.rebuilt.path).relative_to(compacted).as_posix() for o in outcomes if o.rebuilt}

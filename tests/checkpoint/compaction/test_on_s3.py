@@ -14,8 +14,8 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
     s3, s3_copy_of, spark, corpus, corpus_root, tmp_path
 ) -> None:
     from checkpoint.compaction.targets import plan_compaction
-    from jobs.compact import run_compaction
     from tests.checkpoint.compaction.test_compaction import _rows_of_partition, _snapshot_rows
+    from tests.support.compacting import compact_unleased
 
     _, proxy, _ = s3
     url, options = s3_copy_of("long_chain"), via_proxy(s3)
@@ -23,7 +23,7 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
     targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
     assert len(targets) == 4
     proxy.reset()
-    results = run_compaction(spark, ckpt, targets)
+    results = compact_unleased(spark, ckpt, targets)
     assert all(r.ok for r in results), results
     results = [r.rebuilt for r in results]
     counts = proxy.counts()
@@ -58,8 +58,8 @@ def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_s
     the store refuses over an existing object; copied back, Spark's reader loads the latest state
     from the new snapshots with every chain file before them gone."""
     from checkpoint.compaction.targets import plan_compaction
-    from jobs.compact import run_compaction
     from jobs.spark_session import scoped_confs
+    from tests.support.compacting import compact_unleased
     from tests.support.damage import remove
     from tests.support.defaults import V1_SESSION
     from tests.support.state import read_state
@@ -70,7 +70,7 @@ def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_s
     targets, _ = plan_compaction(ckpt, min_chain=3, quiet_seconds=0)
     assert len(targets) == 4
     proxy.reset()
-    results = run_compaction(spark, ckpt, targets)
+    results = compact_unleased(spark, ckpt, targets)
     assert all(r.ok for r in results), [r.error for r in results]
     counts = proxy.counts()
     assert counts["ListObjectsV2"] + counts["ListObjects"] == 0

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.format.providers import Provider
 from checkpoint.model.head import load_head
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from tests.support.cli import ckpt
@@ -52,9 +52,8 @@ def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, 
 
 
 def _migrate(spark, src: Path, dest: Path, audit: Path):
-    from checkpoint.cleanup.audit import AuditTrail
     from checkpoint.migrate import MigrationOptions
-    from checkpoint.safety import TwoSided, taken_at_once
+    from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
 
@@ -373,10 +372,9 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     made to see one row fewer in DEST, or one row away from its partition, or a snapshot's key
     count one off, stops the migration (MigrationFailed), DEST stays refused by validation, and a
     run with the real reader finishes it."""
-    from checkpoint.cleanup.audit import AuditTrail
     from checkpoint.errors import MigrationFailed
     from checkpoint.migrate import MigrationOptions, migrate_checkpoint, state
-    from checkpoint.safety import TwoSided, taken_at_once
+    from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import SparkStateDigests
     from jobs.migrate import migrate as run

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from tests.support.cli import ckpt

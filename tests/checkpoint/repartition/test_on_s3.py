@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from checkpoint.cleanup.audit import AuditTrail
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 

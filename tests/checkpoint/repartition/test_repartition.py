@@ -17,13 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup.apply import apply_plan
-from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.errors import RepartitionFailed
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.repartition.guards import state_readers
-from checkpoint.safety import InPlace, taken_at_once
+from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from jobs.repartition import RepartitionOptions, repartition, rows_per_partition
@@ -33,7 +31,7 @@ from testbed.operators import ensure_operator_corpus, scenario_named
 from testbed.restart import differences, restart
 from tests.cli.test_cli import CKPT, ckpt
 from tests.support.leases import lapse_leases
-from tests.support.planning import candidates_of, plan_of
+from tests.support.planning import apply_unleased, candidates_of, plan_of
 
 # A real checkpoint for every operator Spark's repartitioner supports: the main corpus's, then the
 # operator corpus's (testbed/operators.py).
@@ -142,7 +140,7 @@ def test_after_4_to_3_the_product_handles_the_batch_and_cleanup_takes_the_stale_
     plan = plan_of(changed, audit=audit, retain_batches=1, now=time.time() + 7 * 3600)
     stale = {str(p.relative_to(changed)) for p in (changed / "state/0/3").rglob("*") if p.is_file()}
     assert stale and stale <= {c.path for c in candidates_of(plan, audit)}
-    applied = apply_plan(plan, Storage(str(changed)), audit)
+    applied = apply_unleased(plan, Storage(str(changed)), audit)
     assert not applied.failed.files and not [p for p in (changed / "state/0/3").rglob("*") if p.is_file()]
     assert ckpt("validate", str(changed)).returncode == 0
     assert_restarts_like_untouched(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import time
 
-from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.model.head import load_head
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from tests.support.s3 import direct, keys, via_proxy
 

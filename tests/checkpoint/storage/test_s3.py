@@ -9,14 +9,13 @@ import subprocess
 
 import pytest
 
-from checkpoint.cleanup.apply import apply_plan
-from checkpoint.cleanup.audit import AuditTrail
 from checkpoint.errors import NotACheckpointError, StorageError
 from checkpoint.model import load_census
 from checkpoint.model.checkpoint import load_checkpoint
+from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from tests.support.cli import CKPT
-from tests.support.planning import plan_of
+from tests.support.planning import apply_unleased, plan_of
 from tests.support.s3 import cli, direct, planned_on, via_proxy, with_attempts
 
 
@@ -45,7 +44,7 @@ def test_throttling_is_retried_once_by_one_policy(s3, s3_copy_of, tmp_path) -> N
     proxy.reset()
     proxy.faults.slowdown = {"DeleteObjects": 2, "ListObjectsV2": 2}
     sleeps: list[float] = []
-    result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
+    result = apply_unleased(plan, Storage(url, options), audit, sleep=sleeps.append)
     assert result.deleted.files == plan.files and not result.failed.files
     assert proxy.counts()["DeleteObjects"] == 3 and sleeps == []  # 2 throttles, 1 success; no re-drive
 
@@ -53,7 +52,7 @@ def test_throttling_is_retried_once_by_one_policy(s3, s3_copy_of, tmp_path) -> N
     plan, planned = planned_on(url, options, audit)
     proxy.reset()
     proxy.faults.slowdown = {"DeleteObjects": 5}  # more than the 3 attempts allow
-    result = apply_plan(plan, Storage(url, options), audit, sleep=sleeps.append)
+    result = apply_unleased(plan, Storage(url, options), audit, sleep=sleeps.append)
     assert proxy.counts()["DeleteObjects"] == 3 and not result.deleted.files
     assert result.failed.files == plan.files and all("SlowDown" in o.why for o in result.failed.sample)
     # One listing, not a HEAD per object (a quarter of a second each here).
@@ -71,7 +70,7 @@ def test_a_listing_cut_part_way_fails_instead_of_shrinking(s3, s3_copy_of, tmp_p
     calls = [
         lambda: load_checkpoint(url, options),
         lambda: plan_of(Storage(url, options), audit),  # a plan can't be built from a partial listing
-        lambda: apply_plan(plan, Storage(url, options), audit, sleep=lambda s: None),
+        lambda: apply_unleased(plan, Storage(url, options), audit, sleep=lambda s: None),
         lambda: load_census(url, options),  # `ckpt inspect`: a page at a time, the same failure
     ]
     for call in calls:

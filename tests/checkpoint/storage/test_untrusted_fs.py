@@ -98,8 +98,9 @@ def test_a_checkpoint_folder_replaced_since_the_plan_is_not_gone_through(copy_of
     """A plan holds the device and inode of each folder down to its partitions: a folder of the
     same name moved into place after the plan (not a link: the same names, the same files) is
     not the plan's, and nothing in it is deleted."""
-    from checkpoint.cleanup import AuditTrail, plan_gc
-    from checkpoint.cleanup.apply import apply_plan
+    from checkpoint.cleanup import plan_gc
+    from checkpoint.safety import AuditTrail
+    from tests.support.planning import apply_unleased
 
     path = _aged(copy_of("join"))
     storage = Storage(str(path))
@@ -111,7 +112,7 @@ def test_a_checkpoint_folder_replaced_since_the_plan_is_not_gone_through(copy_of
     shutil.rmtree(path / "state/0/0")
     copy.rename(path / "state/0/0")
     kept = _files_under(path / "state/0/0")
-    result = apply_plan(plan, storage, AuditTrail(str(tmp_path / "audit")))
+    result = apply_unleased(plan, storage, AuditTrail(str(tmp_path / "audit")))
     assert _files_under(path / "state/0/0") == kept
     assert result.failed.files >= 1 and all(o.path.startswith("state/0/0/") for o in result.failed.sample)
 
@@ -530,9 +531,8 @@ def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(
     """DEST on a disk with 16 KiB left: `ckpt migrate` stops at a store's upload (exit 1, one line,
     DEST marked incomplete), both leases are free, and with room the same migration (in this
     session's Spark) finishes it."""
-    from checkpoint.cleanup import AuditTrail
     from checkpoint.migrate import MigrationOptions
-    from checkpoint.safety import TwoSided, taken_at_once
+    from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
     from jobs.migrate import migrate
     from testbed.copying import copy_checkpoint

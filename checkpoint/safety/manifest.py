@@ -1,6 +1,6 @@
-"""A cleanup plan as it is kept: the header (what it was made against, its totals) and one line
-per candidate, streamed, never held whole. The planner writes it, the audit trail keeps it, the
-apply reads it back; none of them is needed to read it.
+"""A cleanup plan as the audit trail keeps it: the header (what it was made against, its totals)
+and one line per candidate, streamed, never held whole. Cleanup's planner writes it and its apply
+reads it back; the trail keeps it and checks its digest. None of them is needed to read it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class PlannedFile:
 
     def line(self) -> str:
         """Its manifest line, newline included."""
-        return _line(self.size, self.mtime, self.path, _line_tail(self.reason, self.store))
+        return candidate_line(self.size, self.mtime, self.path, candidate_tail(self.reason, self.store))
 
     def as_dict(self) -> dict[str, Any]:
         """Its manifest keys (`line` writes the same, by hand)."""
@@ -59,11 +59,11 @@ def _quoted(text: str | None) -> str:
 # By hand, not json.dumps of a dict (nor a PlannedFile first): a line is written per candidate,
 # millions of them. The same text json.dumps gives (keys sorted, ASCII escapes), with its newline,
 # in two parts: what each file has, and the tail its reason and store give, the same for many.
-def _line(size: int, mtime: float, path: str, tail: str) -> str:
+def candidate_line(size: int, mtime: float, path: str, tail: str) -> str:
     return f'{{"bytes": {size}, "mtime": {mtime!r}, "path": {_quote(path)}{tail}'
 
 
-def _line_tail(reason: str, store: str | None) -> str:
+def candidate_tail(reason: str, store: str | None) -> str:
     return f', "reason": {_quote(reason)}, "store": {_quoted(store)}, "type": "candidate"}}\n'
 
 
@@ -145,23 +145,3 @@ _OPTIONAL_IN_HEADER: dict[str, Any] = {
     "quiet_seconds": POLICY.quiet_seconds,
     "folder_ids": {},
 }
-
-
-class Totals:
-    """Files and bytes per key (a reason, a store), one file at a time: a plan streams its
-    candidates, so it keeps these and never the list."""
-
-    def __init__(self) -> None:
-        self._by: dict[str, dict[str, int]] = {}
-
-    def add(self, key: str | None, size: int, files: int = 1) -> None:
-        entry = self._by.setdefault(key or "-", {"files": 0, "bytes": 0})
-        entry["files"] += files
-        entry["bytes"] += size
-
-    def merge(self, other: Totals) -> None:
-        for key, entry in other._by.items():
-            self.add(key, entry["bytes"], entry["files"])
-
-    def as_dict(self) -> dict[str, dict[str, int]]:
-        return dict(sorted(self._by.items()))

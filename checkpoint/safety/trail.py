@@ -1,8 +1,8 @@
-"""The audit trail: where a checkpoint's cleanup plans and their outcomes are kept, beside the
+"""The audit trail: where the actions keep their plans, manifests and outcome records, beside the
 checkpoints, never inside one; and the folder that names a checkpoint there, which its maintenance
-lease shares (`lease.lease_for`). Below the actions that write to it: it knows plans and outcome
-records, not how they are made.
-"""
+lease shares (`lease.lease_for`). Below the actions that write to it: it knows plans and records,
+not how they are made. What it reads back is checked, never trusted (a manifest by its digest, a
+record line by line), since anyone with access to the trail may have edited it."""
 
 from __future__ import annotations
 
@@ -20,13 +20,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from checkpoint import bounds
-from checkpoint.analysis import FleetRow
-from checkpoint.cleanup.manifest import Plan, PlannedFile
 from checkpoint.errors import MALFORMED, CheckpointError, CorruptFileError, GcError
 from checkpoint.format import AUDIT_FOLDER, RECORD_BYTES, bounded_lines, is_number
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
-from checkpoint.safety import folder_name
+from checkpoint.safety.manifest import Plan, PlannedFile
+from checkpoint.safety.naming import folder_name
 from checkpoint.storage import FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
@@ -55,37 +54,6 @@ def _append(out: BinaryIO, path: str) -> None:
             pass
         src.seek(done)
         shutil.copyfileobj(src, out)
-
-
-def with_held(
-    row: FleetRow,
-    checkpoint: Storage,
-    audit_url: str | None = None,
-    audit_options: dict[str, Any] | None = None,
-    *,
-    listing: bool = False,
-) -> FleetRow:
-    """A fleet row with what its checkpoint holds when it is dormant or stopped mid-batch, as its
-    audit trail (at `audit_url`, default beside the checkpoint) knows it (`AuditTrail.held`), and
-    with `listing` from a listing of it when the trail does not know; as it was when it is not
-    dormant, when it has no trail (at the top of a bucket), when nothing is known, or when the
-    listing fails (said in the log). A listing of every dormant checkpoint costs what its history
-    holds: the fleet view makes it only when asked (`--held`)."""
-    since = row.idle_since
-    if since is None:
-        return row
-    try:
-        trail = AuditTrail(audit_url or AuditTrail.default_for(checkpoint.url), audit_options)
-    except CheckpointError:  # no folder beside it for a trail (a bucket top): not known, not a failure
-        return row
-    try:
-        held = trail.held(checkpoint, since, listing=listing)
-    except CheckpointError as exc:
-        log.warning("%s: what it holds could not be listed: %s", checkpoint.url, exc)
-        return row
-    if held is None:
-        return row
-    return dataclasses.replace(row, files_held=held[0], bytes_held=held[1])
 
 
 def parse_held(data: bytes, since: float) -> tuple[int, int] | None:
