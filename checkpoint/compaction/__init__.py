@@ -13,7 +13,7 @@ from checkpoint.compaction.flow import (
 )
 from checkpoint.compaction.hdfs import materialize_snapshot
 from checkpoint.compaction.rebuild import RebuildResult, Rewrite, Rewritten, rebuild_store, rewrite_store
-from checkpoint.compaction.targets import Skip, Target, plan_compaction
+from checkpoint.compaction.targets import Skip, Target, Why, plan_compaction
 from checkpoint.errors import CompactionRefused, RebuildError
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "Rewritten",
     "Skip",
     "Target",
+    "Why",
     "Task",
     "compact_checkpoints",
     "materialize_snapshot",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 
 from checkpoint.analysis import FindingCode, Severity, ValidationOptions, unproven_writer, validate
 from checkpoint.errors import CompactionDeferred, CompactionRefused
@@ -24,10 +25,17 @@ from checkpoint.policy import POLICY
 FIXED_BY_COMPACTION = frozenset({FindingCode.LINEAGE_HEADER_NEAR_CAP})
 
 
+class Why(StrEnum):
+    """Why a store is compacted; its value is the word the reports print."""
+
+    LONG_CHAIN = "long_chain"  # recovery replays at least the policy's chain
+    LINEAGE_HEADER_NEAR_CAP = "lineage_header_near_cap"  # a rescue: the next changelog header may not fit
+
+
 @dataclass(frozen=True)
 class Target:
     entry: StoreLineage
-    reason: str  # long_chain | lineage_header_near_cap
+    reason: Why
 
     def as_key(self) -> tuple[int, int, str, int]:
         s = self.entry.store
@@ -104,9 +112,9 @@ def plan_compaction(
         elif not entry.loadable:
             skip("replay chain incomplete: validate the checkpoint")
         elif entry.header_cap_ratio >= header_cap_ratio:
-            targets.append(Target(entry, "lineage_header_near_cap"))
+            targets.append(Target(entry, Why.LINEAGE_HEADER_NEAR_CAP))
         elif entry.chain_length >= min_chain:
-            targets.append(Target(entry, "long_chain"))
+            targets.append(Target(entry, Why.LONG_CHAIN))
         else:
             skip(f"chain of {entry.chain_length} is below {min_chain}")
     return targets, skips
