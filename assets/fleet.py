@@ -111,8 +111,8 @@ def _rows(
         options = roots.root(name).storage_options
         audit = (roots.audit_url, roots.audit_options(name))  # the trail's URL told only for a dormant one
         looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target, audit))
-    latency_bound = any(s.backend.latency_bound for s in storages.values())
-    return ranked(each_checkpoint(_look, looks, latency_bound=latency_bound, timed_out=_timed_out), policy)
+    width = max((s.width(POLICY.fleet_workers) for s in storages.values()), default=1)
+    return ranked(each_checkpoint(_look, looks, width=width, timed_out=_timed_out), policy)
 
 
 def _look(item: tuple) -> FleetRow:

@@ -32,17 +32,17 @@ from .common import EXIT_FINDINGS, Result, add_dormant_after
 
 def fleet(args: argparse.Namespace) -> Result:
     found: list[str] = []
-    latency_bound = False
+    width = 1
     for root in args.roots:
         storage, checkpoints = scan(root)
         found += [f.url for f in checkpoints]
-        latency_bound |= storage.backend.latency_bound
+        width = max(width, storage.width(POLICY.fleet_workers))
     cleanup = None if args.no_cleanup_plan else ("fresh" if args.plan else "newest")
     rows = ranked(
         each_checkpoint(
             functools.partial(_row, cleanup=cleanup, target=args.target_spark, expired=args.expired,
                               policy=dataclasses.replace(POLICY, dormant_seconds=args.dormant_after)), found,
-            latency_bound=latency_bound, timed_out=_timed_out,
+            width=width, timed_out=_timed_out,
         )
     )  # fmt: skip
     if args.held:

@@ -25,6 +25,7 @@ from checkpoint.model import (
     checkpoint_lineage,
     load_census,
     load_head,
+    look_timeout,
     within_deadline,
 )
 from checkpoint.model import scan as find
@@ -89,9 +90,8 @@ def scan(args: argparse.Namespace) -> Result:
 
     # One at a time as before (side by side on an object store), each bounded: a checkpoint that
     # hangs (a stalled mount) is one row, and the others are read.
-    remote = storage.backend.latency_bound
-    workers = POLICY.list_workers if remote else 1
-    timeout = POLICY.remote_look_timeout_seconds if remote else POLICY.look_timeout_seconds
+    workers = storage.width(POLICY.list_workers)
+    timeout = look_timeout(workers)
     done = within_deadline(found, entry, math.inf, workers, time.monotonic, timeout, timed_out)
     entries = list(done.values())
     code = 0 if all(e["health"] == "ok" for e in entries) else EXIT_FINDINGS

@@ -259,9 +259,8 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     order = looking_order(keys, before, now, SENSOR_CAPS.dormant_look_seconds)
     started = time.monotonic()
     storages = {r.name: roots.storage(r.name) for r in roots.roots}
-    # Side by side where a look waits on round trips; on local disks a look is a system call or
-    # two and Python work, which threads only contend for.
-    remote = any(s.backend.latency_bound for s in storages.values())
+    # Side by side where a look waits on round trips (`Storage.width`).
+    workers = max((s.width(COMMIT_SENSOR_WORKERS) for s in storages.values()), default=1)
     quiet_since = now - roots.policy().dormant_seconds
     list_every = SENSOR_CAPS.dormant_list_seconds
 
@@ -269,7 +268,6 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
         listing = lists_dormant(key, before, now, list_every)
         return _look(roots, key, before.seen.get(key), storages, quiet_since, listing)
 
-    workers = COMMIT_SENSOR_WORKERS if remote else 1
     looks = look_within(order, one, COMMIT_SENSOR_BUDGET, workers, look_timeout=COMMIT_SENSOR_LOOK_TIMEOUT)
     for key, look in looks.items():
         if look.problem is not None:

@@ -310,6 +310,22 @@ def test_no_face_exports_an_action_that_skips_its_door() -> None:
         assert not hasattr(importlib.import_module(f"checkpoint.{package}"), name), (package, name)
 
 
+def test_nothing_above_storage_reads_a_backends_flags() -> None:
+    """Storage answers questions that act (`Storage.width`, `sidecars`, `appended`); the flags
+    they are answered from stay inside `checkpoint/storage/`, as a format's kind stays in its type."""
+    flag = re.compile(r"\bbackend\.(latency_bound|appends|hidden_checksums)\b")
+    shipped = ("checkpoint", "jobs", "assets", "orchestration", "cli")
+    readers = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for top in shipped
+        for path in sorted((ROOT / top).rglob("*.py"))
+        if "storage" not in path.relative_to(ROOT).parts[:2]
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if flag.search(line)
+    ]
+    assert readers == []
+
+
 def test_no_core_function_defaults_a_lease_check_to_nothing() -> None:
     """A `check` is the leases' own, handed down by a door. A default that checks nothing lets a
     caller forget it and write under no lease: every core function that takes one is given it."""

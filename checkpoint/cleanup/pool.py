@@ -87,9 +87,7 @@ def partitions_at_once(storage: Storage, processes: int) -> int:
     """Partitions each process (or this one, without workers) decides at once: one on local disks,
     where a thread would only contend; on object stores enough, in threads, that `list_workers`
     partitions' requests are in flight in all, since a request's wait is latency, not CPU."""
-    if not storage.backend.latency_bound:
-        return 1
-    return -(-POLICY.list_workers // max(processes, 1))
+    return -(-storage.width(POLICY.list_workers) // max(processes, 1))
 
 
 def _process_pool(context: Context, workers: int) -> ProcessPoolExecutor:

@@ -97,8 +97,8 @@ def taken_names(ckpt: Checkpoint, folder: str, version: int) -> list[str]:
     a new snapshot, or beside its Spark `.crc`, fails every read of it on a local disk (a
     ChecksumException)."""
     name = HDFS_FILES.name(FileKind.SNAPSHOT, version)
-    hidden = [f".{name}.crc", f".{name}.crc.crc"] if ckpt.storage.backend.hidden_checksums else []
-    return [n for n in (name, f"{name}.crc", *hidden) if ckpt.storage.stat(f"{folder}/{n}") is not None]
+    names = (name, f"{name}.crc", *ckpt.storage.sidecars(name))
+    return [n for n in names if ckpt.storage.stat(f"{folder}/{n}") is not None]
 
 
 def materialize_snapshot(

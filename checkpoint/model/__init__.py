@@ -19,6 +19,7 @@ from checkpoint.model.discovery import (
     each_checkpoint,
     find_checkpoints,
     is_checkpoint,
+    look_timeout,
     scan,
     within_deadline,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "checkpoint_lineage",
     "download_checked",
     "each_checkpoint",
+    "look_timeout",
     "find_checkpoints",
     "is_checkpoint",
     "latest_commit",

@@ -231,7 +231,8 @@ def load_checkpoint(
         raise ValueError(f"listing must be one of {[m.value for m in Listing]}, not {listing!r}") from None
     storage = where if isinstance(where, Storage) else Storage(where, storage_options)
     if listing == Listing.AUTO:
-        listing = Listing.PER_PARTITION if storage.backend.latency_bound else Listing.FLAT
+        # The partitions' prefixes side by side where listings run at once; else one walk.
+        listing = Listing.PER_PARTITION if storage.width(POLICY.list_workers) > 1 else Listing.FLAT
     if listing == Listing.FLAT:
         infos = storage.list_files()
     else:

@@ -169,17 +169,23 @@ def within_deadline(
     return dict(sorted(got.items()))
 
 
+def look_timeout(width: int) -> float:
+    """How long one look may take: longer where looks wait on round trips (`width` above one)."""
+    return POLICY.remote_look_timeout_seconds if width > 1 else POLICY.look_timeout_seconds
+
+
 def each_checkpoint(
     look: Callable[[T], R],
     items: Sequence[T],
     *,
-    latency_bound: bool,
+    width: int,
     timed_out: Callable[[T, float], R] | None = None,
     timeout: float | None = None,
 ) -> list[R]:
-    """`look` at every item (one checkpoint each), the results in the items' order.
+    """`look` at every item (one checkpoint each), the results in the items' order. `width`: the
+    looks worth having in flight at once (`Storage.width` of `fleet_workers`).
 
-    On object stores a look is round trips: `fleet_workers` threads. On local disks it is Python
+    On object stores a look is round trips: `width` threads. On local disks it is Python
     work one core bounds, and threads only contend (10,000 checkpoints: 25-35 s in 16 threads,
     13 s in one): one after another in this thread, and from `fleet_processes_from` items in
     worker processes, one a core. `look` and the items then travel by pickle (a module-level
@@ -187,16 +193,14 @@ def each_checkpoint(
     others, a fork could copy a lock one of them holds, so they are spawned (they import this
     package first: a second or so)."""
     processes = min(POLICY.plan_processes, os.cpu_count() or 1)
-    if timed_out is not None and (latency_bound or processes < 2 or len(items) < POLICY.fleet_processes_from):
+    if timed_out is not None and (width > 1 or processes < 2 or len(items) < POLICY.fleet_processes_from):
         # In threads, each look bounded by `timeout`: a checkpoint that hangs is one row
         # `timed_out` makes, and the others go on (a worker process is not abandoned so).
-        workers = POLICY.fleet_workers if latency_bound else 1
-        if timeout is None:
-            timeout = POLICY.remote_look_timeout_seconds if latency_bound else POLICY.look_timeout_seconds
-        done = within_deadline(items, look, math.inf, workers, time.monotonic, timeout, timed_out)
+        timeout = look_timeout(width) if timeout is None else timeout
+        done = within_deadline(items, look, math.inf, width, time.monotonic, timeout, timed_out)
         return list(done.values())
-    if latency_bound:
-        with ThreadPoolExecutor(max(1, min(POLICY.fleet_workers, len(items)))) as threads:
+    if width > 1:
+        with ThreadPoolExecutor(max(1, min(width, len(items)))) as threads:
             return list(threads.map(look, items))
     if processes < 2 or len(items) < POLICY.fleet_processes_from:
         return list(map(look, items))

@@ -49,9 +49,10 @@ def check_hadoop_checksum(ckpt: Checkpoint, rel: str, local: str) -> None:
     (seen: a delta with a byte changed in its LZ4 end mark loads), so a copy that this tool
     writes from is checked here. Raises CorruptFileError."""
     folder, _, name = rel.rpartition("/")
-    hidden = f"{folder}/.{name}.crc" if folder else f".{name}.crc"
-    if not ckpt.storage.backend.hidden_checksums:
+    kept = ckpt.storage.sidecars(name)
+    if not kept:
         return
+    hidden = f"{folder}/{kept[0]}" if folder else kept[0]
     bound = hadoop_crc_bytes(os.path.getsize(local))
     if (crc := ckpt.storage.read_if_exists(hidden, limit=bound)) is not None:
         with open(local, "rb") as fh:

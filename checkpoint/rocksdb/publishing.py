@@ -125,8 +125,7 @@ def _refuse_taken_names(target: ZipTarget) -> None:
     checksum of Spark's sidecar (seen: Spark's FileSystem-based checkpoint manager refused the new
     sidecar). Two stats (HEADs on S3), four on a local disk, whatever the folder holds."""
     storage, zip_name = target.storage, target.name
-    hadoop = [f".{zip_name}.crc", f".{zip_name}.crc.crc"] if storage.backend.hidden_checksums else []
-    for name in (zip_name, f"{zip_name}.crc", *hadoop):
+    for name in (zip_name, f"{zip_name}.crc", *storage.sidecars(zip_name)):
         where = f"{target.folder}/{name}"
         if storage.stat(where) is not None:
             raise RebuildError(f"{target.folder}: {name} already exists, so no snapshot is published for it "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from typing import Any, BinaryIO, Protocol
 
 from checkpoint import bounds
 from checkpoint.errors import MALFORMED, CheckpointError, CorruptFileError, GcError
-from checkpoint.format import AUDIT_FOLDER, RECORD_BYTES, bounded_lines, is_number
+from checkpoint.format import AUDIT_FOLDER, RECORD_BYTES, bounded_lines
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.safety.manifest import Plan, PlannedFile
@@ -243,15 +242,8 @@ class AuditTrail:
         RECORD_BYTES, however large the file says it is; on object stores a part, one append's
         lines, at most PART_BYTES: one GET each). A line that is not a record this tool wrote
         raises GcError: the trail is data someone may have edited."""
-        if self.storage.backend.appends:
-            if self.storage.stat(rel) is None:
-                return
-            with self.storage.open(rel, block_size=1 << 20) as fh:
-                yield from self._parsed(bounded_lines(fh.read, RECORD_BYTES, self.storage.full(rel)), rel)
-            return
-        for part in self._parts(rel):
-            data = self.storage.read_bytes(part, limit=PART_BYTES)
-            yield from self._parsed(bounded_lines(io.BytesIO(data).read, RECORD_BYTES, part), part)
+        for piece, stream in self.storage.appended(rel, part_limit=PART_BYTES):
+            yield from self._parsed(bounded_lines(stream.read, RECORD_BYTES, self.storage.full(piece)), piece)
 
     def _parsed(self, lines: Iterable[bytes], rel: str) -> Iterator[dict[str, Any]]:
         for line in lines:
@@ -267,11 +259,6 @@ class AuditTrail:
                               self.storage.full(rel))  # fmt: skip
             yield record
 
-    def _parts(self, rel: str) -> list[str]:
-        names = [f.rel for f in self.storage.list_dir(rel.rpartition("/")[0]).files]
-        parts = [r for r in names if r.startswith(rel + ".") and is_number(r[len(rel) + 1 :])]
-        return sorted(parts, key=lambda r: int(r.rsplit(".", 1)[1]))
-
     def seal(self, plan: Plan) -> None:
         """A plan's outcomes as the one file that `outcomes_url` names (`seal_records`)."""
         self.seal_records(self._outcomes_rel(plan))
@@ -280,9 +267,9 @@ class AuditTrail:
         """Where the storage has no append (object stores), writes every part recorded so far as
         the one file `rel` (the parts stay: they are the record if a later run dies first). An
         appended file is that file already."""
-        if not self.storage.backend.appends:
-            lines = "".join(json.dumps(o) + "\n" for o in self.records(rel))
-            self.storage.write(rel, lines.encode())
+        self.storage.seal_appended(
+            rel, lambda: "".join(json.dumps(o) + "\n" for o in self.records(rel)).encode()
+        )
 
     def _plans(self, checkpoint_url: str) -> dict[str, list[FileInfo]]:
         """Plan id -> its files (manifest, outcomes, outcome parts), from one listing of the

@@ -9,8 +9,10 @@ kernel's reads), `s3` (botocore's calls: conditional writes, bulk deletes, serve
 `azure` and `gcs` (the store's own create precondition through adlfs and gcsfs, server-side
 copies) and `generic` (fsspec's calls, what the others start from, and the read-only backend of a
 protocol not proven); `urls` gives every location one spelling; `files` what they all answer with.
-The layers above ask a backend what it is like (`latency_bound`, `appends`, `hidden_checksums`),
-never which it is.
+The layers above ask the front questions that act, never which backend it is, nor what flags it
+has: `width` (how many requests are worth having in flight at once), `sidecars` (the hidden
+checksums Hadoop keeps beside a file), `appended` and `seal_appended` (what `append` wrote, in
+place or in parts).
 
 Reads come in the sizes the work needs: a shallow listing of one folder (one delimiter LIST on S3),
 a stat (one HEAD), a whole or ranged read (one GET), and the recursive listing that only cleanup

@@ -425,12 +425,52 @@ class Storage:
         self.calls.add("write")
         self.backend.put_new(local_path, self.full(rel), temp_prefix)
 
+    def width(self, most: int) -> int:
+        """How many of `most` requests (listings, looks) are worth having in flight at once here:
+        all of them where a request waits on a round trip (object stores); one on a local disk,
+        where a request is a system call or two and Python work, which threads only contend for."""
+        return most if self.backend.latency_bound else 1
+
+    def sidecars(self, name: str) -> list[str]:
+        """The names of the files Hadoop's file system keeps beside a file named `name`, in its
+        folder: its hidden checksum `.<name>.crc` and that file's own (a local disk's
+        ChecksumFileSystem checks them on every read); none where it keeps none (object stores)."""
+        if not self.backend.hidden_checksums:
+            return []
+        return [f".{name}.crc", f".{name}.crc.crc"]
+
     def append(self, rel: str, data: bytes) -> str:
         """Appends to one of this tool's own logs; returns the path written: the file itself where
         the backend `appends`, else a part `<rel>.<ns>` of its own (object stores)."""
         self.calls.add("write")
         with failing("append", self.full(rel)):
             return self.backend.append(self.full(rel), data)
+
+    def appended(self, rel: str, *, part_limit: int) -> Iterator[tuple[str, BinaryIO]]:
+        """What `append` wrote to `rel`, in order: (the path read, a stream of its bytes). The file
+        itself where the backend appends in place; else each part `<rel>.<ns>` (object stores),
+        read whole, at most `part_limit` bytes. Nothing when nothing was appended."""
+        if self.backend.appends:
+            if self.stat(rel) is None:
+                return
+            with self.open(rel, block_size=1 << 20) as fh:
+                yield rel, fh
+            return
+        folder = rel.rpartition("/")[0]
+        parts = []
+        for f in self.list_dir(folder).files:
+            tail = f.rel[len(rel) + 1 :] if f.rel.startswith(rel + ".") else ""
+            if len(tail) <= 19 and tail.isascii() and tail.isdigit():  # a time in nanoseconds
+                parts.append((int(tail), f.rel))
+        for _, part in sorted(parts):
+            yield part, io.BytesIO(self.read_bytes(part, limit=part_limit))
+
+    def seal_appended(self, rel: str, whole: Callable[[], bytes]) -> None:
+        """Where `append` wrote parts (object stores, which have no append), writes `whole()` as
+        the one file `rel` (the parts stay: they are the record if a later run dies first); where
+        it appended to the file, that file is whole already."""
+        if not self.backend.appends:
+            self.write(rel, whole())
 
     def delete_batch(self, rels: list[str], folders: dict[str, list[int]] | None = None) -> dict[str, str]:
         """Deletes files in one request where the store has bulk delete (S3: see `s3`); returns

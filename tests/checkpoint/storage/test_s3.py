@@ -1,6 +1,6 @@
 """The storage's one door on S3, against a real server: a listing is not kept, a read is one GET,
 throttling is retried by one policy, a listing cut part way fails, credentials come from the
-environment, a download is checked against its size."""
+environment, a download is checked against its size, what was appended is read back in order."""
 
 from __future__ import annotations
 
@@ -152,3 +152,29 @@ def test_an_upload_goes_a_part_of_8_mib_at_a_time(s3, tmp_path) -> None:
     storage.put_file(str(tmp_path / "manifest"), "manifest.jsonl")
     assert proxy.counts() == {"CreateMultipartUpload": 1, "UploadPart": 3, "CompleteMultipartUpload": 1}
     assert direct(s3).cat(f"{bucket}/upload/manifest.jsonl") == data
+
+
+def test_what_was_appended_is_read_back_in_order_in_place_or_in_parts(s3, tmp_path) -> None:
+    """S3 has no append: each `append` is a part object of its own, read back in the order of its
+    number, one GET each, and sealed as one file. A local disk
+    appends in place: the file is read back, and sealing writes nothing."""
+    _, _, bucket = s3
+    for storage in (Storage(f"s3://{bucket}/appends", via_proxy(s3)), Storage(str(tmp_path / "appends"))):
+        written = [b'{"n": %d}\n' % n for n in range(12)]
+        for data in written:
+            storage.append("trail/log.jsonl", data)
+        pieces = [(rel, stream.read()) for rel, stream in storage.appended("trail/log.jsonl", part_limit=64)]
+        assert b"".join(data for _, data in pieces) == b"".join(written)
+        in_place = not storage.url.startswith("s3://")
+        assert len(pieces) == (1 if in_place else 12), pieces
+        storage.seal_appended("trail/log.jsonl", lambda: b"whole\n")
+        assert storage.read_bytes("trail/log.jsonl", limit=1024) == (
+            b"".join(written) if in_place else b"whole\n"
+        )
+        assert list(storage.appended("trail/nothing.jsonl", part_limit=64)) == []
+
+
+def test_a_file_keeps_hadoops_checksums_beside_it_on_a_local_disk_only(s3, tmp_path) -> None:
+    _, _, bucket = s3
+    assert Storage(str(tmp_path)).sidecars("5.zip") == [".5.zip.crc", ".5.zip.crc.crc"]
+    assert Storage(f"s3://{bucket}/x", via_proxy(s3)).sidecars("5.zip") == []
