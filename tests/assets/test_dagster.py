@@ -29,12 +29,6 @@ from tests.support.runs import batches_of
 AUDIT = [checkpoint_inventory, checkpoint_lineage_report]
 
 
-@pytest.fixture
-def instance():
-    with dg.instance_for_test() as inst:
-        yield inst
-
-
 def _roots(path: Path, name: str = "corpus") -> CheckpointRootsResource:
     return CheckpointRootsResource(roots=[CheckpointRoot(name=name, url=str(path))])
 
