@@ -1,4 +1,5 @@
-"""Cleanup through Dagster: plan -> blocking check -> apply only when asked, under the lease, in batches and ranges."""
+"""Cleanup through Dagster: plan -> blocking check -> apply only when asked, under the lease, in
+batches and ranges."""
 
 from __future__ import annotations
 
