@@ -15,7 +15,7 @@ from pydantic import Field
 from assets import markdown
 from assets.checkpoints import checkpoint_lineage_report
 from assets.compaction import checkpoint_compaction
-from assets.partitions import checkpoint_partitions, parse_partition_key
+from assets.partitions import checkpoint_partitions
 from assets.ranges import BATCHED, PER_CHECKPOINT, each_checkpoint, per_checkpoint, range_table, value_for
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import human_bytes
@@ -52,13 +52,14 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
 
 def plan_for(roots: CheckpointRootsResource, key: str) -> Plan:
     """Plans the checkpoint's cleanup (a partition listed at a time) into its audit trail."""
+    site = roots.site(key)
     return plan_gc(
-        roots.checkpoint_storage(key),
-        roots.audit_trail(key),
+        site.storage,
+        site.trail,
         grace_seconds=parse_duration(roots.grace),
         retain_batches=roots.retain_batches,
         quiet_seconds=parse_duration(roots.quiet_period),
-        query_stopped=roots.root(parse_partition_key(key)[0]).queries_stopped,
+        query_stopped=site.root.queries_stopped,
     )
 
 

@@ -108,6 +108,25 @@ def quiet_period_field() -> Any:
                  "narrows")  # fmt: skip
 
 
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """One checkpoint a partition key names, resolved once (`CheckpointRootsResource.site`): its
+    configured root, its path under it, its storage with the root's options, and its audit trail."""
+
+    key: str
+    root: CheckpointRoot
+    rel: str  # "" for a root that is itself a checkpoint
+    storage: Storage
+    audit_url: str | None  # the deployment's; None: beside the checkpoint
+    audit_options: dict[str, Any] | None
+
+    @property
+    def trail(self) -> AuditTrail:
+        """Where its plans and records go. Raises CheckpointError for a checkpoint at the top of a
+        bucket when the deployment names no `audit_url`: there is no folder beside it."""
+        return AuditTrail(self.audit_url or AuditTrail.default_for(self.storage.url), self.audit_options)
+
+
 class CheckpointRootsResource(dg.ConfigurableResource):
     """What maintenance may touch and the floors it keeps. Set by the deployment only: the code
     location wraps it in `fixed` so that no run's config can name another root, storage options,
@@ -212,15 +231,21 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         stop at each checkpoint)."""
         return {partition_key(name, f.rel): f for f in find_checkpoints(self.storage(name))}
 
+    def site(self, key: str) -> Site:
+        """The checkpoint a partition key names, resolved once (`Site`). Raises ValueError for a key
+        that is no partition key, CheckpointError for a root that is not configured."""
+        name, rel = parse_partition_key(key)
+        root = self.root(name)
+        storage = Storage(root.url, root.storage_options).child(rel)
+        return Site(key, root, rel, storage, self.audit_url, self.audit_options(name))
+
     def checkpoint_storage(self, key: str) -> Storage:
         """The storage of the checkpoint a partition key names."""
-        name, rel = parse_partition_key(key)
-        return self.storage(name).child(rel)
+        return self.site(key).storage
 
     def audit_trail(self, key: str) -> AuditTrail:
         """Where a checkpoint's plans and outcomes go; the root's credentials reach it unless told."""
-        url = self.audit_url or AuditTrail.default_for(self.checkpoint_storage(key).url)
-        return AuditTrail(url, self.audit_options(parse_partition_key(key)[0]))
+        return self.site(key).trail
 
     def audit_options(self, root_name: str) -> dict[str, Any] | None:
         """The storage options of the audit trails of a root's checkpoints: `audit_storage_options`,

@@ -32,7 +32,7 @@ from assets.cleanup import (
     plan_for,
 )
 from assets.compaction import STORES_COMPACTED, checkpoint_compaction, spark_rebuild
-from assets.partitions import CHECKPOINTS, parse_partition_key, root_of
+from assets.partitions import CHECKPOINTS, root_of
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_cleanup
 from checkpoint.compaction import CompactionOptions, compact_checkpoints
@@ -133,7 +133,7 @@ def maintain_each(
                 done.rows[key].append("-")
                 continue
             try:
-                applies = roots.root(parse_partition_key(key)[0]).apply_cleanup
+                applies = roots.site(key).root.apply_cleanup
                 done.rows[key].append(_clean(context, roots, key, applies))
             except (CheckpointError, ValueError) as exc:
                 done.rows[key].append("failed")
