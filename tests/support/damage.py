@@ -155,3 +155,26 @@ def widened_lately(checkpoint: Path, batches: int = 3) -> None:
         for p in range(width):
             if (op / str(p)).is_dir():
                 shutil.copytree(op / str(p), op / str(p + width))
+
+
+def newest_commit(path: Path) -> int:
+    return max(int(p.name) for p in (path / "commits").iterdir() if p.name.isdigit())
+
+
+def root_with_a_bad_checkpoint(corpus, tmp_path: Path, damage_it: Callable[[Path], None]) -> Path:
+    """A root holding `bad` (a real checkpoint, then a file in its commit log's next place damaged
+    by `damage_it`) and `healthy` (the same, untouched)."""
+    from testbed.copying import copy_checkpoint
+
+    root = tmp_path / "root"
+    for name in ("bad", "healthy"):
+        copy_checkpoint(corpus["snapshots"], root / name)
+    damage_it(root / "bad" / "commits" / str(newest_commit(root / "bad") + 1))
+    return root
+
+
+# What can sit where Spark writes a file, and the finding each is: (make it at a path, finding code).
+IN_THE_COMMIT_LOG = {
+    "a FIFO": (fifo_for, "NOT_A_REGULAR_FILE"),
+    "a link to /dev/zero": (lambda p: p.symlink_to("/dev/zero"), "FILE_OUTSIDE_CHECKPOINT"),
+}

@@ -1,29 +1,27 @@
 """The filesystem and the orchestrator are input too (docs/safety.md, "nothing outside a
 checkpoint is read or deleted"): links swapped mid-action, FIFOs and devices where Spark writes a
-file, a full disk, hostile sensor cursors, names made to forge a row. Each case is derived from a
-checkpoint a real query wrote and run through the `ckpt` command or the Dagster definitions."""
+file, a full disk, names made to forge a row. Each case is derived from a checkpoint a real query
+wrote and run through the `ckpt` command or the core (the sensor's and its cursor's cases are in
+tests/orchestration/test_untrusted_input.py)."""
 
 from __future__ import annotations
 
-import base64
 import errno
 import json
 import os
 import shutil
 import subprocess
 import time
-import zlib
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
 from checkpoint.safety import lease_for
 from checkpoint.storage import Storage
 from cli.main import main as ckpt_main
-from orchestration.due import MAX_CURSOR_BYTES, MAX_CURSOR_KEYS, SensorState
 from tests.support import damage
 from tests.support.cli import CKPT
+from tests.support.damage import IN_THE_COMMIT_LOG
 
 
 def ckpt(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -41,10 +39,6 @@ def _aged(path: Path, hours: float = 10) -> Path:
 
 def _files_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
-
-
-def _newest_commit(path: Path) -> int:
-    return max(int(p.name) for p in (path / "commits").iterdir() if p.name.isdigit())
 
 
 def _lease_is_free(path: Path) -> bool:
@@ -187,27 +181,10 @@ def test_a_state_zip_linked_outside_is_a_finding_and_never_copied(copy_of, tmp_p
 # 3. Regular files only, bounded reads; 4. every look has a deadline
 
 
-def _root_with_a_bad_checkpoint(corpus, tmp_path: Path, damage_it) -> Path:
-    """A root holding `bad` (a real checkpoint, then damaged) and `healthy` (the same, untouched)."""
-    from testbed.copying import copy_checkpoint
-
-    root = tmp_path / "root"
-    for name in ("bad", "healthy"):
-        copy_checkpoint(corpus["snapshots"], root / name)
-    damage_it(root / "bad" / "commits" / str(_newest_commit(root / "bad") + 1))
-    return root
-
-
-DAMAGE = {
-    "a FIFO": (damage.fifo_for, "NOT_A_REGULAR_FILE"),
-    "a link to /dev/zero": (lambda p: p.symlink_to("/dev/zero"), "FILE_OUTSIDE_CHECKPOINT"),
-}
-
-
-@pytest.mark.parametrize("which", sorted(DAMAGE))
+@pytest.mark.parametrize("which", sorted(IN_THE_COMMIT_LOG))
 def test_a_fifo_or_a_device_in_the_commit_log_answers_every_command(corpus, tmp_path, which) -> None:
-    damage_it, code = DAMAGE[which]
-    root = _root_with_a_bad_checkpoint(corpus, tmp_path, damage_it)
+    damage_it, code = IN_THE_COMMIT_LOG[which]
+    root = damage.root_with_a_bad_checkpoint(corpus, tmp_path, damage_it)
     bad = root / "bad"
 
     validate = ckpt("validate", str(bad), timeout=60)
@@ -220,87 +197,6 @@ def test_a_fifo_or_a_device_in_the_commit_log_answers_every_command(corpus, tmp_
     gc = ckpt("gc", str(bad), "--apply", "--query-stopped", timeout=60)
     assert gc.returncode == 2 and "Traceback" not in gc.stderr and gc.stderr.count("\n") == 1, gc.stderr
     assert _lease_is_free(bad)
-
-
-@pytest.mark.parametrize("which", sorted(DAMAGE))
-def test_the_commit_sensor_goes_on_past_a_fifo_and_a_device(corpus, tmp_path, which) -> None:
-    from assets.resources import CheckpointRoot, CheckpointRootsResource
-    from orchestration import sensors
-
-    root = _root_with_a_bad_checkpoint(corpus, tmp_path, DAMAGE[which][0])
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(root))])
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("checkpoints", ["f:bad", "f:healthy"])
-        ctx = dg.build_sensor_context(instance=instance, resources={"roots": roots})
-        result = sensors.checkpoint_commit_sensor(ctx)
-        cursor = result.cursor if isinstance(result, dg.SensorResult) else ctx.cursor
-        assert set(SensorState.from_json(cursor).seen) == {"f:bad", "f:healthy"}
-
-
-def test_a_look_that_hangs_is_abandoned_and_the_next_one_made() -> None:
-    """A look that never answers (a hung NFS read): reported at its timeout, the next one made."""
-    from orchestration import sensors
-
-    def look(key: str):
-        if key == "a":
-            time.sleep(3600)
-        return sensors.Look(7)
-
-    looks = sensors.look_within(["a", "b"], look, budget=30, workers=1, look_timeout=0.5)
-    assert looks["a"].problem and "timed out" in looks["a"].problem and looks["b"].latest == 7
-
-
-# 5. The cursor is input
-
-
-def _packed(body: dict) -> str:
-    return "z1:" + base64.b64encode(zlib.compress(json.dumps(body).encode(), 9)).decode()
-
-
-MANY = MAX_CURSOR_KEYS + 1
-GOOD = SensorState(seen={"r:a": 4, "r:b": 9}, validated={"r:a": 1000.0}, unvalidated={"r:b": 900.0}).to_json()
-HOSTILE = {
-    "truncated": GOOD[: len(GOOD) // 2],
-    "a list": "[1]",
-    "a number": "5",
-    "a run of 10^10": _packed({"keys": [0, "r:a"], "seen": [1, 10**10], "validated": [None, 1],
-                               "unvalidated": [None, 1], "crossings": {}, "urgent": [], "next_key": ""}),
-    "a bomb": "z1:" + base64.b64encode(zlib.compress(b" " * (MAX_CURSOR_BYTES + 10), 9)).decode(),
-    "too many keys": _packed({"keys": [0, "k"] + [1, ""] * MAX_CURSOR_KEYS, "seen": [1, MANY],
-                              "validated": [None, MANY], "unvalidated": [None, MANY], "crossings": {},
-                              "urgent": [], "next_key": ""}),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_a_hostile_cursor_starts_an_empty_state_and_says_so(name) -> None:
-    state, problem = SensorState.read(HOSTILE[name], now=2000.0)
-    assert state == SensorState() and problem and "empty state" in problem
-
-
-def test_a_cursor_from_the_future_cannot_postpone_validation() -> None:
-    future = SensorState(seen={"r:a": 4}, validated={"r:a": 1e12}, unvalidated={"r:a": 1e12},
-                         crossings={"r:a": 1e12}).to_json()  # fmt: skip
-    state, problem = SensorState.read(future, now=5000.0)
-    assert (
-        problem is None
-        and state.validated["r:a"] == state.unvalidated["r:a"] == state.crossings["r:a"] == 5000
-    )
-
-
-def test_the_sensor_survives_each_hostile_cursor(copy_of, tmp_path) -> None:
-    from assets.resources import CheckpointRoot, CheckpointRootsResource
-    from orchestration import sensors
-
-    path = copy_of("snapshots")
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="f", url=str(path.parent))])
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("checkpoints", [f"f:{path.name}"])
-        for name, cursor in HOSTILE.items():
-            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
-            result = sensors.checkpoint_commit_sensor(ctx)
-            new = result.cursor if isinstance(result, dg.SensorResult) else ctx.cursor
-            assert SensorState.from_json(new).seen == {f"f:{path.name}": _newest_commit(path)}, name
 
 
 # 6. Faults never hide the answer or keep the lease
