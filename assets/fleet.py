@@ -112,7 +112,8 @@ def _rows(
         audit = (roots.audit_url, roots.audit_options(name))  # the trail's URL told only for a dormant one
         looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target, audit))
     width = max((s.width(POLICY.fleet_workers) for s in storages.values()), default=1)
-    return ranked(each_checkpoint(_look, looks, width=width, timed_out=_timed_out), policy)
+    timeout = max((s.look_timeout() for s in storages.values()), default=POLICY.look_timeout_seconds)
+    return ranked(each_checkpoint(_look, looks, width=width, timed_out=_timed_out, timeout=timeout), policy)
 
 
 def _look(item: tuple) -> FleetRow:

@@ -106,9 +106,8 @@ def _rows(spark, checkpoint: Path) -> int:
 # The purge in this process, a store after another, without Spark: the `StorePurges` port's default.
 _IN_PROCESS = """
 import json, sys, time
-from checkpoint.safety import AuditTrail
 from checkpoint.expiry import PurgeOptions, purge_expired
-from checkpoint.safety import InPlace, taken_at_once
+from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
 storage = Storage(sys.argv[1])
 options = PurgeOptions(AuditTrail(AuditTrail.default_for(storage.url)), now=time.time())

@@ -32,17 +32,18 @@ from .common import EXIT_FINDINGS, Result, add_dormant_after
 
 def fleet(args: argparse.Namespace) -> Result:
     found: list[str] = []
-    width = 1
+    width, timeout = 1, POLICY.look_timeout_seconds
     for root in args.roots:
         storage, checkpoints = scan(root)
         found += [f.url for f in checkpoints]
         width = max(width, storage.width(POLICY.fleet_workers))
+        timeout = max(timeout, storage.look_timeout())
     cleanup = None if args.no_cleanup_plan else ("fresh" if args.plan else "newest")
     rows = ranked(
         each_checkpoint(
             functools.partial(_row, cleanup=cleanup, target=args.target_spark, expired=args.expired,
                               policy=dataclasses.replace(POLICY, dormant_seconds=args.dormant_after)), found,
-            width=width, timed_out=_timed_out,
+            width=width, timed_out=_timed_out, timeout=timeout,
         )
     )  # fmt: skip
     if args.held:

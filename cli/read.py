@@ -25,7 +25,6 @@ from checkpoint.model import (
     checkpoint_lineage,
     load_census,
     load_head,
-    look_timeout,
     within_deadline,
 )
 from checkpoint.model import scan as find
@@ -91,7 +90,7 @@ def scan(args: argparse.Namespace) -> Result:
     # One at a time as before (side by side on an object store), each bounded: a checkpoint that
     # hangs (a stalled mount) is one row, and the others are read.
     workers = storage.width(POLICY.list_workers)
-    timeout = look_timeout(workers)
+    timeout = storage.look_timeout()
     done = within_deadline(found, entry, math.inf, workers, time.monotonic, timeout, timed_out)
     entries = list(done.values())
     code = 0 if all(e["health"] == "ok" for e in entries) else EXIT_FINDINGS

@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from checkpoint.analysis import Category, Severity, validate
 from checkpoint.cleanup.decide import Context, Lister, list_folder, scan_partition
@@ -51,11 +51,8 @@ from checkpoint.model import (
     store_ids,
 )
 from checkpoint.policy import POLICY
-from checkpoint.safety import Plan, PlannedFile, new_plan_id, refuse_inside
+from checkpoint.safety import AuditTrail, Plan, PlannedFile, new_plan_id, refuse_inside
 from checkpoint.storage import Storage
-
-if TYPE_CHECKING:
-    from checkpoint.safety import AuditTrail
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,6 @@ import logging
 import os
 import shutil
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from checkpoint.cleanup.decide import Decided
 from checkpoint.cleanup.rules import (
@@ -18,9 +17,6 @@ from checkpoint.cleanup.totals import Totals
 from checkpoint.format import FileKind, classify
 from checkpoint.progress import Progress, report
 from checkpoint.safety import PlannedFile
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

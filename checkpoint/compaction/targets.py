@@ -26,7 +26,7 @@ FIXED_BY_COMPACTION = frozenset({FindingCode.LINEAGE_HEADER_NEAR_CAP})
 
 
 class Why(StrEnum):
-    """Why a store is compacted; its value is the word the reports print."""
+    """Why a store is compacted."""
 
     LONG_CHAIN = "long_chain"  # recovery replays at least the policy's chain
     LINEAGE_HEADER_NEAR_CAP = "lineage_header_near_cap"  # a rescue: the next changelog header may not fit

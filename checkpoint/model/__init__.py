@@ -19,7 +19,6 @@ from checkpoint.model.discovery import (
     each_checkpoint,
     find_checkpoints,
     is_checkpoint,
-    look_timeout,
     scan,
     within_deadline,
 )
@@ -58,7 +57,6 @@ __all__ = [
     "checkpoint_lineage",
     "download_checked",
     "each_checkpoint",
-    "look_timeout",
     "find_checkpoints",
     "is_checkpoint",
     "latest_commit",

@@ -169,21 +169,17 @@ def within_deadline(
     return dict(sorted(got.items()))
 
 
-def look_timeout(width: int) -> float:
-    """How long one look may take: longer where looks wait on round trips (`width` above one)."""
-    return POLICY.remote_look_timeout_seconds if width > 1 else POLICY.look_timeout_seconds
-
-
 def each_checkpoint(
     look: Callable[[T], R],
     items: Sequence[T],
     *,
     width: int,
     timed_out: Callable[[T, float], R] | None = None,
-    timeout: float | None = None,
+    timeout: float = POLICY.look_timeout_seconds,
 ) -> list[R]:
     """`look` at every item (one checkpoint each), the results in the items' order. `width`: the
-    looks worth having in flight at once (`Storage.width` of `fleet_workers`).
+    looks worth having in flight at once (`Storage.width` of `fleet_workers`); `timeout`: how long
+    one may take (`Storage.look_timeout`).
 
     On object stores a look is round trips: `width` threads. On local disks it is Python
     work one core bounds, and threads only contend (10,000 checkpoints: 25-35 s in 16 threads,
@@ -196,7 +192,6 @@ def each_checkpoint(
     if timed_out is not None and (width > 1 or processes < 2 or len(items) < POLICY.fleet_processes_from):
         # In threads, each look bounded by `timeout`: a checkpoint that hangs is one row
         # `timed_out` makes, and the others go on (a worker process is not abandoned so).
-        timeout = look_timeout(width) if timeout is None else timeout
         done = within_deadline(items, look, math.inf, width, time.monotonic, timeout, timed_out)
         return list(done.values())
     if width > 1:

@@ -3,7 +3,7 @@ checkpoint changed in place, or written from another with the overlap refused an
 where a checkpoint's own records live (`naming`), the audit trail that keeps the actions' plans
 and records (`trail`; a cleanup plan as it is kept, `manifest`), and where a location really is
 (`place`: every inside, outside and overlap question, by resolved place). It sits below the model:
-it needs storage and names, nothing of a checkpoint."""
+it needs storage, the formats' bounded readers and names, nothing of a checkpoint."""
 
 from checkpoint.errors import LeaseHeld, LeaseLost
 from checkpoint.safety.door import (

@@ -1,6 +1,7 @@
 """What the front asks of a backend: the calls whose cost or meaning differs between local disks,
-S3 and other fsspec protocols, on full paths, and the few facts about a backend that the layers
-above plan by (`latency_bound`, `appends`, `hidden_checksums`) instead of asking which it is.
+S3 and other fsspec protocols, on full paths, and the few facts about a backend (`latency_bound`,
+`appends`, `hidden_checksums`) from which the front answers the layers above (`width`,
+`sidecars`, `appended`, `seal_appended`): nothing above storage reads them.
 
 A backend raises what its library raises (OSError, FileNotFoundError, FileExistsError); the
 front turns that into the one StorageError the core handles, counts the call, and maps paths

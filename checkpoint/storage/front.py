@@ -431,6 +431,14 @@ class Storage:
         where a request is a system call or two and Python work, which threads only contend for."""
         return most if self.backend.latency_bound else 1
 
+    def look_timeout(self) -> float:
+        """How long one look at a checkpoint here may take before it is abandoned (a stalled mount,
+        a store that stopped answering): a look is a few system calls on a local disk, round trips
+        on an object store."""
+        return (
+            POLICY.remote_look_timeout_seconds if self.backend.latency_bound else POLICY.look_timeout_seconds
+        )
+
     def sidecars(self, name: str) -> list[str]:
         """The names of the files Hadoop's file system keeps beside a file named `name`, in its
         folder: its hidden checksum `.<name>.crc` and that file's own (a local disk's
@@ -447,9 +455,11 @@ class Storage:
             return self.backend.append(self.full(rel), data)
 
     def appended(self, rel: str, *, part_limit: int) -> Iterator[tuple[str, BinaryIO]]:
-        """What `append` wrote to `rel`, in order: (the path read, a stream of its bytes). The file
-        itself where the backend appends in place; else each part `<rel>.<ns>` (object stores),
-        read whole, at most `part_limit` bytes. Nothing when nothing was appended."""
+        """What `append` wrote to `rel`, in order: (the path read, a stream of its bytes), each
+        stream to be read before the next is asked for (a local file is closed then). The file
+        itself where the backend appends in place; else each part `<rel>.<ns>` (object stores; the
+        backend's `append` names them), read whole, at most `part_limit` bytes. Nothing when
+        nothing was appended."""
         if self.backend.appends:
             if self.stat(rel) is None:
                 return
@@ -460,7 +470,8 @@ class Storage:
         parts = []
         for f in self.list_dir(folder).files:
             tail = f.rel[len(rel) + 1 :] if f.rel.startswith(rel + ".") else ""
-            if len(tail) <= 19 and tail.isascii() and tail.isdigit():  # a time in nanoseconds
+            # A time in nanoseconds, as `format.is_number` reads a long (storage cannot import it).
+            if len(tail) <= 19 and tail.isascii() and tail.isdigit():
                 parts.append((int(tail), f.rel))
         for _, part in sorted(parts):
             yield part, io.BytesIO(self.read_bytes(part, limit=part_limit))

@@ -41,7 +41,7 @@ from checkpoint.retire import (
 from checkpoint.safety import AuditTrail, EachInPlace, InPlace, TwoSided, taken_at_once
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint, upload_checkpoint
-from tests.support.planning import candidates_of, plan_of
+from tests.support.planning import LATER, candidates_of, plan_of
 
 R, M, P = StateAction.REPARTITION, StateAction.MIGRATE, StateAction.PURGE
 # The format's name as reports give it -> a stopped query's checkpoint in it, from the corpora, and
@@ -60,7 +60,6 @@ _TIER = {"s3": pytest.mark.s3, "azure": pytest.mark.cloud}
 SPARK_REACHES = {"local", "s3"}
 # A query whose TTLs expired (the operator corpus's `expiring`), in each format that keeps TTL state.
 EXPIRING = {"rocksdb V1": "expiring_v1", "rocksdb V2": "expiring"}
-LATER = 7 * 3600  # planned "seven hours from now": every copied file is past the grace period
 
 
 @dataclass

@@ -20,9 +20,7 @@ from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from tests.support.cli import CKPT
-from tests.support.planning import candidates_of, plan_of
-
-LATER = 7 * 3600  # planning "seven hours from now": the just-uploaded objects are past the grace period
+from tests.support.planning import LATER, candidates_of, plan_of
 
 
 def cli(proxy, *args: str) -> subprocess.CompletedProcess:

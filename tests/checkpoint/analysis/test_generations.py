@@ -11,7 +11,6 @@ rest of the suite.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,7 @@ from tests.support import damage
 from tests.support.compacting import compact_unleased
 from tests.support.files import files_of
 from tests.support.forking import fork
-from tests.support.planning import apply_unleased, plan_of
+from tests.support.planning import apply_unleased, plan_later
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +50,7 @@ def _compact_and_clean(spark, path: Path, audit: Path, spark_4_0: bool) -> tuple
         assert targets and all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
         compacted = len(outcomes)
     trail = AuditTrail(str(audit))
-    plan = plan_of(path, audit=trail, retain_batches=2, now=time.time() + 7 * 3600)
+    plan = plan_later(path, audit=trail, retain_batches=2)
     result = apply_unleased(plan, Storage(str(path)), trail)
     assert not result.failed.files and result.deleted.files == plan.files
     return compacted, result.deleted.files
@@ -128,7 +127,7 @@ def test_default_formats_compacted_cleaned_and_forked_restart_under_the_spark_th
         assert head.format_version == 1, name
         assert [f for f in validate(head).findings if f.severity == Severity.ERROR] == [], name
         trail = AuditTrail(str(work / "audit"))
-        plan = plan_of(copies["cleaned"], audit=trail, retain_batches=2, now=time.time() + 7 * 3600)
+        plan = plan_later(copies["cleaned"], audit=trail, retain_batches=2)
         result = apply_unleased(plan, Storage(str(copies["cleaned"])), trail)
         assert plan.files > 0 and not result.failed.files and result.deleted.files == plan.files
         # At the latest batch: restarted with its original input folder in a glob, PySpark 4.0.5's

@@ -4,8 +4,6 @@ untouched copy, the rules of each format."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from checkpoint.format.layout import classify
@@ -13,16 +11,7 @@ from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.lineage import checkpoint_lineage
 from tests.support.cli import ckpt
 from tests.support.defaults import V1_SESSION, copy_default
-
-LATER = 7 * 3600  # the test clock: every file of the corpus past the default 6 h grace
-
-
-def _plan(path: Path, **kwargs):
-    import time
-
-    from tests.support.planning import plan_of
-
-    return plan_of(path, now=time.time() + LATER, **kwargs)
+from tests.support.planning import LATER, plan_later
 
 
 @pytest.mark.slow
@@ -46,13 +35,13 @@ def test_cleanup_keeps_what_recovery_reads_and_the_query_restarts_like_untouched
     ckpt_ = load_checkpoint(str(cleaned))
     window = sorted(b.id for b in ckpt_.batches.values() if b.committed)[-2:]
     audit = AuditTrail(str(tmp_path / "audit"))
-    plan = _plan(cleaned, audit=audit, retain_batches=2)
+    plan = plan_later(cleaned, audit=audit, retain_batches=2)
     with scoped_confs(spark, V1_SESSION):
         before = {b: read_state(spark, cleaned, b, name) for b in window}
         result = apply_unleased(plan, ckpt_.storage, audit)
         assert plan.files > 0 and not result.failed.files and result.deleted.files == plan.files
         assert {b: read_state(spark, cleaned, b, name) for b in window} == before
-        assert _plan(cleaned, retain_batches=2).files == 0  # a second run plans nothing
+        assert plan_later(cleaned, retain_batches=2).files == 0  # a second run plans nothing
         assert ckpt("validate", str(cleaned)).returncode == 0
         final = restart_like_untouched(
             spark, scenario_named(name), defaults[name].parent, cleaned, untouched, tmp_path / "more"
@@ -72,7 +61,7 @@ def test_cleanup_rules_for_the_default_formats(defaults, tmp_path) -> None:
     uid = "0a1b2c3d-0000-4000-8000-000000000000"
     (folder / f".26.delta.{uid}.TID9.tmp").write_bytes(b"half a delta")
     (folder / f"..26.delta.{uid}.TID9.tmp.crc").write_bytes(b"crc")
-    plan = _plan(path, retain_batches=3)
+    plan = plan_later(path, retain_batches=3)
     chosen = {c.path: c.reason for c in candidates_of(plan)}
     ckpt_ = load_checkpoint(str(path))
     for batch in (22, 23, 24):
@@ -95,7 +84,7 @@ def test_cleanup_rules_for_the_default_formats(defaults, tmp_path) -> None:
 
     now = {c.path for c in candidates_of(plan_of(path, now=time.time(), retain_batches=3))}
     assert older <= now and f"state/0/1/.26.delta.{uid}.TID9.tmp" not in now  # in progress?
-    live = _plan(path, retain_batches=1, query_stopped=False, quiet_seconds=LATER + 3600)
+    live = plan_later(path, retain_batches=1, query_stopped=False, quiet_seconds=LATER + 3600)
     assert live.live
     going = {c.path for c in candidates_of(live)}
     assert going and not {p for p in going if (classify(p).version or 0) >= 24}  # two versions of margin

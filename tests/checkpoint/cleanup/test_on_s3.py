@@ -18,8 +18,8 @@ from checkpoint.format.layout import FileKind
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
-from tests.support.planning import apply_unleased, candidates_of, plan_of
-from tests.support.s3 import LATER, direct, planned_on, via_proxy
+from tests.support.planning import LATER, apply_unleased, candidates_of, plan_of
+from tests.support.s3 import direct, planned_on, via_proxy
 
 
 def test_cleanup_on_s3_deletes_what_the_local_plan_names(s3, s3_copy_of, corpus, tmp_path) -> None:

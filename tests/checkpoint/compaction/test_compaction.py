@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
 from tests.support import damage
 from tests.support.compacting import compact_unleased
-from tests.support.planning import candidates_of, plan_of
+from tests.support.planning import candidates_of, plan_later
 from tests.support.state import READERS, read_state, restart_like_untouched
 
 pytestmark = pytest.mark.slow
@@ -136,7 +135,7 @@ def test_kill_9_between_ssts_and_zip(spark, corpus, copy_of) -> None:
     assert read_state(spark, path, batch, "long_chain") == read_state(
         spark, corpus["long_chain"], batch, "long_chain"
     )
-    planned = candidates_of(plan_of(path, now=time.time() + 7 * 3600, quiet_seconds=0))
+    planned = candidates_of(plan_later(path, quiet_seconds=0))
     assert {c.path for c in planned} == leftovers
     assert {c.reason for c in planned} == {"unreferenced_sst"}
 

@@ -31,7 +31,7 @@ from testbed.operators import ensure_operator_corpus, scenario_named
 from testbed.restart import differences, restart
 from tests.cli.test_cli import CKPT, ckpt
 from tests.support.leases import lapse_leases
-from tests.support.planning import apply_unleased, candidates_of, plan_of
+from tests.support.planning import apply_unleased, candidates_of, plan_later
 
 # A real checkpoint for every operator Spark's repartitioner supports: the main corpus's, then the
 # operator corpus's (testbed/operators.py).
@@ -137,7 +137,7 @@ def test_after_4_to_3_the_product_handles_the_batch_and_cleanup_takes_the_stale_
 
     # Cleanup: once no retained batch reads partition 3, every file of its folder goes.
     audit = AuditTrail(str(tmp_path / "audit"))
-    plan = plan_of(changed, audit=audit, retain_batches=1, now=time.time() + 7 * 3600)
+    plan = plan_later(changed, audit=audit, retain_batches=1)
     stale = {str(p.relative_to(changed)) for p in (changed / "state/0/3").rglob("*") if p.is_file()}
     assert stale and stale <= {c.path for c in candidates_of(plan, audit)}
     applied = apply_unleased(plan, Storage(str(changed)), audit)
