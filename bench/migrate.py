@@ -67,16 +67,18 @@ def _python_workers(pid: int) -> list[int]:
 def _migrate_in_place(src: str, dest: str, audit: str) -> dict:
     """In a fresh interpreter: the migration, its figures, the driver's peak RSS and its Python
     workers' (they write the stores)."""
-    from checkpoint.migrate import MigrationOptions
+    from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.migrate import migrate
+    from jobs.migrate import spark_ports
 
     spark = local_session(master="local[2]", app_name="bench-migrate", extra_conf=SESSION)
     Path("/proc/self/clear_refs").write_text("5")  # the peak from here on: not the session's start
     workers_before = set(_python_workers(os.getpid()))
     request = TwoSided(Storage(src), Storage(dest), taken_at_once("bench"))
-    result = migrate(lambda: spark, request, MigrationOptions(AuditTrail(audit), quiet_seconds=0))
+    result = migrate_checkpoint(
+        request, MigrationOptions(AuditTrail(audit), spark_ports(lambda: spark), quiet_seconds=0)
+    )
     workers = [w for w in _python_workers(os.getpid()) if w not in workers_before]
     return {**result.as_dict(), "peak_rss_bytes": _vm_hwm(os.getpid()),
             "worker_peak_rss_bytes": max((_vm_hwm(w) for w in workers), default=0)}  # fmt: skip
@@ -94,16 +96,15 @@ def _fresh(checkpoint: Path, work: Path) -> dict:
 
 
 def _in_session(spark, checkpoint: Path, work: Path) -> dict:
-    from checkpoint.migrate import MigrationOptions
+    from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.migrate import migrate
+    from jobs.migrate import spark_ports
 
     started = time.perf_counter()
     request = TwoSided(Storage(str(checkpoint)), Storage(str(work / "dest")), taken_at_once("bench"))
-    result = migrate(
-        lambda: spark, request, MigrationOptions(AuditTrail(str(work / "audit")), quiet_seconds=0)
-    )
+    options = MigrationOptions(AuditTrail(str(work / "audit")), spark_ports(lambda: spark), quiet_seconds=0)
+    result = migrate_checkpoint(request, options)
     seconds = time.perf_counter() - started
     shutil.rmtree(work)
     return {**result.as_dict(), "seconds": seconds}

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 from checkpoint.model import load_head
-from checkpoint.repartition import head_profile, state_readers
+from checkpoint.repartition import RepartitionOptions, head_profile, repartition_checkpoint, state_readers
 from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
-from jobs.repartition import RepartitionOptions, predict, repartition, rows_per_partition
+from jobs.repartition import predict, rows_per_partition, spark_engine
 from jobs.spark_session import local_session, scoped_confs
 from testbed.cache import MANIFEST
 from testbed.copying import copy_checkpoint
@@ -111,8 +111,9 @@ def bench(work: Path, keys: int, to: int) -> None:
 
     storage = Storage(str(guarded))
     t = time.perf_counter()
-    options = RepartitionOptions(AuditTrail(AuditTrail.default_for(storage.url)), to, quiet_seconds=0)
-    result = repartition(lambda: spark, _request(storage), options)
+    trail = AuditTrail(AuditTrail.default_for(storage.url))
+    options = RepartitionOptions(trail, to, spark_engine(lambda: spark), quiet_seconds=0)
+    result = repartition_checkpoint(_request(storage), options)
     guarded_seconds = time.perf_counter() - t
 
     after = load_head(str(guarded))
@@ -151,8 +152,10 @@ def check(work: Path, to: int) -> int:
         )
         t = time.perf_counter()
         storage = Storage(str(changed))
-        options = RepartitionOptions(AuditTrail(str(work / name / "audit")), to, quiet_seconds=0)
-        result = repartition(lambda: spark, _request(storage), options)
+        options = RepartitionOptions(
+            AuditTrail(str(work / name / "audit")), to, spark_engine(lambda: spark), quiet_seconds=0
+        )
+        result = repartition_checkpoint(_request(storage), options)
         extra = work / name / "more-input"
         diff = differences(*(restart(spark, name, root / name, p, extra) for p in (changed, untouched)))
         failed += bool(diff)
@@ -183,8 +186,10 @@ def compat(work: Path, python: str) -> int:
                 copy_checkpoint(original, base / "untouched"),
             )
             storage = Storage(str(changed))
-            options = RepartitionOptions(AuditTrail(str(base / "audit")), 8, quiet_seconds=0)
-            repartition(lambda: spark, _request(storage), options)
+            options = RepartitionOptions(
+                AuditTrail(str(base / "audit")), 8, spark_engine(lambda: spark), quiet_seconds=0
+            )
+            repartition_checkpoint(_request(storage), options)
             extra = base / "more-input"
             if restarted_by == spark.version:
                 after = [restart(spark, name, out / name, p, extra) for p in (changed, untouched)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.migrate import MigrationOptions
+from checkpoint.migrate import MigrationOptions, migrate_checkpoint
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
@@ -23,13 +23,14 @@ from .common import (
 
 
 def migrate_command(args: argparse.Namespace) -> Result:
-    from jobs.migrate import migrate  # Spark starts only once the preflight passed
+    from jobs.migrate import spark_ports  # Spark starts only once the preflight passed
     from jobs.spark_session import session_for
 
     request = two_sided(args, Storage(args.source), Storage(args.dest))
     audit = AuditTrail(args.audit or AuditTrail.default_for(request.src.url))
-    options = MigrationOptions(audit, batch=args.batch, quiet_seconds=quiet_seconds(args))
-    result = migrate(lambda: session_for(args.master), request, options)
+    ports = spark_ports(lambda: session_for(args.master))
+    result = migrate_checkpoint(request, MigrationOptions(audit, ports, batch=args.batch,
+                                                          quiet_seconds=quiet_seconds(args)))  # fmt: skip
     return Result(result.as_dict(), render.migrate_text)
 
 

@@ -39,7 +39,13 @@ def state_profile(args: argparse.Namespace) -> Result:
 
 
 def repartition_command(args: argparse.Namespace) -> Result | int:
-    from jobs.repartition import RepartitionOptions, UndoOptions, repartition, undo_repartition
+    from checkpoint.repartition import (
+        RepartitionOptions,
+        UndoOptions,
+        repartition_checkpoint,
+        undo_repartition,
+    )
+    from jobs.repartition import spark_engine
     from jobs.spark_session import session_for
 
     storage = Storage(args.path)
@@ -51,10 +57,9 @@ def repartition_command(args: argparse.Namespace) -> Result | int:
         return Result(undone.as_dict(), render.repartition_text)
     if args.partitions is None:
         raise Refused("--partitions N is required (or --undo)")
-    session = lambda: session_for(args.master)  # noqa: E731 - Spark starts once preflight passed
-    result = repartition(
-        session, request, RepartitionOptions(audit, args.partitions, quiet_seconds=quiet_seconds(args))
-    )
+    engine = spark_engine(lambda: session_for(args.master))  # Spark starts once preflight passed
+    options = RepartitionOptions(audit, args.partitions, engine, quiet_seconds=quiet_seconds(args))
+    result = repartition_checkpoint(request, options)
     return Result(result.as_dict(), render.repartition_text)
 
 

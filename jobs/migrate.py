@@ -5,7 +5,6 @@ by count and digest."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from functools import reduce
@@ -14,18 +13,15 @@ from typing import Any
 from checkpoint.errors import CheckpointError
 from checkpoint.format import FORMAT_VERSION_CONF, RAW_FAMILIES
 from checkpoint.migrate import (
-    MigrationOptions,
-    MigrationResult,
+    MigrationPorts,
     Placement,
     ReadSide,
     StoreJob,
     StoreRead,
     StoreWritten,
-    migrate_checkpoint,
     store_failed,
 )
 from checkpoint.model import StoreId
-from checkpoint.safety import TwoSided
 from checkpoint.storage import Storage
 
 from .per_store import NotDone, PerStore, each_store
@@ -136,14 +132,12 @@ class SparkStateDigests:
                 else StoreRead(0, "0:0", 0) for side in range(len(sides))]  # fmt: skip
 
 
-def migrate(session: Callable[[], Any], request: TwoSided, options: MigrationOptions) -> MigrationResult:
-    """The migration's door (`checkpoint.migrate.migrate_checkpoint`) with Spark's tasks writing
-    the state and Spark's reader proving it; `session` makes the SparkSession, once the preflight
-    passed."""
+def spark_ports(session: Callable[[], Any]) -> MigrationPorts:
+    """The migration's ports in Spark (`MigrationOptions.ports`): its tasks write the state, its
+    reader proves it. `session` makes the SparkSession, once the door's preflight passed and a
+    port is first asked for."""
     spark = functools.cache(session)
-    with_spark = dataclasses.replace(
-        options,
+    return MigrationPorts(
         digests=lambda src, dest: SparkStateDigests(spark(), src, dest),
-        writer=lambda: SparkStoreWriter(spark(), request.src, request.dest),
+        writer=lambda src, dest: SparkStoreWriter(spark(), src, dest),
     )
-    return migrate_checkpoint(request, with_spark)

@@ -5,7 +5,6 @@ HashPartitioning) places the keys; nothing of either is re-implemented here.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,24 +12,17 @@ from typing import Any
 
 from checkpoint.format import FORMAT_VERSION_CONF
 from checkpoint.repartition import (
-    RepartitionOptions,
-    RepartitionResult,
     StateReader,
     StoreDigest,
-    UndoOptions,
     partition_count,
-    repartition_checkpoint,
     skew,
     state_readers,
-    undo_repartition,
 )
-from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
 from .spark_session import reach, scoped_confs
 
-__all__ = ["RepartitionOptions", "SparkStateEngine", "UndoOptions", "digest_state", "predict", "repartition",
-           "rows_per_partition", "undo_repartition"]  # fmt: skip
+__all__ = ["SparkStateEngine", "digest_state", "predict", "rows_per_partition", "spark_engine"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -153,13 +145,10 @@ class SparkStateEngine:
             self.spark._streamingCheckpointManager.repartition(storage.spark_url, partitions)
 
 
-def repartition(
-    session: Callable[[], Any], request: InPlace, options: RepartitionOptions
-) -> RepartitionResult:
-    """The repartition's door (`checkpoint.repartition.repartition_checkpoint`) with Spark's
-    repartitioner and reader; `session` makes the SparkSession, once preflight passed."""
-    engine = lambda: SparkStateEngine(session(), request.storage)  # noqa: E731
-    return repartition_checkpoint(request, dataclasses.replace(options, engine=engine))
+def spark_engine(session: Callable[[], Any]) -> Callable[[Storage], SparkStateEngine]:
+    """The repartition's port in Spark (`RepartitionOptions.engine`): Spark's repartitioner and
+    reader on the checkpoint, on the SparkSession `session` makes once the door's preflight passed."""
+    return lambda storage: SparkStateEngine(session(), storage)
 
 
 def predict(spark, ckpt, candidates: list[int]) -> list[dict[str, Any]]:

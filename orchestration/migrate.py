@@ -34,15 +34,16 @@ def migrate_op(
 ):
     """Every store's state written as RocksDB V2 snapshots, the logs forked with the batch's offset
     pinning RocksDB and its commit naming the new stores, proven by Spark's reader on both sides."""
-    from checkpoint.migrate import MigrationOptions
-    from jobs.migrate import migrate  # Spark only when this op runs
+    from checkpoint.migrate import MigrationOptions, migrate_checkpoint
+    from jobs.migrate import spark_ports  # Spark only when this op runs
 
     try:
         request, dest_key = roots.two_sided(context, config.source_partition, config.destination)
-        options = MigrationOptions(roots.audit_trail(config.source_partition), batch=config.batch,
+        options = MigrationOptions(roots.audit_trail(config.source_partition), spark_ports(spark.session),
+                                   batch=config.batch,
                                    quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),
                                    what="migrate_checkpoint")  # fmt: skip
-        result = migrate(spark.session, request, options)
+        result = migrate_checkpoint(request, options)
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.source_partition} -> {config.destination}: {exc}") from exc
     context.instance.add_dynamic_partitions(CHECKPOINTS, [dest_key])

@@ -36,12 +36,13 @@ def repartition_op(
 ):
     """Preflight, backup fork, Spark's rewrite, verification (digests, placement, validation); undo on
     failure."""
-    from jobs.repartition import (  # Spark when run
+    from checkpoint.repartition import (
         RepartitionOptions,
         UndoOptions,
-        repartition,
+        repartition_checkpoint,
         undo_repartition,
     )
+    from jobs.repartition import spark_engine  # Spark when run
 
     storage = roots.checkpoint_storage(config.partition)
     audit = roots.audit_trail(config.partition)
@@ -54,8 +55,8 @@ def repartition_op(
         if config.partitions is None:
             raise dg.Failure(description="set `partitions` (the new count) or `undo`")
         quiet = roots.quiet_seconds_at_least(config.quiet_period)
-        options = RepartitionOptions(audit, config.partitions, quiet_seconds=quiet, what=what)
-        result = repartition(spark.session, request, options)
+        options = RepartitionOptions(audit, config.partitions, spark_engine(spark.session), quiet, what=what)
+        result = repartition_checkpoint(request, options)
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.partition}: {exc}") from exc
     rows = [(s.operator, s.store, s.rows, s.digest_after, s.misplaced) for s in result.stores]

@@ -3,6 +3,7 @@ flow and its door (`flow`), and one store's recovery written as a V2 snapshot (`
 
 from checkpoint.migrate.flow import (
     MigrationOptions,
+    MigrationPorts,
     MigrationResult,
     Placement,
     ReadSide,
@@ -12,5 +13,5 @@ from checkpoint.migrate.flow import (
 )
 from checkpoint.migrate.state import StoreJob, StoreWritten
 
-__all__ = ["MigrationOptions", "MigrationResult", "Placement", "ReadSide", "StoreJob", "StoreRead",
-           "StoreWritten", "migrate_checkpoint", "store_failed"]  # fmt: skip
+__all__ = ["MigrationOptions", "MigrationPorts", "MigrationResult", "Placement", "ReadSide", "StoreJob",
+           "StoreRead", "StoreWritten", "migrate_checkpoint", "store_failed"]  # fmt: skip

@@ -305,12 +305,21 @@ def _no_reader(src: Storage, dest: Storage) -> StateDigests:
 
 
 @dataclass(frozen=True)
+class MigrationPorts:
+    """What the migration needs of an engine, given SRC and DEST: the reader of the state on both
+    sides, made once DEST holds what it reads, and what writes each store's state, made once the
+    preflight passed. `jobs.migrate.spark_ports` gives Spark's (its tasks write, its state reader
+    proves); by default the stores are written in this process and no reader is given, so nothing
+    is ever marked complete."""
+
+    digests: Callable[[Storage, Storage], StateDigests] = _no_reader
+    writer: Callable[[Storage, Storage], StoreWriter] = lambda src, dest: write_here
+
+
+@dataclass(frozen=True)
 class MigrationOptions:
     audit: AuditTrail  # where its record goes
-    # Spark's reader of both sides (`jobs.migrate` gives it), made once DEST holds what it reads.
-    digests: Callable[[Storage, Storage], StateDigests] = _no_reader
-    # What writes each store's state, made once the preflight passed (`jobs.migrate`: Spark tasks).
-    writer: Callable[[], StoreWriter] = lambda: write_here
+    ports: MigrationPorts = MigrationPorts()
     batch: int | None = None  # a committed batch; default: the latest committed
     quiet_seconds: float = POLICY.quiet_seconds
     what: str = "migrate"  # what the leases say they are held for
@@ -321,8 +330,9 @@ def migrate_checkpoint(request: TwoSided, options: MigrationOptions) -> Migratio
     then the migration under them."""
     src, dest, o = request.src, request.dest, options
     with request.held(o.what) as check:
-        return _migrate(lambda: o.digests(src, dest), src, dest, o.audit, o.batch,
-                        quiet_seconds=o.quiet_seconds, check=check, writer=o.writer)  # fmt: skip
+        return _migrate(lambda: o.ports.digests(src, dest), src, dest, o.audit, o.batch,
+                        quiet_seconds=o.quiet_seconds, check=check,
+                        writer=lambda: o.ports.writer(src, dest))  # fmt: skip
 
 
 def _migrate(

@@ -69,7 +69,7 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
-def _no_engine() -> StateEngine:
+def _no_engine(storage: Storage) -> StateEngine:
     raise RepartitionRefused("no state engine was given to repartition with")
 
 
@@ -77,8 +77,9 @@ def _no_engine() -> StateEngine:
 class RepartitionOptions:
     audit: AuditTrail  # its records and the backup fork go there
     partitions: int  # the partition count to repartition to
-    # Spark's repartitioner and reader (`jobs.repartition` gives it), made once preflight passed.
-    engine: Callable[[], StateEngine] = _no_engine
+    # Spark's repartitioner and reader on the checkpoint (`jobs.repartition.spark_engine` gives
+    # it), made once preflight passed.
+    engine: Callable[[Storage], StateEngine] = _no_engine
     quiet_seconds: float = POLICY.quiet_seconds
     what: str = "repartition"  # what the lease says it is held for
     now: float | None = None  # a manual clock; None: the time
@@ -99,7 +100,7 @@ def repartition_checkpoint(request: InPlace, options: RepartitionOptions) -> Rep
 
 
 def _repartition(
-    engine: Callable[[], StateEngine],
+    engine: Callable[[Storage], StateEngine],
     storage: Storage,
     audit: AuditTrail,
     partitions: int,
@@ -130,7 +131,7 @@ def _repartition(
     report(log, Progress("repartition steps", 1, _STEPS), "%s: %d -> %d partitions, batch %d", storage.url,
            pre.from_partitions, pre.to_partitions, pre.batch)  # fmt: skip
     readers = state_readers(ckpt)
-    spark = engine()
+    spark = engine(storage)
     seconds["preflight"] = time.monotonic() - t
     if unfinished is not None:
         started = unfinished

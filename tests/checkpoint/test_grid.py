@@ -28,7 +28,7 @@ from checkpoint.errors import MigrationRefused, NotACheckpointError, Repartition
 from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
 from checkpoint.fork import fork_checkpoint
 from checkpoint.format import StateAction
-from checkpoint.migrate import MigrationOptions, migrate_checkpoint
+from checkpoint.migrate import MigrationOptions, MigrationPorts, migrate_checkpoint
 from checkpoint.model import Checkpoint, checkpoint_lineage, load_head
 from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
 from checkpoint.retire import (
@@ -235,7 +235,7 @@ def test_what_the_format_refuses_is_refused_with_nothing_written(cell: Cell, tmp
         dest = cell.place("migrated")
         with pytest.raises(MigrationRefused):
             request2 = TwoSided(cell.storage, dest, taken_at_once("tests"))
-            migrate_checkpoint(request2, MigrationOptions(audit, digests=_NoSpark(), writer=_NoSpark()))
+            migrate_checkpoint(request2, MigrationOptions(audit, MigrationPorts(_NoSpark(), _NoSpark())))
         assert _tree(dest) == {}
     # None of these queries keeps TTL state: the purge finds no store, whatever the format says.
     assert purge_expired(request, PurgeOptions(audit, quiet_seconds=0)).stores == ()
@@ -265,19 +265,21 @@ def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
     """Through Spark's tasks and reader (`jobs.migrate`), beside the source on its backend: every
     store's rows and digest proven equal by Spark's reader on both sides, the destination told as
     RocksDB V2 with the source's stores, healthy; the source unchanged."""
-    from jobs.migrate import migrate
+    from jobs.migrate import spark_ports
 
     source = cell.head()
     before = _tree(cell.storage)
     dest = cell.place("migrated")
-    options = MigrationOptions(AuditTrail(str(tmp_path / "audit")), quiet_seconds=0)
+    options = MigrationOptions(
+        AuditTrail(str(tmp_path / "audit")), spark_ports(lambda: spark), quiet_seconds=0
+    )
     request = TwoSided(cell.storage, dest, taken_at_once("tests"))
     if cell.backend not in SPARK_REACHES:
         with pytest.raises(SparkCannotReach, match="no Hadoop file system for abfss://"):
-            migrate(lambda: spark, request, options)
+            migrate_checkpoint(request, options)
         assert _tree(dest) == {} and _tree(cell.storage) == before
         return
-    result = migrate(lambda: spark, request, options)
+    result = migrate_checkpoint(request, options)
     assert result.source_state == cell.format and result.proven
     migrated = load_head(dest, strict=False)
     assert migrated.states.name == "rocksdb V2" and _errors(migrated) == []
@@ -289,19 +291,20 @@ def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
 def test_a_repartition_keeps_every_row_and_reads_as_healthy(cell: Cell, spark, tmp_path: Path) -> None:
     """Through Spark's repartitioner (`jobs.repartition`): every store's digest the same at twice
     its partitions, and the checkpoint, in its format, healthy."""
-    from jobs.repartition import repartition
+    from jobs.repartition import spark_engine
 
     before = cell.head()
     partitions = 2 * len({e.store.partition for e in checkpoint_lineage(before)})
-    options = RepartitionOptions(AuditTrail(str(tmp_path / "audit")), partitions, quiet_seconds=0)
+    options = RepartitionOptions(AuditTrail(str(tmp_path / "audit")), partitions, spark_engine(lambda: spark),
+                                 quiet_seconds=0)  # fmt: skip
     request = InPlace(cell.storage, taken_at_once("tests"))
     if cell.backend not in SPARK_REACHES:
         untouched = _tree(cell.storage)
         with pytest.raises(SparkCannotReach, match="no Hadoop file system for abfss://"):
-            repartition(lambda: spark, request, options)
+            repartition_checkpoint(request, options)
         assert _tree(cell.storage) == untouched and not (tmp_path / "audit").exists()
         return
-    done = repartition(lambda: spark, request, options)
+    done = repartition_checkpoint(request, options)
     assert done.to_partitions == partitions == 2 * done.from_partitions
     assert done.stores and all(s.digest_after == s.digest_before and s.rows > 0 for s in done.stores)
     after = cell.head()

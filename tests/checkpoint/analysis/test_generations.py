@@ -18,9 +18,10 @@ import pytest
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.errors import CompactionRefused, RepartitionRefused
 from checkpoint.model.head import load_head
+from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
 from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
-from jobs.repartition import RepartitionOptions, repartition
+from jobs.repartition import spark_engine
 from testbed.cache import cache_home
 from testbed.copying import copy_checkpoint
 from testbed.generations import DEFAULT_SCENARIOS, RELEASES, SCENARIOS, restart_under
@@ -74,13 +75,14 @@ def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkp
         if name == "join":
             request = InPlace(Storage(str(copies["repartitioned"])), taken_at_once("tests"))
             trail = AuditTrail(str(work / "audit"))
+            options = RepartitionOptions(trail, 8, spark_engine(lambda: spark), quiet_seconds=0)
             if spark_4_0:
                 before = files_of(copies["repartitioned"])
                 with pytest.raises(RepartitionRefused, match="metadata v2 .* with this release's Spark"):
-                    repartition(lambda: spark, request, RepartitionOptions(trail, 8, quiet_seconds=0))
+                    repartition_checkpoint(request, options)
                 assert files_of(copies["repartitioned"]) == before
             else:
-                repartition(lambda: spark, request, RepartitionOptions(trail, 8, quiet_seconds=0))
+                repartition_checkpoint(request, options)
         if name != "join" or spark_4_0:
             del copies["repartitioned"]
         # Spark 4.0's state data source cannot read format V2 (see testbed.restart): there the

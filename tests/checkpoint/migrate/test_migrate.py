@@ -51,13 +51,13 @@ def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, 
 
 
 def _migrate(spark, src: Path, dest: Path, audit: Path):
-    from checkpoint.migrate import MigrationOptions
+    from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.migrate import migrate
+    from jobs.migrate import spark_ports
 
     request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"))
-    return migrate(lambda: spark, request, MigrationOptions(AuditTrail(str(audit))))
+    return migrate_checkpoint(request, MigrationOptions(AuditTrail(str(audit)), spark_ports(lambda: spark)))
 
 
 def _stopped(defaults, name: str, where: Path) -> Path:
@@ -242,8 +242,9 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     on any RocksDB V2 checkpoint, and DEST, maintained, restarts like an untouched copy. A fork at
     a batch before the migration is refused: DEST keeps those batches' logs, in the source's
     format, and none of their state files."""
+    from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
     from checkpoint.safety import InPlace, taken_at_once
-    from jobs.repartition import RepartitionOptions, repartition
+    from jobs.repartition import spark_engine
     from testbed.demo import date_back
 
     src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
@@ -270,7 +271,10 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     audit = AuditTrail(AuditTrail.default_for(str(moved)))
     request = InPlace(Storage(str(moved)), taken_at_once("tests"))
     assert (
-        repartition(lambda: spark, request, RepartitionOptions(audit, 2, quiet_seconds=0)).to_partitions == 2
+        repartition_checkpoint(
+            request, RepartitionOptions(audit, 2, spark_engine(lambda: spark), quiet_seconds=0)
+        ).to_partitions
+        == 2
     )
     for path in (dest, tmp_path / "forked", moved):
         assert ckpt("validate", str(path)).returncode == 0, path
@@ -372,11 +376,10 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     count one off, stops the migration (MigrationFailed), DEST stays refused by validation, and a
     run with the real reader finishes it."""
     from checkpoint.errors import MigrationFailed
-    from checkpoint.migrate import MigrationOptions, migrate_checkpoint, state
+    from checkpoint.migrate import MigrationOptions, MigrationPorts, migrate_checkpoint, state
     from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.migrate import SparkStateDigests
-    from jobs.migrate import migrate as run
+    from jobs.migrate import SparkStateDigests, spark_ports
 
     class OneRowOff(SparkStateDigests):
         def compare(self, src, dest, batch, store, placement):
@@ -394,12 +397,13 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     audit = AuditTrail(str(tmp_path / "audit"))
     with pytest.raises(MigrationFailed, match=error):
         # The door, with this reader and the state written here (`jobs.migrate` writes it in Spark tasks).
-        migrate_checkpoint(TwoSided(*storages, taken_at_once("tests")),
-                           MigrationOptions(audit, digests=lambda s, d: OneRowOff(spark, s, d)))  # fmt: skip
+        ports = MigrationPorts(digests=lambda s, d: OneRowOff(spark, s, d))
+        migrate_checkpoint(TwoSided(*storages, taken_at_once("tests")), MigrationOptions(audit, ports))
     monkeypatch.setattr(state._KeyCount, "total", counted)
     refused = ckpt("validate", str(dest))
     assert refused.returncode != 0 and "INCOMPLETE_FORK" in refused.stdout
-    assert run(lambda: spark, TwoSided(*storages, taken_at_once("tests")), MigrationOptions(audit)).proven
+    real = MigrationOptions(audit, spark_ports(lambda: spark))
+    assert migrate_checkpoint(TwoSided(*storages, taken_at_once("tests")), real).proven
     assert ckpt("validate", str(dest)).returncode == 0
 
 

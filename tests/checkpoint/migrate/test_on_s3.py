@@ -21,9 +21,9 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     source to S3, of an aggregation and of transformWithState's column families (value, list and
     map state with TTLs): DEST, forked back, validates as V2 and the real query restarts on it like
     an untouched copy of the source."""
-    from checkpoint.migrate import MigrationOptions
+    from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from checkpoint.safety import TwoSided, taken_at_once
-    from jobs.migrate import migrate
+    from jobs.migrate import spark_ports
     from tests.checkpoint.migrate.test_migrate import restarted_differently
 
     _, proxy, bucket = s3
@@ -35,7 +35,7 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     audit = AuditTrail(f"s3://{bucket}/audit-migrate-{where}-{name}", via_proxy(s3))
     proxy.reset()
     request = TwoSided(src, dest, taken_at_once("tests"))
-    result = migrate(lambda: spark, request, MigrationOptions(audit, quiet_seconds=0))
+    result = migrate_checkpoint(request, MigrationOptions(audit, spark_ports(lambda: spark), quiet_seconds=0))
     assert result.proven and len(result.stores) == 4
     if where == "s3-to-s3":  # every log file but the batch's rewritten two is copied server-side
         ours = [

@@ -13,8 +13,14 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
     """Spark's repartitioner and the restarted query reach the bucket through s3a (the session's
     per-bucket settings from the storage's own options); the listing before, the backup fork, the
     records and the undo go through fsspec."""
+    from checkpoint.repartition import (
+        RepartitionOptions,
+        UndoOptions,
+        repartition_checkpoint,
+        undo_repartition,
+    )
     from checkpoint.safety import InPlace, taken_at_once
-    from jobs.repartition import RepartitionOptions, UndoOptions, repartition, undo_repartition
+    from jobs.repartition import spark_engine
     from testbed.restart import differences, restart
     from tests.support.forking import fork
 
@@ -33,13 +39,14 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
 
     before = tree()
     request = InPlace(storage, taken_at_once("tests"))
-    first = repartition(lambda: spark, request, RepartitionOptions(audit, 8, quiet_seconds=0))
+    options = RepartitionOptions(audit, 8, spark_engine(lambda: spark), quiet_seconds=0)
+    first = repartition_checkpoint(request, options)
     assert {f.rel.split("/")[2] for f in storage.list_files("state/0") if f.rel.endswith(".zip")} >= {
         str(p) for p in range(8)
     }
     undone = undo_repartition(request, UndoOptions(audit, query_stopped=True))
     assert undone.deleted > 0 and tree() == before
-    again = repartition(lambda: spark, request, RepartitionOptions(audit, 8, quiet_seconds=0))
+    again = repartition_checkpoint(request, options)
     for result in (first, again):
         assert (result.from_partitions, result.to_partitions) == (4, 8)
         assert all(s.digest_after == s.digest_before and s.rows > 0 for s in result.stores)

@@ -20,11 +20,12 @@ import pytest
 from checkpoint.errors import RepartitionFailed
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
+from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
 from checkpoint.repartition.guards import state_readers
 from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
-from jobs.repartition import RepartitionOptions, repartition, rows_per_partition
+from jobs.repartition import rows_per_partition, spark_engine
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_back
 from testbed.operators import ensure_operator_corpus, scenario_named
@@ -93,9 +94,10 @@ def _run(spark, path: Path, partitions: int, **kwargs):
     # A corpus generated minutes ago (a cold cache) looks like a running query: the quiet period has
     # its own test.
     request = InPlace(storage, taken_at_once("tests"))
-    return repartition(
-        lambda: spark, request, RepartitionOptions(audit, partitions, **{"quiet_seconds": 0, **kwargs})
+    options = RepartitionOptions(
+        audit, partitions, spark_engine(lambda: spark), **{"quiet_seconds": 0, **kwargs}
     )
+    return repartition_checkpoint(request, options)
 
 
 @pytest.mark.parametrize("name", sorted(OPERATORS))

@@ -427,10 +427,10 @@ def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(
     """DEST on a disk with 16 KiB left: `ckpt migrate` stops at a store's upload (exit 1, one line,
     DEST marked incomplete), both leases are free, and with room the same migration (in this
     session's Spark) finishes it."""
-    from checkpoint.migrate import MigrationOptions
+    from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.migrate import migrate
+    from jobs.migrate import spark_ports
     from testbed.copying import copy_checkpoint
 
     src = _aged(copy_checkpoint(defaults["hdfs_agg"], small_disk.parent / "src"))
@@ -443,8 +443,8 @@ def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(
     filler.unlink()
     assert _lease_is_free(src) and _lease_is_free(dest)
     request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"))
-    options = MigrationOptions(AuditTrail(str(small_disk.parent / "audit")))
-    assert migrate(lambda: spark, request, options).proven
+    options = MigrationOptions(AuditTrail(str(small_disk.parent / "audit")), spark_ports(lambda: spark))
+    assert migrate_checkpoint(request, options).proven
     assert ckpt("validate", str(dest)).returncode == 0
 
 
