@@ -6,6 +6,7 @@ Resources only translate configuration into the core's objects; the work happens
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -111,14 +112,19 @@ def quiet_period_field() -> Any:
 @dataclasses.dataclass(frozen=True)
 class Site:
     """One checkpoint a partition key names, resolved once (`CheckpointRootsResource.site`): its
-    configured root, its path under it, its storage with the root's options, and its audit trail."""
+    configured root, its path under it, its storage with the root's options, and its audit trail.
+    The storage is opened when first asked for, as it was before there was a site: a trail at the
+    deployment's `audit_url` never opens it."""
 
     key: str
     root: CheckpointRoot
     rel: str  # "" for a root that is itself a checkpoint
-    storage: Storage
     audit_url: str | None  # the deployment's; None: beside the checkpoint
     audit_options: dict[str, Any] | None
+
+    @functools.cached_property
+    def storage(self) -> Storage:
+        return Storage(self.root.url, self.root.storage_options).child(self.rel)
 
     @property
     def trail(self) -> AuditTrail:
@@ -235,9 +241,7 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         """The checkpoint a partition key names, resolved once (`Site`). Raises ValueError for a key
         that is no partition key, CheckpointError for a root that is not configured."""
         name, rel = parse_partition_key(key)
-        root = self.root(name)
-        storage = Storage(root.url, root.storage_options).child(rel)
-        return Site(key, root, rel, storage, self.audit_url, self.audit_options(name))
+        return Site(key, self.root(name), rel, self.audit_url, self.audit_options(name))
 
     def checkpoint_storage(self, key: str) -> Storage:
         """The storage of the checkpoint a partition key names."""
