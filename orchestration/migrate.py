@@ -1,10 +1,10 @@
 """The `migrate_checkpoint` job: a checkpoint in Spark's default formats carried to RocksDB format
 V2 with its state, launched from the UI.
 
-The op only translates: configuration in, the migration's door (`checkpoint.migrate.
-migrate_checkpoint`: the overlap refused, both maintenance leases; Spark's ports from
-`jobs.migrate.spark_ports`), figures out as metadata. As for a fork, the destination
-must lie under a configured root, and becomes a partition at once.
+The op only translates: configuration in, the migration's door
+(`checkpoint.migrate.migrate_checkpoint`: the overlap refused, both maintenance leases; Spark's
+ports from `jobs.migrate.spark_ports`), figures out as metadata. As for a fork, the destination must
+lie under a configured root, and becomes a partition at once.
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
