@@ -31,9 +31,8 @@ from checkpoint.retire.record import (
     folder_of,
     mark_deleting,
     read_record,
-    sha256_of,
 )
-from checkpoint.safety import AuditTrail, InPlace, TakeLease, TwoSided, held_by
+from checkpoint.safety import AuditTrail, InPlace, TakeLease, TwoSided, held_by, sha256_of
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)

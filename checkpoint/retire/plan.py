@@ -19,8 +19,8 @@ from checkpoint.format import FileKind
 from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
-from checkpoint.retire.record import sha256_of, write_record
-from checkpoint.safety import AuditTrail, new_plan_id, refuse_inside, refuse_overlap
+from checkpoint.retire.record import write_record
+from checkpoint.safety import AuditTrail, new_plan_id, refuse_inside, refuse_overlap, sha256_of
 from checkpoint.storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,6 @@ Both are written with write-if-absent: a plan's record, once there, is never rep
 from __future__ import annotations
 
 import calendar
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -150,14 +149,6 @@ def plan_id_time(plan_id: str) -> float:
     stamp = plan_id[:15]
     seconds = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%S"))
     return seconds + int(plan_id[15:18]) / 1000
-
-
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 16):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # Deletion began: written beside the checkpoint before the first delete, with the archive it was

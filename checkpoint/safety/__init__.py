@@ -19,9 +19,9 @@ from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.safety.manifest import Plan, PlannedFile, candidate_line, candidate_tail, new_plan_id
 from checkpoint.safety.naming import folder_name, own_place
 from checkpoint.safety.place import Place, refuse_inside, refuse_overlap
-from checkpoint.safety.trail import AuditTrail, parse_held
+from checkpoint.safety.trail import AuditTrail, parse_held, sha256_of
 
 __all__ = ["AuditTrail", "EachInPlace", "Held", "InPlace", "Lease", "LeaseHeld", "LeaseLost", "Place", "Plan",
            "PlannedFile", "TakeLease", "TwoSided", "candidate_line", "candidate_tail", "folder_name",
            "held_by", "lease_for", "new_plan_id", "own_place", "parse_held", "refuse_inside",
-           "refuse_overlap", "taken_at_once"]  # fmt: skip
+           "refuse_overlap", "sha256_of", "taken_at_once"]  # fmt: skip

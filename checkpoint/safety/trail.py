@@ -70,7 +70,8 @@ def parse_held(data: bytes, since: float) -> tuple[int, int] | None:
     return None
 
 
-def _sha256_of(path: str) -> str:
+def sha256_of(path: str) -> str:
+    """The sha256 of a local file: how a kept manifest (a cleanup plan's, a retirement's) is checked."""
     # In 64 KiB reads, the size of the copy's own buffer: a plan's memory is one partition's, and
     # a larger read would be the peak of a small checkpoint's plan (as large as a 1 MiB manifest).
     digest = hashlib.sha256()
@@ -120,7 +121,7 @@ class AuditTrail:
                 out.write(plan.header().encode() + b"\n")
                 for path in line_files:
                     _append(out, path)
-            digest = _sha256_of(whole)
+            digest = sha256_of(whole)
             self.storage.put_file(whole, rel, move=True)
         return dataclasses.replace(plan, manifest=f"{self.url}/{rel}", digest=digest)
 
@@ -178,7 +179,7 @@ class AuditTrail:
                           plan.manifest)  # fmt: skip
         local = os.path.join(folder, "manifest.jsonl")
         self.storage.download(self._rel_of(plan.manifest), local)
-        found = _sha256_of(local)
+        found = sha256_of(local)
         if found != plan.digest:
             raise GcError(f"the manifest is not the one planned (sha256 {found[:12]}..., planned "
                           f"{plan.digest[:12]}...): edited or replaced; nothing deleted",

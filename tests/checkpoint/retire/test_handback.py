@@ -87,8 +87,8 @@ def test_a_forged_manifest_deletes_nothing_that_is_not_a_dormant_checkpoint(corp
     assert out.returncode == 2 and "no record of plan" in out.stderr, out.stderr
     assert files_of(plain) == before
 
-    from checkpoint.retire.record import PlanRecord, folder_of, sha256_of
-    from checkpoint.safety import Place, own_place
+    from checkpoint.retire.record import PlanRecord, folder_of
+    from checkpoint.safety import Place, own_place, sha256_of
 
     storage, folder = own_place(Storage(str(plain)))  # the record forged beside it too
     record = Path(storage.full(f"{folder}/retirements/{plan_id}.json"))
@@ -322,8 +322,8 @@ def test_a_forged_record_retires_no_checkpoint_written_since_its_plan(corpus, tm
     apply, with no flag, deleted all 420 files. Now a record below the floor needs the unsafe
     flag, and a file written after the plan's time refuses the apply however the manifest lists
     it: nothing deleted."""
-    from checkpoint.retire.record import PlanRecord, folder_of, sha256_of
-    from checkpoint.safety import Place, own_place
+    from checkpoint.retire.record import PlanRecord, folder_of
+    from checkpoint.safety import Place, own_place, sha256_of
 
     root = tmp_path / "root"
     live = dormant_copy(corpus, "long_chain", root)
