@@ -40,7 +40,7 @@ from checkpoint.retire import (
 )
 from checkpoint.safety import AuditTrail, EachInPlace, InPlace, TwoSided, taken_at_once
 from checkpoint.storage import Storage
-from testbed.copying import copy_checkpoint, upload_checkpoint
+from testbed.copying import copy_checkpoint, hadoop_checksum, upload_checkpoint
 from tests.support.planning import LATER, candidates_of, plan_of
 
 R, M, P = StateAction.REPARTITION, StateAction.MIGRATE, StateAction.PURGE
@@ -186,7 +186,10 @@ def test_cleanup_deletes_only_what_recovery_never_reads(cell: Cell, tmp_path: Pa
     now = time.time() + LATER
     plan = plan_of(cell.storage, audit, now=now, retain_batches=2)
     local = plan_of(_local(cell, corpus, defaults), now=now, retain_batches=2)
-    assert sorted(c.path for c in candidates_of(plan, audit)) == sorted(c.path for c in candidates_of(local))
+    # An object store has none of Hadoop's hidden checksums (`testbed.copying.upload_checkpoint`)
+    hidden = cell.backend != "local"
+    wanted = [c.path for c in candidates_of(local) if not (hidden and hadoop_checksum(c.path))]
+    assert sorted(c.path for c in candidates_of(plan, audit)) == sorted(wanted)
     options = CleanupOptions(audit, lambda: plan, planned=plan, what="gc")
     cleaned = apply_cleanup(InPlace(cell.storage, taken_at_once("tests")), options)
     after = cell.head()

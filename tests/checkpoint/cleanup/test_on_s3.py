@@ -17,7 +17,7 @@ from checkpoint.errors import CheckpointError
 from checkpoint.format.layout import FileKind
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
-from testbed.copying import copy_checkpoint
+from testbed.copying import copy_checkpoint, hadoop_checksum
 from tests.support.planning import LATER, apply_unleased, candidates_of, plan_of
 from tests.support.s3 import direct, planned_on, via_proxy
 
@@ -35,7 +35,9 @@ def test_cleanup_on_s3_deletes_what_the_local_plan_names(s3, s3_copy_of, corpus,
     local_copy = tmp_path / "local"
     copy_checkpoint(corpus["two_actions"], local_copy)
     local = plan_of(local_copy, now=time.time() + LATER)
-    assert {c.path for c in planned} == {c.path for c in candidates_of(local)} != set()
+    # Hadoop's hidden checksums are the local copy's alone (`upload_checkpoint`)
+    assert {c.path for c in planned} == {c.path for c in candidates_of(local) if not hadoop_checksum(c.path)}
+    assert planned
     # What the apply's re-check of every line costs, measured alone: the logs as a plan lists
     # them, and one listing of each partition its lines name.
     proxy.reset()

@@ -44,6 +44,21 @@ def run(*args: str, env: dict[str, str] | None = None) -> dict:
     return json.loads(out.stdout)
 
 
+def purged_here(spark, path: Path, as_of: str) -> dict:
+    """`ckpt purge-expired PATH --as-of AS_OF --json`'s document, the purge run in this session's
+    Spark (a second JVM proves nothing more: the command's own path is run by the kills, the
+    report's test and the cluster's)."""
+    from checkpoint.expiry import PurgeOptions, purge_expired
+    from checkpoint.safety import AuditTrail, InPlace, taken_at_once
+    from checkpoint.storage import Storage
+    from jobs.expiry import spark_purges
+
+    storage = Storage(str(path))
+    options = PurgeOptions(AuditTrail(AuditTrail.default_for(storage.url)), float(as_of), now=time.time(),
+                           run=spark_purges(lambda: spark))  # fmt: skip
+    return purge_expired(InPlace(storage, taken_at_once("tests")), options).as_dict()
+
+
 def by_variable(report: dict) -> dict[str, tuple[int, int]]:
     """(entries, expired) of each state variable, over every store of the report."""
     totals: dict[str, tuple[int, int]] = {}
@@ -198,14 +213,15 @@ def cleanly_purged(spark, corpus, tmp_path_factory) -> tuple[str, object]:
 
     clean = stopped_copy(corpus, tmp_path_factory.mktemp("clean") / "clean")
     as_of = str(time.time())
-    run("purge-expired", str(clean), "--as-of", as_of)
+    purged_here(spark, clean, as_of)
     return as_of, state_rows(spark, clean, NAME)
 
 
 @pytest.mark.parametrize("point", ["compaction.before_sidecar", "purge.after_store:1", "purge.after_store:4"])
 def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, cleanly_purged, tmp_path, point):
     """Killed in a store's Spark task after its zip and before its sidecar, and the driver killed
-    after the first and after the last store: the same purge run again ends as a clean one."""
+    after the first and after the last store: the same purge run again (in this session's Spark)
+    ends as a clean one."""
     from testbed.restart import state_rows
 
     as_of, clean_rows = cleanly_purged
@@ -220,7 +236,7 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, cleanly_p
         refused = ckpt(*args)
         assert refused.returncode == 2 and "lease" in refused.stderr
         lapse_leases(killed)
-    done = run(*args)
+    done = purged_here(spark, killed, as_of)
     # A zip without its sidecar is the store's own snapshot to the rerun: Spark 4.3 reads it so. The
     # stores run two at a time (local[2]) in Spark's JVM, which finishes the stores in flight, and
     # may start the next, before it sees its driver gone (seen: three published after the first).
