@@ -114,7 +114,7 @@ def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_un
     assert after["expired"] == 0 and after["entries"] == report["entries"] - report["expired"]
     left = {var: (entries - expired, 0) for var, (entries, expired) in before.items()}
     assert spark_sees(spark, purged, report["as_of_ms"], name) == left
-    again = run("purge-expired", str(purged), "--as-of", str(as_of))  # nothing left: nothing written
+    again = purged_here(spark, purged, str(as_of))  # nothing left: nothing written
     assert {s["outcome"] for s in again["stores"]} == {"nothing expired"}
     audit = sorted((tmp_path / "_ckpt_audit").glob("*/purges/*.json"))
     assert len(audit) == 2 and json.loads(audit[0].read_text())["expired"] == report["expired"]
@@ -260,7 +260,7 @@ def test_the_purge_runs_unchanged_on_a_standalone_cluster(spark, corpus, tmp_pat
     assert out.returncode == 0, out.stderr[-3000:]
     done = json.loads(out.stdout)
     assert {s["outcome"] for s in done["stores"]} == {"purged"} and done["expired"] > 0
-    assert run("purge-expired", str(here), "--as-of", as_of)["expired"] == done["expired"]
+    assert purged_here(spark, here, as_of)["expired"] == done["expired"]
     assert state_rows(spark, on_cluster, NAME) == state_rows(spark, here, NAME)
 
 

@@ -21,7 +21,7 @@ from checkpoint.storage import Storage
 from checkpoint.storage.azure import AzureBackend
 from checkpoint.storage.gcs import GCSBackend
 from testbed.azurite import ACCOUNT
-from testbed.copying import copy_checkpoint, upload_checkpoint
+from testbed.copying import copy_checkpoint, hadoop_checksum, upload_checkpoint
 from tests.support.cli import ckpt
 
 
@@ -120,9 +120,7 @@ def test_a_real_checkpoint_reads_as_on_a_local_disk_and_its_commands_answer(clou
     here, there = load_checkpoint(str(local)), load_checkpoint(url)
     assert there.latest_committed_batch == here.latest_committed_batch
     assert sorted(map(str, there.stores)) == sorted(map(str, here.stores))
-    assert {f.rel for f in there.files if not f.rel.endswith(".crc")} == {
-        f.rel for f in here.files if not f.rel.endswith(".crc")
-    }
+    assert {f.rel for f in there.files} == {f.rel for f in here.files if not hadoop_checksum(f.rel)}
     found, expected = validate(there), validate(here)
     assert found.ok and [f.code for f in found.findings] == [f.code for f in expected.findings]
     for command in ("validate", "lineage", "inspect"):
@@ -254,7 +252,7 @@ def test_a_cleanup_there_then_a_fork_back_restarts_like_an_untouched_copy(
     assert out.returncode == 0, out.stderr[-2000:]
     done = json.loads(out.stdout)
     assert done["deleted"] > 0 and done["failed"] == 0, done
-    assert {rel for rel in _files(cloud_store["fs"], where) if not rel.endswith(".crc")} == kept_locally
+    assert set(_files(cloud_store["fs"], where)) == kept_locally
 
     back = tmp_path / "back"
     out = ckpt("fork", url, str(back), "--json")
@@ -265,10 +263,10 @@ def test_a_cleanup_there_then_a_fork_back_restarts_like_an_untouched_copy(
 
 
 def _cleaned_locally(local, args: list[str]) -> set[str]:
-    """What `ckpt gc --apply` keeps of a local copy, Hadoop's `.crc` files aside (on a store they
-    are whatever the upload copied: no reader's)."""
+    """What `ckpt gc --apply` keeps of a local copy, Hadoop's hidden checksums aside (no object
+    store has them: `upload_checkpoint`)."""
     out = ckpt("gc", str(local), *args, "--apply")
     assert out.returncode == 0, out.stderr[-2000:]
     return {
-        str(p.relative_to(local)) for p in local.rglob("*") if p.is_file() and not p.name.endswith(".crc")
+        str(p.relative_to(local)) for p in local.rglob("*") if p.is_file() and not hadoop_checksum(p.name)
     }
