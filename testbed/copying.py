@@ -38,9 +38,9 @@ def hadoop_checksum(path: str) -> bool:
 def upload_checkpoint(fs, src: Path, dest: str, protocol: str = "s3", spark_root: str | None = None) -> str:
     """Uploads a local checkpoint to `dest` (`bucket/key` on the object store's filesystem `fs`) as
     Spark would have written it there, naming it `spark_root` (by default `s3a://<dest>`, as the
-    s3a connector does); returns its `protocol` URL. Hadoop's .crc files mean nothing on an object
-    store: s3a and abfs never write them, so they are left behind (half a local checkpoint's files,
-    and as many requests saved on every action a test runs there)."""
+    s3a connector does); returns its `protocol` URL. Hadoop's hidden .crc files are a local file
+    system's: no object store's connector writes them, so they are left behind (half a local
+    checkpoint's files, and as many requests on every action a test runs there)."""
     files = [p for p in src.rglob("*") if p.is_file() and not hadoop_checksum(p.name)]
     fs.put([str(p) for p in files], [f"{dest}/{p.relative_to(src).as_posix()}" for p in files])
     for meta in src.glob("state/*/_metadata/v2/[!.]*"):
