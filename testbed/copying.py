@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 from checkpoint.fork import rewrite_schema_paths
+from checkpoint.format.layout import FileKind, classify
 from checkpoint.storage import Storage
 
 
@@ -29,19 +30,27 @@ def copy_checkpoint(src: Path | str, dst: Path | str) -> Path:
 
 def hadoop_checksum(path: str) -> bool:
     """Whether the file at `path` is Hadoop's hidden checksum of the file beside it
-    (`.<name>.crc`), which no object store's connector writes. Spark's own visible checksum files
-    (`<name>.crc`, from 4.1) are the query's."""
-    name = path.rsplit("/", 1)[-1]
-    return name.startswith(".") and name.endswith(".crc")
+    (`.<name>.crc`, as the product tells it), which no object store's connector writes. Spark's own
+    visible checksum files (`<name>.crc`, from 4.1) are the query's."""
+    return classify(path).kind == FileKind.HADOOP_CRC
 
 
-def upload_checkpoint(fs, src: Path, dest: str, protocol: str = "s3", spark_root: str | None = None) -> str:
+def upload_checkpoint(
+    fs,
+    src: Path,
+    dest: str,
+    protocol: str = "s3",
+    spark_root: str | None = None,
+    hadoop_checksums: bool = False,
+) -> str:
     """Uploads a local checkpoint to `dest` (`bucket/key` on the object store's filesystem `fs`) as
     Spark would have written it there, naming it `spark_root` (by default `s3a://<dest>`, as the
     s3a connector does); returns its `protocol` URL. Hadoop's hidden .crc files are a local file
     system's: no object store's connector writes them, so they are left behind (half a local
-    checkpoint's files, and as many requests on every action a test runs there)."""
-    files = [p for p in src.rglob("*") if p.is_file() and not hadoop_checksum(p.name)]
+    checkpoint's files, and the requests of every action that copies, deletes or lists each file).
+    `hadoop_checksums`: uploaded too, as a copy made with a sync tool carries them (stale beside
+    the rewritten metadata)."""
+    files = [p for p in src.rglob("*") if p.is_file() and (hadoop_checksums or not hadoop_checksum(p.name))]
     fs.put([str(p) for p in files], [f"{dest}/{p.relative_to(src).as_posix()}" for p in files])
     for meta in src.glob("state/*/_metadata/v2/[!.]*"):
         rel = meta.relative_to(src).as_posix()

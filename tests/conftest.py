@@ -213,11 +213,12 @@ def s3_copy_of(s3, corpus: dict[str, Path], request):
     server, proxy, bucket = s3
     fs = server.filesystem()
 
-    def upload(name: str, prefix: str | None = None) -> str:
+    def upload(name: str, prefix: str | None = None, hadoop_checksums: bool = False) -> str:
         from testbed.copying import upload_checkpoint
 
         local = corpus[name] if name in corpus else request.getfixturevalue("defaults")[name]
-        return upload_checkpoint(fs, local, f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}")
+        dest = f"{bucket}/{prefix or uuid.uuid4().hex[:8]}/{name}"
+        return upload_checkpoint(fs, local, dest, hadoop_checksums=hadoop_checksums)
 
     proxy.reset()  # faults armed by one test never leak into the next
     yield upload
