@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from checkpoint.fork import rewrite_schema_paths
-from checkpoint.format.layout import FileKind, classify
+from checkpoint.format import FileKind, classify
 from checkpoint.storage import Storage
 
 
