@@ -54,8 +54,7 @@ class LiveQuery:
                 .trigger(processingTime="500 milliseconds")
                 .start()
             )
-        self.started = time.monotonic()
-        self.found = self.started  # when the deployment's discovery had found it (set-up)
+        self.found = time.monotonic()  # set again once the deployment's discovery has found it
         self.feeder = threading.Thread(target=self._feed, daemon=True)
         self.feeder.start()
 
