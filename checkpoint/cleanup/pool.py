@@ -74,9 +74,9 @@ def _counted(storage: Storage, result: tuple[list[Decided], Counter[str]]) -> li
 
 def planning_workers(storage: Storage, partitions: int, lister: Lister | None = None) -> int:
     """Worker processes to decide partitions in: deciding is Python work that one core bounds,
-    and so, on object stores, is what botocore spends per request (a listed object, a GET). Used
-    once a checkpoint has enough partitions to repay starting them; a lister given by a test
-    stays in this process."""
+    and so, on object stores, is what botocore spends per request (a listed object, a GET). The
+    most to start, once a checkpoint has enough partitions (`in_order` starts them only once the
+    first partition says the files repay them); a lister given by a test stays in this process."""
     if lister not in (None, list_folder) or partitions < POLICY.plan_processes_from:
         return 0
     processes = min(POLICY.plan_processes, os.cpu_count() or 1)
@@ -114,9 +114,20 @@ def _process_pool(context: Context, workers: int) -> ProcessPoolExecutor:
 
 
 def in_order(
-    context: Context, folders: list[str], workers: int, spill: Spill
+    context: Context, folders: list[str], workers: int, spill: Spill, *, until_worth_it: bool = False
 ) -> Iterator[tuple[str, Decided]]:
+    """Each partition folder decided, in folder order (see `_in_order`). `until_worth_it`: `workers`
+    is the most to start, and they start only when the rest is worth their start: the first folder
+    is decided in this process, and the rest too unless it holds `plan_processes_from_files` at
+    the first one's count of files."""
     try:
+        if until_worth_it and workers > 0 and folders:
+            # Its lines apart, as a pool's are: the spill puts those first, whichever way the rest goes.
+            first = decide_apart(context, folders[0])
+            yield folders[0], first
+            folders = folders[1:]
+            if first.listed * len(folders) < POLICY.plan_processes_from_files:
+                workers = 0
         yield from _in_order(context, folders, workers, spill)
     finally:
         HELD.forget(context.spill_dir)

@@ -83,8 +83,9 @@ class Spill:
 
     @property
     def line_files(self) -> list[str]:
-        """The manifest's candidate lines, in order: each partition's (when decided in a pool), then
-        this spill's own file (the partitions decided here, and the held SSTs decided last)."""
+        """The manifest's candidate lines, in order: each partition's decided apart (in a pool, or
+        the first of a plan that may start one), then this spill's own file (the partitions decided
+        here, and the held SSTs decided last)."""
         return [*self._parts, self._lines_path]
 
     def _add(self, planned: PlannedFile) -> None:
