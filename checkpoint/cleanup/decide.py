@@ -86,8 +86,9 @@ class Decided:
     by_store: Totals
     kept: Counter[str]
     oldest_retained_sst: float | None
-    # Decided in a pool: its lines and held lines, in files of its own for the spill to append in
-    # folder order; else they went straight to the spill.
+    # Decided apart (in a pool, or before a plan knows whether it starts one): its lines and held
+    # lines, in files of its own for the spill to append in folder order; else they went straight
+    # to the spill.
     apart: tuple[str, str] | None = None
 
 
@@ -158,8 +159,9 @@ _REASON_TEXT = {reason: reason.value for reason in Reason}  # Enum's .value is a
 
 
 def decide_apart(context: Context, folder: str) -> Decided:
-    """In a pool: the lines into files of the partition's own, so a partition's lines are on disk,
-    never held whole in a worker or passed back to the plan."""
+    """In a pool, or before a plan knows whether it starts one: the lines into files of the
+    partition's own, so a partition's lines are on disk, never held whole in a worker or passed
+    back to the plan, and come before those the spill writes itself."""
     stem = os.path.join(context.spill_dir, folder.replace("/", "_"))
     apart = (f"{stem}.jsonl", f"{stem}.held.jsonl")
     with open(apart[0], "w") as lines, open(apart[1], "w") as held:

@@ -100,13 +100,13 @@ def plan_gc(
     base, folders, window, committed = _read_logs(storage, retain_batches)
     live = not query_stopped or base.is_live(now, quiet_seconds)
     options = GcOptions(grace_seconds=grace_seconds, live=live, defer_live_ssts=True)
-    chosen = workers is None  # else the caller's (a test's, a bench's): started as given
+    auto = workers is None  # else the caller's (a test's, a bench's): started as given
     if workers is None:
         workers = planning_workers(storage, len(folders), lister)
     plan_id = new_plan_id(now)
     with tempfile.TemporaryDirectory(prefix="ckpt-plan-") as tmp, Spill(tmp) as spill:
         context = Context(base, window, dict(committed), options, now, lister, tmp)
-        for folder, decided in in_order(context, folders, workers, spill, until_worth_it=chosen):
+        for folder, decided in in_order(context, folders, workers, spill, until_worth_it=auto):
             spill.partition(folder, decided)
         spill.finish()
         plan = Plan(

@@ -117,20 +117,35 @@ def in_order(
     context: Context, folders: list[str], workers: int, spill: Spill, *, until_worth_it: bool = False
 ) -> Iterator[tuple[str, Decided]]:
     """Each partition folder decided, in folder order (see `_in_order`). `until_worth_it`: `workers`
-    is the most to start, and they start only when the rest is worth their start: the first folder
-    is decided in this process, and the rest too unless it holds `plan_processes_from_files` at
-    the first one's count of files."""
+    is the most to start. Where they would be spawned on a local disk, they start only once the
+    partitions left, at the mean count of files of those decided so far, hold
+    `plan_processes_from_files`; until then the partitions are decided in this process."""
     try:
-        if until_worth_it and workers > 0 and folders:
-            # Its lines apart, as a pool's are: the spill puts those first, whichever way the rest goes.
-            first = decide_apart(context, folders[0])
-            yield folders[0], first
-            folders = folders[1:]
-            if first.listed * len(folders) < POLICY.plan_processes_from_files:
-                workers = 0
-        yield from _in_order(context, folders, workers, spill)
+        if until_worth_it and workers > 0 and _spawned_on_a_local_disk(context):
+            done, files = 0, 0
+            while done < len(folders) and not _worth_a_pool(files, done, len(folders) - done):
+                # Its lines apart, as a pool's are: the spill puts those first, whichever way the rest goes.
+                decided = decide_apart(context, folders[done])
+                yield folders[done], decided
+                done, files = done + 1, files + decided.listed
+            folders = folders[done:]
+        if folders:
+            yield from _in_order(context, folders, workers, spill)
     finally:
         HELD.forget(context.spill_dir)
+
+
+def _worth_a_pool(files: int, decided: int, left: int) -> bool:
+    """Whether the partitions left hold `plan_processes_from_files` at the mean of those decided."""
+    return decided > 0 and files * left >= POLICY.plan_processes_from_files * decided
+
+
+def _spawned_on_a_local_disk(context: Context) -> bool:
+    """Whether workers would be spawned (this process runs other threads: a Dagster run, a test's
+    worker) on a local disk, where this process decides a partition at a time as fast as a worker
+    does. A forked worker starts in milliseconds; on an object store this process would decide
+    one partition at a time where the pool has several in flight."""
+    return threading.active_count() > 1 and partitions_at_once(context.base.storage, 0) == 1
 
 
 def _in_order(

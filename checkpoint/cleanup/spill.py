@@ -32,7 +32,7 @@ class Spill:
     def __init__(self, tmp: str) -> None:
         self._lines_path = os.path.join(tmp, "candidates.jsonl")
         self.lines = open(self._lines_path, "w")  # closed in finish, or on the way out
-        # Partitions decided in a pool: each one's lines file, in folder order. Named, not copied
+        # Partitions decided apart: each one's lines file, in folder order. Named, not copied
         # here: the manifest is assembled from them once (at 10M files, 1.9 GB fewer to write).
         self._parts: list[str] = []
         self._held_path = os.path.join(tmp, "held.jsonl")
@@ -84,8 +84,8 @@ class Spill:
     @property
     def line_files(self) -> list[str]:
         """The manifest's candidate lines, in order: each partition's decided apart (in a pool, or
-        the first of a plan that may start one), then this spill's own file (the partitions decided
-        here, and the held SSTs decided last)."""
+        before a plan knows whether it starts one), then this spill's own file (the partitions
+        decided here, and the held SSTs decided last)."""
         return [*self._parts, self._lines_path]
 
     def _add(self, planned: PlannedFile) -> None:

@@ -1,10 +1,17 @@
-"""Worker processes for a cleanup plan start only where the files repay their start: a spawned
-worker imports this package first (a second of CPU), and a plan of a few thousand files takes a
-twentieth of that in one process. The first partition, decided in this process, tells."""
+"""Worker processes for a cleanup plan start only where the files repay their start. A process that
+runs other threads (a Dagster run, this test's worker) must spawn them, and a spawned worker imports
+this package first (a second of CPU), where a plan of a few thousand files takes a twentieth of
+that in one process: there, on a local disk, the plan decides partitions itself until those left
+hold `plan_processes_from_files` at the mean of those decided."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,13 +23,15 @@ from checkpoint.policy import POLICY
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed import synthetic
+from tests.support.paths import PROJECT
 
 PARTITIONS, VERSIONS = 16, 20  # 2,314 files: as many partitions as start workers, few files
 
 
 @pytest.fixture
 def started(monkeypatch) -> list[int]:
-    """The worker pools each plan started, by their size."""
+    """The worker pools each plan started, by their size; this process runs another thread, and
+    has two cores (the most a plan starts is one a core)."""
     pools: list[int] = []
     real = planning_pool.ProcessPoolExecutor
 
@@ -31,7 +40,11 @@ def started(monkeypatch) -> list[int]:
         return real(workers, **kwargs)
 
     monkeypatch.setattr(planning_pool, "ProcessPoolExecutor", recording)
-    return pools
+    monkeypatch.setattr(planning_pool.os, "cpu_count", lambda: 2)
+    done = threading.Event()
+    threading.Thread(target=done.wait, daemon=True).start()
+    yield pools
+    done.set()
 
 
 def _manifest(plan) -> list[bytes]:
@@ -40,25 +53,62 @@ def _manifest(plan) -> list[bytes]:
 
 
 def _plan(path: Path, audit: Path, now: float, **kwargs):
-    return gc_plan.plan_gc(Storage(str(path)), AuditTrail(str(audit)), now=now, query_stopped=True, **kwargs)
+    return gc_plan.plan_gc(Storage(str(path)), AuditTrail(str(audit)), now=now, **kwargs)
 
 
-def test_a_plan_of_few_files_starts_no_worker_however_many_partitions(started, monkeypatch, tmp_path) -> None:
+@pytest.mark.parametrize("live", [False, True], ids=["stopped", "live"])
+def test_a_plan_starts_its_spawned_workers_only_where_the_files_repay_them(
+    started, monkeypatch, tmp_path, live: bool
+) -> None:
+    """Live: its logs fresh, so the SSTs are decided last, against the whole plan's floor."""
     path = tmp_path / "q"
     files = synthetic.write_local(path, synthetic.iter_files(PARTITIONS, VERSIONS))
+    now = time.time() + (0 if live else 10**7)
+    if live:
+        for log in [*path.glob("commits/*"), *path.glob("offsets/*")]:
+            os.utime(log, (now - 60, now - 60))
     assert files < POLICY.plan_processes_from_files
-    assert planning_pool.planning_workers(Storage(str(path)), PARTITIONS) > 0  # enough partitions
-    now = time.time() + 10**7
-    here = _plan(path, tmp_path / "here", now)
-    assert started == [] and here.files > 0
-    # The same checkpoint under a policy whose floor its files pass: the rest of it in workers,
-    # the same manifest, and the first partition not decided twice.
-    lower = dataclasses.replace(POLICY, plan_processes_from_files=files // 2)
-    monkeypatch.setattr(planning_pool, "POLICY", lower)
-    there = _plan(path, tmp_path / "there", now)
-    assert len(started) == 1 and started[0] > 0
-    assert _manifest(there) == _manifest(here) and there.files == here.files
+    assert planning_pool.planning_workers(Storage(str(path)), PARTITIONS) == 2  # enough partitions
+    alone = _plan(path, tmp_path / "alone", now, workers=0, query_stopped=not live)
+    assert alone.live is live and alone.files > 0
+    here = _plan(path, tmp_path / "here", now, query_stopped=not live)
+    assert started == [] and _manifest(here) == _manifest(alone)
+    # Under a floor its files pass after a few partitions: the rest in workers, the same manifest
+    # (every partition once, in order, the held SSTs last).
+    monkeypatch.setattr(
+        planning_pool, "POLICY", dataclasses.replace(POLICY, plan_processes_from_files=files // 2)
+    )
+    there = _plan(path, tmp_path / "there", now, query_stopped=not live)
+    assert started == [2] and _manifest(there) == _manifest(alone)
     # A caller's own count is started as given, whatever the files.
     monkeypatch.setattr(planning_pool, "POLICY", POLICY)
-    given = _plan(path, tmp_path / "given", now, workers=2)
-    assert started[1:] == [2] and _manifest(given) == _manifest(here)
+    given = _plan(path, tmp_path / "given", now, workers=2, query_stopped=not live)
+    assert started == [2, 2] and _manifest(given) == _manifest(alone)
+
+
+_PLAN_ALONE = """
+import json, sys, time
+from checkpoint.cleanup import plan as gc_plan, pool as planning_pool
+from checkpoint.safety import AuditTrail
+from checkpoint.storage import Storage
+
+started, pool = [], planning_pool.ProcessPoolExecutor
+def recording(*args, **kwargs):
+    started.append(kwargs["mp_context"].get_start_method())
+    return pool(*args, **kwargs)
+planning_pool.ProcessPoolExecutor = recording
+planning_pool.os.cpu_count = lambda: 2
+gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=time.time() + 10**7, query_stopped=True)
+print(json.dumps(started))
+"""
+
+
+def test_a_process_without_other_threads_forks_its_workers_at_once(tmp_path) -> None:
+    """A forked worker starts in milliseconds, with the plan in its memory: no partition is decided
+    first to find out whether it pays."""
+    path = tmp_path / "q"
+    synthetic.write_local(path, synthetic.iter_files(PARTITIONS, VERSIONS))
+    run = subprocess.run([sys.executable, "-c", _PLAN_ALONE, str(path), str(tmp_path / "audit")],
+                         capture_output=True, text=True, timeout=120, cwd=PROJECT)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == ["fork"]

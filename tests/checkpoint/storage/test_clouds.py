@@ -135,7 +135,7 @@ def test_a_real_checkpoint_reads_as_on_a_local_disk_and_its_commands_answer(clou
 def test_a_url_for_the_store_names_its_backend(cloud_store) -> None:
     """Each spelling Spark and fsspec use for the store reaches its own backend, not the generic one,
     and that backend names no Hadoop checksum beside a file: the store's connector writes none, so
-    a plan there deletes none and a copy there makes none."""
+    a copy or a snapshot published there makes none."""
     spellings = {"azure": ("az://c/x", "abfs://c/x", "abfss://c/x"), "gcs": ("gs://b/x", "gcs://b/x")}
     for url in spellings[cloud_store["name"]]:
         assert isinstance(Storage(url).backend, cloud_store["backend"]), url
