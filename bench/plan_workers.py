@@ -1,0 +1,67 @@
+"""Benchmark: a cleanup plan in a process that runs other threads, as a Dagster run does, where its
+worker processes must be spawned: the workers the plan chooses for itself, against the same plan
+made in that one process (the baseline), on a small and a large synthetic checkpoint.
+
+    python -m bench.plan_workers [--shapes 16x20,64x200] [--runs 5]
+
+Each shape is PARTITIONSxVERSIONS of `testbed.synthetic` (one store a partition), written to a
+temporary folder. Reported per shape and side: the median wall seconds of `--runs` plans, the CPU
+seconds of the worker processes they started (all runs), and the wall ratio to the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from checkpoint.cleanup import plan_gc
+from checkpoint.safety import AuditTrail
+from checkpoint.storage import Storage
+from testbed.synthetic import iter_files, write_local
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _side(root: Path, audit: Path, runs: int, workers: int | None) -> tuple[float, float, int]:
+    """(median wall seconds, the workers' CPU seconds over all runs, candidates) of `runs` plans."""
+    walls, cpu, files = [], _children_cpu(), 0
+    for i in range(runs):
+        began = time.perf_counter()
+        plan = plan_gc(Storage(str(root)), AuditTrail(str(audit / str(i))), now=time.time() + 10**7,
+                       query_stopped=True, workers=workers)  # fmt: skip
+        walls.append(time.perf_counter() - began)
+        files = plan.files
+    return statistics.median(walls), _children_cpu() - cpu, files
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--shapes", default="16x20,64x200", help="PARTITIONSxVERSIONS, comma-separated")
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    done = threading.Event()
+    threading.Thread(target=done.wait, daemon=True).start()  # as a Dagster run's threads: workers are spawned
+    with tempfile.TemporaryDirectory() as work:
+        for shape in args.shapes.split(","):
+            partitions, versions = (int(n) for n in shape.split("x"))
+            root = Path(work) / shape / "checkpoint"
+            n = write_local(root, iter_files(partitions, versions))
+            base_wall, _, base_files = _side(root, Path(work) / shape / "one", args.runs, 0)
+            wall, cpu, files = _side(root, Path(work) / shape / "chosen", args.runs, None)
+            assert files == base_files, (files, base_files)
+            print(f"{n:,} files in {partitions} partitions: in one process {base_wall:.3f} s; "
+                  f"workers as the plan chooses {wall:.3f} s ({wall / base_wall:.2f}x), "
+                  f"their CPU {cpu:.2f} s over {args.runs} plans")  # fmt: skip
+    done.set()
+
+
+if __name__ == "__main__":
+    main()
