@@ -75,8 +75,9 @@ def _counted(storage: Storage, result: tuple[list[Decided], Counter[str]]) -> li
 def planning_workers(storage: Storage, partitions: int, lister: Lister | None = None) -> int:
     """Worker processes to decide partitions in: deciding is Python work that one core bounds,
     and so, on object stores, is what botocore spends per request (a listed object, a GET). The
-    most to start, once a checkpoint has enough partitions (`in_order` starts them only once the
-    first partition says the files repay them); a lister given by a test stays in this process."""
+    most to start, once a checkpoint has enough partitions (where they would be spawned on a local
+    disk, `in_order` starts them only once the files left repay them); a lister given by a test
+    stays in this process."""
     if lister not in (None, list_folder) or partitions < POLICY.plan_processes_from:
         return 0
     processes = min(POLICY.plan_processes, os.cpu_count() or 1)
