@@ -5,8 +5,10 @@ made in that one process (the baseline), on a small and a large synthetic checkp
     python -m bench.plan_workers [--shapes 16x20,64x200] [--runs 5]
 
 Each shape is PARTITIONSxVERSIONS of `testbed.synthetic` (one store a partition), written to a
-temporary folder. Reported per shape and side: the median wall seconds of `--runs` plans, the CPU
-seconds of the worker processes they started (all runs), and the wall ratio to the baseline.
+temporary folder. The two sides run in turn, each first every other time, and their manifests'
+candidate lines must be the same. Reported per shape and side: the median wall seconds of
+`--runs` plans, the CPU seconds of the worker processes they started (all runs), and the wall
+ratio to the baseline.
 """
 
 from __future__ import annotations
@@ -30,16 +32,14 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _side(root: Path, audit: Path, runs: int, workers: int | None) -> tuple[float, float, int]:
-    """(median wall seconds, the workers' CPU seconds over all runs, candidates) of `runs` plans."""
-    walls, cpu, files = [], _children_cpu(), 0
-    for i in range(runs):
-        began = time.perf_counter()
-        plan = plan_gc(Storage(str(root)), AuditTrail(str(audit / str(i))), now=time.time() + 10**7,
-                       query_stopped=True, workers=workers)  # fmt: skip
-        walls.append(time.perf_counter() - began)
-        files = plan.files
-    return statistics.median(walls), _children_cpu() - cpu, files
+def _plan(root: Path, audit: Path, workers: int | None) -> tuple[float, float, list[bytes]]:
+    """(wall seconds, the workers' CPU seconds, the manifest's candidate lines) of one plan."""
+    cpu, began = _children_cpu(), time.perf_counter()
+    plan = plan_gc(Storage(str(root)), AuditTrail(str(audit)), now=time.time() + 10**7, query_stopped=True,
+                   workers=workers)  # fmt: skip
+    wall = time.perf_counter() - began
+    _, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
+    return wall, _children_cpu() - cpu, lines
 
 
 def main() -> None:
@@ -54,9 +54,17 @@ def main() -> None:
             partitions, versions = (int(n) for n in shape.split("x"))
             root = Path(work) / shape / "checkpoint"
             n = write_local(root, iter_files(partitions, versions))
-            base_wall, _, base_files = _side(root, Path(work) / shape / "one", args.runs, 0)
-            wall, cpu, files = _side(root, Path(work) / shape / "chosen", args.runs, None)
-            assert files == base_files, (files, base_files)
+            walls: dict[int | None, list[float]] = {0: [], None: []}
+            cpu, candidates = 0.0, {}
+            for i in range(args.runs):  # the two sides in turn, each first every other time
+                for workers in (0, None) if i % 2 == 0 else (None, 0):
+                    took, spent, candidates[workers] = _plan(
+                        root, Path(work) / shape / f"{workers}-{i}", workers
+                    )
+                    walls[workers].append(took)
+                    cpu += spent if workers is None else 0.0
+                assert candidates[None] == candidates[0], "the plans differ"
+            base_wall, wall = statistics.median(walls[0]), statistics.median(walls[None])
             print(f"{n:,} files in {partitions} partitions: in one process {base_wall:.3f} s; "
                   f"workers as the plan chooses {wall:.3f} s ({wall / base_wall:.2f}x), "
                   f"their CPU {cpu:.2f} s over {args.runs} plans")  # fmt: skip

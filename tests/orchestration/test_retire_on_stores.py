@@ -1,10 +1,12 @@
 """The `retire_checkpoints` job as Dagster runs it, on Azure Blob Storage (Azurite) and on GCS (the
-emulator behind the proxy that keeps GCS's create precondition): discovery finds the checkpoints
-on the store and the commit sensor looks at them there; a launch plans a dormant one's retirement
-and refuses a live one; a second launch after the grace archives it on the store and deletes it;
-and the next discovery tick drops its partition. An upload is new to the store, which dates it, so
-the deployment's dormancy is some seconds (`unsafe_floors`, as for a trial): one checkpoint is
-uploaded that long before the other."""
+emulator behind the proxy that keeps GCS's create precondition), with discovery and the commit
+sensor's first look evaluated as the daemon evaluates them, over the deployment's own roots. A
+launch refuses a live checkpoint; one plans a dormant one's retirement; one after the grace
+archives it on the store, records each step in its audit trail there and deletes it, leaving its
+neighbour as it was; and the next discovery tick drops its partition and finds the archive under
+its root. An upload is new to the store, which dates it, so the deployment's dormancy is some
+seconds (`unsafe_floors`, as for a trial): the dormant checkpoint is uploaded that long before
+the live one."""
 
 from __future__ import annotations
 
@@ -14,17 +16,18 @@ import uuid
 import pytest
 
 from checkpoint.analysis import Severity, validate
+from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
+from checkpoint.safety import AuditTrail, folder_name
 from checkpoint.storage import Storage
 from testbed.azurite import ACCOUNT
 from testbed.copying import upload_checkpoint
 
-pytestmark = pytest.mark.slow
 
-
-def _store(request, name: str) -> tuple[object, str, str]:
+@pytest.fixture(params=["azure", "gcs"])
+def cloud_store(request) -> tuple[object, str, str]:
     """(a client straight to the server, the URL protocol, a folder of this test's own)."""
-    if name == "azure":
+    if request.param == "azure":
         server, _, container = request.getfixturevalue("azure")
         return server.filesystem(), "az", f"{container}/{uuid.uuid4().hex[:8]}"
     server, proxy, bucket = request.getfixturevalue("gcs")
@@ -39,9 +42,14 @@ def _spark_url(protocol: str, where: str) -> str:
     return f"abfss://{container}@{ACCOUNT}.dfs.core.windows.net/{key}"
 
 
-@pytest.mark.parametrize("name", ["azure", "gcs"])
+def _objects(fs, prefix: str) -> dict[str, int]:
+    """Every object under `prefix` (a folder marker too), by name, with its size."""
+    fs.invalidate_cache()
+    return {p: info.get("size", 0) for p, info in fs.find(prefix, withdirs=True, detail=True).items()}
+
+
 def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery_drops_it(
-    request, corpus, name: str
+    cloud_store, corpus
 ) -> None:
     import dagster as dg
 
@@ -52,24 +60,27 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
     from orchestration.sensors import checkpoint_commit_sensor
     from tests.assets.test_dagster import _tick
 
-    fs, protocol, base = _store(request, name)
+    fs, protocol, base = cloud_store
+    local = corpus["two_actions"]
 
     def upload(folder: str) -> None:
         where = f"{base}/prod/{folder}"
-        upload_checkpoint(fs, corpus["two_actions"], where, protocol, _spark_url(protocol, where))
+        upload_checkpoint(fs, local, where, protocol, _spark_url(protocol, where))
 
     began = time.monotonic()
     upload("orders")
-    # Alive for a while after its upload, whatever the emulator's pace: the other one is uploaded
-    # as slowly, and the launches that must find it alive take a few seconds.
-    dormant = round(2 * (time.monotonic() - began)) + 20
+    # The live one must still look alive a few launches after its upload, whatever the
+    # emulator's pace: it is uploaded as slowly as the first.
+    dormant = round(2 * (time.monotonic() - began)) + 30
     time.sleep(dormant + 1)  # dormant now, as the store dates it
-    upload("clicks")
+    upload("orders-live")  # a name the dormant one's is a prefix of: a delete by prefix would show
+    alive_since = time.monotonic()
     prod = CheckpointRoot(name="prod", url=f"{protocol}://{base}/prod")
     cold = CheckpointRoot(name="cold", url=f"{protocol}://{base}/cold")
     options = {"dormant_after": f"{dormant}s", "retire_grace": "1s", "unsafe_floors": True}
+    roots = CheckpointRootsResource(roots=[prod, cold], **options)  # the deployment's own
     job = build_definitions([prod, cold], **options).resolve_job_def("retire_checkpoints")
-    key, alive = partition_key("prod", "orders"), partition_key("prod", "clicks")
+    key, alive = partition_key("prod", "orders"), partition_key("prod", "orders-live")
 
     def launch(instance, config: dict) -> dg.ExecuteInProcessResult:
         run_config, user = {"ops": {"retire": {"config": config}}}, {"dagster/user": "ana@example.com"}
@@ -82,32 +93,42 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
             next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data
         )
 
-    roots = CheckpointRootsResource(roots=[prod], **options)
     with dg.instance_for_test() as instance:
         _tick(instance, roots)
         assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {key, alive}
-        # The commit sensor's first look at both, on the store, as the daemon evaluates it.
+        refused = launch(instance, {"plan": [alive], "archive_root": cold.url})
+        assert time.monotonic() - alive_since < dormant, "too slow to see it alive: a longer dormancy"
+        assert not refused.success and f"{alive}: " in failure(refused) and "not dormant" in failure(refused)
+        # The commit sensor's first look at both, on the store: each at its newest batch.
         context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
         looked = checkpoint_commit_sensor(context)
         cursor = looked.cursor if isinstance(looked, dg.SensorResult) else context.cursor
-        assert set(SensorState.from_json(cursor).seen) == {key, alive}
-        refused = launch(instance, {"plan": [key, alive], "archive_root": cold.url})
-        assert not refused.success and f"{alive}: " in failure(refused) and "not dormant" in failure(refused)
+        newest = load_checkpoint(str(local)).latest_committed_batch
+        assert SensorState.from_json(cursor).seen == {key: newest, alive: newest}
 
+        neighbour = _objects(fs, f"{base}/prod/orders-live")
         planned = launch(instance, {"plan": [key], "archive_root": cold.url})
         assert planned.success, failure(planned)
-        plan_id = planned.output_for_node("retire")[0]["plan_id"]
-        assert fs.exists(f"{base}/prod/orders/metadata")  # planning deletes nothing
+        plan = planned.output_for_node("retire")[0]
+        assert _objects(fs, f"{base}/prod/orders")  # planning deletes nothing
         time.sleep(1.1)  # the grace
-        applied = launch(instance, {"apply": [{"partition": key, "plan_id": plan_id}]})
+        applied = launch(instance, {"apply": [{"partition": key, "plan_id": plan["plan_id"]}]})
         assert applied.success, failure(applied)
-        assert applied.output_for_node("retire")[0]["approved_by"].startswith("ana@example.com (dagster run ")
-        fs.invalidate_cache()
-        assert not [
-            p for p, info in fs.find(f"{base}/prod/orders", detail=True).items() if info["type"] == "file"
-        ]
-        assert fs.exists(f"{base}/prod/clicks/metadata")
-        archive = load_head(Storage(f"{cold.url}/orders"), strict=True)
-        assert not [f for f in validate(archive).findings if f.severity == Severity.ERROR]
-        _tick(instance, roots)  # discovery drops the partition of a checkpoint gone
-        assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {alive}
+        retired = applied.output_for_node("retire")[0]
+        assert retired["approved_by"].startswith("ana@example.com (dagster run ")
+        assert retired["deleted_files"] == plan["files"] > 0 and retired["archived_batch"] == newest
+
+        assert _objects(fs, f"{base}/prod/orders") == {}  # nothing left, no folder marker either
+        assert _objects(fs, f"{base}/prod/orders-live") == neighbour
+        url = f"{prod.url}/orders"
+        trail = AuditTrail(AuditTrail.default_for(url))
+        steps = trail.records(f"{folder_name(Storage(url).url)}/{plan['plan_id']}.retire-outcomes.jsonl")
+        assert steps[-1]["step"] == "retired" and steps[-1]["approved_by"] == retired["approved_by"]
+        archived = load_head(Storage(f"{cold.url}/orders"), strict=True)
+        assert (
+            archived.latest_committed_batch == newest and archived.query_id == load_head(str(local)).query_id
+        )
+        assert not [f for f in validate(archived).findings if f.severity == Severity.ERROR]
+
+        _tick(instance, roots)  # the retired one's partition dropped; the archive, under its root, found
+        assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {alive, partition_key("cold", "orders")}
