@@ -118,7 +118,7 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
         assert retired["approved_by"].startswith("ana@example.com (dagster run ")
         assert retired["deleted_files"] == plan["files"] > 0 and retired["archived_batch"] == newest
 
-        assert _objects(fs, f"{base}/prod/orders") == {}  # nothing left, no folder marker either
+        assert _objects(fs, f"{base}/prod/orders") == {}  # nothing left, as a file or as a folder
         assert _objects(fs, f"{base}/prod/orders-live") == neighbour
         url = f"{prod.url}/orders"
         trail = AuditTrail(AuditTrail.default_for(url))
