@@ -25,7 +25,7 @@ from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
 from tests.support.paths import PROJECT
-from tests.support.planning import LATER, apply_unleased, candidates_of, plan_later, plan_of
+from tests.support.planning import LATER, apply_unleased, candidates_of, manifest_lines, plan_later, plan_of
 from tests.support.state import read_state, restart_like_untouched
 
 V2 = [
@@ -492,10 +492,6 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(copy_of, t
     the same bytes as a plan made in one process."""
     path, now = copy_of("two_actions"), time.time() + LATER
 
-    def manifest(plan_id: str, url: str) -> list[bytes]:
-        head, *lines = Path(url.removeprefix("file://")).read_bytes().splitlines()
-        return [head.replace(plan_id.encode(), b"<id>"), *lines]
-
     here = plan_of(path, AuditTrail(str(tmp_path / "here")), now=now, workers=0)
     assert here.files > 0
     for threads, method in (("alone", "fork"), ("with a thread", "spawn")):
@@ -505,7 +501,7 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(copy_of, t
         assert run.returncode == 0, run.stderr
         out = json.loads(run.stdout)
         assert out["started"] == [method]
-        assert manifest(out["plan_id"], out["manifest"]) == manifest(here.plan_id, here.manifest)
+        assert manifest_lines(out["manifest"], out["plan_id"]) == manifest_lines(here.manifest, here.plan_id)
 
 
 def test_an_idle_running_query_keeps_the_sst_a_future_snapshot_may_reuse(copy_of) -> None:

@@ -18,7 +18,7 @@ from checkpoint.format.layout import FileKind
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint, hadoop_checksum
-from tests.support.planning import LATER, apply_unleased, candidates_of, plan_of
+from tests.support.planning import LATER, apply_unleased, candidates_of, manifest_lines, plan_of
 from tests.support.s3 import direct, planned_on, via_proxy
 
 
@@ -94,9 +94,8 @@ def test_planning_in_worker_processes_on_s3_is_the_plan_made_here(
         proxy.reset()
         storage, audit = Storage(url, options), AuditTrail(str(tmp_path / f"{workers}"))
         plan = plan_of(storage, audit, now=now, workers=workers)
-        head, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
-        manifest = [head.replace(plan.plan_id.encode(), b"<id>"), *lines]
-        return manifest, dict(proxy.counts()), dict(storage.calls.snapshot())  # what workers did counts
+        lines = manifest_lines(plan.manifest, plan.plan_id)
+        return lines, dict(proxy.counts()), dict(storage.calls.snapshot())  # what workers did counts
 
     here, there = planned(0), planned(2)
     assert started == [("spawn", 2)]

@@ -24,6 +24,7 @@ from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed import synthetic
 from tests.support.paths import PROJECT
+from tests.support.planning import manifest_lines
 
 PARTITIONS, VERSIONS = 16, 20  # 2,314 files: as many partitions as start workers, few files
 
@@ -48,8 +49,7 @@ def started(monkeypatch) -> list[int]:
 
 
 def _manifest(plan) -> list[bytes]:
-    head, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
-    return [head.replace(plan.plan_id.encode(), b"<id>"), *lines]
+    return manifest_lines(plan.manifest, plan.plan_id)
 
 
 def _plan(path: Path, audit: Path, now: float, **kwargs):

@@ -7,11 +7,10 @@ import dataclasses
 import json
 import os
 import time
-from pathlib import Path
 
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
-from tests.support.planning import LATER, apply_unleased, plan_of
+from tests.support.planning import LATER, apply_unleased, manifest_lines, plan_of
 
 
 def test_the_audit_trail_keeps_the_newest_plans_and_a_month_of_the_rest(copy_of, tmp_path) -> None:
@@ -52,8 +51,7 @@ def test_the_manifest_is_the_same_bytes_however_its_parts_are_copied(copy_of, tm
     def manifest(trail: str) -> list[bytes]:
         plan = plan_of(path, AuditTrail(str(tmp_path / trail)), now=now, workers=2)
         assert plan.files > 0
-        head, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
-        return [head.replace(plan.plan_id.encode(), b"<id>"), *lines]
+        return manifest_lines(plan.manifest, plan.plan_id)
 
     by_kernel = manifest("kernel")
     real_sendfile, calls = os.sendfile, []
