@@ -11,35 +11,13 @@ the live one."""
 from __future__ import annotations
 
 import time
-import uuid
-
-import pytest
 
 from checkpoint.analysis import Severity, validate
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.safety import AuditTrail, folder_name
 from checkpoint.storage import Storage
-from testbed.azurite import ACCOUNT
 from testbed.copying import upload_checkpoint
-
-
-@pytest.fixture(params=["azure", "gcs"])
-def cloud_store(request) -> tuple[object, str, str]:
-    """(a client straight to the server, the URL protocol, a folder of this test's own)."""
-    if request.param == "azure":
-        server, _, container = request.getfixturevalue("azure")
-        return server.filesystem(), "az", f"{container}/{uuid.uuid4().hex[:8]}"
-    server, proxy, bucket = request.getfixturevalue("gcs")
-    return server.filesystem(proxy.endpoint), "gs", f"{bucket}/{uuid.uuid4().hex[:8]}"
-
-
-def _spark_url(protocol: str, where: str) -> str:
-    """`container/key` or `bucket/key` as Spark's connector names it in a checkpoint."""
-    if protocol == "gs":
-        return f"gs://{where}"
-    container, _, key = where.partition("/")
-    return f"abfss://{container}@{ACCOUNT}.dfs.core.windows.net/{key}"
 
 
 def _objects(fs, prefix: str) -> dict[str, int]:
@@ -60,12 +38,12 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
     from orchestration.sensors import checkpoint_commit_sensor
     from tests.assets.test_dagster import _tick
 
-    fs, protocol, base = cloud_store
+    fs, protocol, base, spark_url = (cloud_store[k] for k in ("fs", "protocol", "base", "spark"))
     local = corpus["two_actions"]
 
     def upload(folder: str) -> None:
         where = f"{base}/prod/{folder}"
-        upload_checkpoint(fs, local, where, protocol, _spark_url(protocol, where))
+        upload_checkpoint(fs, local, where, protocol, spark_url(where))
 
     began = time.monotonic()
     upload("orders")

@@ -3,6 +3,9 @@ candidates read back from the manifest, as the apply reads them, and applied und
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -12,6 +15,7 @@ from checkpoint.cleanup.apply import ApplyResult, apply_plan
 from checkpoint.cleanup.plan import plan_gc
 from checkpoint.safety import AuditTrail, Plan, PlannedFile
 from checkpoint.storage import Storage
+from tests.support.paths import PROJECT
 
 # The trails of plans made without one, in one folder removed when the worker exits: one folder
 # each, left in the system's temporary folder, came to 72 a run.
@@ -50,3 +54,46 @@ def manifest_lines(manifest: str, plan_id: str) -> list[bytes]:
     when they planned the same, in the same order."""
     head, *lines = Path(manifest.removeprefix("file://")).read_bytes().splitlines()
     return [head.replace(plan_id.encode(), b"<id>"), *lines]
+
+
+# A plan in a process of its own (argv: checkpoint, trail, now, "alone" or "with a thread",
+# workers or "auto"), two cores to it: the start methods of the worker pools it started, and its
+# manifest.
+_PLAN_IN_A_FRESH_PROCESS = """
+import json, sys, threading, time
+from checkpoint.cleanup import plan as gc_plan, pool as planning_pool
+from checkpoint.safety import AuditTrail
+from checkpoint.storage import Storage
+
+started, pool = [], planning_pool.ProcessPoolExecutor
+def recording(*args, **kwargs):
+    started.append(kwargs["mp_context"].get_start_method())
+    return pool(*args, **kwargs)
+planning_pool.ProcessPoolExecutor = recording
+planning_pool.os.cpu_count = lambda: 2
+if sys.argv[4] == "with a thread":
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+workers = None if sys.argv[5] == "auto" else int(sys.argv[5])
+plan = gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=float(sys.argv[3]), workers=workers,
+                       query_stopped=True)
+print(json.dumps({"started": started, "manifest": plan.manifest, "plan_id": plan.plan_id}))
+"""
+
+
+def planned_in_a_fresh_process(
+    path: Path, audit: Path, now: float, *, with_thread: bool, workers: int | None
+) -> dict[str, Any]:
+    """A plan made in a new interpreter, beside another thread or alone (workers are forked only
+    from a process without one); `workers` None: as the plan chooses. Returns `started` (each
+    pool's start method), `manifest` and `plan_id`."""
+    args = [
+        str(path),
+        str(audit),
+        str(now),
+        "with a thread" if with_thread else "alone",
+        "auto" if workers is None else str(workers),
+    ]
+    command = [sys.executable, "-c", _PLAN_IN_A_FRESH_PROCESS, *args]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=PROJECT)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)

@@ -24,8 +24,15 @@ from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
-from tests.support.paths import PROJECT
-from tests.support.planning import LATER, apply_unleased, candidates_of, manifest_lines, plan_later, plan_of
+from tests.support.planning import (
+    LATER,
+    apply_unleased,
+    candidates_of,
+    manifest_lines,
+    plan_later,
+    plan_of,
+    planned_in_a_fresh_process,
+)
 from tests.support.state import read_state, restart_like_untouched
 
 V2 = [
@@ -467,25 +474,6 @@ def test_the_manifest_lists_zips_before_ssts_and_each_sidecar_after_its_main(cop
     assert kinds == set(order) and len(blocks) > 1 and len(sidecars) > len(planned) / 2
 
 
-_PLAN_IN_A_FRESH_PROCESS = """
-import json, sys, threading, time
-from checkpoint.cleanup import plan as gc_plan, pool as planning_pool
-from checkpoint.safety import AuditTrail
-from checkpoint.storage import Storage
-
-started, pool = [], planning_pool.ProcessPoolExecutor
-def recording(*args, **kwargs):
-    started.append(kwargs["mp_context"].get_start_method())
-    return pool(*args, **kwargs)
-planning_pool.ProcessPoolExecutor = recording
-if sys.argv[4] == "with a thread":
-    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
-plan = gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=float(sys.argv[3]), workers=2,
-                       query_stopped=True)
-print(json.dumps({"started": started, "manifest": plan.manifest, "plan_id": plan.plan_id}))
-"""
-
-
 def test_workers_are_forked_only_from_a_process_without_other_threads(copy_of, tmp_path) -> None:
     """A forked worker starts at once, the context in its memory; but a fork copies only the
     calling thread, so next to any other thread workers are spawned. Either way the manifest is
@@ -494,12 +482,8 @@ def test_workers_are_forked_only_from_a_process_without_other_threads(copy_of, t
 
     here = plan_of(path, AuditTrail(str(tmp_path / "here")), now=now, workers=0)
     assert here.files > 0
-    for threads, method in (("alone", "fork"), ("with a thread", "spawn")):
-        args = [str(path), str(tmp_path / method), str(now), threads]
-        run = subprocess.run([sys.executable, "-c", _PLAN_IN_A_FRESH_PROCESS, *args], capture_output=True,
-                             text=True, timeout=300, cwd=PROJECT)  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        out = json.loads(run.stdout)
+    for with_thread, method in ((False, "fork"), (True, "spawn")):
+        out = planned_in_a_fresh_process(path, tmp_path / method, now, with_thread=with_thread, workers=2)
         assert out["started"] == [method]
         assert manifest_lines(out["manifest"], out["plan_id"]) == manifest_lines(here.manifest, here.plan_id)
 

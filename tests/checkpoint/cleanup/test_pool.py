@@ -7,10 +7,7 @@ hold `plan_processes_from_files` at the mean of those decided."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,8 +20,7 @@ from checkpoint.policy import POLICY
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed import synthetic
-from tests.support.paths import PROJECT
-from tests.support.planning import manifest_lines
+from tests.support.planning import manifest_lines, planned_in_a_fresh_process
 
 PARTITIONS, VERSIONS = 16, 20  # 2,314 files: as many partitions as start workers, few files
 
@@ -86,29 +82,12 @@ def test_a_plan_starts_its_spawned_workers_only_where_the_files_repay_them(
     assert started == [2, 2] and _manifest(given) == _manifest(alone)
 
 
-_PLAN_ALONE = """
-import json, sys, time
-from checkpoint.cleanup import plan as gc_plan, pool as planning_pool
-from checkpoint.safety import AuditTrail
-from checkpoint.storage import Storage
-
-started, pool = [], planning_pool.ProcessPoolExecutor
-def recording(*args, **kwargs):
-    started.append(kwargs["mp_context"].get_start_method())
-    return pool(*args, **kwargs)
-planning_pool.ProcessPoolExecutor = recording
-planning_pool.os.cpu_count = lambda: 2
-gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=time.time() + 10**7, query_stopped=True)
-print(json.dumps(started))
-"""
-
-
 def test_a_process_without_other_threads_forks_its_workers_at_once(tmp_path) -> None:
     """A forked worker starts in milliseconds, with the plan in its memory: no partition is decided
     first to find out whether it pays."""
     path = tmp_path / "q"
     synthetic.write_local(path, synthetic.iter_files(PARTITIONS, VERSIONS))
-    run = subprocess.run([sys.executable, "-c", _PLAN_ALONE, str(path), str(tmp_path / "audit")],
-                         capture_output=True, text=True, timeout=120, cwd=PROJECT)  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == ["fork"]
+    out = planned_in_a_fresh_process(
+        path, tmp_path / "audit", time.time() + 10**7, with_thread=False, workers=None
+    )
+    assert out["started"] == ["fork"]

@@ -19,32 +19,10 @@ from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from checkpoint.storage.azure import AzureBackend
-from checkpoint.storage.gcs import GCSBackend
 from testbed.azurite import ACCOUNT
 from testbed.copying import copy_checkpoint, hadoop_checksum, upload_checkpoint
 from tests.support.cli import ckpt
-
-
-@pytest.fixture(params=["azure", "gcs"])
-def cloud_store(request) -> dict:
-    """One store: its URL's protocol, how Spark's connector names a place there (`container/key` or
-    `bucket/key` to the URL written into a checkpoint's schema paths), the client a test sets up
-    with (on GCS through the proxy, so its uploads keep the precondition too), and where a test
-    puts its objects (a folder of its own in the session's container or bucket)."""
-    if request.param == "azure":
-        server, _, container = request.getfixturevalue("azure")
-        return {"name": "azure", "protocol": "az", "spark": _abfs, "fs": server.filesystem(),
-                "base": f"{container}/{uuid.uuid4().hex[:8]}", "backend": AzureBackend}  # fmt: skip
-    server, proxy, bucket = request.getfixturevalue("gcs")
-    return {"name": "gcs", "protocol": "gs", "spark": lambda where: f"gs://{where}",
-            "fs": server.filesystem(proxy.endpoint), "base": f"{bucket}/{uuid.uuid4().hex[:8]}",
-            "backend": GCSBackend}  # fmt: skip
-
-
-def _abfs(where: str, account: str = ACCOUNT) -> str:
-    """`container/key` as Spark's ABFS connector names it: with the account."""
-    container, _, key = where.partition("/")
-    return f"abfss://{container}@{account}.dfs.core.windows.net/{key}"
+from tests.support.clouds import abfs_url
 
 
 def _race(n: int, attempt: Callable[[int], object]) -> tuple[list[int], list[BaseException]]:
@@ -155,24 +133,24 @@ def test_hadoops_account_qualified_azure_urls_name_the_same_place(azure, corpus,
     server, _, container = azure
     fs, base, name = server.filesystem(), f"{container}/{uuid.uuid4().hex[:8]}", "list_state"
     where = f"{base}/{name}"
-    upload_checkpoint(fs, corpus[name], where, "az", _abfs(where))
-    storage = Storage(_abfs(where))
+    upload_checkpoint(fs, corpus[name], where, "az", abfs_url(where))
+    storage = Storage(abfs_url(where))
     assert storage.url == f"az://{where}" and isinstance(storage.backend, AzureBackend)
-    assert storage.spark_url == _abfs(where)
+    assert storage.spark_url == abfs_url(where)
     with pytest.raises(StorageError, match=f"names the account elsewhere1; the credentials reach {ACCOUNT}"):
-        Storage(_abfs(where, "elsewhere1"))
+        Storage(abfs_url(where, "elsewhere1"))
 
     local = copy_checkpoint(corpus[name], tmp_path / "local")
     codes = [f.code for f in validate(load_checkpoint(str(local))).findings]
     assert [f.code for f in validate(load_checkpoint(storage)).findings] == codes
-    for url in (_abfs(where), f"az://{where}"):
+    for url in (abfs_url(where), f"az://{where}"):
         out, local_out = ckpt("validate", url, "--json"), ckpt("validate", str(local), "--json")
         assert (out.returncode, out.stderr) == (local_out.returncode, ""), out.stderr[-2000:]
 
     # Schema paths naming another account, or a host that is no account's: moved, not unreadable.
-    sovereign = _abfs(f"{base}/sovereign").replace(".windows.net", ".chinacloudapi.cn")
+    sovereign = abfs_url(f"{base}/sovereign").replace(".windows.net", ".chinacloudapi.cn")
     for moved, spark_root in (
-        (f"{base}/moved", _abfs(f"{base}/moved", "elsewhere1")),
+        (f"{base}/moved", abfs_url(f"{base}/moved", "elsewhere1")),
         (f"{base}/sovereign", sovereign),
     ):
         upload_checkpoint(fs, corpus[name], moved, "az", spark_root)
@@ -182,17 +160,17 @@ def test_hadoops_account_qualified_azure_urls_name_the_same_place(azure, corpus,
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and len(out.stderr) < 400, out.stderr
     assert "InvalidResourceName" in out.stderr, out.stderr
 
-    inside = ckpt("fork", f"az://{where}", _abfs(f"{where}/sub"))  # one place, two spellings
+    inside = ckpt("fork", f"az://{where}", abfs_url(f"{where}/sub"))  # one place, two spellings
     assert inside.returncode == 2 and "overlap (az://" in inside.stderr, inside.stderr
     assert "abfs://" not in inside.stderr and "resolves to" not in inside.stderr, inside.stderr
 
-    out = ckpt("fork", f"az://{where}", _abfs(f"{base}/forked"), "--json")
+    out = ckpt("fork", f"az://{where}", abfs_url(f"{base}/forked"), "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     forked = load_checkpoint(f"az://{base}/forked")
     assert [f.code for f in validate(forked).findings] == codes
     metadata = [parse_operator_metadata(fs.cat(r), r) for r in fs.find(f"{base}/forked/state") if "/v2/" in r]
     paths = [p for meta in metadata for store in meta.stores for p in store.schema_paths]
-    assert paths and all(p.startswith(_abfs(f"{base}/forked") + "/state/") for p in paths), paths
+    assert paths and all(p.startswith(abfs_url(f"{base}/forked") + "/state/") for p in paths), paths
 
 
 def _files(fs, base: str) -> set[str]:
