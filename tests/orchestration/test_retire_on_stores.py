@@ -47,12 +47,14 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
 
     began = time.monotonic()
     upload("orders")
-    # The live one must still look alive a few launches after its upload, whatever the
-    # emulator's pace: it is uploaded as slowly as the first.
-    dormant = round(2 * (time.monotonic() - began)) + 30
-    time.sleep(dormant + 1)  # dormant now, as the store dates it
+    uploaded = time.monotonic()  # none of its files is newer
+    # The deployment's dormancy falls between the two uploads: the first is past it from the
+    # second's start, and the second within it until `dormant` after that start, which the
+    # launches that must find it alive have to beat. Scaled to the emulator's pace under load.
+    time.sleep(3 * (uploaded - began) + 30)
+    alive_since = time.monotonic()  # all of its files are newer
     upload("orders-live")  # a name the dormant one's is a prefix of: a delete by prefix would show
-    alive_since = time.monotonic()
+    dormant = int(alive_since - uploaded) - 5  # the store's clock rounds to the second
     prod = CheckpointRoot(name="prod", url=f"{protocol}://{base}/prod")
     cold = CheckpointRoot(name="cold", url=f"{protocol}://{base}/cold")
     options = {"dormant_after": f"{dormant}s", "retire_grace": "1s", "unsafe_floors": True}

@@ -102,7 +102,8 @@ def test_a_real_checkpoint_reads_as_on_a_local_disk_and_its_commands_answer(clou
     found, expected = validate(there), validate(here)
     assert found.ok and [f.code for f in found.findings] == [f.code for f in expected.findings]
     for command in ("validate", "lineage", "inspect"):
-        out, local_out = ckpt(command, url, "--json"), ckpt(command, str(local), "--json")
+        # The GCS emulator serves a few requests a second, slower still beside another suite worker.
+        out, local_out = ckpt(command, url, "--json", timeout=600), ckpt(command, str(local), "--json")
         assert out.returncode == local_out.returncode, (command, out.stderr[-2000:])
         assert (
             "Traceback" not in out.stderr
@@ -229,14 +230,14 @@ def test_a_cleanup_there_then_a_fork_back_restarts_like_an_untouched_copy(
     time.sleep(1.1)
     local = copy_checkpoint(corpus[name], tmp_path / "local")
     kept_locally = _cleaned_locally(local, quiet)
-    out = ckpt("gc", url, *quiet, "--apply")
+    out = ckpt("gc", url, *quiet, "--apply", timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     done = json.loads(out.stdout)
     assert done["deleted"] > 0 and done["failed"] == 0, done
     assert set(_files(cloud_store["fs"], where)) == kept_locally
 
     back = tmp_path / "back"
-    out = ckpt("fork", url, str(back), "--json")
+    out = ckpt("fork", url, str(back), "--json", timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     untouched = copy_checkpoint(corpus[name], tmp_path / "untouched")
     scenario = scenario_named(name)
