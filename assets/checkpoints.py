@@ -6,8 +6,7 @@ reads, never a listing of `state/`, so an audit costs the same on a checkpoint w
 """
 
 # No `from __future__ import annotations`: Dagster reads these signatures' annotations at runtime.
-import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import dagster as dg
@@ -99,9 +98,8 @@ def partition_checks(
     key: str, validation: Validation | None, asset: str | None = None
 ) -> list[dg.AssetCheckEvaluation]:
     """One checkpoint's results of the audit checks (of `asset`'s only, when named), for its
-    partition: what a run of many checkpoints records for each, beside the run's own result of
-    each check over all of them. `validation` None: the checkpoint could not be read, and every
-    check fails for it."""
+    partition: what a run of many checkpoints records for each. `validation` None: the checkpoint
+    could not be read, and every check fails for it."""
     out = []
     for name, of, category in _CHECKS:
         if asset is not None and of != asset:
@@ -118,16 +116,21 @@ def partition_checks(
     return out
 
 
-def _in_range(validations: dict[str, Validation], category: Category) -> list[Finding]:
-    """The findings of a run's checkpoints for one check, each path named with its checkpoint when
-    the run holds more than one."""
-    if len(validations) == 1:
-        return [f for v in validations.values() for f in v.of(category)]
-    return [
-        dataclasses.replace(f, path=f"{key}: {f.path}")
-        for key, v in validations.items()
-        for f in v.of(category)
-    ]
+def _each_partition(
+    context: dg.AssetExecutionContext, validations: dict[str, Validation], asset: str
+) -> Iterator[dg.Output | dg.AssetCheckEvaluation]:
+    """A range run's results of `asset`'s checks: one per checkpoint, for its partition, and none
+    for the range. Dagster records a result returned for a range under no partition, where no
+    checkpoint's view of the check shows it; results yielded as evaluations fail the step
+    as a returned one does (a blocking check at ERROR), so a damaged checkpoint still stops its
+    range's changes. The step's output of each selected check is still due."""
+    selected = context.selected_asset_check_keys
+    for name, of, _ in _CHECKS:
+        check = dg.AssetCheckKey(dg.AssetKey(of), name)
+        if of == asset and check in selected:
+            yield dg.Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(check))
+    for key, validation in validations.items():
+        yield from (e for e in partition_checks(key, validation, asset) if e.asset_check_key in selected)
 
 
 @dg.asset(
@@ -141,7 +144,7 @@ def _in_range(validations: dict[str, Validation], category: Category) -> list[Fi
 )
 def checkpoint_inventory(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource
-) -> dg.MaterializeResult:
+) -> Iterator[dg.MaterializeResult | dg.Output | dg.AssetCheckEvaluation]:
     """Latest planned and committed batch, time of the last commit, and the files and bytes by kind
     that recovery at the latest committed batch reads (the checkpoint's totals come from cleanup
     planning, the one step that lists everything)."""
@@ -152,11 +155,6 @@ def checkpoint_inventory(
         return ckpt, inventory(ckpt), validate(ckpt, _options(roots), only)
 
     done = each_checkpoint(context.partition_keys, read)
-    check = _check(
-        COMMIT_LOG_CHECK,
-        "checkpoint_inventory",
-        _in_range({k: v[2] for k, v in done.items()}, Category.COMMIT_LOG),
-    )
     if len(done) > 1:
         rows = {key: (s["latest_committed_batch"], s["last_commit_time"] or "never", s["file_count"],
                       human_bytes(s["bytes"])) for key, (_, s, _) in done.items()}  # fmt: skip
@@ -166,11 +164,10 @@ def checkpoint_inventory(
             "bytes": sum(s["bytes"] for _, s, _ in done.values()),
             "checkpoints_table": range_table(("batch", "last commit", "files", "size"), rows),
         }
-        for key, (_, _, validation) in done.items():
-            for evaluation in partition_checks(key, validation, "checkpoint_inventory"):
-                context.log_event(evaluation)
-        return dg.MaterializeResult(metadata=metadata, check_results=[check])
-    ((ckpt, summary, _),) = done.values()
+        yield dg.MaterializeResult(metadata=metadata)
+        yield from _each_partition(context, {k: v for k, (_, _, v) in done.items()}, "checkpoint_inventory")
+        return
+    ((ckpt, summary, validation),) = done.values()
     table = markdown.table(
         ("kind", "files", "bytes"),
         [(kind, v["count"], human_bytes(v["bytes"])) for kind, v in summary["files"].items()],
@@ -186,7 +183,8 @@ def checkpoint_inventory(
         "size": human_bytes(summary["bytes"]),
         "files_by_kind": dg.MetadataValue.md(table),
     }
-    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+    check = _check(COMMIT_LOG_CHECK, "checkpoint_inventory", list(validation.of(Category.COMMIT_LOG)))
+    yield dg.MaterializeResult(metadata=metadata, check_results=[check])
 
 
 @dg.asset(
@@ -206,7 +204,7 @@ def checkpoint_inventory(
 )
 def checkpoint_lineage_report(
     context: dg.AssetExecutionContext, roots: CheckpointRootsResource
-) -> dg.MaterializeResult:
+) -> Iterator[dg.MaterializeResult | dg.Output | dg.AssetCheckEvaluation]:
     """Per store at the latest committed batch: the replay chain recovery would load and its cost."""
     only = frozenset({Category.LINEAGE, Category.SNAPSHOT})
 
@@ -216,10 +214,6 @@ def checkpoint_lineage_report(
 
     done = each_checkpoint(context.partition_keys, read)
     validations = {key: v for key, (_, v) in done.items()}
-    checks = [
-        _check(LINEAGE_CHECK, "checkpoint_lineage_report", _in_range(validations, Category.LINEAGE)),
-        _check(SNAPSHOT_CHECK, "checkpoint_lineage_report", _in_range(validations, Category.SNAPSHOT)),
-    ]
     reports = {key: pd.DataFrame([e.as_dict() for e in v.lineage]) for key, v in validations.items()}
     if len(done) > 1:
         rows = {
@@ -237,11 +231,10 @@ def checkpoint_lineage_report(
             "max_chain_length": max(_most(r, "chain_length") for r in reports.values()),
             "checkpoints_table": range_table(("batch", "stores", "longest chain", "replay"), rows),
         }
-        for key, validation in validations.items():
-            for evaluation in partition_checks(key, validation, "checkpoint_lineage_report"):
-                context.log_event(evaluation)
-        return dg.MaterializeResult(metadata=metadata, check_results=checks)
-    ((ckpt, _),) = done.values()
+        yield dg.MaterializeResult(metadata=metadata)
+        yield from _each_partition(context, validations, "checkpoint_lineage_report")
+        return
+    ((ckpt, validation),) = done.values()
     (report,) = reports.values()
     worst = (
         report.sort_values(["chain_length", "replay_bytes"], ascending=False).head(10)
@@ -257,7 +250,11 @@ def checkpoint_lineage_report(
         "max_lineage_header_bytes": _most(report, "lineage_header_bytes"),
         "worst_chains": dg.MetadataValue.md(worst.to_markdown(index=False) if len(worst) else "No stores."),
     }
-    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+    checks = [
+        _check(LINEAGE_CHECK, "checkpoint_lineage_report", list(validation.of(Category.LINEAGE))),
+        _check(SNAPSHOT_CHECK, "checkpoint_lineage_report", list(validation.of(Category.SNAPSHOT))),
+    ]
+    yield dg.MaterializeResult(metadata=metadata, check_results=checks)
 
 
 def _most(report: pd.DataFrame, column: str) -> int:

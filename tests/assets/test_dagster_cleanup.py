@@ -11,7 +11,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from assets.checkpoints import checkpoint_inventory, checkpoint_lineage_report
+from assets.checkpoints import (
+    COMMIT_LOG_CHECK,
+    LINEAGE_CHECK,
+    SNAPSHOT_CHECK,
+    checkpoint_inventory,
+    checkpoint_lineage_report,
+)
 from assets.cleanup import (
     APPLY_TAG,
     PLAN_CHECK,
@@ -541,14 +547,22 @@ def test_a_range_of_checkpoints_is_audited_planned_and_cleaned_in_one_run(instan
     before = {name: _files(tmp_path / "root" / name) for name in ("a", "b", "c")}
     stopped = backfill("t:a", "t:c")
     assert not stopped.success
-    failed = [e for e in stopped.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-    assert any(
-        not e.event_specific_data.passed and "t:c" in str(e.event_specific_data.metadata) for e in failed
-    )
+    # The audit's checks are recorded a checkpoint each, never for the range (partition None); the
+    # damaged one's failure stops the run at the inventory.
+    checks = [(c.check_name, c.partition, c.passed) for c in _evaluations(stopped)]
+    assert sorted(checks, key=str) == [(COMMIT_LOG_CHECK, "t:a", True), (COMMIT_LOG_CHECK, "t:b", True),
+                              (COMMIT_LOG_CHECK, "t:c", False)]  # fmt: skip
     assert {name: _files(tmp_path / "root" / name) for name in ("a", "b", "c")} == before
 
     done = backfill("t:a", "t:b")
     assert done.success
+    checks = [(c.check_name, c.partition, c.passed) for c in _evaluations(done)]
+    audit = {
+        (name, key, True) for name in (COMMIT_LOG_CHECK, LINEAGE_CHECK, SNAPSHOT_CHECK) for key in keys[:2]
+    }
+    assert sorted(checks, key=str) == sorted(
+        [*audit, (PLAN_CHECK, None, True)], key=str
+    )  # the plan's is the range's
     for asset in ("checkpoint_lineage_report", "checkpoint_orphan_plan", "checkpoint_orphan_cleanup"):
         assert instance.get_materialized_partitions(dg.AssetKey(asset)) >= {"t:a", "t:b"}, asset
     for name in ("a", "b"):
@@ -561,6 +575,12 @@ def test_a_range_of_checkpoints_is_audited_planned_and_cleaned_in_one_run(instan
         ).records[0]
         metadata = found.asset_materialization.metadata
         assert 2 * value_for(metadata, "t:a", name) == metadata[name].value > 0, asset
+
+
+def _evaluations(result: dg.ExecuteInProcessResult) -> list[dg.AssetCheckEvaluation]:
+    return [
+        e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    ]
 
 
 def test_a_long_batched_validation_says_where_it_is(instance, aged_root, monkeypatch) -> None:
