@@ -42,6 +42,7 @@ def upload_checkpoint(
     protocol: str = "s3",
     spark_root: str | None = None,
     hadoop_checksums: bool = False,
+    folder_markers: bool = False,
 ) -> str:
     """Uploads a local checkpoint to `dest` (`bucket/key` on the object store's filesystem `fs`) as
     Spark would have written it there, naming it `spark_root` (by default `s3a://<dest>`, as the
@@ -49,7 +50,8 @@ def upload_checkpoint(
     system's: no object store's connector writes them, so they are left behind (half a local
     checkpoint's files, and the requests of every action that copies, deletes or lists each file).
     `hadoop_checksums`: uploaded too, as a copy made with a sync tool carries them (stale beside
-    the rewritten metadata)."""
+    the rewritten metadata). `folder_markers`: every folder (the checkpoint's own too) marked as
+    Spark's connector for the store marks the folders it makes (`mark_folders`)."""
     files = [p for p in src.rglob("*") if p.is_file() and (hadoop_checksums or not hadoop_checksum(p.name))]
     fs.put([str(p) for p in files], [f"{dest}/{p.relative_to(src).as_posix()}" for p in files])
     for meta in src.glob("state/*/_metadata/v2/[!.]*"):
@@ -57,4 +59,24 @@ def upload_checkpoint(
         fs.pipe(
             f"{dest}/{rel}", rewrite_schema_paths(meta.read_bytes(), spark_root or f"s3a://{dest}", str(meta))
         )
+    if folder_markers:
+        mark_folders(
+            fs,
+            protocol,
+            [dest, *(f"{dest}/{p.relative_to(src).as_posix()}" for p in src.rglob("*") if p.is_dir())],
+        )
     return f"{protocol}://{dest}"
+
+
+def mark_folders(fs, protocol: str, folders: list[str]) -> None:
+    """Writes the empty object that Spark's connector writes for each folder it makes: on GCS
+    `<folder>/`; on Blob Storage (WASB, and ABFS on an account without a hierarchical namespace)
+    a blob named as the folder with `hdi_isfolder=true` in its metadata."""
+    for folder in folders:
+        if protocol == "gs":
+            fs.pipe_file(f"{folder}/", b"")
+        elif protocol == "az":
+            fs.pipe_file(folder, b"")
+            fs.setxattrs(folder, hdi_isfolder="true")
+        else:
+            raise ValueError(f"no folder markers known on {protocol}://")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoint.storage.files import FileInfo, Folder
-from checkpoint.storage.generic import PreconditionBackend
+from checkpoint.storage.generic import PreconditionBackend, ancestors
 
 
 class AzureBackend(PreconditionBackend):
@@ -39,22 +39,78 @@ class AzureBackend(PreconditionBackend):
 
         async def listing() -> list[Any]:
             async with self.fs.service_client.get_container_client(container) as client:
-                found = client.walk_blobs(name_starts_with=f"{path}/" if path else None, delimiter="/")
+                found = client.walk_blobs(
+                    name_starts_with=f"{path}/" if path else None, delimiter="/", include=["metadata"]
+                )
                 return [item async for item in found]
 
         try:
             items = sync(self.fs.loop, listing)
         except ResourceNotFoundError:  # no such container
             return Folder((), (), False)
-        files, folders = [], []
+        files, folders = [], set()
         for item in items:
             child = f"{container}/{item.name}".rstrip("/")[len(prefix) :]
             if not isinstance(item, BlobProperties):  # the asynchronous client's BlobPrefix: a folder
-                folders.append(child)
-            elif item.name != f"{path}/":  # a folder marker some tools write
+                folders.add(child)
+            elif _marker(item):  # a folder, even one with nothing in it
+                if item.name != f"{path}/":
+                    folders.add(child)
+            else:
                 files.append(FileInfo(child, int(item.size or 0), item.last_modified.timestamp()))
         files.sort(key=lambda f: f.rel)
         return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders))
+
+    def _markers(self, top: str) -> tuple[dict[str, str], set[str]]:
+        """Spark's WASB and ABFS connectors (on an account without a hierarchical namespace) make
+        a folder by writing an empty blob named as the folder, with `hdi_isfolder=true` in its
+        metadata; some tools write `<folder>/`. One flat listing of the tree and a HEAD of the
+        name itself: called once the files are gone, it holds little."""
+        from azure.core.exceptions import ResourceNotFoundError
+        from fsspec.asyn import sync
+
+        container, path, _ = self.fs.split_path(top)
+
+        async def listing() -> tuple[list[Any], Any]:
+            async with self.fs.service_client.get_container_client(container) as client:
+                under = client.list_blobs(name_starts_with=f"{path}/", include=["metadata"])
+                blobs = [b async for b in under]
+                try:
+                    own = await client.get_blob_client(path).get_blob_properties()
+                except ResourceNotFoundError:
+                    own = None
+                return blobs, own
+
+        blobs, own = sync(self.fs.loop, listing)
+        markers, held = {}, set()
+        for blob in [*blobs, *([own] if own is not None else [])]:
+            name = f"{container}/{blob.name}"
+            if _marker(blob):
+                markers[name.rstrip("/")] = name
+            else:
+                held.update(ancestors(name))
+        return markers, held
+
+    def _drop_markers(self, names: list[str]) -> list[str | None]:
+        """Each by the blob's own name: adlfs' delete would drop a trailing `/`."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        async def drop(name: str) -> None:
+            container, blob = name.split("/", 1)
+            try:
+                async with self.fs.service_client.get_container_client(container) as client:
+                    await client.delete_blob(blob)
+            except ResourceNotFoundError as exc:
+                raise FileNotFoundError(name) from exc
+
+        return self._deleted([drop(name) for name in names])
+
+
+def _marker(blob: Any) -> bool:
+    """An empty blob that stands for a folder: `hdi_isfolder` (Hadoop's Azure connectors), or a
+    name ending in `/`."""
+    metadata = {k.lower(): v for k, v in (blob.metadata or {}).items()}
+    return not blob.size and (blob.name.endswith("/") or metadata.get("hdi_isfolder", "").lower() == "true")
 
     def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         """One `Get Blob Properties` (a HEAD): adlfs' `info` lists the name as a folder too when

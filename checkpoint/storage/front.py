@@ -499,7 +499,8 @@ class Storage:
 
     def remove_empty_folders(self, rels: Iterable[str]) -> None:
         """Removes each folder that holds nothing, deepest first, and its emptied parents up to the
-        root. Object stores have no folders: nothing to do."""
+        root. Object stores have no folders, but Spark's connectors mark them on GCS and Azure: the
+        markers of the folders given that hold nothing else are deleted there."""
         self.backend.remove_empty_folders(self.full, rels, self.fence)
 
     def folder_ids(self, rels: Iterable[str]) -> dict[str, list[int]]:

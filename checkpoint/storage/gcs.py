@@ -15,10 +15,28 @@ import io
 from typing import Any, BinaryIO
 
 from checkpoint.storage.files import FileInfo, mtime_of
-from checkpoint.storage.generic import PreconditionBackend
+from checkpoint.storage.generic import PreconditionBackend, ancestors
 
 
 class GCSBackend(PreconditionBackend):
+    def _markers(self, top: str) -> tuple[dict[str, str], set[str]]:
+        """Spark's GCS connector makes a folder by writing an empty object named `<folder>/`.
+        One flat listing of the tree: called once the files are gone, it holds little."""
+        try:
+            found = self.fs.find(top, detail=True)
+        finally:
+            self._forget_listings(top)
+        markers, held = {}, set()
+        for name, info in (found if isinstance(found, dict) else {}).items():
+            folder = name.rstrip("/")
+            if folder != top and not folder.startswith(f"{top}/"):
+                continue  # a neighbour's (`<top>-live/...`) or the name itself as a file
+            if name.endswith("/") and not info.get("size"):
+                markers[folder] = name
+            else:
+                held.update(ancestors(name))
+        return markers, held
+
     def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         """One GET of the object's metadata: gcsfs' `info` adds a listing of the name as a folder
         (and, missing, more), two to four requests where a stat needs one."""

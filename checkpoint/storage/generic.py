@@ -351,17 +351,53 @@ class PreconditionBackend(FsspecBackend):
     ) -> dict[str, str]:
         """One DELETE a file, `DELETES_AT_ONCE` in flight, each answered on its own: {rel: why}
         of the files not deleted, a file already gone counting as deleted."""
+        got = self._deleted([self.fs._rm_file(f"{root}/{rel}") for rel in rels])
+        self.fs.invalidate_cache(root)
+        return {rel: why for rel, why in zip(rels, got, strict=True) if why}
+
+    def _deleted(self, deletes: list[Any]) -> list[str | None]:
+        """Runs the deletes, `DELETES_AT_ONCE` in flight: why each one failed, None where it
+        deleted, or found nothing to delete."""
         from fsspec.asyn import _run_coros_in_chunks, sync
 
-        coros = [self.fs._rm_file(f"{root}/{rel}") for rel in rels]
         at_once = {"batch_size": DELETES_AT_ONCE, "return_exceptions": True}
-        got = sync(self.fs.loop, _run_coros_in_chunks, coros, **at_once)
-        errors = {}
-        for rel, result in zip(rels, got, strict=True):
-            if isinstance(result, BaseException) and not isinstance(result, FileNotFoundError):
-                errors[rel] = f"{type(result).__name__}: {result}"
-        self.fs.invalidate_cache(root)
-        return errors
+        got = sync(self.fs.loop, _run_coros_in_chunks, deletes, **at_once)
+        failed = (isinstance(r, BaseException) and not isinstance(r, FileNotFoundError) for r in got)
+        return [f"{type(r).__name__}: {r}" if bad else None for r, bad in zip(got, failed, strict=True)]
+
+    def remove_empty_folders(
+        self, full: Callable[[str], str], rels: Iterable[str], fence: str | None = None
+    ) -> None:
+        """An object store has no folders, but Spark's GCS and Azure connectors mark each folder
+        they make with an empty object (`_markers`). The markers of the folders among `rels` that
+        hold nothing else are deleted, so that a deleted checkpoint leaves no tree of empty
+        folders behind, which a listing (discovery's) would still show. A folder with any other
+        object under it keeps its marker."""
+        wanted = {full(rel).rstrip("/") for rel in rels}
+        doomed: dict[str, str] = {}
+        for top in sorted(p for p in wanted if not wanted.intersection(ancestors(p))):
+            markers, held = self._markers(top)
+            empty = wanted - held
+            doomed.update((folder, name) for folder, name in markers.items() if folder in empty)
+        deepest_first = sorted(doomed, key=lambda folder: folder.count("/"), reverse=True)
+        failed = [why for why in self._drop_markers([doomed[f] for f in deepest_first]) if why]
+        if failed:
+            raise StorageError(f"{len(failed)} folder marker(s) not deleted, first: {failed[0]}", min(wanted))
+
+    def _markers(self, top: str) -> tuple[dict[str, str], set[str]]:
+        """The folder markers at and under the folder `top` ({folder: the marker's name}), and the
+        folders under it that hold something else. A backend whose connectors write no markers
+        has none."""
+        return {}, set()
+
+    def _drop_markers(self, names: list[str]) -> list[str | None]:
+        return self._deleted([self.fs._rm_file(name) for name in names])
 
 
 DELETES_AT_ONCE = 16
+
+
+def ancestors(path: str) -> list[str]:
+    """`a/b/c`'s folders: `a/b`, `a`."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]

@@ -1,12 +1,12 @@
 """The `retire_checkpoints` job as Dagster runs it, on Azure Blob Storage (Azurite) and on GCS (the
 emulator behind the proxy that keeps GCS's create precondition), with discovery and the commit
 sensor's first look evaluated as the daemon evaluates them, over the deployment's own roots. A
-launch refuses a live checkpoint; one plans a dormant one's retirement; one after the grace
-archives it on the store, records each step in its audit trail there and deletes it, leaving its
-neighbour as it was; and the next discovery tick drops its partition and finds the archive under
-its root. An upload is new to the store, which dates it, so the deployment's dormancy is some
-seconds (`unsafe_floors`, as for a trial): the dormant checkpoint is uploaded that long before
-the live one."""
+launch refuses a live checkpoint; one plans a dormant one's retirement; one after the grace archives
+it on the store, records each step in its audit trail there and deletes it with the folder markers
+Spark's connector writes, leaving its neighbour as it was; and the next discovery tick drops its
+partition and finds the archive under its root. An upload is new to the store, which dates it, so
+the deployment's dormancy is some seconds (`unsafe_floors`, as for a trial): the dormant checkpoint
+is uploaded that long before the live one."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.safety import AuditTrail, folder_name
 from checkpoint.storage import Storage
-from testbed.copying import upload_checkpoint
+from testbed.copying import hadoop_checksum, upload_checkpoint
 
 
 def _objects(fs, prefix: str) -> dict[str, int]:
@@ -40,10 +40,11 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
 
     fs, protocol, base, spark_url = (cloud_store[k] for k in ("fs", "protocol", "base", "spark"))
     local = corpus["two_actions"]
+    files = sum(1 for p in local.rglob("*") if p.is_file() and not hadoop_checksum(p.name))  # no marker
 
-    def upload(folder: str) -> None:
+    def upload(folder: str) -> None:  # each folder marked, as Spark's connector for the store marks it
         where = f"{base}/prod/{folder}"
-        upload_checkpoint(fs, local, where, protocol, spark_url(where))
+        upload_checkpoint(fs, local, where, protocol, spark_url(where), folder_markers=True)
 
     began = time.monotonic()
     upload("orders")
@@ -96,9 +97,11 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
         assert applied.success, failure(applied)
         retired = applied.output_for_node("retire")[0]
         assert retired["approved_by"].startswith("ana@example.com (dagster run ")
-        assert retired["deleted_files"] == plan["files"] > 0 and retired["archived_batch"] == newest
+        assert retired["deleted_files"] == plan["files"] == files and retired["archived_batch"] == newest
 
         assert _objects(fs, f"{base}/prod/orders") == {}  # nothing left, as a file or as a folder
+        fs.invalidate_cache()  # and no marker of the checkpoint's own folder (`orders`, `orders/`)
+        assert f"{base}/prod/orders" not in fs.ls(f"{base}/prod", detail=False)
         assert _objects(fs, f"{base}/prod/orders-live") == neighbour
         url = f"{prod.url}/orders"
         trail = AuditTrail(AuditTrail.default_for(url))

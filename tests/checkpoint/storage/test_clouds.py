@@ -20,7 +20,7 @@ from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from checkpoint.storage.azure import AzureBackend
 from testbed.azurite import ACCOUNT
-from testbed.copying import copy_checkpoint, hadoop_checksum, upload_checkpoint
+from testbed.copying import copy_checkpoint, hadoop_checksum, mark_folders, upload_checkpoint
 from tests.support.cli import ckpt
 from tests.support.clouds import abfs_url
 
@@ -196,6 +196,34 @@ def test_the_gcs_proxy_keeps_the_precondition_the_emulator_ignores(gcs) -> None:
         proxied.pipe_file(f"{base}/big", b"z" * len(big), mode="create")
     assert direct.cat(f"{base}/x") == b"2" and direct.cat(f"{base}/big") == big
     assert _files(direct, base) == {"x", "big"}
+
+
+def test_folder_markers_are_folders_and_go_with_the_last_object_under_them(cloud_store) -> None:
+    """Spark's GCS and Azure connectors write an empty object for each folder they make
+    (`testbed.copying.mark_folders`). A listing shows one as a folder, never as a file, also where
+    the folder holds nothing; `remove_empty_folders` deletes the markers of the folders it is given
+    once nothing else is under them, and never a neighbour's whose name starts with the same."""
+    fs, protocol, base = cloud_store["fs"], cloud_store["protocol"], f"{cloud_store['base']}/marked"
+    mark_folders(
+        fs, protocol, [f"{base}/{f}" for f in ("ck", "ck/a", "ck/a/b", "ck/c", "ck-live", "ck-live/x")]
+    )
+    fs.pipe_file(f"{base}/ck/c/keep", b"k")
+
+    def objects() -> set[str]:
+        fs.invalidate_cache()
+        return set(fs.find(base, withdirs=True)) | set(fs.ls(base, detail=False))  # markers too
+
+    before = objects()
+    ck = Storage(f"{protocol}://{base}/ck")
+    assert ck.list_dir("").folders == ("a", "c") and ck.list_dir("").files == ()
+    assert ck.list_dir("a").folders == ("a/b",) and [f.rel for f in ck.list_dir("c").files] == ["c/keep"]
+    parent = Storage(f"{protocol}://{base}")
+    parent.remove_empty_folders(["ck", "ck/a", "ck/a/b", "ck/c"])
+    gone = {o for o in before - objects() if "/ck/a" in o}
+    assert gone and before - objects() == gone  # `ck` and `ck/c` hold `keep`: their markers stay
+    fs.rm_file(f"{base}/ck/c/keep")
+    parent.remove_empty_folders(["ck", "ck/a", "ck/a/b", "ck/c"])
+    assert objects() - {base} == {o for o in before if "ck-live" in o}  # GCS lists the folder itself
 
 
 def test_an_empty_object_reads_as_empty_and_a_missing_one_as_missing(cloud_store) -> None:
