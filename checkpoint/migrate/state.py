@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from checkpoint.errors import CorruptFileError, RebuildError
 from checkpoint.format import (
@@ -281,7 +282,8 @@ class _KeyCount:
     rows Spark's reader finds."""
 
     def __init__(self, base: int, policy: Policy, *, track: bool = True):
-        self.base, self.limit, self.view = base, policy.migrate_tracked_keys, None
+        self.base, self.limit = base, policy.migrate_tracked_keys
+        self.view: Any = None  # the base's read-only DB (rocksdict), once there is one to look in
         self.before: dict[bytes, bool] | None = {} if track else None
         self.after: dict[bytes, bool] = {}
 

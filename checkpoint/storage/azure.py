@@ -105,13 +105,6 @@ class AzureBackend(PreconditionBackend):
 
         return self._deleted([drop(name) for name in names])
 
-
-def _marker(blob: Any) -> bool:
-    """An empty blob that stands for a folder: `hdi_isfolder` (Hadoop's Azure connectors), or a
-    name ending in `/`."""
-    metadata = {k.lower(): v for k, v in (blob.metadata or {}).items()}
-    return not blob.size and (blob.name.endswith("/") or metadata.get("hdi_isfolder", "").lower() == "true")
-
     def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         """One `Get Blob Properties` (a HEAD): adlfs' `info` lists the name as a folder too when
         it is missing."""
@@ -129,3 +122,10 @@ def _marker(blob: Any) -> bool:
         except ResourceNotFoundError:
             return None
         return FileInfo(rel, int(props.size or 0), props.last_modified.timestamp())
+
+
+def _marker(blob: Any) -> bool:
+    """An empty blob that stands for a folder: `hdi_isfolder` (Hadoop's Azure connectors), or a
+    name ending in `/`."""
+    metadata = {k.lower(): v for k, v in (blob.metadata or {}).items()}
+    return not blob.size and (blob.name.endswith("/") or metadata.get("hdi_isfolder", "").lower() == "true")
