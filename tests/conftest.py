@@ -207,8 +207,9 @@ def gcs(tmp_path_factory):
 def cloud_store(request) -> dict:
     """One store: its URL's protocol, how Spark's connector names a place there (`container/key` or
     `bucket/key` to the URL written into a checkpoint's schema paths), the client a test sets up
-    with (on GCS through the proxy, so its uploads keep the precondition too), and where a test
-    puts its objects (a folder of its own in the session's container or bucket)."""
+    with (on GCS through the proxy, so its uploads keep the precondition too), where a test puts
+    its objects (a folder of its own in the session's container or bucket), and the proxy that
+    counts the requests of the product's clients."""
     import uuid
 
     from checkpoint.storage.azure import AzureBackend
@@ -216,13 +217,14 @@ def cloud_store(request) -> dict:
     from tests.support.clouds import abfs_url
 
     if request.param == "azure":
-        server, _, container = request.getfixturevalue("azure")
+        server, proxy, container = request.getfixturevalue("azure")
         return {"name": "azure", "protocol": "az", "spark": abfs_url, "fs": server.filesystem(),
-                "base": f"{container}/{uuid.uuid4().hex[:8]}", "backend": AzureBackend}  # fmt: skip
+                "base": f"{container}/{uuid.uuid4().hex[:8]}", "backend": AzureBackend,
+                "proxy": proxy}  # fmt: skip
     server, proxy, bucket = request.getfixturevalue("gcs")
     return {"name": "gcs", "protocol": "gs", "spark": lambda where: f"gs://{where}",
             "fs": server.filesystem(proxy.endpoint), "base": f"{bucket}/{uuid.uuid4().hex[:8]}",
-            "backend": GCSBackend}  # fmt: skip
+            "backend": GCSBackend, "proxy": proxy}  # fmt: skip
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import base64
 import json
 import os
 import shutil
-import time
 import zlib
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from orchestration.due import Caps, Look, SensorState, lists_dormant, looking_or
 from testbed.copying import copy_checkpoint
 from testbed.demo import date_to
 from tests.support.cli import ckpt
+from tests.support.clock import ShiftedTime
 
 DAY = 86400.0
 
@@ -214,7 +214,7 @@ def test_the_real_sensor_skips_dormant_checkpoints_until_their_daily_look(
         statted.append(f"{self.url.rsplit('/', 1)[1]}/{rel}")
         return real_stat(self, rel)
 
-    clock = _Clock()
+    clock = ShiftedTime()
     monkeypatch.setattr(sensors, "newest_commit", counted)
     monkeypatch.setattr(sensors, "time", clock)
     monkeypatch.setattr(RealStorage, "stat", stat)
@@ -248,16 +248,3 @@ def test_the_real_sensor_skips_dormant_checkpoints_until_their_daily_look(
         assert sorted(looked) == ["clicks", "orders"] and SensorState.from_json(cursor).dormant == {}
         cursor = tick(cursor, hours=1 / 60)
         assert sorted(looked) == ["clicks", "orders"]  # awake: looked at every tick
-
-
-class _Clock:
-    """`time` as the sensor's module uses it, with the wall clock moved on by hand."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def time(self) -> float:
-        return time.time() + self.offset
-
-    def monotonic(self) -> float:
-        return time.monotonic()
