@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.compaction import CompactionOptions, compact_checkpoints
 from checkpoint.policy import POLICY
 from checkpoint.safety import EachInPlace
 from checkpoint.storage import Storage
@@ -19,6 +18,7 @@ _SHOWN = ("operator", "partition", "store", "version", "unique_id", "path", "sec
 
 
 def compact(args: argparse.Namespace) -> Result:
+    from checkpoint.compaction import CompactionOptions, compact_checkpoints
     from jobs.compact import run_compaction_tasks  # Spark starts only for this command
     from jobs.spark_session import session_for
 

@@ -9,7 +9,6 @@ import time
 from datetime import datetime, timezone
 
 from checkpoint import bounds
-from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
@@ -45,6 +44,8 @@ def instant(text: str) -> float:
 
 
 def purge_command(args: argparse.Namespace) -> Result:
+    from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
+
     if args.report:
         return Result(expired_report(Storage(args.path), args.as_of).as_dict(), render.expired_text)
     from jobs.expiry import spark_purges  # Spark starts only for a purge, once its stores are planned

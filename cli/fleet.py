@@ -18,9 +18,7 @@ from checkpoint.analysis import (
     unreadable_row,
     with_held,
 )
-from checkpoint.cleanup import plan_gc
 from checkpoint.errors import CheckpointError, GcError, UnknownSparkVersion
-from checkpoint.expiry import expired_report
 from checkpoint.model import each_checkpoint, scan
 from checkpoint.policy import POLICY, Policy
 from checkpoint.safety import AuditTrail
@@ -77,6 +75,8 @@ def _timed_out(url: str, timeout: float) -> FleetRow:
 
 
 def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
+    from checkpoint.cleanup import plan_gc
+
     """The bytes the newest cleanup plan in the checkpoint's audit trail found, and when it was
     made: one listing of its folder and one small read. With `fresh`, a dry-run plan with the
     default grace is made first (it lists every file, and is kept in the audit trail like any
@@ -94,6 +94,8 @@ def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
 
 
 def _expired(url: str) -> dict[str, Any]:
+    from checkpoint.expiry import expired_report
+
     """What a TTL has expired now in its transformWithState stores, each read as its recovery reads
     it; nothing for a checkpoint without such a store."""
     doc = expired_report(Storage(url)).as_dict()

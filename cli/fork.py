@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.fork import ForkOptions, fork_checkpoint
 from checkpoint.policy import POLICY
 from checkpoint.storage import Storage
 
@@ -13,6 +12,8 @@ from .common import BATCH_ID, WHERE, Result, takes_the_lease, two_sided, whole
 
 
 def fork_command(args: argparse.Namespace) -> Result | int:
+    from checkpoint.fork import ForkOptions, fork_checkpoint
+
     request = two_sided(args, Storage(args.source), Storage(args.dest))
     options = ForkOptions(batch=args.batch, new_query_id=args.new_query_id, workers=args.workers)
     result = fork_checkpoint(request, options)

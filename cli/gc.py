@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 
-from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_cleanup, plan_gc
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.safety import AuditTrail, Plan
 from checkpoint.storage import Storage
@@ -37,6 +36,8 @@ def _stream_candidates(audit: AuditTrail, plan: Plan) -> None:
 
 
 def gc(args: argparse.Namespace) -> Result | int:
+    from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_cleanup, plan_gc
+
     storage = Storage(args.path)
     audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
     quiet = quiet_seconds(args)

@@ -26,6 +26,9 @@ from . import compact, expiry, fleet, fork, gc, migrate, read, rehearse, reparti
 from .common import EXIT_FINDINGS, EXIT_UNREADABLE, Result, Terminated
 from .progress import shown
 
+# Each family imports its action's package (and Spark's jobs) inside the function that runs it,
+# so a command loads the core and its own code only: every `ckpt` process pays its imports, and a
+# `ckpt lineage` of a small checkpoint is mostly that (0.45 s of CPU with every action's, 0.3 without).
 FAMILIES = (read, fleet, gc, compact, expiry, fork, migrate, repartition, rehearse, retire)
 
 

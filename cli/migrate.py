@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.migrate import MigrationOptions, migrate_checkpoint
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
@@ -23,6 +22,7 @@ from .common import (
 
 
 def migrate_command(args: argparse.Namespace) -> Result:
+    from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from jobs.migrate import spark_ports  # Spark starts only once the preflight passed
     from jobs.spark_session import session_for
 

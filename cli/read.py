@@ -17,7 +17,6 @@ from checkpoint.analysis import (
     validation_document,
 )
 from checkpoint.errors import CheckpointError
-from checkpoint.expiry import expired_report
 from checkpoint.model import (
     Checkpoint,
     FoundCheckpoint,
@@ -50,6 +49,8 @@ def lineage(args: argparse.Namespace) -> Result:
 
 
 def _with_expired(args: argparse.Namespace, result: Result) -> Result:
+    from checkpoint.expiry import expired_report
+
     """With `--expired`, the document gains what has expired in its transformWithState stores (a
     store read as recovery reads it, one at a time), and the text its table."""
     if not args.expired:

@@ -7,7 +7,6 @@ import argparse
 import signal
 
 from checkpoint.policy import POLICY, duration_text
-from checkpoint.rehearsal import RehearsalOptions, rehearse
 from checkpoint.safety import InPlace
 from checkpoint.storage import Storage
 
@@ -33,6 +32,7 @@ def _conf(text: str) -> tuple[str, str]:
 
 
 def rehearse_command(args: argparse.Namespace) -> Result:
+    from checkpoint.rehearsal import RehearsalOptions, rehearse
     from jobs.rehearse import in_process, in_python, load_query  # Spark starts once the scratch is forked
     from jobs.spark_session import session_for
 

@@ -8,7 +8,6 @@ import argparse
 from checkpoint.errors import Refused
 from checkpoint.model import load_head
 from checkpoint.policy import POLICY
-from checkpoint.repartition import head_profile
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
@@ -27,6 +26,8 @@ from .common import (
 
 
 def state_profile(args: argparse.Namespace) -> Result:
+    from checkpoint.repartition import head_profile
+
     ckpt = load_head(Storage(args.path), recent=1)
     doc = head_profile(ckpt)
     if args.candidates:

@@ -12,13 +12,6 @@ from typing import Any
 from checkpoint.analysis import human_bytes, utc_minute
 from checkpoint.errors import RetirementRefused
 from checkpoint.policy import POLICY, duration_text
-from checkpoint.retire import (
-    RetireOptions,
-    apply_retirement,
-    plan_retirement,
-    read_retirement,
-    retirement_request,
-)
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
@@ -26,6 +19,8 @@ from .common import DELETE_BATCH, WHERE, Result, add_dormant_after, duration, le
 
 
 def retire(args: argparse.Namespace) -> Result:
+    from checkpoint.retire import plan_retirement
+
     if args.apply:
         return _apply(args)
     if args.archive is None and not args.no_archive:
@@ -42,6 +37,8 @@ def retire(args: argparse.Namespace) -> Result:
 
 
 def _apply(args: argparse.Namespace) -> Result:
+    from checkpoint.retire import RetireOptions, apply_retirement, read_retirement, retirement_request
+
     trail, plan = read_retirement(args.target)
     archive = None if plan.archive is None else Storage(plan.archive)
     who = f"{getpass.getuser()}@{socket.gethostname()} (ckpt retire --apply)"

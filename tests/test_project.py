@@ -163,6 +163,21 @@ def test_core_imports_neither_dagster_nor_spark() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_the_cli_loads_no_action_until_its_command_runs() -> None:
+    """Every `ckpt` process pays its imports, and a read of a small checkpoint is mostly that: the
+    CLI's module loads the core that every command reads with, and no action's package, numpy or
+    crc32c until a command needs them (cli/main.py)."""
+    actions = ("compaction", "cleanup", "expiry", "fork", "migrate", "repartition", "rehearsal", "retire")
+    code = (
+        "import sys, cli.main\n"
+        + f"bad = sorted(m for m in sys.modules if m.split('.')[:2] in {[['checkpoint', a] for a in actions]}"
+        + " or m.split('.')[0] in ('numpy', 'crc32c', 'pandas', 'pyspark', 'dagster', 'jobs'))\n"
+        + "print(','.join(bad) + '|' + str('checkpoint.model' in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "|True"
+
+
 def test_make_test_type_checks_the_shipped_packages(tmp_path) -> None:
     dry = subprocess.run(["make", "-n", "test"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert ".venv/bin/mypy" in dry and dry.index("mypy") < dry.index("pytest")

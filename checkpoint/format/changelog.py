@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Literal, Protocol
 
-import numpy as np
 
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 from checkpoint.format.codec import decompressing_reader
@@ -403,6 +402,8 @@ def _same_shape(data: bytes, model: int, pos: int, head: int, klen: int, stride:
     """How many records from `pos` on repeat the framing bytes (type, key length, value length) of
     the record at `model`, `stride` bytes apart. Record i+1 starts where record i's lengths say, so
     framing that matches at every stride is exactly what the record-by-record loop would read."""
+    import numpy as np  # here: a command that reads no changelog starts 0.1 s sooner without it
+
     arr = np.frombuffer(data, dtype=np.uint8)
     offsets = np.r_[0:head, head + klen : head + klen + 4]
     expected = arr[model + offsets]

@@ -7,8 +7,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import crc32c as _crc32c
-
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 
 
@@ -35,8 +33,16 @@ def signed(value: int) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
+def _crc32c(data: bytes, value: int = 0) -> int:
+    # Imported on first use: the package reads its own distribution's metadata when imported, a
+    # twentieth of a second that a command checking no sidecar need not pay.
+    from crc32c import crc32c
+
+    return crc32c(data, value)
+
+
 def crc32c_signed(data: bytes) -> int:
-    return signed(_crc32c.crc32c(data))
+    return signed(_crc32c(data))
 
 
 def sidecar_agrees(sidecar: Sidecar, size: int, crc: int) -> bool:
@@ -53,7 +59,7 @@ class Checksumming:
 
     def read(self, n: int = -1) -> bytes:
         data = self._read(n)
-        self.crc, self.size = _crc32c.crc32c(data, self.crc), self.size + len(data)
+        self.crc, self.size = _crc32c(data, self.crc), self.size + len(data)
         return data
 
     def drain(self, chunk: int) -> None:
