@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Literal, Protocol
 
-
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
 from checkpoint.format.codec import decompressing_reader
 
