@@ -183,6 +183,10 @@ def checkpoint_inventory(
         "size": human_bytes(summary["bytes"]),
         "files_by_kind": dg.MetadataValue.md(table),
     }
+    if not context.has_partition_key:  # a range of one (a backfill's lone key): its partition's
+        yield dg.MaterializeResult(metadata=metadata)
+        yield from _each_partition(context, {k: v for k, (_, _, v) in done.items()}, "checkpoint_inventory")
+        return
     check = _check(COMMIT_LOG_CHECK, "checkpoint_inventory", list(validation.of(Category.COMMIT_LOG)))
     yield dg.MaterializeResult(metadata=metadata, check_results=[check])
 
@@ -250,6 +254,10 @@ def checkpoint_lineage_report(
         "max_lineage_header_bytes": _most(report, "lineage_header_bytes"),
         "worst_chains": dg.MetadataValue.md(worst.to_markdown(index=False) if len(worst) else "No stores."),
     }
+    if not context.has_partition_key:  # a range of one: its partition's, as above
+        yield dg.MaterializeResult(metadata=metadata)
+        yield from _each_partition(context, validations, "checkpoint_lineage_report")
+        return
     checks = [
         _check(LINEAGE_CHECK, "checkpoint_lineage_report", list(validation.of(Category.LINEAGE))),
         _check(SNAPSHOT_CHECK, "checkpoint_lineage_report", list(validation.of(Category.SNAPSHOT))),

@@ -563,6 +563,12 @@ def test_a_range_of_checkpoints_is_audited_planned_and_cleaned_in_one_run(instan
     assert sorted(checks, key=str) == sorted(
         [*audit, (PLAN_CHECK, None, True)], key=str
     )  # the plan's is the range's
+    # A range of one key (what a backfill of scattered keys sends for each): still its partition's.
+    lone = backfill("t:b", "t:b")
+    assert lone.success
+    assert {(c.check_name, c.partition) for c in _evaluations(lone) if c.check_name != PLAN_CHECK} == {
+        (name, "t:b") for name in (COMMIT_LOG_CHECK, LINEAGE_CHECK, SNAPSHOT_CHECK)
+    }
     for asset in ("checkpoint_lineage_report", "checkpoint_orphan_plan", "checkpoint_orphan_cleanup"):
         assert instance.get_materialized_partitions(dg.AssetKey(asset)) >= {"t:a", "t:b"}, asset
     for name in ("a", "b"):
