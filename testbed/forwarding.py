@@ -67,6 +67,12 @@ class Forwarding(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+class _Server(ThreadingHTTPServer):
+    # http.server listens with a queue of 5: a client opening more connections at once (a pool of
+    # 16 deletes) had the rest dropped, each tried again by its kernel a second or more later.
+    request_queue_size = 1024
+
+
 class CountingProxy:
     """A proxy on loopback in front of a store's server (`upstream`, its URL): `requests` holds
     what each handler recorded (each with an `op`, the store's name for the call), `counts` them
@@ -77,7 +83,7 @@ class CountingProxy:
         self.upstream = (parsed.hostname, parsed.port)
         self.requests: list[Any] = []
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = _Server(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -292,7 +292,7 @@ _LONGEST_FIRST = ("orchestration/test_orchestration_e2e", "checkpoint/analysis/t
                   "checkpoint/cleanup/test_gc_memory", "orchestration/test_commit_sensor",
                   "checkpoint/safety/test_lease", "checkpoint/test_history_on_s3",
                   "checkpoint/retire/test_on_s3", "checkpoint/cleanup/test_on_s3",
-                  "checkpoint/storage/test_clouds", "checkpoint/test_history_on_azure")  # fmt: skip
+                  "checkpoint/storage/test_clouds", "checkpoint/test_history_on_stores")  # fmt: skip
 
 
 # The corpora a cold cache generates, by the fixture that needs each (used directly or through

@@ -61,7 +61,7 @@ class AzureBackend(PreconditionBackend):
         files.sort(key=lambda f: f.rel)
         return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders))
 
-    def _markers(self, top: str) -> tuple[dict[str, str], set[str]]:
+    def _markers(self, top: str) -> tuple[dict[str, list[str]], set[str]]:
         """Spark's WASB and ABFS connectors (on an account without a hierarchical namespace) make
         a folder by writing an empty blob named as the folder, with `hdi_isfolder=true` in its
         metadata; some tools write `<folder>/`. One flat listing of the tree and a HEAD of the
@@ -82,11 +82,12 @@ class AzureBackend(PreconditionBackend):
                 return blobs, own
 
         blobs, own = sync(self.fs.loop, listing)
-        markers, held = {}, set()
+        markers: dict[str, list[str]] = {}
+        held: set[str] = set()
         for blob in [*blobs, *([own] if own is not None else [])]:
             name = f"{container}/{blob.name}"
             if _marker(blob):
-                markers[name.rstrip("/")] = name
+                markers.setdefault(name.rstrip("/"), []).append(name)  # `x` and `x/` may both be there
             else:
                 held.update(ancestors(name))
         return markers, held
@@ -107,7 +108,7 @@ class AzureBackend(PreconditionBackend):
 
     def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         """One `Get Blob Properties` (a HEAD): adlfs' `info` lists the name as a folder too when
-        it is missing."""
+        it is missing. A folder's marker is no file."""
         from azure.core.exceptions import ResourceNotFoundError
         from fsspec.asyn import sync
 
@@ -120,6 +121,8 @@ class AzureBackend(PreconditionBackend):
         try:
             props = sync(self.fs.loop, head)
         except ResourceNotFoundError:
+            return None
+        if _marker(props):  # a folder's (a fork's destination that Hadoop made is no file)
             return None
         return FileInfo(rel, int(props.size or 0), props.last_modified.timestamp())
 

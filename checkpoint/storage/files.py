@@ -79,6 +79,8 @@ def found_files(entries: dict[str, dict[str, Any]], prefix: str, top: str) -> li
     under = top + "/" != prefix
     files = []
     for name, entry in entries.items():
+        if name.endswith("/") and not int(entry.get("size") or 0):
+            continue  # a folder's marker (`<folder>/`, as Spark's GCS connector writes them): no file
         name = name.rstrip("/")
         if not name.startswith(prefix) or (under and not name.startswith(top + "/")):
             # A lone file given as the root lists as itself: that is not a checkpoint folder.

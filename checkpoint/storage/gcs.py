@@ -14,25 +14,49 @@ from __future__ import annotations
 import io
 from typing import Any, BinaryIO
 
-from checkpoint.storage.files import FileInfo, mtime_of
+from checkpoint.storage.files import FileInfo, Folder, mtime_of
 from checkpoint.storage.generic import PreconditionBackend, ancestors
 
 
 class GCSBackend(PreconditionBackend):
-    def _markers(self, top: str) -> tuple[dict[str, str], set[str]]:
-        """Spark's GCS connector makes a folder by writing an empty object named `<folder>/`.
-        One flat listing of the tree: called once the files are gone, it holds little."""
+    def ls(self, top: str, prefix: str) -> Folder:
+        """One listing of `<top>/` with `/` as delimiter (page by page): gcsfs' `ls` asks for the
+        name as an object too when nothing is under it (an idle look at a removed checkpoint was
+        a listing and a GET). A folder's marker is a folder, never a file."""
+        from fsspec.asyn import sync
+
+        bucket, inside = top.split("/", 1)[0], f"{top}/"
         try:
-            found = self.fs.find(top, detail=True)
-        finally:
-            self._forget_listings(top)
-        markers, held = {}, set()
-        for name, info in (found if isinstance(found, dict) else {}).items():
-            folder = name.rstrip("/")
-            if folder != top and not folder.startswith(f"{top}/"):
-                continue  # a neighbour's (`<top>-live/...`) or the name itself as a file
-            if name.endswith("/") and not info.get("size"):
-                markers[folder] = name
+            objects, prefixes = sync(self.fs.loop, self.fs._do_list_objects, top, delimiter="/")
+        except FileNotFoundError:  # no such bucket
+            return Folder((), (), False)
+        folders = {f"{bucket}/{p}".rstrip("/")[len(prefix) :] for p in prefixes}
+        files, marked = [], False
+        for info in objects:
+            name = info["name"]
+            if name == inside:  # the folder's own marker
+                marked = True
+            elif name.startswith(inside):
+                files.append(FileInfo(name[len(prefix) :], int(info.get("size") or 0), mtime_of(info)))
+        files.sort(key=lambda f: f.rel)
+        return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders or marked))
+
+    def _markers(self, top: str) -> tuple[dict[str, list[str]], set[str]]:
+        """Spark's GCS connector makes a folder by writing an empty object named `<folder>/`. One
+        flat listing of `<top>/`: called once the files are gone, it holds little. (gcsfs' `find`
+        would list the bare prefix `<top>` when nothing is under `<top>/`: every neighbour's
+        objects, `<top>-live/...` and all.)"""
+        from fsspec.asyn import sync
+
+        found, _ = sync(self.fs.loop, self.fs._do_list_objects, top, delimiter="")
+        markers: dict[str, list[str]] = {}
+        held: set[str] = set()
+        for info in found:
+            name = info["name"]
+            if not name.startswith(f"{top}/"):
+                continue
+            if name.endswith("/") and not int(info.get("size") or 0):
+                markers.setdefault(name.rstrip("/"), []).append(name)
             else:
                 held.update(ancestors(name))
         return markers, held

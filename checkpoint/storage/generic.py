@@ -374,20 +374,25 @@ class PreconditionBackend(FsspecBackend):
         folders behind, which a listing (discovery's) would still show. A folder with any other
         object under it keeps its marker."""
         wanted = {full(rel).rstrip("/") for rel in rels}
-        doomed: dict[str, str] = {}
+        doomed: dict[int, list[str]] = {}  # by depth
         for top in sorted(p for p in wanted if not wanted.intersection(ancestors(p))):
             markers, held = self._markers(top)
-            empty = wanted - held
-            doomed.update((folder, name) for folder, name in markers.items() if folder in empty)
-        deepest_first = sorted(doomed, key=lambda folder: folder.count("/"), reverse=True)
-        failed = [why for why in self._drop_markers([doomed[f] for f in deepest_first]) if why]
-        if failed:
-            raise StorageError(f"{len(failed)} folder marker(s) not deleted, first: {failed[0]}", min(wanted))
+            for folder, names in markers.items():
+                if folder in wanted and folder not in held:
+                    doomed.setdefault(folder.count("/"), []).extend(names)
+        # A level at a time, the deepest first: where folders are real (a hierarchical namespace),
+        # a folder goes only once its children have.
+        for depth in sorted(doomed, reverse=True):
+            failed = [why for why in self._drop_markers(doomed[depth]) if why]
+            if failed:
+                raise StorageError(
+                    f"{len(failed)} folder marker(s) not deleted, first: {failed[0]}", min(wanted)
+                )
 
-    def _markers(self, top: str) -> tuple[dict[str, str], set[str]]:
-        """The folder markers at and under the folder `top` ({folder: the marker's name}), and the
-        folders under it that hold something else. A backend whose connectors write no markers
-        has none."""
+    def _markers(self, top: str) -> tuple[dict[str, list[str]], set[str]]:
+        """The folder markers at and under the folder `top` ({folder: the names of its markers}),
+        and the folders under it that hold something else. A backend whose connectors write no
+        markers has none."""
         return {}, set()
 
     def _drop_markers(self, names: list[str]) -> list[str | None]:
