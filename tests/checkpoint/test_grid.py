@@ -1,5 +1,5 @@
 """Every action over every state format Spark writes and every backend: {HDFS, RocksDB V1, RocksDB
-V2} x {local, S3, Azure}. A format is one line of `FORMATS` (a real query's checkpoint in it), a backend
+V2} x {local, S3, Azure, GCS}. A format is one line of `FORMATS` (a real query's checkpoint in it), a backend
 one line of `BACKENDS`: both get every test here from that line.
 
 What each action does in a format is asked of the format (`checkpoint.format.states`); here the
@@ -51,13 +51,15 @@ FORMATS = {
     "rocksdb V1": ("rocksdb_v1_changelog", set()),
     "rocksdb V2": ("two_actions", {M}),
 }
-BACKENDS = ("local", "s3", "azure")
+BACKENDS = ("local", "s3", "azure", "gcs")
 # The server a cell on an object store reaches when it is set up: its test tier's mark.
-_TIER = {"s3": pytest.mark.s3, "azure": pytest.mark.cloud}
-# Where the tests' Spark has a Hadoop file system: s3a's jars are installed; Azure's connector
-# (hadoop-azure) is in no registry this project installs from (docs/storage.md). A migration and a
+_TIER = {"s3": pytest.mark.s3, "azure": pytest.mark.cloud, "gcs": pytest.mark.cloud}
+# Where the tests' Spark has a Hadoop file system: s3a's jars are installed; Azure's and GCS's
+# connectors (hadoop-azure, gcs-connector) are in no registry this project installs from
+# (docs/storage.md). A migration and a
 # repartition read and write the state through Spark: elsewhere they refuse before writing.
 SPARK_REACHES = {"local", "s3"}
+_HADOOP = {"azure": "abfss", "gcs": "gs"}  # the scheme Spark is asked for where it reaches no store
 # A query whose TTLs expired (the operator corpus's `expiring`), in each format that keeps TTL state.
 EXPIRING = {"rocksdb V1": "expiring_v1", "rocksdb V2": "expiring"}
 
@@ -95,10 +97,10 @@ def _placed(request, fmt: str, backend: str, local: Path, tmp_path: Path) -> Cel
     # Credentials in the options, not only in the environment: a compaction's Spark tasks get them
     # with the pickled filesystem, as a deployment's executors get theirs from their own setup.
     options = server.storage_options(proxy.endpoint)
-    scheme = {"s3": "s3", "azure": "az"}[backend]
+    scheme = {"s3": "s3", "azure": "az", "gcs": "gs"}[backend]
     prefix = f"{scheme}://{bucket}/grid-{uuid.uuid4().hex[:8]}"
     storage = Storage(f"{prefix}/{name}", options)
-    # Its schema paths as Spark's connector for the store spells them (s3a://, abfss://)
+    # Its schema paths as Spark's connector for the store spells them (s3a://, abfss://, gs://)
     upload_checkpoint(
         server.filesystem(), local, f"{prefix[len(scheme) + 3 :]}/{name}", scheme, storage.spark_url
     )
@@ -278,7 +280,7 @@ def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
     )
     request = TwoSided(cell.storage, dest, taken_at_once("tests"))
     if cell.backend not in SPARK_REACHES:
-        with pytest.raises(SparkCannotReach, match="no Hadoop file system for abfss://"):
+        with pytest.raises(SparkCannotReach, match=f"no Hadoop file system for {_HADOOP[cell.backend]}://"):
             migrate_checkpoint(request, options)
         assert _tree(dest) == {} and _tree(cell.storage) == before
         return
@@ -303,7 +305,7 @@ def test_a_repartition_keeps_every_row_and_reads_as_healthy(cell: Cell, spark, t
     request = InPlace(cell.storage, taken_at_once("tests"))
     if cell.backend not in SPARK_REACHES:
         untouched = _tree(cell.storage)
-        with pytest.raises(SparkCannotReach, match="no Hadoop file system for abfss://"):
+        with pytest.raises(SparkCannotReach, match=f"no Hadoop file system for {_HADOOP[cell.backend]}://"):
             repartition_checkpoint(request, options)
         assert _tree(cell.storage) == untouched and not (tmp_path / "audit").exists()
         return
