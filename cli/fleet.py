@@ -75,13 +75,13 @@ def _timed_out(url: str, timeout: float) -> FleetRow:
 
 
 def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
-    from checkpoint.cleanup import plan_gc
-
     """The bytes the newest cleanup plan in the checkpoint's audit trail found, and when it was
     made: one listing of its folder and one small read. With `fresh`, a dry-run plan with the
     default grace is made first (it lists every file, and is kept in the audit trail like any
     plan). None when there is no plan, when the newest was applied, or cleanup refuses to plan
     this checkpoint."""
+    from checkpoint.cleanup import plan_gc
+
     storage = Storage(url)
     audit = AuditTrail(AuditTrail.default_for(storage.url))
     try:
@@ -94,10 +94,10 @@ def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
 
 
 def _expired(url: str) -> dict[str, Any]:
-    from checkpoint.expiry import expired_report
-
     """What a TTL has expired now in its transformWithState stores, each read as its recovery reads
     it; nothing for a checkpoint without such a store."""
+    from checkpoint.expiry import expired_report
+
     doc = expired_report(Storage(url)).as_dict()
     return {k: doc[k] for k in ("expired", "expired_share", "expired_bytes")} if doc["stores"] else {}
 

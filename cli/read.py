@@ -49,10 +49,10 @@ def lineage(args: argparse.Namespace) -> Result:
 
 
 def _with_expired(args: argparse.Namespace, result: Result) -> Result:
-    from checkpoint.expiry import expired_report
-
     """With `--expired`, the document gains what has expired in its transformWithState stores (a
     store read as recovery reads it, one at a time), and the text its table."""
+    from checkpoint.expiry import expired_report
+
     if not args.expired:
         return result
     doc = {**result.doc, "expired": expired_report(Storage(args.path)).as_dict()}

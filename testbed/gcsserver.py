@@ -179,7 +179,8 @@ class GCSEmulator:
 # The emulator serves one request at a time, from http.server's listen queue of 5: a sixth
 # connection at once was dropped, and the client's kernel tried it again a second later, then
 # three... Every GCS test crawled (300 small objects uploaded side by side took 111 s, one after
-# another 0.8 s). Started with a longer queue, it serves them in turn.
+# another 0.8 s). Started with a longer queue, it serves them in turn (`-P`: nothing of the work
+# folder shadows its modules).
 _START = (
     "import socketserver, sys; socketserver.TCPServer.request_queue_size = 1024; "
     "from gcp_storage_emulator.__main__ import main; main(sys.argv[1:])"
@@ -191,8 +192,8 @@ def start_gcs_emulator(workdir: Path, bucket: str) -> GCSEmulator:
     log = workdir / "gcs-emulator.log"
     if importlib.util.find_spec("gcp_storage_emulator") is None:
         raise RuntimeError("the GCS emulator is missing: pip install gcp-storage-emulator (a dev dependency)")
-    args = [sys.executable, "-c", _START, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory",
-            "--default-bucket", bucket]  # fmt: skip
+    args = [sys.executable, "-P", "-c", _START, "start", "--host", "127.0.0.1", "--port", str(port),
+            "--in-memory", "--default-bucket", bucket]  # fmt: skip
     process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=workdir)
     server = GCSEmulator(f"http://127.0.0.1:{port}", process, log)
     wait_serving(process, log, f"{server.endpoint}/storage/v1/b/{bucket}", "the GCS emulator")

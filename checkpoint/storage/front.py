@@ -224,11 +224,17 @@ class Storage:
         """The files directly in one folder and its subfolders: one delimiter listing on S3.
 
         A folder that does not exist lists as empty with `exists` False; the caller decides whether
-        that is an error.
+        that is an error. One that lists as its own child is refused.
         """
         self.calls.add("list_dir")
         with failing("listing", self.full(rel)):
-            return self.backend.ls(self.full(rel), self.root + "/")
+            found = self.backend.ls(self.full(rel), self.root + "/")
+        # A key with an empty part (`team//x`, on S3, Azure or GCS) lists its folder among its own
+        # children: a walk (discovery's, a checkpoint's) would list it for ever, and one that
+        # skipped it would miss what is under it. Refused, naming it.
+        if stray := next((f for f in found.folders if not (f.startswith(f"{rel}/") if rel else f)), None):
+            raise StorageError(f"a folder that lists as inside itself: {stray!r}", self.full(rel))
+        return found
 
     def stat(self, rel: str) -> FileInfo | None:
         """Size and mtime of one file (one HEAD on S3); None when it does not exist or is a folder."""

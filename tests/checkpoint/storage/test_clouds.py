@@ -231,6 +231,24 @@ def test_folder_markers_are_folders_and_go_with_the_last_object_under_them(cloud
     assert objects() == {o for o in before if not ours(o)}  # the parent's and the neighbour's stay
 
 
+def test_a_name_with_an_empty_part_fails_a_walk_instead_of_looping(cloud_store) -> None:
+    """An object `team//x` lists `team` among its own subfolders on both stores: discovery and a
+    walk of a checkpoint's folders would list it for ever, and one that skipped it would miss `x`.
+    Each walk fails, naming the folder (the door, `Storage.list_dir`). A flat listing names the file
+    itself (`team//x`)."""
+    from checkpoint.errors import StorageError
+    from checkpoint.model import find_checkpoints
+
+    fs, protocol = cloud_store["fs"], cloud_store["protocol"]
+    base = f"{cloud_store['base']}/doubled"
+    fs.pipe_file(f"{base}/team//x", b"x")
+    root = Storage(f"{protocol}://{base}")
+    for walk in (lambda: find_checkpoints(root), lambda: root.list_outside([]), lambda: list(root.pages())):
+        with pytest.raises(StorageError, match="lists as inside itself: 'team'"):
+            walk()
+    assert [f.rel for f in root.list_files()] == ["team//x"]
+
+
 def test_an_empty_object_reads_as_empty_and_a_missing_one_as_missing(cloud_store) -> None:
     """Azure refuses a range of an empty blob (416, InvalidRange, raised past adlfs as azure-core's
     error): that is an empty file. A missing object is missing, even when its name holds `416`
