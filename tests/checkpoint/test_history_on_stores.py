@@ -29,7 +29,9 @@ def histories(request) -> dict:
     fs, base = server.filesystem(), f"{container}/histories-{uuid.uuid4().hex[:8]}"
     urls = {}
     for name, versions in (("small", 35), ("big", 155)):
-        content = synthetic.files(4, versions, window=20)  # as the connectors write it: no Hadoop checksums
+        # Two stores (the emulator takes each object in turn); as the connectors write them: no
+        # Hadoop checksums.
+        content = synthetic.files(2, versions, window=20)
         fs.pipe({f"{base}/{name}/{rel}": data for rel, data in content.items() if not hadoop_checksum(rel)})
         urls[name] = f"{protocol}://{base}/{name}"
     return {"urls": urls, "protocol": protocol, "container": container, "base": base, "proxy": proxy}
