@@ -116,14 +116,27 @@ def partition_checks(
     return out
 
 
-def _each_partition(
-    context: dg.AssetExecutionContext, validations: dict[str, Validation], asset: str
-) -> Iterator[dg.Output | dg.AssetCheckEvaluation]:
-    """A range run's results of `asset`'s checks: one per checkpoint, for its partition, and none
-    for the range. Dagster records a result returned for a range under no partition, where no
-    checkpoint's view of the check shows it; results yielded as evaluations fail the step
-    as a returned one does (a blocking check at ERROR), so a damaged checkpoint still stops its
-    range's changes. The step's output of each selected check is still due."""
+def _results(
+    context: dg.AssetExecutionContext,
+    metadata: dict[str, Any],
+    validations: dict[str, Validation],
+    asset: str,
+) -> Iterator[dg.MaterializeResult | dg.Output | dg.AssetCheckEvaluation]:
+    """The materialization and the results of `asset`'s checks. A run of one partition returns its
+    results with the materialization. A range run (a backfill's lone key too: it has no partition
+    key) yields one per checkpoint, for its partition, and none for the range: Dagster records a
+    result returned for a range under no partition, where no checkpoint's view of the check shows
+    it. Results yielded as evaluations fail the step as a returned one does (a blocking check at
+    ERROR), so a damaged checkpoint still stops its range's changes; the step's output of each
+    selected check is still due."""
+    if context.has_partition_key:
+        (validation,) = validations.values()
+        checks = [
+            _check(name, of, list(validation.of(category))) for name, of, category in _CHECKS if of == asset
+        ]
+        yield dg.MaterializeResult(metadata=metadata, check_results=checks)
+        return
+    yield dg.MaterializeResult(metadata=metadata)
     selected = context.selected_asset_check_keys
     for name, of, _ in _CHECKS:
         check = dg.AssetCheckKey(dg.AssetKey(of), name)
@@ -164,31 +177,24 @@ def checkpoint_inventory(
             "bytes": sum(s["bytes"] for _, s, _ in done.values()),
             "checkpoints_table": range_table(("batch", "last commit", "files", "size"), rows),
         }
-        yield dg.MaterializeResult(metadata=metadata)
-        yield from _each_partition(context, {k: v for k, (_, _, v) in done.items()}, "checkpoint_inventory")
-        return
-    ((ckpt, summary, validation),) = done.values()
-    table = markdown.table(
-        ("kind", "files", "bytes"),
-        [(kind, v["count"], human_bytes(v["bytes"])) for kind, v in summary["files"].items()],
-    )
-    metadata = {
-        "path": dg.MetadataValue.path(ckpt.url),
-        "format_version": ckpt.format_version,
-        "latest_committed_batch": summary["latest_committed_batch"],
-        "latest_planned_batch": summary["latest_planned_batch"],
-        "last_commit_time": summary["last_commit_time"] or "never",
-        "files": summary["file_count"],
-        "bytes": summary["bytes"],
-        "size": human_bytes(summary["bytes"]),
-        "files_by_kind": dg.MetadataValue.md(table),
-    }
-    if not context.has_partition_key:  # a range of one (a backfill's lone key): its partition's
-        yield dg.MaterializeResult(metadata=metadata)
-        yield from _each_partition(context, {k: v for k, (_, _, v) in done.items()}, "checkpoint_inventory")
-        return
-    check = _check(COMMIT_LOG_CHECK, "checkpoint_inventory", list(validation.of(Category.COMMIT_LOG)))
-    yield dg.MaterializeResult(metadata=metadata, check_results=[check])
+    else:
+        ((ckpt, summary, _),) = done.values()
+        table = markdown.table(
+            ("kind", "files", "bytes"),
+            [(kind, v["count"], human_bytes(v["bytes"])) for kind, v in summary["files"].items()],
+        )
+        metadata = {
+            "path": dg.MetadataValue.path(ckpt.url),
+            "format_version": ckpt.format_version,
+            "latest_committed_batch": summary["latest_committed_batch"],
+            "latest_planned_batch": summary["latest_planned_batch"],
+            "last_commit_time": summary["last_commit_time"] or "never",
+            "files": summary["file_count"],
+            "bytes": summary["bytes"],
+            "size": human_bytes(summary["bytes"]),
+            "files_by_kind": dg.MetadataValue.md(table),
+        }
+    yield from _results(context, metadata, {k: v for k, (_, _, v) in done.items()}, "checkpoint_inventory")
 
 
 @dg.asset(
@@ -235,34 +241,26 @@ def checkpoint_lineage_report(
             "max_chain_length": max(_most(r, "chain_length") for r in reports.values()),
             "checkpoints_table": range_table(("batch", "stores", "longest chain", "replay"), rows),
         }
-        yield dg.MaterializeResult(metadata=metadata)
-        yield from _each_partition(context, validations, "checkpoint_lineage_report")
-        return
-    ((ckpt, validation),) = done.values()
-    (report,) = reports.values()
-    worst = (
-        report.sort_values(["chain_length", "replay_bytes"], ascending=False).head(10)
-        if len(report)
-        else report
-    )
-    metadata = {
-        "path": dg.MetadataValue.path(ckpt.url),
-        "batch": ckpt.latest_committed_batch,
-        "stores": len(report),
-        "max_chain_length": _most(report, "chain_length"),
-        "replay_bytes": _sum(report, "replay_bytes"),
-        "max_lineage_header_bytes": _most(report, "lineage_header_bytes"),
-        "worst_chains": dg.MetadataValue.md(worst.to_markdown(index=False) if len(worst) else "No stores."),
-    }
-    if not context.has_partition_key:  # a range of one: its partition's, as above
-        yield dg.MaterializeResult(metadata=metadata)
-        yield from _each_partition(context, validations, "checkpoint_lineage_report")
-        return
-    checks = [
-        _check(LINEAGE_CHECK, "checkpoint_lineage_report", list(validation.of(Category.LINEAGE))),
-        _check(SNAPSHOT_CHECK, "checkpoint_lineage_report", list(validation.of(Category.SNAPSHOT))),
-    ]
-    yield dg.MaterializeResult(metadata=metadata, check_results=checks)
+    else:
+        ((ckpt, _),) = done.values()
+        (report,) = reports.values()
+        worst = (
+            report.sort_values(["chain_length", "replay_bytes"], ascending=False).head(10)
+            if len(report)
+            else report
+        )
+        metadata = {
+            "path": dg.MetadataValue.path(ckpt.url),
+            "batch": ckpt.latest_committed_batch,
+            "stores": len(report),
+            "max_chain_length": _most(report, "chain_length"),
+            "replay_bytes": _sum(report, "replay_bytes"),
+            "max_lineage_header_bytes": _most(report, "lineage_header_bytes"),
+            "worst_chains": dg.MetadataValue.md(
+                worst.to_markdown(index=False) if len(worst) else "No stores."
+            ),
+        }
+    yield from _results(context, metadata, validations, "checkpoint_lineage_report")
 
 
 def _most(report: pd.DataFrame, column: str) -> int:
