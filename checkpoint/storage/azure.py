@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from checkpoint.storage.files import FileInfo, Folder
-from checkpoint.storage.generic import PreconditionBackend, ancestors
+from checkpoint.storage.files import FileInfo, Folder, folder_marker
+from checkpoint.storage.generic import PreconditionBackend
 
 
 class AzureBackend(PreconditionBackend):
@@ -61,7 +61,7 @@ class AzureBackend(PreconditionBackend):
         files.sort(key=lambda f: f.rel)
         return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders))
 
-    def _markers(self, top: str) -> tuple[dict[str, list[str]], set[str]]:
+    def _tree(self, top: str) -> list[tuple[str, bool]]:
         """Spark's WASB and ABFS connectors (on an account without a hierarchical namespace) make
         a folder by writing an empty blob named as the folder, with `hdi_isfolder=true` in its
         metadata; some tools write `<folder>/`. One flat listing of the tree and a HEAD of the
@@ -71,26 +71,17 @@ class AzureBackend(PreconditionBackend):
 
         container, path, _ = self.fs.split_path(top)
 
-        async def listing() -> tuple[list[Any], Any]:
+        async def listing() -> list[Any]:
             async with self.fs.service_client.get_container_client(container) as client:
                 under = client.list_blobs(name_starts_with=f"{path}/", include=["metadata"])
                 blobs = [b async for b in under]
                 try:
-                    own = await client.get_blob_client(path).get_blob_properties()
+                    blobs.append(await client.get_blob_client(path).get_blob_properties())
                 except ResourceNotFoundError:
-                    own = None
-                return blobs, own
+                    pass
+                return blobs
 
-        blobs, own = sync(self.fs.loop, listing)
-        markers: dict[str, list[str]] = {}
-        held: set[str] = set()
-        for blob in [*blobs, *([own] if own is not None else [])]:
-            name = f"{container}/{blob.name}"
-            if _marker(blob):
-                markers.setdefault(name.rstrip("/"), []).append(name)  # `x` and `x/` may both be there
-            else:
-                held.update(ancestors(name))
-        return markers, held
+        return [(f"{container}/{blob.name}", _marker(blob)) for blob in sync(self.fs.loop, listing)]
 
     def _drop_markers(self, names: list[str]) -> list[str | None]:
         """Each by the blob's own name: adlfs' delete would drop a trailing `/`."""
@@ -131,4 +122,5 @@ def _marker(blob: Any) -> bool:
     """An empty blob that stands for a folder: `hdi_isfolder` (Hadoop's Azure connectors), or a
     name ending in `/`."""
     metadata = {k.lower(): v for k, v in (blob.metadata or {}).items()}
-    return not blob.size and (blob.name.endswith("/") or metadata.get("hdi_isfolder", "").lower() == "true")
+    size = int(blob.size or 0)
+    return folder_marker(blob.name, size) or (not size and metadata.get("hdi_isfolder", "").lower() == "true")

@@ -74,13 +74,19 @@ def mtime_of(entry: dict[str, Any]) -> float | None:
     return None
 
 
+def folder_marker(name: str, size: int) -> bool:
+    """An empty object named as a folder (`<folder>/`): what Spark's GCS connector writes for each
+    folder it makes (and some tools on Blob Storage). No file."""
+    return name.endswith("/") and not size
+
+
 def found_files(entries: dict[str, dict[str, Any]], prefix: str, top: str) -> list[FileInfo]:
     """FileInfos of an fsspec `find` under `top`, cut to the root `prefix` names."""
     under = top + "/" != prefix
     files = []
     for name, entry in entries.items():
-        if name.endswith("/") and not int(entry.get("size") or 0):
-            continue  # a folder's marker (`<folder>/`, as Spark's GCS connector writes them): no file
+        if folder_marker(name, int(entry.get("size") or 0)):
+            continue
         name = name.rstrip("/")
         if not name.startswith(prefix) or (under and not name.startswith(top + "/")):
             # A lone file given as the root lists as itself: that is not a checkpoint folder.

@@ -14,8 +14,8 @@ from __future__ import annotations
 import io
 from typing import Any, BinaryIO
 
-from checkpoint.storage.files import FileInfo, Folder, mtime_of
-from checkpoint.storage.generic import PreconditionBackend, ancestors
+from checkpoint.storage.files import FileInfo, Folder, folder_marker, mtime_of
+from checkpoint.storage.generic import PreconditionBackend
 
 
 class GCSBackend(PreconditionBackend):
@@ -41,7 +41,7 @@ class GCSBackend(PreconditionBackend):
         files.sort(key=lambda f: f.rel)
         return Folder(tuple(files), tuple(sorted(folders)), bool(files or folders or marked))
 
-    def _markers(self, top: str) -> tuple[dict[str, list[str]], set[str]]:
+    def _tree(self, top: str) -> list[tuple[str, bool]]:
         """Spark's GCS connector makes a folder by writing an empty object named `<folder>/`. One
         flat listing of `<top>/`: called once the files are gone, it holds little. (gcsfs' `find`
         would list the bare prefix `<top>` when nothing is under `<top>/`: every neighbour's
@@ -49,17 +49,8 @@ class GCSBackend(PreconditionBackend):
         from fsspec.asyn import sync
 
         found, _ = sync(self.fs.loop, self.fs._do_list_objects, top, delimiter="")
-        markers: dict[str, list[str]] = {}
-        held: set[str] = set()
-        for info in found:
-            name = info["name"]
-            if not name.startswith(f"{top}/"):
-                continue
-            if name.endswith("/") and not int(info.get("size") or 0):
-                markers.setdefault(name.rstrip("/"), []).append(name)
-            else:
-                held.update(ancestors(name))
-        return markers, held
+        return [(info["name"], folder_marker(info["name"], int(info.get("size") or 0)))
+                for info in found if info["name"].startswith(f"{top}/")]  # fmt: skip
 
     def stat(self, path: str, rel: str, fence: str | None = None) -> FileInfo | None:
         """One GET of the object's metadata: gcsfs' `info` adds a listing of the name as a folder

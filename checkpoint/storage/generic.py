@@ -391,9 +391,20 @@ class PreconditionBackend(FsspecBackend):
 
     def _markers(self, top: str) -> tuple[dict[str, list[str]], set[str]]:
         """The folder markers at and under the folder `top` ({folder: the names of its markers}),
-        and the folders under it that hold something else. A backend whose connectors write no
-        markers has none."""
-        return {}, set()
+        and the folders under it that hold something else."""
+        markers: dict[str, list[str]] = {}
+        held: set[str] = set()
+        for name, marker in self._tree(top):
+            if marker:
+                markers.setdefault(name.rstrip("/"), []).append(name)  # `x` and `x/` may both be there
+            else:
+                held.update(ancestors(name))
+        return markers, held
+
+    def _tree(self, top: str) -> list[tuple[str, bool]]:
+        """Every object at and under the folder `top`, by name, and whether it is a folder's marker.
+        A backend whose connectors write no markers lists none here."""
+        return []
 
     def _drop_markers(self, names: list[str]) -> list[str | None]:
         return self._deleted([self.fs._rm_file(name) for name in names])
