@@ -181,8 +181,13 @@ class GCSEmulator:
 # three... Every GCS test crawled (300 small objects uploaded side by side took 111 s, one after
 # another 0.8 s). Started with a longer queue, it serves them in turn (`-P`: nothing of the work
 # folder shadows its modules).
+# It also writes every object's metadata out as indented JSON after each upload and delete, in
+# memory too, where nothing reads it back: each write cost what the bucket held. 1,500 small
+# uploads took 17 s into an empty bucket and 85 s into one of 3,000; 0.75 s each without it.
 _START = (
     "import socketserver, sys; socketserver.TCPServer.request_queue_size = 1024; "
+    "from gcp_storage_emulator.storage import Storage; "
+    "Storage._write_config_to_file = lambda self: None; "
     "from gcp_storage_emulator.__main__ import main; main(sys.argv[1:])"
 )
 
