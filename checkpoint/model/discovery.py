@@ -105,16 +105,8 @@ def within_deadline(
     items in order, none once `budget` seconds have passed, and a look that has not answered
     within `timeout` is abandoned to its thread and answered by `timed_out(item, timeout)`, a new
     thread going on in its place. Daemon threads (an executor would wait for an abandoned one at
-    exit), each taking its next item itself, so a look costs a lock and a queue, not a hand-off.
-
-    A look that times out having started at the present width halves the width: a store that
-    answers slowly (an emulator, throttling) then gets fewer looks at once, each of which can
-    finish. Kept at full width, every look timed out while the abandoned ones went on loading the
-    store, and none was ever answered (1,000 new checkpoints on Azurite: 96 looks a tick, 96
-    timed out, tick after tick). One thread is always kept, so a hung look is passed."""
+    exit), each taking its next item itself, so a look costs a lock and a queue, not a hand-off."""
     start = clock()
-    width = max(1, min(workers, len(items)))
-    narrowed = -math.inf  # when the width was last halved: looks started before it do not halve it again
     lock = threading.Lock()
     following = 0
     current: dict[int, tuple[int, float]] = {}  # thread -> (the item it looks at, since when)
@@ -150,14 +142,18 @@ def within_deadline(
         running.add(me)
         threading.Thread(target=worker, args=(me,), name="ckpt-look", daemon=True).start()
 
-    for _ in range(width):
+    for _ in range(max(1, min(workers, len(items)))):
         spawn()
     got: dict[int, R] = {}
     while running:
         with lock:
             oldest = min((since for _, since in current.values()), default=None)
+        # With no look under way yet (a thread just started has not taken its item), the wait is
+        # bounded too: unbounded, a look that thread went on to make and that hung was never timed
+        # out, and the call never returned (two hung checkpoints in a row, one look at a time).
+        wait = timeout if oldest is None else max(0.0, oldest + timeout - clock())
         try:
-            i, answer = answers.get(timeout=None if oldest is None else max(0.0, oldest + timeout - clock()))
+            i, answer = answers.get(timeout=wait)
         except queue.Empty:
             with lock:
                 for me, (i, since) in list(current.items()):
@@ -166,10 +162,7 @@ def within_deadline(
                         running.discard(me)
                         del current[me]
                         got[i] = timed_out(items[i], timeout)
-                        if since >= narrowed:
-                            width, narrowed = max(1, width // 2), clock()
-            while len(running) < width:
-                spawn()
+                        spawn()
             continue
         if i is None:
             running.discard(answer)
