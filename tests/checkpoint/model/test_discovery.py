@@ -30,10 +30,6 @@ def _looked(items: list[int], hung: set[int], workers: int) -> dict[int, int]:
     return result
 
 
-def test_a_hung_look_is_passed_and_the_next_one_made() -> None:
-    assert _looked([0, 1, 2], {0}, 1) == {0: -1, 1: 1, 2: 2}
-
-
 def test_two_hung_looks_in_a_row_are_both_passed() -> None:
     """The look started in place of an abandoned one was never timed out when it hung too: the
     wait for it had been set when no look was under way, without a bound, and the call (a commit
