@@ -212,3 +212,7 @@ class LeaseUnreadable(CheckpointError):
 
 class LeaseLost(CheckpointError):
     """This action's lease expired or was taken over: it must stop before changing anything more."""
+
+
+class Abandoned(CheckpointError):
+    """Work its caller gave up waiting for (a look past its timeout): no further request is sent."""

@@ -186,11 +186,12 @@ def look_within(
     look_timeout: float = COMMIT_SENSOR_LOOK_TIMEOUT,
 ) -> dict[str, Look]:
     """Looks at checkpoints in `order`, `workers` at a time, starting no look once `budget`
-    seconds have passed, and giving up on a look that has not answered within `look_timeout`
-    (a hung NFS read, a storage that stalls): it is abandoned in its thread, a daemon one that
-    cannot hold the process, and reported as a problem. The looks made are a prefix of `order`, so
-    the next tick goes on past an abandoned one, and the tick ends within the budget and one
-    look's timeout, whatever the fleet's size and whatever a checkpoint holds."""
+    seconds have passed, and giving up on a look that storage has not answered for `look_timeout`
+    (a hung NFS read, a storage that stalls), or that has run that long once the budget is spent:
+    it is abandoned in its thread, a daemon one that cannot hold the process, sends no further
+    request, and is reported as a problem. The looks made are a prefix of `order`, so the next
+    tick goes on past an abandoned one, and the tick ends within the budget and one look's
+    timeout, whatever the fleet's size and whatever a checkpoint holds."""
 
     def timed_out(_: str, t: float) -> Look:
         return Look(None, problem=f"look timed out after {t:g} s: skipped this tick")

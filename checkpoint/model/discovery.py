@@ -25,7 +25,7 @@ from checkpoint.format import AUDIT_FOLDER
 from checkpoint.model.checkpoint import Checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY
-from checkpoint.storage import Folder, Storage
+from checkpoint.storage import Folder, Storage, Watch, watch_requests
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,37 +102,72 @@ def within_deadline(
     timed_out: Callable[[T, float], R],
 ) -> dict[int, R]:
     """{index of an item: what `look` gave}, for a prefix of `items`: `workers` threads take the
-    items in order, none once `budget` seconds have passed, and a look that has not answered
-    within `timeout` is abandoned to its thread and answered by `timed_out(item, timeout)`, a new
-    thread going on in its place. Daemon threads (an executor would wait for an abandoned one at
-    exit), each taking its next item itself, so a look costs a lock and a queue, not a hand-off."""
+    items in order, none once `budget` seconds have passed.
+
+    A look is abandoned to its thread, and answered by `timed_out(item, timeout)`, when storage has
+    not answered it for `timeout` seconds (a hung mount, a store that stopped answering), or when it
+    has run `timeout` seconds and the budget has passed; a new thread goes on in its place, and the
+    abandoned look sends no further storage request (its next one raises `Abandoned`). A look that
+    storage keeps answering, slowly, goes on within the budget: when every look was bounded by
+    `timeout` whatever its progress, a store too slow for one look's requests to fit in it (a
+    throttled or overloaded store, Azurite at 1,000 checkpoints) had every look abandoned, tick
+    after tick, and none answered. The call ends within `budget` and one `timeout` after it.
+
+    Daemon threads (an executor would wait for an abandoned one at exit), each taking its next
+    item itself, so a look costs a lock and a queue, not a hand-off."""
     start = clock()
     lock = threading.Lock()
     following = 0
-    current: dict[int, tuple[int, float]] = {}  # thread -> (the item it looks at, since when)
-    abandoned: set[int] = set()
+    # thread -> (the item it looks at, since when, when storage last answered it, its requests then)
+    current: dict[int, tuple[int, float, float, int]] = {}
+    watches: dict[int, Watch] = {}
     answers: queue.SimpleQueue[tuple[int | None, Any]] = queue.SimpleQueue()
 
     def worker(me: int) -> None:
         nonlocal following
+        with lock:
+            watch = watches.setdefault(me, Watch())
+        watch_requests(watch)
         while True:
             with lock:
-                if me in abandoned:
+                if watch.given_up.is_set():
                     return
                 if following >= len(items) or clock() - start >= budget:
                     answers.put((None, me))  # done
                     return
                 i, following = following, following + 1
-                current[me] = (i, clock())
+                now = clock()
+                current[me] = (i, now, now, watch.sent)
             try:
                 answer: Any = look(items[i])
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
                 answer = exc
             with lock:
-                if me in abandoned:
+                if watch.given_up.is_set():
                     return
                 del current[me]
                 answers.put((i, answer))
+
+    def overdue(now: float) -> float | None:
+        """Gives up the looks past their bounds, a new thread for each, and says when the next bound
+        falls (None: no look under way). A request sent since the last call means the one before it
+        was answered."""
+        due = None
+        with lock:
+            for me, (i, since, heard, sent) in list(current.items()):
+                if watches[me].sent != sent:
+                    heard, sent = now, watches[me].sent
+                    current[me] = (i, since, heard, sent)
+                ends = min(heard + timeout, max(since + timeout, start + budget))
+                if now >= ends:
+                    watches[me].given_up.set()
+                    running.discard(me)
+                    del current[me]
+                    got[i] = timed_out(items[i], timeout)
+                    spawn()
+                else:
+                    due = ends if due is None else min(due, ends)
+        return due
 
     running: set[int] = set()
     names = itertools.count()
@@ -146,23 +181,16 @@ def within_deadline(
         spawn()
     got: dict[int, R] = {}
     while running:
-        with lock:
-            oldest = min((since for _, since in current.values()), default=None)
-        # With no look under way yet (a thread just started has not taken its item), the wait is
-        # bounded too: unbounded, a look that thread went on to make and that hung was never timed
-        # out, and the call never returned (two hung checkpoints in a row, one look at a time).
-        wait = timeout if oldest is None else max(0.0, oldest + timeout - clock())
+        now = clock()
+        due = overdue(now)
+        # Woken a few times a timeout to see which looks are being answered. With no look under
+        # way yet (a thread just started has not taken its item) the wait is bounded too:
+        # unbounded, a look that thread went on to make and that hung was never timed out, and
+        # the call never returned (two hung checkpoints in a row, one look at a time).
+        wait = timeout / 4 if due is None else min(timeout / 4, max(0.0, due - now))
         try:
             i, answer = answers.get(timeout=wait)
         except queue.Empty:
-            with lock:
-                for me, (i, since) in list(current.items()):
-                    if clock() - since >= timeout:
-                        abandoned.add(me)
-                        running.discard(me)
-                        del current[me]
-                        got[i] = timed_out(items[i], timeout)
-                        spawn()
             continue
         if i is None:
             running.discard(answer)
@@ -183,7 +211,7 @@ def each_checkpoint(
 ) -> list[R]:
     """`look` at every item (one checkpoint each), the results in the items' order. `width`: the
     looks worth having in flight at once (`Storage.width` of `fleet_workers`); `timeout`: how long
-    one may take (`Storage.look_timeout`).
+    storage may leave one unanswered (`Storage.look_timeout`).
 
     On object stores a look is round trips: `width` threads. On local disks it is Python
     work one core bounds, and threads only contend (10,000 checkpoints: 25-35 s in 16 threads,

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint.errors import StorageError
+from checkpoint.errors import Abandoned, StorageError
 
 VANISHED = "file vanished while reading"  # a file a listing or a log named is gone
 
@@ -38,6 +38,30 @@ class Folder:
     exists: bool
 
 
+# A thread cannot be killed, so a look its caller stopped waiting for (`within_deadline`) went on
+# sending requests to a store that was already slow, beside the look started in its place, and the
+# next tick's. Every request is counted before it is sent, so the count is where such a thread
+# learns that it was given up, and stops; and where its caller learns that it is being answered,
+# slowly, rather than hanging.
+_watched = threading.local()
+
+
+class Watch:
+    """What the storage requests of one thread tell the thread waiting on it: how many it has sent
+    (each after the one before was answered, in a look), and whether it was given up."""
+
+    def __init__(self) -> None:
+        self.sent = 0  # written by its thread only; read by the waiting one
+        self.given_up = threading.Event()
+
+
+def watch_requests(watch: Watch | None) -> None:
+    """From now on, each storage request this thread sends is counted in `watch`, and raises
+    `Abandoned` instead once `watch.given_up` is set (None: no watch). Requests already sent, or
+    handed to another thread, finish."""
+    _watched.watch = watch
+
+
 class Calls:
     """Storage calls by kind (list, list_dir, stat, read, ...): thread-safe, shared by children."""
 
@@ -46,6 +70,11 @@ class Calls:
         self._counts: Counter[str] = Counter()
 
     def add(self, kind: str, n: int = 1) -> None:
+        watch: Watch | None = getattr(_watched, "watch", None)
+        if watch is not None:
+            if watch.given_up.is_set():
+                raise Abandoned(f"its caller stopped waiting; no {kind} request sent")
+            watch.sent += n
         with self._lock:
             self._counts[kind] += n
 

@@ -3,6 +3,7 @@ fleet view and discovery) when looks hang."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -37,3 +38,55 @@ def test_two_hung_looks_in_a_row_are_both_passed() -> None:
     for _ in range(5):  # the thread's start and its taking an item race the wait: a few times
         assert _looked([0, 1, 2, 3], {0, 1}, 1) == {0: -1, 1: -1, 2: 2, 3: 3}
     assert _looked(list(range(8)), {0, 1, 2, 3}, 2) == {0: -1, 1: -1, 2: -1, 3: -1, 4: 4, 5: 5, 6: 6, 7: 7}
+
+
+def test_an_abandoned_look_sends_no_further_request(tmp_path) -> None:
+    """A look past its timeout went on sending requests from its thread, beside the look started in
+    its place (on a slow store, every tick's abandoned looks piled up). Its next request now raises
+    `Abandoned` there, and the caller's own requests are untouched."""
+    from checkpoint.errors import Abandoned
+    from checkpoint.storage import Storage
+
+    storage, raised = Storage(str(tmp_path)), []
+
+    def look(item: int) -> int:
+        try:
+            while True:  # a store that answers, but too slowly for the look to end within the budget
+                storage.stat("commits/0")
+                time.sleep(0.01)
+        except Abandoned as exc:
+            raised.append(exc)
+            raise
+
+    got = within_deadline([0, 1], look, 0.1, 1, time.monotonic, 0.2, lambda i, t: -1)
+    assert got == {0: -1}
+    sent = storage.calls.total()
+    time.sleep(0.3)  # ten of its requests' time
+    assert storage.calls.total() == sent and sent > 0
+    assert len(raised) == 1 and "stopped waiting" in str(raised[0])
+    assert storage.stat("commits/0") is None  # this thread was never given up
+
+
+def _answered_slowly(storage, requests: int, pause: float):
+    """A look whose store answers each of its `requests` after `pause`: slow, never silent."""
+
+    def look(item: int) -> int:
+        for _ in range(requests):
+            storage.stat("commits/0")
+            time.sleep(pause)
+        return item
+
+    return look
+
+
+def test_a_look_storage_keeps_answering_goes_on_past_its_timeout(tmp_path) -> None:
+    """Every look bounded by its timeout whatever its progress: on a store too slow for a look's
+    requests to fit in it (Azurite at 1,000 checkpoints), every look was abandoned, tick after
+    tick, and none answered. Only silence gives a look up now; the budget still ends the call."""
+    from checkpoint.storage import Storage
+
+    look = _answered_slowly(Storage(str(tmp_path)), 20, 0.03)  # 0.6 s, an answer every 0.03 s
+    assert within_deadline([0, 1], look, math.inf, 2, time.monotonic, 0.2, lambda i, t: -1) == {0: 0, 1: 1}
+    began = time.monotonic()
+    capped = within_deadline([0, 1, 2], look, 0.3, 1, time.monotonic, 0.2, lambda i, t: -1)
+    assert capped == {0: -1} and time.monotonic() - began < 0.3 + 0.2 + 0.2  # the budget, a timeout
