@@ -88,8 +88,9 @@ def scan(args: argparse.Namespace) -> Result:
     def timed_out(f: FoundCheckpoint, timeout: float) -> dict[str, Any]:
         return scan_entry(f.url, None, None, f"no answer in {timeout:g} s: the look was abandoned")
 
-    # One at a time as before (side by side on an object store), each bounded: a checkpoint that
-    # hangs (a stalled mount) is one row, and the others are read.
+    # One at a time as before (side by side on an object store), each given up after the timeout
+    # without an answer: a checkpoint that hangs (a stalled mount) is one row, and the others are
+    # read.
     workers = storage.width(POLICY.list_workers)
     timeout = storage.look_timeout()
     done = within_deadline(found, entry, math.inf, workers, time.monotonic, timeout, timed_out)

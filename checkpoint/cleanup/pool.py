@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoint.cleanup.decide import HELD, Context, Decided, Lister, decide_apart, decide_into, list_folder
 from checkpoint.cleanup.spill import Spill
 from checkpoint.policy import POLICY
-from checkpoint.storage import Storage
+from checkpoint.storage import Storage, carrying_watch
 
 if TYPE_CHECKING:
     pass
@@ -59,7 +59,7 @@ def _decide_in_worker(folders: tuple[str, ...]) -> tuple[list[Decided], Counter[
             decided = [decide(folders[0])]
         else:
             with ThreadPoolExecutor(len(folders)) as pool:
-                decided = list(pool.map(decide, folders))
+                decided = list(pool.map(carrying_watch(decide), folders))
     finally:
         gc.enable()
     return decided, calls.snapshot() - before
@@ -172,7 +172,7 @@ def _in_order(
     take: Callable[[Any], list[Decided]]
     if workers < 1:  # threads of this process, a partition each
         pool, width, per_unit = ThreadPoolExecutor(at_once), at_once, 1
-        work, take = functools.partial(_decide_each, context), _same
+        work, take = carrying_watch(functools.partial(_decide_each, context)), _same
     else:  # each unit of work is what one worker process decides at once
         pool, width, per_unit = _process_pool(context, workers), workers, at_once
         work, take = _decide_in_worker, functools.partial(_counted, storage)

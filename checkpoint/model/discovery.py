@@ -180,24 +180,31 @@ def within_deadline(
     for _ in range(max(1, min(workers, len(items)))):
         spawn()
     got: dict[int, R] = {}
-    while running:
-        now = clock()
-        due = overdue(now)
-        # Woken a few times a timeout to see which looks are being answered. With no look under
-        # way yet (a thread just started has not taken its item) the wait is bounded too:
-        # unbounded, a look that thread went on to make and that hung was never timed out, and
-        # the call never returned (two hung checkpoints in a row, one look at a time).
-        wait = timeout / 4 if due is None else min(timeout / 4, max(0.0, due - now))
-        try:
-            i, answer = answers.get(timeout=wait)
-        except queue.Empty:
-            continue
-        if i is None:
-            running.discard(answer)
-        elif isinstance(answer, BaseException):
-            raise answer
-        else:
-            got[i] = answer
+    try:
+        while running:
+            now = clock()
+            due = overdue(now)
+            # Woken a few times a timeout to see which looks are being answered. With no look under
+            # way yet (a thread just started has not taken its item) the wait is bounded too:
+            # unbounded, a look that thread went on to make and that hung was never timed out, and
+            # the call never returned (two hung checkpoints in a row, one look at a time).
+            wait = timeout / 4 if due is None else min(timeout / 4, max(0.0, due - now))
+            try:
+                i, answer = answers.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if i is None:
+                running.discard(answer)
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                got[i] = answer
+    finally:
+        # Raised by a look (or interrupted): the other threads take no further item and send no
+        # further request, where before they went on through every item left.
+        with lock:
+            for watch in watches.values():
+                watch.given_up.set()
     return dict(sorted(got.items()))
 
 
@@ -222,8 +229,10 @@ def each_checkpoint(
     package first: a second or so)."""
     processes = min(POLICY.plan_processes, os.cpu_count() or 1)
     if timed_out is not None and (width > 1 or processes < 2 or len(items) < POLICY.fleet_processes_from):
-        # In threads, each look bounded by `timeout`: a checkpoint that hangs is one row
-        # `timed_out` makes, and the others go on (a worker process is not abandoned so).
+        # In threads, each look given up after `timeout` without an answer from storage: a
+        # checkpoint that hangs is one row `timed_out` makes, and the others go on (a worker
+        # process is not abandoned so). With no budget, a look storage keeps answering runs to
+        # its end, however slowly.
         done = within_deadline(items, look, math.inf, width, time.monotonic, timeout, timed_out)
         return list(done.values())
     if width > 1:

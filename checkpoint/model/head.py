@@ -67,7 +67,7 @@ from checkpoint.model.operators import FileProblem
 from checkpoint.model.scopes import Logs
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
-from checkpoint.storage import FileInfo, Storage
+from checkpoint.storage import FileInfo, Storage, carrying_watch
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY = 100  # stores between progress lines
@@ -147,7 +147,11 @@ def load_head(
     # One store (most checkpoints a fleet view or a sensor looks at) is read in this thread: a pool
     # per checkpoint costs more than its reads when thousands are loaded side by side.
     with contextlib.nullcontext(None) if width == 1 else ThreadPoolExecutor(width) as pool:
-        done = map(resolver.resolve, targets) if pool is None else pool.map(resolver.resolve, targets)
+        done = (
+            map(resolver.resolve, targets)
+            if pool is None
+            else pool.map(carrying_watch(resolver.resolve), targets)
+        )
         for n, _ in enumerate(done, 1):
             if n % _PROGRESS_EVERY == 0:
                 report(log, Progress("stores read", n, len(targets)), "%s: %d of %d stores read, %d requests",

@@ -6,12 +6,14 @@ from __future__ import annotations
 import datetime as _dt
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from checkpoint.errors import Abandoned, StorageError
+
+T = TypeVar("T")
 
 VANISHED = "file vanished while reading"  # a file a listing or a log named is gone
 
@@ -47,19 +49,48 @@ _watched = threading.local()
 
 
 class Watch:
-    """What the storage requests of one thread tell the thread waiting on it: how many it has sent
-    (each after the one before was answered, in a look), and whether it was given up."""
+    """What the storage requests of one look tell the thread waiting on it: how many it has sent
+    (each after the one before was answered), and whether it was given up."""
 
     def __init__(self) -> None:
-        self.sent = 0  # written by its thread only; read by the waiting one
+        self._lock = threading.Lock()
+        self._sent = 0
         self.given_up = threading.Event()
+
+    @property
+    def sent(self) -> int:
+        return self._sent
+
+    def count(self, kind: str, n: int) -> None:
+        if self.given_up.is_set():
+            raise Abandoned(f"its caller stopped waiting; no {kind} request sent")
+        with self._lock:  # a look's pool counts from several threads
+            self._sent += n
 
 
 def watch_requests(watch: Watch | None) -> None:
     """From now on, each storage request this thread sends is counted in `watch`, and raises
-    `Abandoned` instead once `watch.given_up` is set (None: no watch). Requests already sent, or
-    handed to another thread, finish."""
+    `Abandoned` instead once `watch.given_up` is set (None: no watch). Requests already sent
+    finish; those handed to another thread are watched only through `carrying_watch`."""
     _watched.watch = watch
+
+
+def carrying_watch(fn: Callable[..., T]) -> Callable[..., T]:
+    """`fn`, to run in another thread (a pool's) under this thread's watch: the requests a look
+    hands to its pool count as its own, and stop with it."""
+    watch: Watch | None = getattr(_watched, "watch", None)
+    if watch is None:
+        return fn
+
+    def watched(*args: Any, **kwargs: Any) -> T:
+        before = getattr(_watched, "watch", None)
+        _watched.watch = watch
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _watched.watch = before
+
+    return watched
 
 
 class Calls:
@@ -72,9 +103,7 @@ class Calls:
     def add(self, kind: str, n: int = 1) -> None:
         watch: Watch | None = getattr(_watched, "watch", None)
         if watch is not None:
-            if watch.given_up.is_set():
-                raise Abandoned(f"its caller stopped waiting; no {kind} request sent")
-            watch.sent += n
+            watch.count(kind, n)
         with self._lock:
             self._counts[kind] += n
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from checkpoint.progress import Progress, report
-from checkpoint.storage.files import Calls, FileInfo
+from checkpoint.storage.files import Calls, FileInfo, carrying_watch
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY = 50_000  # files between progress lines of a long listing
@@ -57,7 +57,7 @@ def list_tree(storage: Lister, folders: Iterable[str], workers: int) -> list[Fil
         return got
 
     with ThreadPoolExecutor(max(1, min(workers, len(folders)))) as pool:
-        parts = list(pool.map(one, folders))
+        parts = list(pool.map(carrying_watch(one), folders))
     inside = tuple(f + "/" for f in folders)
     rest = [f for f in storage.list_outside(folders) if not f.rel.startswith(inside)]
     files = rest + [f for part in parts for f in part]

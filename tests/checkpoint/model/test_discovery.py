@@ -90,3 +90,62 @@ def test_a_look_storage_keeps_answering_goes_on_past_its_timeout(tmp_path) -> No
     began = time.monotonic()
     capped = within_deadline([0, 1, 2], look, 0.3, 1, time.monotonic, 0.2, lambda i, t: -1)
     assert capped == {0: -1} and time.monotonic() - began < 0.3 + 0.2 + 0.2  # the budget, a timeout
+
+
+def test_a_look_that_reads_its_stores_in_a_pool_is_watched_there(tmp_path, monkeypatch) -> None:
+    """A checkpoint of several stores is loaded in a pool of the look's own (`load_head`): the
+    review found its requests went unseen there, so a look storage kept answering was given up
+    as silent, and its pool went on sending requests after it was."""
+    from checkpoint.model.head import load_head
+    from checkpoint.storage import Storage, local
+    from testbed import synthetic
+
+    synthetic.build(tmp_path / "c", partitions=8, versions=6)
+    sent, slots = [], threading.Semaphore(2)
+
+    def slowed(fn):  # an overloaded store: two requests at a time, 0.03 s each
+        def wrapped(*args, **kwargs):
+            sent.append(time.monotonic())
+            with slots:
+                time.sleep(0.03)
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    for name in ("find", "ls", "stat", "cat_many", "cat", "cat_bounded", "heads"):
+        monkeypatch.setattr(local.LocalBackend, name, slowed(getattr(local.LocalBackend, name)))
+
+    def look(_: int) -> int:
+        return load_head(Storage(str(tmp_path / "c")), workers=8).latest_committed_batch
+
+    began = time.monotonic()
+    assert within_deadline([0], look, math.inf, 1, time.monotonic, 0.1, lambda i, t: -1) == {0: 5}
+    assert time.monotonic() - began > 0.2  # answered past its timeout: slow, never silent
+    assert within_deadline([0], look, 0.05, 1, time.monotonic, 0.1, lambda i, t: -1) == {0: -1}
+    ended = time.monotonic()
+    time.sleep(0.3)
+    assert [t for t in sent if t > ended + 0.01] == []  # its pool sent nothing after
+
+
+def test_a_look_that_raises_stops_the_other_threads() -> None:
+    """A look's error is raised in the caller's thread; the other threads went on through every
+    item left, sending requests, after the call had ended."""
+    import pytest
+
+    from checkpoint.storage import Storage
+
+    storage = Storage(".")
+
+    def look(item: int) -> int:
+        if item == 0:
+            time.sleep(0.05)
+            raise ValueError("a bug in one look")
+        storage.stat("no-such-file")
+        time.sleep(0.01)
+        return item
+
+    with pytest.raises(ValueError, match="a bug in one look"):
+        within_deadline(list(range(200)), look, math.inf, 4, time.monotonic, 1.0, lambda i, t: -1)
+    sent = storage.calls.total()
+    time.sleep(0.3)
+    assert storage.calls.total() <= sent + 4  # those already past their check, at most one a thread
