@@ -59,7 +59,7 @@ def _decide_in_worker(folders: tuple[str, ...]) -> tuple[list[Decided], Counter[
             decided = [decide(folders[0])]
         else:
             with ThreadPoolExecutor(len(folders)) as pool:
-                decided = list(pool.map(carrying_watch(decide), folders))
+                decided = list(pool.map(decide, folders))
     finally:
         gc.enable()
     return decided, calls.snapshot() - before
