@@ -25,6 +25,7 @@ from checkpoint.model import (
     download_checked,
 )
 from checkpoint.policy import Policy
+from checkpoint.storage import carrying_watch
 
 
 @dataclass(frozen=True)
@@ -67,5 +68,5 @@ def fetch_base(
         return sst.local_name, crc
 
     with ThreadPoolExecutor(max(1, policy.copy_workers)) as pool:
-        ssts = dict(pool.map(fetch, meta.sst_files))
+        ssts = dict(pool.map(carrying_watch(fetch), meta.sst_files))  # a look's (`ckpt fleet --expired`)
     return FetchedBase(meta, ssts, read + sum(s.size for s in meta.sst_files))

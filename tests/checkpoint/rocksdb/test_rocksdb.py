@@ -129,3 +129,43 @@ def test_the_merge_delimiter_follows_the_pinned_operator_version() -> None:
 def test_the_options_spark_loads_are_written_into_the_checkpoint(tmp_path: Path) -> None:
     built = _written(tmp_path, 10)
     assert option_values(built, SPARK_OPTIONS) == SPARK_OPTIONS
+
+
+def test_a_bases_sst_downloads_are_watched_as_the_look_is(copy_of, tmp_path: Path, monkeypatch) -> None:
+    """`ckpt fleet --expired` fetches a base's SSTs inside a look, in a pool: the second review found
+    them unseen there, so a look storage kept answering was given up as silent, and its pool went on
+    downloading after it was."""
+    import math
+    import threading
+    import time
+
+    from checkpoint.model import checkpoint_lineage, load_head, within_deadline
+    from checkpoint.rocksdb.fetch import fetch_base
+    from checkpoint.storage import local
+
+    path = copy_of("snapshots")
+    sent, slots = [], threading.Semaphore(1)
+    download = local.LocalBackend.download
+
+    def slowed(self, *args, **kwargs):  # an overloaded store: one download at a time, 0.05 s each
+        sent.append(time.monotonic())
+        with slots:
+            time.sleep(0.05)
+        return download(self, *args, **kwargs)
+
+    monkeypatch.setattr(local.LocalBackend, "download", slowed)
+    ckpt = load_head(Storage(str(path)))
+    entry = max((e for e in checkpoint_lineage(ckpt) if e.base is not None), key=lambda e: e.base.info.size)
+
+    def look(n: int) -> int:
+        work = tmp_path / f"look-{n}-{time.monotonic_ns()}"
+        (work / "db").mkdir(parents=True)
+        return len(fetch_base(ckpt, entry.base, entry.base.rel.rsplit("/", 1)[0], work, POLICY, 0).ssts)
+
+    ssts = look(0)
+    assert ssts >= 3, "a base of a few SSTs, each a download"
+    assert within_deadline([0], look, math.inf, 1, time.monotonic, 0.08, lambda i, t: -1) == {0: ssts}
+    assert within_deadline([0], look, 0.01, 1, time.monotonic, 0.08, lambda i, t: -1) == {0: -1}
+    ended = time.monotonic()
+    time.sleep(0.3)
+    assert [t for t in sent if t > ended + 0.01] == []
