@@ -123,10 +123,8 @@ def within_deadline(
     watches: dict[int, Watch] = {}
     answers: queue.SimpleQueue[tuple[int | None, Any]] = queue.SimpleQueue()
 
-    def worker(me: int) -> None:
+    def worker(me: int, watch: Watch) -> None:
         nonlocal following
-        with lock:
-            watch = watches.setdefault(me, Watch())
         watch_requests(watch)
         while True:
             with lock:
@@ -175,7 +173,8 @@ def within_deadline(
     def spawn() -> None:
         me = next(names)
         running.add(me)
-        threading.Thread(target=worker, args=(me,), name="ckpt-look", daemon=True).start()
+        watches[me] = Watch()
+        threading.Thread(target=worker, args=(me, watches[me]), name="ckpt-look", daemon=True).start()
 
     for _ in range(max(1, min(workers, len(items)))):
         spawn()
