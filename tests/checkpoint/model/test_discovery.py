@@ -97,23 +97,13 @@ def test_a_look_that_reads_its_stores_in_a_pool_is_watched_there(tmp_path, monke
     review found its requests went unseen there, so a look storage kept answering was given up
     as silent, and its pool went on sending requests after it was."""
     from checkpoint.model.head import load_head
-    from checkpoint.storage import Storage, local
+    from checkpoint.storage import Storage
     from testbed import synthetic
+    from tests.support.throttle import throttled
 
     synthetic.build(tmp_path / "c", partitions=8, versions=6)
-    sent, slots = [], threading.Semaphore(2)
-
-    def slowed(fn):  # an overloaded store: two requests at a time, 0.03 s each
-        def wrapped(*args, **kwargs):
-            sent.append(time.monotonic())
-            with slots:
-                time.sleep(0.03)
-            return fn(*args, **kwargs)
-
-        return wrapped
-
-    for name in ("find", "ls", "stat", "cat_many", "cat", "cat_bounded", "heads"):
-        monkeypatch.setattr(local.LocalBackend, name, slowed(getattr(local.LocalBackend, name)))
+    reads = ("find", "ls", "stat", "cat_many", "cat", "cat_bounded", "heads")
+    sent = throttled(monkeypatch, reads, at_once=2, pause=0.03)
 
     def look(_: int) -> int:
         return load_head(Storage(str(tmp_path / "c")), workers=8).latest_committed_batch

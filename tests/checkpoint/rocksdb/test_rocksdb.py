@@ -136,24 +136,14 @@ def test_a_bases_sst_downloads_are_watched_as_the_look_is(copy_of, tmp_path: Pat
     them unseen there, so a look storage kept answering was given up as silent, and its pool went on
     downloading after it was."""
     import math
-    import threading
     import time
 
     from checkpoint.model import checkpoint_lineage, load_head, within_deadline
     from checkpoint.rocksdb.fetch import fetch_base
-    from checkpoint.storage import local
+    from tests.support.throttle import throttled
 
     path = copy_of("snapshots")
-    sent, slots = [], threading.Semaphore(1)
-    download = local.LocalBackend.download
-
-    def slowed(self, *args, **kwargs):  # an overloaded store: one download at a time, 0.05 s each
-        sent.append(time.monotonic())
-        with slots:
-            time.sleep(0.05)
-        return download(self, *args, **kwargs)
-
-    monkeypatch.setattr(local.LocalBackend, "download", slowed)
+    sent = throttled(monkeypatch, ("download",), at_once=1, pause=0.05)
     ckpt = load_head(Storage(str(path)))
     entry = max((e for e in checkpoint_lineage(ckpt) if e.base is not None), key=lambda e: e.base.info.size)
 
