@@ -92,6 +92,31 @@ def test_a_look_storage_keeps_answering_goes_on_past_its_timeout(tmp_path) -> No
     assert capped == {0: -1} and time.monotonic() - began < 0.3 + 0.2 + 0.2  # the budget, a timeout
 
 
+def test_no_look_starts_that_the_answered_ones_say_the_budget_would_cut(tmp_path) -> None:
+    """On Azurite at 1,000 checkpoints, looks longer than the timeout were still started late in a
+    tick and given up at its budget: half the tick's requests, for nothing. On a clock moved by the
+    looks alone, each 0.3 s long and answered every 0.1 s (timeout 0.2 s, budget 1.0 s), the three
+    that fit are answered and a fourth, which would end at 1.2 s, is not started."""
+    from checkpoint.storage import Storage
+
+    storage, now = Storage(str(tmp_path)), [0.0]
+
+    def look(item: int) -> int:
+        for _ in range(3):
+            storage.stat("commits/0")
+            now[0] += 0.1
+        return item
+
+    given_up: list[int] = []
+    got = within_deadline(list(range(10)), look, 1.0, 1, lambda: now[0], 0.2, lambda i, t: given_up.append(i))
+    assert (got, given_up, storage.calls.total()) == ({0: 0, 1: 1, 2: 2}, [], 9)
+    # Looks shorter than the timeout are bounded by it alone, and go on to the budget.
+    now[0] = 0.0
+    short = within_deadline(list(range(10)), lambda i: now.__setitem__(0, now[0] + 0.15) or i, 1.0, 1,
+                            lambda: now[0], 0.2, lambda i, t: -1)  # fmt: skip
+    assert list(short) == list(range(7))
+
+
 def test_a_look_that_reads_its_stores_in_a_pool_is_watched_there(tmp_path, monkeypatch) -> None:
     """A checkpoint of several stores is loaded in a pool of the look's own (`load_head`): the
     review found its requests went unseen there, so a look storage kept answering was given up
