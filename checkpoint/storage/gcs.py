@@ -11,9 +11,6 @@ What the shared `PreconditionBackend` relies on, as GCS does it:
 
 from __future__ import annotations
 
-import io
-from typing import Any, BinaryIO
-
 from checkpoint.storage.files import FileInfo, Folder, folder_marker, mtime_of
 from checkpoint.storage.generic import PreconditionBackend
 
@@ -63,42 +60,3 @@ class GCSBackend(PreconditionBackend):
         except FileNotFoundError:
             return None
         return FileInfo(rel, int(meta.get("size") or 0), mtime_of(meta))
-
-    def open(self, path: str, block_size: int | None, size: int | None, fence: str | None = None) -> BinaryIO:
-        """A reader of ranged GETs, a block each, when the size is known (from a listing): gcsfs'
-        own file asks for the object's details (a metadata GET and a listing) when it opens,
-        whatever size it is given, three requests before the first byte."""
-        if size is None:
-            return self.fs.open(path, "rb", block_size=block_size)
-        raw = _Ranged(self.fs, path, size)
-        return io.BufferedReader(raw, buffer_size=block_size or io.DEFAULT_BUFFER_SIZE)
-
-
-class _Ranged(io.RawIOBase):
-    """An object of known size read by ranged GETs (`cat_file`), as far as each read asks."""
-
-    def __init__(self, fs: Any, path: str, size: int) -> None:
-        self._fs, self._path, self._size, self._at = fs, path, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._at
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._size}[whence]
-        self._at = max(0, base + offset)
-        return self._at
-
-    def readinto(self, buffer: Any) -> int:
-        want = min(len(buffer), self._size - self._at)
-        if want <= 0:
-            return 0
-        data = self._fs.cat_file(self._path, start=self._at, end=self._at + want)
-        buffer[: len(data)] = data
-        self._at += len(data)
-        return len(data)
