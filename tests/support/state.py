@@ -39,17 +39,22 @@ def restart_like_untouched(
     spark, scenario, scenario_dir: Path, changed: Path, untouched: Path, extra: Path, max_files: int = 100_000
 ) -> int:
     """Restarts the real query on a changed checkpoint and on an untouched copy with the same new
-    input; both must reach the same batch with the same state. Returns that batch."""
+    input; both must reach the same batch with the same state. Returns that batch. The untouched
+    copy's restart is cached by what it read (`testbed.restart.untouched`)."""
     from checkpoint.model.checkpoint import load_checkpoint
+    from testbed.restart import untouched as untouched_restart
 
-    for path in (changed, untouched):
+    def restarted(path: Path) -> dict:
         scenario.restart(spark, scenario_dir, path, extra, max_files)
-    final = load_checkpoint(str(changed)).latest_committed_batch
-    assert final == load_checkpoint(str(untouched)).latest_committed_batch
-    assert read_state(spark, changed, final, scenario.name) == read_state(
-        spark, untouched, final, scenario.name
-    )
-    return final
+        batch = load_checkpoint(str(path)).latest_committed_batch
+        return {"batch": batch, "state": read_state(spark, path, batch, scenario.name)}
+
+    control = untouched_restart(spark, "batch and state", scenario.name, scenario_dir, untouched,
+                                {"max_files": max_files}, lambda: restarted(untouched))  # fmt: skip
+    changed_now = restarted(changed)
+    assert changed_now["batch"] == control["batch"]
+    assert changed_now["state"] == control["state"]
+    return changed_now["batch"]
 
 
 def control_state(spark, inputs: Path, checkpoint: Path, confs: dict[str, str]) -> list[str]:

@@ -213,3 +213,50 @@ def test_a_disk_too_small_for_the_suite_is_said_before_any_test(tmp_path: Path) 
     assert line.startswith("6.0 GiB free where the suite needs 7.0 GiB: temporary files in ")
     assert "the cache in" in line
     assert shortfall([("temporary files", tmp_path, 0)], free=lambda _: 0) == []
+
+
+def test_an_untouched_restart_is_run_once_for_what_it_read(spark, tmp_path, monkeypatch) -> None:
+    """Cached under a digest of what the restart read: the same bytes elsewhere hit it; a byte of the
+    copy, an input or a SQL conf changed misses it; a restart that raises caches nothing; a
+    transformWithState query (processing-time TTLs and timers) is never cached."""
+    import shutil
+
+    import pytest
+
+    from jobs.spark_session import scoped_confs
+    from testbed.restart import untouched
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    scenario = tmp_path / "scenario"
+    (scenario / "input").mkdir(parents=True)
+    (scenario / "input" / "0.json").write_text('{"k": 1}\n')
+    (scenario / "checkpoint" / "commits").mkdir(parents=True)
+    (scenario / "checkpoint" / "commits" / "0").write_text("v1\n{}")
+    copy = Path(shutil.copytree(scenario / "checkpoint", tmp_path / "copy"))
+    runs: list[Path] = []
+
+    def restarted(where: Path, name: str = "long_chain", shape: str = "state") -> dict:
+        def restart_it() -> dict:
+            runs.append(where)
+            return {"state": [f"run {len(runs)}"]}
+
+        return untouched(spark, shape, name, scenario, where, {"max_files": 1}, restart_it)
+
+    assert restarted(scenario / "checkpoint") == restarted(copy) == {"state": ["run 1"]}
+    assert restarted(copy, shape="other") == {"state": ["run 2"]}
+    (copy / "commits" / "0").write_text("v1\n{} ")
+    assert restarted(copy) == {"state": ["run 3"]}
+    (scenario / "input" / "0.json").write_text('{"k": 2}\n')
+    assert restarted(copy) == {"state": ["run 4"]}
+    with scoped_confs(spark, {"spark.sql.shuffle.partitions": "7"}):
+        assert restarted(copy) == {"state": ["run 5"]}
+    assert restarted(copy, name="every_state") == {"state": ["run 6"]}
+    assert restarted(copy, name="every_state") == {"state": ["run 7"]}
+
+    def raising() -> dict:
+        raise RuntimeError("the restart failed")
+
+    how = {"max_files": 2}
+    with pytest.raises(RuntimeError):
+        untouched(spark, "state", "long_chain", scenario, copy, how, raising)
+    assert untouched(spark, "state", "long_chain", scenario, copy, how, lambda: {"s": 1}) == {"s": 1}

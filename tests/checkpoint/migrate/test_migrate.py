@@ -39,15 +39,17 @@ def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, 
     the same new input: where what they emit and the state they end with (each read by Spark in a
     session of its format) differ; nothing when they are the same."""
     from jobs.spark_session import scoped_confs
-    from testbed.restart import differences, restart, state_rows
+    from testbed.restart import differences, restart, state_rows, untouched
     from tests.support.defaults import V1_SESSION
 
-    runs = {label: restart(spark, name, scenario_dir, path, extra, read_state=False)
-            for label, path in (("migrated", migrated), ("control", control))}  # fmt: skip
-    for label, path, confs in (("migrated", migrated, V2_SESSION), ("control", control, V1_SESSION)):
+    def restarted(path: Path, confs: dict[str, str]) -> dict:
+        run = restart(spark, name, scenario_dir, path, extra, read_state=False)
         with scoped_confs(spark, confs):
-            runs[label]["state"] = state_rows(spark, path, name)
-    return differences(runs["migrated"], runs["control"])
+            return {**run, "state": state_rows(spark, path, name)}
+
+    untouched_run = untouched(spark, "emitted, state read as V1", name, scenario_dir, control, {},
+                              lambda: restarted(control, V1_SESSION))  # fmt: skip
+    return differences(restarted(migrated, V2_SESSION), untouched_run)
 
 
 def _migrate(spark, src: Path, dest: Path, audit: Path):
