@@ -186,7 +186,8 @@ def look_within(
     look_timeout: float = COMMIT_SENSOR_LOOK_TIMEOUT,
 ) -> dict[str, Look]:
     """Looks at checkpoints in `order`, `workers` at a time, starting no look once `budget`
-    seconds have passed, and giving up on a look that storage has not answered for `look_timeout`
+    seconds have passed (nor one that the looks answered so far say the budget would cut:
+    `within_deadline`), and giving up on a look that storage has not answered for `look_timeout`
     (a hung NFS read, a storage that stalls), or that has run that long once the budget is spent:
     it is abandoned in its thread, a daemon one that cannot hold the process, sends no further
     request, and is reported as a problem. The looks made are a prefix of `order`, so the next

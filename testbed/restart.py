@@ -102,8 +102,9 @@ def restart(
 # session's SQL confs. Each untouched corpus checkpoint was restarted again by every test that
 # changed a copy of it; now once, until any of those change. Never for transformWithState, whose
 # processing-time TTLs and timers make the state depend on when the restart ran.
-_RESTART_CODE = ("queries.py", "scenarios.py", "operators.py", "defaults.py", "corpus.py", "sinks.py",
-                 "restart.py")  # fmt: skip
+_RESTART_CODE = tuple(f"testbed/{f}.py" for f in ("queries", "scenarios", "operators", "defaults", "corpus",
+                                                   "generators", "sinks", "restart")) + (
+    "tests/support/state.py", "tests/support/defaults.py", "jobs/spark_session.py")  # fmt: skip
 _VOLATILE_CONFS = ("spark.sql.warehouse.dir",)  # where the session started, not what it computes
 
 
@@ -135,8 +136,10 @@ def _untouched_key(spark, shape: str, name: str, scenario_dir: Path, checkpoint:
     digest = hashlib.sha256()
     confs = sorted((r.key, r.value) for r in spark.sql("SET").collect()
                    if r.key.startswith("spark.sql.") and r.key not in _VOLATILE_CONFS)  # fmt: skip
-    digest.update(json.dumps([shape, name, spark.version, confs, extra], sort_keys=True).encode())
-    here = Path(__file__).parent
+    # Where the corpus lies too: its logs name their inputs by absolute path.
+    where = str(scenario_dir.resolve())
+    digest.update(json.dumps([shape, name, spark.version, confs, extra, where], sort_keys=True).encode())
+    here = Path(__file__).parent.parent
     read = (("code", here, [here / f for f in _RESTART_CODE]),
             ("checkpoint", checkpoint, sorted(checkpoint.rglob("*"))),
             ("input", scenario_dir, sorted((scenario_dir / "input").rglob("*"))))  # fmt: skip

@@ -115,7 +115,10 @@ def within_deadline(
 
     No look is started that the looks answered so far say would be given up at the budget: one
     longer than `timeout` that would end past it. On Azurite at 1,000 checkpoints, the looks
-    started late in a tick were cut there, and were half the tick's requests.
+    started late in a tick were cut there, and were half the tick's requests. The guess is their
+    average: a call whose first looks were long starts no more past the budget less that average,
+    even where the items left would be quick (each call begins with `workers` looks, whatever
+    the guess, so a sensor's next tick goes on from where this one stopped).
 
     Daemon threads (an executor would wait for an abandoned one at exit), each taking its next
     item itself, so a look costs a lock and a queue, not a hand-off."""

@@ -15,6 +15,7 @@ from fsspec.spec import AbstractBufferedFile
 from checkpoint.errors import OversizedFileError, StorageError, UnprovenStorageError
 from checkpoint.storage.backend import Backend
 from checkpoint.storage.files import (
+    VANISHED,
     Calls,
     FileInfo,
     Folder,
@@ -425,7 +426,9 @@ DELETES_AT_ONCE = 16
 
 
 class _Ranged(io.RawIOBase):
-    """An object of known size read by ranged GETs (`cat_file`), as far as each read asks."""
+    """An object of known size read by ranged GETs (`cat_file`), as far as each read asks. Its
+    requests are sent at the reads, not at the open: their errors are the door's, as the open's
+    (a file deleted since its listing is the same vanished file)."""
 
     def __init__(self, fs: Any, path: str, size: int) -> None:
         self._fs, self._path, self._size, self._at = fs, path, size, 0
@@ -440,26 +443,35 @@ class _Ranged(io.RawIOBase):
         return self._at
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._size}[whence]
-        self._at = max(0, base + offset)
-        return self._at
+        if whence not in (io.SEEK_SET, io.SEEK_CUR, io.SEEK_END):
+            raise ValueError(f"invalid whence ({whence})")
+        at = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._size}[whence] + offset
+        if at < 0:
+            raise OSError(f"negative seek position {at}")
+        self._at = at
+        return at
+
+    def _get(self, end: int) -> bytes:
+        with failing("read", self._path, vanished=VANISHED):
+            data = self._fs.cat_file(self._path, start=self._at, end=end)
+        if len(data) > end - self._at:  # a store that ignored the range
+            raise StorageError(
+                f"read failed: {len(data)} bytes answered a range of {end - self._at}", self._path
+            )
+        self._at += len(data)
+        return data
 
     def readinto(self, buffer: Any) -> int:
         want = min(len(buffer), self._size - self._at)
         if want <= 0:
             return 0
-        data = self._fs.cat_file(self._path, start=self._at, end=self._at + want)
+        data = self._get(self._at + want)
         buffer[: len(data)] = data
-        self._at += len(data)
         return len(data)
 
     def readall(self) -> bytes:
         """The rest in one GET: io's own reads it 8 KiB a request (a whole 100 KiB file was 13)."""
-        if self._at >= self._size:
-            return b""
-        data = self._fs.cat_file(self._path, start=self._at, end=self._size)
-        self._at += len(data)
-        return data
+        return self._get(self._size) if self._at < self._size else b""
 
 
 def ancestors(path: str) -> list[str]:

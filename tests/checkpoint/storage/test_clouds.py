@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from checkpoint.analysis.checks import validate
-from checkpoint.errors import LeaseHeld
+from checkpoint.errors import LeaseHeld, StorageError
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
@@ -322,3 +322,8 @@ def test_a_file_of_known_size_is_read_by_ranged_gets_alone(cloud_store) -> None:
         whole = fh.read()
     assert (head, middle, whole) == (data[:20], data[50_000:50_010], data)
     assert proxy.counts() == {"get": 3}  # one a read: the rest of a file in one (io's own: 8 KiB each)
+    # Deleted since its listing: the door's vanished file at the first read (the open sends nothing).
+    cloud_store["fs"].rm_file(f"{cloud_store['base']}/ranged/state/0/0/1.changelog")
+    with storage.open("state/0/0/1.changelog", size=len(data)) as fh:
+        with pytest.raises(StorageError, match="file vanished while reading"):
+            fh.read(10)
