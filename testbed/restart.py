@@ -97,9 +97,11 @@ def restart(
         return {"emitted": sorted(emitted), "state": state_rows(spark, checkpoint, name)}
 
 
-# What a restart of an untouched copy gave, kept in the cache under a digest of everything it
-# read: the copy's bytes, the query's inputs, the code that ran it, Spark's version and the
-# session's SQL confs. Each untouched corpus checkpoint was restarted again by every test that
+# What a restart of an untouched copy gave, kept in the cache under a digest of what it read: the
+# copy's bytes, where the corpus lies and its inputs, the code that restarts and reads it (here and
+# in the test support), Spark's version and the session's SQL confs. Left out, as a stale entry
+# there can only fail a test, never pass one (the control runs no product code): pandas' and the
+# JVM's versions. Each untouched corpus checkpoint was restarted again by every test that
 # changed a copy of it; now once, until any of those change. Never for transformWithState, whose
 # processing-time TTLs and timers make the state depend on when the restart ran.
 _RESTART_CODE = tuple(f"testbed/{f}.py" for f in ("queries", "scenarios", "operators", "defaults", "corpus",

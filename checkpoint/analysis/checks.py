@@ -24,7 +24,9 @@ from checkpoint.errors import (
     CheckpointError,
     NotARegularFileError,
     OutsideCheckpointError,
+    StorageError,
     UnknownFormatVersionError,
+    UntrustedFileError,
 )
 from checkpoint.format import (
     FORK_COMPLETE,
@@ -442,6 +444,14 @@ _UNREADABLE = {
 }
 
 
+def _unless_storage_failed(exc: CheckpointError) -> None:
+    """Raises a failed read (a file gone since its listing, a GET refused or cut): the storage's
+    failure, not the bytes'. A finding would call the file corrupt. What the door refuses to read
+    (a link, a FIFO, a file past its kind's bound) is a finding of the file."""
+    if isinstance(exc, StorageError) and not isinstance(exc, UntrustedFileError):
+        raise exc
+
+
 def _zip_findings(
     ckpt: Checkpoint, zf: CheckpointFile, ssts: dict[str, CheckpointFile], versions: dict[str, int]
 ) -> Iterable[Finding]:
@@ -455,6 +465,7 @@ def _zip_findings(
         yield _finding(FindingCode.ZIP_UNREADABLE, path, str(exc))
         return
     except CheckpointError as exc:
+        _unless_storage_failed(exc)
         yield _finding(FindingCode.ZIP_METADATA_INVALID, path, str(exc))
         return
     versions[zf.rel] = snap.metadata.version
@@ -491,11 +502,13 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
                     try:
                         ckpt.check_changelog(f, tee.read)
                     except CheckpointError as exc:
+                        _unless_storage_failed(exc)
                         yield _finding(FindingCode.CHANGELOG_CORRUPT, path, str(exc))
                 elif f.kind in _UNREADABLE and f.info.size > 0:  # an empty one is found without `deep`
                     try:
                         ckpt.check_state_file(f, tee.read)
                     except CheckpointError as exc:
+                        _unless_storage_failed(exc)
                         yield _finding(_UNREADABLE[f.kind], path, str(exc))
                 tee.drain(POLICY.copy_chunk_bytes)
             crc = sidecars.get(f.rel)

@@ -79,6 +79,7 @@ from checkpoint.format.snapshot import (
     parse_zip_metadata,
     read_metadata_entry,
     read_snapshot,
+    zip_damage,
 )
 from checkpoint.format.spark import (
     CHANGELOG_CONF,
@@ -149,6 +150,7 @@ __all__ = [
     "UnreadableZipError",
     "WRITTEN_ZIP_METADATA_VERSION",
     "ZIP_ERRORS",
+    "zip_damage",
     "change_records",
     "check_changelog",
     "check_hadoop_crc",

@@ -5,6 +5,7 @@ SST files are never inside a zip; `metadata` names them, with the size a load ch
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import zipfile
@@ -27,6 +28,14 @@ _LOCAL_LOG = re.compile(r"^[0-9]{1,20}\.log\Z")
 # RuntimeError), a truncated entry (EOFError), bad header fields (ValueError, OverflowError).
 ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError, OverflowError,
               NotImplementedError, RuntimeError)  # fmt: skip
+
+
+def zip_damage(exc: BaseException) -> bool:
+    """One of ZIP_ERRORS, or a seek before a real file's start that a damaged end record's offsets
+    asked for (EINVAL: a file in memory raises ValueError for the same bytes). Any other OSError
+    is the storage's, not the bytes'."""
+    return isinstance(exc, ZIP_ERRORS) or (isinstance(exc, OSError) and exc.errno == errno.EINVAL)
+
 
 # The metadata version a rebuilt snapshot carries: what Spark 4.1 to 4.3 write in format V2, and
 # what Spark 4.0 refuses there (it writes v2). Compaction refuses a store of another generation.
@@ -165,7 +174,9 @@ def check_zip(fileobj: IO[bytes], path: str) -> None:
     try:
         with zipfile.ZipFile(fileobj) as zf:
             bad = zf.testzip()
-    except ZIP_ERRORS as exc:
+    except (*ZIP_ERRORS, OSError) as exc:
+        if not zip_damage(exc):
+            raise
         raise UnreadableZipError(f"unreadable zip: {exc}", path) from exc
     if bad is not None:
         raise UnreadableZipError(f"zip entry {bad!r} does not match its CRC-32", path)
@@ -179,5 +190,7 @@ def read_snapshot(fileobj: IO[bytes], path: str) -> Snapshot:
             return Snapshot(tuple((i.filename, i.file_size) for i in zf.infolist()), meta)
     except UnknownFormatVersionError:
         raise
-    except ZIP_ERRORS as exc:
+    except (*ZIP_ERRORS, OSError) as exc:
+        if not zip_damage(exc):
+            raise
         raise UnreadableZipError(f"unreadable zip: {exc}", path) from exc

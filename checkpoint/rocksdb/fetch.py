@@ -16,6 +16,7 @@ from checkpoint.format import (
     SnapshotMetadata,
     parse_zip_metadata,
     read_metadata_entry,
+    zip_damage,
 )
 from checkpoint.model import (
     Checkpoint,
@@ -54,7 +55,9 @@ def fetch_base(
                 if name != "metadata":
                     with zf.open(info) as src, open(db_dir / name, "wb") as out:
                         shutil.copyfileobj(src, out, policy.copy_chunk_bytes)
-    except ZIP_ERRORS as exc:
+    except (*ZIP_ERRORS, OSError) as exc:
+        if not zip_damage(exc):  # the local disk's (full, unwritable): the storage error it is
+            raise
         raise RebuildError(f"unreadable base zip: {exc}", ckpt.storage.full(rel)) from exc
     finally:
         local_zip.unlink(missing_ok=True)

@@ -446,8 +446,8 @@ class _Ranged(io.RawIOBase):
         if whence not in (io.SEEK_SET, io.SEEK_CUR, io.SEEK_END):
             raise ValueError(f"invalid whence ({whence})")
         at = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._size}[whence] + offset
-        if at < 0:
-            raise OSError(f"negative seek position {at}")
+        if at < 0:  # as io.BytesIO: zipfile asks it of a damaged end record, and takes it as damage
+            raise ValueError(f"negative seek value {at}")
         self._at = at
         return at
 

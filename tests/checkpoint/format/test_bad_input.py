@@ -106,6 +106,34 @@ def test_truncated_zip(copy_of) -> None:
     assert z.rel in str(err.value)
 
 
+def test_a_zip_whose_end_record_points_past_its_start_is_a_finding_not_a_crash(copy_of) -> None:
+    """Read through the file (over ZIP_WHOLE_BYTES, not whole into memory), a central directory's
+    offset past the file made zipfile seek before its start: a real file raised EINVAL, no finding
+    caught it, and `ckpt validate` ended in a traceback (a review's reproduction)."""
+    import os
+    import zipfile
+
+    from checkpoint.analysis.checks import validate
+    from checkpoint.format import ZIP_WHOLE_BYTES
+
+    path = copy_of("snapshots")
+    z = next(f for f in load_checkpoint(str(path)).files if f.kind == FileKind.ZIP)
+    src, padded = zipfile.ZipFile(path / z.rel), io.BytesIO()
+    with zipfile.ZipFile(padded, "w") as out:
+        for info in src.infolist():
+            out.writestr(info, src.read(info))
+        out.writestr("padding", os.urandom(ZIP_WHOLE_BYTES + (1 << 20)))
+    data = bytearray(padded.getvalue())
+    end = data.rfind(b"PK\x05\x06")
+    struct.pack_into("<L", data, end + 16, struct.unpack_from("<L", data, end + 16)[0] + (6 << 20))
+    (path / z.rel).write_bytes(bytes(data))
+    (path / z.rel).with_name(f".{Path(z.rel).name}.crc").unlink(missing_ok=True)
+    ckpt = load_checkpoint(str(path), strict=False)
+    with pytest.raises(CorruptFileError, match="unreadable zip"):
+        ckpt.read_snapshot(next(f for f in ckpt.files if f.rel == z.rel))  # listed at its new size
+    assert "ZIP_UNREADABLE" in {f.code for f in validate(ckpt).findings}
+
+
 def test_zip_metadata_of_an_unknown_version(copy_of, tmp_path) -> None:
     import zipfile
 
