@@ -71,7 +71,6 @@ from checkpoint.format.sizes import (
 )
 from checkpoint.format.snapshot import (
     WRITTEN_ZIP_METADATA_VERSION,
-    ZIP_ERRORS,
     Snapshot,
     SnapshotMetadata,
     UnreadableZipError,
@@ -79,7 +78,7 @@ from checkpoint.format.snapshot import (
     parse_zip_metadata,
     read_metadata_entry,
     read_snapshot,
-    zip_damage,
+    zip_damage_as,
 )
 from checkpoint.format.spark import (
     CHANGELOG_CONF,
@@ -149,8 +148,7 @@ __all__ = [
     "StoreInfo",
     "UnreadableZipError",
     "WRITTEN_ZIP_METADATA_VERSION",
-    "ZIP_ERRORS",
-    "zip_damage",
+    "zip_damage_as",
     "change_records",
     "check_changelog",
     "check_hadoop_crc",

@@ -10,11 +10,13 @@ import json
 import re
 import zipfile
 import zlib
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import IO
 
-from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.errors import MALFORMED, CorruptFileError
 from checkpoint.format.layout import SST_FILE, WAL_FILE
 from checkpoint.format.logs import ZIP_METADATA_VERSIONS, split_versioned
 
@@ -30,11 +32,21 @@ ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, Va
               NotImplementedError, RuntimeError)  # fmt: skip
 
 
-def zip_damage(exc: BaseException) -> bool:
-    """One of ZIP_ERRORS, or a seek before a real file's start that a damaged end record's offsets
-    asked for (EINVAL: a file in memory raises ValueError for the same bytes). Any other OSError
-    is the storage's, not the bytes'."""
-    return isinstance(exc, ZIP_ERRORS) or (isinstance(exc, OSError) and exc.errno == errno.EINVAL)
+@contextmanager
+def zip_damage_as(error: Callable[[BaseException], Exception]) -> Iterator[None]:
+    """Raises `error(exc)` for damaged zip bytes: one of ZIP_ERRORS, or a seek before a real file's
+    start that a damaged end record's offsets asked for (EINVAL; a file in memory raises ValueError
+    for the same bytes). Any other OSError is the storage's, not the bytes', and passes as it is."""
+    try:
+        yield
+    except (*ZIP_ERRORS, OSError) as exc:
+        if isinstance(exc, ZIP_ERRORS) or exc.errno == errno.EINVAL:
+            raise error(exc) from exc
+        raise
+
+
+def _unreadable(path: str) -> AbstractContextManager[None]:
+    return zip_damage_as(lambda exc: UnreadableZipError(f"unreadable zip: {exc}", path))
 
 
 # The metadata version a rebuilt snapshot carries: what Spark 4.1 to 4.3 write in format V2, and
@@ -171,26 +183,14 @@ def read_metadata_entry(zf: zipfile.ZipFile, path: str) -> bytes:
 def check_zip(fileobj: IO[bytes], path: str) -> None:
     """Every entry of a zip read and checked against its CRC-32, as RocksDB's load unpacks them;
     a snapshot zip holds only RocksDB's small files (its SSTs live beside it)."""
-    try:
-        with zipfile.ZipFile(fileobj) as zf:
-            bad = zf.testzip()
-    except (*ZIP_ERRORS, OSError) as exc:
-        if not zip_damage(exc):
-            raise
-        raise UnreadableZipError(f"unreadable zip: {exc}", path) from exc
+    with _unreadable(path), zipfile.ZipFile(fileobj) as zf:
+        bad = zf.testzip()
     if bad is not None:
         raise UnreadableZipError(f"zip entry {bad!r} does not match its CRC-32", path)
 
 
 def read_snapshot(fileobj: IO[bytes], path: str) -> Snapshot:
     """Reads the central directory and the `metadata` entry only (a seekable file reads no more)."""
-    try:
-        with zipfile.ZipFile(fileobj) as zf:
-            meta = parse_zip_metadata(read_metadata_entry(zf, path), path)
-            return Snapshot(tuple((i.filename, i.file_size) for i in zf.infolist()), meta)
-    except UnknownFormatVersionError:
-        raise
-    except (*ZIP_ERRORS, OSError) as exc:
-        if not zip_damage(exc):
-            raise
-        raise UnreadableZipError(f"unreadable zip: {exc}", path) from exc
+    with _unreadable(path), zipfile.ZipFile(fileobj) as zf:
+        meta = parse_zip_metadata(read_metadata_entry(zf, path), path)
+        return Snapshot(tuple((i.filename, i.file_size) for i in zf.infolist()), meta)

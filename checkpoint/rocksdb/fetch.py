@@ -12,11 +12,10 @@ from pathlib import Path
 
 from checkpoint.errors import RebuildError
 from checkpoint.format import (
-    ZIP_ERRORS,
     SnapshotMetadata,
     parse_zip_metadata,
     read_metadata_entry,
-    zip_damage,
+    zip_damage_as,
 )
 from checkpoint.model import (
     Checkpoint,
@@ -44,8 +43,10 @@ def fetch_base(
     rel = base.rel
     db_dir, local_zip = tmp / "db", tmp / "base.zip"
     read = download_checked(ckpt, rel, str(local_zip), base.info.size, policy)
+    # A damaged zip is the base's fault; the local disk's errors (full, unwritable) pass as they are.
+    damaged = zip_damage_as(lambda exc: RebuildError(f"unreadable base zip: {exc}", ckpt.storage.full(rel)))
     try:
-        with zipfile.ZipFile(local_zip) as zf:
+        with damaged, zipfile.ZipFile(local_zip) as zf:
             meta = parse_zip_metadata(read_metadata_entry(zf, ckpt.storage.full(rel)), ckpt.storage.full(rel))
             check_free_disk(tmp, read + sum(s.size for s in meta.sst_files), chain_bytes, ckpt.url)
             for info in zf.infolist():
@@ -55,10 +56,6 @@ def fetch_base(
                 if name != "metadata":
                     with zf.open(info) as src, open(db_dir / name, "wb") as out:
                         shutil.copyfileobj(src, out, policy.copy_chunk_bytes)
-    except (*ZIP_ERRORS, OSError) as exc:
-        if not zip_damage(exc):  # the local disk's (full, unwritable): the storage error it is
-            raise
-        raise RebuildError(f"unreadable base zip: {exc}", ckpt.storage.full(rel)) from exc
     finally:
         local_zip.unlink(missing_ok=True)
 
