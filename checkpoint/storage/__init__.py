@@ -21,7 +21,16 @@ its kind holds, `checkpoint.format.sizes`, or its listed size): a file's own siz
 call is counted in `calls`, shared by a root and its children, so tests and benchmarks can compare
 what two checkpoints cost on any backend."""
 
-from checkpoint.storage.files import Calls, FileInfo, Folder, Watch, carrying_watch, mtime_of, watch_requests
+from checkpoint.storage.files import (
+    Calls,
+    FileInfo,
+    Folder,
+    Watch,
+    carrying_watch,
+    current_watch,
+    mtime_of,
+    watch_requests,
+)
 from checkpoint.storage.front import PROVEN, UNPROVEN_LEAVE, Storage
 from checkpoint.storage.s3 import DELETE_MAX_KEYS
 from checkpoint.storage.urls import (
@@ -43,6 +52,7 @@ __all__ = [
     "Storage",
     "Watch",
     "carrying_watch",
+    "current_watch",
     "credentials_in",
     "mtime_of",
     "normalize_url",

@@ -68,6 +68,11 @@ class Watch:
             self._sent += n
 
 
+def current_watch() -> Watch | None:
+    """The watch this thread's storage requests count in, if any."""
+    return getattr(_watched, "watch", None)
+
+
 def watch_requests(watch: Watch | None) -> None:
     """From now on, each storage request this thread sends is counted in `watch`, and raises
     `Abandoned` instead once `watch.given_up` is set (None: no watch). Requests already sent
@@ -78,12 +83,12 @@ def watch_requests(watch: Watch | None) -> None:
 def carrying_watch(fn: Callable[..., T]) -> Callable[..., T]:
     """`fn`, to run in another thread (a pool's) under this thread's watch: the requests a look
     hands to its pool count as its own, and stop with it."""
-    watch: Watch | None = getattr(_watched, "watch", None)
+    watch = current_watch()
     if watch is None:
         return fn
 
     def watched(*args: Any, **kwargs: Any) -> T:
-        before = getattr(_watched, "watch", None)
+        before = current_watch()
         _watched.watch = watch
         try:
             return fn(*args, **kwargs)
@@ -101,7 +106,7 @@ class Calls:
         self._counts: Counter[str] = Counter()
 
     def add(self, kind: str, n: int = 1) -> None:
-        watch: Watch | None = getattr(_watched, "watch", None)
+        watch = current_watch()
         if watch is not None:
             watch.count(kind, n)
         with self._lock:

@@ -5,19 +5,26 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import NamedTuple
 
 
-def throttled(monkeypatch, names: tuple[str, ...], at_once: int, pause: float) -> list[float]:
-    """Slows `LocalBackend`'s calls in `names` for the test; returns the times each was asked,
-    appended as they are (a request after a look was given up shows there)."""
-    from checkpoint.storage import local
+class Sent(NamedTuple):
+    at: float  # when the backend was asked
+    thread: int
+    watched: bool  # counted in a look's watch (checkpoint.storage.current_watch)
 
-    sent: list[float] = []
+
+def throttled(monkeypatch, names: tuple[str, ...], at_once: int, pause: float) -> list[Sent]:
+    """Slows `LocalBackend`'s calls in `names` for the test; returns each request as it was asked,
+    appended as it is (a request after a look was given up shows there)."""
+    from checkpoint.storage import current_watch, local
+
+    sent: list[Sent] = []
     slots = threading.Semaphore(at_once)
 
     def slowed(fn):
         def wrapped(*args, **kwargs):
-            sent.append(time.monotonic())
+            sent.append(Sent(time.monotonic(), threading.get_ident(), current_watch() is not None))
             with slots:
                 time.sleep(pause)
             return fn(*args, **kwargs)
@@ -27,3 +34,13 @@ def throttled(monkeypatch, names: tuple[str, ...], at_once: int, pause: float) -
     for name in names:
         monkeypatch.setattr(local.LocalBackend, name, slowed(getattr(local.LocalBackend, name)))
     return sent
+
+
+def assert_stopped_with_its_look(sent: list[Sent], given_up: float) -> None:
+    """Every request was counted in the look's watch, its pool's too; after the look was given up
+    (at `given_up`), only those already past their check went out, at most one a thread. A time
+    bound instead failed on a loaded machine, where a thread that passed its check before the
+    look was given up may be descheduled for tens of milliseconds before it asks the backend."""
+    assert all(s.watched for s in sent), "a request the look's watch did not see"
+    late = [s.thread for s in sent if s.at > given_up]
+    assert len(set(late)) == len(late), f"a thread went on sending after its look was given up: {late}"
