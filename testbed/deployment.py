@@ -68,23 +68,24 @@ def recipe() -> list[list[str]]:
     return [shlex.split(line.removesuffix("&").strip()) for line in lines if line.endswith("&")]
 
 
-def _as_a_script_starts(command: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+def _as_a_script_starts(command: list[str]) -> tuple[list[str], Callable[[], None]]:
     """The command without its `env --default-signal=SIGS` (which is GNU's), and what a shell
     running the recipe as a script does to a `&` process before it runs: without a terminal
     neither bash nor dash has job control, and both start it with SIGINT and SIGQUIT ignored
-    (which `dagster code-server` then also makes of SIGTERM), unless the command restores them."""
+    (which `dagster code-server` then also makes of SIGTERM), unless the command restores them.
+    A restored signal is set to its default, as `env` sets it, whatever this process does with
+    it: a bench started in the background (SIGINT ignored) left it ignored, and its code server
+    outlived SIGTERM for good."""
+    restored: set[str] = set()
     if command[0] == "env" and command[1].startswith("--default-signal="):
-        restored = set(command[1].partition("=")[2].split(","))
+        restored = {name.removeprefix("SIG") for name in command[1].partition("=")[2].split(",")}
         command = command[2:]
-    else:
-        restored = set()
-    ignored = [sig for sig in (signal.SIGINT, signal.SIGQUIT) if sig.name.removeprefix("SIG") not in restored]
 
-    def ignore() -> None:
-        for sig in ignored:
-            signal.signal(sig, signal.SIG_IGN)
+    def as_started() -> None:
+        for sig in (signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_DFL if sig.name.removeprefix("SIG") in restored else signal.SIG_IGN)
 
-    return command, ignore if ignored else None
+    return command, as_started
 
 
 @contextmanager
