@@ -59,6 +59,8 @@ RUNS = """query($tags: [ExecutionTag!]) { runsOrError(filter: {tags: $tags}) { .
   results { runId status creationTime startTime endTime } } } }"""
 MATERIALIZED = """query($p: [String!]) { assetNodeOrError(assetKey: {path: ["checkpoint_compaction"]}) {
   ... on AssetNode { assetMaterializations(partitions: $p) { partition timestamp } } } }"""
+IN_PROGRESS = """query { runsOrError(filter: {statuses: [STARTING, STARTED, CANCELING]}) { ... on Runs {
+  results { runId } } } }"""
 DRY_RUN = """mutation($s: ScheduleSelector!, $t: Float) { scheduleDryRun(selectorData: $s, timestamp: $t) {
   __typename ... on DryRunInstigationTick { evaluationResult { runRequests { runKey } skipReason
   error { message } } } ... on PythonError { message } } }"""
@@ -231,8 +233,13 @@ def _pages(dev, where: Path, key: str, loads: int = 3) -> dict[str, dict]:
             quiet: list[float] = []
             errors: list[str] = []
             queries: dict[str, float] = {}
+            busy: list[float] = []
+            started: list[int] = []
             for _ in range(1 if name == "first visit" else loads):
+                started.append(_in_progress(dev))
                 page = context.new_page()
+                cdp = context.new_cdp_session(page)
+                cdp.send("Performance.enable")
                 page.on("console", lambda m, errors=errors: m.type == "error" and errors.append(m.text))
                 page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
                 page.on("requestfinished", lambda r, queries=queries: _timed(r, queries))
@@ -240,6 +247,8 @@ def _pages(dev, where: Path, key: str, loads: int = 3) -> dict[str, dict]:
                 page.goto(dev.url + path, wait_until="domcontentloaded", timeout=120_000)
                 page.get_by_text(text.format(key=key), exact=False).first.wait_for(timeout=120_000)
                 times.append(time.perf_counter() - began)
+                metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+                busy.append(round(metrics["TaskDuration"], 2))
                 page.wait_for_load_state("networkidle", timeout=120_000)
                 quiet.append(time.perf_counter() - began)
                 page.screenshot(path=str(where / f"page-{name.replace(' ', '-')}.png"))
@@ -247,9 +256,16 @@ def _pages(dev, where: Path, key: str, loads: int = 3) -> dict[str, dict]:
             slowest = sorted(queries.items(), key=lambda q: -q[1])[:3]
             out[name] = {"seconds": round(statistics.median(times), 2), "loads": [round(t, 2) for t in times],
                          "network_quiet_seconds": round(statistics.median(quiet), 2),
+                         "browser_busy_seconds": busy, "runs_in_progress": started,
                          "console_errors": errors, "slowest_queries_ms": dict(slowest)}  # fmt: skip
         browser.close()
     return out
+
+
+def _in_progress(dev) -> int:
+    """Runs started and not ended as a page is loaded: their workers share the machine's cores."""
+    runs = dev.graphql(IN_PROGRESS)["runsOrError"]["results"]
+    return len(runs)
 
 
 def _timed(request, queries: dict[str, float]) -> None:
