@@ -69,23 +69,45 @@ def recipe() -> list[list[str]]:
 
 
 def _as_a_script_starts(command: list[str]) -> tuple[list[str], Callable[[], None]]:
-    """The command without its `env --default-signal=SIGS` (which is GNU's), and what a shell
+    """The command without its `env --default-signal[=SIGS]` (which is GNU's), and what a shell
     running the recipe as a script does to a `&` process before it runs: without a terminal
     neither bash nor dash has job control, and both start it with SIGINT and SIGQUIT ignored
     (which `dagster code-server` then also makes of SIGTERM), unless the command restores them.
     A restored signal is set to its default, as `env` sets it, whatever this process does with
     it: a bench started in the background (SIGINT ignored) left it ignored, and its code server
     outlived SIGTERM for good."""
-    restored: set[str] = set()
-    if command[0] == "env" and command[1].startswith("--default-signal="):
-        restored = {name.removeprefix("SIG") for name in command[1].partition("=")[2].split(",")}
+    restored: set[int] = set()
+    if command[0] == "env" and command[1].startswith("--default-signal"):
+        restored = _signals(command[1].removeprefix("--default-signal"))
         command = command[2:]
 
     def as_started() -> None:
         for sig in (signal.SIGINT, signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_DFL if sig.name.removeprefix("SIG") in restored else signal.SIG_IGN)
+            signal.signal(sig, signal.SIG_IGN)
+        for sig in restored:
+            signal.signal(sig, signal.SIG_DFL)
 
     return command, as_started
+
+
+def _signals(spelled: str) -> set[int]:
+    """The signals GNU env's `--default-signal` names: `=INT,QUIT`, `=sigint`, `=2`; none named,
+    every signal that can be set."""
+    if not spelled:
+        return {s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)}
+    if not spelled.startswith("="):
+        raise ValueError(f"not env's --default-signal: --default-signal{spelled}")
+    named: set[int] = set()
+    for name in spelled[1:].split(","):
+        try:
+            named.add(
+                signal.Signals(int(name))
+                if name.isdigit()
+                else signal.Signals["SIG" + name.upper().removeprefix("SIG")]
+            )
+        except (KeyError, ValueError):
+            raise ValueError(f"env names no signal {name!r}") from None
+    return named
 
 
 @contextmanager

@@ -17,6 +17,7 @@ class Sent(NamedTuple):
 def throttled(monkeypatch, names: tuple[str, ...], at_once: int, pause: float) -> list[Sent]:
     """Slows `LocalBackend`'s calls in `names` for the test; returns each request as it was asked,
     appended as it is (a request after a look was given up shows there)."""
+    from checkpoint.errors import Abandoned
     from checkpoint.storage import current_watch, local
 
     sent: list[Sent] = []
@@ -24,10 +25,17 @@ def throttled(monkeypatch, names: tuple[str, ...], at_once: int, pause: float) -
 
     def slowed(fn):
         def wrapped(*args, **kwargs):
-            sent.append(Sent(time.monotonic(), threading.get_ident(), current_watch() is not None))
+            asked = Sent(time.monotonic(), threading.get_ident(), current_watch() is not None)
+            sent.append(asked)
             with slots:
                 time.sleep(pause)
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except Abandoned:
+                # A download is counted (and refused) inside the backend, after it was asked
+                # here: refused, it was never sent.
+                sent.remove(asked)
+                raise
 
         return wrapped
 
@@ -38,7 +46,8 @@ def throttled(monkeypatch, names: tuple[str, ...], at_once: int, pause: float) -
 
 def assert_stopped_with_its_look(sent: list[Sent], given_up: float) -> None:
     """Every request was counted in the look's watch, its pool's too; after the look was given up
-    (at `given_up`), only those already past their check went out, at most one a thread. A time
+    (at `given_up`, taken in the call's `timed_out`, which runs as the look is given up), only
+    those already past their check went out, at most one a thread. A time
     bound instead failed on a loaded machine, where a thread that passed its check before the
     look was given up may be descheduled for tens of milliseconds before it asks the backend."""
     assert all(s.watched for s in sent), "a request the look's watch did not see"
