@@ -44,12 +44,23 @@ def throttled(monkeypatch, names: tuple[str, ...], at_once: int, pause: float) -
     return sent
 
 
+def noting_give_ups(gave_up: list[float]):
+    """A `timed_out` for `within_deadline` that answers -1 and notes when the look was given up
+    (it runs as the look is given up)."""
+
+    def timed_out(item, timeout: float) -> int:
+        gave_up.append(time.monotonic())
+        return -1
+
+    return timed_out
+
+
 def assert_stopped_with_its_look(sent: list[Sent], given_up: float) -> None:
     """Every request was counted in the look's watch, its pool's too; after the look was given up
     (at `given_up`, taken in the call's `timed_out`, which runs as the look is given up), only
-    those already past their check went out, at most one a thread. A time
-    bound instead failed on a loaded machine, where a thread that passed its check before the
-    look was given up may be descheduled for tens of milliseconds before it asks the backend."""
+    those already past their check went out, at most one a thread. A time bound instead failed
+    on a loaded machine, where a thread that passed its check before the look was given up may
+    be descheduled for tens of milliseconds before it asks the backend."""
     assert all(s.watched for s in sent), "a request the look's watch did not see"
     late = [s.thread for s in sent if s.at > given_up]
     assert len(set(late)) == len(late), f"a thread went on sending after its look was given up: {late}"

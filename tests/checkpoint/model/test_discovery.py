@@ -124,7 +124,7 @@ def test_a_look_that_reads_its_stores_in_a_pool_is_watched_there(tmp_path, monke
     from checkpoint.model.head import load_head
     from checkpoint.storage import Storage
     from testbed import synthetic
-    from tests.support.throttle import assert_stopped_with_its_look, throttled
+    from tests.support.throttle import assert_stopped_with_its_look, noting_give_ups, throttled
 
     synthetic.build(tmp_path / "c", partitions=8, versions=6)
     reads = ("find", "ls", "stat", "cat_many", "cat", "cat_bounded", "heads")
@@ -137,8 +137,7 @@ def test_a_look_that_reads_its_stores_in_a_pool_is_watched_there(tmp_path, monke
     assert within_deadline([0], look, math.inf, 1, time.monotonic, 0.1, lambda i, t: -1) == {0: 5}
     assert time.monotonic() - began > 0.2  # answered past its timeout: slow, never silent
     gave_up: list[float] = []
-    timed_out = lambda i, t: gave_up.append(time.monotonic()) or -1  # noqa: E731
-    assert within_deadline([0], look, 0.05, 1, time.monotonic, 0.1, timed_out) == {0: -1}
+    assert within_deadline([0], look, 0.05, 1, time.monotonic, 0.1, noting_give_ups(gave_up)) == {0: -1}
     time.sleep(0.3)
     assert_stopped_with_its_look(sent, gave_up[0])
 

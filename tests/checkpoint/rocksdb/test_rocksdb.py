@@ -140,7 +140,7 @@ def test_a_bases_sst_downloads_are_watched_as_the_look_is(copy_of, tmp_path: Pat
 
     from checkpoint.model import checkpoint_lineage, load_head, within_deadline
     from checkpoint.rocksdb.fetch import fetch_base
-    from tests.support.throttle import assert_stopped_with_its_look, throttled
+    from tests.support.throttle import assert_stopped_with_its_look, noting_give_ups, throttled
 
     path = copy_of("snapshots")
     sent = throttled(monkeypatch, ("download",), at_once=1, pause=0.05)
@@ -159,7 +159,6 @@ def test_a_bases_sst_downloads_are_watched_as_the_look_is(copy_of, tmp_path: Pat
     watched = len(sent)
     assert within_deadline([0], look, math.inf, 1, time.monotonic, 0.12, lambda i, t: -1) == {0: ssts}
     gave_up: list[float] = []
-    timed_out = lambda i, t: gave_up.append(time.monotonic()) or -1  # noqa: E731
-    assert within_deadline([0], look, 0.01, 1, time.monotonic, 0.12, timed_out) == {0: -1}
+    assert within_deadline([0], look, 0.01, 1, time.monotonic, 0.12, noting_give_ups(gave_up)) == {0: -1}
     time.sleep(0.3)
     assert_stopped_with_its_look(sent[watched:], gave_up[0])
