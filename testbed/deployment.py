@@ -100,13 +100,12 @@ def _signals(spelled: str) -> set[int]:
     named: set[int] = set()
     for name in spelled[1:].split(","):
         try:
-            named.add(
-                signal.Signals(int(name))
-                if name.isdigit()
-                else signal.Signals["SIG" + name.upper().removeprefix("SIG")]
-            )
-        except (KeyError, ValueError):
+            sig = int(name) if name.isdigit() else signal.Signals["SIG" + name.upper().removeprefix("SIG")]
+        except KeyError:
             raise ValueError(f"env names no signal {name!r}") from None
+        if sig not in signal.valid_signals():  # a number: real-time ones have no name
+            raise ValueError(f"env names no signal {name!r}")
+        named.add(sig)
     return named
 
 

@@ -114,33 +114,3 @@ def test_every_schedule_evaluates_as_the_daemon_evaluates_it(instance) -> None:
     )
     for name, runs in expected.items():
         assert len(schedules[name].evaluate_tick(context).run_requests or []) == runs, name
-
-
-@pytest.mark.parametrize(
-    ("reason", "launched_again"),
-    [
-        ("UNEXPECTED_TERMINATION", True),  # its worker interrupted: the code server stopped under it
-        (None, True),  # failed by the run monitoring (its runtime bound), which names no reason
-        ("STEP_FAILURE", False),  # a checkpoint's findings, a lease held elsewhere: the same again
-    ],
-)
-def test_a_run_stopped_under_it_is_launched_again_once(reason, launched_again) -> None:
-    """deploy/dagster.yaml's run retries, as Dagster's daemon decides them: a run that failed for
-    a cause outside its steps is launched again once, and its retry is not."""
-    from pathlib import Path
-
-    import yaml
-    from dagster._core.events import RunFailureReason
-    from dagster._core.execution.retries import auto_reexecution_should_retry_run
-    from dagster._core.test_utils import create_run_for_test
-
-    deployed = yaml.safe_load((Path(__file__).parents[2] / "deploy" / "dagster.yaml").read_text())
-    why = RunFailureReason(reason) if reason else None
-    with dg.instance_for_test(overrides={"run_retries": deployed["run_retries"]}) as instance:
-        failed = create_run_for_test(instance, "validate_checkpoints", status=dg.DagsterRunStatus.FAILURE)
-        assert auto_reexecution_should_retry_run(instance, failed, why) is launched_again
-        ids = {"root_run_id": failed.run_id, "parent_run_id": failed.run_id}
-        tags = {f"dagster/{k}": v for k, v in ids.items()}  # what a retry carries
-        retry = create_run_for_test(instance, "validate_checkpoints", status=dg.DagsterRunStatus.FAILURE,
-                                    tags=tags, **ids)  # fmt: skip
-        assert auto_reexecution_should_retry_run(instance, retry, why) is False

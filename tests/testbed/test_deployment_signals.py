@@ -32,7 +32,7 @@ def _ignored_in_child(command: list[str], parent_ignores: tuple[signal.Signals, 
     return set(json.loads(out.stdout))
 
 
-@pytest.mark.parametrize("spelled", ["=INT,QUIT", "=SIGINT,SIGQUIT", "=int,quit", "=2,3", ""])
+@pytest.mark.parametrize("spelled", ["=INT,QUIT", "=SIGINT,SIGQUIT", "=int,quit", "=2,3", "=2,3,35", ""])
 @pytest.mark.parametrize("parent_ignores", [(), (signal.SIGINT, signal.SIGQUIT)])
 def test_a_restored_signal_is_at_its_default_whatever_the_parent_ignores(spelled, parent_ignores) -> None:
     """The code server's line restores SIGINT and SIGQUIT: ignored from a background parent
