@@ -7,6 +7,7 @@ from pathlib import Path
 
 from assets.partitions import partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
+from tests.support.files import files_of
 
 
 def stopped_root(instance, root: Path, **options) -> tuple[CheckpointRootsResource, str]:
@@ -26,4 +27,5 @@ def metadata_of(result, asset: str) -> dict:
 
 
 def files_under(root: Path) -> set[str]:
-    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    """The names of every file under `root`: `files_of`'s, without their sizes and times."""
+    return set(files_of(root))
