@@ -8,6 +8,7 @@ there; the Hadoop `.crc` of each rewritten file goes (Hadoop reads a file withou
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -19,13 +20,23 @@ from checkpoint.storage import Storage
 def copy_checkpoint(src: Path | str, dst: Path | str) -> Path:
     dst = Path(dst)
     shutil.copytree(src, dst)
-    here = Storage(str(dst)).spark_url
-    for meta in dst.glob("state/*/_metadata/v2/*"):
+    return naming_itself(dst)
+
+
+def naming_itself(checkpoint: Path) -> Path:
+    """A checkpoint copied to where it is now, its own paths written in; every file and folder
+    keeps the time the copy gave it, so that a test's manual clock (`testbed.demo.date_to`) counts
+    from the query's last write, not from the rewrite."""
+    here = Storage(str(checkpoint)).spark_url
+    for meta in checkpoint.glob("state/*/_metadata/v2/*"):
         if meta.name.startswith("."):
             continue
+        times = [(p, p.stat()) for p in (meta, meta.parent)]
         meta.write_bytes(rewrite_schema_paths(meta.read_bytes(), here, str(meta)))
         (meta.parent / f".{meta.name}.crc").unlink(missing_ok=True)
-    return dst
+        for p, st in times:
+            os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return checkpoint
 
 
 def hadoop_checksum(path: str) -> bool:

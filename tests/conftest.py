@@ -44,11 +44,17 @@ def rescue() -> Path:
 
 
 @pytest.fixture(scope="session")
-def defaults() -> dict[str, Path]:
-    """The checkpoints Spark writes with its defaults (`testbed.defaults`): HDFS-backed, RocksDB V1."""
+def defaults_root() -> Path:
+    """The corpus of the checkpoints Spark writes with its defaults (`testbed.defaults`)."""
     from testbed.defaults import ensure_defaults_corpus
 
-    return checkpoints(ensure_defaults_corpus())
+    return ensure_defaults_corpus()
+
+
+@pytest.fixture(scope="session")
+def defaults(defaults_root: Path) -> dict[str, Path]:
+    """The checkpoints Spark writes with its defaults: HDFS-backed, RocksDB V1."""
+    return checkpoints(defaults_root)
 
 
 @pytest.fixture(scope="session")

@@ -201,17 +201,34 @@ def test_dagster_definitions_validate() -> None:
     assert "All code locations passed validation" in out.stdout + out.stderr
 
 
+def test_the_demo_runs_the_queries_its_copies_come_from(tmp_path) -> None:
+    """`make demo` runs the scenarios the suite's test copies from the corpora (`--checkpoints-from`),
+    and a copy from corpora without one of them is refused by name, nothing copied."""
+    from testbed import demo
+
+    assert {s.name for s in demo._scenarios()} == {*demo.DEMO_SCENARIOS, *demo.DEFAULTS_SCENARIOS}
+    corpus = tmp_path / "corpus"
+    (corpus / "join").mkdir(parents=True)
+    (corpus / "manifest.json").write_text(json.dumps({"scenarios": {"join": {}}}))
+    with pytest.raises(SystemExit, match="no scenario long_chain, snapshots, killed, list_state"):
+        demo._copy_generated([corpus], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
-def test_demo_runs_a_maintenance_pass_through_dagster(tmp_path) -> None:
+def test_demo_runs_a_maintenance_pass_through_dagster(corpus_root, defaults_root, tmp_path) -> None:
+    """`make demo`'s maintenance pass, on copies of the corpora its queries wrote (the same
+    scenarios `testbed.demo` runs, generated once for the suite): the queries cost more than the
+    pass, and the corpora prove them."""
     import dagster as dg
 
     from checkpoint.model.checkpoint import load_checkpoint
 
     home = tmp_path / "dagster_home"
-    out = subprocess.run(
-        [sys.executable, "-m", "testbed.demo", "--out", str(tmp_path / "demo"), "--dagster-home", str(home)],
-        capture_output=True, text=True, cwd=ROOT, timeout=900,
-    )  # fmt: skip
+    corpora = [str(corpus_root), str(defaults_root)]
+    command = [sys.executable, "-m", "testbed.demo", "--out", str(tmp_path / "demo"),
+               "--dagster-home", str(home), "--checkpoints-from", *corpora]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     report = out.stdout.split("Maintenance report", 1)[1]
     sections = {b.split()[0]: b for b in report.split("\n  demo:")[1:]}

@@ -480,7 +480,7 @@ while time.time() < until:
 
 @pytest.mark.stress
 def test_eight_processes_hammering_one_lease_never_overlap(tmp_path) -> None:
-    seconds = float(os.environ.get("CKPT_LEASE_HAMMER_SECONDS", "60"))
+    seconds = float(os.environ.get("CKPT_LEASE_HAMMER_SECONDS", "30"))
     log = tmp_path / "held.jsonl"
     until = time.time() + seconds
     args = [str(tmp_path / "audit"), str(log), str(until)]
