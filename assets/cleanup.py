@@ -190,9 +190,10 @@ def checkpoint_orphan_cleanup(
 
     def apply_one(key: str) -> Cleaned:
         # The plan step ran before this lease was taken: planned again under it when the query ran since.
-        options = CleanupOptions(roots.audit_trail(key), lambda: plan_for(roots, key), planned=plans[key],
-                                 what="checkpoint_orphan_cleanup")  # fmt: skip
-        return apply_cleanup(roots.in_place(context, key, retry=len(keys) == 1), options)
+        options = CleanupOptions(
+            lambda: plan_for(roots, key), planned=plans[key], what="checkpoint_orphan_cleanup"
+        )
+        return apply_cleanup(roots.in_place(context, key, retry=len(keys) == 1, records=True), options)
 
     done = each_checkpoint(keys, apply_one, failing="was not cleaned")
     for key, cleaned in done.items():

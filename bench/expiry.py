@@ -110,8 +110,8 @@ from checkpoint.expiry import PurgeOptions, purge_expired
 from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
 storage = Storage(sys.argv[1])
-options = PurgeOptions(AuditTrail(AuditTrail.default_for(storage.url)), now=time.time())
-print(json.dumps(purge_expired(InPlace(storage, taken_at_once("bench")), options).as_dict()))
+request = InPlace(storage, taken_at_once("bench"), AuditTrail(AuditTrail.default_for(storage.url)))
+print(json.dumps(purge_expired(request, PurgeOptions(now=time.time())).as_dict()))
 """
 
 

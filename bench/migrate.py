@@ -75,10 +75,8 @@ def _migrate_in_place(src: str, dest: str, audit: str) -> dict:
     spark = local_session(master="local[2]", app_name="bench-migrate", extra_conf=SESSION)
     Path("/proc/self/clear_refs").write_text("5")  # the peak from here on: not the session's start
     workers_before = set(_python_workers(os.getpid()))
-    request = TwoSided(Storage(src), Storage(dest), taken_at_once("bench"))
-    result = migrate_checkpoint(
-        request, MigrationOptions(AuditTrail(audit), spark_ports(lambda: spark), quiet_seconds=0)
-    )
+    request = TwoSided(Storage(src), Storage(dest), taken_at_once("bench"), AuditTrail(audit))
+    result = migrate_checkpoint(request, MigrationOptions(spark_ports(lambda: spark), quiet_seconds=0))
     workers = [w for w in _python_workers(os.getpid()) if w not in workers_before]
     return {**result.as_dict(), "peak_rss_bytes": _vm_hwm(os.getpid()),
             "worker_peak_rss_bytes": max((_vm_hwm(w) for w in workers), default=0)}  # fmt: skip
@@ -102,8 +100,9 @@ def _in_session(spark, checkpoint: Path, work: Path) -> dict:
     from jobs.migrate import spark_ports
 
     started = time.perf_counter()
-    request = TwoSided(Storage(str(checkpoint)), Storage(str(work / "dest")), taken_at_once("bench"))
-    options = MigrationOptions(AuditTrail(str(work / "audit")), spark_ports(lambda: spark), quiet_seconds=0)
+    audit = AuditTrail(str(work / "audit"))
+    request = TwoSided(Storage(str(checkpoint)), Storage(str(work / "dest")), taken_at_once("bench"), audit)
+    options = MigrationOptions(spark_ports(lambda: spark), quiet_seconds=0)
     result = migrate_checkpoint(request, options)
     seconds = time.perf_counter() - started
     shutil.rmtree(work)

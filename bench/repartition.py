@@ -42,8 +42,8 @@ OPERATORS = ("snapshots", "watermark", "dedup_agg", "join", "join_cf", "list_sta
 _COMPAT_SCENARIOS = ("snapshots", "watermark", "dedup_agg", "join", "list_state")
 
 
-def _request(storage: Storage) -> InPlace:
-    return InPlace(storage, taken_at_once("bench"))
+def _request(storage: Storage, trail: AuditTrail) -> InPlace:
+    return InPlace(storage, taken_at_once("bench"), trail)
 
 
 def main() -> None:
@@ -112,8 +112,8 @@ def bench(work: Path, keys: int, to: int) -> None:
     storage = Storage(str(guarded))
     t = time.perf_counter()
     trail = AuditTrail(AuditTrail.default_for(storage.url))
-    options = RepartitionOptions(trail, to, spark_engine(lambda: spark), quiet_seconds=0)
-    result = repartition_checkpoint(_request(storage), options)
+    options = RepartitionOptions(to, spark_engine(lambda: spark), quiet_seconds=0)
+    result = repartition_checkpoint(_request(storage, trail), options)
     guarded_seconds = time.perf_counter() - t
 
     after = load_head(str(guarded))
@@ -152,10 +152,8 @@ def check(work: Path, to: int) -> int:
         )
         t = time.perf_counter()
         storage = Storage(str(changed))
-        options = RepartitionOptions(
-            AuditTrail(str(work / name / "audit")), to, spark_engine(lambda: spark), quiet_seconds=0
-        )
-        result = repartition_checkpoint(_request(storage), options)
+        options = RepartitionOptions(to, spark_engine(lambda: spark), quiet_seconds=0)
+        result = repartition_checkpoint(_request(storage, AuditTrail(str(work / name / "audit"))), options)
         extra = work / name / "more-input"
         diff = differences(*(restart(spark, name, root / name, p, extra) for p in (changed, untouched)))
         failed += bool(diff)
@@ -186,10 +184,8 @@ def compat(work: Path, python: str) -> int:
                 copy_checkpoint(original, base / "untouched"),
             )
             storage = Storage(str(changed))
-            options = RepartitionOptions(
-                AuditTrail(str(base / "audit")), 8, spark_engine(lambda: spark), quiet_seconds=0
-            )
-            repartition_checkpoint(_request(storage), options)
+            options = RepartitionOptions(8, spark_engine(lambda: spark), quiet_seconds=0)
+            repartition_checkpoint(_request(storage, AuditTrail(str(base / "audit"))), options)
             extra = base / "more-input"
             if restarted_by == spark.version:
                 after = [restart(spark, name, out / name, p, extra) for p in (changed, untouched)]

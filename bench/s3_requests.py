@@ -31,8 +31,8 @@ from testbed.s3server import s3_services
 
 def _apply(storage: Storage, plan: Plan, audit: AuditTrail) -> None:
     """Through the door, as the CLI applies a plan: the lease, the check, the apply."""
-    options = CleanupOptions(audit, lambda: plan, planned=plan, what="cleanup")
-    apply_cleanup(InPlace(storage, taken_at_once("bench")), options)
+    options = CleanupOptions(lambda: plan, planned=plan, what="cleanup")
+    apply_cleanup(InPlace(storage, taken_at_once("bench"), audit), options)
 
 
 def _row(what: str, counts, objects: int, minimum: int, note: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from checkpoint import bounds
 from checkpoint.errors import Refused
 from checkpoint.policy import POLICY, duration_text, parse_duration
-from checkpoint.safety import InPlace, Lease, TwoSided, lease_for
+from checkpoint.safety import AuditTrail, InPlace, Lease, TwoSided, lease_for
 from checkpoint.storage import Storage
 
 EXIT_OK = 0
@@ -93,15 +93,23 @@ def leased(args: argparse.Namespace, storage: Storage, what: str) -> Lease:
     return lease_for(storage, owner=f"ckpt {what}", ttl=args.lease_ttl).acquire(wait=args.wait)
 
 
-def in_place(args: argparse.Namespace, storage: Storage) -> InPlace:
+def trail_of(args: argparse.Namespace, storage: Storage) -> AuditTrail:
+    """Where a command's plans and records go: `--audit`, or beside the checkpoint at `storage`."""
+    return AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+
+
+def in_place(args: argparse.Namespace, storage: Storage, trail: AuditTrail | None = None) -> InPlace:
     """The request of a command that changes the checkpoint at `storage`, its lease taken as `leased`
-    takes it."""
-    return InPlace(storage, lambda storage, what: leased(args, storage, what))
+    takes it; `trail`, a command's that keeps records (`trail_of`)."""
+    return InPlace(storage, lambda storage, what: leased(args, storage, what), trail)
 
 
-def two_sided(args: argparse.Namespace, src: Storage, dest: Storage) -> TwoSided:
-    """The request of a command that writes DEST from SRC, its leases taken as `leased` takes one."""
-    return TwoSided(src, dest, lambda storage, what: leased(args, storage, what))
+def two_sided(
+    args: argparse.Namespace, src: Storage, dest: Storage, trail: AuditTrail | None = None
+) -> TwoSided:
+    """The request of a command that writes DEST from SRC, its leases taken as `leased` takes one;
+    `trail`, a command's that keeps records (`trail_of`)."""
+    return TwoSided(src, dest, lambda storage, what: leased(args, storage, what), trail)
 
 
 def quiet_period_option(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,6 @@ import time
 from datetime import datetime, timezone
 
 from checkpoint import bounds
-from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 from . import render
@@ -21,6 +20,7 @@ from .common import (
     quiet_period_option,
     quiet_seconds,
     takes_the_lease,
+    trail_of,
 )
 
 
@@ -51,9 +51,9 @@ def purge_command(args: argparse.Namespace) -> Result:
     from jobs.expiry import spark_purges  # Spark starts only for a purge, once its stores are planned
     from jobs.spark_session import session_for
 
-    request = in_place(args, Storage(args.path))
-    audit = AuditTrail(args.audit or AuditTrail.default_for(request.storage.url))
-    options = PurgeOptions(audit, args.as_of, quiet_seconds(args), now=time.time(),
+    storage = Storage(args.path)
+    request = in_place(args, storage, trail_of(args, storage))
+    options = PurgeOptions(args.as_of, quiet_seconds(args), now=time.time(),
                            run=spark_purges(lambda: session_for(args.master)))  # fmt: skip
     return Result(purge_expired(request, options).as_dict(), render.expired_text)
 

@@ -22,6 +22,7 @@ from .common import (
     quiet_period_option,
     quiet_seconds,
     takes_the_lease,
+    trail_of,
     whole,
 )
 
@@ -39,7 +40,7 @@ def gc(args: argparse.Namespace) -> Result | int:
     from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_cleanup, plan_gc
 
     storage = Storage(args.path)
-    audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+    audit = trail_of(args, storage)
     quiet = quiet_seconds(args)
 
     def plan() -> Plan:  # strict: a plan is built only from a completely read checkpoint
@@ -52,8 +53,8 @@ def gc(args: argparse.Namespace) -> Result | int:
         _stream_candidates(audit, plan())
         return EXIT_OK
     if args.apply:  # planned under the lease, and again when the query moved on meanwhile
-        options = CleanupOptions(audit, plan, what="gc --apply", batch_size=args.batch_size)
-        cleaned = apply_cleanup(in_place(args, storage), options)
+        options = CleanupOptions(plan, what="gc --apply", batch_size=args.batch_size)
+        cleaned = apply_cleanup(in_place(args, storage, audit), options)
         planned, result, replanned = cleaned.plan, cleaned.result, cleaned.replanned is not None
     else:
         planned = plan_cleanup(storage, audit, plan).plan

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 from . import render
@@ -17,6 +16,7 @@ from .common import (
     quiet_period_option,
     quiet_seconds,
     takes_the_lease,
+    trail_of,
     two_sided,
 )
 
@@ -26,11 +26,11 @@ def migrate_command(args: argparse.Namespace) -> Result:
     from jobs.migrate import spark_ports  # Spark starts only once the preflight passed
     from jobs.spark_session import session_for
 
-    request = two_sided(args, Storage(args.source), Storage(args.dest))
-    audit = AuditTrail(args.audit or AuditTrail.default_for(request.src.url))
+    src = Storage(args.source)
+    request = two_sided(args, src, Storage(args.dest), trail_of(args, src))
     ports = spark_ports(lambda: session_for(args.master))
-    result = migrate_checkpoint(request, MigrationOptions(audit, ports, batch=args.batch,
-                                                          quiet_seconds=quiet_seconds(args)))  # fmt: skip
+    options = MigrationOptions(ports, batch=args.batch, quiet_seconds=quiet_seconds(args))
+    result = migrate_checkpoint(request, options)
     return Result(result.as_dict(), render.migrate_text)
 
 

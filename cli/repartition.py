@@ -8,7 +8,6 @@ import argparse
 from checkpoint.errors import Refused
 from checkpoint.model import load_head
 from checkpoint.policy import POLICY
-from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
 from . import render
@@ -21,6 +20,7 @@ from .common import (
     quiet_period_option,
     quiet_seconds,
     takes_the_lease,
+    trail_of,
     whole,
 )
 
@@ -50,16 +50,15 @@ def repartition_command(args: argparse.Namespace) -> Result | int:
     from jobs.spark_session import session_for
 
     storage = Storage(args.path)
-    audit = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
-    request = in_place(args, storage)
+    request = in_place(args, storage, trail_of(args, storage))
     if args.undo:
-        undo = UndoOptions(audit, quiet_seconds(args), args.query_stopped, what="repartition")
+        undo = UndoOptions(quiet_seconds(args), args.query_stopped, what="repartition")
         undone = undo_repartition(request, undo)
         return Result(undone.as_dict(), render.repartition_text)
     if args.partitions is None:
         raise Refused("--partitions N is required (or --undo)")
     engine = spark_engine(lambda: session_for(args.master))  # Spark starts once preflight passed
-    options = RepartitionOptions(audit, args.partitions, engine, quiet_seconds=quiet_seconds(args))
+    options = RepartitionOptions(args.partitions, engine, quiet_seconds=quiet_seconds(args))
     result = repartition_checkpoint(request, options)
     return Result(result.as_dict(), render.repartition_text)
 

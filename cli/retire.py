@@ -12,10 +12,18 @@ from typing import Any
 from checkpoint.analysis import human_bytes, utc_minute
 from checkpoint.errors import RetirementRefused
 from checkpoint.policy import POLICY, duration_text
-from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 
-from .common import DELETE_BATCH, WHERE, Result, add_dormant_after, duration, leased, takes_the_lease
+from .common import (
+    DELETE_BATCH,
+    WHERE,
+    Result,
+    add_dormant_after,
+    duration,
+    leased,
+    takes_the_lease,
+    trail_of,
+)
 
 
 def retire(args: argparse.Namespace) -> Result:
@@ -27,7 +35,7 @@ def retire(args: argparse.Namespace) -> Result:
         raise RetirementRefused("name an archive (--archive URL), or say --no-archive to delete without one: "
                                 "nothing planned", args.target)  # fmt: skip
     storage = Storage(args.target)
-    trail = AuditTrail(args.audit or AuditTrail.default_for(storage.url))
+    trail = trail_of(args, storage)
     archive = None if args.no_archive else Storage(args.archive)
     dormancy, short = args.dormant_after, args.unsafe_short_grace
     plan = plan_retirement(storage, trail, archive=archive, now=time.time(), dormant_seconds=dormancy,
@@ -42,11 +50,11 @@ def _apply(args: argparse.Namespace) -> Result:
     trail, plan = read_retirement(args.target)
     archive = None if plan.archive is None else Storage(plan.archive)
     who = f"{getpass.getuser()}@{socket.gethostname()} (ckpt retire --apply)"
-    options = RetireOptions(plan, trail, time.time(), grace_seconds=args.grace,
+    options = RetireOptions(plan, time.time(), grace_seconds=args.grace,
                             allow_short_grace=args.unsafe_short_grace, batch_size=args.batch_size,
                             approved_by=who)  # fmt: skip
     request = retirement_request(
-        Storage(plan.checkpoint), archive, lambda storage, what: leased(args, storage, what)
+        Storage(plan.checkpoint), archive, lambda storage, what: leased(args, storage, what), trail
     )
     retired = apply_retirement(request, options)
     return Result({**retired.as_dict(), "applied": True}, _applied_text)

@@ -31,8 +31,8 @@ def purge_expired_op(
     published under a free name: a Spark task a store, in this deployment's Spark."""
     from jobs.expiry import spark_purges  # Spark only when this op runs
 
-    request, audit = roots.in_place(context, config.partition), roots.audit_trail(config.partition)
-    options = PurgeOptions(audit, config.as_of, roots.quiet_seconds_at_least(config.quiet_period),
+    request = roots.in_place(context, config.partition, records=True)
+    options = PurgeOptions(config.as_of, roots.quiet_seconds_at_least(config.quiet_period),
                            run=spark_purges(spark.session))  # fmt: skip
     try:
         done = purge_expired(request, options)

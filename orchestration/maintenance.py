@@ -82,8 +82,8 @@ def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> 
     """Plans (and where the root applies, deletes under the lease); returns what it did."""
     audit = roots.audit_trail(key)
     if applies:
-        options = CleanupOptions(audit, lambda: plan_for(roots, key), what="maintain_checkpoints")
-        cleaned = apply_cleanup(roots.in_place(context, key, retry=False), options)
+        options = CleanupOptions(lambda: plan_for(roots, key), what="maintain_checkpoints")
+        cleaned = apply_cleanup(roots.in_place(context, key, retry=False, records=True), options)
         plan, result = cleaned.plan, cleaned.result
         if result.failed.files:
             raise CheckpointError(f"{result.failed.files} deletion(s) failed: see {audit.outcomes_url(plan)}")

@@ -39,9 +39,10 @@ def migrate_op(
     from jobs.migrate import spark_ports  # Spark only when this op runs
 
     try:
-        request, dest_key = roots.two_sided(context, config.source_partition, config.destination)
-        options = MigrationOptions(roots.audit_trail(config.source_partition), spark_ports(spark.session),
-                                   batch=config.batch,
+        request, dest_key = roots.two_sided(
+            context, config.source_partition, config.destination, records=True
+        )
+        options = MigrationOptions(spark_ports(spark.session), batch=config.batch,
                                    quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),
                                    what="migrate_checkpoint")  # fmt: skip
         result = migrate_checkpoint(request, options)

@@ -45,17 +45,16 @@ def repartition_op(
     from jobs.repartition import spark_engine  # Spark when run
 
     storage = roots.checkpoint_storage(config.partition)
-    audit = roots.audit_trail(config.partition)
-    request, what = roots.in_place(context, config.partition), "repartition_checkpoint"
+    request, what = roots.in_place(context, config.partition, records=True), "repartition_checkpoint"
     try:
         if config.undo:
             quiet = roots.quiet_seconds_at_least(config.quiet_period)
-            undone = undo_repartition(request, UndoOptions(audit, quiet, config.query_stopped, what=what))
+            undone = undo_repartition(request, UndoOptions(quiet, config.query_stopped, what=what))
             return dg.Output(undone.as_dict(), metadata={"outcome": "undone", "deleted": undone.deleted})
         if config.partitions is None:
             raise dg.Failure(description="set `partitions` (the new count) or `undo`")
         quiet = roots.quiet_seconds_at_least(config.quiet_period)
-        options = RepartitionOptions(audit, config.partitions, spark_engine(spark.session), quiet, what=what)
+        options = RepartitionOptions(config.partitions, spark_engine(spark.session), quiet, what=what)
         result = repartition_checkpoint(request, options)
     except CheckpointError as exc:
         raise dg.Failure(description=f"{config.partition}: {exc}") from exc

@@ -111,8 +111,8 @@ def _apply(context, config: RetireConfig, roots: CheckpointRootsResource) -> tup
             def take(storage, what, key=ref.partition):
                 return roots.take_lease_at(context, storage, what, key, retry=False)
 
-            request = retirement_request(checkpoint, archive, take)
-            retired = apply_retirement(request, options(plan, trail, time.time()))
+            request = retirement_request(checkpoint, archive, take, trail)
+            retired = apply_retirement(request, options(plan, time.time()))
         except CheckpointError as exc:
             refused.append(f"{ref.partition} ({ref.plan_id}): {exc}")
             continue

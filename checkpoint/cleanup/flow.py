@@ -22,7 +22,6 @@ REPLANNED = "superseded: the query moved on since this plan; planned again under
 
 @dataclass(frozen=True)
 class CleanupOptions:
-    audit: AuditTrail  # where the plan's manifest and its outcomes are
     # Plans the checkpoint (its rules and thresholds are the caller's): called under the lease when
     # no plan is given, and again when the query moved on since `planned`.
     plan: Callable[[], Plan]
@@ -59,11 +58,10 @@ def plan_cleanup(storage: Storage, audit: AuditTrail, plan: Callable[[], Plan]) 
 
 def apply_cleanup(request: InPlace, options: CleanupOptions) -> Cleaned:
     """Applies `options.planned` (or, without it, a plan made under the lease) to the checkpoint
-    behind `request`, planning again when the query moved on since, then prunes the trail. Raises
-    GcError when the commit log no longer matches the plan, LeaseLost when the lease is taken
-    over."""
-    audit, plan = options.audit, options.plan
-    request.refuse_inside(audit.storage, "the audit trail")
+    behind `request`, planning again when the query moved on since, then prunes the trail (the
+    door's: where the plan's manifest and its outcomes are). Raises GcError when the commit log no
+    longer matches the plan, LeaseLost when the lease is taken over."""
+    audit, plan = request.audit_trail(), options.plan
     with request.held(options.what) as check:
         current = options.planned if options.planned is not None else plan()
         verdict = check_plan(current, request.storage)

@@ -50,7 +50,7 @@ from checkpoint.rocksdb import (
     set_options,
     write_in_batches,
 )
-from checkpoint.safety import AuditTrail, InPlace, folder_name
+from checkpoint.safety import InPlace, folder_name
 from checkpoint.storage import Storage
 
 PURGED, NOTHING, OWN_SNAPSHOT, LOOKED = "purged", "nothing expired", "its own snapshot", "looked"
@@ -68,7 +68,6 @@ StorePurges = Callable[["list[StoreTask]", Callable[[], None]], "list[StorePurge
 
 @dataclass(frozen=True)
 class PurgeOptions:
-    audit: AuditTrail  # where its record goes
     as_of: float | None = None  # seconds since the epoch; None: now (mid-batch: the batch's own time)
     quiet_seconds: float = POLICY.quiet_seconds
     now: float | None = None  # a manual clock; None: the time
@@ -169,7 +168,7 @@ def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
     replay of N will see it: as of N's own time, which the offset log records and the replay
     reuses. N evicts exactly that, and nothing more; a later purge time is refused."""
     started = time.monotonic()
-    audit, policy = options.audit, options.policy
+    audit, policy = request.audit_trail(), options.policy
     now = time.time() if options.now is None else options.now
     try:
         bounds.instant(now, "now")
@@ -182,9 +181,8 @@ def purge_expired(request: InPlace, options: PurgeOptions) -> ExpiredState:
         raise PurgeRefused(f"the purge time {_utc(options.as_of)} is later than now ({_utc(now)}): a "
                            "restart's first batch could come before it and still see what it would remove; "
                            "nothing was written", request.storage.url)  # fmt: skip
-    # The record is written into the trail, never into the checkpoint: a trail inside it would be
-    # files its metadata does not name, which every later action refuses.
-    request.refuse_inside(audit.storage, "the audit trail")
+    # The record is written into the trail, never into the checkpoint: the door refuses a trail
+    # inside it.
     with request.held(options.what) as check:
         ckpt = load_head(request.storage, strict=False, recent=2)
         replays = _preflight(ckpt, now, options.quiet_seconds)

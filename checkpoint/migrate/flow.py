@@ -318,7 +318,6 @@ class MigrationPorts:
 
 @dataclass(frozen=True)
 class MigrationOptions:
-    audit: AuditTrail  # where its record goes
     ports: MigrationPorts = MigrationPorts()
     batch: int | None = None  # a committed batch; default: the latest committed
     quiet_seconds: float = POLICY.quiet_seconds
@@ -330,7 +329,7 @@ def migrate_checkpoint(request: TwoSided, options: MigrationOptions) -> Migratio
     then the migration under them."""
     src, dest, o = request.src, request.dest, options
     with request.held(o.what) as check:
-        return _migrate(lambda: o.ports.digests(src, dest), src, dest, o.audit, o.batch,
+        return _migrate(lambda: o.ports.digests(src, dest), src, dest, request.audit_trail(), o.batch,
                         quiet_seconds=o.quiet_seconds, check=check,
                         writer=lambda: o.ports.writer(src, dest))  # fmt: skip
 

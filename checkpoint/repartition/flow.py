@@ -75,7 +75,6 @@ def _no_engine(storage: Storage) -> StateEngine:
 
 @dataclass(frozen=True)
 class RepartitionOptions:
-    audit: AuditTrail  # its records and the backup fork go there
     partitions: int  # the partition count to repartition to
     # Spark's repartitioner and reader on the checkpoint (`jobs.repartition.spark_engine` gives
     # it), made once preflight passed.
@@ -95,7 +94,14 @@ def repartition_checkpoint(request: InPlace, options: RepartitionOptions) -> Rep
     o = options
     with request.held(o.what) as check:
         return _repartition(
-            o.engine, request.storage, o.audit, o.partitions, check, o.now, o.quiet_seconds, o.after_rewrite
+            o.engine,
+            request.storage,
+            request.audit_trail(),
+            o.partitions,
+            check,
+            o.now,
+            o.quiet_seconds,
+            o.after_rewrite,
         )
 
 
@@ -255,7 +261,6 @@ def _verify(
 
 @dataclass(frozen=True)
 class UndoOptions:
-    audit: AuditTrail  # where the repartition's records and backup are
     quiet_seconds: float = POLICY.quiet_seconds
     query_stopped: bool = False  # the caller knows the query is stopped: no wait for the quiet period
     what: str = "repartition --undo"
@@ -270,7 +275,9 @@ def undo_repartition(request: InPlace, options: UndoOptions) -> Undone:
     older than the quiet period, unless the caller knows the query is stopped (`query_stopped`)."""
     o = options
     with request.held(o.what) as check:
-        return _undo_repartition(request.storage, o.audit, check, o.quiet_seconds, o.query_stopped, o.now)
+        return _undo_repartition(
+            request.storage, request.audit_trail(), check, o.quiet_seconds, o.query_stopped, o.now
+        )
 
 
 def _undo_repartition(

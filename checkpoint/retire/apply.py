@@ -45,7 +45,6 @@ _CLOCKS_APART = 60.0
 @dataclass(frozen=True)
 class RetireOptions:
     plan: RetirementPlan  # as read back and proven (`manifest.read_retirement`)
-    trail: AuditTrail  # where the plan is, and its records go
     now: float  # the time the grace period is counted to (a manual clock in tests)
     grace_seconds: float = POLICY.retire_grace_seconds
     allow_short_grace: bool = False
@@ -71,9 +70,14 @@ class Retired:
         return dataclasses.asdict(self)
 
 
-def retirement_request(checkpoint: Storage, archive: Storage | None, take: TakeLease) -> InPlace | TwoSided:
-    """The door a retirement goes through: to its archive (the plan's), or in place without one."""
-    return InPlace(checkpoint, take) if archive is None else TwoSided(checkpoint, archive, take)
+def retirement_request(
+    checkpoint: Storage, archive: Storage | None, take: TakeLease, trail: AuditTrail
+) -> InPlace | TwoSided:
+    """The door a retirement goes through: to its archive (the plan's), or in place without one;
+    `trail`, where the plan is and its records go."""
+    if archive is None:
+        return InPlace(checkpoint, take, trail)
+    return TwoSided(checkpoint, archive, take, trail)
 
 
 def apply_retirement(request: InPlace | TwoSided, options: RetireOptions) -> Retired:
@@ -90,7 +94,7 @@ def apply_retirement(request: InPlace | TwoSided, options: RetireOptions) -> Ret
     checkpoint, archive = (
         (request.storage, None) if isinstance(request, InPlace) else (request.src, request.dest)
     )
-    trail, plan, now = options.trail, options.plan, options.now
+    trail, plan, now = request.audit_trail(), options.plan, options.now
     started, before = time.monotonic(), _requests(checkpoint, archive, trail)
     _refuse_early(checkpoint, archive, plan, options)
     record = read_record(checkpoint, plan, now)
@@ -99,7 +103,9 @@ def apply_retirement(request: InPlace | TwoSided, options: RetireOptions) -> Ret
     with tempfile.TemporaryDirectory(prefix="ckpt-retire-") as tmp:
         manifest = _verified_manifest(trail, plan, record, tmp)
         with request.held("retire --apply") as check:
-            archived, deleted, already = _retire(checkpoint, archive, record, manifest, options, rel, check)
+            archived, deleted, already = _retire(
+                checkpoint, archive, record, manifest, trail, options, rel, check
+            )
     return Retired(
         plan_id=plan.plan_id, checkpoint=plan.checkpoint, archive=plan.archive,
         archived_batch=None if archived is None else archived.get("batch"),
@@ -114,6 +120,7 @@ def _retire(
     archive: Storage | None,
     record: PlanRecord,
     manifest: str,
+    trail: AuditTrail,
     options: RetireOptions,
     rel: str,
     check: Callable[[], None],
@@ -122,7 +129,7 @@ def _retire(
     earlier run had retired it all). The checkpoint is worked on where it was planned: its place
     resolved (a link repointed since is not followed) and, where folders have them, the folder's
     device and inode the plan recorded."""
-    trail, plan, now = options.trail, options.plan, options.now
+    plan, now = options.plan, options.now
     here = checkpoint.resolved()
     done = _TrailSoFar.of(trail, rel)
     marker = deletion_began(checkpoint, plan)

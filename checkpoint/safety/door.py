@@ -2,9 +2,12 @@
 takes the leases, in one order, before the action reads anything, and hands the action their
 `check`. `TwoSided`: an action that writes a new checkpoint from another (fork, migration), an
 overlap refused first. `InPlace`: an action that changes one checkpoint where it is (compaction,
-cleanup, repartition). An action run inside another's door (a repartition's backup fork, a
-retirement's archive) goes through its own door too, with the leases the outer one holds
-(`held_by`)."""
+cleanup, repartition). An action that keeps records (cleanup, repartition, migration, retirement,
+purge) is handed its audit trail by the door too, which refuses, by place and before it takes a
+lease, a trail at or inside a checkpoint the action touches: records there would be files the
+checkpoint's logs do not name, and a cleanup, a retirement or a migration started over deletes
+such files. An action run inside another's door (a repartition's backup fork, a retirement's
+archive) goes through its own door too, with the leases the outer one holds (`held_by`)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Protocol
 
 from checkpoint.safety.lease import lease_for
 from checkpoint.safety.place import refuse_inside, refuse_overlap
+from checkpoint.safety.trail import AuditTrail
 from checkpoint.storage import Storage
 
 
@@ -37,14 +41,17 @@ class TwoSided:
     src: Storage
     dest: Storage
     take: TakeLease
+    trail: AuditTrail | None = None  # where the action's records go; None: it keeps none
 
     @contextmanager
     def held(self, what: str) -> Iterator[Callable[[], None]]:
-        """A store that takes no writes refused, the overlap refused by place, then SRC's lease and
-        DEST's; yields the `check` of both, which the action calls before each thing it publishes."""
+        """A store that takes no writes refused, the overlap refused by place, a trail at or inside
+        either side refused, then SRC's lease and DEST's; yields the `check` of both, which the
+        action calls before each thing it publishes."""
         self.src.refuse_writes()  # the source's lease is written there
         self.dest.refuse_writes()
         refuse_overlap(self.src, self.dest)
+        _refuse_trail_inside(self.trail, self.src, self.dest)
         with self.take(self.src, f"{what} (source)") as held, self.take(self.dest, what) as lease:
 
             def check() -> None:
@@ -53,26 +60,50 @@ class TwoSided:
 
             yield check
 
+    def audit_trail(self) -> AuditTrail:
+        return _required(self.trail)
+
 
 @dataclass(frozen=True)
 class InPlace:
-    """One checkpoint, changed where it is, and `take`, this adapter's way of taking its lease."""
+    """One checkpoint, changed where it is, `take`, this adapter's way of taking its lease, and
+    the trail of an action that keeps records."""
 
     storage: Storage
     take: TakeLease
+    trail: AuditTrail | None = None  # where the action's records go; None: it keeps none
 
     @contextmanager
     def held(self, what: str) -> Iterator[Callable[[], None]]:
-        """The checkpoint's lease; yields its `check`, which the action calls before each thing it
-        publishes."""
+        """A trail at or inside the checkpoint refused, then the checkpoint's lease; yields its
+        `check`, which the action calls before each thing it publishes."""
         self.storage.refuse_writes()
+        _refuse_trail_inside(self.trail, self.storage)
         with self.take(self.storage, what) as lease:
             yield lease.check
+
+    def audit_trail(self) -> AuditTrail:
+        return _required(self.trail)
 
     def refuse_inside(self, folder: Storage, what: str) -> None:
         """A folder the action will make its own in (a rehearsal's scratch) refused at or inside
         the checkpoint, by place: called before the action makes anything."""
         refuse_inside(self.storage, folder, what)
+
+
+def _refuse_trail_inside(trail: AuditTrail | None, *sides: Storage) -> None:
+    if trail is None:
+        return
+    for side in sides:
+        refuse_inside(side, trail.storage, "the audit trail")
+
+
+def _required(trail: AuditTrail | None) -> AuditTrail:
+    """The trail of an action that keeps records: its adapter names one (a door without one is a
+    caller's mistake, never a run's)."""
+    if trail is None:
+        raise TypeError("this action keeps records: its door needs the audit trail")
+    return trail
 
 
 @dataclass(frozen=True)

@@ -192,8 +192,8 @@ def test_cleanup_deletes_only_what_recovery_never_reads(cell: Cell, tmp_path: Pa
     hidden = cell.backend != "local"
     wanted = [c.path for c in candidates_of(local) if not (hidden and hadoop_checksum(c.path))]
     assert sorted(c.path for c in candidates_of(plan, audit)) == sorted(wanted)
-    options = CleanupOptions(audit, lambda: plan, planned=plan, what="gc")
-    cleaned = apply_cleanup(InPlace(cell.storage, taken_at_once("tests")), options)
+    options = CleanupOptions(lambda: plan, planned=plan, what="gc")
+    cleaned = apply_cleanup(InPlace(cell.storage, taken_at_once("tests"), audit), options)
     after = cell.head()
     left = set(_tree(cell.storage))
     assert read <= left and _recovery(after) == read and _errors(after) == []
@@ -230,20 +230,20 @@ def test_what_the_format_refuses_is_refused_with_nothing_written(cell: Cell, tmp
     states = cell.head().states
     audit = AuditTrail(str(tmp_path / "audit"))
     before = _tree(cell.storage)
-    request = InPlace(cell.storage, taken_at_once("tests"))
+    request = InPlace(cell.storage, taken_at_once("tests"), audit)
     refused = {a for a in (R, M, P) if states.refusal(a)}
     assert refused == FORMATS[cell.format][1]
     if R in refused:
         with pytest.raises(RepartitionRefused):
-            repartition_checkpoint(request, RepartitionOptions(audit, 4, engine=_NoSpark(), quiet_seconds=0))
+            repartition_checkpoint(request, RepartitionOptions(4, engine=_NoSpark(), quiet_seconds=0))
     if M in refused:
         dest = cell.place("migrated")
         with pytest.raises(MigrationRefused):
-            request2 = TwoSided(cell.storage, dest, taken_at_once("tests"))
-            migrate_checkpoint(request2, MigrationOptions(audit, MigrationPorts(_NoSpark(), _NoSpark())))
+            request2 = TwoSided(cell.storage, dest, taken_at_once("tests"), audit)
+            migrate_checkpoint(request2, MigrationOptions(MigrationPorts(_NoSpark(), _NoSpark())))
         assert _tree(dest) == {}
     # None of these queries keeps TTL state: the purge finds no store, whatever the format says.
-    assert purge_expired(request, PurgeOptions(audit, quiet_seconds=0)).stores == ()
+    assert purge_expired(request, PurgeOptions(quiet_seconds=0)).stores == ()
     assert _tree(cell.storage) == before
 
 
@@ -256,8 +256,8 @@ def test_a_retirement_archives_what_recovery_reads_and_leaves_nothing(cell: Cell
     later = time.time() + 9 * 86400
     plan = plan_retirement(cell.storage, trail, archive=archive, now=later)
     _, proven = read_retirement(plan.manifest)
-    request = retirement_request(cell.storage, archive, taken_at_once("tests"))
-    retired = apply_retirement(request, RetireOptions(proven, trail, later + 8 * 86400))
+    request = retirement_request(cell.storage, archive, taken_at_once("tests"), trail)
+    retired = apply_retirement(request, RetireOptions(proven, later + 8 * 86400))
     assert retired.deleted_files == plan.files > 0 and _tree(cell.storage) == {}
     kept = load_head(archive, strict=False)
     assert kept.states.name == cell.format and _errors(kept) == [] and _recovery(kept) == read
@@ -275,10 +275,8 @@ def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
     source = cell.head()
     before = _tree(cell.storage)
     dest = cell.place("migrated")
-    options = MigrationOptions(
-        AuditTrail(str(tmp_path / "audit")), spark_ports(lambda: spark), quiet_seconds=0
-    )
-    request = TwoSided(cell.storage, dest, taken_at_once("tests"))
+    options = MigrationOptions(spark_ports(lambda: spark), quiet_seconds=0)
+    request = TwoSided(cell.storage, dest, taken_at_once("tests"), AuditTrail(str(tmp_path / "audit")))
     if cell.backend not in SPARK_REACHES:
         with pytest.raises(SparkCannotReach, match=f"no Hadoop file system for {_HADOOP[cell.backend]}://"):
             migrate_checkpoint(request, options)
@@ -300,9 +298,8 @@ def test_a_repartition_keeps_every_row_and_reads_as_healthy(cell: Cell, spark, t
 
     before = cell.head()
     partitions = 2 * len({e.store.partition for e in checkpoint_lineage(before)})
-    options = RepartitionOptions(AuditTrail(str(tmp_path / "audit")), partitions, spark_engine(lambda: spark),
-                                 quiet_seconds=0)  # fmt: skip
-    request = InPlace(cell.storage, taken_at_once("tests"))
+    options = RepartitionOptions(partitions, spark_engine(lambda: spark), quiet_seconds=0)
+    request = InPlace(cell.storage, taken_at_once("tests"), AuditTrail(str(tmp_path / "audit")))
     if cell.backend not in SPARK_REACHES:
         untouched = _tree(cell.storage)
         with pytest.raises(SparkCannotReach, match=f"no Hadoop file system for {_HADOOP[cell.backend]}://"):
@@ -329,8 +326,9 @@ def test_a_purge_drops_what_expired_and_nothing_else(expiring: Cell, tmp_path: P
     as_of = time.time()
     report = expired_report(expiring.storage, as_of).as_dict()
     assert report["expired"] > 0
-    options = PurgeOptions(AuditTrail(str(tmp_path / "audit")), as_of=as_of, quiet_seconds=0)
-    done = purge_expired(InPlace(expiring.storage, taken_at_once("tests")), options).as_dict()
+    options = PurgeOptions(as_of=as_of, quiet_seconds=0)
+    request = InPlace(expiring.storage, taken_at_once("tests"), AuditTrail(str(tmp_path / "audit")))
+    done = purge_expired(request, options).as_dict()
     assert {s["outcome"] for s in done["stores"]} == {"purged"} and done["expired"] == report["expired"]
     after = expired_report(expiring.storage, as_of).as_dict()
     assert after["expired"] == 0 and after["entries"] == report["entries"] - report["expired"]

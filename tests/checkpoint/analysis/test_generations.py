@@ -73,9 +73,9 @@ def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkp
         fork(Storage(str(copies["changed"])), Storage(str(work / "forked")))
         copies["forked"] = work / "forked"
         if name == "join":
-            request = InPlace(Storage(str(copies["repartitioned"])), taken_at_once("tests"))
             trail = AuditTrail(str(work / "audit"))
-            options = RepartitionOptions(trail, 8, spark_engine(lambda: spark), quiet_seconds=0)
+            request = InPlace(Storage(str(copies["repartitioned"])), taken_at_once("tests"), trail)
+            options = RepartitionOptions(8, spark_engine(lambda: spark), quiet_seconds=0)
             if spark_4_0:
                 before = files_of(copies["repartitioned"])
                 with pytest.raises(RepartitionRefused, match="metadata v2 .* with this release's Spark"):

@@ -40,8 +40,8 @@ def _planner(path: Path, audit: AuditTrail, made: list[Plan], move_after_first: 
 
 def test_a_plan_made_under_the_lease_is_applied_once(aged: Path, tmp_path: Path) -> None:
     audit, made = AuditTrail(str(tmp_path / "audit")), []
-    request = InPlace(Storage(str(aged)), taken_at_once("tests"))
-    cleaned = apply_cleanup(request, CleanupOptions(audit, _planner(aged, audit, made), what="gc --apply"))
+    request = InPlace(Storage(str(aged)), taken_at_once("tests"), audit)
+    cleaned = apply_cleanup(request, CleanupOptions(_planner(aged, audit, made), what="gc --apply"))
     assert len(made) == 1 and cleaned.replanned is None and cleaned.plan is made[0]
     assert cleaned.result.deleted.files == made[0].files > 0
     assert not any((aged / o["path"]).exists() for o in audit.outcomes(made[0]) if o["outcome"] == "deleted")
@@ -51,8 +51,8 @@ def test_the_query_moving_on_after_the_plan_makes_a_new_one_and_the_old_says_so(
     aged: Path, tmp_path: Path
 ) -> None:
     audit, made = AuditTrail(str(tmp_path / "audit")), []
-    request = InPlace(Storage(str(aged)), taken_at_once("tests"))
-    options = CleanupOptions(audit, _planner(aged, audit, made, move_after_first=True), what="gc --apply")
+    request = InPlace(Storage(str(aged)), taken_at_once("tests"), audit)
+    options = CleanupOptions(_planner(aged, audit, made, move_after_first=True), what="gc --apply")
     cleaned = apply_cleanup(request, options)
     first, second = made
     assert cleaned.replanned is first and cleaned.plan is second and second.live and not first.live
@@ -66,10 +66,10 @@ def test_the_query_moving_on_after_the_plan_makes_a_new_one_and_the_old_says_so(
 
 def test_a_held_lease_refuses_before_anything_is_planned(aged: Path, tmp_path: Path) -> None:
     audit, made = AuditTrail(str(tmp_path / "audit")), []
-    request = InPlace(Storage(str(aged)), taken_at_once("tests"))
+    request = InPlace(Storage(str(aged)), taken_at_once("tests"), audit)
     with lease_for(Storage(str(aged)), "someone else").acquire():
         with pytest.raises(LeaseHeld, match="someone else"):
-            apply_cleanup(request, CleanupOptions(audit, _planner(aged, audit, made), what="gc --apply"))
+            apply_cleanup(request, CleanupOptions(_planner(aged, audit, made), what="gc --apply"))
     assert made == []
 
 
@@ -92,7 +92,7 @@ def test_the_trail_is_pruned_by_the_core_after_a_dry_run_and_an_apply(aged: Path
     assert (
         dry.pruned == 1 and len(list((tmp_path / "audit").rglob("*.plan.jsonl"))) == POLICY.audit_keep_plans
     )
-    request = InPlace(storage, taken_at_once("tests"))
-    cleaned = apply_cleanup(request, CleanupOptions(audit, _planner(aged, audit, made), what="gc --apply"))
+    request = InPlace(storage, taken_at_once("tests"), audit)
+    cleaned = apply_cleanup(request, CleanupOptions(_planner(aged, audit, made), what="gc --apply"))
     assert cleaned.pruned == 1 and dry.plan.manifest != cleaned.plan.manifest
     assert len(list((tmp_path / "audit").rglob("*.plan.jsonl"))) == POLICY.audit_keep_plans

@@ -54,9 +54,9 @@ def purged_here(spark, path: Path, as_of: str) -> dict:
     from jobs.expiry import spark_purges
 
     storage = Storage(str(path))
-    options = PurgeOptions(AuditTrail(AuditTrail.default_for(storage.url)), float(as_of), now=time.time(),
-                           run=spark_purges(lambda: spark))  # fmt: skip
-    return purge_expired(InPlace(storage, taken_at_once("tests")), options).as_dict()
+    options = PurgeOptions(float(as_of), now=time.time(), run=spark_purges(lambda: spark))
+    request = InPlace(storage, taken_at_once("tests"), AuditTrail(AuditTrail.default_for(storage.url)))
+    return purge_expired(request, options).as_dict()
 
 
 def by_variable(report: dict) -> dict[str, tuple[int, int]]:

@@ -58,8 +58,8 @@ def _migrate(spark, src: Path, dest: Path, audit: Path):
     from checkpoint.storage import Storage
     from jobs.migrate import spark_ports
 
-    request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"))
-    return migrate_checkpoint(request, MigrationOptions(AuditTrail(str(audit)), spark_ports(lambda: spark)))
+    request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"), AuditTrail(str(audit)))
+    return migrate_checkpoint(request, MigrationOptions(spark_ports(lambda: spark)))
 
 
 def _stopped(defaults, name: str, where: Path) -> Path:
@@ -271,13 +271,9 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     assert forked.returncode == 0, forked.stderr
     moved = copy_checkpoint(dest, tmp_path / "repartitioned")
     audit = AuditTrail(AuditTrail.default_for(str(moved)))
-    request = InPlace(Storage(str(moved)), taken_at_once("tests"))
-    assert (
-        repartition_checkpoint(
-            request, RepartitionOptions(audit, 2, spark_engine(lambda: spark), quiet_seconds=0)
-        ).to_partitions
-        == 2
-    )
+    request = InPlace(Storage(str(moved)), taken_at_once("tests"), audit)
+    options = RepartitionOptions(2, spark_engine(lambda: spark), quiet_seconds=0)
+    assert repartition_checkpoint(request, options).to_partitions == 2
     for path in (dest, tmp_path / "forked", moved):
         assert ckpt("validate", str(path)).returncode == 0, path
     assert not restarted_differently(
@@ -400,12 +396,12 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     with pytest.raises(MigrationFailed, match=error):
         # The door, with this reader and the state written here (`jobs.migrate` writes it in Spark tasks).
         ports = MigrationPorts(digests=lambda s, d: OneRowOff(spark, s, d))
-        migrate_checkpoint(TwoSided(*storages, taken_at_once("tests")), MigrationOptions(audit, ports))
+        migrate_checkpoint(TwoSided(*storages, taken_at_once("tests"), audit), MigrationOptions(ports))
     monkeypatch.setattr(state._KeyCount, "total", counted)
     refused = ckpt("validate", str(dest))
     assert refused.returncode != 0 and "INCOMPLETE_FORK" in refused.stdout
-    real = MigrationOptions(audit, spark_ports(lambda: spark))
-    assert migrate_checkpoint(TwoSided(*storages, taken_at_once("tests")), real).proven
+    real = MigrationOptions(spark_ports(lambda: spark))
+    assert migrate_checkpoint(TwoSided(*storages, taken_at_once("tests"), audit), real).proven
     assert ckpt("validate", str(dest)).returncode == 0
 
 

@@ -34,8 +34,8 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     dest = Storage(f"s3://{bucket}/migrated-{where}-{name}", via_proxy(s3))
     audit = AuditTrail(f"s3://{bucket}/audit-migrate-{where}-{name}", via_proxy(s3))
     proxy.reset()
-    request = TwoSided(src, dest, taken_at_once("tests"))
-    result = migrate_checkpoint(request, MigrationOptions(audit, spark_ports(lambda: spark), quiet_seconds=0))
+    request = TwoSided(src, dest, taken_at_once("tests"), audit)
+    result = migrate_checkpoint(request, MigrationOptions(spark_ports(lambda: spark), quiet_seconds=0))
     assert result.proven and len(result.stores) == 4
     if where == "s3-to-s3":  # every log file but the batch's rewritten two is copied server-side
         ours = [

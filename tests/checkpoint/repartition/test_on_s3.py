@@ -38,13 +38,13 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
         return {f.rel: f.size for f in storage.list_files()}
 
     before = tree()
-    request = InPlace(storage, taken_at_once("tests"))
-    options = RepartitionOptions(audit, 8, spark_engine(lambda: spark), quiet_seconds=0)
+    request = InPlace(storage, taken_at_once("tests"), audit)
+    options = RepartitionOptions(8, spark_engine(lambda: spark), quiet_seconds=0)
     first = repartition_checkpoint(request, options)
     assert {f.rel.split("/")[2] for f in storage.list_files("state/0") if f.rel.endswith(".zip")} >= {
         str(p) for p in range(8)
     }
-    undone = undo_repartition(request, UndoOptions(audit, query_stopped=True))
+    undone = undo_repartition(request, UndoOptions(query_stopped=True))
     assert undone.deleted > 0 and tree() == before
     again = repartition_checkpoint(request, options)
     for result in (first, again):

@@ -94,10 +94,8 @@ def _run(spark, path: Path, partitions: int, **kwargs):
     audit = AuditTrail(AuditTrail.default_for(storage.url))
     # A corpus generated minutes ago (a cold cache) looks like a running query: the quiet period has
     # its own test.
-    request = InPlace(storage, taken_at_once("tests"))
-    options = RepartitionOptions(
-        audit, partitions, spark_engine(lambda: spark), **{"quiet_seconds": 0, **kwargs}
-    )
+    request = InPlace(storage, taken_at_once("tests"), audit)
+    options = RepartitionOptions(partitions, spark_engine(lambda: spark), **{"quiet_seconds": 0, **kwargs})
     return repartition_checkpoint(request, options)
 
 

@@ -44,8 +44,8 @@ def test_retirement_archives_to_another_bucket_and_deletes_in_batches_of_request
         assert plan.files == len(keys(s3, url))
         _, read = read_retirement(plan.manifest, options)
         proxy.reset()
-        request = retirement_request(Storage(url, options), archive, taken_at_once("test"))
-        retired = apply_retirement(request, RetireOptions(read, trail, later + 8 * 86400, batch_size=size))
+        request = retirement_request(Storage(url, options), archive, taken_at_once("test"), trail)
+        retired = apply_retirement(request, RetireOptions(read, later + 8 * 86400, batch_size=size))
         counts = proxy.counts()
         fs = direct(s3)
         fs.invalidate_cache()  # SeaweedFS keeps an emptied folder as a "directory" entry: no object

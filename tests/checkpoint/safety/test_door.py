@@ -1,6 +1,7 @@
-"""The door of the actions that write one checkpoint from another (`checkpoint.safety.door`): the
-overlap refused before any lease, both leases taken in one order, a held one refusing the action
-before it writes."""
+"""The doors of the actions (`checkpoint.safety.door`): for one that writes a checkpoint from
+another, the overlap refused before any lease, both leases taken in one order, a held one refusing
+the action before it writes; for every action that keeps records, a trail inside a checkpoint it
+touches refused before any lease."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from checkpoint.cleanup import CleanupOptions, apply_cleanup
 from checkpoint.errors import LeaseHeld, LeaseLost, OverlapRefused
+from checkpoint.expiry import PurgeOptions, purge_expired
 from checkpoint.fork import fork_checkpoint
-from checkpoint.safety import TwoSided, held_by, lease_for, taken_at_once
+from checkpoint.migrate import MigrationOptions, migrate_checkpoint
+from checkpoint.repartition import RepartitionOptions, UndoOptions, repartition_checkpoint, undo_repartition
+from checkpoint.safety import AuditTrail, InPlace, TwoSided, held_by, lease_for, taken_at_once
 from checkpoint.storage import Storage
 
 
@@ -129,3 +134,63 @@ def test_a_fork_through_a_link_into_its_source_writes_nothing(corpus, tmp_path: 
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "the destination and the source overlap" in out.stderr and "resolves to" in out.stderr
     assert files_of(src) == before and not any((src / "spare").iterdir())
+
+
+def _never() -> None:
+    raise AssertionError("the action went on past its door")
+
+
+# Every action that keeps records, through its own door: each refuses a trail inside its checkpoint.
+_IN_PLACE = {
+    "cleanup": lambda request: apply_cleanup(request, CleanupOptions(_never)),
+    "purge": lambda request: purge_expired(request, PurgeOptions(quiet_seconds=0)),
+    "repartition": lambda request: repartition_checkpoint(request, RepartitionOptions(4)),
+    "undo": lambda request: undo_repartition(request, UndoOptions(query_stopped=True)),
+}
+
+
+@pytest.mark.parametrize("spelling", ["inside", "through a link"])
+@pytest.mark.parametrize("action", sorted(_IN_PLACE))
+def test_a_trail_inside_the_checkpoint_is_refused_before_any_lease(
+    tmp_path: Path, action: str, spelling: str
+) -> None:
+    """Records inside a checkpoint are files its logs do not name, which a cleanup deletes: the
+    door refuses such a trail by place (a link into the checkpoint too), before the lease and
+    before the action reads anything; nothing is made."""
+    (tmp_path / "ckpt").mkdir()
+    if spelling == "through a link":
+        (tmp_path / "elsewhere").symlink_to(tmp_path / "ckpt")
+    at = tmp_path / ("ckpt" if spelling == "inside" else "elsewhere") / "audit"
+    taken: list[str] = []
+    request = InPlace(Storage(str(tmp_path / "ckpt")), _taken(taken), AuditTrail(str(at)))
+    with pytest.raises(OverlapRefused, match="the audit trail and the source overlap"):
+        _IN_PLACE[action](request)
+    assert taken == [] and list((tmp_path / "ckpt").iterdir()) == []
+    assert not (tmp_path / "_ckpt_audit").exists()  # where the lease would be
+
+
+@pytest.mark.parametrize("side", ["src", "dest"])
+def test_a_trail_inside_either_side_of_a_migration_is_refused_before_any_lease(
+    tmp_path: Path, side: str
+) -> None:
+    """A trail inside DEST would be deleted with the rest of an interrupted migration's files when
+    it starts over; inside SRC, it would be files the source's logs do not name."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dest").mkdir()  # empty, as a migration may find it
+    (tmp_path / "link").symlink_to(tmp_path / side, target_is_directory=True)
+    taken: list[str] = []
+    trail = AuditTrail(str(tmp_path / "link" / "audit"))
+    request = TwoSided(Storage(str(tmp_path / "src")), Storage(str(tmp_path / "dest")), _taken(taken), trail)
+    with pytest.raises(OverlapRefused, match="the audit trail"):
+        migrate_checkpoint(request, MigrationOptions())
+    assert taken == [] and sorted(p.name for p in tmp_path.iterdir()) == ["dest", "link", "src"]
+    assert list((tmp_path / "src").iterdir()) == list((tmp_path / "dest").iterdir()) == []
+
+
+def test_a_door_without_a_trail_cannot_be_asked_for_one(tmp_path: Path) -> None:
+    """An adapter that forgot the trail of an action that keeps records fails at once, before
+    any lease: the action asks for it first."""
+    taken: list[str] = []
+    with pytest.raises(TypeError, match="needs the audit trail"):
+        _IN_PLACE["cleanup"](InPlace(Storage(str(tmp_path / "ckpt")), _taken(taken)))
+    assert taken == []

@@ -442,9 +442,9 @@ def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(
     assert len(said) == 1 and "No space left" in said[0], out.stderr[-2000:]
     filler.unlink()
     assert _lease_is_free(src) and _lease_is_free(dest)
-    request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"))
-    options = MigrationOptions(AuditTrail(str(small_disk.parent / "audit")), spark_ports(lambda: spark))
-    assert migrate_checkpoint(request, options).proven
+    audit = AuditTrail(str(small_disk.parent / "audit"))
+    request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"), audit)
+    assert migrate_checkpoint(request, MigrationOptions(spark_ports(lambda: spark))).proven
     assert ckpt("validate", str(dest)).returncode == 0
 
 
