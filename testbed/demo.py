@@ -213,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     if args.checkpoints_from:
         _copy_generated(args.checkpoints_from, out)
-        # The newest file as old as a fresh one dated back, whatever the cache's age.
-        date_to(out, AGE_SECONDS)
+        # Each scenario's newest file as old as a fresh one dated back, whatever its corpus' age
+        # (the two corpora may be days apart).
+        for scenario in out.iterdir():
+            date_to(scenario, AGE_SECONDS)
         print(f"demo: checkpoints copied in {time.monotonic() - started:.0f} s", flush=True)
     else:
         count = len(DEMO_SCENARIOS) + len(DEFAULTS_SCENARIOS)

@@ -62,8 +62,11 @@ def plan_retirement(
         raise RetirementRefused(
             "a checkpoint at the top of a bucket is a root, never retired", storage.url
         ) from exc
-    # its manifest and records in the checkpoint would be files the apply finds unplanned, forever
+    # Its manifest and records in the checkpoint would be files the apply finds unplanned, forever;
+    # in the archive, they would leave it not empty, which the apply's fork refuses.
     refuse_inside(storage, trail.storage, "the audit trail")
+    if archive is not None:
+        refuse_inside(archive, trail.storage, "the audit trail", "the archive")
     top = storage.list_dir("")
     if not is_checkpoint(top, ""):
         raise RetirementRefused("not a checkpoint (no metadata with offsets/ or commits/): nothing retired",

@@ -51,7 +51,7 @@ class TwoSided:
         self.src.refuse_writes()  # the source's lease is written there
         self.dest.refuse_writes()
         refuse_overlap(self.src, self.dest)
-        _refuse_trail_inside(self.trail, self.src, self.dest)
+        _refuse_trail_inside(self.trail, (self.src, "the source"), (self.dest, "the destination"))
         with self.take(self.src, f"{what} (source)") as held, self.take(self.dest, what) as lease:
 
             def check() -> None:
@@ -78,7 +78,7 @@ class InPlace:
         """A trail at or inside the checkpoint refused, then the checkpoint's lease; yields its
         `check`, which the action calls before each thing it publishes."""
         self.storage.refuse_writes()
-        _refuse_trail_inside(self.trail, self.storage)
+        _refuse_trail_inside(self.trail, (self.storage, "the source"))
         with self.take(self.storage, what) as lease:
             yield lease.check
 
@@ -91,11 +91,11 @@ class InPlace:
         refuse_inside(self.storage, folder, what)
 
 
-def _refuse_trail_inside(trail: AuditTrail | None, *sides: Storage) -> None:
+def _refuse_trail_inside(trail: AuditTrail | None, *sides: tuple[Storage, str]) -> None:
     if trail is None:
         return
-    for side in sides:
-        refuse_inside(side, trail.storage, "the audit trail")
+    for storage, side in sides:
+        refuse_inside(storage, trail.storage, "the audit trail", side)
 
 
 def _required(trail: AuditTrail | None) -> AuditTrail:

@@ -54,15 +54,16 @@ def refuse_overlap(src: Storage, dest: Storage, what: str = "the destination") -
         _refuse(src, dest, b, what)
 
 
-def refuse_inside(src: Storage, folder: Storage, what: str) -> None:
-    """A folder in which the action makes a new one of its own (a rehearsal's scratch) refused at or
-    inside the checkpoint, by place: around it is no overlap, since what is made there is new."""
+def refuse_inside(src: Storage, folder: Storage, what: str, side: str = "the source") -> None:
+    """A folder in which the action makes a new one of its own (a rehearsal's scratch, an audit
+    trail) refused at or inside `side` (the checkpoint read, or a DEST written), by place: around it
+    is no overlap, since what is made there is new."""
     a, b = Place.of(src), Place.of(folder)
     if a.contains(b):
-        _refuse(src, folder, b, what)
+        _refuse(src, folder, b, what, side)
 
 
-def _refuse(src: Storage, dest: Storage, place: Place, what: str) -> NoReturn:
+def _refuse(src: Storage, dest: Storage, place: Place, what: str, side: str = "the source") -> NoReturn:
     spelled = dest.root.rstrip("/") or "/"
-    via = "" if str(place) in (spelled, dest.url) else f" (it resolves to {place})"
-    raise OverlapRefused(f"{what} and the source overlap ({src.url}{via}): nothing was written", dest.url)
+    via = "" if str(place) in (spelled, dest.url) else f"; {what} resolves to {place}"
+    raise OverlapRefused(f"{what} and {side} overlap ({src.url}{via}): nothing was written", dest.url)

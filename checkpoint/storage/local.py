@@ -36,12 +36,20 @@ def ignores_case(path: str) -> bool:
     does) finds a name in another case: macOS' and Windows' defaults do, Linux's do not."""
     while not os.path.exists(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)
+    device = os.stat(path).st_dev
     folder, name = os.path.split(path)
-    other = name.swapcase()
-    if other == name:
-        return False
+    # A name without letters (`2024`, `0`) has no other case: the nearest folder above it whose
+    # name has one tells, where that name is looked up on the same file system. Without it, two
+    # spellings of one dated checkpoint would be two leases.
+    while name.swapcase() == name:
+        if folder == path:
+            return False
+        path = folder
+        folder, name = os.path.split(path)
+        if os.stat(folder).st_dev != device:
+            return False
     try:
-        return os.path.samefile(path, os.path.join(folder, other))
+        return os.path.samefile(path, os.path.join(folder, name.swapcase()))
     except OSError:
         return False
 

@@ -181,7 +181,10 @@ def test_a_trail_inside_either_side_of_a_migration_is_refused_before_any_lease(
     taken: list[str] = []
     trail = AuditTrail(str(tmp_path / "link" / "audit"))
     request = TwoSided(Storage(str(tmp_path / "src")), Storage(str(tmp_path / "dest")), _taken(taken), trail)
-    with pytest.raises(OverlapRefused, match="the audit trail"):
+    named = {"src": "the source", "dest": "the destination"}[side]
+    with pytest.raises(
+        OverlapRefused, match=f"the audit trail and {named} overlap .*; the audit trail resolves"
+    ):
         migrate_checkpoint(request, MigrationOptions())
     assert taken == [] and sorted(p.name for p in tmp_path.iterdir()) == ["dest", "link", "src"]
     assert list((tmp_path / "src").iterdir()) == list((tmp_path / "dest").iterdir()) == []

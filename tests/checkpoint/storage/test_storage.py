@@ -596,3 +596,26 @@ def test_a_store_no_test_runs_against_is_refused_or_with_leave_read_and_never_wr
     assert "is not a proven store" in capsys.readouterr().err
     assert {p: memory.cat(p) for p in memory.find(url[len("memory://") :])} == before
     assert not memory.exists("/fork-here") and not (source / "_ckpt_audit").exists()
+
+
+@pytest.mark.parametrize("name", ["q1", "2024", "2024/0"])
+def test_two_spellings_of_a_checkpoint_on_a_disk_that_ignores_case_are_one_place(
+    tmp_path, monkeypatch, name
+) -> None:
+    """On a disk that ignores case (macOS', Windows'; simulated: a name is found in any case), the
+    place of `Data/<name>` is that of `DATA/<name>`, also for a name without letters, whose case
+    the folder above it tells: a dated checkpoint had two leases (the review). On this disk, which
+    keeps case, they stay two places."""
+    from checkpoint.safety import Place
+
+    (tmp_path / "Data" / name).mkdir(parents=True)
+    spellings = [Storage(str(tmp_path / "Data" / name)), Storage(str(tmp_path / "DATA" / name))]
+    assert Place.of(spellings[0]) != Place.of(spellings[1])
+    real = os.path.samefile
+
+    def ignoring_case(a, b) -> bool:
+        return (os.path.exists(a) and a.lower() == b.lower()) or real(a, b)
+
+    monkeypatch.setattr(os.path, "samefile", ignoring_case)
+    assert Place.of(spellings[0]) == Place.of(spellings[1])
+    assert Place.of(spellings[0]).contains(Place.of(Storage(str(tmp_path / "data" / name / "trail"))))
