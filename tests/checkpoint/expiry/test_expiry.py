@@ -32,9 +32,10 @@ def corpus() -> Path:
 
 
 def stopped_copy(corpus: Path, dest: Path, name: str = NAME) -> Path:
-    """A copy of the query's checkpoint whose last commit is an hour old: a stopped query."""
+    """A copy of the query's checkpoint whose last commit is two hours old: a query stopped past
+    the quiet period (an hour), whatever the corpus' age."""
     copy_checkpoint(corpus / name / "checkpoint", dest)
-    date_to(dest, 3600)
+    date_to(dest, 2 * 3600)
     return dest
 
 
