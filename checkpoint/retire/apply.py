@@ -77,7 +77,7 @@ def retirement_request(
     `trail`, where the plan is and its records go."""
     if archive is None:
         return InPlace(checkpoint, take, trail)
-    return TwoSided(checkpoint, archive, take, trail)
+    return TwoSided(checkpoint, archive, take, trail, dest_is="the archive")
 
 
 def apply_retirement(request: InPlace | TwoSided, options: RetireOptions) -> Retired:

@@ -66,7 +66,9 @@ def plan_retirement(
     # in the archive, they would leave it not empty, which the apply's fork refuses.
     refuse_inside(storage, trail.storage, "the audit trail")
     if archive is not None:
-        refuse_inside(archive, trail.storage, "the audit trail", "the archive")
+        # Either way round: the plan's manifest in the archive (or the archive in the folder the
+        # plan writes to) leaves it not empty, and no apply could fork into it.
+        refuse_overlap(archive, trail.storage, "the audit trail", "the archive")
     top = storage.list_dir("")
     if not is_checkpoint(top, ""):
         raise RetirementRefused("not a checkpoint (no metadata with offsets/ or commits/): nothing retired",
@@ -88,7 +90,7 @@ def plan_retirement(
             storage.url,
         )
     if archive is not None:
-        refuse_overlap(storage, archive)
+        refuse_overlap(storage, archive, "the archive")
         held = inspect_dest(archive)
         if held.files and held.started is None:
             raise RetirementRefused(f"the archive is not empty ({len(held.files)} files)", archive.url)

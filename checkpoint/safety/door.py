@@ -42,6 +42,7 @@ class TwoSided:
     dest: Storage
     take: TakeLease
     trail: AuditTrail | None = None  # where the action's records go; None: it keeps none
+    dest_is: str = "the destination"  # what refusals call DEST (a retirement's: "the archive")
 
     @contextmanager
     def held(self, what: str) -> Iterator[Callable[[], None]]:
@@ -50,8 +51,8 @@ class TwoSided:
         action calls before each thing it publishes."""
         self.src.refuse_writes()  # the source's lease is written there
         self.dest.refuse_writes()
-        refuse_overlap(self.src, self.dest)
-        _refuse_trail_inside(self.trail, (self.src, "the source"), (self.dest, "the destination"))
+        refuse_overlap(self.src, self.dest, self.dest_is)
+        _refuse_trail_inside(self.trail, (self.src, "the source"), (self.dest, self.dest_is))
         with self.take(self.src, f"{what} (source)") as held, self.take(self.dest, what) as lease:
 
             def check() -> None:

@@ -45,13 +45,15 @@ class Place:
         return self.path if self.protocol in ("file", "local") else f"{self.protocol}://{self.path}"
 
 
-def refuse_overlap(src: Storage, dest: Storage, what: str = "the destination") -> None:
-    """`what` (a fork's DEST, an archive) at, inside or around the checkpoint it is written from
-    would write into what it reads, or delete it: refused, by place, before anything is created.
-    The message names where a link took the spelling."""
+def refuse_overlap(
+    src: Storage, dest: Storage, what: str = "the destination", side: str = "the source"
+) -> None:
+    """`what` (a fork's DEST, an archive) at, inside or around `side` (the checkpoint it is written
+    from) would write into what it reads, or delete it: refused, by place, before anything is
+    created. The message names where a link took the spelling."""
     a, b = Place.of(src), Place.of(dest)
     if a.overlaps(b):
-        _refuse(src, dest, b, what)
+        _refuse(src, dest, b, what, side)
 
 
 def refuse_inside(src: Storage, folder: Storage, what: str, side: str = "the source") -> None:

@@ -32,26 +32,25 @@ def fsync_path(path: str) -> None:
 
 
 def ignores_case(path: str) -> bool:
-    """Whether the local file system at `path` (which exists, or whose nearest existing folder
-    does) finds a name in another case: macOS' and Windows' defaults do, Linux's do not."""
+    """Whether the local file system finds `path` (or, where it is yet to be made, its nearest
+    existing folder), the whole of it, under its lower-cased spelling as the same file (under its
+    upper-cased one where it has no capital): macOS' and Windows' defaults do, Linux's do not.
+
+    The whole spelling is asked, not its last name: a place is then given lower-cased, and every
+    lease and record is written at that spelling, so it must be one the disk finds. A folder on the
+    way that keeps case, or a link whose name is another case of a folder's, answers False (asking
+    the last name alone took a dated `2024` for a name without case, and asking the nearest name
+    with letters took such a link for a disk that ignores case). A path without a letter tells
+    nothing, and lower-casing it changes nothing."""
     while not os.path.exists(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)
-    device = os.stat(path).st_dev
-    folder, name = os.path.split(path)
-    # A name without letters (`2024`, `0`) has no other case: the nearest folder above it whose
-    # name has one tells, where that name is looked up on the same file system. Without it, two
-    # spellings of one dated checkpoint would be two leases.
-    while name.swapcase() == name:
-        if folder == path:
-            return False
-        path = folder
-        folder, name = os.path.split(path)
-        if os.stat(folder).st_dev != device:
-            return False
-    try:
-        return os.path.samefile(path, os.path.join(folder, name.swapcase()))
-    except OSError:
-        return False
+    for other in (path.lower(), path.upper()):
+        if other != path:
+            try:
+                return os.path.samefile(path, other)
+            except OSError:
+                return False
+    return False
 
 
 def renamed(path: str, target: str) -> bool:

@@ -366,6 +366,8 @@ def test_an_audit_trail_inside_the_checkpoint_is_refused_when_planned(corpus, tm
     # In the archive, the plan's manifest left it not empty, and no apply could ever fork into it
     # (the review): refused when planned, nothing written there.
     archive = tmp_path / "archive"
-    out = ckpt("retire", str(orders), "--archive", str(archive), "--audit", str(archive / "trail"))
-    assert out.returncode == 2 and "the audit trail and the archive overlap" in out.stderr, out.stderr
-    assert not archive.exists() and files_of(orders) == before
+    for trail in (archive / "trail", tmp_path / "trail"):  # in the archive; around it
+        archived = archive if trail.parent == archive else trail / "orders"
+        out = ckpt("retire", str(orders), "--archive", str(archived), "--audit", str(trail))
+        assert out.returncode == 2 and "the audit trail and the archive overlap" in out.stderr, out.stderr
+        assert not archive.exists() and not trail.exists() and files_of(orders) == before

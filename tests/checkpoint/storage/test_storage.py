@@ -619,3 +619,21 @@ def test_two_spellings_of_a_checkpoint_on_a_disk_that_ignores_case_are_one_place
     monkeypatch.setattr(os.path, "samefile", ignoring_case)
     assert Place.of(spellings[0]) == Place.of(spellings[1])
     assert Place.of(spellings[0]).contains(Place.of(Storage(str(tmp_path / "data" / name / "trail"))))
+    # A folder not made yet has the place it will have once made (a fork's DEST takes its lease first).
+    new = Storage(str(tmp_path / "Data" / "New"))
+    before = Place.of(new)
+    (tmp_path / "Data" / "New").mkdir()
+    assert Place.of(new) == before
+
+
+def test_a_link_spelled_in_another_case_does_not_make_a_disk_that_keeps_case_ignore_it(tmp_path) -> None:
+    """`T1/data/2024` beside a link `T1/DATA -> data`, on this disk, which keeps case: the place is
+    the path as it is. A check of the nearest name with letters took the link for a disk that
+    ignores case and lower-cased the place to `t1/data/2024`, where nothing is: a cleanup wrote its
+    lease folder under `t1/` (helper-25)."""
+    from checkpoint.safety import Place
+
+    (tmp_path / "T1" / "data" / "2024").mkdir(parents=True)
+    (tmp_path / "T1" / "DATA").symlink_to(tmp_path / "T1" / "data")
+    where = str(tmp_path / "T1" / "data" / "2024")
+    assert Place.of(Storage(where)).path == where
