@@ -345,7 +345,7 @@ def fork_checkpoint(request: TwoSided, options: ForkOptions = ForkOptions()) -> 
     """The fork's door: `request`'s overlap refused and both leases taken (`safety.door`), then the
     fork under them. A DEST that is not this fork's is refused first as well, and again under the
     leases: a fork aimed at somebody's folder leaves no lease record beside it."""
-    refuse_overlap(request.src, request.dest)
+    refuse_overlap(request.src, request.dest, request.dest_is)
     check_dest(inspect_dest(request.dest), request.src.url, options.batch,
                new_query_id=options.new_query_id, dest=request.dest)  # fmt: skip
     with request.held(options.what) as check:

@@ -407,7 +407,8 @@ def _archived(
         return None
     if marker is None:
         result = fork_checkpoint(
-            TwoSided(checkpoint, archive, held_by(check)), ForkOptions(what="retirement archive")
+            TwoSided(checkpoint, archive, held_by(check), dest_is="the archive"),
+            ForkOptions(what="retirement archive"),
         )
         batch, query_id, files, size = result.batch, result.query_id, result.files, result.total_bytes
     else:

@@ -20,7 +20,7 @@ from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
 from checkpoint.retire.record import write_record
-from checkpoint.safety import AuditTrail, new_plan_id, refuse_inside, refuse_overlap, sha256_of
+from checkpoint.safety import AuditTrail, folder_name, new_plan_id, refuse_inside, refuse_overlap, sha256_of
 from checkpoint.storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,11 @@ def plan_retirement(
     # in the archive, they would leave it not empty, which the apply's fork refuses.
     refuse_inside(storage, trail.storage, "the audit trail")
     if archive is not None:
-        # Either way round: the plan's manifest in the archive (or the archive in the folder the
-        # plan writes to) leaves it not empty, and no apply could fork into it.
-        refuse_overlap(archive, trail.storage, "the audit trail", "the archive")
+        # The plan's manifest in the archive (the trail in it, or the archive in the trail's folder
+        # the plan writes to) leaves it not empty, and no apply could fork into it.
+        refuse_inside(archive, trail.storage, "the audit trail", "the archive")
+        refuse_inside(trail.storage.child(folder_name(storage.url)), archive, "the archive",
+                      "the audit trail's folder of this checkpoint")  # fmt: skip
     top = storage.list_dir("")
     if not is_checkpoint(top, ""):
         raise RetirementRefused("not a checkpoint (no metadata with offsets/ or commits/): nothing retired",

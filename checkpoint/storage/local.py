@@ -31,26 +31,64 @@ def fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def ignores_case(path: str) -> bool:
-    """Whether the local file system finds `path` (or, where it is yet to be made, its nearest
-    existing folder), the whole of it, under its lower-cased spelling as the same file (under its
-    upper-cased one where it has no capital): macOS' and Windows' defaults do, Linux's do not.
+def _other_case(name: str) -> str | None:
+    other = name.lower() if name != name.lower() else name.upper()
+    return None if other == name else other
 
-    The whole spelling is asked, not its last name: a place is then given lower-cased, and every
-    lease and record is written at that spelling, so it must be one the disk finds. A folder on the
-    way that keeps case, or a link whose name is another case of a folder's, answers False (asking
-    the last name alone took a dated `2024` for a name without case, and asking the nearest name
-    with letters took such a link for a disk that ignores case). A path without a letter tells
-    nothing, and lower-casing it changes nothing."""
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    for other in (path.lower(), path.upper()):
-        if other != path:
-            try:
-                return os.path.samefile(path, other)
-            except OSError:
-                return False
-    return False
+
+def _finds_in_any_case(folder: str, name: str) -> bool | None:
+    """Whether `folder` finds its entry `name` under the other case's spelling too, as the same
+    entry (links not followed: a link `data -> Data` is its own entry, not a second spelling); None
+    where the name has no case (`2024`)."""
+    other = _other_case(name)
+    if other is None:
+        return None
+    try:
+        return os.path.samestat(os.lstat(os.path.join(folder, name)), os.lstat(os.path.join(folder, other)))
+    except OSError:
+        return False
+
+
+def _makes_in_any_case(folder: str) -> bool:
+    """Whether a name made in `folder` will be found in any case: as the folder finds one of its
+    entries that has a case (the first few looked at); in a folder with none (empty, or dated
+    names), as its own folder finds it, on the same file system (a folder made in one that folds
+    case folds too)."""
+    while True:
+        try:
+            with os.scandir(folder) as entries:
+                for _, entry in zip(range(64), entries, strict=False):
+                    told = _finds_in_any_case(folder, entry.name)
+                    if told is not None:
+                        return told
+        except OSError:
+            return False
+        parent, name = os.path.split(folder)
+        if parent == folder or os.stat(parent).st_dev != os.stat(folder).st_dev:
+            return False
+        told = _finds_in_any_case(parent, name)
+        if told is not None:
+            return told
+        folder = parent
+
+
+def case_folded(path: str) -> str:
+    """`path` (absolute, links resolved) with each name lower-cased where the folder that holds it
+    finds it in any case (macOS' and Windows' defaults, a case-folding folder on Linux), and as it
+    is elsewhere: so two spellings of one folder are one place, and the place is a spelling the disk
+    finds, folder by folder (a volume that ignores case mounted on one that keeps it folds below its
+    mount point only). The names not made yet fold as their nearest existing folder makes names, so
+    a folder's place is the same before and after it is made."""
+    found, out = "/", []
+    made: bool | None = None  # past the part that exists: whether its last folder ignores case
+    for name in (n for n in path.split("/") if n):
+        here = os.path.join(found, name)
+        if made is None and not os.path.lexists(here):
+            made = _makes_in_any_case(found)
+        folds = made if made is not None else _finds_in_any_case(found, name)
+        out.append(name.lower() if folds else name)
+        found = here
+    return "/" + "/".join(out)
 
 
 def renamed(path: str, target: str) -> bool:
@@ -438,8 +476,7 @@ class LocalBackend(FsspecBackend):
         what is made at its place (a lease, a fork) would land where the link points, which
         nobody named (a link to `/nowhere` put a lease folder at `/`)."""
         _refuse_dangling(root)
-        real = canonical_path(root)
-        return real.lower() if ignores_case(real) else real
+        return case_folded(canonical_path(root))
 
     def spark_url(self, root: str) -> str:
         return f"file:{root}"

@@ -365,9 +365,14 @@ def test_an_audit_trail_inside_the_checkpoint_is_refused_when_planned(corpus, tm
         assert files_of(orders) == before
     # In the archive, the plan's manifest left it not empty, and no apply could ever fork into it
     # (the review): refused when planned, nothing written there.
-    archive = tmp_path / "archive"
-    for trail in (archive / "trail", tmp_path / "trail"):  # in the archive; around it
-        archived = archive if trail.parent == archive else trail / "orders"
-        out = ckpt("retire", str(orders), "--archive", str(archived), "--audit", str(trail))
-        assert out.returncode == 2 and "the audit trail and the archive overlap" in out.stderr, out.stderr
-        assert not archive.exists() and not trail.exists() and files_of(orders) == before
+    archive, trail = tmp_path / "archive", tmp_path / "trail"
+    out = ckpt("retire", str(orders), "--archive", str(archive), "--audit", str(archive / "trail"))
+    assert out.returncode == 2 and "the audit trail and the archive overlap" in out.stderr, out.stderr
+    # The archive in the trail's folder of the checkpoint, where the plan writes (helper-25).
+    mine = folder_name(Storage(str(orders)).url)
+    out = ckpt("retire", str(orders), "--archive", str(trail / mine / "arch"), "--audit", str(trail))
+    assert out.returncode == 2 and "the archive and the audit trail's folder" in out.stderr, out.stderr
+    assert not archive.exists() and not trail.exists() and files_of(orders) == before
+    # An archive elsewhere in the trail is not where the plan writes: planned (helper-26).
+    out = ckpt("retire", str(orders), "--archive", str(trail / "archives" / "orders"), "--audit", str(trail))
+    assert out.returncode == 0, out.stderr

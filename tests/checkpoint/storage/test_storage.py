@@ -598,42 +598,73 @@ def test_a_store_no_test_runs_against_is_refused_or_with_leave_read_and_never_wr
     assert not memory.exists("/fork-here") and not (source / "_ckpt_audit").exists()
 
 
+def _ignoring_case_below(monkeypatch, top) -> None:
+    """A disk that ignores case below `top` (a volume mounted there, say), simulated: a name in a
+    folder below it is found in any case, as macOS' and Windows' disks find it."""
+    real = {"stat": os.stat, "lstat": os.lstat}
+    prefix = f"{top}/"
+
+    def matched(path) -> str:
+        path = os.fspath(path)
+        if not path.startswith(prefix):
+            return path
+        out = str(top)
+        for name in path[len(prefix) :].split("/"):
+            try:
+                name = next((n for n in os.listdir(out) if n.lower() == name.lower()), name)
+            except OSError:
+                pass
+            out = os.path.join(out, name)
+        return out
+
+    for call, original in real.items():
+        monkeypatch.setattr(os, call, lambda path, *a, _o=original, **k: _o(matched(path), *a, **k))
+
+
 @pytest.mark.parametrize("name", ["q1", "2024", "2024/0"])
 def test_two_spellings_of_a_checkpoint_on_a_disk_that_ignores_case_are_one_place(
     tmp_path, monkeypatch, name
 ) -> None:
-    """On a disk that ignores case (macOS', Windows'; simulated: a name is found in any case), the
-    place of `Data/<name>` is that of `DATA/<name>`, also for a name without letters, whose case
-    the folder above it tells: a dated checkpoint had two leases (the review). On this disk, which
-    keeps case, they stay two places."""
+    """Below a volume that ignores case (simulated), `Data/<name>`, `DATA/<name>` and `data/<name>`
+    are one place, also for a name without letters (a dated folder had two leases), and a folder
+    not made yet has the place it gets once made (a fork's DEST takes its lease first). On this
+    disk, which keeps case, two spellings stay two places."""
     from checkpoint.safety import Place
 
     (tmp_path / "Data" / name).mkdir(parents=True)
-    spellings = [Storage(str(tmp_path / "Data" / name)), Storage(str(tmp_path / "DATA" / name))]
-    assert Place.of(spellings[0]) != Place.of(spellings[1])
-    real = os.path.samefile
-
-    def ignoring_case(a, b) -> bool:
-        return (os.path.exists(a) and a.lower() == b.lower()) or real(a, b)
-
-    monkeypatch.setattr(os.path, "samefile", ignoring_case)
-    assert Place.of(spellings[0]) == Place.of(spellings[1])
-    assert Place.of(spellings[0]).contains(Place.of(Storage(str(tmp_path / "data" / name / "trail"))))
-    # A folder not made yet has the place it will have once made (a fork's DEST takes its lease first).
-    new = Storage(str(tmp_path / "Data" / "New"))
+    kept = [Storage(str(tmp_path / "Data" / name)), Storage(str(tmp_path / "DATA" / name))]
+    assert Place.of(kept[0]) != Place.of(kept[1])
+    volume = tmp_path / "Vol"
+    (volume / "Data" / name).mkdir(parents=True)
+    _ignoring_case_below(monkeypatch, volume)
+    places = {Place.of(Storage(str(volume / spelled / name))) for spelled in ("Data", "DATA", "data")}
+    assert len(places) == 1 and Place.of(Storage(str(volume / "Data"))).contains(*places)
+    assert str(*places).startswith(str(volume))  # the mount point's name kept: the disk above keeps case
+    new = Storage(str(volume / "Data" / name / "Fork"))
     before = Place.of(new)
-    (tmp_path / "Data" / "New").mkdir()
-    assert Place.of(new) == before
+    (volume / "Data" / name / "Fork").mkdir()
+    assert Place.of(new) == before == Place.of(Storage(str(volume / "DATA" / name / "FORK")))
 
 
-def test_a_link_spelled_in_another_case_does_not_make_a_disk_that_keeps_case_ignore_it(tmp_path) -> None:
-    """`T1/data/2024` beside a link `T1/DATA -> data`, on this disk, which keeps case: the place is
-    the path as it is. A check of the nearest name with letters took the link for a disk that
-    ignores case and lower-cased the place to `t1/data/2024`, where nothing is: a cleanup wrote its
-    lease folder under `t1/` (helper-25)."""
+@pytest.mark.parametrize("link", [("T1/DATA", "data"), ("t1/data", "Data")])
+def test_a_link_spelled_in_another_case_does_not_make_a_disk_that_keeps_case_ignore_it(
+    tmp_path, link
+) -> None:
+    """On this disk, which keeps case, a folder beside a link whose name is another case of its own
+    keeps its place: a check that followed the link took the disk for one that ignores case and
+    gave places where nothing is, or another folder's (helper-25, helper-26). A folder not made yet
+    has its place once made, and never that of an existing folder spelled in another case."""
     from checkpoint.safety import Place
 
-    (tmp_path / "T1" / "data" / "2024").mkdir(parents=True)
-    (tmp_path / "T1" / "DATA").symlink_to(tmp_path / "T1" / "data")
-    where = str(tmp_path / "T1" / "data" / "2024")
-    assert Place.of(Storage(where)).path == where
+    name, target = link
+    real = tmp_path / name.split("/")[0] / target
+    (real / "2024").mkdir(parents=True)
+    (real / "new").mkdir()
+    (tmp_path / name).symlink_to(real)
+    for where in (real / "2024", real / "new"):
+        assert Place.of(Storage(str(where))).path == str(where)
+    made = Storage(str(real / "New"))
+    before = Place.of(made)
+    assert before != Place.of(Storage(str(real / "new")))
+    (real / "New").mkdir()
+    assert Place.of(made) == before and before.path == str(real / "New")
