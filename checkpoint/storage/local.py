@@ -471,10 +471,10 @@ class LocalBackend(FsspecBackend):
 
     def identity(self, root: str) -> str:
         """Symlinks resolved (`/x/alias/q` with alias -> real is `/x/real/q`), bind mounts and a
-        file system mounted twice taken back to one mount (`mounts`), and the spelling
-        lower-cased where the file system ignores case. A link to nothing on the way is refused:
-        what is made at its place (a lease, a fork) would land where the link points, which
-        nobody named (a link to `/nowhere` put a lease folder at `/`)."""
+        file system mounted twice taken back to one mount (`mounts`), and each name lower-cased
+        where its folder finds it in any case (`case_folded`). A link to nothing on the way is
+        refused: what is made at its place (a lease, a fork) would land where the link points,
+        which nobody named (a link to `/nowhere` put a lease folder at `/`)."""
         _refuse_dangling(root)
         return case_folded(canonical_path(root))
 
