@@ -32,7 +32,10 @@ def fsync_path(path: str) -> None:
 
 
 def _other_case(name: str) -> str | None:
-    other = name.lower() if name != name.lower() else name.upper()
+    """The spelling a disk that ignores case finds `name` under too: its case folding (`ß` is
+    `ss`, as a case-folding folder on Linux folds it), or, for a name folded already, its upper
+    case; None where the name has no case (`2024`)."""
+    other = name.casefold() if name != name.casefold() else name.upper()
     return None if other == name else other
 
 
@@ -49,20 +52,30 @@ def _finds_in_any_case(folder: str, name: str) -> bool | None:
         return False
 
 
+def _tells_case(entry: os.DirEntry) -> bool:
+    """An entry that tells how its folder finds names: a folder (a file may have a second name by a
+    hard link, `README` and `readme`), whose name folds letter for letter (`straße` is not found as
+    `STRASSE` where a disk folds one letter at a time)."""
+    try:
+        return entry.is_dir(follow_symlinks=False) and len(entry.name.casefold()) == len(entry.name)
+    except OSError:
+        return False
+
+
 def _makes_in_any_case(folder: str) -> bool:
     """Whether a name made in `folder` will be found in any case: as the folder finds one of its
-    entries that has a case (the first few looked at); in a folder with none (empty, or dated
-    names), as its own folder finds it, on the same file system (a folder made in one that folds
-    case folds too)."""
+    subfolders that has a case (the first few looked at); in a folder with none (empty, dated
+    names, or not listable), as its own folder finds it, on the same file system (a folder made in
+    one that folds case folds too)."""
     while True:
         try:
             with os.scandir(folder) as entries:
                 for _, entry in zip(range(64), entries, strict=False):
-                    told = _finds_in_any_case(folder, entry.name)
+                    told = _finds_in_any_case(folder, entry.name) if _tells_case(entry) else None
                     if told is not None:
                         return told
-        except OSError:
-            return False
+        except OSError:  # a folder one may write to and not list: its own folder tells
+            pass
         parent, name = os.path.split(folder)
         if parent == folder or os.stat(parent).st_dev != os.stat(folder).st_dev:
             return False
@@ -73,7 +86,7 @@ def _makes_in_any_case(folder: str) -> bool:
 
 
 def case_folded(path: str) -> str:
-    """`path` (absolute, links resolved) with each name lower-cased where the folder that holds it
+    """`path` (absolute, links resolved) with each name case-folded where the folder that holds it
     finds it in any case (macOS' and Windows' defaults, a case-folding folder on Linux), and as it
     is elsewhere: so two spellings of one folder are one place, and the place is a spelling the disk
     finds, folder by folder (a volume that ignores case mounted on one that keeps it folds below its
@@ -86,7 +99,7 @@ def case_folded(path: str) -> str:
         if made is None and not os.path.lexists(here):
             made = _makes_in_any_case(found)
         folds = made if made is not None else _finds_in_any_case(found, name)
-        out.append(name.lower() if folds else name)
+        out.append(name.casefold() if folds else name)
         found = here
     return "/" + "/".join(out)
 
@@ -471,7 +484,7 @@ class LocalBackend(FsspecBackend):
 
     def identity(self, root: str) -> str:
         """Symlinks resolved (`/x/alias/q` with alias -> real is `/x/real/q`), bind mounts and a
-        file system mounted twice taken back to one mount (`mounts`), and each name lower-cased
+        file system mounted twice taken back to one mount (`mounts`), and each name case-folded
         where its folder finds it in any case (`case_folded`). A link to nothing on the way is
         refused: what is made at its place (a lease, a fork) would land where the link points,
         which nobody named (a link to `/nowhere` put a lease folder at `/`)."""

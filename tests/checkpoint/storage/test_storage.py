@@ -611,7 +611,7 @@ def _ignoring_case_below(monkeypatch, top) -> None:
         out = str(top)
         for name in path[len(prefix) :].split("/"):
             try:
-                name = next((n for n in os.listdir(out) if n.lower() == name.lower()), name)
+                name = next((n for n in os.listdir(out) if n.casefold() == name.casefold()), name)
             except OSError:
                 pass
             out = os.path.join(out, name)
@@ -644,6 +644,9 @@ def test_two_spellings_of_a_checkpoint_on_a_disk_that_ignores_case_are_one_place
     before = Place.of(new)
     (volume / "Data" / name / "Fork").mkdir()
     assert Place.of(new) == before == Place.of(Storage(str(volume / "DATA" / name / "FORK")))
+    # Folded as such a disk folds (`ß` is `ss`), not lower-cased: one place (helper-27).
+    (volume / "Straße").mkdir()
+    assert len({Place.of(Storage(str(volume / s))) for s in ("Straße", "STRASSE", "strasse")}) == 1
 
 
 @pytest.mark.parametrize("link", [("T1/DATA", "data"), ("t1/data", "Data")])
@@ -668,3 +671,17 @@ def test_a_link_spelled_in_another_case_does_not_make_a_disk_that_keeps_case_ign
     assert before != Place.of(Storage(str(real / "new")))
     (real / "New").mkdir()
     assert Place.of(made) == before and before.path == str(real / "New")
+
+
+def test_a_file_with_a_second_name_in_another_case_does_not_make_its_folder_ignore_case(tmp_path) -> None:
+    """A hard link `readme` to `README` is one entry under two spellings on a disk that keeps case:
+    the folder it is in still keeps case for a folder not made yet (helper-27)."""
+    from checkpoint.safety import Place
+
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "README").write_text("x")
+    os.link(tmp_path / "h" / "README", tmp_path / "h" / "readme")
+    made = Storage(str(tmp_path / "h" / "New"))
+    before = Place.of(made)
+    (tmp_path / "h" / "New").mkdir()
+    assert Place.of(made) == before and before.path == str(tmp_path / "h" / "New")
