@@ -43,8 +43,8 @@ from pathlib import Path
 
 from jobs.spark_session import local_session, scoped_confs
 from testbed.cache import cache_home, cache_lock
+from testbed.clock import date_to
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_to
 from testbed.generators import _wait_for_snapshot
 from testbed.operators import _DECADE_MS, _EXPIRES_MS, NO_EMPTY_BATCHES, every_state
 from testbed.queries import NO_SNAPSHOTS

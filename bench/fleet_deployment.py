@@ -42,10 +42,10 @@ import time
 from pathlib import Path
 
 from testbed import synthetic
+from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
 from testbed.corpus import checkpoints as corpus_checkpoints
 from testbed.corpus import ensure_corpus
-from testbed.demo import date_back
 from testbed.deployment import deployment
 from testbed.postgres import postgres_server
 

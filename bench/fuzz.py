@@ -15,16 +15,16 @@ import time
 from collections import Counter
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from checkpoint.errors import CheckpointError
 from testbed.corpus import checkpoints, ensure_corpus
-from testbed.fuzzing import TARGETS, mutate, seeds
+from testbed.fuzzing import TARGETS, seeds
+from testbed.mutation import mutate, mutations
 
 
-def _fuzzer(seed: bytes, read, tally: Counter[str], mutations, examples: int):
+def _fuzzer(seed: bytes, read, tally: Counter[str], drawn, examples: int):
     @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(mutations)
+    @given(drawn)
     def fuzz(changes) -> None:
         try:
             read(mutate(seed, changes))
@@ -42,13 +42,11 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", choices=sorted(TARGETS), help="these readers (default: all)")
     args = parser.parse_args()
     real = seeds(checkpoints(ensure_corpus())[args.scenario])
-    mutations = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1 << 20), st.integers(0, 255)),
-                         min_size=1, max_size=6)  # fmt: skip
     started = time.monotonic()
     for target in sorted(args.only or TARGETS):
         tally: Counter[str] = Counter()
         try:
-            _fuzzer(real[target], TARGETS[target], tally, mutations, args.examples)()
+            _fuzzer(real[target], TARGETS[target], tally, mutations(), args.examples)()
         except Exception as exc:  # noqa: BLE001 - the crash is the finding
             print(f"{target}: CRASH {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1

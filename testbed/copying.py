@@ -25,7 +25,7 @@ def copy_checkpoint(src: Path | str, dst: Path | str) -> Path:
 
 def naming_itself(checkpoint: Path) -> Path:
     """A checkpoint copied to where it is now, its own paths written in; every file and folder
-    keeps the time the copy gave it, so that a test's manual clock (`testbed.demo.date_to`) counts
+    keeps the time the copy gave it, so that a test's manual clock (`testbed.clock.date_to`) counts
     from the query's last write, not from the rewrite."""
     here = Storage(str(checkpoint)).spark_url
     for meta in checkpoint.glob("state/*/_metadata/v2/*"):

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 from testbed.cache import MANIFEST
+from testbed.clock import date_back, date_to
 
 DEMO_SCENARIOS = ("long_chain", "snapshots", "killed", "join", "list_state", "two_actions")
 # Spark's own defaults, which most fleets hold: the HDFS-backed store, maintained, then migrated.
@@ -78,21 +79,6 @@ def _scenarios():
 
     wanted = (*DEMO_SCENARIOS, *DEFAULTS_SCENARIOS)
     return tuple(s for s in (*SCENARIOS, *DEFAULT_SCENARIOS) if s.name in wanted)
-
-
-def date_back(root: Path, seconds: float) -> None:
-    """A manual clock: every file's mtime moves into the past, their order kept (tests use it too)."""
-    for p in root.rglob("*"):
-        then = p.stat().st_mtime - seconds
-        os.utime(p, (then, then), follow_symlinks=False)
-
-
-def date_to(root: Path, age_seconds: float, now: float | None = None) -> None:
-    """`date_back` to an age: the newest file is `age_seconds` old, whatever the folder's age was
-    (a corpus copy keeps its files' times, so a test would otherwise depend on the cache's age)."""
-    newest = max((p.stat().st_mtime for p in root.rglob("*")), default=None)
-    if newest is not None:
-        date_back(root, newest - ((time.time() if now is None else now) - age_seconds))
 
 
 def _metadata(result, asset: str) -> dict:

@@ -226,35 +226,6 @@ def _with_hadoop_crc(path: Path) -> bytes:
     return len(crc).to_bytes(4, "big") + crc + path.read_bytes()
 
 
-# A mutation: (kind, position, value). Positions wrap around the data; values are bytes or lengths.
-Mutation = tuple[int, int, int]
-_INTERESTING = (0x00, 0xFF, 0x7F, 0x80, ord("-"), ord("9"), ord("."), ord("/"), ord('"'), ord("\n"))
-
-
-def mutate(data: bytes, mutations: list[Mutation]) -> bytes:
-    """Flips, overwrites, inserts, deletes, truncates and duplicates: the damage a disk, a partial
-    write or a hostile hand does."""
-    out = bytearray(data)
-    for kind, position, value in mutations:
-        at = position % (len(out) + 1)
-        k = kind % 7
-        if k == 0 and out:
-            out[at % len(out)] ^= 1 << (value % 8)
-        elif k == 1 and out:
-            out[at % len(out)] = _INTERESTING[value % len(_INTERESTING)]
-        elif k == 2:
-            out[at:at] = bytes([value % 256]) * (1 + value % 8)
-        elif k == 3:
-            del out[at : at + 1 + value % 16]
-        elif k == 4:
-            del out[at:]
-        elif k == 5:
-            out[at:at] = out[at : at + 1 + value % 64]
-        else:  # digits: ids, sizes and versions grown absurd
-            out[at:at] = b"9" * (1 + value % 40)
-    return bytes(out)
-
-
 def check(target: str, data: bytes) -> None:
     """Raises whatever the reader raises that is not a refusal (CheckpointError)."""
     try:

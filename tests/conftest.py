@@ -23,6 +23,9 @@ from testbed.corpus import checkpoints, ensure_corpus
 JVM_OPTIONS = jvm.options(version("pyspark"), class_archive.path_for(cache_home()))
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
 
+# Fixtures defined beside the helpers they share with more than one test folder.
+pytest_plugins = ("tests.support.memory", "tests.support.hostile")
+
 
 @pytest.fixture(scope="session")
 def corpus_root() -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_back
 
 
 @pytest.fixture

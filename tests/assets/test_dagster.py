@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -21,30 +20,12 @@ from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.model.head import load_head
 from orchestration.due import SensorState
 from orchestration.location import build_definitions
-from orchestration.sensors import checkpoint_discovery_sensor
 from testbed.copying import copy_checkpoint
+from tests.support.assets import discovery_tick, roots_over
 from tests.support.paths import PROJECT
 from tests.support.runs import batches_of
 
 AUDIT = [checkpoint_inventory, checkpoint_lineage_report]
-
-
-def _roots(path: Path, name: str = "corpus") -> CheckpointRootsResource:
-    return CheckpointRootsResource(roots=[CheckpointRoot(name=name, url=str(path))])
-
-
-def _tick(instance, roots, cursor=None):
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
-    result = checkpoint_discovery_sensor(ctx)
-    # What the daemon does with a SensorResult: apply the partition requests.
-    if isinstance(result, dg.SensorResult):
-        for req in result.dynamic_partitions_requests or []:
-            if isinstance(req, dg.AddDynamicPartitionsRequest):
-                instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
-            else:
-                for key in req.partition_keys:
-                    instance.delete_dynamic_partition(req.partitions_def_name, key)
-    return result
 
 
 def test_partition_keys_are_readable_and_reversible() -> None:
@@ -61,9 +42,9 @@ def test_discovery_sensor_adds_then_idles_then_removes(instance, corpus, tmp_pat
     root = tmp_path / "root"
     copy_checkpoint(corpus["snapshots"], root / "a" / "orders")
     copy_checkpoint(corpus["join"], root / "b" / "clicks")
-    roots = _roots(root, "local")
+    roots = roots_over(root, "local")
 
-    first = _tick(instance, roots)
+    first = discovery_tick(instance, roots)
     assert isinstance(first, dg.SensorResult)
     assert sorted(instance.get_dynamic_partitions("checkpoints")) == ["local:a/orders", "local:b/clicks"]
     # One batched audit run for both, as the commit sensor's validation is.
@@ -72,19 +53,19 @@ def test_discovery_sensor_adds_then_idles_then_removes(instance, corpus, tmp_pat
     assert audited == ["local:a/orders", "local:b/clicks"]
     assert first.run_requests[0].tags["ckpt/bulk"] == "true"  # a bulk audit: one at a time
 
-    second = _tick(instance, roots, first.cursor)
+    second = discovery_tick(instance, roots, first.cursor)
     assert isinstance(second, dg.SkipReason)
     assert "none new or vanished" in second.skip_message
     # The tick added its partitions itself; had it not ended (its runs never asked for, its cursor
     # not kept), the next asks for the audits again: the same run, by its run key.
-    lost = _tick(instance, roots, None)
+    lost = discovery_tick(instance, roots, None)
     assert isinstance(lost, dg.SensorResult) and lost.cursor == first.cursor
     assert [r.run_key for r in lost.run_requests] == [r.run_key for r in first.run_requests]
     assert lost.run_requests[0].tags["ckpt/bulk"] == "true"
 
     instance.add_dynamic_partitions("checkpoints", ["added-by-hand"])
     shutil.rmtree(root / "b")
-    third = _tick(instance, roots, first.cursor)
+    third = discovery_tick(instance, roots, first.cursor)
     assert isinstance(third, dg.SensorResult) and not third.run_requests and third.cursor != first.cursor
     assert sorted(instance.get_dynamic_partitions("checkpoints")) == ["added-by-hand", "local:a/orders"]
 
@@ -104,11 +85,11 @@ def test_a_fleet_found_at_once_is_audited_in_capped_batches_over_ticks(
         synthetic.write_local(tmp_path / f"q{i}", synthetic.files(1, 3, window=3, snapshot_every=5))
     monkeypatch.setattr(sensors, "DISCOVERY_MAX_RUNS", 2)
     monkeypatch.setattr(sensors, "POLICY", dataclasses.replace(POLICY, validation_run_max_checkpoints=3))
-    roots = _roots(tmp_path, "f")
+    roots = roots_over(tmp_path, "f")
     audited: list[list[str]] = []
     cursor = None
     for _ in range(3):
-        result = _tick(instance, roots, cursor)
+        result = discovery_tick(instance, roots, cursor)
         if isinstance(result, dg.SkipReason):
             break
         cursor = result.cursor
@@ -122,10 +103,10 @@ def test_a_fleet_found_at_once_is_audited_in_capped_batches_over_ticks(
 def test_a_root_that_fails_to_list_keeps_its_partitions(instance, corpus, tmp_path) -> None:
     root = tmp_path / "root"
     copy_checkpoint(corpus["snapshots"], root / "orders")
-    _tick(instance, _roots(root, "local"))
+    discovery_tick(instance, roots_over(root, "local"))
     assert instance.get_dynamic_partitions("checkpoints") == ["local:orders"]
     broken = CheckpointRootsResource(roots=[CheckpointRoot(name="local", url=str(tmp_path / "gone"))])
-    assert isinstance(_tick(instance, broken), dg.SkipReason)
+    assert isinstance(discovery_tick(instance, broken), dg.SkipReason)
     assert instance.get_dynamic_partitions("checkpoints") == ["local:orders"]
 
 
@@ -139,8 +120,8 @@ def _metadata(result, asset: str) -> dict:
 
 
 def test_materialize_every_corpus_checkpoint(instance, corpus, corpus_root, loaded) -> None:
-    roots = _roots(corpus_root)
-    _tick(instance, roots)
+    roots = roots_over(corpus_root)
+    discovery_tick(instance, roots)
     names = {
         partition_key("corpus", path.relative_to(corpus_root).as_posix()): n for n, path in corpus.items()
     }
@@ -173,8 +154,8 @@ def test_every_default_format_checkpoint_passes_its_checks(instance, defaults) -
     """The HDFS-backed store and RocksDB V1, as Spark writes them by default: every audit check
     passes, where they used to fail and block everything downstream."""
     root = next(iter(defaults.values())).parent.parent
-    roots = _roots(root, "defaults")
-    _tick(instance, roots)
+    roots = roots_over(root, "defaults")
+    discovery_tick(instance, roots)
     keys = sorted(instance.get_dynamic_partitions("checkpoints"))
     assert len(keys) == len(defaults)
     for key in keys:
@@ -190,7 +171,7 @@ def test_every_default_format_checkpoint_passes_its_checks(instance, defaults) -
 def test_an_error_finding_blocks_the_lineage_report(instance, copy_of, tmp_path) -> None:
     damaged = copy_of("snapshots")
     (damaged / "commits" / "5").unlink()
-    roots = _roots(damaged.parent, "t")
+    roots = roots_over(damaged.parent, "t")
     key = partition_key("t", damaged.name)
     instance.add_dynamic_partitions("checkpoints", [key])
     result = dg.materialize(
@@ -226,7 +207,7 @@ def test_an_unreadable_checkpoint_fails_the_run_with_its_reason(instance, tmp_pa
         AUDIT,
         partition_key=key,
         instance=instance,
-        resources={"roots": _roots(tmp_path, "t")},
+        resources={"roots": roots_over(tmp_path, "t")},
         raise_on_error=False,
     )
     assert not result.success
@@ -269,15 +250,15 @@ def test_v1_compaction_in_dagster_compacts_a_stopped_query_and_skips_a_running_o
     from assets.compaction import checkpoint_compaction
     from assets.resources import SparkResource
     from orchestration.sensors import checkpoint_commit_sensor
-    from testbed.demo import date_back
+    from testbed.clock import date_back
     from tests.support.files import files_of
 
     for name in ("stopped", "running"):
         copy_checkpoint(defaults["hdfs_deltas"], tmp_path / name)
     date_back(tmp_path / "stopped", 2 * 3600)
     (tmp_path / "running" / "commits" / "11").touch()
-    roots = _roots(tmp_path, "v1")
-    _tick(instance, roots)
+    roots = roots_over(tmp_path, "v1")
+    discovery_tick(instance, roots)
     keys = {parse_partition_key(k)[1]: k for k in instance.get_dynamic_partitions(CHECKPOINTS)}
     tick = checkpoint_commit_sensor(
         dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=None)

@@ -22,8 +22,8 @@ from assets.partitions import partition_key
 from assets.ranges import value_for
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from orchestration.location import build_definitions
+from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_back
 from tests.support.assets import files_under, metadata_of, stopped_root
 from tests.support.runs import batches_of
 

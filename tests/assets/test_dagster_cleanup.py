@@ -27,6 +27,7 @@ from checkpoint.safety.lease import lease_for
 from orchestration.location import build_definitions
 from testbed.copying import copy_checkpoint
 from tests.support.assets import files_under, metadata_of, stopped_root
+from tests.support.cli import ckpt
 
 CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
 
@@ -271,3 +272,35 @@ def test_the_apply_step_plans_again_under_the_lease_when_the_query_moved(instanc
     first_plan = audit.read_plan(first["manifest"])
     kept = [c for chunk in audit.candidates(first_plan) for c in chunk if c.path not in deleted]
     assert kept and all((ckpt / c.path).exists() for c in kept)
+
+
+def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_of, tmp_path) -> None:
+    """A Dagster run with `audit_url` set holds the lease (a real run, executed by Dagster); the CLI,
+    with its default audit folder, is refused and deletes nothing."""
+    import dagster as dg
+
+    from assets.partitions import CHECKPOINTS
+    from assets.resources import CheckpointRoot, CheckpointRootsResource
+
+    path = copy_of("two_actions")
+    before = files_under(path)
+    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=f"file://{path.parent}/")],
+                                    audit_url=str(tmp_path / "central-audit"), lease_wait="0s")  # fmt: skip
+    seen = {}
+
+    @dg.op(required_resource_keys={"roots"})
+    def hold_and_try_the_cli(context) -> None:
+        with context.resources.roots.in_place(context, "t:two_actions").held("checkpoint_orphan_cleanup"):
+            seen["cli"] = ckpt("gc", str(path), "--apply", "--grace", "0s", "--unsafe-short-grace",
+                               "--quiet-period", "0s", "--unsafe-short-quiet-period")  # fmt: skip
+
+    @dg.job
+    def lease_job():
+        hold_and_try_the_cli()
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(CHECKPOINTS, ["t:two_actions"])
+        assert lease_job.execute_in_process(instance=instance, resources={"roots": roots}).success
+    assert seen["cli"].returncode == 2 and "checkpoint_orphan_cleanup" in seen["cli"].stderr
+    assert files_under(path) == before
+    assert not (tmp_path / "central-audit").exists()  # the lease was never kept there

@@ -16,8 +16,8 @@ from assets.cleanup import checkpoint_orphan_cleanup, checkpoint_orphan_plan
 from assets.fleet import HEADROOM_CHECK, NO_ERRORS_CHECK, checkpoint_fleet_report
 from assets.resources import CheckpointRoot, CheckpointRootsResource
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
+from testbed.clock import date_to
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_to
 from tests.support.fleet import NEAR, fleet_of
 
 

@@ -1,8 +1,9 @@
 """Two checkpoints on S3 that differ only in older history (`testbed.synthetic`: 35 and 155
 versions a store) cost the same requests, counted at the proxy, for every reader: `ckpt lineage`,
-`validate` and `--deep`, a fork, a rehearsal's scratch fork, and an idle tick of the commit sensor
-(one listing a checkpoint). A read costs what Spark's recovery reads, not what the checkpoint
-holds; on local disk the same holds call for call (`tests/checkpoint/model/test_head.py`)."""
+`validate` and `--deep`, a fork and a rehearsal's scratch fork (the commit sensor's idle tick:
+tests/orchestration/test_idle_tick_on_stores.py). A read costs what Spark's recovery reads, not
+what the checkpoint holds; on local disk the same holds call for call
+(`tests/checkpoint/model/test_head.py`)."""
 
 from __future__ import annotations
 
@@ -11,30 +12,15 @@ import json
 import pytest
 
 from checkpoint.storage import Storage
-from testbed.copying import hadoop_checksum
-from tests.support.runs import checkpoints_of
-from tests.support.s3 import cli, direct, root_options, via_proxy
+from tests.support.histories import write_histories
+from tests.support.s3 import cli, direct, via_proxy
 
 
 @pytest.fixture(scope="module")
 def s3_histories(s3) -> dict[str, str]:
     """`small` and `big`, under `histories/`, written once for the tests here; only read."""
-    from testbed import synthetic
-
     server, _, bucket = s3
-    fs = server.filesystem()
-    urls = {}
-    for name, versions in (("small", 35), ("big", 155)):
-        content = synthetic.files(4, versions, window=20)  # as s3a writes it: no Hadoop checksums
-        fs.pipe(
-            {
-                f"{bucket}/histories/{name}/{rel}": data
-                for rel, data in content.items()
-                if not hadoop_checksum(rel)
-            }
-        )
-        urls[name] = f"s3://{bucket}/histories/{name}"
-    return urls
+    return write_histories(server.filesystem(), f"{bucket}/histories", "s3", stores=4)
 
 
 @pytest.mark.parametrize("command", [["lineage"], ["validate"], ["validate", "--deep"]])
@@ -78,40 +64,6 @@ def test_a_rehearsal_scratch_reads_what_recovery_reads_not_the_history(s3, s3_hi
         counts[name], files[name] = proxy.counts(), scratch.fork.files + scratch.planned_files
     assert counts["small"] == counts["big"] and counts["small"]["GetObject"] > 0, counts
     assert files["small"] == files["big"]
-
-
-def test_an_idle_commit_sensor_tick_is_one_listing_per_checkpoint(s3, s3_histories) -> None:
-    import dagster as dg
-
-    from assets.partitions import partition_key
-    from assets.resources import CheckpointRoot, CheckpointRootsResource
-    from orchestration.due import SensorState
-    from orchestration.sensors import checkpoint_commit_sensor
-
-    _, proxy, bucket = s3
-    roots = CheckpointRootsResource(
-        roots=[CheckpointRoot(name="s3", url=f"s3://{bucket}/histories", storage_options=root_options(s3))]
-    )
-    keys = [partition_key("s3", name) for name in s3_histories]
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("checkpoints", keys + ["s3:gone"])
-
-        def tick(cursor):
-            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
-            return ctx, checkpoint_commit_sensor(ctx)
-
-        _, first = tick(json.dumps({"s3:removed-since": 3}))
-        assert isinstance(first, dg.SensorResult)
-        assert sorted(k for r in first.run_requests for k in checkpoints_of(r)) == sorted(keys)
-        assert set(SensorState.from_json(first.cursor).seen) == set(keys)  # the removed one left
-        proxy.reset()
-        _, idle = tick(first.cursor)
-        assert isinstance(idle, dg.SkipReason)
-        # One LIST per checkpoint (the missing one's listing is empty): nothing else at all.
-        assert proxy.counts() == {"ListObjectsV2": len(keys) + 1}
-        assert sorted(r.target for r in proxy.requests) == sorted(
-            f"{bucket}/histories/{name}/commits/" for name in [*s3_histories, "gone"]
-        )
 
 
 def test_the_fleet_view_lists_no_dormant_checkpoint_unless_asked(s3, s3_histories) -> None:

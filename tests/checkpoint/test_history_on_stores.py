@@ -1,8 +1,8 @@
 """Two checkpoints on Azure Blob Storage (Azurite) and on GCS (the emulator), each behind its
 counting proxy, that differ only in older history (`testbed.synthetic`: 35 and 155 versions a
 store) cost the same requests for every reader, as on S3 (`test_history_on_s3.py`): `ckpt
-lineage`, `validate` and `--deep`, a fork, the fleet view, and an idle tick of the commit sensor
-(one listing a checkpoint)."""
+lineage`, `validate` and `--deep`, a fork and the fleet view (the commit sensor's idle tick:
+tests/orchestration/test_idle_tick_on_stores.py)."""
 
 from __future__ import annotations
 
@@ -13,27 +13,19 @@ import uuid
 import pytest
 
 from checkpoint.storage import Storage
-from testbed.copying import hadoop_checksum
 from tests.support.cli import ckpt
-from tests.support.runs import checkpoints_of
+from tests.support.histories import write_histories
 
 
 @pytest.fixture(scope="module", params=["azure", "gcs"])
 def histories(request) -> dict:
     """On one store: `small` and `big`, in a folder of their own, written once past the proxy and
-    only read; the store's protocol, the folder, and its proxy."""
-    from testbed import synthetic
-
+    only read (two stores each: the emulator takes each object in turn); the store's protocol,
+    the folder, and its proxy."""
     server, proxy, container = request.getfixturevalue(request.param)
     protocol = {"azure": "az", "gcs": "gs"}[request.param]
-    fs, base = server.filesystem(), f"{container}/histories-{uuid.uuid4().hex[:8]}"
-    urls = {}
-    for name, versions in (("small", 35), ("big", 155)):
-        # Two stores (the emulator takes each object in turn); as the connectors write them: no
-        # Hadoop checksums.
-        content = synthetic.files(2, versions, window=20)
-        fs.pipe({f"{base}/{name}/{rel}": data for rel, data in content.items() if not hadoop_checksum(rel)})
-        urls[name] = f"{protocol}://{base}/{name}"
+    base = f"{container}/histories-{uuid.uuid4().hex[:8]}"
+    urls = write_histories(server.filesystem(), base, protocol, stores=2)
     return {"urls": urls, "protocol": protocol, "container": container, "base": base, "proxy": proxy}
 
 
@@ -61,40 +53,6 @@ def test_a_fork_reads_what_recovery_reads_not_the_history(histories) -> None:
         counts[name] = proxy.counts()
     assert counts["small"] == counts["big"] and counts["small"]["copy"] > 0, counts
     assert results["small"].files == results["big"].files
-
-
-def test_an_idle_commit_sensor_tick_is_one_listing_per_checkpoint(histories) -> None:
-    import dagster as dg
-
-    from assets.partitions import partition_key
-    from assets.resources import CheckpointRoot, CheckpointRootsResource
-    from orchestration.due import SensorState
-    from orchestration.sensors import checkpoint_commit_sensor
-
-    proxy, urls = histories["proxy"], histories["urls"]
-    base = f"{histories['protocol']}://{histories['base']}"
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="st", url=base)])
-    keys = [partition_key("st", name) for name in urls]
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("checkpoints", keys + ["st:gone"])
-
-        def tick(cursor):
-            ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
-            return checkpoint_commit_sensor(ctx)
-
-        first = tick(json.dumps({"st:removed-since": 3}))
-        assert isinstance(first, dg.SensorResult)
-        assert sorted(k for r in first.run_requests for k in checkpoints_of(r)) == sorted(keys)
-        assert set(SensorState.from_json(first.cursor).seen) == set(keys)
-        proxy.reset()
-        idle = tick(first.cursor)
-        assert isinstance(idle, dg.SkipReason)
-        # One listing per checkpoint (the missing one's is empty): nothing else at all.
-        assert proxy.counts() == {"list": len(keys) + 1}, proxy.requests
-        folder = histories["base"].partition("/")[2]
-        assert sorted(r.prefix for r in proxy.requests) == sorted(
-            f"{folder}/{name}/commits/" for name in [*urls, "gone"]
-        )
 
 
 def test_the_fleet_view_costs_the_same_whatever_the_history(histories) -> None:

@@ -10,14 +10,12 @@ import re
 import humanfriendly
 import pytest
 
-from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
 from checkpoint.analysis.checks import ValidationOptions, validate
 from checkpoint.cleanup.plan import plan_gc
 from checkpoint.cleanup.rules import GcOptions
 from checkpoint.compaction.targets import plan_compaction
 from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
-from cli.main import build_parser
 from tests.support.paths import PROJECT
 
 
@@ -25,7 +23,8 @@ def _default(fn, name: str):
     return inspect.signature(fn).parameters[name].default
 
 
-def test_every_entry_point_takes_its_defaults_from_the_policy() -> None:
+def test_the_core_takes_its_defaults_from_the_policy() -> None:
+    """(The CLI's and Dagster's: tests/test_entry_points.py.)"""
     assert ValidationOptions().long_chain_threshold == POLICY.long_chain
     assert ValidationOptions().header_cap_ratio == POLICY.header_cap_ratio
     assert _default(plan_compaction, "min_chain") == POLICY.long_chain
@@ -33,22 +32,6 @@ def test_every_entry_point_takes_its_defaults_from_the_policy() -> None:
     assert _default(plan_compaction, "header_cap_ratio") == POLICY.header_cap_ratio
     assert _default(plan_gc, "grace_seconds") == GcOptions().grace_seconds == POLICY.grace_seconds
     assert _default(plan_gc, "quiet_seconds") == POLICY.quiet_seconds
-    cli = build_parser()
-    assert cli.parse_args(["validate", "x"]).long_chain == POLICY.long_chain
-    assert cli.parse_args(["scan", "x"]).long_chain == POLICY.long_chain
-    assert cli.parse_args(["compact", "x"]).min_chain == POLICY.long_chain
-    gc = cli.parse_args(["gc", "x"])
-    assert (gc.grace, gc.quiet_period) == (POLICY.grace_seconds, POLICY.quiet_seconds)
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="r", url="/nowhere")])
-    assert roots.long_chain_threshold == POLICY.long_chain
-    assert parse_duration(roots.grace) == POLICY.grace_seconds
-    assert parse_duration(roots.quiet_period) == POLICY.quiet_seconds
-    assert parse_duration(roots.lease_wait) == POLICY.lease_wait_seconds
-    assert roots.lease_retries == POLICY.lease_retries
-    assert gc.batch_size == POLICY.delete_batch_size
-    assert cli.parse_args(["compact", "x"]).master == POLICY.spark_master == SparkResource().master
-    assert cli.parse_args(["fork", "x", "y"]).workers == POLICY.fork_workers
-    assert cli.parse_args(["gc", "x"]).lease_ttl == POLICY.lease_ttl_seconds
 
 
 def _shown(name: str, value) -> str:

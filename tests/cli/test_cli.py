@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from testbed.clock import date_to
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_to
 from tests.support.cli import CKPT, ckpt
 
 
@@ -206,3 +207,12 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path) -> None:
     assert len(head) == 5 and head[0].startswith(b"op")
     assert status == 141, (status, stderr[-2000:])
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr[-2000:]
+
+
+@pytest.mark.unit
+def test_an_unknown_target_spark_is_a_usage_error(capsys, tmp_path: Path) -> None:
+    from cli.main import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["fleet", str(tmp_path), "--target-spark", "3.5"])
+    assert exit_.value.code == 2 and "cover Spark 4.0" in capsys.readouterr().err

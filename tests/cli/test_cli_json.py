@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from testbed.clock import date_to
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_to
 
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "cli_json"
 

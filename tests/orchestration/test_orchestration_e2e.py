@@ -23,8 +23,8 @@ import pytest
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.lineage import checkpoint_lineage
 from jobs.spark_session import scoped_confs
+from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_back
 from testbed.deployment import PROJECT, deployment
 from testbed.postgres import postgres_server
 from testbed.queries import NO_SNAPSHOTS, _keyed_rows, aggregation, write_inputs

@@ -36,7 +36,7 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
     from orchestration.due import SensorState
     from orchestration.location import build_definitions
     from orchestration.sensors import checkpoint_commit_sensor
-    from tests.assets.test_dagster import _tick
+    from tests.support.assets import discovery_tick
 
     fs, protocol, base, spark_url = (cloud_store[k] for k in ("fs", "protocol", "base", "spark"))
     local = corpus["two_actions"]
@@ -75,7 +75,7 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
         )
 
     with dg.instance_for_test() as instance:
-        _tick(instance, roots)
+        discovery_tick(instance, roots)
         assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {key, alive}
         refused = launch(instance, {"plan": [alive], "archive_root": cold.url})
         assert time.monotonic() - alive_since < dormant, "too slow to see it alive: a longer dormancy"
@@ -113,5 +113,6 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
         )
         assert not [f for f in validate(archived).findings if f.severity == Severity.ERROR]
 
-        _tick(instance, roots)  # the retired one's partition dropped; the archive, under its root, found
+        # The retired one's partition dropped; the archive, under its root, found.
+        discovery_tick(instance, roots)
         assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {alive, partition_key("cold", "orders")}

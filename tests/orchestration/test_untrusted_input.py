@@ -1,7 +1,8 @@
 """The orchestrator's input is input too (docs/safety.md): the commit sensor goes on past a FIFO
 or a device in a commit log and past a look that hangs, and a hostile cursor (truncated, of
 another type, a run of 10^10, a zip bomb, too many keys, from the future) starts an empty state
-and says so, never postponing a validation."""
+and says so, never postponing a validation; the registry of queries to rehearse is a JSON object
+of names, and anything else is one error naming its variable."""
 
 from __future__ import annotations
 
@@ -93,3 +94,20 @@ def test_the_sensor_survives_each_hostile_cursor(copy_of, tmp_path) -> None:
             result = sensors.checkpoint_commit_sensor(ctx)
             new = result.cursor if isinstance(result, dg.SensorResult) else ctx.cursor
             assert SensorState.from_json(new).seen == {f"f:{path.name}": newest_commit(path)}, name
+
+
+@pytest.mark.unit
+def test_the_registry_is_a_json_object_of_names(monkeypatch) -> None:
+    from checkpoint.errors import CheckpointError
+    from orchestration.rehearsal import QUERIES_ENV, RegisteredQuery, queries_from_env
+
+    monkeypatch.delenv(QUERIES_ENV, raising=False)
+    assert queries_from_env() == {}
+    monkeypatch.setenv(
+        QUERIES_ENV, '{"a": "m:f", "b": {"query": "m:g", "python": "/py", "conf": {"k": "v"}}}'
+    )
+    assert queries_from_env() == {"a": RegisteredQuery("m:f"), "b": RegisteredQuery("m:g", "/py", {"k": "v"})}
+    for bad in ('["m:f"]', "{", '{"a": {"code": "x"}}'):
+        monkeypatch.setenv(QUERIES_ENV, bad)
+        with pytest.raises(CheckpointError, match=QUERIES_ENV):
+            queries_from_env()

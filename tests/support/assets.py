@@ -1,13 +1,35 @@
-"""What the Dagster asset tests share: a root of one checkpoint, its partition, and what a run
-materialized."""
+"""What the Dagster asset tests share: a root of one checkpoint, its partition, a discovery tick
+applied as the daemon applies it, and what a run materialized."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import dagster as dg
+
 from assets.partitions import partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
+from orchestration.sensors import checkpoint_discovery_sensor
 from tests.support.files import files_of
+
+
+def roots_over(path: Path, name: str = "corpus") -> CheckpointRootsResource:
+    """The roots resource over one root, `path`, named `name`."""
+    return CheckpointRootsResource(roots=[CheckpointRoot(name=name, url=str(path))])
+
+
+def discovery_tick(instance, roots: CheckpointRootsResource, cursor: str | None = None):
+    """A tick of the discovery sensor, its partition requests applied as the daemon applies them."""
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources={"roots": roots})
+    result = checkpoint_discovery_sensor(ctx)
+    if isinstance(result, dg.SensorResult):
+        for req in result.dynamic_partitions_requests or []:
+            if isinstance(req, dg.AddDynamicPartitionsRequest):
+                instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+            else:
+                for key in req.partition_keys:
+                    instance.delete_dynamic_partition(req.partitions_def_name, key)
+    return result
 
 
 def stopped_root(instance, root: Path, **options) -> tuple[CheckpointRootsResource, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import struct
 from collections.abc import Callable
@@ -178,3 +179,31 @@ IN_THE_COMMIT_LOG = {
     "a FIFO": (fifo_for, "NOT_A_REGULAR_FILE"),
     "a link to /dev/zero": (lambda p: p.symlink_to("/dev/zero"), "FILE_OUTSIDE_CHECKPOINT"),
 }
+
+
+def edit_metadata(path: Path, op: int, edit: Callable[[dict], dict]) -> None:
+    """Operator `op`'s metadata body as `edit` returns it, its sidecar dropped."""
+    metadata = path / f"state/{op}/_metadata/metadata"
+    head, body = metadata.read_text().split("\n", 1)
+    metadata.write_text(head + "\n" + json.dumps(edit(json.loads(body)), separators=(",", ":")))
+    (metadata.parent / ".metadata.crc").unlink(missing_ok=True)
+
+
+def declare_partitions(count: int) -> Callable[[dict], dict]:
+    """An `edit_metadata` edit: every store of the operator declares `count` partitions."""
+
+    def edit(body: dict) -> dict:
+        for store in body["stateStoreInfo"]:
+            store["numPartitions"] = count
+        return body
+
+    return edit
+
+
+def pin_shuffle(path: Path, value: str) -> None:
+    """Every offset file pins `spark.sql.shuffle.partitions` to `value`, their sidecars dropped."""
+    for offsets in (path / "offsets").glob("[0-9]*"):
+        text = re.sub(r'"spark.sql.shuffle.partitions":"[^"]*"', f'"spark.sql.shuffle.partitions":"{value}"',
+                      offsets.read_text())  # fmt: skip
+        offsets.write_text(text)
+        (offsets.parent / f".{offsets.name}.crc").unlink(missing_ok=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from testbed.clock import date_to
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_to
 from tests.support import damage
 
 NEAR, OVER = 45_000, 56_000  # lineage header bytes: 69 % and 85 % of the cap

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -138,10 +137,3 @@ def test_what_no_generation_writes_fails_closed_or_cannot_be_told() -> None:
     for bad in ("3.5", "4", "five", "4.4.0"):
         with pytest.raises(UnknownSparkVersion, match="cover Spark 4.0, 4.1, 4.2, 4.3"):
             spark_line(bad)
-
-
-@pytest.mark.unit
-def test_an_unknown_target_is_a_usage_error(capsys, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        main(["fleet", str(tmp_path), "--target-spark", "3.5"])
-    assert exit_.value.code == 2 and "cover Spark 4.0" in capsys.readouterr().err

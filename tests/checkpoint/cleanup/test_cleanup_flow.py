@@ -14,8 +14,8 @@ from checkpoint.cleanup import REPLANNED, CleanupOptions, apply_cleanup, plan_cl
 from checkpoint.errors import LeaseHeld
 from checkpoint.safety import AuditTrail, InPlace, Plan, lease_for, taken_at_once
 from checkpoint.storage import Storage
+from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_back
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ def test_cleanup_keeps_what_recovery_reads_and_the_query_restarts_like_untouched
 def test_cleanup_rules_for_the_default_formats(defaults, tmp_path) -> None:
     """Nothing a retained batch reads goes, each Hadoop .crc follows its file, Spark's temp file of
     a killed write goes once past the grace period, and a live query keeps two versions of margin."""
-    from testbed.demo import date_back
+    from testbed.clock import date_back
     from tests.support.planning import candidates_of
 
     path = copy_default(defaults, "hdfs_agg", tmp_path)

@@ -495,7 +495,7 @@ def test_an_idle_running_query_keeps_the_sst_a_future_snapshot_may_reuse(copy_of
     caller says the query is stopped (`--query-stopped`, a root's `queries_stopped`)."""
     import uuid
 
-    from testbed.demo import date_back
+    from testbed.clock import date_back
 
     path = copy_of("snapshots")
     sst = next(path.glob("state/0/0/SSTs/*.sst"))

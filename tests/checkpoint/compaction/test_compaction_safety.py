@@ -19,8 +19,8 @@ from checkpoint.errors import CompactionRefused
 from checkpoint.format.crc import crc32c_signed
 from checkpoint.model.head import load_head
 from checkpoint.model.lineage import checkpoint_lineage
+from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_back
 from tests.support import damage
 from tests.support.cli import CKPT
 from tests.support.compacting import compact_unleased

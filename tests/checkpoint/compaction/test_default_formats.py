@@ -37,8 +37,8 @@ def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_
     before it gone; and the restarted query ends in the state of an untouched copy."""
     from checkpoint.compaction.targets import plan_compaction
     from jobs.spark_session import scoped_confs
+    from testbed.clock import date_back
     from testbed.defaults import scenario_named
-    from testbed.demo import date_back
     from tests.support.compacting import compact_unleased
     from tests.support.files import files_of
     from tests.support.state import read_state, restart_like_untouched
@@ -82,7 +82,7 @@ def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_
 
 def test_v1_compaction_refuses_a_query_that_is_not_stopped_and_writes_nothing(defaults, tmp_path) -> None:
     """V1 names carry no attempt id: a recent commit or an unfinished batch refuses, exit 2."""
-    from testbed.demo import date_back
+    from testbed.clock import date_back
     from tests.support.files import files_of
 
     recent = copy_default(defaults, "hdfs_deltas", tmp_path)
@@ -100,7 +100,7 @@ def test_v1_compaction_refuses_a_query_that_is_not_stopped_and_writes_nothing(de
 def test_a_leftover_hadoop_checksum_fails_its_store_alone(defaults, tmp_path) -> None:
     """A stale `.<v>.snapshot.crc` would fail every read of the new snapshot: that store is not
     compacted and says why; the others are."""
-    from testbed.demo import date_back
+    from testbed.clock import date_back
 
     path = copy_default(defaults, "hdfs_deltas", tmp_path)
     date_back(path, 2 * 3600)
@@ -129,7 +129,7 @@ def test_a_delta_that_fails_hadoops_checksum_fails_its_store_alone(defaults, tmp
     """One byte of a delta's LZ4 end mark changed, its length kept: neither validation nor Spark's
     own load sees it (Spark's reader returns the state), Hadoop's checksum of the copy does; that
     store gets no snapshot, the others do."""
-    from testbed.demo import date_back
+    from testbed.clock import date_back
 
     path = copy_default(defaults, "hdfs_deltas", tmp_path)
     date_back(path, 2 * 3600)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from checkpoint.crash import CRASH_ENV
+from testbed.clock import date_to
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_to
 from testbed.operators import ensure_operator_corpus
 from tests.support.cli import ckpt
 from tests.support.files import files_of
@@ -265,75 +265,6 @@ def test_the_purge_runs_unchanged_on_a_standalone_cluster(spark, corpus, tmp_pat
     assert state_rows(spark, on_cluster, NAME) == state_rows(spark, here, NAME)
 
 
-def test_dagster_warns_on_the_share_expired_and_a_launchpad_run_purges_the_partition(
-    corpus, tmp_path
-) -> None:
-    import dagster as dg
-
-    from assets.expiry import SHARE_CHECK, checkpoint_expired_state
-    from assets.fleet import checkpoint_fleet_report
-    from assets.partitions import CHECKPOINTS, partition_key
-    from assets.resources import CheckpointRoot
-    from checkpoint.analysis import human_bytes
-    from orchestration.location import build_definitions
-    from tests.assets.test_dagster import _roots, _tick
-
-    root = tmp_path / "root"
-    stopped_copy(corpus, root / "orders")
-    defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
-    key, roots = partition_key("prod", "orders"), _roots(root, "prod")
-
-    def look(instance) -> tuple[bool, dict]:
-        done = dg.materialize([checkpoint_expired_state], partition_key=key, instance=instance,
-                              resources={"roots": roots})  # fmt: skip
-        (check,) = done.get_asset_check_evaluations()
-        assert check.check_name == SHARE_CHECK
-        (materialized,) = done.get_asset_materialization_events()
-        meta = materialized.materialization.metadata
-        return check.passed, {
-            k: meta[k].value for k in ("entries", "expired", "expired_share", "expired_bytes")
-        }
-
-    with dg.instance_for_test() as instance:
-        _tick(instance, roots)
-        assert key in instance.get_dynamic_partitions(CHECKPOINTS)
-        passed, before = look(instance)
-        assert not passed and before["expired_share"] > 0.25 and before["expired"] > 0  # WARN
-        fleet = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
-        (report,) = fleet.asset_materializations_for_node("checkpoint_fleet_report")
-        (row,) = report.metadata["fleet"].value.records
-        shown = (
-            f"{before['expired']:,} ({before['expired_share']:.0%}, {human_bytes(before['expired_bytes'])})"
-        )
-        assert row.data["expired"] == shown
-        job = defs.resolve_job_def("purge_expired_state")
-        untouched = files_of(root / "orders")
-        for absurd in (float("nan"), 1e18, -1e18):  # a run config's number is checked as a flag is
-            refused = job.execute_in_process(
-                run_config={"ops": {"purge_expired": {"config": {"partition": key, "as_of": absurd}}}},
-                instance=instance, raise_on_error=False,
-            )  # fmt: skip
-            assert not refused.success and files_of(root / "orders") == untouched
-        run = job.execute_in_process(run_config={"ops": {"purge_expired": {"config": {"partition": key}}}},
-                                     instance=instance)  # fmt: skip
-        assert run.success and run.output_for_node("purge_expired")["expired"] == before["expired"]
-        passed, after = look(instance)
-        assert passed and after["expired"] == 0 and after["entries"] == before["entries"] - before["expired"]
-
-        stopped_copy(corpus, root / "payments")  # a backfill's range run: both partitions, one result
-        _tick(instance, roots)
-        keys = sorted(instance.get_dynamic_partitions(CHECKPOINTS))
-        tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
-        ranged = dg.materialize([checkpoint_expired_state], instance=instance, resources={"roots": roots},
-                                tags=tags)  # fmt: skip
-        (check,) = ranged.get_asset_check_evaluations()
-        assert not check.passed and check.metadata["over"].value == 1  # the unpurged one
-        fleet = dg.materialize([checkpoint_fleet_report], instance=instance, resources={"roots": roots})
-        (report,) = fleet.asset_materializations_for_node("checkpoint_fleet_report")
-        rows = {r.data["checkpoint"]: r.data["expired"] for r in report.metadata["fleet"].value.records}
-        assert rows == {key: f"0 (0%, {human_bytes(0)})", partition_key("prod", "payments"): shown}
-
-
 @pytest.fixture(scope="module")
 def one_store(corpus) -> tuple[list[tuple[bytes, bytes]], list, str]:
     """Every entry of partition 0 of the expiring query at its latest version (rebuilt as a purge
@@ -372,8 +303,7 @@ def test_the_ttl_reader_given_damaged_entries_refuses_or_evicts_only_its_familie
 
     from checkpoint.errors import CorruptFileError
     from checkpoint.expiry.ttl import expired_in
-    from testbed.fuzzing import mutate
-    from tests.checkpoint.format.test_fuzz import EXAMPLES, mutations
+    from testbed.mutation import EXAMPLES, mutate, mutations
 
     entries, variables, where = one_store
     owned = {f for v in variables for f in (v.values, v.index, v.least, v.count) if f is not None}
@@ -382,7 +312,7 @@ def test_the_ttl_reader_given_damaged_entries_refuses_or_evicts_only_its_familie
 
     @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
-    @given(st.integers(0, len(entries) - 1), st.booleans(), mutations)
+    @given(st.integers(0, len(entries) - 1), st.booleans(), mutations())
     def fuzz(at: int, in_key: bool, changes) -> None:
         damaged = list(entries)
         key, value = damaged[at]

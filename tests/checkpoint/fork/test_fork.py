@@ -293,54 +293,6 @@ def test_schema_paths_move_and_anything_else_is_refused() -> None:
         rewrite_schema_paths(elsewhere, "s3a://bucket/new", "meta")
 
 
-def test_the_dagster_job_forks_a_partition_into_a_new_one(corpus, tmp_path) -> None:
-    import dagster as dg
-
-    from assets.partitions import partition_key
-    from assets.resources import CheckpointRoot
-    from orchestration.location import build_definitions
-
-    root = tmp_path / "root"
-    copy_checkpoint(corpus["dedup_agg"], root / "orders")
-    defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
-    job = defs.resolve_job_def("fork_checkpoint")
-
-    def launch(destination: Path, batch: int | None = 4) -> dg.ExecuteInProcessResult:
-        config = {"source_partition": partition_key("prod", "orders"), "destination": str(destination),
-                  "batch": batch, "new_query_id": True}  # fmt: skip
-        return job.execute_in_process(
-            run_config={"ops": {"fork": {"config": config}}}, instance=instance, raise_on_error=False
-        )
-
-    with dg.instance_for_test() as instance:
-        result = launch(root / "rollback" / "orders")
-        assert result.success
-        output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
-        meta = {k: v.value for k, v in output.event_specific_data.metadata.items()}
-        dest = root / "rollback" / "orders"
-        assert files_of(dest) == recovery_files(root / "orders", 4).keys() | MARKERS
-        assert (meta["files"], meta["batch"]) == (len(files_of(dest)) - len(MARKERS), 4)
-        assert meta["bytes"] == result.output_for_node("fork")["bytes"] > 0
-        assert meta["copied_files"] == meta["files"] and meta["requests"] > 0 and meta["seconds"] >= 0
-        assert meta["partition"] == partition_key("prod", "rollback/orders")
-        assert partition_key("prod", "rollback/orders") in instance.get_dynamic_partitions("checkpoints")
-        assert load_checkpoint(str(dest)).query_id != load_checkpoint(str(root / "orders")).query_id
-
-        # A destination under no configured root is refused before anything is written: a run
-        # cannot copy production state to a place of its own choosing.
-        outside = tmp_path / "elsewhere"
-        elsewhere = launch(outside, None)
-        assert not elsewhere.success and not outside.exists()
-        failure = next(e for e in elsewhere.all_events if e.event_type_value == "STEP_FAILURE")
-        assert "lies under no configured root" in str(failure.event_specific_data.error)
-        assert len(instance.get_dynamic_partitions("checkpoints")) == 1
-
-        refused = launch(root / "rollback" / "orders", batch=3)  # not empty: another fork is there
-        assert not refused.success
-        failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
-        assert "holds a fork of" in str(failure.event_specific_data.error)
-
-
 @pytest.mark.parametrize("step", [0, 1, 2, 3])
 def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpus, tmp_path, step) -> None:
     """Killed once the files of a step are written: every byte of the state was checked before the

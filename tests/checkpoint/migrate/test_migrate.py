@@ -22,9 +22,9 @@ from testbed.copying import copy_checkpoint
 from tests.support.cli import ckpt
 from tests.support.files import files_of
 from tests.support.leases import lapse_leases
+from tests.support.migrating import V2_SESSION, migrate, restarted_differently, stopped
 
 NAMED_V2 = re.compile(r"^\d+_[0-9a-f-]{36}\.(zip|changelog)$")
-V2_SESSION = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
 # Every operator the issue names, on the HDFS-backed store and on RocksDB V1: aggregation (RocksDB
 # with and without changelogs), dedup then aggregation, stream-stream join, windowed aggregation,
 # session windows, applyInPandasWithState.
@@ -32,42 +32,6 @@ OPERATORS = ("agg", "dedup", "join", "window", "session", "pandas")
 MIGRATED = (*(f"hdfs_{o}" for o in OPERATORS), "rocksdb_v1", "rocksdb_v1_changelog",
             *(f"rocksdb_v1_{o}" for o in OPERATORS[1:]),
             *(f"rocksdb_v1_{o}" for o in ("list_state", "every_state", "timers")))  # fmt: skip
-
-
-def restarted_differently(spark, name: str, scenario_dir: Path, migrated: Path, control: Path, extra: Path):
-    """The real query restarted on a migrated checkpoint and on an untouched copy of its source with
-    the same new input: where what they emit and the state they end with (each read by Spark in a
-    session of its format) differ; nothing when they are the same."""
-    from jobs.spark_session import scoped_confs
-    from testbed.restart import differences, restart, state_rows, untouched
-    from tests.support.defaults import V1_SESSION
-
-    def restarted(path: Path, confs: dict[str, str]) -> dict:
-        run = restart(spark, name, scenario_dir, path, extra, read_state=False)
-        with scoped_confs(spark, confs):
-            return {**run, "state": state_rows(spark, path, name)}
-
-    untouched_run = untouched(spark, "emitted, state read as V1", name, scenario_dir, control, {},
-                              lambda: restarted(control, V1_SESSION))  # fmt: skip
-    return differences(restarted(migrated, V2_SESSION), untouched_run)
-
-
-def _migrate(spark, src: Path, dest: Path, audit: Path):
-    from checkpoint.migrate import MigrationOptions, migrate_checkpoint
-    from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
-    from checkpoint.storage import Storage
-    from jobs.migrate import spark_ports
-
-    request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"), AuditTrail(str(audit)))
-    return migrate_checkpoint(request, MigrationOptions(spark_ports(lambda: spark)))
-
-
-def _stopped(defaults, name: str, where: Path) -> Path:
-    from testbed.demo import date_back
-
-    path = copy_checkpoint(defaults[name], where)
-    date_back(path, 2 * 3600)  # stopped for longer than the quiet period
-    return path
 
 
 @pytest.mark.slow
@@ -92,11 +56,11 @@ def test_a_join_in_state_format_3_on_format_v1_migrates_and_restarts_like_its_so
 
 
 def _migrates_and_restarts(spark, corpus: dict[str, Path], name: str, tmp_path: Path) -> None:
-    src, control = _stopped(corpus, name, tmp_path / "src"), copy_checkpoint(corpus[name], tmp_path / "c")
+    src, control = stopped(corpus, name, tmp_path / "src"), copy_checkpoint(corpus[name], tmp_path / "c")
     dest = tmp_path / "dest"
     before = files_of(src)
     # In this session's Spark: the command's own path is run by the refusal and kill tests.
-    doc = _migrate(spark, src, dest, tmp_path / "audit").as_dict()
+    doc = migrate(spark, src, dest, tmp_path / "audit").as_dict()
     assert files_of(src) == before
     migrated = load_head(str(dest))
     assert (migrated.format_version, migrated.provider) == (2, Provider.ROCKSDB)
@@ -142,7 +106,7 @@ def test_session_window_keys_are_laid_out_as_rocksdb_lays_them(defaults, tmp_pat
     from checkpoint.rocksdb.publishing import ZipTarget
     from checkpoint.storage import Storage
 
-    source = read_source(Storage(str(_stopped(defaults, "hdfs_session", tmp_path / "src"))))
+    source = read_source(Storage(str(stopped(defaults, "hdfs_session", tmp_path / "src"))))
     prefixed = preflight(source, time.time(), 3600)
     assert [(op, name, p.leading) for (op, name), p in prefixed.items()] == [(0, "default", 1)]
     dest = tmp_path / "dest"
@@ -162,16 +126,16 @@ def test_refusals_exit_2_and_write_nothing(defaults, corpus, tmp_path) -> None:
     exit 2, neither side changed."""
     live = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "live")
     (live / "commits" / "24").touch()
-    stopped = _stopped(defaults, "hdfs_agg", tmp_path / "stopped")
+    quiet = stopped(defaults, "hdfs_agg", tmp_path / "stopped")
     full = tmp_path / "full"
     full.mkdir()
     (full / "something").write_text("theirs")
-    v2 = _stopped({"snapshots": corpus["snapshots"]}, "snapshots", tmp_path / "v2")
-    session = _stopped(defaults, "hdfs_session", tmp_path / "session")
+    v2 = stopped({"snapshots": corpus["snapshots"]}, "snapshots", tmp_path / "v2")
+    session = stopped(defaults, "hdfs_session", tmp_path / "session")
     (session / "state/0/0/_metadata/schema").write_bytes(b"\x00\x02v9")
-    old = _stopped(defaults, "hdfs_agg", tmp_path / "old")  # as a checkpoint last run before Spark 4.0
+    old = stopped(defaults, "hdfs_agg", tmp_path / "old")  # as a checkpoint last run before Spark 4.0
     (old / "state/0/_metadata/metadata").unlink()
-    cases = [(live, tmp_path / "d1", "looks alive"), (stopped, full, "not empty"),
+    cases = [(live, tmp_path / "d1", "looks alive"), (quiet, full, "not empty"),
              (v2, tmp_path / "d3", "ckpt fork"), (session, tmp_path / "d4", "cannot be laid out"),
              (old, tmp_path / "d5", "run the query once on Spark 4.x")]  # fmt: skip
     for src, dest, why in cases:
@@ -193,7 +157,7 @@ def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finish
     reading SRC's state in every store of DEST."""
     from checkpoint.crash import CRASH_ENV
 
-    src = _stopped(defaults, "hdfs_dedup", tmp_path / "src")
+    src = stopped(defaults, "hdfs_dedup", tmp_path / "src")
     dest = tmp_path / "dest"
     killed = ckpt("migrate", str(src), str(dest), "--lease-ttl", "10m", env={CRASH_ENV: point})
     assert killed.returncode == -9, killed.stderr
@@ -201,7 +165,7 @@ def test_a_migration_killed_part_way_is_refused_by_validation_and_a_rerun_finish
     assert refused.returncode != 0  # an interrupted fork (exit 2) or INCOMPLETE_FORK (exit 1)
     assert "interrupted fork" in refused.stderr or "INCOMPLETE_FORK" in refused.stdout
     lapse_leases(src)
-    proven = _migrate(spark, src, dest, tmp_path / "audit").proven
+    proven = migrate(spark, src, dest, tmp_path / "audit").proven
     assert ckpt("validate", str(dest)).returncode == 0
     # Its proof read DEST's state equal to SRC's in every store, as a migration never interrupted.
     assert [p["store"] for p in proven] == ["default", "default"] and all(p["rows"] > 0 for p in proven)
@@ -216,16 +180,16 @@ def test_a_store_task_killed_with_9_stops_the_migration_and_a_rerun_finishes_it(
     from checkpoint.crash import CRASH_ENV
     from checkpoint.errors import MigrationFailed
 
-    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    src, dest = stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
     monkeypatch.setenv(CRASH_ENV, "migrate.task:0/1/default")
     with pytest.raises(MigrationFailed, match="op 0 / part 1 / default: the Spark task died") as failed:
-        _migrate(spark, src, dest, tmp_path / "audit")
+        migrate(spark, src, dest, tmp_path / "audit")
     monkeypatch.delenv(CRASH_ENV)
     assert "\n" not in str(failed.value)
     refused = ckpt("validate", str(dest))  # no log is written before every store is
     assert refused.returncode == 2 and "interrupted fork" in refused.stderr
     assert not list((tmp_path / "audit").rglob("*.json"))
-    again = _migrate(spark, src, dest, tmp_path / "audit")
+    again = migrate(spark, src, dest, tmp_path / "audit")
     assert len(again.stores) == 4 and again.proven
     assert (
         0 < again.state_seconds
@@ -247,11 +211,11 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
     from checkpoint.safety import InPlace, taken_at_once
     from jobs.repartition import spark_engine
-    from testbed.demo import date_back
+    from testbed.clock import date_back
 
-    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    src, dest = stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
     control = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "control")
-    doc = _migrate(spark, src, dest, tmp_path / "audit").as_dict()
+    doc = migrate(spark, src, dest, tmp_path / "audit").as_dict()
     assert (dest / "commits" / "0").read_text().startswith("v1")  # the history DEST keeps
     head = load_head(str(dest))
     assert [head.states_at(b).name for b in (0, doc["batch"] - 1, doc["batch"])] == [
@@ -279,82 +243,6 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     assert not restarted_differently(
         spark, "hdfs_agg", defaults["hdfs_agg"].parent, dest, control, tmp_path / "more"
     )
-
-
-def test_the_maintenance_schedule_runs_on_a_fresh_migration(spark, defaults, tmp_path) -> None:
-    """The root's maintenance schedule, evaluated and its runs executed by Dagster, on a checkpoint
-    migrated a moment ago: every run succeeds and cleanup applies, and the query restarts like an
-    untouched copy of its source."""
-    import datetime
-
-    import dagster as dg
-
-    from assets.partitions import partition_key
-    from assets.resources import CheckpointRoot, SparkResource
-    from orchestration.location import build_definitions
-    from testbed.demo import date_back
-    from tests.support.runs import checkpoints_of
-
-    root = tmp_path / "root"
-    src = _stopped(defaults, "hdfs_agg", tmp_path / "src")
-    control = copy_checkpoint(defaults["hdfs_agg"], tmp_path / "control")
-    _migrate(spark, src, root / "orders", tmp_path / "audit")
-    date_back(root, 8 * 3600)
-    prod = CheckpointRoot(name="prod", url=str(root), apply_cleanup=True, queries_stopped=True)
-    defs = build_definitions([prod], spark=SparkResource(master="local[2]"))
-    schedule = defs.get_schedule_def("maintenance_prod")
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("checkpoints", [partition_key("prod", "orders")])
-        when = datetime.datetime.now(datetime.UTC)
-        # Entered, so that leaving it takes back the defs-state storage its evaluation makes current.
-        with dg.build_schedule_context(instance=instance, scheduled_execution_time=when,
-                                       repository_def=defs.get_repository_def()) as context:  # fmt: skip
-            requests = list(schedule.evaluate_tick(context).run_requests or [])
-        assert [checkpoints_of(r) for r in requests] == [[partition_key("prod", "orders")]]
-        job = defs.resolve_job_def(requests[0].job_name)
-        for request in requests:
-            result = job.execute_in_process(run_config=request.run_config, tags=request.tags,
-                                            instance=instance, raise_on_error=False)  # fmt: skip
-            assert result.success
-            cleanup = [m for m in result.asset_materializations_for_node("maintain_each")
-                       if m.asset_key.to_user_string() == "checkpoint_orphan_cleanup"]  # fmt: skip
-            assert cleanup and cleanup[0].metadata["applied"].value is True
-    assert not restarted_differently(spark, "hdfs_agg", defaults["hdfs_agg"].parent, root / "orders", control,
-                                     tmp_path / "more")  # fmt: skip
-
-
-@pytest.mark.slow
-def test_the_dagster_job_migrates_a_partition_into_a_new_one(defaults, tmp_path, spark) -> None:
-    """`migrate_checkpoint` from the Launchpad's config: the destination, under a configured root,
-    becomes a V2 partition; one under no root is refused with nothing written."""
-    import dagster as dg
-
-    from assets.partitions import partition_key
-    from assets.resources import CheckpointRoot, SparkResource
-    from orchestration.location import build_definitions
-
-    root = tmp_path / "root"
-    _stopped(defaults, "hdfs_dedup", root / "orders")
-    defs = build_definitions([CheckpointRoot(name="prod", url=str(root))])
-    job = defs.resolve_job_def("migrate_checkpoint")
-
-    def launch(destination: Path) -> dg.ExecuteInProcessResult:
-        config = {"source_partition": partition_key("prod", "orders"), "destination": str(destination)}
-        return job.execute_in_process(run_config={"ops": {"migrate": {"config": config}}}, instance=instance,
-                                      resources={"spark": SparkResource(master="local[2]")},
-                                      raise_on_error=False)  # fmt: skip
-
-    with dg.instance_for_test() as instance:
-        result = launch(root / "v2" / "orders")
-        assert result.success
-        output = next(e for e in result.all_events if e.event_type_value == "STEP_OUTPUT")
-        meta = {k: v.value for k, v in output.event_specific_data.metadata.items()}
-        assert (meta["source_state"], meta["stores"]) == ("hdfs V1", 8)  # two operators, four partitions
-        assert meta["partition"] in instance.get_dynamic_partitions("checkpoints")
-        assert load_head(str(root / "v2" / "orders")).format_version == 2
-        outside = tmp_path / "elsewhere"
-        refused = launch(outside)
-        assert not refused.success and not outside.exists()
 
 
 @pytest.mark.slow
@@ -390,7 +278,7 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
         extra = iter([1])
         monkeypatch.setattr(state._KeyCount, "total", lambda self, db: counted(self, db) + next(extra, 0))
 
-    src, dest = _stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
+    src, dest = stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
     storages = Storage(str(src)), Storage(str(dest))
     audit = AuditTrail(str(tmp_path / "audit"))
     with pytest.raises(MigrationFailed, match=error):

@@ -24,7 +24,7 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from checkpoint.safety import TwoSided, taken_at_once
     from jobs.migrate import spark_ports
-    from tests.checkpoint.migrate.test_migrate import restarted_differently
+    from tests.support.migrating import restarted_differently
 
     _, proxy, bucket = s3
     if where == "s3-to-s3":

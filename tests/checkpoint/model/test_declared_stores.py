@@ -7,45 +7,22 @@ for orphans and a fork copy part of the state. Each test below is one of those r
 
 from __future__ import annotations
 
-import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from testbed.copying import copy_checkpoint
-from testbed.demo import date_back
-from tests.checkpoint.repartition.test_repartition import tree_digest
 from tests.cli.test_cli import ckpt
-from tests.support.runs import checkpoints_of
+from tests.support import damage
+from tests.support.copies import stopped_copy
+from tests.support.files import digests_of
 
-
-def _stopped_copy(defaults: dict[str, Path], name: str, dest: Path) -> Path:
-    copy_checkpoint(defaults[name], dest)
-    date_back(dest, 8 * 3600)  # stopped, past the grace and the quiet period, whatever the cache's age
-    return dest
-
-
-def _edit_metadata(path: Path, op: int, edit) -> None:
-    metadata = path / f"state/{op}/_metadata/metadata"
-    head, body = metadata.read_text().split("\n", 1)
-    metadata.write_text(head + "\n" + json.dumps(edit(json.loads(body)), separators=(",", ":")))
-    (metadata.parent / ".metadata.crc").unlink(missing_ok=True)
-
-
-def _declare_partitions(count: int):
-    def edit(body: dict) -> dict:
-        for store in body["stateStoreInfo"]:
-            store["numPartitions"] = count
-        return body
-
-    return edit
+STOPPED = 8 * 3600  # past the grace and the quiet period
 
 
 def _refused_everywhere(path: Path, tmp_path: Path, code: str) -> None:
-    before = tree_digest(path)
+    before = digests_of(path)
     validation = ckpt("validate", str(path), "--deep")
     assert validation.returncode == 1 and code in validation.stdout, validation.stdout
     gc = ckpt("gc", str(path), "--query-stopped", "--apply", "--grace", "15m")
@@ -54,19 +31,19 @@ def _refused_everywhere(path: Path, tmp_path: Path, code: str) -> None:
     assert fork.returncode == 2 and code in fork.stderr and not (tmp_path / "fork").exists(), fork.stderr
     compact = ckpt("compact", str(path), "--min-chain", "1")
     assert compact.returncode == 2, compact.stderr
-    assert tree_digest(path) == before
+    assert digests_of(path) == before
 
 
 @pytest.mark.parametrize("name", ["hdfs_agg", "rocksdb_v1"])
 def test_a_partition_count_forged_below_the_offsets_refuses_every_action(defaults, tmp_path, name) -> None:
-    path = _stopped_copy(defaults, name, tmp_path / name)
-    _edit_metadata(path, 0, _declare_partitions(1))
+    path = stopped_copy(defaults[name], tmp_path / name, STOPPED)
+    damage.edit_metadata(path, 0, damage.declare_partitions(1))
     _refused_everywhere(path, tmp_path, "STORES_DISAGREE")
 
 
 def test_a_join_store_left_out_of_the_metadata_is_never_cleaned(defaults, tmp_path) -> None:
-    path = _stopped_copy(defaults, "hdfs_join", tmp_path / "join")
-    _edit_metadata(path, 0, lambda body: {**body, "stateStoreInfo": body["stateStoreInfo"][1:]})
+    path = stopped_copy(defaults["hdfs_join"], tmp_path / "join", STOPPED)
+    damage.edit_metadata(path, 0, lambda body: {**body, "stateStoreInfo": body["stateStoreInfo"][1:]})
     _refused_everywhere(path, tmp_path, "STORES_DISAGREE")
 
 
@@ -77,8 +54,8 @@ def test_the_stores_of_a_batch_are_the_ones_its_offsets_pin(defaults, tmp_path) 
     from checkpoint.model.head import load_head
     from checkpoint.model.lineage import store_ids
 
-    path = _stopped_copy(defaults, "hdfs_agg", tmp_path / "agg")
-    _edit_metadata(path, 0, _declare_partitions(2))
+    path = stopped_copy(defaults["hdfs_agg"], tmp_path / "agg", STOPPED)
+    damage.edit_metadata(path, 0, damage.declare_partitions(2))
     head = load_head(str(path), strict=False)
     offsets = path / "offsets" / str(head.latest_committed_batch)
     assert '"spark.sql.shuffle.partitions":"4"' in offsets.read_text()
@@ -88,22 +65,22 @@ def test_the_stores_of_a_batch_are_the_ones_its_offsets_pin(defaults, tmp_path) 
 def test_a_partition_folder_no_batch_names_is_kept_and_said(defaults, tmp_path) -> None:
     import shutil
 
-    path = _stopped_copy(defaults, "hdfs_agg", tmp_path / "agg")
+    path = stopped_copy(defaults["hdfs_agg"], tmp_path / "agg", STOPPED)
     shutil.copytree(path / "state/0/0", path / "state/0/9")
-    kept = tree_digest(path / "state/0/9")
+    kept = digests_of(path / "state/0/9")
     validation = ckpt("validate", str(path), "--json")
     assert validation.returncode == 0
     assert "UNNAMED_STATE_FOLDER" in validation.stdout
     out = ckpt("gc", str(path), "--query-stopped", "--apply", "--grace", "15m", "--json")
     assert out.returncode == 0, out.stderr
-    assert tree_digest(path / "state/0/9") == kept
+    assert digests_of(path / "state/0/9") == kept
 
 
 ABSURD = [
-    ("numPartitions", lambda p: _edit_metadata(p, 0, _declare_partitions(100_000_000))),
-    ("shuffle partitions", lambda p: _pin_shuffle(p, "100000000")),
-    ("not a number", lambda p: _pin_shuffle(p, "many")),
-    ("a path for a store", lambda p: _edit_metadata(p, 0, _name_store("../../escape"))),
+    ("numPartitions", lambda p: damage.edit_metadata(p, 0, damage.declare_partitions(100_000_000))),
+    ("shuffle partitions", lambda p: damage.pin_shuffle(p, "100000000")),
+    ("not a number", lambda p: damage.pin_shuffle(p, "many")),
+    ("a path for a store", lambda p: damage.edit_metadata(p, 0, _name_store("../../escape"))),
     ("an oversized metadata file", lambda p: _oversize(p / "state/0/_metadata/metadata")),
     # Within the bound on one count: beyond the folders there are, or beyond the stores in all.
     ("more partitions than folders", lambda p: _declare_everywhere(p, 90_000, stores=1)),
@@ -112,9 +89,9 @@ ABSURD = [
 
 
 def _declare_everywhere(path: Path, partitions: int, stores: int) -> None:
-    _pin_shuffle(path, str(partitions))
-    _edit_metadata(path, 0, _declare_partitions(partitions))
-    _edit_metadata(path, 0, _stores(stores))
+    damage.pin_shuffle(path, str(partitions))
+    damage.edit_metadata(path, 0, damage.declare_partitions(partitions))
+    damage.edit_metadata(path, 0, _stores(stores))
 
 
 def _stores(count: int):
@@ -136,14 +113,6 @@ def _name_store(name: str):
     return edit
 
 
-def _pin_shuffle(path: Path, value: str) -> None:
-    for offsets in (path / "offsets").glob("[0-9]*"):
-        text = re.sub(r'"spark.sql.shuffle.partitions":"[^"]*"', f'"spark.sql.shuffle.partitions":"{value}"',
-                      offsets.read_text())  # fmt: skip
-        offsets.write_text(text)
-        (offsets.parent / f".{offsets.name}.crc").unlink(missing_ok=True)
-
-
 def _oversize(path: Path) -> None:
     with path.open("a") as f:
         f.write(" " * (17 << 20))
@@ -159,9 +128,9 @@ sys.exit(main(sys.argv[1:]))
 
 @pytest.mark.parametrize("what,damage", ABSURD, ids=[a[0] for a in ABSURD])
 def test_an_absurd_declaration_is_one_line_in_bounded_memory(defaults, tmp_path, what, damage) -> None:
-    path = _stopped_copy(defaults, "hdfs_agg", tmp_path / "agg")
+    path = stopped_copy(defaults["hdfs_agg"], tmp_path / "agg", STOPPED)
     damage(path)
-    before = tree_digest(path)
+    before = digests_of(path)
     for args in (["validate", str(path)], ["gc", str(path), "--apply", "--query-stopped"],
                  ["fleet", str(tmp_path)], ["lineage", str(path)]):  # fmt: skip
         # Under a 1 GiB address space: a model sized by the forged count would die here.
@@ -171,39 +140,4 @@ def test_an_absurd_declaration_is_one_line_in_bounded_memory(defaults, tmp_path,
         allowed = {"validate": (1, 2), "gc": (2,)}.get(args[0], (0, 1, 2))
         assert out.returncode in allowed, (what, args, out.returncode, out.stderr[-2000:])
         assert "Traceback" not in out.stderr and "MemoryError" not in out.stderr, (what, args, out.stderr)
-    assert tree_digest(path) == before
-
-
-def test_both_sensors_tick_past_a_checkpoint_that_declares_the_absurd(
-    defaults, tmp_path, monkeypatch
-) -> None:
-    """Forged counts in two checkpoints of a root: the discovery and commit sensors' ticks end
-    without sizing anything by them, and ask for their validation, whose findings say what is
-    wrong."""
-    import dagster as dg
-
-    from assets.resources import CheckpointRoot, CheckpointRootsResource
-    from orchestration import sensors
-    from orchestration.due import SensorState
-
-    root = tmp_path / "root"
-    _stopped_copy(defaults, "hdfs_agg", root / "healthy")
-    _edit_metadata(_stopped_copy(defaults, "hdfs_agg", root / "forged"), 0, _declare_partitions(100_000_000))
-    _pin_shuffle(_stopped_copy(defaults, "hdfs_agg", root / "pinned"), "90000")
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="r", url=str(root))])
-    with dg.instance_for_test() as instance:
-        context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
-        found = sensors.checkpoint_discovery_sensor(context)
-        everyone = ["r:forged", "r:healthy", "r:pinned"]
-        assert sorted(key for r in found.run_requests for key in checkpoints_of(r)) == everyone  # audited
-        instance.add_dynamic_partitions("checkpoints", everyone)
-        context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
-        # The look at the 90,000 stores "pinned" declares takes 5 s here, and past the look's
-        # 10 s timeout on a loaded machine (then it is skipped this tick, as designed): what is
-        # tested is what the tick asks for, not the clock.
-        monkeypatch.setattr(sensors, "COMMIT_SENSOR_LOOK_TIMEOUT", 3600.0)
-        result = sensors.checkpoint_commit_sensor(context)
-        requested = {key for r in result.run_requests for key in checkpoints_of(r)}
-        assert requested == set(everyone), result.run_requests  # each validated: its findings say it
-        state = SensorState.from_json(result.cursor)
-        assert set(state.seen) == set(everyone) and {"r:forged", "r:pinned"} <= set(state.validated)
+    assert digests_of(path) == before

@@ -7,7 +7,6 @@ restarted with the same further input; both must emit the same rows and end with
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -26,12 +25,13 @@ from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
 from jobs.repartition import rows_per_partition, spark_engine
+from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
-from testbed.demo import date_back
 from testbed.operators import ensure_operator_corpus, scenario_named
 from testbed.restart import differences, restart
 from testbed.restart import untouched as untouched_restart
 from tests.cli.test_cli import CKPT, ckpt
+from tests.support.files import digests_of
 from tests.support.leases import lapse_leases
 from tests.support.planning import apply_unleased, candidates_of, plan_later
 
@@ -65,14 +65,6 @@ def real(corpus_root, operator_corpus):
         return root / name, root / name / "checkpoint"
 
     return find
-
-
-def tree_digest(path: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
 
 
 def assert_restarts_like_untouched(
@@ -153,7 +145,7 @@ def test_a_verification_failure_is_undone_byte_for_byte_and_the_query_restarts(
     spark, corpus, corpus_root, tmp_path
 ) -> None:
     changed, untouched = _pair(corpus["snapshots"], tmp_path)
-    before = tree_digest(changed)
+    before = digests_of(changed)
     batch = load_checkpoint(str(changed)).latest_committed_batch
 
     def damage() -> None:  # one zip Spark just wrote, in a partition folder it created
@@ -163,7 +155,7 @@ def test_a_verification_failure_is_undone_byte_for_byte_and_the_query_restarts(
 
     with pytest.raises(RepartitionFailed, match="the checkpoint is as it was before"):
         _run(spark, changed, 8, after_rewrite=damage)
-    assert tree_digest(changed) == before
+    assert digests_of(changed) == before
     assert not (changed / "state/0/6").exists()
     record = AuditTrail.default_for(str(changed))
     finished = list(Path(record).rglob("*.finished.json"))
@@ -181,14 +173,14 @@ def test_undo_on_request_puts_the_checkpoint_back_and_refuses_once_the_query_ran
 ) -> None:
     path = tmp_path / "ckpt"
     copy_checkpoint(corpus["dedup_agg"], path)
-    before = tree_digest(path)
+    before = digests_of(path)
     _run(spark, path, 8)
     # Its batch was written a moment ago: a query restarted since could be running on it.
     _refusal(["--undo"], path, "newer than the quiet period")
     out = ckpt("repartition", str(path), "--undo", "--query-stopped", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["outcome"] == "undone"
-    assert tree_digest(path) == before
+    assert digests_of(path) == before
     again = ckpt("repartition", str(path), "--undo", "--query-stopped")
     assert again.returncode == 2 and "already undone" in again.stderr
 
@@ -206,21 +198,21 @@ def test_undo_takes_back_the_operator_metadata_and_schemas_a_transform_with_stat
     them behind, naming a batch that no longer exists. Now the whole tree is as it was."""
     path = tmp_path / "ckpt"
     copy_checkpoint(corpus["list_state"], path)
-    before = tree_digest(path)
+    before = digests_of(path)
     _run(spark, path, 8)
-    written = set(tree_digest(path)) - set(before)
+    written = set(digests_of(path)) - set(before)
     assert any("/_metadata/v2/" in rel for rel in written), sorted(written)[:20]
     out = ckpt("repartition", str(path), "--undo", "--query-stopped", "--json")
     assert out.returncode == 0, out.stderr
-    assert tree_digest(path) == before
+    assert digests_of(path) == before
 
 
 def _refusal(args: list[str], path: Path, message: str) -> None:
-    before = tree_digest(path)
+    before = digests_of(path)
     out = ckpt("repartition", str(path), *args)
     assert out.returncode == 2, (args, out.stdout, out.stderr)
     assert message in out.stderr and out.stderr.count("\n") == 1 and not out.stdout, out.stderr
-    assert tree_digest(path) == before
+    assert digests_of(path) == before
 
 
 def test_refusals_exit_2_with_one_line_and_change_no_byte(corpus, tmp_path) -> None:
@@ -351,60 +343,3 @@ def test_refused_before_spark_starts(corpus, tmp_path) -> None:
     )
     assert out.returncode == 2 and "already has 4 state partitions" in out.stderr
     assert "log4j" not in out.stderr and "Spark" not in out.stderr
-
-
-def test_dagster_repartitions_undoes_and_profiles_a_partition(spark, corpus, tmp_path) -> None:
-    import dagster as dg
-
-    from assets.partitions import CHECKPOINTS, partition_key
-    from assets.profile import checkpoint_state_profile
-    from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
-    from orchestration.location import build_definitions
-
-    root = tmp_path / "root"
-    copy_checkpoint(corpus["join"], root / "orders")
-    before = tree_digest(root / "orders")
-    key = partition_key("prod", "orders")
-    # A corpus written minutes ago looks like a running query to any quiet period worth having: this
-    # deployment says it is unsafe. A run's own config could not have asked for less.
-    defs = build_definitions(
-        [CheckpointRoot(name="prod", url=str(root))], quiet_period="0s", unsafe_floors=True
-    )
-    job = defs.resolve_job_def("repartition_checkpoint")
-
-    def launch(**config) -> dg.ExecuteInProcessResult:
-        run_config = {"ops": {"repartition": {"config": {"partition": key, **config}}}}
-        return job.execute_in_process(run_config=run_config, instance=instance, raise_on_error=False)
-
-    def failure(result: dg.ExecuteInProcessResult) -> str:
-        return str(
-            next(
-                e for e in result.all_events if e.event_type_value == "STEP_FAILURE"
-            ).event_specific_data.error
-        )
-
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(CHECKPOINTS, [key])
-        profiled = dg.materialize(
-            [checkpoint_state_profile],
-            partition_key=key,
-            instance=instance,
-            resources={"roots": CheckpointRootsResource(roots=[CheckpointRoot(name="prod", url=str(root))]),
-                       "spark": SparkResource(master="local[2]")},
-            run_config={"ops": {"checkpoint_state_profile": {"config": {"candidates": [3, 8]}}}},
-        )  # fmt: skip
-        meta = profiled.asset_materializations_for_node("checkpoint_state_profile")[0].metadata
-        assert meta["partitions"].value == 4 and meta["operator_0_self_check"].value is True
-        assert "**8 partitions**" in meta["operator_0_predicted"].value and "█" in meta["operator_0"].value
-
-        done = launch(partitions=8)
-        assert done.success
-        output = done.output_for_node("repartition")
-        assert (output["from_partitions"], output["to_partitions"], output["outcome"]) == (
-            4,
-            8,
-            "repartitioned",
-        )
-        assert "already has 8" in failure(launch(partitions=8))
-        assert launch(undo=True).success
-        assert tree_digest(root / "orders") == before

@@ -19,11 +19,11 @@ from checkpoint.format import AUDIT_FOLDER
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line
 from checkpoint.safety import folder_name
 from checkpoint.storage import FileInfo, Storage
-from testbed.demo import date_to
-from tests.checkpoint.retire.test_retire import DAY, SHORT, apply, dormant_copy, plan
+from testbed.clock import date_to
 from tests.support.cli import ckpt, measured
 from tests.support.files import files_of
 from tests.support.leases import lapse_leases
+from tests.support.retiring import DAY, SHORT, apply, dormant_copy, plan
 
 
 def test_a_manifest_whose_numbers_are_not_numbers_retires_nothing(corpus, tmp_path) -> None:

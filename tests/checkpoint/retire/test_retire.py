@@ -15,44 +15,17 @@ import pytest
 
 from checkpoint.crash import CRASH_ENV
 from checkpoint.format import AUDIT_FOLDER
-from checkpoint.safety import folder_name
-from checkpoint.storage import Storage
+from testbed.clock import date_to
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
-from testbed.demo import date_to
 from tests.support.cli import ckpt
 from tests.support.leases import lapse_leases
+from tests.support.retiring import DAY, SHORT, apply, dormant_copy, outcomes, plan
 from tests.support.state import restart_like_untouched
-
-DAY = 86400.0
-SHORT = ("--grace", "1s", "--unsafe-short-grace")
 
 
 def files_of(path: Path) -> dict[str, int]:
     return {str(p.relative_to(path)): p.stat().st_size for p in path.rglob("*") if p.is_file()}
-
-
-def dormant_copy(corpus, name: str, root: Path, as_: str = "orders") -> Path:
-    where = root / as_
-    copy_checkpoint(corpus[name], where)
-    date_to(where, 9 * DAY)
-    return where
-
-
-def plan(path: Path, *args: str) -> dict:
-    out = ckpt("retire", str(path), *args, "--json")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
-def apply(manifest: str, *args: str, env: dict[str, str] | None = None):
-    return ckpt("retire", "--apply", manifest, *args, "--json", env=env)
-
-
-def outcomes(root: Path, checkpoint: Path, plan_id: str) -> list[dict]:
-    trail = root / AUDIT_FOLDER / folder_name(Storage(str(checkpoint)).url)
-    text = (trail / f"{plan_id}.retire-outcomes.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines()]
 
 
 def test_plan_then_apply_within_the_grace_refused_then_after_it_and_the_archive_restores_the_query(
@@ -216,63 +189,3 @@ def test_killed_at_any_moment_the_same_apply_finishes_it(corpus, tmp_path, point
         == (planned["files"])
     )
     assert ckpt("validate", str(archive)).returncode == 0
-
-
-def test_the_dagster_job_plans_dormant_partitions_and_a_second_launch_applies_after_the_grace(
-    corpus, tmp_path
-) -> None:
-    import dagster as dg
-
-    from assets.partitions import CHECKPOINTS, partition_key
-    from assets.resources import CheckpointRoot
-    from orchestration.location import build_definitions
-    from tests.assets.test_dagster import _roots, _tick
-
-    root = tmp_path / "root"
-    orders = dormant_copy(corpus, "long_chain", root)
-    clicks = root / "clicks"
-    copy_checkpoint(corpus["long_chain"], clicks)
-    date_to(clicks, 3600)  # an hour: alive
-    prod = [
-        CheckpointRoot(name="prod", url=str(root)),
-        CheckpointRoot(name="cold", url=str(tmp_path / "cold")),
-    ]
-    defs = build_definitions(prod, retire_grace="1s", unsafe_floors=True)
-    job = defs.resolve_job_def("retire_checkpoints")
-    assert job.name not in {s.job_name for s in defs.schedules or []} | {
-        t.job_name for s in defs.sensors or [] for t in s.targets
-    }  # never requested by a schedule or a sensor
-    key, alive = partition_key("prod", "orders"), partition_key("prod", "clicks")
-
-    def launch(config: dict, user: str = "ana@example.com") -> dg.ExecuteInProcessResult:
-        return job.execute_in_process(run_config={"ops": {"retire": {"config": config}}}, instance=instance,
-                                      tags={"dagster/user": user}, raise_on_error=False)  # fmt: skip
-
-    def failure(result: dg.ExecuteInProcessResult) -> str:
-        return str(
-            next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data
-        )
-
-    with dg.instance_for_test() as instance:
-        _tick(instance, _roots(root, "prod"))
-        assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {key, alive}
-        refused = launch({"plan": [key, alive], "archive_root": str(tmp_path / "cold")})
-        assert not refused.success and f"{alive}: " in failure(refused) and "not dormant" in failure(refused)
-        outside = launch({"plan": [key], "archive_root": str(tmp_path / "elsewhere")})
-        assert not outside.success and "lies under no configured root" in failure(outside)
-
-        planned = launch({"plan": [key], "archive_root": str(tmp_path / "cold")})
-        assert planned.success
-        plan_id = planned.output_for_node("retire")[0]["plan_id"]
-        assert orders.is_dir()  # planning deletes nothing
-        time.sleep(1.1)
-        applied = launch({"apply": [{"partition": key, "plan_id": plan_id}]})
-        assert applied.success, failure(applied)
-        retired = applied.output_for_node("retire")[0]
-        assert retired["approved_by"].startswith("ana@example.com (dagster run ")
-        assert not orders.exists() and clicks.is_dir()
-        assert ckpt("validate", str(tmp_path / "cold" / "orders")).returncode == 0
-        steps = outcomes(root, orders, plan_id)
-        assert steps[-1]["step"] == "retired" and steps[-1]["approved_by"] == retired["approved_by"]
-        _tick(instance, _roots(root, "prod"))  # discovery drops the partition of a folder gone
-        assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {alive}

@@ -413,37 +413,6 @@ def test_bind_mounts_of_a_checkpoint_or_its_folder_meet_one_lease(copy_of, tmp_p
     other.release()
 
 
-def test_the_cli_meets_a_dagster_deployment_whose_audit_trail_is_elsewhere(copy_of, tmp_path) -> None:
-    """A Dagster run with `audit_url` set holds the lease (a real run, executed by Dagster); the CLI,
-    with its default audit folder, is refused and deletes nothing."""
-    import dagster as dg
-
-    from assets.partitions import CHECKPOINTS
-    from assets.resources import CheckpointRoot, CheckpointRootsResource
-
-    path = copy_of("two_actions")
-    before = _files(path)
-    roots = CheckpointRootsResource(roots=[CheckpointRoot(name="t", url=f"file://{path.parent}/")],
-                                    audit_url=str(tmp_path / "central-audit"), lease_wait="0s")  # fmt: skip
-    seen = {}
-
-    @dg.op(required_resource_keys={"roots"})
-    def hold_and_try_the_cli(context) -> None:
-        with context.resources.roots.in_place(context, "t:two_actions").held("checkpoint_orphan_cleanup"):
-            seen["cli"] = _gc(path)
-
-    @dg.job
-    def lease_job():
-        hold_and_try_the_cli()
-
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(CHECKPOINTS, ["t:two_actions"])
-        assert lease_job.execute_in_process(instance=instance, resources={"roots": roots}).success
-    assert seen["cli"].returncode == 2 and "checkpoint_orphan_cleanup" in seen["cli"].stderr
-    assert _files(path) == before
-    assert not (tmp_path / "central-audit").exists()  # the lease was never kept there
-
-
 HAMMER = r"""
 import json, random, sys, time
 from checkpoint.safety.lease import Lease

@@ -3,23 +3,18 @@ runs the long one). Any exception but a refusal (CheckpointError) fails: a trace
 
 from __future__ import annotations
 
-import os
 import random
 import resource
 import subprocess
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from checkpoint.format.layout import AUDIT_FOLDER, FileKind, classify
-from testbed.fuzzing import TARGETS, check, mutate, seeds
+from testbed.fuzzing import TARGETS, check, seeds
+from testbed.mutation import EXAMPLES, mutate, mutations
 from tests.support.cli import CKPT
 from tests.support.files import files_of
-
-EXAMPLES = int(os.environ.get("CKPT_FUZZ_EXAMPLES", "150"))
-mutations = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 1 << 20), st.integers(0, 255)),
-                     min_size=1, max_size=6)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +26,7 @@ def real(corpus) -> dict[str, bytes]:
 def test_a_reader_given_damaged_bytes_refuses_or_reads_never_crashes(real, target: str) -> None:
     @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
-    @given(mutations)
+    @given(mutations())
     def fuzz(changes) -> None:
         check(target, mutate(real[target], changes))
 
