@@ -193,7 +193,9 @@ def checkpoint_orphan_cleanup(
         options = CleanupOptions(
             lambda: plan_for(roots, key), planned=plans[key], what="checkpoint_orphan_cleanup"
         )
-        return apply_cleanup(roots.in_place(context, key, retry=len(keys) == 1, records=True), options)
+        return apply_cleanup(
+            roots.in_place(context, key, retry=len(keys) == 1, trail=roots.audit_trail(key)), options
+        )
 
     done = each_checkpoint(keys, apply_one, failing="was not cleaned")
     for key, cleaned in done.items():

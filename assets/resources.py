@@ -261,33 +261,33 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         return root.storage_options if same_store else {}
 
     def in_place(
-        self, context: StepContext, key: str, *, retry: bool = True, records: bool = False
+        self, context: StepContext, key: str, *, retry: bool = True, trail: AuditTrail | None = None
     ) -> InPlace:
         """The request of a step that changes the checkpoint `key`. Its door takes the checkpoint's
         maintenance lease for this run's step: it waits `lease_wait` while another action (a CLI
         run, another deployment) holds it, then retries the step, then fails naming the holder;
         without `retry`, raises LeaseHeld after the wait. Nothing is planned or written without it.
-        With `records`, the door carries the checkpoint's audit trail (`audit_trail`)."""
+        An action that keeps records passes its `trail` (`audit_trail(key)`), which the door
+        carries."""
         return InPlace(
             self.checkpoint_storage(key),
             lambda storage, what: self.take_lease_at(context, storage, what, key, retry=retry),
-            self.audit_trail(key) if records else None,
+            trail,
         )
 
     def two_sided(
-        self, context: StepContext, source: str, destination: str, *, records: bool = False
+        self, context: StepContext, source: str, destination: str, *, trail: AuditTrail | None = None
     ) -> tuple[TwoSided, str]:
         """The request of a step that writes `destination` (a URL a run names) from the checkpoint
         `source` (a partition key), its leases taken as `in_place` takes one, and the destination's
         partition key. Raises CheckpointError when the destination lies under no configured root: a
-        run cannot send state to a place, or with credentials, of its own choosing. With `records`,
-        the door carries the source's audit trail."""
+        run cannot send state to a place, or with credentials, of its own choosing. The door carries
+        `trail`, the source's, where the action keeps records."""
         dest_key = self.under_a_root(destination)
 
         def take(storage: Storage, what: str) -> Lease:
             return self.take_lease_at(context, storage, what, self.key_of(storage.url) or "")
 
-        trail = self.audit_trail(source) if records else None
         door = TwoSided(self.checkpoint_storage(source), self.checkpoint_storage(dest_key), take, trail)
         return door, dest_key
 

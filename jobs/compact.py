@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checkpoint.errors import RebuildError
-from checkpoint.format import FORMAT_VERSION_CONF
+from checkpoint.format import FORMAT_VERSION_CONF, ByEngine
 from checkpoint.progress import Progress, report
 
 from .per_store import PerStore, Where, each_store
@@ -27,7 +27,7 @@ from .spark_session import failure_line, task_crash_point
 
 if TYPE_CHECKING:
     from checkpoint.compaction import RebuildResult, Task
-    from checkpoint.model import Checkpoint, StoreId, StoreLineage
+    from checkpoint.model import Checkpoint, StoreId
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +72,30 @@ def _outcome(task: Task, work: Callable[[], RebuildResult]) -> StoreOutcome:
     return StoreOutcome.of(task, time.monotonic() - started, rebuilt=rebuilt)
 
 
-def _rebuild_one(ckpt: Checkpoint, entry: StoreLineage) -> StoreOutcome:
+def _rebuild_one(task: Task) -> StoreOutcome:
     from checkpoint.compaction import rebuild_store
 
+    ckpt, entry = task
     task_crash_point("compaction.task", entry.store)
-    return _outcome((ckpt, entry), lambda: rebuild_store(ckpt, entry))
+    return _outcome(task, lambda: rebuild_store(ckpt, entry))
+
+
+def _rebuilt_here(task: Task, engine: SparkSnapshotEngine) -> StoreOutcome:
+    return _rebuild_one(task)  # RocksDB's rebuild needs no Spark
+
+
+def _provider_snapshot(task: Task, engine: SparkSnapshotEngine) -> StoreOutcome:
+    from checkpoint.compaction import materialize_snapshot
+
+    ckpt, entry = task
+    return _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine))
+
+
+# A store compacted in this process: the HDFS-backed store's snapshot by Spark's provider in the
+# driver's JVM, a RocksDB store rebuilt here. Where each runs when Spark's tasks can: the
+# provider's in the driver, a rebuild in a task.
+_HERE = ByEngine(hdfs=_provider_snapshot, rocksdb=_rebuilt_here)
+_RUNS = ByEngine(hdfs=Where.DRIVER, rocksdb=Where.TASK)
 
 
 def run_compaction_tasks(spark, tasks: list[Task], check: Callable[[Checkpoint], None]) -> list[StoreOutcome]:
@@ -86,24 +105,18 @@ def run_compaction_tasks(spark, tasks: list[Task], check: Callable[[Checkpoint],
     further store is started and each is reported with its reason. Each HDFS-backed store's
     snapshot is written by Spark's provider in the driver's JVM; under Spark Connect, which has
     none on this side, it is told so, and RocksDB stores are rebuilt in this process."""
-    from checkpoint.compaction import materialize_snapshot
-
     engine = SparkSnapshotEngine(spark)
 
     def here(task: Task) -> StoreOutcome:
-        ckpt, entry = task
-        return ckpt.states.by_engine(
-            hdfs=lambda: _outcome(task, lambda: materialize_snapshot(ckpt, entry, engine)),
-            rocksdb=lambda: _rebuild_one(ckpt, entry),
-        )()
+        return task[0].states.engine.of(_HERE)(task, engine)
 
     def describe(task: Task) -> str:
         s = task[1].store
         return f"compact {task[0].url} op {s.operator} part {s.partition} {s.store}"
 
     how = PerStore(
-        in_task=_rebuild_in_task, here=here, describe=describe,
-        runs=lambda task: task[0].states.by_engine(hdfs=Where.DRIVER, rocksdb=Where.TASK),
+        in_task=_rebuild_one, here=here, describe=describe,
+        runs=lambda task: task[0].states.engine.of(_RUNS),
         instead="RocksDB stores are rebuilt in this process, one after another",
     )  # fmt: skip
     outcomes = []
@@ -117,10 +130,6 @@ def run_compaction_tasks(spark, tasks: list[Task], check: Callable[[Checkpoint],
         report(log, progress, "%d of %d stores compacted (%s)", progress.done, progress.total,
                "ok" if outcome.ok else "failed")  # fmt: skip
     return outcomes
-
-
-def _rebuild_in_task(task: Task) -> StoreOutcome:
-    return _rebuild_one(*task)
 
 
 # Over the private copy of one store's chain (checkpoint.compaction.hdfs): the checkpoint's pinned

@@ -83,7 +83,7 @@ def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> 
     audit = roots.audit_trail(key)
     if applies:
         options = CleanupOptions(lambda: plan_for(roots, key), what="maintain_checkpoints")
-        cleaned = apply_cleanup(roots.in_place(context, key, retry=False, records=True), options)
+        cleaned = apply_cleanup(roots.in_place(context, key, retry=False, trail=audit), options)
         plan, result = cleaned.plan, cleaned.result
         if result.failed.files:
             raise CheckpointError(f"{result.failed.files} deletion(s) failed: see {audit.outcomes_url(plan)}")

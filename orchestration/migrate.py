@@ -40,7 +40,10 @@ def migrate_op(
 
     try:
         request, dest_key = roots.two_sided(
-            context, config.source_partition, config.destination, records=True
+            context,
+            config.source_partition,
+            config.destination,
+            trail=roots.audit_trail(config.source_partition),
         )
         options = MigrationOptions(spark_ports(spark.session), batch=config.batch,
                                    quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),

@@ -45,7 +45,8 @@ def repartition_op(
     from jobs.repartition import spark_engine  # Spark when run
 
     storage = roots.checkpoint_storage(config.partition)
-    request, what = roots.in_place(context, config.partition, records=True), "repartition_checkpoint"
+    trail, what = roots.audit_trail(config.partition), "repartition_checkpoint"
+    request = roots.in_place(context, config.partition, trail=trail)
     try:
         if config.undo:
             quiet = roots.quiet_seconds_at_least(config.quiet_period)

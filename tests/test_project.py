@@ -115,14 +115,20 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
     root = _planted(tmp_path, {
         "checkpoint/cleanup/plan.py": "def f(ckpt):\n    return ckpt.provider == Provider.HDFS",
         "checkpoint/cleanup/rules.py": "def f(c, b):\n    return c.states_at(b).version != c.states.version",
+        "checkpoint/compaction/rebuild.py": "def f(c, u):\n    if not c.states.names_by(u):\n        pass",
+        "checkpoint/expiry/purge.py": "def f(c, a):\n    return c.latest is None or c.states.refusal(a)",
+        "checkpoint/fork/copy.py": "def f(c):\n    return c.states.recovery is LISTED",
+        "checkpoint/migrate/flow.py": "R = ByEngine(hdfs=True, rocksdb=False)",
         "checkpoint/model/head.py": "def f(uid):\n    return uid is None",
-        "checkpoint/rehearsal/scratch.py": "f = lambda h: h.states.by_engine(hdfs=True, rocksdb=False)",
+        "checkpoint/rehearsal/scratch.py": "f = lambda h: h.states.by_engine(hdfs=g, rocksdb=k)",
         "cli/read.py": "def f(f):\n    return f.what.unique_id is not None",
         "jobs/compact.py": "def g(ckpt):\n    return ckpt.format_version or 2",
     })  # fmt: skip
     planted = [b.split(":")[0] for b in format_branches(root) if b not in format_branches(ROOT)]
     assert planted == ["checkpoint/cleanup/plan.py", "checkpoint/cleanup/rules.py",
-                       "checkpoint/model/head.py", "checkpoint/rehearsal/scratch.py", "jobs/compact.py",
+                       "checkpoint/compaction/rebuild.py", "checkpoint/expiry/purge.py",
+                       "checkpoint/fork/copy.py", "checkpoint/migrate/flow.py", "checkpoint/model/head.py",
+                       "checkpoint/rehearsal/scratch.py", "jobs/compact.py",
                        "cli/read.py"], planted  # fmt: skip
 
 

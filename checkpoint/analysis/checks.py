@@ -33,6 +33,7 @@ from checkpoint.format import (
     FORK_STARTED,
     LINEAGE_HEADER_CAP,
     SIDECAR_BYTES,
+    ByEngine,
     Checksumming,
     FileKind,
     Snapshot,
@@ -407,7 +408,7 @@ def _snapshot_findings(
 ) -> Iterable[Finding]:
     """The HDFS-backed store's snapshots and deltas are read whole by recovery: here only an empty
     one is told (what the listing says); `deep` reads them. RocksDB's zips are checked here."""
-    return ckpt.states.by_engine(hdfs=_empty_state_files, rocksdb=_loadable_zips)(ckpt, lineage, versions)
+    return ckpt.states.engine.of(_SNAPSHOTS)(ckpt, lineage, versions)
 
 
 def _loadable_zips(
@@ -436,6 +437,10 @@ def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage], _: dict[st
             if f.info.size == 0 and f.kind in _UNREADABLE:
                 why = f"an empty file: Spark cannot read version {f.what.version} of the store"
                 yield _finding(_UNREADABLE[f.kind], ckpt.storage.full(f.rel), why)
+
+
+# A lineage's snapshots, checked as each engine's recovery reads them.
+_SNAPSHOTS = ByEngine(hdfs=_empty_state_files, rocksdb=_loadable_zips)
 
 
 _UNREADABLE = {

@@ -25,7 +25,7 @@ from checkpoint.cleanup.rules import (
 )
 from checkpoint.cleanup.totals import Totals
 from checkpoint.errors import CheckpointError, GcError
-from checkpoint.format import FileKind
+from checkpoint.format import ByRecovery, FileKind
 from checkpoint.model import (
     Checkpoint,
     CheckpointFile,
@@ -184,6 +184,17 @@ def _headers_to_read(
     return to_read
 
 
+def _no_headers(
+    index: FileIndex, committed: dict[int, dict[StoreId, str | None]]
+) -> dict[str, CheckpointFile]:
+    return {}
+
+
+# The changelog headers a partition's decision reads: none in a listed format, whose store folder
+# tells its chain.
+_HEADERS = ByRecovery(listed=_no_headers, named=_headers_to_read)
+
+
 def scan_partition(
     base: Checkpoint,
     window: list[int],
@@ -199,8 +210,7 @@ def scan_partition(
     metadata leaves out refuses the plan, as validation does."""
     files, unnamed = _named_only(base, files)
     index = FileIndex(files)  # built once: for the lineage reads here, then for the rules
-    # Format V1 reads no lineage: the store's folder tells its chain.
-    to_read = base.states.by_recovery(listed=dict, named=lambda: _headers_to_read(index, committed))()
+    to_read = base.states.recovery.of(_HEADERS)(index, committed)
     lineages = {}
     for changelog, header in base.read_changelog_headers(list(to_read.values())):  # raises: fail closed
         if header.lineage is None:

@@ -250,10 +250,12 @@ def _committed_by_partition(
     for batch in window:
         for sid in store_ids(base, batch):
             uid = base.committed_unique_id(batch, sid)
-            if not base.states.names_by(uid):
-                raise GcError(
-                    f"batch {batch} names no committed id for {sid}", base.storage.full(f"commits/{batch}")
-                )
+            base.states.refuse_unnamed(
+                uid,
+                StateAction.CLEANUP,
+                lambda: f"batch {batch} names no committed id for {sid}",  # noqa: B023 - called at once
+                base.storage.full(f"commits/{batch}"),
+            )
             out[f"state/{sid.operator}/{sid.partition}"][batch][sid] = uid
     missing = sorted(set(out) - set(folders), key=lambda f: [int(p) for p in f.split("/")[1:]])
     latest = [f for f in missing if window[-1] in out[f]]

@@ -20,6 +20,7 @@ from typing import NamedTuple
 from checkpoint.format import (
     ROCKSDB_V2,
     SIDECAR_MAIN,
+    ByRecovery,
     FileKind,
     LineageEntry,
     StateFormat,
@@ -185,11 +186,10 @@ class FileIndex:
         `version`, among those named as `states` names them."""
         found = self._versions_of.get((sid, kind))
         if found is None:
-            found = self._versions_of[(sid, kind)] = sorted(
-                v for (op, part, store, k, v, uid) in self.by_key
+            found = self._versions_of[(sid, kind)] = sorted(states.named(
+                (v, uid) for (op, part, store, k, v, uid) in self.by_key
                 if k is kind and (op, part, store) == (sid.operator, sid.partition, sid.store)
-                and states.names_by(uid)
-            )  # fmt: skip
+            ))  # fmt: skip
         at = bisect.bisect_right(found, version)
         return self.get(sid, kind, found[at - 1], None) if at else None
 
@@ -220,7 +220,7 @@ def retained_set(inputs: RetentionInputs, index: FileIndex | None = None) -> tup
             def gap(what: str, v: int) -> None:
                 _gap(sid, batch, what, v, latest=latest, pruned_below=pruned_below)  # noqa: B023 - called inside this iteration
 
-            retain = inputs.states.by_recovery(listed=_retain_listed, named=_retain_named)
+            retain = inputs.states.recovery.of(_RETAIN)
             retain(index, inputs, _Store(sid, version, uid), retained, zips, gap)
     for z in sorted(zips):  # sorted: the same zip is named first in every process (string hashes differ)
         listed = inputs.zip_ssts.get(z)
@@ -309,6 +309,10 @@ def _retain_listed(
         if step.rel in retained and v != version:
             return
         retained.add(step.rel)
+
+
+# What a batch's store keeps, as each recovery finds its files.
+_RETAIN = ByRecovery(listed=_retain_listed, named=_retain_named)
 
 
 def find_orphans(

@@ -167,9 +167,12 @@ def _rebuild(
     started = time.monotonic()
     reset_peak_rss()
     ckpt.states.refuse(StateAction.REBUILD, ckpt.url, str(entry.store))
-    if not ckpt.states.names_by(entry.unique_id):
-        raise RebuildError(f"{entry.store}: version {entry.version} is not named as "
-                           f"{ckpt.state_format} names it", ckpt.url)  # fmt: skip
+    ckpt.states.refuse_unnamed(
+        entry.unique_id,
+        StateAction.REBUILD,
+        lambda: f"{entry.store}: version {entry.version} is not named as {ckpt.state_format} names it",
+        ckpt.url,
+    )
     if not entry.loadable:
         raise RebuildError(
             f"{entry.store}: the replay chain of version {entry.version} is incomplete", ckpt.url

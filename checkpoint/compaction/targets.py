@@ -87,8 +87,8 @@ def plan_compaction(
         ckpt, ValidationOptions(long_chain_threshold=min_chain, header_cap_ratio=header_cap_ratio)
     )
     live = ckpt.is_live(now, quiet_seconds)
-    if live and ckpt.states.refusal(StateAction.COMPACT_LIVE):
-        _refuse_live_v1(ckpt, quiet_seconds)
+    if live:
+        ckpt.states.on_refusal(StateAction.COMPACT_LIVE, lambda why: _refuse_live_v1(ckpt, quiet_seconds))
     latest = checkpoint_lineage(ckpt, committed[-1])
     if live and not dead_on_the_cap(ckpt, latest):
         if len(committed) < 2:

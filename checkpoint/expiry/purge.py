@@ -299,11 +299,17 @@ def _preflight(ckpt: Checkpoint, now: float, quiet_seconds: float) -> int | None
 
 def _targets(ckpt: Checkpoint) -> list[tuple[StoreLineage, dict[str, Any] | None]]:
     """Each store of a transformWithState operator at the latest committed batch, with its
-    operator's properties (which name its state variables)."""
-    if ckpt.latest_committed_batch is None or ckpt.states.refusal(StateAction.PURGE):
+    operator's properties (which name its state variables): none in a format that keeps no TTL
+    state."""
+    batch = ckpt.latest_committed_batch
+    if batch is None:
         return []
+    return ckpt.states.unless_refused(StateAction.PURGE, lambda: _transform_with_state(ckpt, batch))
+
+
+def _transform_with_state(ckpt: Checkpoint, batch: int) -> list[tuple[StoreLineage, dict[str, Any] | None]]:
     out = []
-    for entry in checkpoint_lineage(ckpt, ckpt.latest_committed_batch):
+    for entry in checkpoint_lineage(ckpt, batch):
         op = ckpt.operators.get(entry.store.operator)
         meta = op.metadata if op is not None else None
         if meta is not None and meta.is_transform_with_state:

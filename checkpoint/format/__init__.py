@@ -94,9 +94,12 @@ from checkpoint.format.spark import (
 )
 from checkpoint.format.states import ROCKSDB_V2, StateFormat, state_format_of
 from checkpoint.format.states import Action as StateAction
+from checkpoint.format.states.kinds import ByEngine, ByRecovery
 from checkpoint.format.unsaferow import MAX_SCHEMA_BYTES, RowShape, read_schema_file, row_shape, split_row
 
 __all__ = [
+    "ByEngine",
+    "ByRecovery",
     "HDFS_PROVIDER",
     "LOG_BYTES",
     "RECORD_BYTES",

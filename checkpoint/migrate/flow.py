@@ -58,6 +58,7 @@ from checkpoint.format import (
     ROCKSDB_PROVIDER,
     ROCKSDB_V2,
     SIDECAR_BYTES,
+    ByEngine,
     FileKind,
     OperatorMetadata,
     StateAction,
@@ -210,8 +211,7 @@ def preflight(source: ForkSource, now: float, quiet_seconds: float) -> Layouts:
             raise MigrationRefused(f"operator {op} has no operator metadata (state/{op}/_metadata): the "
                                    "checkpoint was last run before Spark 4.0; run the query once on Spark "
                                    "4.x, stop it, and migrate then", where)  # fmt: skip
-        relay = ckpt.states.by_engine(hdfs=_relaid, rocksdb=_as_laid)
-        prefixed.update(relay(ckpt, op, meta.metadata, where))
+        prefixed.update(ckpt.states.engine.of(_RELAY)(ckpt, op, meta.metadata, where))
     return prefixed
 
 
@@ -229,6 +229,10 @@ def _relaid(ckpt: Checkpoint, op: int, metadata: OperatorMetadata, where: str) -
                                "does not carry", where)  # fmt: skip
     return {(op, s.name): _prefix_key(ckpt, op, s.name, s.num_cols_prefix_key)
             for s in metadata.stores if s.num_cols_prefix_key}  # fmt: skip
+
+
+# A source's key layouts, by what holds its state.
+_RELAY = ByEngine(hdfs=_relaid, rocksdb=_as_laid)
 
 
 def _prefix_key(ckpt: Checkpoint, op: int, name: str, leading: int) -> PrefixKey:

@@ -33,6 +33,7 @@ from typing import Any
 
 from checkpoint.errors import CorruptFileError, RebuildError
 from checkpoint.format import (
+    ByEngine,
     FileKind,
     RecordRun,
     RowShape,
@@ -122,6 +123,14 @@ class _FromMaps(_AsStored):
         return [ROCKSDB_ENCODING + v for v in values]
 
 
+def _as_stored(prefix: PrefixKey | None) -> _AsStored:
+    return _AsStored()  # RocksDB lays out a prefix-scanned key itself: nothing to re-lay
+
+
+# How a store's files become the destination's rows, by what holds the source's state.
+_ROWS = ByEngine(hdfs=_FromMaps, rocksdb=_as_stored)
+
+
 @dataclass(frozen=True)
 class StoreWritten:
     operator: int
@@ -174,7 +183,7 @@ def write_store(
     sid = entry.store
     if not entry.loadable:
         raise RebuildError(f"{sid}: the replay chain of version {entry.version} is incomplete", ckpt.url)
-    rows = ckpt.states.by_engine(hdfs=_FromMaps(prefix), rocksdb=_AsStored())
+    rows = ckpt.states.engine.of(_ROWS)(prefix)
     base, chain = entry.base, list(entry.chain)
     if entry.committed_file is not None and entry.committed_file.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
         base, chain = entry.committed_file, []  # the version's own snapshot: nothing to replay

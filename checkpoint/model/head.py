@@ -44,6 +44,7 @@ from checkpoint.format import (
     FORK_STARTED,
     RESERVED_FOLDERS,
     ZIP_WHOLE_BYTES,
+    ByRecovery,
     FileKind,
     Snapshot,
     classify,
@@ -129,13 +130,7 @@ def load_head(
             if "vanished" not in str(exc) or attempt == _LOG_ATTEMPTS - 1:
                 raise
             log.info("%s: %s; reading the logs again", storage.url, exc)
-    # A listed format's recovery lists each store's folder: the folders are listed first.
-    base = base.states.by_recovery(
-        listed=lambda: dataclasses.replace(
-            base, state_folders=_with_store_folders(storage, base.state_folders)
-        ),
-        named=lambda: base,
-    )()
+    base = base.states.recovery.of(_STORE_FOLDERS)(base, storage)
     committed = sorted(b.id for b in base.batches.values() if b.committed)
     wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
     # A store whose partition folder is not there has no file to look up: it reads as missing.
@@ -240,6 +235,19 @@ def _with_store_folders(storage: Storage, folders: dict[int, StateFolders]) -> d
     return out
 
 
+def _store_folders_listed(ckpt: Checkpoint, storage: Storage) -> Checkpoint:
+    return dataclasses.replace(ckpt, state_folders=_with_store_folders(storage, ckpt.state_folders))
+
+
+def _store_folders_named(ckpt: Checkpoint, storage: Storage) -> Checkpoint:
+    return ckpt
+
+
+# A listed format's recovery lists each store's folder: the folders are listed first. A named
+# format's commits name its stores.
+_STORE_FOLDERS = ByRecovery(listed=_store_folders_listed, named=_store_folders_named)
+
+
 class _Resolver:
     """Finds, per store, the files recovery reads at the wanted batches; one store per call."""
 
@@ -254,7 +262,7 @@ class _Resolver:
         # Per store, sequential: a store's lookups depend on each other (header, then zips, then
         # chain); the pool runs stores side by side. Two batches of one store share lookups.
         look = _Lookups(self.ckpt.storage, store_folder(sid))
-        self.ckpt.states.by_recovery(listed=self._listed, named=self._named)(look, sid)
+        self.ckpt.states.recovery.of(_Resolver._FIND)(self, look, sid)
         for snap in look.prefetched.values():
             if isinstance(snap, Snapshot):
                 for ref in snap.metadata.sst_files:
@@ -269,10 +277,10 @@ class _Resolver:
 
     def _named(self, look: _Lookups, sid: StoreId) -> None:
         """Format V2: every file named from the commit log's ids and the lineage headers."""
-        for batch in self.batches:
+        ids = ((batch, self.ckpt.committed_unique_id(batch, sid)) for batch in self.batches)
+        # A commit that names no id for this store names no file of it.
+        for batch in self.ckpt.states.named(ids):
             uid = self.ckpt.committed_unique_id(batch, sid)
-            if not self.ckpt.states.names_by(uid):  # the commit names no id for this store
-                continue
             version = batch + 1
             own_zip = look.zip(f"{look.folder}/{version}_{uid}.zip")
             changelog = look.stat(f"{look.folder}/{version}_{uid}.changelog")
@@ -307,6 +315,9 @@ class _Resolver:
             for f in (entry.base, entry.committed_file, *entry.chain):
                 if f is not None and f.rel not in look.seen:
                     look.add(f.rel, f.info)
+
+    # What recovery reads of a store, found as each recovery finds it.
+    _FIND = ByRecovery(listed=_listed, named=_named)
 
 
 class _Lookups:

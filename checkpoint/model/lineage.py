@@ -15,7 +15,14 @@ from itertools import pairwise
 from typing import Any
 
 from checkpoint.errors import CheckpointError
-from checkpoint.format import LINEAGE_HEADER_CAP, ChangelogHeader, FileKind, LineageEntry, StateFiles
+from checkpoint.format import (
+    LINEAGE_HEADER_CAP,
+    ByRecovery,
+    ChangelogHeader,
+    FileKind,
+    LineageEntry,
+    StateFiles,
+)
 from checkpoint.model.checkpoint import Checkpoint, Operator
 from checkpoint.model.files import CheckpointFile, Store, StoreId
 from checkpoint.policy import POLICY
@@ -170,7 +177,7 @@ def store_lineage(ckpt: Checkpoint, sid: StoreId, batch: int) -> StoreLineage:
             ckpt.url,
         )
     store = ckpt.stores.get(sid) or Store(sid, ())
-    return ckpt.states.by_recovery(listed=_listed, named=_named)(ckpt, store, batch)
+    return ckpt.states.recovery.of(_LINEAGE)(ckpt, store, batch)
 
 
 def _listed(ckpt: Checkpoint, store: Store, batch: int) -> StoreLineage:
@@ -223,6 +230,9 @@ def _named(ckpt: Checkpoint, store: Store, batch: int) -> StoreLineage:
         **done,
     )
 
+
+# A store's lineage at a batch, as each recovery finds it.
+_LINEAGE = ByRecovery(listed=_listed, named=_named)
 
 _MISSING_NAMED = 1000  # missing changelogs a V1 lineage names at most; one is enough to break it
 

@@ -15,14 +15,23 @@ from checkpoint.format import (
     LOG_BYTES,
     MAINT_TEMP_PREFIX,
     RAW_FAMILIES,
+    ByEngine,
     file_source_paths,
 )
-from checkpoint.model import checkpoint_lineage, load_head
+from checkpoint.model import Checkpoint, checkpoint_lineage, load_head
 from checkpoint.policy import POLICY
 from checkpoint.repartition import state_readers
 from checkpoint.safety import TwoSided, held_by
 
 log = logging.getLogger(__name__)
+
+# The options of Spark's state reader for the replay's state: RocksDB's column families raw, where
+# RocksDB holds it.
+_READER_OPTIONS: ByEngine[dict[str, str]] = ByEngine(hdfs={}, rocksdb=dict(RAW_FAMILIES))
+
+
+def _reader_options(head: Checkpoint) -> dict[str, str]:
+    return head.states.engine.of(_READER_OPTIONS)  # shared: the caller copies it
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ def scratch_fork(
         batch=n,
         pinned=dict(entry.conf),
         stores=tuple((r.operator, r.store) for r in state_readers(head)),
-        reader_options=head.states.by_engine(hdfs={}, rocksdb=dict(RAW_FAMILIES)),
+        reader_options=dict(_reader_options(head)),
         format_version=head.format_version,
         fork=forked,
         planned_files=len(planned),

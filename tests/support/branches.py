@@ -1,16 +1,21 @@
 """Where code outside `checkpoint/format/` still decides by the state format itself instead of
 asking the checkpoint's `StateFormat` (`checkpoint.format.states`) a question it answers.
 
-Four shapes are counted:
-- a comparison with a provider, a format version or a state format on a side (`states_at(b) !=
-  ckpt.states`, `ckpt.format_version == 2`, `x.provider is Provider.HDFS`);
+Five shapes are counted:
+- a comparison with a provider, a format version, a state format or one of its kinds on a side
+  (`states_at(b) != ckpt.states`, `ckpt.format_version == 2`, `x.provider is Provider.HDFS`,
+  `recovery is LISTED`);
 - a read of one of `StateFormat`'s own fields other than its provider, version and files: a flag
   is a branch by another name (`ckpt.states.in_rocksdb`);
 - a test on whether a state file's name carries an id (`uid is None`, `f.unique_id is not None`):
   the V1/V2 split, asked of a name;
-- a format's question answered with booleans (`states.by_engine(hdfs=True, rocksdb=False)`): a
-  flag again, which its caller branches on; the answers are to be what differs (a value, a
-  function, an object with the behaviour)."""
+- a format's kind asked for booleans (`ByEngine(hdfs=True, rocksdb=False)`), or a selector that
+  takes both halves at its call (`states.by_engine(hdfs=..., rocksdb=...)`, the shape the kinds
+  replaced): a flag again, or both branches where the code runs; the halves are to be what
+  differs (a value, a function, an object with the behaviour), kept in one pair beside the code;
+- a format's yes-or-no answer branched on (`if not states.names_by(uid)`, `… or
+  states.refusal(action)`): a format has methods that act on it (`named`, `refuse_unnamed`,
+  `on_refusal`, `unless_refused`, `refuse`)."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from pathlib import Path
 
 SHIPPED = ("checkpoint", "jobs", "assets", "orchestration", "cli")
 _ATTRIBUTES = {"provider", "provider_class", "format_version", "states"}
-_NAMES = {"Provider", "provider", "format_version"}
+_NAMES = {"Provider", "provider", "format_version", "LISTED", "NAMED", "UNSAFE_ROW_MAPS", "ROCKSDB_INSTANCES"}
 _IDS = {"unique_id", "uid"}
 # Data, not branches: what a format is (its name, provider and version, passed on as Spark's conf)
 # and which files its provider writes.
@@ -81,21 +86,52 @@ def format_branches(root: Path) -> list[str]:
                     found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")  # `ckpt.format_version or 2`
                 elif isinstance(node, ast.Attribute) and node.attr in flags and _reads_a_format(node.value):
                     found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
-                elif _answers_with_booleans(node):
+                elif _answers_with_booleans(node) or _selects_at_the_call(node):
                     found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+                else:
+                    found += [f"{rel}:{t.lineno}: {ast.unparse(t)}" for t in _yes_or_no_branched(node)]
     return found
 
 
+def _called(node: ast.AST) -> str | None:
+    """The name a call calls (`f(…)`, `x.f(…)`), else None."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
 def _answers_with_booleans(node: ast.AST) -> bool:
-    """`….by_engine(hdfs=True, rocksdb=False)`, `….by_recovery(listed=False, named=True)`."""
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+    """`ByEngine(hdfs=True, rocksdb=False)`, `ByRecovery(listed=False, named=True)`."""
+    if _called(node) not in ("ByEngine", "ByRecovery"):
         return False
-    answers = [k.value for k in node.keywords]
-    return (
-        node.func.attr in ("by_engine", "by_recovery")
-        and bool(answers)
-        and all(isinstance(a, ast.Constant) and isinstance(a.value, bool) for a in answers)
-    )
+    assert isinstance(node, ast.Call)
+    answers = [k.value for k in node.keywords] + list(node.args)
+    return bool(answers) and all(isinstance(a, ast.Constant) and isinstance(a.value, bool) for a in answers)
+
+
+def _selects_at_the_call(node: ast.AST) -> bool:
+    """`….by_engine(hdfs=…, rocksdb=…)`, `….by_recovery(listed=…, named=…)`."""
+    return _called(node) in ("by_engine", "by_recovery")
+
+
+_YES_OR_NO = ("names_by", "refusal")
+
+
+def _yes_or_no_branched(node: ast.AST) -> list[ast.AST]:
+    """The calls of a format's yes-or-no questions that `node` branches on: its test (`if`,
+    `while`, `… if … else …`, a comprehension's `if`), a `not`'s operand, an `and`/`or`'s values."""
+    if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+        tests = [node.test]
+    elif isinstance(node, ast.comprehension):
+        tests = list(node.ifs)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        tests = [node.operand]
+    elif isinstance(node, ast.BoolOp):
+        tests = list(node.values)
+    else:
+        return []
+    return [t for t in tests if _called(t) in _YES_OR_NO]
 
 
 def _reads_a_format(node: ast.AST) -> bool:

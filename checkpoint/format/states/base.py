@@ -2,15 +2,15 @@
 checkpoint keeps its state, answered once per format (one module each beside this one).
 
 A format is a type, chosen once per checkpoint (`state_format_of`), and its methods carry what
-differs between formats: how recovery finds a store's files (`by_recovery`), what holds the state
-(`by_engine`), which file names are its own (`recognises`, `names_by`), where Spark's `.crc`
-sidecar sits (`sidecar_of`), whether the Spark that wrote it matters (`writer`), and what each
-action may do with it (`refusal`, `refuse`). Code elsewhere asks; it never tests which format it
-holds (`tests/support/branches.py` counts the places that do)."""
+differs between formats: how recovery finds a store's files (`recovery`) and what holds the state
+(`engine`; both kinds in `kinds.py`), which file names are its own (`recognises`, `names_by`),
+where Spark's `.crc` sidecar sits (`sidecar_of`), whether the Spark that wrote it matters
+(`writer`), and what each action may do with it (`refusal`, `refuse`). Code elsewhere asks; it
+never tests which format it holds (`tests/support/branches.py` counts the places that do)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeVar
@@ -26,6 +26,7 @@ from checkpoint.errors import (
 )
 from checkpoint.format.layout import Classified, FileKind
 from checkpoint.format.providers import Provider, StateFiles
+from checkpoint.format.states.kinds import LISTED, ROCKSDB_INSTANCES, ByRecovery, Engine, Recovery
 
 T = TypeVar("T")
 
@@ -57,6 +58,9 @@ _ERRORS: dict[Action, type[Refused]] = {
 }
 # The file kinds whose names carry a version, and in format V2 the id the commit log records.
 _VERSIONED = frozenset({FileKind.ZIP, FileKind.CHANGELOG, FileKind.DELTA, FileKind.SNAPSHOT})
+# Spark's temp files are a format's to plan for where its names carry no attempt id: a listed
+# format's. A named format's temp names carry the attempt's id, which no plan here can tell.
+_TEMPS_ARE_OURS = ByRecovery(listed=True, named=False)
 
 
 @dataclass(frozen=True)
@@ -76,11 +80,11 @@ class StateFormat:
 
     # -- how its files are found and named --------------------------------------------------------
 
-    def by_recovery(self, *, listed: T, named: T) -> T:
-        """`listed` where recovery lists the store's folder (V1: the newest snapshot at or below a
-        version, the deltas above it), `named` where it names every file from the commit log's
-        ids and the changelog headers (V2)."""
-        return listed
+    @property
+    def recovery(self) -> Recovery:
+        """How recovery finds a store's files: `LISTED` (V1: the store's folder listed) or `NAMED`
+        (V2: from the commit log's ids and the changelog headers)."""
+        return LISTED
 
     def reads_state_of(self, other: StateFormat) -> bool:
         """Whether a batch written in `other` has its state where this format's recovery reads it:
@@ -92,13 +96,26 @@ class StateFormat:
         """Whether a state file named with `unique_id` (None: no id) is one this format writes."""
         return unique_id is None
 
+    def named(self, items: Iterable[tuple[T, str | None]]) -> Iterator[T]:
+        """Each item whose id (None: no id) names a state file as this format names them; the
+        others are skipped (a commit naming no id for a store of a named format, say)."""
+        return (item for item, unique_id in items if self.names_by(unique_id))
+
+    def refuse_unnamed(
+        self, unique_id: str | None, action: Action, why: Callable[[], str], where: str
+    ) -> None:
+        """Raises `action`'s typed refusal, saying `why()`, when no state file of this format is
+        named with `unique_id`: what the action was handed is not this format's to act on."""
+        if not self.names_by(unique_id):
+            raise _ERRORS[action](why(), where)
+
     def recognises(self, what: Classified) -> bool:
         """Whether a state folder's file is this format's to plan for: a versioned file named as
         it names them, Spark's temp files where its names carry no attempt id; the rest is
         every format's (SSTs, sidecars, metadata)."""
         if what.kind in _VERSIONED:
             return self.names_by(what.unique_id)
-        return what.kind != FileKind.SPARK_TEMP or self.by_recovery(listed=True, named=False)
+        return what.kind != FileKind.SPARK_TEMP or self.recovery.of(_TEMPS_ARE_OURS)
 
     def sidecar_of(self, rel: str) -> str | None:
         """The `.crc` Spark writes beside a state file, or None where it writes none (a copy is
@@ -112,11 +129,12 @@ class StateFormat:
 
     # -- what holds the state ---------------------------------------------------------------------
 
-    def by_engine(self, *, hdfs: T, rocksdb: T) -> T:
-        """`rocksdb` where the state lives in RocksDB instances (zips of SSTs; changelogs of
-        RocksDB's encoding, whose values lead with its encoding's version byte), `hdfs` where it
-        lives in the HDFS-backed store's UnsafeRow maps (snapshots written by Spark's provider)."""
-        return rocksdb
+    @property
+    def engine(self) -> Engine:
+        """What holds the state: `ROCKSDB_INSTANCES` (zips of SSTs; changelogs of RocksDB's
+        encoding, whose values lead with its encoding's version byte) or `UNSAFE_ROW_MAPS` (the
+        HDFS-backed store's, snapshots written by Spark's provider)."""
+        return ROCKSDB_INSTANCES
 
     def writer(self, read: Callable[[], T]) -> T | None:
         """What `read` tells of the Spark that wrote a store, where this format's readers care
@@ -129,6 +147,18 @@ class StateFormat:
     def refusal(self, action: Action) -> str | None:
         """Why this format refuses `action`, or None."""
         return None
+
+    def on_refusal(self, action: Action, then: Callable[[str], None]) -> None:
+        """`then(why)` where this format refuses `action` (it raises a refusal of its own); nothing
+        where it allows it."""
+        why = self.refusal(action)
+        if why is not None:
+            then(why)
+
+    def unless_refused(self, action: Action, work: Callable[[], list[T]]) -> list[T]:
+        """What `work` finds, or nothing where this format refuses `action`: a report of what the
+        action would do has nothing to count there."""
+        return [] if self.refusal(action) is not None else work()
 
     def refuse(self, action: Action, where: str, subject: str = "") -> None:
         """Raises `action`'s typed refusal when this format refuses it, the reason after

@@ -4,13 +4,10 @@ HDFS-backed store refuses checkpoint ids). Its files are listed, never read or c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
 
-from checkpoint.errors import Refused
 from checkpoint.format.providers import ROCKSDB_FILES, Provider
 from checkpoint.format.states.base import Action, StateFormat
-
-T = TypeVar("T")
+from checkpoint.format.states.kinds import LISTED, NAMED, Engine, Recovery, Unread
 
 # After "the state store provider <class> is not Spark's", per action.
 _WHY = {
@@ -27,15 +24,17 @@ class ForeignFormat(StateFormat):
 
     pinned: str | None = None  # the provider class the offset file pins
 
-    def by_recovery(self, *, listed: T, named: T) -> T:
-        return named if self.version == 2 else listed
+    @property
+    def recovery(self) -> Recovery:
+        return NAMED if self.version == 2 else LISTED
 
     def names_by(self, unique_id: str | None) -> bool:
         return (unique_id is not None) == (self.version == 2)
 
-    def by_engine(self, *, hdfs: T, rocksdb: T) -> T:
+    @property
+    def engine(self) -> Engine:
         # Fail closed: nothing that depends on how the state is held runs on it.
-        raise Refused(self._why(": its state files are neither read nor changed"), "")
+        return Unread(self._why(": its state files are neither read nor changed"))
 
     def refusal(self, action: Action) -> str | None:
         return self._why(_WHY.get(action, ": its state files are not changed"))

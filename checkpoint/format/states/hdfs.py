@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
 
 from checkpoint.format.providers import HDFS_FILES, Provider
 from checkpoint.format.states.base import Action, StateFormat
-
-T = TypeVar("T")
+from checkpoint.format.states.kinds import UNSAFE_ROW_MAPS, Engine
 
 _REFUSED = {
     Action.REBUILD: "not a RocksDB store (hdfs V1)",
@@ -25,8 +23,9 @@ class HdfsFormat(StateFormat):
     store's keys: RocksDB's prefix encoder puts the prefix columns first, this store keeps the key
     row whole); snapshots written by Spark's provider; no TTL state, no repartition."""
 
-    def by_engine(self, *, hdfs: T, rocksdb: T) -> T:
-        return hdfs
+    @property
+    def engine(self) -> Engine:
+        return UNSAFE_ROW_MAPS
 
     def refusal(self, action: Action) -> str | None:
         return _REFUSED.get(action)

@@ -9,6 +9,7 @@ from typing import TypeVar
 from checkpoint.format.layout import FileKind
 from checkpoint.format.providers import ROCKSDB_FILES, Provider
 from checkpoint.format.states.base import Action, StateFormat
+from checkpoint.format.states.kinds import NAMED, Recovery
 
 T = TypeVar("T")
 
@@ -24,8 +25,9 @@ class RocksDBFormatV2(StateFormat):
     each; a snapshot takes an id the query never writes, so compaction may publish beside a running
     query; and the Spark that wrote a zip matters (its metadata version)."""
 
-    def by_recovery(self, *, listed: T, named: T) -> T:
-        return named
+    @property
+    def recovery(self) -> Recovery:
+        return NAMED
 
     def names_by(self, unique_id: str | None) -> bool:
         return unique_id is not None

@@ -16,7 +16,7 @@ from checkpoint.errors import (
     Refused,
     RepartitionRefused,
 )
-from checkpoint.format import states
+from checkpoint.format import ByEngine, ByRecovery, states
 from checkpoint.format.layout import FileKind, classify
 from checkpoint.format.providers import Provider
 from checkpoint.format.spark import HDFS_PROVIDER, ROCKSDB_PROVIDER
@@ -53,9 +53,11 @@ def test_what_spark_does_not_write_is_foreign_and_changed_by_nothing(provider_cl
     with pytest.raises(GcError, match="its files are not ours to delete"):
         got.refuse(states.Action.CLEANUP, "here")
     with pytest.raises(Refused, match="neither read nor changed"):
-        got.by_engine(hdfs=1, rocksdb=2)
+        got.engine.of(ByEngine(hdfs=1, rocksdb=2))
     # Its names are still found as its version's are (the logs are Spark's).
-    assert got.by_recovery(listed="listed", named="named") == ("named" if version == 2 else "listed")
+    assert got.recovery.of(ByRecovery(listed="listed", named="named")) == (
+        "named" if version == 2 else "listed"
+    )
 
 
 U = "0b6a4d4e-8b1c-4d9e-9a0f-1c2d3e4f5a6b"
@@ -75,8 +77,8 @@ NAMES = {
 def _answers(f: states.StateFormat) -> dict:
     """What a format answers, asked as the model and the actions ask it."""
     return {
-        "recovery": f.by_recovery(listed="listed", named="named"),
-        "engine": f.by_engine(hdfs="hdfs", rocksdb="rocksdb"),
+        "recovery": f.recovery.of(ByRecovery(listed="listed", named="named")),
+        "engine": f.engine.of(ByEngine(hdfs="hdfs", rocksdb="rocksdb")),
         "its names": sorted(k for k, rel in NAMES.items() if f.recognises(classify(rel))),
         "sidecar": f.sidecar_of("state/0/0/12.zip"),
         "fork proves a copy by": f.fork_decode(FileKind.ZIP) or "sidecar",
