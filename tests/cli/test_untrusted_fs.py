@@ -14,7 +14,7 @@ from pathlib import Path
 from cli.main import main as ckpt_main
 from tests.support.cli import ckpt
 from tests.support.files import files_of
-from tests.support.hostile import aged, lease_is_free
+from tests.support.hostile import aged, fill, lease_is_free
 
 
 def test_a_folder_swapped_for_a_link_during_the_apply_deletes_nothing_outside(
@@ -134,11 +134,11 @@ def test_a_full_audit_trail_stops_the_cleanup_in_one_line_and_the_rerun_converge
     audit = small_disk / "audit"
     filled: list[Path] = []
 
-    def fill(point: str, n: int) -> None:
+    def full_after_the_first_delete(point: str, n: int) -> None:
         if point == "cleanup.deleted" and not filled:
             filled.append(fill(small_disk, 0))
 
-    monkeypatch.setattr(apply, "crash_point", fill)
+    monkeypatch.setattr(apply, "crash_point", full_after_the_first_delete)
     args = ["gc", str(path), "--query-stopped", "--retain-batches", "2", "--apply", "--batch-size", "10",
             "--grace", "0s", "--unsafe-short-grace", "--audit", str(audit)]  # fmt: skip
     assert ckpt_main(args) == 1

@@ -126,10 +126,10 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("what,damage", ABSURD, ids=[a[0] for a in ABSURD])
-def test_an_absurd_declaration_is_one_line_in_bounded_memory(defaults, tmp_path, what, damage) -> None:
+@pytest.mark.parametrize("what,forge", ABSURD, ids=[a[0] for a in ABSURD])
+def test_an_absurd_declaration_is_one_line_in_bounded_memory(defaults, tmp_path, what, forge) -> None:
     path = stopped_copy(defaults["hdfs_agg"], tmp_path / "agg", STOPPED)
-    damage(path)
+    forge(path)
     before = digests_of(path)
     for args in (["validate", str(path)], ["gc", str(path), "--apply", "--query-stopped"],
                  ["fleet", str(tmp_path)], ["lineage", str(path)]):  # fmt: skip
