@@ -1,5 +1,6 @@
-"""Damage to bytes, as a disk, a partial write or a hostile hand does it: the mutations the fuzzing
-of every reader applies (`testbed.fuzzing`), and Hypothesis' strategy that draws them."""
+"""Damage to bytes, as a disk, a partial write or a hostile hand does it: the mutations that the
+suite's fuzzing of every reader (`tests/test_fuzz.py`) and its long run (`bench.fuzz`) apply to the
+seeds of `testbed.fuzzing`, Hypothesis' strategy that draws them, and how many the suite draws."""
 
 from __future__ import annotations
 

@@ -119,6 +119,8 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
     from tests.support.branches import format_branches
 
     root = _planted(tmp_path, {
+        "checkpoint/analysis/checks.py": "def f(c, a):\n    if why := c.states.refusal(a):\n        pass",
+        "checkpoint/cleanup/decide.py": "f = lambda c: c.states.recovery.of(ByRecovery(listed=g, named=h))",
         "checkpoint/cleanup/plan.py": "def f(ckpt):\n    return ckpt.provider == Provider.HDFS",
         "checkpoint/cleanup/rules.py": "def f(c, b):\n    return c.states_at(b).version != c.states.version",
         "checkpoint/compaction/rebuild.py": "def f(c, u):\n    if not c.states.names_by(u):\n        pass",
@@ -127,14 +129,19 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
         "checkpoint/migrate/flow.py": "R = ByEngine(hdfs=True, rocksdb=False)",
         "checkpoint/model/head.py": "def f(uid):\n    return uid is None",
         "checkpoint/rehearsal/scratch.py": "f = lambda h: h.states.by_engine(hdfs=g, rocksdb=k)",
+        "checkpoint/repartition/guards.py": "def f(c):\n    return c.states.pinned",
+        "checkpoint/retire/plan.py": "def f(c):\n    return isinstance(c.states.engine, Unread)",
+        "orchestration/sensors.py": "def f(c, u):\n    assert c.states.names_by(u)",
         "cli/read.py": "def f(f):\n    return f.what.unique_id is not None",
         "jobs/compact.py": "def g(ckpt):\n    return ckpt.format_version or 2",
     })  # fmt: skip
     planted = [b.split(":")[0] for b in format_branches(root) if b not in format_branches(ROOT)]
-    assert planted == ["checkpoint/cleanup/plan.py", "checkpoint/cleanup/rules.py",
+    assert planted == ["checkpoint/analysis/checks.py", "checkpoint/cleanup/decide.py",
+                       "checkpoint/cleanup/plan.py", "checkpoint/cleanup/rules.py",
                        "checkpoint/compaction/rebuild.py", "checkpoint/expiry/purge.py",
                        "checkpoint/fork/copy.py", "checkpoint/migrate/flow.py", "checkpoint/model/head.py",
-                       "checkpoint/rehearsal/scratch.py", "jobs/compact.py",
+                       "checkpoint/rehearsal/scratch.py", "checkpoint/repartition/guards.py",
+                       "checkpoint/retire/plan.py", "jobs/compact.py", "orchestration/sensors.py",
                        "cli/read.py"], planted  # fmt: skip
 
 
@@ -142,6 +149,13 @@ def test_the_scheduling_order_names_test_files() -> None:
     from tests.conftest import _LONGEST_FIRST
 
     assert [n for n in _LONGEST_FIRST if not (ROOT / "tests" / f"{n}.py").exists()] == []
+
+
+def test_every_test_folder_is_a_package() -> None:
+    """A test folder without `__init__.py` is still collected, but the import contracts (which
+    keep the core's tests off Dagster's adapters) do not see its modules."""
+    folders = {p.parent for p in (ROOT / "tests").rglob("test_*.py")}
+    assert sorted(str(f.relative_to(ROOT)) for f in folders if not (f / "__init__.py").exists()) == []
 
 
 def test_the_wheel_ships_no_test_scaffolding() -> None:

@@ -98,10 +98,13 @@ def validate(
         findings += _activity_findings(ckpt, options)
     lineage: list[StoreLineage] = []
     versions: dict[str, int] = {}
-    refused = ckpt.states.refusal(StateAction.READ)
-    if refused and ckpt.operators and Category.LINEAGE in categories:
-        unknown = _finding(FindingCode.UNKNOWN_PROVIDER, ckpt.storage.full("offsets"), refused)
-        return Validation((*findings, unknown), ())
+    if ckpt.operators and Category.LINEAGE in categories:
+        offsets = ckpt.storage.full("offsets")
+        unknown = ckpt.states.on_refusal(
+            StateAction.READ, lambda why: _finding(FindingCode.UNKNOWN_PROVIDER, offsets, why)
+        )
+        if unknown is not None:
+            return Validation((*findings, unknown), ())
     if categories & {Category.LINEAGE, Category.SNAPSHOT} and ckpt.latest_committed_batch is not None:
         lineage = checkpoint_lineage(ckpt)
         if Category.LINEAGE in categories:
@@ -439,7 +442,8 @@ def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage], _: dict[st
                 yield _finding(_UNREADABLE[f.kind], ckpt.storage.full(f.rel), why)
 
 
-# A lineage's snapshots, checked as each engine's recovery reads them.
+# A zip is checked here because RocksDB's recovery opens it; the HDFS-backed store's snapshots are
+# read whole only by `deep`, so here only an empty one is told.
 _SNAPSHOTS = ByEngine(hdfs=_empty_state_files, rocksdb=_loadable_zips)
 
 

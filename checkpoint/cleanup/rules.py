@@ -186,7 +186,7 @@ class FileIndex:
         `version`, among those named as `states` names them."""
         found = self._versions_of.get((sid, kind))
         if found is None:
-            found = self._versions_of[(sid, kind)] = sorted(states.named(
+            found = self._versions_of[(sid, kind)] = sorted(v for v, _ in states.named(
                 (v, uid) for (op, part, store, k, v, uid) in self.by_key
                 if k is kind and (op, part, store) == (sid.operator, sid.partition, sid.store)
             ))  # fmt: skip
@@ -311,7 +311,8 @@ def _retain_listed(
         retained.add(step.rel)
 
 
-# What a batch's store keeps, as each recovery finds its files.
+# A batch keeps what its recovery would read: in V1 the newest snapshot at or below it and the
+# deltas above, found by version; in V2 the files its id and lineage header name.
 _RETAIN = ByRecovery(listed=_retain_listed, named=_retain_named)
 
 

@@ -231,7 +231,8 @@ def _relaid(ckpt: Checkpoint, op: int, metadata: OperatorMetadata, where: str) -
             for s in metadata.stores if s.num_cols_prefix_key}  # fmt: skip
 
 
-# A source's key layouts, by what holds its state.
+# RocksDB's prefix encoder already laid a RocksDB source's keys; the HDFS-backed store kept each key
+# row whole, so a prefix-scanned store's keys are laid again.
 _RELAY = ByEngine(hdfs=_relaid, rocksdb=_as_laid)
 
 

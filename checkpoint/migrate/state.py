@@ -127,7 +127,8 @@ def _as_stored(prefix: PrefixKey | None) -> _AsStored:
     return _AsStored()  # RocksDB lays out a prefix-scanned key itself: nothing to re-lay
 
 
-# How a store's files become the destination's rows, by what holds the source's state.
+# A RocksDB source's rows are RocksDB's already; the HDFS-backed store's maps need RocksDB's
+# encoding byte, and a prefix-scanned key laid as RocksDB lays it.
 _ROWS = ByEngine(hdfs=_FromMaps, rocksdb=_as_stored)
 
 

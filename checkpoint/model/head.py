@@ -279,8 +279,7 @@ class _Resolver:
         """Format V2: every file named from the commit log's ids and the lineage headers."""
         ids = ((batch, self.ckpt.committed_unique_id(batch, sid)) for batch in self.batches)
         # A commit that names no id for this store names no file of it.
-        for batch in self.ckpt.states.named(ids):
-            uid = self.ckpt.committed_unique_id(batch, sid)
+        for batch, uid in self.ckpt.states.named(ids):
             version = batch + 1
             own_zip = look.zip(f"{look.folder}/{version}_{uid}.zip")
             changelog = look.stat(f"{look.folder}/{version}_{uid}.changelog")
@@ -316,7 +315,8 @@ class _Resolver:
                 if f is not None and f.rel not in look.seen:
                     look.add(f.rel, f.info)
 
-    # What recovery reads of a store, found as each recovery finds it.
+    # A V1 store's folder is listed once, as its recovery lists it; a V2 store's files are
+    # looked up by the names its commits and headers give, so its folder is never listed.
     _FIND = ByRecovery(listed=_listed, named=_named)
 
 

@@ -231,7 +231,8 @@ def _named(ckpt: Checkpoint, store: Store, batch: int) -> StoreLineage:
     )
 
 
-# A store's lineage at a batch, as each recovery finds it.
+# V1's lineage is what the store's folder lists below a version; V2's is what the commit's id and
+# its changelog's header name, whatever else the folder holds.
 _LINEAGE = ByRecovery(listed=_listed, named=_named)
 
 _MISSING_NAMED = 1000  # missing changelogs a V1 lineage names at most; one is enough to break it

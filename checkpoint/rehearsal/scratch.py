@@ -25,13 +25,14 @@ from checkpoint.safety import TwoSided, held_by
 
 log = logging.getLogger(__name__)
 
-# The options of Spark's state reader for the replay's state: RocksDB's column families raw, where
-# RocksDB holds it.
+# Spark's state reader decodes RocksDB's column families only when asked to read them raw; the
+# HDFS-backed store has none.
 _READER_OPTIONS: ByEngine[dict[str, str]] = ByEngine(hdfs={}, rocksdb=dict(RAW_FAMILIES))
 
 
 def _reader_options(head: Checkpoint) -> dict[str, str]:
-    return head.states.engine.of(_READER_OPTIONS)  # shared: the caller copies it
+    shared = head.states.engine.of(_READER_OPTIONS)
+    return dict(shared)  # a copy: the pair's dicts are every scratch's
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def scratch_fork(
         batch=n,
         pinned=dict(entry.conf),
         stores=tuple((r.operator, r.store) for r in state_readers(head)),
-        reader_options=dict(_reader_options(head)),
+        reader_options=_reader_options(head),
         format_version=head.format_version,
         fork=forked,
         planned_files=len(planned),

@@ -48,7 +48,7 @@ def test_a_credential_in_any_shape_is_refused_and_never_printed(resource) -> Non
 
 
 def test_a_url_with_a_password_is_refused_by_every_command_and_never_printed(tmp_path) -> None:
-    from tests.cli.test_cli import ckpt
+    from tests.support.cli import ckpt
 
     for args in (["validate", f"s3://admin:{SECRET}@bucket/ckpt"], ["scan", f"s3://admin:{SECRET}@bucket"],
                  ["fork", str(tmp_path), f"s3://admin:{SECRET}@bucket/dest"]):  # fmt: skip

@@ -33,9 +33,10 @@ _DATA = {"provider", "version", "files"}
 
 
 def _flags() -> set[str]:
-    from checkpoint.format.states.base import StateFormat
+    """The fields of every format's type (a subclass's too: a foreign format's pinned class)."""
+    from checkpoint.format.states import FOREIGN, KNOWN
 
-    return {f.name for f in dataclasses.fields(StateFormat)} - _DATA
+    return {f.name for fmt in (FOREIGN, *KNOWN.values()) for f in dataclasses.fields(fmt)} - _DATA
 
 
 def _names(node: ast.AST, attributes: set[str], names: set[str]) -> bool:
@@ -111,8 +112,18 @@ def _answers_with_booleans(node: ast.AST) -> bool:
 
 
 def _selects_at_the_call(node: ast.AST) -> bool:
-    """`….by_engine(hdfs=…, rocksdb=…)`, `….by_recovery(listed=…, named=…)`."""
-    return _called(node) in ("by_engine", "by_recovery")
+    """`….by_engine(hdfs=…, rocksdb=…)`, `….by_recovery(listed=…, named=…)`, and the same written
+    with the kinds, a pair made where its half is taken (`….engine.of(ByEngine(hdfs=…, …))`); a
+    kind's type tested (`isinstance(….engine, Unread)`)."""
+    if _called(node) in ("by_engine", "by_recovery"):
+        return True
+    if _called(node) == "of":
+        assert isinstance(node, ast.Call)
+        return any(_called(a) in ("ByEngine", "ByRecovery") for a in node.args)
+    if _called(node) == "isinstance":
+        assert isinstance(node, ast.Call)
+        return any(_names(a, {"engine", "recovery"}, set()) for a in node.args[:1])
+    return False
 
 
 _YES_OR_NO = ("names_by", "refusal")
@@ -121,7 +132,7 @@ _YES_OR_NO = ("names_by", "refusal")
 def _yes_or_no_branched(node: ast.AST) -> list[ast.AST]:
     """The calls of a format's yes-or-no questions that `node` branches on: its test (`if`,
     `while`, `… if … else …`, a comprehension's `if`), a `not`'s operand, an `and`/`or`'s values."""
-    if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+    if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
         tests = [node.test]
     elif isinstance(node, ast.comprehension):
         tests = list(node.ifs)
@@ -129,8 +140,14 @@ def _yes_or_no_branched(node: ast.AST) -> list[ast.AST]:
         tests = [node.operand]
     elif isinstance(node, ast.BoolOp):
         tests = list(node.values)
+    elif isinstance(node, ast.Compare):  # `states.refusal(a) is not None`
+        tests = [node.left, *node.comparators]
+    elif isinstance(node, ast.Match):
+        return [node.subject] if _names(node.subject, {"engine", "recovery"}, set()) else []
     else:
         return []
+    # `if why := states.refusal(a)`: the call inside the name it is given
+    tests = [t.value if isinstance(t, ast.NamedExpr) else t for t in tests]
     return [t for t in tests if _called(t) in _YES_OR_NO]
 
 

@@ -96,10 +96,10 @@ class StateFormat:
         """Whether a state file named with `unique_id` (None: no id) is one this format writes."""
         return unique_id is None
 
-    def named(self, items: Iterable[tuple[T, str | None]]) -> Iterator[T]:
-        """Each item whose id (None: no id) names a state file as this format names them; the
-        others are skipped (a commit naming no id for a store of a named format, say)."""
-        return (item for item, unique_id in items if self.names_by(unique_id))
+    def named(self, items: Iterable[tuple[T, str | None]]) -> Iterator[tuple[T, str | None]]:
+        """Each (item, id) whose id (None: no id) names a state file as this format names them;
+        the others are skipped (a commit naming no id for a store of a named format, say)."""
+        return ((item, unique_id) for item, unique_id in items if self.names_by(unique_id))
 
     def refuse_unnamed(
         self, unique_id: str | None, action: Action, why: Callable[[], str], where: str
@@ -148,12 +148,11 @@ class StateFormat:
         """Why this format refuses `action`, or None."""
         return None
 
-    def on_refusal(self, action: Action, then: Callable[[str], None]) -> None:
-        """`then(why)` where this format refuses `action` (it raises a refusal of its own); nothing
-        where it allows it."""
+    def on_refusal(self, action: Action, then: Callable[[str], T]) -> T | None:
+        """`then(why)` where this format refuses `action` (a refusal of the caller's own, raised or
+        returned as a finding); None where it allows it."""
         why = self.refusal(action)
-        if why is not None:
-            then(why)
+        return None if why is None else then(why)
 
     def unless_refused(self, action: Action, work: Callable[[], list[T]]) -> list[T]:
         """What `work` finds, or nothing where this format refuses `action`: a report of what the

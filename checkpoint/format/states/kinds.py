@@ -5,8 +5,9 @@ store's files (`Recovery`: `LISTED` or `NAMED`), and what holds its state (`Engi
 Code whose work differs by one of them keeps both halves together in one object, `ByRecovery` or
 `ByEngine`, made once beside that code and named for the work (`LINEAGE = ByRecovery(listed=...,
 named=...)`), and asks the checkpoint's format for its half: `ckpt.states.recovery.of(LINEAGE)`.
-No caller holds a flag to branch on, and a new kind is a new class here whose `of` every pair
-already answers."""
+No caller holds a flag to branch on. A kind that takes one of the existing halves (a foreign
+format's `Unread`) is a new class here; a third way of recovery would be a third half in every
+pair, which the type checker then asks of each."""
 
 from __future__ import annotations
 
@@ -45,10 +46,16 @@ class _Listed(Recovery):
     def of(self, pair: ByRecovery[T]) -> T:
         return pair.listed
 
+    def __reduce__(self) -> str:
+        return "LISTED"  # unpickled (a Spark task's checkpoint) as the one LISTED
+
 
 class _Named(Recovery):
     def of(self, pair: ByRecovery[T]) -> T:
         return pair.named
+
+    def __reduce__(self) -> str:
+        return "NAMED"
 
 
 class Engine(ABC):
@@ -61,10 +68,16 @@ class _UnsafeRowMaps(Engine):
     def of(self, pair: ByEngine[T]) -> T:
         return pair.hdfs
 
+    def __reduce__(self) -> str:
+        return "UNSAFE_ROW_MAPS"
+
 
 class _RocksDBInstances(Engine):
     def of(self, pair: ByEngine[T]) -> T:
         return pair.rocksdb
+
+    def __reduce__(self) -> str:
+        return "ROCKSDB_INSTANCES"
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from checkpoint.crash import CRASH_ENV
-from testbed.clock import date_to
 from testbed.copying import copy_checkpoint
 from testbed.operators import ensure_operator_corpus
 from tests.support.cli import ckpt
+from tests.support.copies import stopped_copy
 from tests.support.files import files_of
 from tests.support.leases import lapse_leases
 
@@ -31,12 +31,10 @@ def corpus() -> Path:
     return ensure_operator_corpus()
 
 
-def stopped_copy(corpus: Path, dest: Path, name: str = NAME) -> Path:
-    """A copy of the query's checkpoint whose last commit is two hours old: a query stopped past
-    the quiet period (an hour), whatever the corpus' age."""
-    copy_checkpoint(corpus / name / "checkpoint", dest)
-    date_to(dest, 2 * 3600)
-    return dest
+def stopped_query(corpus: Path, dest: Path, name: str = NAME) -> Path:
+    """A copy of the operator corpus' query `name` whose last commit is two hours old: a query
+    stopped past the quiet period (an hour)."""
+    return stopped_copy(corpus / name / "checkpoint", dest, 2 * 3600)
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> dict:
@@ -92,8 +90,8 @@ def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_un
 ) -> None:
     from testbed.restart import differences, restart
 
-    purged = stopped_copy(corpus, tmp_path / "purged", name)
-    control = stopped_copy(corpus, tmp_path / "control", name)
+    purged = stopped_query(corpus, tmp_path / "purged", name)
+    control = stopped_query(corpus, tmp_path / "control", name)
     as_of, untouched = time.time(), files_of(purged)
     assert run("lineage", str(purged), "--expired")["expired"]["as_of_ms"] >= as_of * 1000  # now, by default
     report = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
@@ -134,7 +132,7 @@ def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> Non
     out = ckpt("purge-expired", str(live))
     assert out.returncode == 2 and "looks alive" in out.stderr
 
-    stopped = stopped_copy(corpus, tmp_path / "stopped")
+    stopped = stopped_query(corpus, tmp_path / "stopped")
     untouched = files_of(stopped)
     # The review: a trail inside the checkpoint was accepted (its record then a folder the metadata
     # does not name, which every later action refused); a trail that is a file failed after every
@@ -167,7 +165,7 @@ def test_what_a_purge_refuses_it_refuses_before_writing(corpus, tmp_path) -> Non
 def test_a_damaged_file_stops_the_purge_without_advice_to_run_it_again(corpus, tmp_path) -> None:
     """The review: a changelog cut short made the purge say "run the same purge again to finish
     it", which stops on the same file. It now names the damage and what a rerun needs first."""
-    damaged = stopped_copy(corpus, tmp_path / "damaged")
+    damaged = stopped_query(corpus, tmp_path / "damaged")
     folder = damaged / "state" / "0" / "1"
     newest = max(folder.glob("*.changelog"), key=lambda p: int(p.name.split("_")[0].split(".")[0]))
     newest.write_bytes(newest.read_bytes()[:-7])
@@ -185,7 +183,7 @@ def test_absurd_times_and_a_quiet_period_under_its_floor_are_refused_before_anyt
     """`--as-of 1e18` was a 20-line traceback; `--as-of -1e18` purged, wrote its record, then raised;
     `--quiet-period 0s` purged a query committed a minute before (the 15-minute floor was Dagster's
     alone). Each is refused in words, nothing written; a live query's refusal names the way out."""
-    stopped = stopped_copy(corpus, tmp_path / "stopped")
+    stopped = stopped_query(corpus, tmp_path / "stopped")
     before = files_of(stopped)
     for as_of in ("1e18", "-1e18", "1e308", "99999999999", "-1"):
         out = ckpt("purge-expired", str(stopped), f"--as-of={as_of}")
@@ -212,7 +210,7 @@ def cleanly_purged(spark, corpus, tmp_path_factory) -> tuple[str, object]:
     killed and rerun purge of the same copy must end as, purged as of the same time."""
     from testbed.restart import state_rows
 
-    clean = stopped_copy(corpus, tmp_path_factory.mktemp("clean") / "clean")
+    clean = stopped_query(corpus, tmp_path_factory.mktemp("clean") / "clean")
     as_of = str(time.time())
     purged_here(spark, clean, as_of)
     return as_of, state_rows(spark, clean, NAME)
@@ -226,7 +224,7 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, cleanly_p
     from testbed.restart import state_rows
 
     as_of, clean_rows = cleanly_purged
-    killed = stopped_copy(corpus, tmp_path / "killed")
+    killed = stopped_query(corpus, tmp_path / "killed")
     args = ("purge-expired", str(killed), "--as-of", as_of, "--lease-ttl", "10m")
     died = ckpt(*args, env={CRASH_ENV: point})
     if point.startswith("compaction."):  # in a store's Spark task, which dies: the purge stops
@@ -253,7 +251,7 @@ def test_the_purge_runs_unchanged_on_a_standalone_cluster(spark, corpus, tmp_pat
     from testbed.restart import state_rows
     from tests.support.cluster import standalone_cluster
 
-    on_cluster, here = stopped_copy(corpus, tmp_path / "cluster"), stopped_copy(corpus, tmp_path / "here")
+    on_cluster, here = stopped_query(corpus, tmp_path / "cluster"), stopped_query(corpus, tmp_path / "here")
     as_of = str(time.time())
     with standalone_cluster(tmp_path / "cluster-logs") as master:
         out = ckpt("purge-expired", str(on_cluster), "--as-of", as_of, "--master", master, "--json",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.checkpoint.expiry.test_expiry import by_variable, run, spark_sees, stopped_copy
+from tests.checkpoint.expiry.test_expiry import by_variable, run, spark_sees, stopped_query
 from tests.support.cli import ckpt
 from tests.support.files import files_of
 
@@ -32,8 +32,8 @@ def test_a_query_stopped_mid_batch_is_purged_as_its_replay_sees_it_and_restarts_
 ) -> None:
     from testbed.restart import differences, restart, state_rows
 
-    purged = stopped_copy(operators, tmp_path / "purged", name)
-    control = stopped_copy(operators, tmp_path / "control", name)
+    purged = stopped_query(operators, tmp_path / "purged", name)
+    control = stopped_query(operators, tmp_path / "control", name)
     batch, own = planned(purged)
     report = run("purge-expired", str(purged), "--report")  # by default as of the replay's time too
     assert (report["replays"], report["as_of_ms"], report["batch"]) == (batch, own, batch - 1)
@@ -66,7 +66,7 @@ def test_a_query_stopped_mid_batch_is_purged_as_its_replay_sees_it_and_restarts_
 
 
 def test_a_purge_time_later_than_the_replayed_batch_is_refused_in_one_line(operators, tmp_path) -> None:
-    stopped = stopped_copy(operators, tmp_path / "stopped", MIDBATCH[0])
+    stopped = stopped_query(operators, tmp_path / "stopped", MIDBATCH[0])
     batch, own = planned(stopped)
     before = files_of(stopped)
     out = ckpt("purge-expired", str(stopped), "--as-of", str(own / 1000 + 1))

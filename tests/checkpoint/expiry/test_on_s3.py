@@ -23,12 +23,12 @@ def test_expired_state_on_s3_is_reported_as_locally_purged_and_restarts_like_its
     from jobs.spark_session import reach
     from testbed.operators import ensure_operator_corpus
     from testbed.restart import differences, restart
-    from tests.checkpoint.expiry.test_expiry import NAME, by_variable, stopped_copy
+    from tests.checkpoint.expiry.test_expiry import NAME, by_variable, stopped_query
 
     server, proxy, bucket = s3
     corpus = ensure_operator_corpus()
     url = upload_checkpoint(server.filesystem(), corpus / NAME / "checkpoint", f"{bucket}/expiry/{NAME}")
-    control = stopped_copy(corpus, tmp_path / "control")
+    control = stopped_query(corpus, tmp_path / "control")
     as_of = str(time.time())
 
     def run(*args: str) -> dict:
@@ -64,13 +64,13 @@ def test_a_query_stopped_mid_batch_on_s3_is_purged_as_its_replay_sees_it(s3, spa
     from jobs.spark_session import reach
     from testbed.operators import ensure_operator_corpus
     from testbed.restart import differences, restart
-    from tests.checkpoint.expiry.test_expiry import by_variable, stopped_copy
+    from tests.checkpoint.expiry.test_expiry import by_variable, stopped_query
     from tests.checkpoint.expiry.test_midbatch import planned
 
     server, proxy, bucket = s3
     corpus = ensure_operator_corpus()
     url = upload_checkpoint(server.filesystem(), corpus / name / "checkpoint", f"{bucket}/midbatch/{name}")
-    control = stopped_copy(corpus, tmp_path / "control", name)
+    control = stopped_query(corpus, tmp_path / "control", name)
     batch, own = planned(control)
     local = json.loads(ckpt("purge-expired", str(control), "--report", "--json").stdout)
     out = cli(proxy, "purge-expired", url, "--json", "--quiet-period", "0s", "--unsafe-short-quiet-period")

@@ -27,7 +27,7 @@ from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
 from testbed.recovery import recovery_files
-from tests.cli.test_cli import CKPT, ckpt
+from tests.support.cli import CKPT, ckpt
 from tests.support.forking import fork
 from tests.support.leases import lapse_leases
 from tests.support.paths import PROJECT

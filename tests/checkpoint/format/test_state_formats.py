@@ -182,3 +182,17 @@ def test_a_provider_that_differs_alone_makes_no_history(tmp_path) -> None:
     ckpt = load_checkpoint(str(tmp_path), strict=False)
     assert ckpt.states_at(0).refusal(states.Action.CLEANUP) and ckpt.states_at(1) is states.ROCKSDB_V2
     assert maintained_batches(ckpt) == [0, 1]
+
+
+@pytest.mark.unit
+def test_a_kind_sent_to_a_spark_task_is_the_same_kind() -> None:
+    """A checkpoint goes to Spark's tasks pickled: its format's kinds come back as the one of each."""
+    import pickle
+
+    from checkpoint.format.states.kinds import LISTED, NAMED, ROCKSDB_INSTANCES, UNSAFE_ROW_MAPS
+
+    for kind in (LISTED, NAMED, UNSAFE_ROW_MAPS, ROCKSDB_INSTANCES):
+        assert pickle.loads(pickle.dumps(kind)) is kind
+    for fmt in (*states.KNOWN.values(), states.state_format_of("com.example.P", 2)):
+        back = pickle.loads(pickle.dumps(fmt))
+        assert (back, back.recovery, type(back.engine)) == (fmt, fmt.recovery, type(fmt.engine))

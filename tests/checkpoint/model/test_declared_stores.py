@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_cli import ckpt
 from tests.support import damage
+from tests.support.cli import ckpt
 from tests.support.copies import stopped_copy
 from tests.support.files import digests_of
 

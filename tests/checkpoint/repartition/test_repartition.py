@@ -30,7 +30,7 @@ from testbed.copying import copy_checkpoint
 from testbed.operators import ensure_operator_corpus, scenario_named
 from testbed.restart import differences, restart
 from testbed.restart import untouched as untouched_restart
-from tests.cli.test_cli import CKPT, ckpt
+from tests.support.cli import CKPT, ckpt
 from tests.support.files import digests_of
 from tests.support.leases import lapse_leases
 from tests.support.planning import apply_unleased, candidates_of, plan_later
