@@ -24,7 +24,7 @@ JVM_OPTIONS = jvm.options(version("pyspark"), class_archive.path_for(cache_home(
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
 
 # Fixtures defined beside the helpers they share with more than one test folder.
-pytest_plugins = ("tests.support.memory", "tests.support.hostile")
+pytest_plugins = ("tests.support.memory", "tests.support.hostile", "tests.support.histories")
 
 
 @pytest.fixture(scope="session")
@@ -283,8 +283,10 @@ def written_by():
 # (`stress`: no Java, but a minute each). A test that uses none is a unit test: it
 # runs without Java, from synthetic checkpoints and the lz4 writer (`make test-unit`).
 _CORPORA = {"corpus_root", "corpus", "defaults", "manifest", "loaded", "copy_of", "rescue", "operators"}
-_TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}), ("cloud", {"azure", "gcs", "cloud_store"}),
-          ("spark", {"spark", "written_by"}),
+# `cloud_store` and `histories` reach their server by name (`getfixturevalue`), which a test's
+# fixture closure does not show: they are named here.
+_TIERS = (("e2e", "slow"), ("stress", "stress"), ("s3", {"s3"}),
+          ("cloud", {"azure", "gcs", "cloud_store", "histories"}), ("spark", {"spark", "written_by"}),
           ("corpus", _CORPORA))  # fmt: skip
 
 

@@ -24,7 +24,8 @@ from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResou
 from orchestration.location import build_definitions
 from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
-from tests.support.assets import files_under, metadata_of, stopped_root
+from tests.support.assets import metadata_of, stopped_root
+from tests.support.files import files_under
 from tests.support.runs import batches_of
 
 

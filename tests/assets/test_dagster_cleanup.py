@@ -26,8 +26,9 @@ from checkpoint.safety import PlannedFile
 from checkpoint.safety.lease import lease_for
 from orchestration.location import build_definitions
 from testbed.copying import copy_checkpoint
-from tests.support.assets import files_under, metadata_of, stopped_root
+from tests.support.assets import metadata_of, stopped_root
 from tests.support.cli import ckpt
+from tests.support.files import files_under
 
 CLEANUP = [checkpoint_inventory, checkpoint_lineage_report, checkpoint_orphan_plan, checkpoint_orphan_cleanup]
 

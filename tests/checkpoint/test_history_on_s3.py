@@ -12,15 +12,7 @@ import json
 import pytest
 
 from checkpoint.storage import Storage
-from tests.support.histories import write_histories
 from tests.support.s3 import cli, direct, via_proxy
-
-
-@pytest.fixture(scope="module")
-def s3_histories(s3) -> dict[str, str]:
-    """`small` and `big`, under `histories/`, written once for the tests here; only read."""
-    server, _, bucket = s3
-    return write_histories(server.filesystem(), f"{bucket}/histories", "s3", stores=4)
 
 
 @pytest.mark.parametrize("command", [["lineage"], ["validate"], ["validate", "--deep"]])

@@ -14,19 +14,6 @@ import pytest
 
 from checkpoint.storage import Storage
 from tests.support.cli import ckpt
-from tests.support.histories import write_histories
-
-
-@pytest.fixture(scope="module", params=["azure", "gcs"])
-def histories(request) -> dict:
-    """On one store: `small` and `big`, in a folder of their own, written once past the proxy and
-    only read (two stores each: the emulator takes each object in turn); the store's protocol,
-    the folder, and its proxy."""
-    server, proxy, container = request.getfixturevalue(request.param)
-    protocol = {"azure": "az", "gcs": "gs"}[request.param]
-    base = f"{container}/histories-{uuid.uuid4().hex[:8]}"
-    urls = write_histories(server.filesystem(), base, protocol, stores=2)
-    return {"urls": urls, "protocol": protocol, "container": container, "base": base, "proxy": proxy}
 
 
 @pytest.mark.parametrize("command", [["lineage"], ["validate"], ["validate", "--deep"]])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cli.main import main as ckpt_main
 from tests.support.cli import ckpt
-from tests.support.files import files_of
+from tests.support.files import files_under
 from tests.support.hostile import aged, fill, lease_is_free
 
 
@@ -42,10 +42,10 @@ def test_a_folder_swapped_for_a_link_during_the_apply_deletes_nothing_outside(
     code = ckpt_main(["gc", str(path), "--query-stopped", "--retain-batches", "2", "--apply",
                       "--batch-size", "1", "--grace", "0s", "--unsafe-short-grace", "--json"])  # fmt: skip
     doc = json.loads(capsys.readouterr().out)
-    before = {rel: set(files_of(tmp_path / f"moved-{rel.replace('/', '-')}")) for rel in swapped}
+    before = {rel: files_under(tmp_path / f"moved-{rel.replace('/', '-')}") for rel in swapped}
     assert all(before.values()), "the swapped folders held files"
     for rel in swapped:
-        assert set(files_of(outside / rel)) == before[rel], f"files outside the root under {rel} were deleted"
+        assert files_under(outside / rel) == before[rel], f"files outside the root under {rel} were deleted"
     applied = doc
     assert applied["applied"] and applied["deleted"] >= 1 and applied["failed"] >= 1, applied
     assert code == 1

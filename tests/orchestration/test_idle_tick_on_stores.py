@@ -5,29 +5,9 @@ differ only in older history; the read paths' costs on them: tests/checkpoint/te
 from __future__ import annotations
 
 import json
-import uuid
 
-import pytest
-
-from tests.support.histories import write_histories
 from tests.support.runs import checkpoints_of
 from tests.support.s3 import root_options
-
-
-@pytest.fixture(scope="module")
-def s3_histories(s3) -> dict[str, str]:
-    server, _, bucket = s3
-    return write_histories(server.filesystem(), f"{bucket}/histories", "s3", stores=4)
-
-
-@pytest.fixture(scope="module", params=["azure", "gcs"])
-def histories(request) -> dict:
-    """On one store: the two checkpoints in a folder of their own, the folder, and the proxy."""
-    server, proxy, container = request.getfixturevalue(request.param)
-    protocol = {"azure": "az", "gcs": "gs"}[request.param]
-    base = f"{container}/histories-{uuid.uuid4().hex[:8]}"
-    urls = write_histories(server.filesystem(), base, protocol, stores=2)
-    return {"urls": urls, "protocol": protocol, "base": base, "proxy": proxy}
 
 
 def test_an_idle_tick_on_s3_is_one_listing_per_checkpoint(s3, s3_histories) -> None:

@@ -10,7 +10,6 @@ import dagster as dg
 from assets.partitions import partition_key
 from assets.resources import CheckpointRoot, CheckpointRootsResource
 from orchestration.sensors import checkpoint_discovery_sensor
-from tests.support.files import files_of
 
 
 def roots_over(path: Path, name: str = "corpus") -> CheckpointRootsResource:
@@ -46,8 +45,3 @@ def metadata_of(result, asset: str) -> dict:
     """The metadata of `asset`'s first materialization in `result`, as values."""
     mat = next(iter(result.asset_materializations_for_node(asset)))
     return {k: v.value for k, v in mat.metadata.items()}
-
-
-def files_under(root: Path) -> set[str]:
-    """The names of every file under `root`: `files_of`'s, without their sizes and times."""
-    return set(files_of(root))

@@ -21,7 +21,7 @@ from checkpoint.storage import Storage
 from tests.support import damage
 from tests.support.cli import CKPT, ckpt
 from tests.support.damage import IN_THE_COMMIT_LOG
-from tests.support.files import files_of
+from tests.support.files import files_under
 from tests.support.hostile import aged, fill, lease_is_free
 
 # 1. Cleanup deletes only through the folders the plan saw
@@ -44,9 +44,9 @@ def test_a_checkpoint_folder_replaced_since_the_plan_is_not_gone_through(copy_of
     shutil.copytree(path / "state/0/0", copy, symlinks=True)
     shutil.rmtree(path / "state/0/0")
     copy.rename(path / "state/0/0")
-    kept = set(files_of(path / "state/0/0"))
+    kept = files_under(path / "state/0/0")
     result = apply_unleased(plan, storage, AuditTrail(str(tmp_path / "audit")))
-    assert set(files_of(path / "state/0/0")) == kept
+    assert files_under(path / "state/0/0") == kept
     assert result.failed.files >= 1 and all(o.path.startswith("state/0/0/") for o in result.failed.sample)
 
 
