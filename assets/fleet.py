@@ -23,7 +23,7 @@ from assets.checkpoints import (
 )
 from assets.fleet_chart import attention_markdown, chart_svg
 from assets.history import MaintenanceHistory
-from assets.partitions import CHECKPOINTS, parse_partition_key
+from assets.partitions import CHECKPOINTS
 from assets.reports import write_bytes
 from assets.resources import CheckpointRootsResource
 from checkpoint.analysis import (
@@ -104,13 +104,13 @@ def _rows(
     """Every checkpoint's row, side by side (`each_checkpoint`: threads on object stores, worker
     processes on local disks), most urgent first."""
     policy = roots.policy()
-    storages = {r.name: roots.storage(r.name) for r in roots.roots}
+    storages = roots.opened()
     looks = []
     for key in keys:
-        name, rel = parse_partition_key(key)
-        options = roots.root(name).storage_options
-        audit = (roots.audit_url, roots.audit_options(name))  # the trail's URL told only for a dormant one
-        looks.append((key, storages[name].child(rel).url, options, policy, history.known(key), target, audit))
+        site = roots.site(key, storages)
+        audit = (site.audit_url, site.audit_options)  # the trail's URL told only for a dormant one
+        looks.append((key, site.storage.url, site.root.storage_options, policy, history.known(key), target,
+                      audit))  # fmt: skip
     width = max((s.width(POLICY.fleet_workers) for s in storages.values()), default=1)
     timeout = max((s.look_timeout() for s in storages.values()), default=POLICY.look_timeout_seconds)
     return ranked(each_checkpoint(_look, looks, width=width, timed_out=_timed_out, timeout=timeout), policy)
@@ -133,10 +133,8 @@ def _held(
     context.log.info(f"listing {len(unknown)} dormant checkpoint(s) whose bytes are not known yet")
     listed = {}
     for at, row in enumerate(unknown, 1):
-        name, _ = parse_partition_key(row.key)
-        options = roots.root(name).storage_options
-        trail = roots.audit_url, roots.audit_options(name)
-        listed[row.key] = with_held(row, Storage(row.url, options), *trail, listing=True)
+        site = roots.site(row.key)
+        listed[row.key] = with_held(row, site.storage, site.audit_url, site.audit_options, listing=True)
         context.log.info(f"listed {at} of {len(unknown)}: {row.key}")
     return [listed.get(r.key, r) for r in rows]
 

@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -114,17 +115,19 @@ class Site:
     """One checkpoint a partition key names, resolved once (`CheckpointRootsResource.site`): its
     configured root, its path under it, its storage with the root's options, and its audit trail.
     The storage is opened when first asked for, as it was before there was a site: a trail at the
-    deployment's `audit_url` never opens it."""
+    deployment's `audit_url` never opens it. Sites resolved together (a tick, the fleet view) share
+    their root's opened storage, and with it its client."""
 
     key: str
     root: CheckpointRoot
     rel: str  # "" for a root that is itself a checkpoint
     audit_url: str | None  # the deployment's; None: beside the checkpoint
     audit_options: dict[str, Any] | None
+    opened: Storage | None = dataclasses.field(default=None, compare=False, repr=False)  # the root's
 
     @functools.cached_property
     def storage(self) -> Storage:
-        return Storage(self.root.url, self.root.storage_options).child(self.rel)
+        return (self.opened or Storage(self.root.url, self.root.storage_options)).child(self.rel)
 
     @property
     def trail(self) -> AuditTrail:
@@ -237,11 +240,19 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         stop at each checkpoint)."""
         return {partition_key(name, f.rel): f for f in find_checkpoints(self.storage(name))}
 
-    def site(self, key: str) -> Site:
-        """The checkpoint a partition key names, resolved once (`Site`). Raises ValueError for a key
-        that is no partition key, CheckpointError for a root that is not configured."""
+    def site(self, key: str, opened: Mapping[str, Storage] | None = None) -> Site:
+        """The checkpoint a partition key names, resolved once (`Site`): the one place a key is
+        parsed. `opened`: the roots' storages by name, opened once for many sites. Raises
+        ValueError for a key that is no partition key, CheckpointError for a root that is not
+        configured."""
         name, rel = parse_partition_key(key)
-        return Site(key, self.root(name), rel, self.audit_url, self.audit_options(name))
+        root = self.root(name)
+        shared = (opened or {}).get(name)
+        return Site(key, root, rel, self.audit_url, self.audit_options(name), shared)
+
+    def opened(self) -> dict[str, Storage]:
+        """Every configured root's storage, opened once, for `site` to share among many keys."""
+        return {root.name: self.storage(root.name) for root in self.roots}
 
     def checkpoint_storage(self, key: str) -> Storage:
         """The storage of the checkpoint a partition key names."""

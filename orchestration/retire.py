@@ -17,7 +17,6 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from assets.partitions import parse_partition_key
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
@@ -72,15 +71,14 @@ def _plan(context, config: RetireConfig, roots: CheckpointRootsResource) -> tupl
     done, refused, dormant = [], [], roots.policy().dormant_seconds
     for key in config.plan:
         try:
-            _, rel = parse_partition_key(key)
-            if not rel:
+            site = roots.site(key)
+            if not site.rel:
                 raise CheckpointError("a root is never retired, only a checkpoint under it", key)
             archive = None
             if config.archive_root is not None:
                 archive = roots.checkpoint_storage(
-                    roots.under_a_root(f"{config.archive_root.rstrip('/')}/{rel}")
+                    roots.under_a_root(f"{config.archive_root.rstrip('/')}/{site.rel}")
                 )
-            site = roots.site(key)
             plan = plan_retirement(site.storage, site.trail, archive=archive,
                                    now=time.time(), dormant_seconds=dormant,
                                    allow_short=roots.unsafe_floors)  # fmt: skip

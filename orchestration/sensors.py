@@ -9,7 +9,7 @@ from collections.abc import Callable
 import dagster as dg
 from dagster import DagsterRunStatus
 
-from assets.partitions import CHECKPOINTS, checkpoint_partitions, parse_partition_key, root_of
+from assets.partitions import CHECKPOINTS, checkpoint_partitions, root_of
 from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError, CompactionDeferred, CompactionRefused
 from checkpoint.model import Logs, newest_commit, within_deadline
@@ -153,10 +153,7 @@ def _look(
     listing only when it is there. `storages` are the roots', opened once a tick: a checkpoint's
     is a child of its root's, sharing its client."""
     try:
-        name, rel = parse_partition_key(key)
-        if name not in storages:
-            raise CheckpointError(f"no configured checkpoint root named {name!r}")
-        storage = storages[name].child(rel)
+        storage = roots.site(key, storages).storage
         if not listing and seen is not None and storage.stat(f"commits/{seen + 1}") is None:
             return Look(seen, dormant=True)
         latest, written = newest_commit(storage)
@@ -260,7 +257,7 @@ def checkpoint_commit_sensor(context: dg.SensorEvaluationContext, roots: Checkpo
     now = time.time()
     order = looking_order(keys, before, now, SENSOR_CAPS.dormant_look_seconds)
     started = time.monotonic()
-    storages = {r.name: roots.storage(r.name) for r in roots.roots}
+    storages = roots.opened()
     # Side by side where a look waits on round trips (`Storage.width`).
     workers = max((s.width(COMMIT_SENSOR_WORKERS) for s in storages.values()), default=1)
     quiet_since = now - roots.policy().dormant_seconds

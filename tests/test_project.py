@@ -384,6 +384,22 @@ def test_nothing_above_storage_reads_a_backends_flags() -> None:
     assert readers == []
 
 
+def test_a_partition_key_is_parsed_in_one_place() -> None:
+    """A partition key becomes a checkpoint at `CheckpointRootsResource.site` alone, so every
+    adapter reaches the same root, path, storage options and trail for it. Others only ask a key's
+    root (`root_of`), to sort keys by it."""
+    parse = re.compile(r"\bparse_partition_key\b")
+    readers = sorted(
+        f"{path.relative_to(ROOT)}:{n}"
+        for top in ("assets", "orchestration", "cli", "jobs", "testbed", "bench")
+        for path in (ROOT / top).rglob("*.py")
+        if path.relative_to(ROOT).as_posix() != "assets/partitions.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if parse.search(line) and "import" not in line
+    )
+    assert [r.split(":")[0] for r in readers] == ["assets/resources.py"], readers
+
+
 def test_no_core_function_defaults_a_lease_check_to_nothing() -> None:
     """A `check` is the leases' own, handed down by a door. A default that checks nothing lets a
     caller forget it and write under no lease: every core function that takes one is given it."""
