@@ -30,7 +30,7 @@ def conditions_table() -> str:
 
 def readiness_table() -> str:
     """Every upgrade-readiness rule: what the metadata shows, which Spark refuses it, and the
-    rehearsals that proved it (`tests/checkpoint/analysis/test_readiness.py`)."""
+    rehearsals that proved it (`tests/cli/test_readiness.py`)."""
     from checkpoint.analysis import NO_RULE_PROOF, ONE_WAY, RULES
 
     head = ("rule", "the checkpoint's metadata shows", "does not restart under", "Spark says", "remedy",

@@ -300,7 +300,7 @@ _LONGEST_FIRST = ("orchestration/test_orchestration_e2e", "checkpoint/analysis/t
                   "checkpoint/repartition/test_repartition", "checkpoint/cleanup/test_gc_live",
                   "checkpoint/compaction/test_compaction", "checkpoint/compaction/test_default_formats",
                   "checkpoint/fork/test_fork", "assets/test_dagster_actions",
-                  "checkpoint/analysis/test_readiness",
+                  "cli/test_readiness",
                   "checkpoint/cleanup/test_gc_memory", "orchestration/test_commit_sensor",
                   "checkpoint/safety/test_lease", "checkpoint/test_history_on_s3",
                   "checkpoint/retire/test_on_s3", "checkpoint/cleanup/test_on_s3",

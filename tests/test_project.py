@@ -60,9 +60,10 @@ def test_the_contracts_see_an_upward_import(tmp_path) -> None:
         # The testbed and the benches go through the faces too.
         "testbed/demo.py": "from checkpoint.model.head import load_head",
         "bench/fork.py": "from checkpoint.cleanup.plan import plan_gc",
-        # A core test reaching Dagster's adapters, itself or through a helper.
+        # A core test reaching Dagster's adapters or the CLI, itself or through a helper.
         "tests/checkpoint/model/test_head.py": "from orchestration.due import SensorState",
         "tests/checkpoint/fork/test_fork.py": "from tests.support.assets import roots_over",
+        "tests/checkpoint/rehearsal/test_verdict.py": "from tests.support.rehearsal import rehearsed",
     })  # fmt: skip
     out = _lint_imports(root)
     assert out.returncode == 1
@@ -74,7 +75,8 @@ def test_the_contracts_see_an_upward_import(tmp_path) -> None:
                  "testbed.demo -> checkpoint.model.head",
                  "bench.fork -> checkpoint.cleanup.plan",
                  "tests.checkpoint.model.test_head -> orchestration.due",
-                 "tests.checkpoint.fork.test_fork -> tests.support.assets"):  # fmt: skip
+                 "tests.checkpoint.fork.test_fork -> tests.support.assets",
+                 "tests.checkpoint.rehearsal.test_verdict -> tests.support.rehearsal"):  # fmt: skip
         assert edge in out.stdout, (edge, out.stdout[-3000:])
 
 

@@ -2,7 +2,7 @@
 
 Each rule is a fact some release writes into a checkpoint and some other release refuses. Every
 rule was found, and is proven, by a restart rehearsal under the testbed's Spark generations
-(`tests/checkpoint/analysis/test_readiness.py`); docs/format.md shows the table (`python -m
+(`tests/cli/test_readiness.py`); docs/format.md shows the table (`python -m
 testbed.docs`). A rule reads only what the fleet's head-first look has read anyway: the latest
 offsets' pinned confs, the operator metadata, and the metadata line of each snapshot the latest
 lineages start from.

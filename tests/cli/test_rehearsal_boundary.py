@@ -99,7 +99,7 @@ def test_sigterm_and_sigint_remove_the_scratch(spark, corpus, tmp_path) -> None:
         scratch = tmp_path / f"scratch-{sig.name}" / "deeper"
         release = tmp_path / f"release-{sig.name}"
         env = {**os.environ, INPUT: str(inputs), CHECKPOINT: str(checkpoint), RELEASE: str(release),
-               "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[3]), *sys.path])}  # fmt: skip
+               "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), *sys.path])}  # fmt: skip
         child = subprocess.Popen([CKPT, "rehearse", str(checkpoint), "--query", f"{QUERIES}:hangs",
                                   "--scratch-dir", str(scratch)], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -181,7 +181,7 @@ def test_a_function_that_stops_the_session_or_a_scratch_that_cannot_be_made_is_s
     """`spark.stop()` in the function was a traceback and exit 1; a `--scratch-dir` that is a file,
     or below one, was a traceback too. In a process of its own (its session is stopped)."""
     checkpoint, inputs, before = _private(corpus, tmp_path)
-    env = {INPUT: str(inputs), CHECKPOINT: str(checkpoint), "PYTHONPATH": str(Path(__file__).parents[3])}
+    env = {INPUT: str(inputs), CHECKPOINT: str(checkpoint), "PYTHONPATH": str(Path(__file__).parents[2])}
     query = ["--query", f"{QUERIES}:stops_the_session"]
     out = ckpt("rehearse", str(checkpoint), *query, "--json", env=env, timeout=300)
     assert out.returncode == 3, out.stderr[-2000:]
