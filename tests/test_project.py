@@ -108,7 +108,8 @@ def test_a_planted_cycle_is_found(tmp_path) -> None:
 
 
 def test_formats_are_asked_not_compared() -> None:
-    """Outside `checkpoint/format/`, code asks the checkpoint's state format what it needs to know.
+    """Outside `checkpoint/format/`, code asks the checkpoint's state format what it needs to know,
+    and a state file's kind what it is to a load (`tests/support/branches.py` counts six shapes).
     Two comparisons remain, both in the fork: a migrated checkpoint's batch in another format
     (provider or version) than its head's is refused, and the refusal names where it changes."""
     from tests.support.branches import format_branches
@@ -129,9 +130,11 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
         "checkpoint/expiry/purge.py": "def f(c, a):\n    return c.latest is None or c.states.refusal(a)",
         "checkpoint/fork/copy.py": "def f(c):\n    return c.states.recovery is LISTED",
         "checkpoint/migrate/flow.py": "R = ByEngine(hdfs=True, rocksdb=False)",
+        "checkpoint/migrate/state.py": "def f(x):\n    return x.kind != FileKind.DELTA",
         "checkpoint/model/head.py": "def f(uid):\n    return uid is None",
         "checkpoint/rehearsal/scratch.py": "f = lambda h: h.states.by_engine(hdfs=g, rocksdb=k)",
         "checkpoint/repartition/guards.py": "def f(c):\n    return c.states.pinned",
+        "checkpoint/retire/apply.py": "def f(e):\n    return e.kind in (FileKind.ZIP, FileKind.SNAPSHOT)",
         "checkpoint/retire/plan.py": "def f(c):\n    return isinstance(c.states.engine, Unread)",
         "orchestration/sensors.py": "def f(c, u):\n    assert c.states.names_by(u)",
         "cli/read.py": "def f(f):\n    return f.what.unique_id is not None",
@@ -141,9 +144,11 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
     assert planted == ["checkpoint/analysis/checks.py", "checkpoint/cleanup/decide.py",
                        "checkpoint/cleanup/plan.py", "checkpoint/cleanup/rules.py",
                        "checkpoint/compaction/rebuild.py", "checkpoint/expiry/purge.py",
-                       "checkpoint/fork/copy.py", "checkpoint/migrate/flow.py", "checkpoint/model/head.py",
+                       "checkpoint/fork/copy.py", "checkpoint/migrate/flow.py", "checkpoint/migrate/state.py",
+                       "checkpoint/model/head.py",
                        "checkpoint/rehearsal/scratch.py", "checkpoint/repartition/guards.py",
-                       "checkpoint/retire/plan.py", "jobs/compact.py", "orchestration/sensors.py",
+                       "checkpoint/retire/apply.py", "checkpoint/retire/plan.py", "jobs/compact.py",
+                       "orchestration/sensors.py",
                        "cli/read.py"], planted  # fmt: skip
 
 

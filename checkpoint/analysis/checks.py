@@ -451,6 +451,8 @@ _UNREADABLE = {
     FileKind.SNAPSHOT: FindingCode.SNAPSHOT_UNREADABLE,
     FileKind.DELTA: FindingCode.DELTA_UNREADABLE,
 }
+# What a deep read of a state file's records finds when they do not decode, by its kind.
+_CORRUPT = {FileKind.CHANGELOG: FindingCode.CHANGELOG_CORRUPT, **_UNREADABLE}
 
 
 def _unless_storage_failed(exc: CheckpointError) -> None:
@@ -507,18 +509,14 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
             # is taken on the way; the records are checked as they pass, none is kept.
             with ckpt.storage.open(f.rel, block_size=POLICY.copy_chunk_bytes, size=f.info.size) as fh:
                 tee = Checksumming(fh.read)
-                if f.kind == FileKind.CHANGELOG:
+                corrupt = _CORRUPT.get(f.kind)
+                # An empty delta or snapshot is found without `deep`; an empty changelog here.
+                if corrupt is not None and (f.info.size > 0 or f.kind not in _UNREADABLE):
                     try:
-                        ckpt.check_changelog(f, tee.read)
+                        ckpt.count_records(f, tee.read)
                     except CheckpointError as exc:
                         _unless_storage_failed(exc)
-                        yield _finding(FindingCode.CHANGELOG_CORRUPT, path, str(exc))
-                elif f.kind in _UNREADABLE and f.info.size > 0:  # an empty one is found without `deep`
-                    try:
-                        ckpt.check_state_file(f, tee.read)
-                    except CheckpointError as exc:
-                        _unless_storage_failed(exc)
-                        yield _finding(_UNREADABLE[f.kind], path, str(exc))
+                        yield _finding(corrupt, path, str(exc))
                 tee.drain(POLICY.copy_chunk_bytes)
             crc = sidecars.get(f.rel)
             if crc is not None and crc.info.size <= SIDECAR_BYTES:  # else FILE_OVER_ITS_BOUND, unread

@@ -296,7 +296,7 @@ def _retain_listed(
     start = 0 if base is None else base.what.version_id
     if base is not None:
         retained.add(base.rel)
-        if base.kind == FileKind.ZIP:
+        if base.kind.lists_files:
             zips.add(base.rel)
     own = index.get(sid, kinds.step, version, None)
     if own is not None:

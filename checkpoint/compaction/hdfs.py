@@ -136,7 +136,7 @@ def materialize_snapshot(
             name = f.rel.rsplit("/", 1)[-1]
             download_checked(ckpt, f.rel, str(local / name), f.info.size, policy)
             with open(local / name, "rb") as fh:
-                snapshot = f.kind == FileKind.SNAPSHOT
+                snapshot = f.kind.is_base
                 measured.append(measure_state_file(fh.read, ckpt.changelog_codec, f.rel, snapshot=snapshot))
         # Before the load: a map larger than the heap would exhaust the JVM every store shares.
         refuse_beyond_heap(sid, map_bytes(measured), engine.free_heap(), policy, ckpt.url)

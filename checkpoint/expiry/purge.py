@@ -322,7 +322,7 @@ def _transform_with_state(ckpt: Checkpoint, batch: int) -> list[tuple[StoreLinea
 
 
 def _own_snapshot(entry: StoreLineage) -> bool:
-    return entry.committed_file is not None and entry.committed_file.kind == FileKind.ZIP
+    return entry.committed_file is not None and entry.committed_file.kind.is_base
 
 
 def _look(ckpt: Checkpoint, entry: StoreLineage, props: dict[str, Any] | None, as_of_ms: int,

@@ -28,7 +28,6 @@ second marker as an INCOMPLETE_FORK, and running the same fork again finishes it
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 import os
 import threading
@@ -54,9 +53,7 @@ from checkpoint.format import (
     MAINT_TEMP_PREFIX,
     RECORD_BYTES,
     FileKind,
-    check_changelog,
-    check_state_file,
-    check_zip,
+    check_whole,
     crc32c_signed,
     signed,
 )
@@ -293,7 +290,7 @@ def _verify_bytes(
     from DEST once and decoded as Spark reads it (`_decode`); `decoded` remembers it."""
     for item in items:
         if item.decode is not None and item.rel not in decoded:
-            _decode(dest, item, codec)
+            _decode(dest, item, item.decode, codec)
             decoded.add(item.rel)
         if item.crc is None:
             continue
@@ -305,18 +302,12 @@ def _verify_bytes(
             _corrupt(dest, item)
 
 
-def _decode(dest: Storage, item: ForkItem, codec: str) -> None:
-    """Reads a copied V1 state file from DEST as Spark's load reads it: a delta, snapshot or
-    changelog through its codec's block checksums and every record's framing, a zip's entries
-    against their CRC-32s. Raises CorruptFileError."""
+def _decode(dest: Storage, item: ForkItem, kind: FileKind, codec: str) -> None:
+    """Reads a copied V1 state file from DEST as Spark's load reads its `kind` (`check_whole`).
+    Raises CorruptFileError."""
     path = dest.full(item.rel)
     with dest.open(item.rel, block_size=POLICY.copy_chunk_bytes, size=item.size) as fh:
-        if item.decode == FileKind.ZIP:
-            check_zip(io.BytesIO(fh.read()), path)
-        elif item.decode == FileKind.CHANGELOG:
-            check_changelog(fh.read, codec, path, named_v2=False)
-        else:
-            check_state_file(fh.read, codec, path, snapshot=item.decode == FileKind.SNAPSHOT)
+        check_whole(kind, fh, codec, path)
 
 
 def _corrupt(dest: Storage, item: ForkItem) -> None:

@@ -199,7 +199,7 @@ def _refuse_on_errors(view: Checkpoint, batch: int) -> Validation:
 
 def _state_files(entry: StoreLineage):
     """The files loading one store reads: the committed zip (snapshot) alone, else base and chain."""
-    if entry.committed_file is not None and entry.committed_file.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
+    if entry.committed_file is not None and entry.committed_file.kind.is_base:
         return (entry.committed_file,)
     return ((entry.base,) if entry.base is not None else ()) + entry.chain
 
@@ -264,7 +264,7 @@ def plan_fork(src: ForkSource, dest: Storage, query_id: str | None = None) -> Fo
             )
             if sidecar is not None:
                 add(FileInfo(f"{f.rel}.crc", len(sidecar), None), data=sidecar)
-            if f.kind == FileKind.ZIP:
+            if f.kind.lists_files:
                 items.extend(_zip_members(ckpt, f, entry.store))
     for f in ckpt.files:
         if f.kind != FileKind.OPERATOR_METADATA:

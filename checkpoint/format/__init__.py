@@ -1,10 +1,11 @@
 """The bytes Spark writes, read and (where the project must) written: where files live and what
 their names say (`layout`), how large each kind can be (`sizes`), the metadata logs (`logs`),
-changelogs and their codecs (`changelog`, `codec`), snapshot zips (`snapshot`), Spark's checksum
-sidecars (`crc`), state schema files and key rows (`unsaferow`), Spark's class and conf names
-(`spark`), the files each provider's recovery reads (`providers`) and the state formats
-(`states`). Nothing here reaches storage: every reader takes bytes or a read function, so the
-fuzzers and the model share them. This face is what the rest of the project imports."""
+changelogs and their codecs (`changelog`, `codec`), snapshot zips (`snapshot`), a state file read
+as its kind is read (`records`), Spark's checksum sidecars (`crc`), state schema files and key rows
+(`unsaferow`), Spark's class and conf names (`spark`), the files each provider's recovery reads
+(`providers`) and the state formats (`states`). Nothing here reaches storage: every reader takes
+bytes or a read function, so the fuzzers and the model share them. This face is what the rest of
+the project imports."""
 
 from checkpoint.format.changelog import (
     LINEAGE_HEADER_CAP,
@@ -59,6 +60,7 @@ from checkpoint.format.logs import (
     parse_query_metadata,
 )
 from checkpoint.format.providers import HDFS_FILES, ROCKSDB_FILES, Provider, StateFiles
+from checkpoint.format.records import check_whole, count_records, stream_records
 from checkpoint.format.sizes import (
     LOG_BYTES,
     RECORD_BYTES,
@@ -154,6 +156,8 @@ __all__ = [
     "zip_damage_as",
     "change_records",
     "check_changelog",
+    "count_records",
+    "check_whole",
     "check_hadoop_crc",
     "check_state_file",
     "check_zip",
@@ -183,5 +187,6 @@ __all__ = [
     "split_row",
     "state_format_of",
     "stream_changelog_runs",
+    "stream_records",
     "stream_untyped_runs",
 ]

@@ -34,6 +34,27 @@ class FileKind(str, Enum):
     SPARK_TEMP = "spark_temp"  # written under a temp name, then renamed; a killed write leaves it
     UNKNOWN = "unknown"
 
+    # What a state file is to a load, asked instead of compared with one engine's kind: each engine
+    # has a base and a step (`providers.StateFiles`), and code that serves both asks which role.
+
+    @property
+    def is_base(self) -> bool:
+        """A store's whole state at its version, which a load starts from and reads nothing older
+        than: RocksDB's zip, the HDFS-backed store's snapshot."""
+        return self in _BASES
+
+    @property
+    def is_step(self) -> bool:
+        """One version's changes, replayed on a base: RocksDB's changelog, the HDFS-backed store's
+        delta."""
+        return self in _STEPS
+
+    @property
+    def lists_files(self) -> bool:
+        """Needs files it names, kept beside it: RocksDB's zip, whose metadata lists its SSTs (and
+        counts its keys). The HDFS-backed store's snapshot holds its map itself."""
+        return self is FileKind.ZIP
+
 
 # The kinds `classify` gives per file, as module names: on Python 3.11 `FileKind.ZIP` is a
 # Python-level lookup (75 ns, a global 8 ns), and cleanup classifies every file of a partition.
@@ -42,6 +63,7 @@ _CHANGELOG, _ZIP, _DELTA, _SNAPSHOT, _SST, _SPARK_CRC, _HADOOP_CRC = (
     FileKind.HADOOP_CRC)  # fmt: skip
 # The kinds of state file, by the extension their names end in.
 _STATE_KINDS = {"zip": _ZIP, "changelog": _CHANGELOG, "delta": _DELTA, "snapshot": _SNAPSHOT}
+_BASES, _STEPS = frozenset({_ZIP, _SNAPSHOT}), frozenset({_CHANGELOG, _DELTA})
 
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"

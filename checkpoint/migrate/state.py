@@ -34,13 +34,11 @@ from typing import Any
 from checkpoint.errors import CorruptFileError, RebuildError
 from checkpoint.format import (
     ByEngine,
-    FileKind,
     RecordRun,
     RowShape,
     SnapshotMetadata,
     split_row,
-    stream_changelog_runs,
-    stream_untyped_runs,
+    stream_records,
 )
 from checkpoint.model import (
     Checkpoint,
@@ -111,7 +109,7 @@ class _FromMaps(_AsStored):
         return None
 
     def dumped(self, step: int, f: CheckpointFile) -> bool:
-        return step == 0 and f.kind == FileKind.SNAPSHOT
+        return step == 0 and f.kind.is_base
 
     def keys(self, keys: Iterable[bytes], path: str) -> list[bytes]:
         prefix = self.prefix
@@ -186,7 +184,7 @@ def write_store(
         raise RebuildError(f"{sid}: the replay chain of version {entry.version} is incomplete", ckpt.url)
     rows = ckpt.states.engine.of(_ROWS)(prefix)
     base, chain = entry.base, list(entry.chain)
-    if entry.committed_file is not None and entry.committed_file.kind in (FileKind.ZIP, FileKind.SNAPSHOT):
+    if entry.committed_file is not None and entry.committed_file.kind.is_base:
         base, chain = entry.committed_file, []  # the version's own snapshot: nothing to replay
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-migrate-", dir=workdir))
     try:
@@ -342,8 +340,7 @@ def _runs(ckpt: Checkpoint, f: CheckpointFile, tmp: Path, policy: Policy) -> Ite
     try:
         download_checked(ckpt, f.rel, str(local), f.info.size, policy)
         with open(local, "rb") as fh:
-            stream = stream_changelog_runs if f.kind == FileKind.CHANGELOG else stream_untyped_runs
-            for runs in stream(fh.read, ckpt.changelog_codec, ckpt.storage.full(f.rel)):
+            for runs in stream_records(f.kind, fh.read, ckpt.changelog_codec, ckpt.storage.full(f.rel)):
                 yield from runs
     finally:
         local.unlink(missing_ok=True)

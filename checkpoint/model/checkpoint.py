@@ -365,7 +365,8 @@ def _format_version(commits: dict[int, CommitEntry], files: tuple[CheckpointFile
     # a later commit version (`v3`) is told apart by its ids and the state file names.
     if any(_format_said(c) == 2 for c in commits.values()):
         return 2
-    if any(f.kind in (FileKind.CHANGELOG, FileKind.ZIP) and f.what.unique_id for f in files):
+    # Of the state files, only V2's names carry an id (their sidecars' do too, and say nothing more).
+    if any((f.kind.is_base or f.kind.is_step) and f.what.carries_id for f in files):
         return 2
     return 1
 

@@ -309,7 +309,7 @@ class _Resolver:
         kinds = self.ckpt.states.files
         for batch in self.batches:
             entry = listed_lineage(store, batch, kinds)
-            if entry.base is not None and entry.base.kind == FileKind.ZIP:
+            if entry.base is not None and entry.base.kind.lists_files:
                 look.zip(entry.base.rel)  # first: it may be the committed file too
             for f in (entry.base, entry.committed_file, *entry.chain):
                 if f is not None and f.rel not in look.seen:

@@ -17,12 +17,10 @@ from checkpoint.format import (
     ChangelogHeader,
     ChangeRecord,
     Checksumming,
-    FileKind,
     RecordRun,
     Snapshot,
     change_records,
-    check_changelog,
-    check_state_file,
+    count_records,
     crc32c_signed,
     parse_sidecar,
     read_changelog_runs,
@@ -124,18 +122,11 @@ class StateFileReads:
             tee.drain(POLICY.copy_chunk_bytes)
         self._check_sidecar(f.rel, tee.size, signed(tee.crc))
 
-    def check_changelog(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
-        """How many records the changelog holds, decoded from `read` and checked as a full read
-        checks them, holding a chunk at a time (validation's deep read)."""
-        named_v2 = f.what.carries_id
-        return check_changelog(read, self.changelog_codec, self.storage.full(f.rel), named_v2=named_v2)
-
-    def check_state_file(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
-        """How many records an HDFS-backed delta or snapshot holds, checked as Spark reads it,
-        a chunk at a time (validation's deep read)."""
-        return check_state_file(
-            read, self.changelog_codec, self.storage.full(f.rel), snapshot=f.kind == FileKind.SNAPSHOT
-        )
+    def count_records(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
+        """How many records a changelog, delta or snapshot holds, decoded from `read` and checked
+        as Spark's load reads its kind, holding a chunk at a time (validation's deep read)."""
+        full = self.storage.full(f.rel)
+        return count_records(f.kind, read, self.changelog_codec, full, named_v2=f.what.carries_id)
 
     def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""

@@ -309,7 +309,7 @@ def head_profile(ckpt: Checkpoint) -> dict[str, Any]:
             entry = parts.setdefault(sid.partition, {"partition": sid.partition, "bytes": 0, "keys": 0,
                                                      "keys_as_of": None})  # fmt: skip
             entry["bytes"] += sum(f.info.size for f in store.files)
-            zips = [f for f in store.files if f.kind == FileKind.ZIP]
+            zips = [f for f in store.files if f.kind.lists_files]
             if zips:
                 newest = max(zips, key=lambda f: f.what.version_id)
                 entry["keys"] += ckpt.read_snapshot(newest).metadata.num_keys

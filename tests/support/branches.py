@@ -1,7 +1,7 @@
 """Where code outside `checkpoint/format/` still decides by the state format itself instead of
 asking the checkpoint's `StateFormat` (`checkpoint.format.states`) a question it answers.
 
-Five shapes are counted:
+Six shapes are counted:
 - a comparison with a provider, a format version, a state format or one of its kinds on a side
   (`states_at(b) != ckpt.states`, `ckpt.format_version == 2`, `x.provider is Provider.HDFS`,
   `recovery is LISTED`);
@@ -15,7 +15,13 @@ Five shapes are counted:
   differs (a value, a function, an object with the behaviour), kept in one pair beside the code;
 - a format's yes-or-no answer branched on (`if not states.names_by(uid)`, `… or
   states.refusal(action)`): a format has methods that act on it (`named`, `refuse_unnamed`,
-  `on_refusal`, `unless_refused`, `refuse`)."""
+  `on_refusal`, `unless_refused`, `refuse`);
+- a state file's kind compared with one engine's (`f.kind == FileKind.ZIP`, `kind in
+  (FileKind.ZIP, FileKind.SNAPSHOT)`): the engine split asked of a file. The kind answers what it
+  is to a load (`is_base`, `is_step`, `lists_files`), and `checkpoint.format` reads a state file as
+  its kind is read (`count_records`, `stream_records`, `check_whole`). A kind passed to a lookup
+  (`index.get(sid, FileKind.ZIP, …)`) names a file, and is not counted; nor are the kinds only one
+  engine has (SST, WAL_LOG)."""
 
 from __future__ import annotations
 
@@ -55,9 +61,28 @@ def _is_version_of_a_format(node: ast.AST) -> bool:
     return isinstance(base, ast.Attribute) and base.attr in ("states", "states_at")
 
 
+# A kind of state file that the other engine has a counterpart of: a zip or a snapshot (the base), a
+# changelog or a delta (the step).
+_SPLIT_KINDS = {"ZIP", "SNAPSHOT", "CHANGELOG", "DELTA"}
+
+
+def _is_split_kind(node: ast.AST) -> bool:
+    """`FileKind.ZIP`, or a tuple, list or set written with one."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_split_kind(e) for e in node.elts)
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in _SPLIT_KINDS
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "FileKind"
+    )
+
+
 def _compares_a_format(node: ast.Compare) -> bool:
     sides = (node.left, *node.comparators)
     if any(_names(side, _ATTRIBUTES, _NAMES) for side in sides):
+        return True
+    if any(_is_split_kind(side) for side in sides):
         return True
     if any(_is_version_of_a_format(sub) for side in sides for sub in ast.walk(side)):
         return True
