@@ -32,6 +32,9 @@ def _int(n: int) -> bytes:
 # One record each, then the end (a key length of -1): a put of k=v, and a removal of k.
 PUT = _int(1) + b"k" + _int(1) + b"v" + _int(-1)
 REMOVAL = _int(1) + b"k" + _int(-1) + _int(-1)
+# A changelog that names its version (`v1`, a 2-byte length first): headerless, as a delta or a
+# snapshot is read, its first four bytes would be a key length of 161,329.
+VERSIONED = b"\x00\x02v1" + PUT
 
 
 def _read(body: bytes):
@@ -50,6 +53,15 @@ def test_records_are_read_as_the_kind_is_read() -> None:
         assert [len(runs) for runs in stream_records(kind, _read(PUT), "lz4", "f")] == [1], kind
     for kind in (FileKind.CHANGELOG, FileKind.DELTA):
         assert count_records(kind, _read(REMOVAL), "lz4", "f") == 1, kind
+    # A changelog is read by its header, the HDFS-backed store's files without one.
+    assert count_records(FileKind.CHANGELOG, _read(VERSIONED), "lz4", "f") == 1
+    assert [len(runs) for runs in stream_records(FileKind.CHANGELOG, _read(VERSIONED), "lz4", "f")] == [1]
+    for kind in (FileKind.DELTA, FileKind.SNAPSHOT):
+        with pytest.raises(CorruptFileError, match="no end-of-records marker"):
+            count_records(kind, _read(VERSIONED), "lz4", "f")
+    # A V2 name: the changelog must lead with a version that holds its lineage.
+    with pytest.raises(CorruptFileError, match="must start with its version string"):
+        count_records(FileKind.CHANGELOG, _read(PUT), "lz4", "f", named_v2=True)
     # A snapshot is a base: the whole map, puts only.
     with pytest.raises(CorruptFileError, match="put record without a value"):
         count_records(FileKind.SNAPSHOT, _read(REMOVAL), "lz4", "f")
@@ -71,5 +83,8 @@ def test_a_whole_copy_is_checked_as_its_kind_is_loaded() -> None:
     with pytest.raises(CorruptFileError, match="does not match its CRC-32"):
         check_whole(FileKind.ZIP, io.BytesIO(bad), "lz4", "1.zip")
     check_whole(FileKind.DELTA, io.BytesIO(frame(REMOVAL)), "lz4", "1.delta")
+    check_whole(FileKind.CHANGELOG, io.BytesIO(frame(VERSIONED)), "lz4", "1.changelog")
+    with pytest.raises(CorruptFileError, match="no end-of-records marker"):
+        check_whole(FileKind.DELTA, io.BytesIO(frame(VERSIONED)), "lz4", "1.delta")
     with pytest.raises(CorruptFileError):
         check_whole(FileKind.SNAPSHOT, io.BytesIO(frame(REMOVAL)), "lz4", "1.snapshot")
