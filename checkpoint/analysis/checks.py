@@ -113,7 +113,7 @@ def validate(
         if Category.SNAPSHOT in categories:
             findings += _snapshot_findings(ckpt, lineage, versions)
             if options.deep:
-                findings += _deep_findings(ckpt, lineage)
+                findings += _deep_findings(ckpt, lineage, versions)
     return Validation(tuple(findings), tuple(lineage), versions)
 
 
@@ -451,8 +451,10 @@ _UNREADABLE = {
     FileKind.SNAPSHOT: FindingCode.SNAPSHOT_UNREADABLE,
     FileKind.DELTA: FindingCode.DELTA_UNREADABLE,
 }
-# What a deep read of a state file's records finds when they do not decode, by its kind.
-_CORRUPT = {FileKind.CHANGELOG: FindingCode.CHANGELOG_CORRUPT, **_UNREADABLE}
+# What a deep read of a state file finds when it does not decode as its kind is loaded: a V1 zip
+# has no sidecar, so only its entries' CRC-32s tell a flipped byte outside its metadata.
+_CORRUPT = {FileKind.CHANGELOG: FindingCode.CHANGELOG_CORRUPT, FileKind.ZIP: FindingCode.ZIP_UNREADABLE,
+            **_UNREADABLE}  # fmt: skip
 
 
 def _unless_storage_failed(exc: CheckpointError) -> None:
@@ -496,7 +498,19 @@ def _zip_findings(
             )
 
 
-def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
+def _decoded_deep(f: CheckpointFile, zips_read: dict[str, int]) -> bool:
+    """Whether the deep pass decodes `f` as its kind is loaded: not an empty delta or snapshot, nor
+    a zip whose metadata did not read (`zips_read`: those that did), both found without `deep`."""
+    if f.kind not in _CORRUPT:
+        return False
+    if f.kind.lists_files:
+        return f.rel in zips_read
+    return f.info.size > 0 or f.kind not in _UNREADABLE
+
+
+def _deep_findings(
+    ckpt: Checkpoint, lineage: list[StoreLineage], zips_read: dict[str, int]
+) -> Iterable[Finding]:
     sidecars = {f.what.main: f for f in ckpt.files if f.kind == FileKind.SPARK_CRC}
     seen: set[str] = set()
     for entry in lineage:
@@ -509,14 +523,12 @@ def _deep_findings(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Fi
             # is taken on the way; the records are checked as they pass, none is kept.
             with ckpt.storage.open(f.rel, block_size=POLICY.copy_chunk_bytes, size=f.info.size) as fh:
                 tee = Checksumming(fh.read)
-                corrupt = _CORRUPT.get(f.kind)
-                # An empty delta or snapshot is found without `deep`; an empty changelog here.
-                if corrupt is not None and (f.info.size > 0 or f.kind not in _UNREADABLE):
+                if _decoded_deep(f, zips_read):
                     try:
-                        ckpt.count_records(f, tee.read)
+                        ckpt.check_whole(f, tee.read)
                     except CheckpointError as exc:
                         _unless_storage_failed(exc)
-                        yield _finding(corrupt, path, str(exc))
+                        yield _finding(_CORRUPT[f.kind], path, str(exc))
                 tee.drain(POLICY.copy_chunk_bytes)
             crc = sidecars.get(f.rel)
             if crc is not None and crc.info.size <= SIDECAR_BYTES:  # else FILE_OVER_ITS_BOUND, unread

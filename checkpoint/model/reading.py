@@ -20,7 +20,7 @@ from checkpoint.format import (
     RecordRun,
     Snapshot,
     change_records,
-    count_records,
+    check_whole,
     crc32c_signed,
     parse_sidecar,
     read_changelog_runs,
@@ -122,11 +122,11 @@ class StateFileReads:
             tee.drain(POLICY.copy_chunk_bytes)
         self._check_sidecar(f.rel, tee.size, signed(tee.crc))
 
-    def count_records(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
-        """How many records a changelog, delta or snapshot holds, decoded from `read` and checked
-        as Spark's load reads its kind, holding a chunk at a time (validation's deep read)."""
+    def check_whole(self, f: CheckpointFile, read: Callable[[int], bytes]) -> None:
+        """A state file decoded from `read` to its end and checked as Spark's load reads its kind,
+        a changelog, delta or snapshot a chunk at a time (validation's deep read)."""
         full = self.storage.full(f.rel)
-        return count_records(f.kind, read, self.changelog_codec, full, named_v2=f.what.carries_id)
+        check_whole(f.kind, read, self.changelog_codec, full, named_v2=f.what.carries_id)
 
     def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""

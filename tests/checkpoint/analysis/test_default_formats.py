@@ -5,6 +5,7 @@ every read command agreeing, an operator without its metadata refused."""
 from __future__ import annotations
 
 import json
+import zipfile
 
 import pytest
 
@@ -67,6 +68,34 @@ def test_an_unreadable_snapshot_or_delta_is_named(defaults, tmp_path, kind) -> N
     victim.write_bytes(b"")
     version = int(victim.name.split(".")[0])
     assert codes_of(path)[code] == [f"an empty file: Spark cannot read version {version} of the store"]
+
+
+def test_a_format_v1_zip_with_a_flipped_byte_is_unreadable_to_a_deep_read(defaults, tmp_path) -> None:
+    """Format V1 writes no sidecar: a byte flipped in an entry other than the metadata (which the
+    shallow read parses) is told only by the entries' CRC-32s, which RocksDB's load checks as it
+    unpacks the zip (`ckpt fork` refused such a copy after `validate --deep` passed it)."""
+    path = copy_default(defaults, "rocksdb_v1", tmp_path)
+    base = path / checkpoint_lineage(load_checkpoint(str(path)))[0].base.rel
+    with zipfile.ZipFile(base) as zf:
+        entry = max((i for i in zf.infolist() if i.filename != "metadata"), key=lambda i: i.compress_size)
+    data = bytearray(base.read_bytes())
+    # The entry's bytes follow its local header: 30 bytes, then its name and extra field, whose
+    # lengths are the header's last two 2-byte fields.
+    lengths = data[entry.header_offset + 26 : entry.header_offset + 30]
+    start = (
+        entry.header_offset
+        + 30
+        + int.from_bytes(lengths[:2], "little")
+        + int.from_bytes(lengths[2:], "little")
+    )
+    data[start + entry.compress_size // 2] ^= 0xFF
+    base.write_bytes(bytes(data))
+    assert "ZIP_UNREADABLE" not in codes_of(path)  # the metadata reads
+    [why] = codes_of(path, deep=True)["ZIP_UNREADABLE"]
+    # A stored entry fails its CRC-32; a deflated one may fail to inflate first.
+    assert why.startswith(f"{base}: ") and (entry.filename in why or "unreadable zip" in why), why
+    result = ckpt("validate", str(path), "--deep")
+    assert result.returncode == 1 and "ZIP_UNREADABLE" in result.stdout
 
 
 def test_a_zip_whose_sst_is_missing_is_named(defaults, tmp_path) -> None:
