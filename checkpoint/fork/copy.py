@@ -307,7 +307,7 @@ def _decode(dest: Storage, item: ForkItem, kind: FileKind, codec: str) -> None:
     Raises CorruptFileError."""
     path = dest.full(item.rel)
     with dest.open(item.rel, block_size=POLICY.copy_chunk_bytes, size=item.size) as fh:
-        check_whole(kind, fh.read, codec, path)
+        check_whole(kind, fh, codec, path)
 
 
 def _corrupt(dest: Storage, item: ForkItem) -> None:

@@ -5,8 +5,8 @@ RocksDB's load unpacks."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Iterator
+from typing import IO
 
 from checkpoint.format.changelog import (
     RecordRun,
@@ -46,13 +46,11 @@ def stream_records(
     return stream_untyped_runs(read, codec, path)
 
 
-def check_whole(
-    kind: FileKind, read: Callable[[int], bytes], codec: str, path: str, *, named_v2: bool = False
-) -> None:
-    """A state file read to its end as Spark's load reads it: a zip's entries against their
-    CRC-32s (the zip in memory: it holds RocksDB's small files, its SSTs lie beside it), the others
-    through their codec's block checksums and every record's framing. Raises CorruptFileError."""
+def check_whole(kind: FileKind, fh: IO[bytes], codec: str, path: str, *, named_v2: bool = False) -> None:
+    """A state file read to its end through `fh` as Spark's load reads it: a zip's entries
+    against their CRC-32s (`fh` seeks; an entry is inflated a chunk at a time), the others through
+    their codec's block checksums and every record's framing. Raises CorruptFileError."""
     if kind is FileKind.ZIP:
-        check_zip(io.BytesIO(read(-1)), path)
+        check_zip(fh, path)
     else:
-        count_records(kind, read, codec, path, named_v2=named_v2)
+        count_records(kind, fh.read, codec, path, named_v2=named_v2)

@@ -21,6 +21,7 @@ from checkpoint.format import (
     Snapshot,
     change_records,
     check_whole,
+    count_records,
     crc32c_signed,
     parse_sidecar,
     read_changelog_runs,
@@ -123,10 +124,15 @@ class StateFileReads:
         self._check_sidecar(f.rel, tee.size, signed(tee.crc))
 
     def check_whole(self, f: CheckpointFile, read: Callable[[int], bytes]) -> None:
-        """A state file decoded from `read` to its end and checked as Spark's load reads its kind,
-        a changelog, delta or snapshot a chunk at a time (validation's deep read)."""
+        """A state file read to its end and checked as Spark's load reads its kind (validation's
+        deep read): a changelog, delta or snapshot decoded from `read` as it is pulled, a chunk at
+        a time; a zip's entries through a handle of its own, since a zip is read by seeking."""
         full = self.storage.full(f.rel)
-        check_whole(f.kind, read, self.changelog_codec, full, named_v2=f.what.carries_id)
+        if f.kind.lists_files:
+            with self.storage.open(f.rel, size=f.info.size) as fh:
+                check_whole(f.kind, fh, self.changelog_codec, full)
+        else:
+            count_records(f.kind, read, self.changelog_codec, full, named_v2=f.what.carries_id)
 
     def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""

@@ -77,14 +77,14 @@ def test_a_whole_copy_is_checked_as_its_kind_is_loaded() -> None:
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("metadata", b"v1\n{}")
     good = archive.getvalue()
-    check_whole(FileKind.ZIP, io.BytesIO(good).read, "lz4", "1.zip")
+    check_whole(FileKind.ZIP, io.BytesIO(good), "lz4", "1.zip")
     crc = zlib.crc32(b"v1\n{}").to_bytes(4, "little")
     bad = good.replace(crc, bytes(4))  # the entry's CRC-32, in its local header and the directory
     with pytest.raises(CorruptFileError, match="does not match its CRC-32"):
-        check_whole(FileKind.ZIP, io.BytesIO(bad).read, "lz4", "1.zip")
-    check_whole(FileKind.DELTA, _read(REMOVAL), "lz4", "1.delta")
-    check_whole(FileKind.CHANGELOG, _read(VERSIONED), "lz4", "1.changelog")
+        check_whole(FileKind.ZIP, io.BytesIO(bad), "lz4", "1.zip")
+    check_whole(FileKind.DELTA, io.BytesIO(frame(REMOVAL)), "lz4", "1.delta")
+    check_whole(FileKind.CHANGELOG, io.BytesIO(frame(VERSIONED)), "lz4", "1.changelog")
     with pytest.raises(CorruptFileError, match="no end-of-records marker"):
-        check_whole(FileKind.DELTA, _read(VERSIONED), "lz4", "1.delta")
+        check_whole(FileKind.DELTA, io.BytesIO(frame(VERSIONED)), "lz4", "1.delta")
     with pytest.raises(CorruptFileError):
-        check_whole(FileKind.SNAPSHOT, _read(REMOVAL), "lz4", "1.snapshot")
+        check_whole(FileKind.SNAPSHOT, io.BytesIO(frame(REMOVAL)), "lz4", "1.snapshot")
