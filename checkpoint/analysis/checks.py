@@ -3,11 +3,13 @@
 Each finding has a stable code, a severity and the path concerned. By default validation reads what
 recovery at the latest committed batch would read: commit and offset files, the committed changelog
 headers (lineage), and the metadata of the zips in those lineages. `deep` also reads every file of
-the replay chains whole: lz4/zstd block checksums and the `.crc` sidecars.
+the replay chains whole: lz4/zstd block checksums, the `.crc` sidecars, and a zip without one
+entry by entry against their CRC-32s.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -451,10 +453,8 @@ _UNREADABLE = {
     FileKind.SNAPSHOT: FindingCode.SNAPSHOT_UNREADABLE,
     FileKind.DELTA: FindingCode.DELTA_UNREADABLE,
 }
-# What a deep read of a state file finds when it does not decode as its kind is loaded: a V1 zip
-# has no sidecar, so only its entries' CRC-32s tell a flipped byte outside its metadata.
-_CORRUPT = {FileKind.CHANGELOG: FindingCode.CHANGELOG_CORRUPT, FileKind.ZIP: FindingCode.ZIP_UNREADABLE,
-            **_UNREADABLE}  # fmt: skip
+# What a deep read of a state file's records finds when they do not decode, by its kind.
+_CORRUPT = {FileKind.CHANGELOG: FindingCode.CHANGELOG_CORRUPT, **_UNREADABLE}
 
 
 def _unless_storage_failed(exc: CheckpointError) -> None:
@@ -498,14 +498,12 @@ def _zip_findings(
             )
 
 
-def _decoded_deep(f: CheckpointFile, zips_read: dict[str, int]) -> bool:
-    """Whether the deep pass decodes `f` as its kind is loaded: not an empty delta or snapshot, nor
-    a zip whose metadata did not read (`zips_read`: those that did), both found without `deep`."""
-    if f.kind not in _CORRUPT:
-        return False
-    if f.kind.lists_files:
-        return f.rel in zips_read
-    return f.info.size > 0 or f.kind not in _UNREADABLE
+def _undecoded(code: FindingCode, path: str, check: Callable[[], object]) -> Iterable[Finding]:
+    try:
+        check()
+    except CheckpointError as exc:
+        _unless_storage_failed(exc)
+        yield _finding(code, path, str(exc))
 
 
 def _deep_findings(
@@ -518,19 +516,25 @@ def _deep_findings(
             if f.rel in seen:
                 continue
             seen.add(f.rel)
-            path = ckpt.storage.full(f.rel)
+            path, crc = ckpt.storage.full(f.rel), sidecars.get(f.rel)
+            if f.kind.lists_files and crc is None:
+                # No sidecar (format V1, or Spark's checksums off): the entries' CRC-32s tell a
+                # flipped byte, as RocksDB's load unpacks the zip. One whose metadata did not read
+                # is reported already.
+                if f.rel in zips_read:
+                    yield from _undecoded(
+                        FindingCode.ZIP_UNREADABLE, path, functools.partial(ckpt.check_zip, f)
+                    )
+                continue
             # One pass over the file, a chunk at a time: the decoder pulls the bytes and the CRC32C
             # is taken on the way; the records are checked as they pass, none is kept.
             with ckpt.storage.open(f.rel, block_size=POLICY.copy_chunk_bytes, size=f.info.size) as fh:
                 tee = Checksumming(fh.read)
-                if _decoded_deep(f, zips_read):
-                    try:
-                        ckpt.check_whole(f, tee.read)
-                    except CheckpointError as exc:
-                        _unless_storage_failed(exc)
-                        yield _finding(_CORRUPT[f.kind], path, str(exc))
+                code = _CORRUPT.get(f.kind)
+                # An empty delta or snapshot is found without `deep`; an empty changelog here.
+                if code is not None and (f.info.size > 0 or f.kind not in _UNREADABLE):
+                    yield from _undecoded(code, path, functools.partial(ckpt.count_records, f, tee.read))
                 tee.drain(POLICY.copy_chunk_bytes)
-            crc = sidecars.get(f.rel)
             if crc is not None and crc.info.size <= SIDECAR_BYTES:  # else FILE_OVER_ITS_BOUND, unread
                 try:
                     matches = tee.agrees(

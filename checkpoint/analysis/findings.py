@@ -115,7 +115,7 @@ CODES = _codes(
     Code(F.REPLAY_CHAIN_NO_BASE, E, LIN, "no zip in the lineage and the lineage does not start at version 1"),
     Code(F.LINEAGE_HEADER_NEAR_CAP, E, LIN, "the lineage header is near the 65,535-byte cap"),
     Code(F.LONG_REPLAY_CHAIN, W, LIN, "recovery replays a long chain of changelogs (or deltas)"),
-    Code(F.ZIP_UNREADABLE, E, SNAP, "a snapshot zip cannot be opened, or (deep) an entry fails its CRC-32"),
+    Code(F.ZIP_UNREADABLE, E, SNAP, "a snapshot zip cannot be opened or holds what Spark cannot unpack"),
     Code(F.ZIP_METADATA_INVALID, E, SNAP, "a snapshot zip's metadata is invalid"),
     Code(F.SST_MISSING, E, SNAP, "an SST a snapshot lists does not exist"),
     Code(F.SST_SIZE_MISMATCH, E, SNAP, "an SST a snapshot lists has another size"),

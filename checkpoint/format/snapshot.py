@@ -166,9 +166,25 @@ def _ref(entry: dict, dfs_key: str, local: re.Pattern[str], dfs: re.Pattern[str]
     return ref
 
 
+# What Java's zip reader, which Spark unpacks a snapshot with, reads: stored and deflated entries.
+# zipfile also inflates bzip2 and LZMA, a whole compressed block at once: 6 KB of bzip2 became 2 GiB
+# in memory before any size was checked.
+_SPARK_METHODS = frozenset({zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED})
+
+
+def _refuse_other_methods(zf: zipfile.ZipFile, path: str) -> None:
+    for info in zf.infolist():
+        if info.compress_type not in _SPARK_METHODS:
+            raise UnreadableZipError(f"zip entry {info.filename!r} is compressed with method "
+                                     f"{info.compress_type}: Spark's zip reader reads only stored and "
+                                     "deflated entries", path)  # fmt: skip
+
+
 def read_metadata_entry(zf: zipfile.ZipFile, path: str) -> bytes:
     """The `metadata` entry's bytes, refused above MAX_METADATA_BYTES (as the zip declares it, and
-    as it inflates: zipfile stops at the declared size)."""
+    as it inflates: zipfile stops at the declared size), and refused in a zip with an entry Spark's
+    zip reader cannot read, before any is inflated."""
+    _refuse_other_methods(zf, path)
     try:
         info = zf.getinfo("metadata")
     except KeyError:
@@ -184,9 +200,10 @@ def check_zip(fileobj: IO[bytes], path: str) -> None:
     """Every entry of a zip read and checked against its CRC-32, as RocksDB's load unpacks them;
     a snapshot zip holds only RocksDB's small files (its SSTs live beside it)."""
     with _unreadable(path), zipfile.ZipFile(fileobj) as zf:
+        _refuse_other_methods(zf, path)
         bad = zf.testzip()
-    if bad is not None:
-        raise UnreadableZipError(f"zip entry {bad!r} does not match its CRC-32", path)
+    if bad is not None:  # its CRC-32, or its local header against the directory's entry
+        raise UnreadableZipError(f"zip entry {bad!r} does not read back as the zip lists it", path)
 
 
 def read_snapshot(fileobj: IO[bytes], path: str) -> Snapshot:

@@ -350,8 +350,11 @@ class _Lookups:
             return self.seen[rel]
         try:
             data = self.storage.read_if_exists(rel, limit=ZIP_WHOLE_BYTES)
-        except OversizedFileError:  # more than its small files: looked up, and read on demand, streamed
-            return self.stat(rel)
+        except OversizedFileError:  # more than its small files: its directory and metadata read by seeking
+            found = self.stat(rel)
+            if found is not None:
+                self._streamed(found)
+            return found
         except UntrustedFileError as exc:
             self.untrusted[rel] = exc
             data = None
@@ -362,3 +365,17 @@ class _Lookups:
         except CheckpointError as exc:
             self.prefetched[rel] = exc
         return self.add(rel, FileInfo(rel, len(data), None))
+
+    def _streamed(self, f: CheckpointFile) -> None:
+        """A zip past what is read whole, parsed as its SSTs are needed: its central directory and
+        metadata entry through a handle that seeks (a zip whose SSTs were not looked up had them
+        all reported missing). The storage's failures pass; the bytes' are the zip's finding."""
+        try:
+            with self.storage.open(f.rel, size=f.info.size) as fh:
+                self.prefetched[f.rel] = read_snapshot(fh, self.storage.full(f.rel))
+        except StorageError as exc:
+            if not isinstance(exc, UntrustedFileError):
+                raise
+            self.prefetched[f.rel] = exc
+        except CheckpointError as exc:
+            self.prefetched[f.rel] = exc

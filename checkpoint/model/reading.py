@@ -20,7 +20,7 @@ from checkpoint.format import (
     RecordRun,
     Snapshot,
     change_records,
-    check_whole,
+    check_zip,
     count_records,
     crc32c_signed,
     parse_sidecar,
@@ -123,16 +123,19 @@ class StateFileReads:
             tee.drain(POLICY.copy_chunk_bytes)
         self._check_sidecar(f.rel, tee.size, signed(tee.crc))
 
-    def check_whole(self, f: CheckpointFile, read: Callable[[int], bytes]) -> None:
-        """A state file read to its end and checked as Spark's load reads its kind (validation's
-        deep read): a changelog, delta or snapshot decoded from `read` as it is pulled, a chunk at
-        a time; a zip's entries through a handle of its own, since a zip is read by seeking."""
+    def count_records(self, f: CheckpointFile, read: Callable[[int], bytes]) -> int:
+        """How many records a changelog, delta or snapshot holds, decoded from `read` as it is
+        pulled and checked as Spark's load reads its kind, a chunk at a time (validation's deep
+        read)."""
         full = self.storage.full(f.rel)
-        if f.kind.lists_files:
-            with self.storage.open(f.rel, size=f.info.size) as fh:
-                check_whole(f.kind, fh, self.changelog_codec, full)
-        else:
-            count_records(f.kind, read, self.changelog_codec, full, named_v2=f.what.carries_id)
+        return count_records(f.kind, read, self.changelog_codec, full, named_v2=f.what.carries_id)
+
+    def check_zip(self, f: CheckpointFile) -> None:
+        """A snapshot zip's every entry against its CRC-32, as RocksDB's load unpacks it
+        (validation's deep read), through a handle of its own that seeks: an entry is inflated a
+        chunk at a time, the zip never held whole."""
+        with self.storage.open(f.rel, size=f.info.size) as fh:
+            check_zip(fh, self.storage.full(f.rel))
 
     def read_changelog_runs(self, f: CheckpointFile, data: bytes) -> tuple[ChangelogHeader, list[RecordRun]]:
         """The records in runs, of a changelog whose bytes the caller holds: the rebuild's hot path."""

@@ -5,6 +5,7 @@ every read command agreeing, an operator without its metadata refused."""
 from __future__ import annotations
 
 import json
+import random
 import zipfile
 
 import pytest
@@ -96,6 +97,23 @@ def test_a_format_v1_zip_with_a_flipped_byte_is_unreadable_to_a_deep_read(defaul
     assert why.startswith(f"{base}: ") and (entry.filename in why or "unreadable zip" in why), why
     result = ckpt("validate", str(path), "--deep")
     assert result.returncode == 1 and "ZIP_UNREADABLE" in result.stdout
+
+
+def test_a_zip_past_what_is_read_whole_has_its_ssts_looked_up(defaults, tmp_path) -> None:
+    """A zip over 4 MiB (`ZIP_WHOLE_BYTES`) was only looked up by the head-first read (`ckpt
+    validate`), so none of the SSTs it lists was, and each was reported missing (and a fork refused
+    the checkpoint). Its directory and metadata are read by seeking now."""
+    path = copy_default(defaults, "rocksdb_v1", tmp_path)
+    base = path / checkpoint_lineage(load_checkpoint(str(path)))[0].base.rel
+    with zipfile.ZipFile(base, "a") as zf:  # an entry Spark would unpack beside RocksDB's files
+        zf.writestr("padding.log", random.Random(7).randbytes(5 << 20))
+        sst = json.loads(zf.read("metadata").decode().split("\n")[1])["sstFiles"][0]["dfsSstFileName"]
+    for deep in ([], ["--deep"]):
+        result = ckpt("validate", str(path), *deep)
+        assert result.returncode == 0, result.stdout + result.stderr
+    remove(base.parent / "SSTs" / sst)
+    result = ckpt("validate", str(path))
+    assert result.returncode == 1 and result.stdout.count("SST_MISSING") == 1, result.stdout
 
 
 def test_a_zip_whose_sst_is_missing_is_named(defaults, tmp_path) -> None:
