@@ -60,6 +60,13 @@ class OversizedFileError(UntrustedFileError):
     """A file longer than what its kind ever holds: refused after the bound plus one byte."""
 
 
+def read_failed(exc: BaseException) -> bool:
+    """A read the storage failed (a file gone since its listing, a GET refused or cut), not one the
+    door refused (a link, a FIFO, a file past its kind's bound): no finding may call the file
+    corrupt for it."""
+    return isinstance(exc, StorageError) and not isinstance(exc, UntrustedFileError)
+
+
 class UnknownFormatVersionError(CheckpointError):
     """A file declares a format version this release does not know: never guess its layout."""
 

@@ -26,9 +26,8 @@ from checkpoint.errors import (
     CheckpointError,
     NotARegularFileError,
     OutsideCheckpointError,
-    StorageError,
     UnknownFormatVersionError,
-    UntrustedFileError,
+    read_failed,
 )
 from checkpoint.format import (
     FORK_COMPLETE,
@@ -461,7 +460,7 @@ def _unless_storage_failed(exc: CheckpointError) -> None:
     """Raises a failed read (a file gone since its listing, a GET refused or cut): the storage's
     failure, not the bytes'. A finding would call the file corrupt. What the door refuses to read
     (a link, a FIFO, a file past its kind's bound) is a finding of the file."""
-    if isinstance(exc, StorageError) and not isinstance(exc, UntrustedFileError):
+    if read_failed(exc):
         raise exc
 
 

@@ -37,20 +37,22 @@ def count_records(
 
 
 def stream_records(
-    kind: FileKind, read: Callable[[int], bytes], codec: str, path: str, *, named_v2: bool = False
+    kind: FileKind, read: Callable[[int], bytes], codec: str, path: str
 ) -> Iterator[list[RecordRun]]:
-    """A changelog's, delta's or snapshot's records, a part at a time (`stream_untyped_runs`)."""
+    """A format V1 changelog's, delta's or snapshot's records, a part at a time
+    (`stream_untyped_runs`): a migration's source."""
     _records(kind)
     if kind is FileKind.CHANGELOG:
-        return stream_changelog_runs(read, codec, path, named_v2=named_v2)
+        return stream_changelog_runs(read, codec, path)
     return stream_untyped_runs(read, codec, path)
 
 
-def check_whole(kind: FileKind, fh: IO[bytes], codec: str, path: str, *, named_v2: bool = False) -> None:
-    """A state file read to its end through `fh` as Spark's load reads it: a zip's entries
-    against their CRC-32s (`fh` seeks; an entry is inflated a chunk at a time), the others through
-    their codec's block checksums and every record's framing. Raises CorruptFileError."""
+def check_whole(kind: FileKind, fh: IO[bytes], codec: str, path: str) -> None:
+    """A format V1 state file read to its end through `fh` as Spark's load reads it (a fork's
+    copy, which no sidecar proves): a zip's entries against their CRC-32s (`fh` seeks; an entry is
+    inflated a chunk at a time), the others through their codec's block checksums and every
+    record's framing. Raises CorruptFileError."""
     if kind is FileKind.ZIP:
         check_zip(fh, path)
     else:
-        count_records(kind, fh.read, codec, path, named_v2=named_v2)
+        count_records(kind, fh.read, codec, path)

@@ -38,6 +38,7 @@ from checkpoint.errors import (
     OversizedFileError,
     StorageError,
     UntrustedFileError,
+    read_failed,
 )
 from checkpoint.format import (
     FORK_COMPLETE,
@@ -373,9 +374,7 @@ class _Lookups:
         try:
             with self.storage.open(f.rel, size=f.info.size) as fh:
                 self.prefetched[f.rel] = read_snapshot(fh, self.storage.full(f.rel))
-        except StorageError as exc:
-            if not isinstance(exc, UntrustedFileError):
-                raise
-            self.prefetched[f.rel] = exc
         except CheckpointError as exc:
+            if read_failed(exc):
+                raise
             self.prefetched[f.rel] = exc
