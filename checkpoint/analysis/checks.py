@@ -352,12 +352,21 @@ def _lineage_findings(ckpt: Checkpoint, entry: StoreLineage, options: Validation
         return
     path = ckpt.storage.full(entry.committed_file.rel)
     if entry.header_error is not None:
+        # The changelog whose header failed, which is not the committed file when a zip is.
+        failed = entry.header_error.path or path
         if isinstance(entry.header_error, UnknownFormatVersionError):
             yield _finding(
-                FindingCode.UNKNOWN_FORMAT_VERSION, path, str(entry.header_error), Category.LINEAGE
+                FindingCode.UNKNOWN_FORMAT_VERSION, failed, str(entry.header_error), Category.LINEAGE
             )
+        elif entry.header_blocks:
+            yield _finding(FindingCode.CHANGELOG_UNREADABLE, failed, str(entry.header_error))
         else:
-            yield _finding(FindingCode.CHANGELOG_UNREADABLE, path, str(entry.header_error))
+            yield _finding(
+                FindingCode.CHANGELOG_BESIDE_ZIP_UNREADABLE,
+                failed,
+                f"{entry.header_error}; recovery loads {entry.committed_file.rel.rsplit('/', 1)[-1]} and "
+                "does not read it",
+            )
         return
     if entry.header is not None and entry.header.lineage is not None:
         versions = [e.version for e in entry.header.lineage]

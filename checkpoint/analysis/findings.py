@@ -38,6 +38,7 @@ class FindingCode(StrEnum):
     PARTITION_COUNT_MISMATCH = "PARTITION_COUNT_MISMATCH"
     COMMITTED_FILE_MISSING = "COMMITTED_FILE_MISSING"
     CHANGELOG_UNREADABLE = "CHANGELOG_UNREADABLE"
+    CHANGELOG_BESIDE_ZIP_UNREADABLE = "CHANGELOG_BESIDE_ZIP_UNREADABLE"
     LINEAGE_NOT_CONTIGUOUS = "LINEAGE_NOT_CONTIGUOUS"
     LINEAGE_BAD_END = "LINEAGE_BAD_END"
     REPLAY_CHAIN_BROKEN = "REPLAY_CHAIN_BROKEN"
@@ -109,6 +110,8 @@ CODES = _codes(
     Code(F.COMMITTED_FILE_MISSING, E, LIN, "the committed version of a store has no state file (changelog or "
          "zip; delta or snapshot for the HDFS-backed store)"),
     Code(F.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read"),
+    Code(F.CHANGELOG_BESIDE_ZIP_UNREADABLE, W, LIN, "the committed version's changelog cannot be read, "
+         "and its zip can: recovery loads the zip alone"),
     Code(F.LINEAGE_NOT_CONTIGUOUS, E, LIN, "a changelog's lineage skips or repeats versions"),
     Code(F.LINEAGE_BAD_END, E, LIN, "a changelog's lineage does not end at version - 1"),
     Code(F.REPLAY_CHAIN_BROKEN, E, LIN, "a changelog (or delta) the replay chain needs is missing"),

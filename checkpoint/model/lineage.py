@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from checkpoint.errors import CheckpointError
+from checkpoint.errors import CheckpointError, UnknownFormatVersionError
 from checkpoint.format import (
     LINEAGE_HEADER_CAP,
     ByRecovery,
@@ -66,10 +66,21 @@ class StoreLineage:
         return self.lineage_header_bytes / LINEAGE_HEADER_CAP
 
     @property
+    def header_blocks(self) -> bool:
+        """Whether the committed changelog's header error stops recovery. Not where the version's
+        own zip is what loads: Spark 4.0 to 4.3 then read nothing else of the version, and restart
+        with that changelog truncated as an untouched copy does. A format this release does not
+        know blocks wherever it is."""
+        if self.header_error is None:
+            return False
+        own_zip = self.committed_file is not None and self.committed_file.kind.is_base
+        return not own_zip or isinstance(self.header_error, UnknownFormatVersionError)
+
+    @property
     def loadable(self) -> bool:
         return (
             self.committed_file is not None
-            and self.header_error is None
+            and not self.header_blocks
             and not self.missing
             and not self.no_base
         )
@@ -79,7 +90,7 @@ class StoreLineage:
         """Why recovery at this batch could not load the store, in words; None when it could."""
         if self.committed_file is None:
             return f"no state file of version {self.version} (the batch's own)"
-        if self.header_error is not None:
+        if self.header_blocks:
             return f"its lineage cannot be read: {self.header_error}"
         if self.missing:
             versions = ", ".join(str(v) for v, _ in self.missing[:5]) + (

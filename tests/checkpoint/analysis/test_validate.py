@@ -58,6 +58,13 @@ def _chain_changelog(path: Path, index: int) -> Path:
     return path / damage.lineage_of(path).chain[index].rel
 
 
+def _beside_the_zip(path: Path) -> Path:
+    """The changelog of the committed version, which has its zip too."""
+    committed = _committed(path)
+    assert committed.suffix == ".zip", committed
+    return committed.with_suffix(".changelog")
+
+
 def _base_zip(path: Path) -> Path:
     return path / damage.lineage_of(path).base.rel
 
@@ -97,6 +104,8 @@ CASES = {
     ),
     "COMMITTED_FILE_MISSING": ("long_chain", False, lambda p: damage.remove(_committed(p))),
     "CHANGELOG_UNREADABLE": ("long_chain", False, lambda p: _truncate(_committed(p), 30)),
+    # The committed version has its zip too: recovery loads the zip and never reads the changelog.
+    "CHANGELOG_BESIDE_ZIP_UNREADABLE": ("snapshots", False, lambda p: _truncate(_beside_the_zip(p), 5)),
     "LINEAGE_NOT_CONTIGUOUS": ("long_chain", False, lambda p: _drop_lineage(p, 10)),
     "LINEAGE_BAD_END": ("long_chain", False, lambda p: _drop_lineage(p, 31)),
     "REPLAY_CHAIN_BROKEN": ("long_chain", False, lambda p: damage.remove(_chain_changelog(p, 9))),
@@ -232,6 +241,38 @@ def test_damage_produces_exactly_its_finding(copy_of, defaults, tmp_path, code: 
         f.severity == severity for f in v.findings if f.code == code
     )
     assert all(str(path) in f.path for f in v.findings)
+
+
+def test_a_changelog_recovery_does_not_read_is_named_and_does_not_block(
+    spark, copy_of, corpus, corpus_root, tmp_path
+) -> None:
+    """The committed version's changelog truncated where its zip is whole: Spark loads the zip
+    alone (4.0.5, 4.1.4, 4.2.1 and 4.3.0 restarted such a copy as they restarted an untouched one),
+    so the finding warns, names the changelog, not the zip, and no action refuses the checkpoint."""
+    from testbed.corpus import scenario_named
+    from tests.support.state import restart_like_untouched
+
+    path = copy_of("snapshots")
+    changelog = _beside_the_zip(path)
+    _truncate(changelog, 5)
+    v = validate(load_checkpoint(str(path), strict=False))
+    (finding,) = v.findings
+    assert (finding.code, finding.severity, finding.path) == (
+        "CHANGELOG_BESIDE_ZIP_UNREADABLE",
+        Severity.WARNING,
+        str(changelog),
+    )
+    assert v.ok and all(e.loadable and e.problem is None for e in v.lineage)
+    # A version this release does not know blocks wherever it is.
+    unknown = copy_checkpoint(corpus["snapshots"], tmp_path / "unknown")
+    damage.rewrite_version(_beside_the_zip(unknown), "v7")
+    v = validate(load_checkpoint(str(unknown), strict=False))
+    assert [f.code for f in v.findings] == ["UNKNOWN_FORMAT_VERSION"] and not v.ok
+    assert not all(e.loadable for e in v.lineage)
+    untouched = copy_checkpoint(corpus["snapshots"], tmp_path / "untouched")
+    restart_like_untouched(
+        spark, scenario_named("snapshots"), corpus_root / "snapshots", path, untouched, tmp_path / "more"
+    )
 
 
 def test_deep_checks_need_deep_mode(copy_of) -> None:
