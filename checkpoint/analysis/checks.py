@@ -419,9 +419,10 @@ def _spans_of(versions: list[int]) -> str:
 def _snapshot_findings(
     ckpt: Checkpoint, lineage: list[StoreLineage], versions: dict[str, int]
 ) -> Iterable[Finding]:
-    """The HDFS-backed store's snapshots and deltas are read whole by recovery: here only an empty
-    one is told (what the listing says); `deep` reads them. RocksDB's zips are checked here."""
-    return ckpt.states.engine.of(_SNAPSHOTS)(ckpt, lineage, versions)
+    """RocksDB's zips are checked here. Every other file the loads read is read whole by recovery:
+    here only an empty one is told (what the listing says); `deep` reads them."""
+    yield from ckpt.states.engine.of(_ZIPS)(ckpt, lineage, versions)
+    yield from _empty_state_files(ckpt, lineage)
 
 
 def _loadable_zips(
@@ -444,25 +445,31 @@ def _loadable_zips(
             yield from _zip_findings(ckpt, zf, ssts, versions)
 
 
-def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage], _: dict[str, int]) -> Iterable[Finding]:
+def _empty_state_files(ckpt: Checkpoint, lineage: list[StoreLineage]) -> Iterable[Finding]:
+    """Spark writes no state file empty, and fails to load a store on one (an EOFException for a
+    changelog of either format, seen in restarts): the listing tells it, with no read. An empty zip
+    is the zip check's."""
     for entry in lineage:
         for f in ([entry.base] if entry.base else []) + list(entry.chain):
-            if f.info.size == 0 and f.kind in _UNREADABLE:
+            if f.info.size == 0 and f.kind in _CORRUPT:
                 why = f"an empty file: Spark cannot read version {f.what.version} of the store"
-                yield _finding(_UNREADABLE[f.kind], ckpt.storage.full(f.rel), why)
+                yield _finding(_CORRUPT[f.kind], ckpt.storage.full(f.rel), why)
 
 
-# A zip is checked here because RocksDB's recovery opens it; the HDFS-backed store's snapshots are
-# read whole only by `deep`, so here only an empty one is told.
-_SNAPSHOTS = ByEngine(hdfs=_empty_state_files, rocksdb=_loadable_zips)
+def _no_zips(ckpt: Checkpoint, lineage: list[StoreLineage], versions: dict[str, int]) -> Iterable[Finding]:
+    return ()
 
 
-_UNREADABLE = {
+# A zip is checked here because RocksDB's recovery opens it and reads its metadata first.
+_ZIPS = ByEngine(hdfs=_no_zips, rocksdb=_loadable_zips)
+
+
+# What a state file's records give when they do not decode (an empty file's too), by its kind.
+_CORRUPT = {
+    FileKind.CHANGELOG: FindingCode.CHANGELOG_CORRUPT,
     FileKind.SNAPSHOT: FindingCode.SNAPSHOT_UNREADABLE,
     FileKind.DELTA: FindingCode.DELTA_UNREADABLE,
 }
-# What a deep read of a state file's records finds when they do not decode, by its kind.
-_CORRUPT = {FileKind.CHANGELOG: FindingCode.CHANGELOG_CORRUPT, **_UNREADABLE}
 
 
 def _unless_storage_failed(exc: CheckpointError) -> None:
@@ -539,8 +546,7 @@ def _deep_findings(
             with ckpt.storage.open(f.rel, block_size=POLICY.copy_chunk_bytes, size=f.info.size) as fh:
                 tee = Checksumming(fh.read)
                 code = _CORRUPT.get(f.kind)
-                # An empty delta or snapshot is found without `deep`; an empty changelog here.
-                if code is not None and (f.info.size > 0 or f.kind not in _UNREADABLE):
+                if code is not None and f.info.size > 0:  # an empty one is found without `deep`
                     yield from _undecoded(code, path, functools.partial(ckpt.count_records, f, tee.read))
                 tee.drain(POLICY.copy_chunk_bytes)
             if crc is not None and crc.info.size <= SIDECAR_BYTES:  # else FILE_OVER_ITS_BOUND, unread

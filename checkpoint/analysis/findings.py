@@ -123,7 +123,8 @@ CODES = _codes(
     Code(F.SST_MISSING, E, SNAP, "an SST a snapshot lists does not exist"),
     Code(F.SST_SIZE_MISMATCH, E, SNAP, "an SST a snapshot lists has another size"),
     Code(F.CRC_MISMATCH, E, SNAP, "a file does not match its .crc sidecar (deep)"),
-    Code(F.CHANGELOG_CORRUPT, E, SNAP, "a changelog fails to decompress or parse (deep)"),
+    Code(F.CHANGELOG_CORRUPT, E, SNAP, "a changelog the replay chain needs is empty, or fails to decompress "
+         "or parse (deep)"),
     Code(F.SNAPSHOT_UNREADABLE, E, SNAP, "an HDFS-backed store's snapshot is empty, or fails to "
          "decompress or parse (deep)"),
     Code(F.DELTA_UNREADABLE, E, SNAP, "a delta the replay chain needs is empty, or fails to decompress or "

@@ -275,6 +275,34 @@ def test_a_changelog_recovery_does_not_read_is_named_and_does_not_block(
     )
 
 
+@pytest.mark.parametrize("name", ["format_v1", "long_chain"])
+def test_an_empty_changelog_of_the_chain_is_found_without_deep_and_refused_before_a_fork(
+    spark, copy_of, corpus_root, tmp_path, name: str
+) -> None:
+    """Spark fails to load a store on an empty changelog (an EOFException) in either format. The
+    listing tells it: the shallow check reports it once (and `deep` once too), and a fork refuses
+    before it writes a byte, where it used to copy and then end incomplete."""
+    from checkpoint.fork import ForkRefused
+    from checkpoint.storage import Storage
+    from testbed.restart import restart
+    from tests.support.forking import fork
+
+    path = copy_of(name)
+    empty = path / damage.lineage_of(path, partition=2).chain[0].rel
+    _truncate(empty, 0)
+    damage.fix_sidecar(empty)  # a stale one is a finding of its own (CRC_MISMATCH, with `deep`)
+    for deep in (False, True):
+        v = validate(load_checkpoint(str(path), strict=False), ValidationOptions(deep=deep))
+        assert [(f.code, f.path) for f in v.findings if f.severity == Severity.ERROR] == [
+            ("CHANGELOG_CORRUPT", str(empty))
+        ]
+    with pytest.raises(ForkRefused, match="CHANGELOG_CORRUPT"):
+        fork(Storage(str(path)), Storage(str(tmp_path / "forked")))
+    assert not (tmp_path / "forked").exists()
+    with pytest.raises(Exception, match="CANNOT_LOAD_STATE_STORE"):
+        restart(spark, name, corpus_root / name, path, tmp_path / "more", read_state=False)
+
+
 def test_deep_checks_need_deep_mode(copy_of) -> None:
     path = copy_of("long_chain")
     _corrupt(_chain_changelog(path, 9))
