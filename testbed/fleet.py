@@ -18,7 +18,7 @@ from pathlib import Path
 from testbed import synthetic
 from testbed.cache import MANIFEST, cache_home, ensure_generated
 
-FLEET_VERSION = 1
+FLEET_VERSION = 2  # 2: the crossing checkpoints' chains hold no empty changelog
 COUNT = 10_000
 TEAMS = 40
 CROSSING = frozenset(f"query-{i:05d}" for i in range(417, COUNT, COUNT // 12))

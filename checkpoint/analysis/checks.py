@@ -16,6 +16,7 @@ from itertools import pairwise
 
 import humanfriendly
 
+from checkpoint.analysis.chains import chain_findings
 from checkpoint.analysis.findings import CODES as CODES
 from checkpoint.analysis.findings import Category as Category
 from checkpoint.analysis.findings import Finding, FindingCode, batch_spans, utc_minute
@@ -32,7 +33,6 @@ from checkpoint.errors import (
 from checkpoint.format import (
     FORK_COMPLETE,
     FORK_STARTED,
-    LINEAGE_HEADER_CAP,
     SIDECAR_BYTES,
     ByEngine,
     Checksumming,
@@ -43,7 +43,7 @@ from checkpoint.format import (
     bound_of,
     parse_sidecar,
 )
-from checkpoint.model import Checkpoint, CheckpointFile, Logs, StoreId, StoreLineage, checkpoint_lineage
+from checkpoint.model import Checkpoint, CheckpointFile, Logs, StoreLineage, checkpoint_lineage
 from checkpoint.policy import POLICY
 from checkpoint.storage import redact
 
@@ -110,7 +110,9 @@ def validate(
         lineage = checkpoint_lineage(ckpt)
         if Category.LINEAGE in categories:
             for entry in lineage:
-                findings += _lineage_findings(ckpt, entry, options)
+                findings += chain_findings(
+                    ckpt, entry, options.long_chain_threshold, options.header_cap_ratio
+                )
         if Category.SNAPSHOT in categories:
             findings += _snapshot_findings(ckpt, lineage, versions)
             if options.deep:
@@ -279,6 +281,18 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     # From the listing, not the parsed entries: an unreadable file is its own finding, not a gap.
     offsets = {f.what.batch_id for f in ckpt.files if f.kind == FileKind.OFFSET}
     commits = {f.what.batch_id for f in ckpt.files if f.kind == FileKind.COMMIT}
+    kinds = {f.kind for f in ckpt.files}
+    # An interrupted fork has no `metadata` yet (INCOMPLETE_FORK says so, and what to do).
+    if (offsets or commits) and not kinds & {FileKind.QUERY_METADATA, FileKind.FORK_MARKER}:
+        # Seen in restarts: 4.3.0 fails with STREAMING_CHECKPOINT_MISSING_METADATA_FILE; 4.0.5 and
+        # 4.1.4 write a new `metadata`, and the query goes on under another id.
+        yield _finding(
+            FindingCode.QUERY_METADATA_MISSING,
+            full("metadata"),
+            "no `metadata` file (the query's id), while the logs hold batches: Spark 4.3.0 refuses to "
+            "start the query here, and 4.0.5 and 4.1.4 start it as a new query, under a new id; "
+            "restore it from a backup or an older fork",
+        )
     offset_gaps = _missing_spans(offsets)
     if offset_gaps:
         yield _finding(
@@ -332,88 +346,6 @@ def _partition_findings(ckpt: Checkpoint, latest: int | None) -> Iterable[Findin
                 f"operator {op} has {len(partitions)} partitions in the commit log but "
                 f"spark.sql.shuffle.partitions is {expected} in offsets/{latest}",
             )
-
-
-def _store_path(ckpt: Checkpoint, sid: StoreId) -> str:
-    rel = f"state/{sid.operator}/{sid.partition}" + ("" if sid.store == "default" else f"/{sid.store}")
-    return ckpt.storage.full(rel)
-
-
-def _lineage_findings(ckpt: Checkpoint, entry: StoreLineage, options: ValidationOptions) -> Iterable[Finding]:
-    where = _store_path(ckpt, entry.store)
-    name = f"version {entry.version}" + (f" id {entry.unique_id}" if entry.unique_id else "")
-    kinds = ckpt.states.files
-    if entry.committed_file is None:
-        yield _finding(
-            FindingCode.COMMITTED_FILE_MISSING,
-            where,
-            f"{name} (batch {entry.batch}) has no {kinds.step.value} and no {kinds.base.value}",
-        )
-        return
-    path = ckpt.storage.full(entry.committed_file.rel)
-    if entry.header_error is not None:
-        # The changelog whose header failed, which is not the committed file when a zip is.
-        failed = entry.header_error.path or path
-        if isinstance(entry.header_error, UnknownFormatVersionError):
-            yield _finding(
-                FindingCode.UNKNOWN_FORMAT_VERSION, failed, str(entry.header_error), Category.LINEAGE
-            )
-        elif entry.header_blocks:
-            yield _finding(FindingCode.CHANGELOG_UNREADABLE, failed, str(entry.header_error))
-        else:
-            yield _finding(
-                FindingCode.CHANGELOG_BESIDE_ZIP_UNREADABLE,
-                failed,
-                f"{entry.header_error}; recovery loads {entry.committed_file.rel.rsplit('/', 1)[-1]} and "
-                "does not read it",
-            )
-        return
-    if entry.header is not None and entry.header.lineage is not None:
-        versions = [e.version for e in entry.header.lineage]
-        if any(b != a + 1 for a, b in pairwise(versions)):
-            yield _finding(
-                FindingCode.LINEAGE_NOT_CONTIGUOUS,
-                path,
-                f"lineage versions are not contiguous: {_spans_of(versions)}",
-            )
-        elif (versions[-1] if versions else 0) != entry.version - 1:
-            yield _finding(
-                FindingCode.LINEAGE_BAD_END,
-                path,
-                f"lineage ends at version {versions[-1] if versions else 'none'}, not {entry.version - 1}",
-            )
-        if entry.header_cap_ratio >= options.header_cap_ratio:
-            yield _finding(
-                FindingCode.LINEAGE_HEADER_NEAR_CAP,
-                path,
-                f"lineage header is {entry.lineage_header_bytes} bytes, {entry.header_cap_ratio:.0%} of the "
-                f"{LINEAGE_HEADER_CAP}-byte cap: the query dies when it passes it; compact this store now",
-            )
-    for version, uid in entry.missing:
-        missing = kinds.name(kinds.step, version, uid)
-        yield _finding(
-            FindingCode.REPLAY_CHAIN_BROKEN, where, f"{missing} is missing from the replay chain of {name}"
-        )
-    if entry.no_base:
-        head = entry.header.lineage[0].version if entry.header and entry.header.lineage else "?"
-        yield _finding(
-            FindingCode.REPLAY_CHAIN_NO_BASE,
-            path,
-            f"no zip exists for any version of the lineage (which starts at {head}): {name} cannot be loaded",
-        )
-    if entry.chain_length >= options.long_chain_threshold:
-        yield _finding(
-            FindingCode.LONG_REPLAY_CHAIN,
-            path,
-            f"recovery replays {entry.chain_length} {kinds.step.value}s ({entry.replay_bytes} bytes) "
-            f"for {name}",
-        )
-
-
-def _spans_of(versions: list[int]) -> str:
-    return (
-        ", ".join(str(v) for v in versions) if len(versions) <= 12 else f"{versions[:6]} ... {versions[-6:]}"
-    )
 
 
 def _snapshot_findings(
@@ -528,7 +460,7 @@ def _deep_findings(
     seen: set[str] = set()
     for entry in lineage:
         for f in ([entry.base] if entry.base else []) + list(entry.chain):
-            if f.rel in seen:
+            if f.rel in seen or (f.info.size == 0 and f.kind in _CORRUPT):  # an empty one is told already
                 continue
             seen.add(f.rel)
             path, crc = ckpt.storage.full(f.rel), sidecars.get(f.rel)
@@ -546,7 +478,7 @@ def _deep_findings(
             with ckpt.storage.open(f.rel, block_size=POLICY.copy_chunk_bytes, size=f.info.size) as fh:
                 tee = Checksumming(fh.read)
                 code = _CORRUPT.get(f.kind)
-                if code is not None and f.info.size > 0:  # an empty one is found without `deep`
+                if code is not None:
                     yield from _undecoded(code, path, functools.partial(ckpt.count_records, f, tee.read))
                 tee.drain(POLICY.copy_chunk_bytes)
             if crc is not None and crc.info.size <= SIDECAR_BYTES:  # else FILE_OVER_ITS_BOUND, unread

@@ -27,6 +27,7 @@ class FindingCode(StrEnum):
     hashes, prints and serialises as its name, so documents and tests read plain strings."""
 
     INCOMPLETE_FORK = "INCOMPLETE_FORK"
+    QUERY_METADATA_MISSING = "QUERY_METADATA_MISSING"
     MOVED_CHECKPOINT = "MOVED_CHECKPOINT"
     SCHEMA_FILE_MISSING = "SCHEMA_FILE_MISSING"
     UNREADABLE_LOG_FILE = "UNREADABLE_LOG_FILE"
@@ -38,7 +39,7 @@ class FindingCode(StrEnum):
     PARTITION_COUNT_MISMATCH = "PARTITION_COUNT_MISMATCH"
     COMMITTED_FILE_MISSING = "COMMITTED_FILE_MISSING"
     CHANGELOG_UNREADABLE = "CHANGELOG_UNREADABLE"
-    CHANGELOG_BESIDE_ZIP_UNREADABLE = "CHANGELOG_BESIDE_ZIP_UNREADABLE"
+    CHANGELOG_BESIDE_ZIP_DAMAGED = "CHANGELOG_BESIDE_ZIP_DAMAGED"
     LINEAGE_NOT_CONTIGUOUS = "LINEAGE_NOT_CONTIGUOUS"
     LINEAGE_BAD_END = "LINEAGE_BAD_END"
     REPLAY_CHAIN_BROKEN = "REPLAY_CHAIN_BROKEN"
@@ -82,6 +83,9 @@ F = FindingCode
 # fmt: off
 CODES = _codes(
     Code(F.INCOMPLETE_FORK, E, LOG, "an interrupted fork: a query started here would lose state"),
+    Code(F.QUERY_METADATA_MISSING, E, LOG, "the checkpoint's `metadata` file (the query's id) is missing "
+         "while its logs hold batches: Spark 4.3.0 refuses to start the query, 4.0.5 and 4.1.4 start it "
+         "under a new id"),
     Code(F.OPERATOR_METADATA_MISSING, E, LOG, "an operator's state folder has no operator metadata: its "
          "stores cannot be named (written before Spark 4.0)"),
     Code(F.MOVED_CHECKPOINT, E, LOG, "operator metadata names schema files under another root: moved"),
@@ -109,9 +113,10 @@ CODES = _codes(
          "cleaned"),
     Code(F.COMMITTED_FILE_MISSING, E, LIN, "the committed version of a store has no state file (changelog or "
          "zip; delta or snapshot for the HDFS-backed store)"),
-    Code(F.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read"),
-    Code(F.CHANGELOG_BESIDE_ZIP_UNREADABLE, W, LIN, "the committed version's changelog cannot be read, "
-         "and its zip can: recovery loads the zip alone"),
+    Code(F.CHANGELOG_UNREADABLE, E, LIN, "the committed changelog's header cannot be read, and its version "
+         "has no zip"),
+    Code(F.CHANGELOG_BESIDE_ZIP_DAMAGED, W, LIN, "the committed version has its zip, and its changelog's "
+         "header cannot be read or names a wrong lineage: recovery loads the zip and reads none of it"),
     Code(F.LINEAGE_NOT_CONTIGUOUS, E, LIN, "a changelog's lineage skips or repeats versions"),
     Code(F.LINEAGE_BAD_END, E, LIN, "a changelog's lineage does not end at version - 1"),
     Code(F.REPLAY_CHAIN_BROKEN, E, LIN, "a changelog (or delta) the replay chain needs is missing"),

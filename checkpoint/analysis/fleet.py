@@ -144,8 +144,10 @@ def fleet_row(
         warnings=codes.get(Severity.WARNING, ()),
         max_chain_length=longest.chain_length if longest else 0,
         max_chain_store=longest.store.label if longest is not None and longest.chain_length else None,
+        # Not a store that loads its version's own zip: that load starts the lineage again.
         max_lineage_header_fraction=max(
-            (e.lineage_header_bytes / LINEAGE_HEADER_CAP for e in validation.lineage), default=0.0
+            (e.lineage_header_bytes / LINEAGE_HEADER_CAP for e in validation.lineage if not e.loads_own_base),
+            default=0.0,
         ),
         state_format=ckpt.state_format,
         dormant_since=None if mid_batch else idle,

@@ -48,6 +48,14 @@ def is_checkpoint(listing: Folder, rel: str) -> bool:
     return (f"{rel}/metadata" if rel else "metadata") in names and bool(logs & set(listing.folders))
 
 
+def _found(listing: Folder, rel: str) -> bool:
+    """A checkpoint, or one that lost its `metadata` (both logs there): found, so that validation
+    says so (QUERY_METADATA_MISSING) where a fleet is looked at, not only where a path is given.
+    The actions that take a folder for a checkpoint by itself (retirement) keep `is_checkpoint`."""
+    logs = {f"{rel}/{d}" if rel else d for d in ("offsets", "commits")}
+    return is_checkpoint(listing, rel) or logs <= set(listing.folders)
+
+
 def find_checkpoints(
     root: Storage, workers: int = POLICY.list_workers, timeout: float = POLICY.look_timeout_seconds
 ) -> list[FoundCheckpoint]:
@@ -65,7 +73,7 @@ def find_checkpoints(
     while level:
         below: list[str] = []
         for rel, listing in level:
-            if is_checkpoint(listing, rel):
+            if _found(listing, rel):
                 found.append(rel)
             else:
                 # The audit trail holds this tool's own copies (a repartition's backup fork):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from checkpoint.errors import CheckpointError, UnknownFormatVersionError
+from checkpoint.errors import CheckpointError, UnknownFormatVersionError, UntrustedFileError
 from checkpoint.format import (
     LINEAGE_HEADER_CAP,
     ByRecovery,
@@ -66,15 +66,21 @@ class StoreLineage:
         return self.lineage_header_bytes / LINEAGE_HEADER_CAP
 
     @property
+    def loads_own_base(self) -> bool:
+        """The committed version has its own zip (snapshot), which recovery loads, reading nothing
+        else of the version: not its changelog (Spark 4.0.5 to 4.3.0 restarted copies with it
+        truncated as untouched ones), so not its lineage header either."""
+        return self.committed_file is not None and self.committed_file.kind.is_base
+
+    @property
     def header_blocks(self) -> bool:
-        """Whether the committed changelog's header error stops recovery. Not where the version's
-        own zip is what loads: Spark 4.0 to 4.3 then read nothing else of the version, and restart
-        with that changelog truncated as an untouched copy does. A format this release does not
-        know blocks wherever it is."""
+        """Whether the committed changelog's header error stops recovery: not where the version's
+        own zip loads, unless it says a format this release does not know, or the file is one the
+        door refuses to open (a link out, a FIFO, one past its bound), which blocks wherever it is."""
         if self.header_error is None:
             return False
-        own_zip = self.committed_file is not None and self.committed_file.kind.is_base
-        return not own_zip or isinstance(self.header_error, UnknownFormatVersionError)
+        blocks_anywhere = (UnknownFormatVersionError, UntrustedFileError)
+        return not self.loads_own_base or isinstance(self.header_error, blocks_anywhere)
 
     @property
     def loadable(self) -> bool:

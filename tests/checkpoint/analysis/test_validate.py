@@ -91,6 +91,7 @@ def _no_base(path: Path) -> None:
 
 CASES = {
     "INCOMPLETE_FORK": ("snapshots", False, lambda p: (p / FORK_STARTED).write_text('{"batch": 11}')),
+    "QUERY_METADATA_MISSING": ("snapshots", False, lambda p: (p / "metadata").unlink()),
     "COMMIT_WITHOUT_OFFSETS": ("snapshots", False, lambda p: (p / "offsets" / "0").unlink()),
     "OFFSET_LOG_GAP": ("snapshots", False, lambda p: (p / "offsets" / "5").unlink()),
     "COMMIT_LOG_GAP": ("snapshots", False, lambda p: _commits(p, 5).unlink()),
@@ -105,7 +106,7 @@ CASES = {
     "COMMITTED_FILE_MISSING": ("long_chain", False, lambda p: damage.remove(_committed(p))),
     "CHANGELOG_UNREADABLE": ("long_chain", False, lambda p: _truncate(_committed(p), 30)),
     # The committed version has its zip too: recovery loads the zip and never reads the changelog.
-    "CHANGELOG_BESIDE_ZIP_UNREADABLE": ("snapshots", False, lambda p: _truncate(_beside_the_zip(p), 5)),
+    "CHANGELOG_BESIDE_ZIP_DAMAGED": ("snapshots", False, lambda p: _truncate(_beside_the_zip(p), 5)),
     "LINEAGE_NOT_CONTIGUOUS": ("long_chain", False, lambda p: _drop_lineage(p, 10)),
     "LINEAGE_BAD_END": ("long_chain", False, lambda p: _drop_lineage(p, 31)),
     "REPLAY_CHAIN_BROKEN": ("long_chain", False, lambda p: damage.remove(_chain_changelog(p, 9))),
@@ -246,33 +247,99 @@ def test_damage_produces_exactly_its_finding(copy_of, defaults, tmp_path, code: 
 def test_a_changelog_recovery_does_not_read_is_named_and_does_not_block(
     spark, copy_of, corpus, corpus_root, tmp_path
 ) -> None:
-    """The committed version's changelog truncated where its zip is whole: Spark loads the zip
-    alone (4.0.5, 4.1.4, 4.2.1 and 4.3.0 restarted such a copy as they restarted an untouched one),
-    so the finding warns, names the changelog, not the zip, and no action refuses the checkpoint."""
+    """The committed version's changelog damaged where its zip is whole: Spark loads the zip alone
+    (4.0.5, 4.1.4, 4.2.1 and 4.3.0 restarted a truncated one as they restarted an untouched copy).
+    So its finding warns, once, on the changelog, not the zip; a fork copies the zip alone and
+    compaction plans; a long header there is no finding. A format this release does not know, or a
+    file the door refuses to open, blocks."""
+    from checkpoint.compaction import plan_compaction
+    from checkpoint.model import load_head
+    from checkpoint.storage import Storage
     from testbed.corpus import scenario_named
+    from tests.support.forking import fork
     from tests.support.state import restart_like_untouched
 
-    path = copy_of("snapshots")
-    changelog = _beside_the_zip(path)
-    _truncate(changelog, 5)
+    def findings(path: Path) -> list[tuple[str, Severity, str]]:
+        v = validate(load_checkpoint(str(path), strict=False), ValidationOptions(deep=True))
+        assert v.ok == all(f.severity != Severity.ERROR for f in v.findings)
+        return [(f.code, f.severity, f.path) for f in v.findings]
+
+    hurts = {
+        "truncated": lambda c: _truncate(c, 5),
+        "ends_wrong": lambda c: damage.drop_lineage_versions(c, {int(c.name.split("_")[0]) - 1}),
+        "near_cap": lambda c: damage.pad_lineage(c, 56_000),
+    }
+    for name, hurt in hurts.items():
+        path = copy_checkpoint(corpus["snapshots"], tmp_path / name)
+        changelog = _beside_the_zip(path)
+        hurt(changelog)
+        damage.fix_sidecar(changelog)
+        warned = (
+            [] if name == "near_cap" else [("CHANGELOG_BESIDE_ZIP_DAMAGED", Severity.WARNING, str(changelog))]
+        )
+        assert findings(path) == warned, name
+    path = tmp_path / "truncated"
     v = validate(load_checkpoint(str(path), strict=False))
-    (finding,) = v.findings
-    assert (finding.code, finding.severity, finding.path) == (
-        "CHANGELOG_BESIDE_ZIP_UNREADABLE",
-        Severity.WARNING,
-        str(changelog),
-    )
     assert v.ok and all(e.loadable and e.problem is None for e in v.lineage)
-    # A version this release does not know blocks wherever it is.
+    plan_compaction(load_head(str(path)), min_chain=1, quiet_seconds=0)  # refuses on an error
+    forked = fork(Storage(str(path)), Storage(str(tmp_path / "forked")))
+    assert forked.files > 0 and not (tmp_path / "forked" / _beside_the_zip(path).relative_to(path)).exists()
+    assert findings(tmp_path / "forked") == []
+
     unknown = copy_checkpoint(corpus["snapshots"], tmp_path / "unknown")
     damage.rewrite_version(_beside_the_zip(unknown), "v7")
     v = validate(load_checkpoint(str(unknown), strict=False))
-    assert [f.code for f in v.findings] == ["UNKNOWN_FORMAT_VERSION"] and not v.ok
-    assert not all(e.loadable for e in v.lineage)
+    assert [(f.code, f.path) for f in v.findings] == [
+        ("UNKNOWN_FORMAT_VERSION", str(_beside_the_zip(unknown)))
+    ]
+    assert not v.ok and not all(e.loadable for e in v.lineage)
+    # Nor does a file the door will not open (here a FIFO, read head-first as `ckpt validate` reads).
+    fifo = copy_checkpoint(corpus["snapshots"], tmp_path / "fifo")
+    damage.fifo_for(_beside_the_zip(fifo))
+    v = validate(load_head(str(fifo), strict=False))
+    assert [(f.code, f.severity) for f in v.findings] == [("NOT_A_REGULAR_FILE", Severity.ERROR)]
+    assert not v.ok and not all(e.loadable for e in v.lineage)
+
     untouched = copy_checkpoint(corpus["snapshots"], tmp_path / "untouched")
     restart_like_untouched(
         spark, scenario_named("snapshots"), corpus_root / "snapshots", path, untouched, tmp_path / "more"
     )
+
+
+def test_a_checkpoint_without_its_metadata_is_found_in_a_fleet_and_blocks(corpus, tmp_path) -> None:
+    """Its logs there and its `metadata` gone (Spark 4.3.0 refused to restart such a copy; 4.0.5
+    and 4.1.4 restarted it under a new query id): discovery finds it, so the fleet view's row says
+    so, where it used to be skipped as no checkpoint. An interrupted fork, which has no `metadata`
+    yet, is INCOMPLETE_FORK alone."""
+    from checkpoint.analysis.fleet import look_at
+    from checkpoint.model import find_checkpoints
+    from checkpoint.policy import POLICY
+    from checkpoint.storage import Storage
+
+    root = tmp_path / "root"
+    for name in ("gone", "whole"):
+        copy_checkpoint(corpus["snapshots"], root / name)
+    (root / "gone" / "metadata").unlink()
+    found = {f.rel: f for f in find_checkpoints(Storage(str(root)))}
+    assert sorted(found) == ["gone", "whole"]
+    rows = {rel: look_at(rel, f.url, None, POLICY, {}) for rel, f in found.items()}
+    assert rows["gone"].errors == ("QUERY_METADATA_MISSING",) and rows["whole"].errors == ()
+
+    forking = root / "gone"
+    (forking / FORK_STARTED).write_text('{"batch": 11}')
+    assert set(codes(forking)) == {"INCOMPLETE_FORK"}
+
+
+def test_a_long_header_beside_the_versions_own_zip_leaves_the_fleets_headroom_alone(copy_of) -> None:
+    """Loading the version's own zip starts the lineage again: the header there is no finding, and
+    the fleet view's headroom does not count it (it asked for a compaction that plans nothing)."""
+    from checkpoint.analysis.fleet import fleet_row
+    from checkpoint.model import load_head
+
+    path = copy_of("snapshots")
+    damage.pad_lineage(_beside_the_zip(path), 56_000)
+    assert "LINEAGE_HEADER_NEAR_CAP" not in codes(path)
+    assert fleet_row("k", load_head(str(path), strict=False)).max_lineage_header_fraction < 0.5
 
 
 @pytest.mark.parametrize("name", ["format_v1", "long_chain"])
@@ -280,8 +347,9 @@ def test_an_empty_changelog_of_the_chain_is_found_without_deep_and_refused_befor
     spark, copy_of, corpus_root, tmp_path, name: str
 ) -> None:
     """Spark fails to load a store on an empty changelog (an EOFException) in either format. The
-    listing tells it: the shallow check reports it once (and `deep` once too), and a fork refuses
-    before it writes a byte, where it used to copy and then end incomplete."""
+    listing tells it: the shallow check reports it once (and `deep` once too, its stale sidecar
+    unread), and a fork refuses before it writes a byte. It used to copy it and end incomplete, or,
+    where a sidecar matched the empty file, end complete with a chain Spark cannot load."""
     from checkpoint.fork import ForkRefused
     from checkpoint.storage import Storage
     from testbed.restart import restart
@@ -289,8 +357,7 @@ def test_an_empty_changelog_of_the_chain_is_found_without_deep_and_refused_befor
 
     path = copy_of(name)
     empty = path / damage.lineage_of(path, partition=2).chain[0].rel
-    _truncate(empty, 0)
-    damage.fix_sidecar(empty)  # a stale one is a finding of its own (CRC_MISMATCH, with `deep`)
+    _truncate(empty, 0)  # its sidecar (format V2) left as it was: one damage, one finding
     for deep in (False, True):
         v = validate(load_checkpoint(str(path), strict=False), ValidationOptions(deep=deep))
         assert [(f.code, f.path) for f in v.findings if f.severity == Severity.ERROR] == [
