@@ -20,10 +20,14 @@ from checkpoint.errors import (
 from checkpoint.format import LINEAGE_HEADER_CAP
 from checkpoint.model import Checkpoint, StoreId, StoreLineage
 
-# What the door refused to open, by why (the last: any other refusal).
-_REFUSED_CODES = (
+# What the door refused to open, by why: the two every file problem is told by (`checks`), then a
+# file past its bound, then (for `next`) any other refusal.
+REFUSALS = (
     (OutsideCheckpointError, FindingCode.FILE_OUTSIDE_CHECKPOINT),
     (NotARegularFileError, FindingCode.NOT_A_REGULAR_FILE),
+)
+_REFUSED_CODES = (
+    *REFUSALS,
     (OversizedFileError, FindingCode.FILE_OVER_ITS_BOUND),
     (UntrustedFileError, FindingCode.NOT_A_REGULAR_FILE),
 )
@@ -56,9 +60,10 @@ def chain_findings(
         return
     judged = _header_problems(entry, header_cap_ratio)
     if entry.loads_own_base:
-        if isinstance(entry.header_error, UntrustedFileError):  # never opened: blocks wherever it is
-            refused = (code for kind, code in _REFUSED_CODES if isinstance(entry.header_error, kind))
-            yield _finding(next(refused), entry.header_error.path or path, str(entry.header_error))
+        error = entry.header_error
+        if error is not None and entry.header_blocks:  # the door refused it (an unknown version: above)
+            refused = (code for kind, code in _REFUSED_CODES if isinstance(error, kind))
+            yield _finding(next(refused), error.path or path, str(error))
             return
         # Recovery reads nothing of the version's changelog (`loads_own_base`): what is wrong with
         # it warns, once. Spark 4.2 and later would read its lineage only to fall back from a zip

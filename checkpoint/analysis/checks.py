@@ -16,7 +16,7 @@ from itertools import pairwise
 
 import humanfriendly
 
-from checkpoint.analysis.chains import chain_findings
+from checkpoint.analysis.chains import REFUSALS, chain_findings
 from checkpoint.analysis.findings import CODES as CODES
 from checkpoint.analysis.findings import Category as Category
 from checkpoint.analysis.findings import Finding, FindingCode, batch_spans, utc_minute
@@ -25,8 +25,6 @@ from checkpoint.analysis.findings import finding as _finding
 from checkpoint.analysis.stores import store_findings
 from checkpoint.errors import (
     CheckpointError,
-    NotARegularFileError,
-    OutsideCheckpointError,
     UnknownFormatVersionError,
     read_failed,
 )
@@ -238,11 +236,7 @@ def _bare_operators(ckpt: Checkpoint) -> Iterable[Finding]:
                        "the query once on Spark 4.x, which writes it")  # fmt: skip
 
 
-_PROBLEM_CODES = (
-    (UnknownFormatVersionError, FindingCode.UNKNOWN_FORMAT_VERSION),
-    (OutsideCheckpointError, FindingCode.FILE_OUTSIDE_CHECKPOINT),
-    (NotARegularFileError, FindingCode.NOT_A_REGULAR_FILE),
-)
+_PROBLEM_CODES = ((UnknownFormatVersionError, FindingCode.UNKNOWN_FORMAT_VERSION), *REFUSALS)
 
 
 def _file_problems(ckpt: Checkpoint) -> Iterable[Finding]:
@@ -281,9 +275,9 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     # From the listing, not the parsed entries: an unreadable file is its own finding, not a gap.
     offsets = {f.what.batch_id for f in ckpt.files if f.kind == FileKind.OFFSET}
     commits = {f.what.batch_id for f in ckpt.files if f.kind == FileKind.COMMIT}
-    kinds = {f.kind for f in ckpt.files}
     # An interrupted fork has no `metadata` yet (INCOMPLETE_FORK says so, and what to do).
-    if (offsets or commits) and not kinds & {FileKind.QUERY_METADATA, FileKind.FORK_MARKER}:
+    named = (FileKind.QUERY_METADATA, FileKind.FORK_MARKER)
+    if (offsets or commits) and not any(f.kind in named for f in ckpt.files):
         # Seen in restarts: 4.3.0 fails with STREAMING_CHECKPOINT_MISSING_METADATA_FILE; 4.0.5 and
         # 4.1.4 write a new `metadata`, and the query goes on under another id.
         yield _finding(
