@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from testbed.cache import cache_home
+from testbed.synthetic import VERSION as SYNTHETIC_VERSION
 from testbed.synthetic import build
 
 _CKPT = str(Path(sys.executable).parent / "ckpt")
@@ -82,7 +83,7 @@ def _once(command: list[str]) -> dict[str, float]:
 
 def checkpoint_of(base: Path, partitions: int, versions: int) -> Path:
     """The synthetic checkpoint, built once (a half-built one, without its `done` marker, again)."""
-    folder = base / f"{partitions}x{versions}"
+    folder = base / f"v{SYNTHETIC_VERSION}-{partitions}x{versions}"
     where = folder / "root" / "checkpoint"
     if not (folder / "done").exists():
         shutil.rmtree(folder, ignore_errors=True)

@@ -18,7 +18,8 @@ from pathlib import Path
 from testbed import synthetic
 from testbed.cache import MANIFEST, cache_home, ensure_generated
 
-FLEET_VERSION = 2  # 2: the crossing checkpoints' chains hold no empty changelog
+# 2: the crossing checkpoints' chains hold no empty changelog; 3: each source's log (synthetic v2)
+FLEET_VERSION = 3
 COUNT = 10_000
 TEAMS = 40
 CROSSING = frozenset(f"query-{i:05d}" for i in range(417, COUNT, COUNT // 12))

@@ -25,8 +25,15 @@ from pathlib import Path
 from checkpoint.format import HDFS_PROVIDER, PROVIDER_CONF
 from testbed.lz4java import frame, java_utf
 
+# What a cache of synthetic checkpoints is keyed by: 2 added the file source's log entry that the
+# offsets name (validation finds a missing one, as Spark's restart does).
+VERSION = 2
 WINDOW = 100  # committed batches still in the commit log (Spark's default minBatchesToRetain)
 SNAPSHOT_EVERY = 10
+# Every batch's offsets name the file source's log entry 0 (one batch of input, as a query whose
+# later batches found no new file), which the source log holds.
+_OFFSET_LINE = '{"logOffset":0}'
+_SOURCE_LOG = ("sources/0/0", b'v1\n{"path":"file:///synthetic/input/part-0","timestamp":0,"batchId":0}')
 OLD = time.time() - 30 * 86400
 
 
@@ -73,7 +80,8 @@ def iter_files(
     committed = partitions if committed_partitions is None else committed_partitions
     yield "metadata", b'{"id":"synthetic"}'
     first = versions - window
-    offset = b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{"logOffset":0}'
+    offset = f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{{}}}}\n{_OFFSET_LINE}'.encode()
+    yield _SOURCE_LOG
     for batch in range(first, versions):
         ids = [[uid(p, batch + 1)] for p in range(committed)]
         yield f"offsets/{batch}", offset
@@ -127,7 +135,8 @@ def iter_hdfs_files(
     committed = partitions if committed_partitions is None else committed_partitions
     yield "metadata", b'{"id":"synthetic"}'
     conf = json.dumps({PROVIDER_CONF: HDFS_PROVIDER})
-    offset = f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{conf}}}\n{{"logOffset":0}}'.encode()
+    offset = f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{conf}}}\n{_OFFSET_LINE}'.encode()
+    yield _SOURCE_LOG
     for batch in range(versions - window, versions):
         yield f"offsets/{batch}", offset
         yield f"commits/{batch}", b'v1\n{"nextBatchWatermarkMs":0}'

@@ -22,6 +22,7 @@ from checkpoint.analysis.findings import Category as Category
 from checkpoint.analysis.findings import Finding, FindingCode, batch_spans, utc_minute
 from checkpoint.analysis.findings import Severity as Severity
 from checkpoint.analysis.findings import finding as _finding
+from checkpoint.analysis.sources import source_findings
 from checkpoint.analysis.stores import store_findings
 from checkpoint.errors import (
     CheckpointError,
@@ -93,6 +94,7 @@ def validate(
         findings += _bare_operators(ckpt)
         findings += _file_problems(ckpt)
         findings += _log_findings(ckpt)
+        findings += source_findings(ckpt)
         findings += _path_findings(ckpt)
         findings += _activity_findings(ckpt, options)
     lineage: list[StoreLineage] = []

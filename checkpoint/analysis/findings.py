@@ -36,6 +36,7 @@ class FindingCode(StrEnum):
     OFFSET_LOG_GAP = "OFFSET_LOG_GAP"
     COMMIT_LOG_GAP = "COMMIT_LOG_GAP"
     MULTIPLE_UNFINISHED_BATCHES = "MULTIPLE_UNFINISHED_BATCHES"
+    SOURCE_LOG_MISSING = "SOURCE_LOG_MISSING"
     PARTITION_COUNT_MISMATCH = "PARTITION_COUNT_MISMATCH"
     COMMITTED_FILE_MISSING = "COMMITTED_FILE_MISSING"
     CHANGELOG_UNREADABLE = "CHANGELOG_UNREADABLE"
@@ -102,6 +103,8 @@ CODES = _codes(
     Code(F.OFFSET_LOG_GAP, E, LOG, "batch ids missing inside the offset log"),
     Code(F.COMMIT_LOG_GAP, E, LOG, "a planned batch below the latest committed one has no commit"),
     Code(F.MULTIPLE_UNFINISHED_BATCHES, E, LOG, "more than one planned batch after the latest commit"),
+    Code(F.SOURCE_LOG_MISSING, E, LOG, "a file source's log lacks an entry a restart reads (from its newest "
+         "compaction to the newest offsets' logOffset): Spark fails to start the query"),
     Code(F.PARTITION_COUNT_MISMATCH, E, LOG, "state partitions in the commit log differ from the offsets"),
     Code(F.STORES_DISAGREE, E, LOG, "what names the stores disagrees: the operator metadata's partitions and "
          "stores, the offsets' spark.sql.shuffle.partitions, the commit's ids and the state folders"),

@@ -53,11 +53,13 @@ from checkpoint.format.logs import (
     StoreInfo,
     bounded_lines,
     commit_digest,
+    file_source_offset,
     file_source_paths,
     parse_commit,
     parse_offset,
     parse_operator_metadata,
     parse_query_metadata,
+    source_log_gaps,
 )
 from checkpoint.format.providers import HDFS_FILES, ROCKSDB_FILES, Provider, StateFiles
 from checkpoint.format.records import check_whole, count_records, stream_records
@@ -172,6 +174,7 @@ __all__ = [
     "parse_offset",
     "parse_operator_metadata",
     "parse_query_metadata",
+    "file_source_offset",
     "file_source_paths",
     "parse_sidecar",
     "parse_zip_metadata",
@@ -184,6 +187,7 @@ __all__ = [
     "sidecar_agrees",
     "sidecar_matches",
     "signed",
+    "source_log_gaps",
     "split_row",
     "state_format_of",
     "stream_changelog_runs",

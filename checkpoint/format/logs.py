@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +108,9 @@ class OffsetEntry:
     batch_timestamp_ms: int
     conf: dict[str, str] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    # (i, logOffset) of each file source, whose log is `sources/<i>/`: v1 files only, whose lines
+    # are in the order of the sources' folders (v2 names its sources instead).
+    file_sources: tuple[tuple[int, int], ...] = ()
 
     @property
     def shuffle_partitions(self) -> int | None:
@@ -141,8 +144,50 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
         raise CorruptFileError(f"malformed offset metadata: {exc}", path) from exc
     if SHUFFLE_PARTITIONS in conf:
         bounded_count(conf[SHUFFLE_PARTITIONS], SHUFFLE_PARTITIONS, path)
+    sources = tuple(lines[1:])
+    files = () if version != 1 else tuple(
+        (i, n) for i, line in enumerate(sources) if (n := file_source_offset(line, path)) is not None
+    )  # fmt: skip
     return OffsetEntry(batch, version, watermark, timestamp, {str(k): str(v) for k, v in conf.items()},
-                       tuple(lines[1:]))  # fmt: skip
+                       sources, files)  # fmt: skip
+
+
+_LOG_OFFSET = "logOffset"
+_LONG_MAX = (1 << 63) - 1  # a Scala Long: what Spark reads a batch id as
+
+
+def file_source_offset(line: str, path: str) -> int | None:
+    """The `logOffset` of a file source's offset line (`{"logOffset":31}`): the newest entry of its
+    log the batch reads. None for another source's line: `-` (no offset yet), Kafka's topics (one
+    may be called logOffset: its value is an object), a rate source's number."""
+    if f'"{_LOG_OFFSET}"' not in line:
+        return None
+    value = _json(line, path)
+    if not isinstance(value, dict) or set(value) != {_LOG_OFFSET} or isinstance(value[_LOG_OFFSET], dict):
+        return None
+    n = value[_LOG_OFFSET]
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _LONG_MAX:
+        raise CorruptFileError(f"a file source's logOffset is {str(n)[:40]!r}, not a batch id", path)
+    return n
+
+
+def source_log_gaps(listed: Mapping[int, bool], log_offset: int) -> list[tuple[int, int]]:
+    """The runs (first, last) of a file source's log entries that a restart reads and `listed`
+    ({entry: whether it is a `.compact`}) lacks. Starting, the source reads every entry from the
+    newest compaction to the newest entry (`CompactibleFileStreamLog.allFiles`; an entry the
+    compaction holds is deleted later), and the batch reads up to its offset's: Spark 4.3.0 fails
+    on either missing ("batch 31 doesn't exist"). Computed from what is listed, never by counting
+    through the range: a forged offset names any batch."""
+    top = max(log_offset, max(listed, default=-1))
+    first = max((e for e, compact in listed.items() if compact and e <= top), default=0)
+    gaps, expected = [], first
+    for e in sorted(e for e in listed if first <= e <= top):
+        if e > expected:
+            gaps.append((expected, e - 1))
+        expected = e + 1
+    if expected <= top:
+        gaps.append((expected, top))
+    return gaps
 
 
 def file_source_paths(batch: int, read: Callable[[int], bytes], path: str) -> list[str]:

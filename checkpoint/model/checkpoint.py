@@ -114,6 +114,12 @@ class Checkpoint(StateFileReads):
         return max(committed) if committed else None
 
     @property
+    def newest_offsets(self) -> OffsetEntry | None:
+        """The newest offset file that parsed: the batch a restart plans from (or replays)."""
+        planned = [b for b in self.batches.values() if b.offset is not None]
+        return max(planned, key=lambda b: b.id).offset if planned else None
+
+    @property
     def total_bytes(self) -> int:
         return sum(f.info.size for f in self.files)
 

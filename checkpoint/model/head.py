@@ -4,6 +4,8 @@ What it costs does not grow with the checkpoint's history, only with its operato
 replay chains recovery walks at the chosen batches:
 - one shallow listing each of the root, `commits/`, `offsets/`, `state/`, and each operator's
   `_metadata/` (and `_metadata/v2/` where it exists), then the commit, offset and metadata files;
+- one shallow listing of the log of each file source the newest offsets name (`sources/<i>/`), as
+  a restart's own look at it (`source_log_gaps`);
 - per store and batch, files named from the commit log's `stateUniqueIds` (docs/format.md §7):
   a probe-and-read of `<V>_<U>.zip` and of each zip the lineage names (one GET each, a 404 for the
   absent ones), a stat and one ranged read of the committed changelog's header, a stat of each
@@ -131,7 +133,7 @@ def load_head(
             if "vanished" not in str(exc) or attempt == _LOG_ATTEMPTS - 1:
                 raise
             log.info("%s: %s; reading the logs again", storage.url, exc)
-    base = base.states.recovery.of(_STORE_FOLDERS)(base, storage)
+    base = _with_source_logs(base.states.recovery.of(_STORE_FOLDERS)(base, storage), storage, strict)
     committed = sorted(b.id for b in base.batches.values() if b.committed)
     wanted = sorted(set(committed[-recent:] if batches is None else batches) & set(committed))
     # A store whose partition folder is not there has no file to look up: it reads as missing.
@@ -186,6 +188,28 @@ def _beyond_recovery(
     unread = [rel for b, rel in commits.items() if b not in read_commits]
     unread += [rel for b, rel in offsets.items() if b not in read_offsets]
     return frozenset(unread)
+
+
+def _with_source_logs(ckpt: Checkpoint, storage: Storage, strict: bool) -> Checkpoint:
+    """`ckpt` with the log files of each file source its newest offsets name: what a restart lists
+    and reads of them, which validation checks (a full listing holds them anyway)."""
+    listed: list[FileInfo] = []
+    refused: dict[str, UntrustedFileError] = {}
+    for i, _ in ckpt.newest_offsets.file_sources if ckpt.newest_offsets else ():
+        try:
+            listed += storage.list_dir(f"sources/{i}").files
+        except UntrustedFileError as exc:  # the folder a link out: as absent, and said
+            refused[f"sources/{i}"] = exc
+    if not listed and not refused:
+        return ckpt
+    refused.update(untrusted_files(storage, listed))
+    if refused and strict:
+        raise refused[min(refused)]
+    return dataclasses.replace(
+        ckpt,
+        files=ckpt.files + CheckpointFile.of_listing([f for f in listed if f.rel not in refused]),
+        problems=ckpt.problems + tuple(FileProblem(rel, exc) for rel, exc in sorted(refused.items())),
+    )
 
 
 def _order(sid: StoreId) -> tuple[int, int, str]:

@@ -16,12 +16,14 @@ from checkpoint.format import (
     MAINT_TEMP_PREFIX,
     RAW_FAMILIES,
     ByEngine,
+    classify,
     file_source_paths,
 )
 from checkpoint.model import Checkpoint, checkpoint_lineage, load_head
 from checkpoint.policy import POLICY
 from checkpoint.repartition import state_readers
 from checkpoint.safety import TwoSided, held_by
+from checkpoint.storage import FileInfo
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +78,15 @@ def scratch_fork(
                                    src.url)  # fmt: skip
         inner = TwoSided(src, request.dest, held_by(check))
         forked = fork_checkpoint(inner, ForkOptions(batch=n - 1, workers=workers, what="rehearsal"))
-        logs = source_logs(src, n, first=n)
-        planned = [f"offsets/{n}", *(f.rel for f in logs)]
+        added, read = _batch_logs(head, n, source_logs(src, n))
+        planned = [f"offsets/{n}", *(f.rel for f in added)]
         check()
         request.dest.write(planned[0], src.read_bytes(planned[0], limit=LOG_BYTES))
         inputs: list[str] = []
-        for f in logs:  # its size is its own (a compaction lists every file ever read): a line at a time
+        for at, f in read:  # a compaction lists every file ever read: its lines one at a time
             with src.open(f.rel, block_size=1 << 20, size=f.size) as fh:
-                inputs += _inputs(n, fh.read, src.full(f.rel))
+                inputs += _inputs(at, fh.read, src.full(f.rel))
+        for f in added:
             check()
             src.copy_to(f.rel, request.dest, f.rel, f.size, MAINT_TEMP_PREFIX)
         log.info("%s: scratch fork at batch %d with batch %d planned (%d files)", request.dest.url, n - 1, n,
@@ -104,6 +107,30 @@ def scratch_fork(
         planned_files=len(planned),
         inputs=tuple(inputs),
     )
+
+
+def _batch_logs(
+    head: Checkpoint, n: int, logs: list[FileInfo]
+) -> tuple[list[FileInfo], list[tuple[int, FileInfo]]]:
+    """Of the sources' log files up to entry `n` (`logs`): those the fork at N-1 lacks and batch N's
+    replay reads, and (entry, file) of each entry whose files batch N read. A file source's log
+    counts its own entries, not batches: batch N read the entries after batch N-1's `logOffset`
+    up to its own, which stay behind N once a batch found no new file (a no-data batch). Another
+    source's log (Kafka's initial offsets) gives its entry N, if any, as before."""
+    prior = head.batches.get(n - 1)
+    before = dict(prior.offset.file_sources) if prior is not None and prior.offset is not None else {}
+    offsets = head.batches[n].offset
+    spans = {f"sources/{i}": (before.get(i, -1), b) for i, b in offsets.file_sources} if offsets else {}
+    added, read = [], []
+    for f in logs:
+        entry, span = classify(f.rel).batch, spans.get(f.rel.rsplit("/", 1)[0])
+        if entry is None:
+            continue
+        first, last = span if span is not None else (n - 1, n)
+        if first < entry <= last:
+            read += [(entry, f)] if span is not None else []
+            added += [f] if entry == n else []  # the fork holds every entry up to N-1
+    return added, read
 
 
 def _inputs(batch: int, read: Callable[[int], bytes], path: str) -> list[str]:

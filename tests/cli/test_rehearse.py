@@ -177,3 +177,29 @@ def test_refusals_come_before_anything_is_copied(corpus, private, capsys, monkey
     assert files_of(checkpoint) == before
     with pytest.raises(SystemExit):
         rehearsed(capsys, monkeypatch, checkpoint, inputs, "aggregation", "--conf", "no-equals-sign")
+
+
+def test_after_a_no_data_batch_the_input_is_found_by_the_sources_own_count(
+    spark, corpus, private, capsys, monkeypatch
+):
+    """A file source's log counts its own entries, and a no-data batch adds none: after the corpus'
+    windowed aggregation ran its watermark's no-data batch, a restart with one more file ran a
+    batch N that read entry N-1. Its input gone, the rehearsal of N says so and never starts the
+    query: it used to look for entry N, found nothing to read, and let Spark replay N over nothing."""
+    from testbed.restart import restart
+
+    checkpoint, _ = private(corpus["watermark"])
+    restart(spark, "watermark", corpus["watermark"].parent, checkpoint, checkpoint.parent / "extra", False)
+    offsets = {b: json.loads((checkpoint / "offsets" / str(b)).read_text().splitlines()[2])["logOffset"]
+               for b in range(latest_batch(checkpoint) + 1)}  # fmt: skip
+    n = next(b for b in sorted(offsets) if b and offsets[b - 1] < offsets[b] < b)
+    log = checkpoint / "sources" / "0" / str(offsets[n])
+    read = [json.loads(line)["path"].removeprefix("file://") for line in log.read_text().splitlines()[1:]]
+    assert len(read) == 1 and not (checkpoint / "sources" / "0" / str(n)).exists()
+    Path(read[0]).unlink()
+    before = files_of(checkpoint)
+    inputs = corpus["watermark"].parent / "input"
+    code, doc = rehearsed(capsys, monkeypatch, checkpoint, inputs, "aggregation", "--batch", str(n))
+    assert (code, doc["outcome"], doc["input_gone"], doc["inputs"]) == (1, Outcome.INPUT_GONE, 1, 1)
+    assert doc["input_gone_shown"] == [f"file://{read[0]}"] and doc["error"] is None
+    assert files_of(checkpoint) == before

@@ -40,7 +40,10 @@ def test_ckpt_fleet_agrees_with_lineage_validate_and_gc(fleet_root, tmp_path) ->
         path = str(fleet_root / rel)
         _, lineage = _json("lineage", path)
         assert row["max_chain_length"] == max(s["chain_length"] for s in lineage["stores"]), rel
-        header = max(s["lineage_header_bytes"] for s in lineage["stores"]) / LINEAGE_HEADER_CAP
+        # A store whose committed version has its own zip starts its lineage again there: the row's
+        # headroom leaves it out (a cold corpus' `two_actions` had its longest header in one).
+        read = [s["lineage_header_bytes"] for s in lineage["stores"] if s["snapshot_version"] != s["version"]]
+        header = max(read, default=0) / LINEAGE_HEADER_CAP
         assert row["max_lineage_header_fraction"] == round(header, 4), rel
         _, validation = _json("validate", path)
         for severity, field in (("error", "errors"), ("warning", "warnings")):

@@ -50,6 +50,13 @@ def _copy_offsets(path: Path, src: int, dst: int) -> None:
     shutil.copy(path / "offsets" / str(src), path / "offsets" / str(dst))
 
 
+def _source_entry(path: Path, source: int = 0) -> Path:
+    """The entry of a file source's log the newest offsets name (`{"logOffset": N}`: `sources/<i>/N`)."""
+    newest = max((p for p in (path / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    line = newest.read_text().split("\n")[2 + source]
+    return path / "sources" / str(source) / str(json.loads(line)["logOffset"])
+
+
 def _committed(path: Path) -> Path:
     return path / damage.lineage_of(path).committed_file.rel
 
@@ -100,6 +107,8 @@ CASES = {
     "OFFSET_LOG_GAP": ("snapshots", False, lambda p: (p / "offsets" / "5").unlink()),
     "COMMIT_LOG_GAP": ("snapshots", False, lambda p: _commits(p, 5).unlink()),
     "MULTIPLE_UNFINISHED_BATCHES": ("killed_before_restart", False, lambda p: _copy_offsets(p, 3, 4)),
+    # A join's second source: its log is `sources/1/` (Spark 4.3.0 failed to restart such a copy).
+    "SOURCE_LOG_MISSING": ("join", False, lambda p: _source_entry(p, 1).unlink()),
     "PARTITION_COUNT_MISMATCH": (
         "snapshots", False, lambda p: _offsets_conf(p, 11, "spark.sql.shuffle.partitions", "8")
     ),
@@ -332,6 +341,75 @@ def test_a_checkpoint_without_its_metadata_is_found_in_a_fleet_and_blocks(corpus
     forking = root / "gone"
     (forking / FORK_STARTED).write_text('{"batch": 11}')
     assert set(codes(forking)) == {"INCOMPLETE_FORK"}
+
+
+def test_a_file_sources_log_is_checked_as_a_restart_reads_it(corpus, tmp_path) -> None:
+    """Spark 4.3.0 failed to restart a copy without the entry the newest offsets name ("batch 31
+    doesn't exist"), one without an entry between the newest compaction and it, and one without
+    that compaction; it restarted one without an entry below the compaction, as an untouched copy.
+    A fleet's look lists only the logs of the file sources the newest offsets name: it says what
+    validation of the whole listing says."""
+    from checkpoint.analysis.fleet import look_at
+    from checkpoint.policy import POLICY
+
+    log = corpus["long_chain"] / "sources" / "0"
+    newest = int(_source_entry(corpus["long_chain"]).name)
+    compactions = sorted(int(p.name.split(".")[0]) for p in log.glob("*.compact"))
+    assert compactions and compactions[-1] < newest, "the corpus' long chain compacts its source log"
+    last = compactions[-1]
+    cases = {"newest": str(newest), "after-compaction": str(last + 1), "compaction": f"{last}.compact",
+             "below-compaction": str(last - 1)}  # fmt: skip
+    for name, entry in cases.items():
+        path = tmp_path / name
+        copy_checkpoint(corpus["long_chain"], path)
+        (path / "sources" / "0" / entry).unlink()
+        expected = () if name == "below-compaction" else ("SOURCE_LOG_MISSING",)
+        errors = tuple(c for c in codes(path) if CODES[c].severity == Severity.ERROR)
+        assert errors == expected, name
+        assert look_at(name, str(path), None, POLICY, {}).errors == expected, name
+
+
+def _offset_line(path: Path, source: int, line: str) -> None:
+    target = max((p for p in (path / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    lines = target.read_text().split("\n")
+    lines[2 + source] = line
+    target.write_text("\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    ("hurt", "expected"),
+    [
+        (
+            lambda p: damage.link_outside(_source_entry(p, 1).parent),
+            {"FILE_OUTSIDE_CHECKPOINT", "SOURCE_LOG_MISSING"},
+        ),
+        (
+            lambda p: damage.link_outside(_source_entry(p, 1)),
+            {"FILE_OUTSIDE_CHECKPOINT", "SOURCE_LOG_MISSING"},
+        ),
+        (lambda p: damage.fifo_for(_source_entry(p, 1)), {"NOT_A_REGULAR_FILE", "SOURCE_LOG_MISSING"}),
+        (lambda p: _offset_line(p, 1, '{"logOffset":99999999999999999}'), {"SOURCE_LOG_MISSING"}),
+        (lambda p: _offset_line(p, 1, '{"logOffset":-3}'), {"UNREADABLE_LOG_FILE"}),
+        (lambda p: _offset_line(p, 1, '{"logOffset":{"0":5}}'), set()),  # Kafka's topic called logOffset
+    ],
+    ids=[
+        "folder-linked-out",
+        "entry-linked-out",
+        "entry-a-fifo",
+        "offset-absurd",
+        "offset-negative",
+        "kafka",
+    ],
+)
+def test_a_hostile_source_log_is_said_alike_by_a_look_and_never_read(copy_of, hurt, expected) -> None:
+    from checkpoint.model import Logs, load_head
+
+    path = copy_of("join")
+    hurt(path)
+    assert {c for c in codes(path) if CODES[c].severity == Severity.ERROR} == expected
+    for logs in Logs:
+        look = validate(load_head(str(path), strict=False, logs=logs))
+        assert {f.code for f in look.findings if f.severity == Severity.ERROR} == expected, logs
 
 
 def test_a_long_header_beside_the_versions_own_zip_leaves_the_fleets_headroom_alone(copy_of) -> None:

@@ -10,7 +10,13 @@ import json
 import pytest
 
 from checkpoint.errors import CorruptFileError, UnknownFormatVersionError
-from checkpoint.format.logs import parse_commit, parse_offset, parse_operator_metadata, parse_query_metadata
+from checkpoint.format.logs import (
+    parse_commit,
+    parse_offset,
+    parse_operator_metadata,
+    parse_query_metadata,
+    source_log_gaps,
+)
 
 U1, U2 = "83f71141-5fc2-4c14-8508-70d55d699b3e", "19548c67-22c4-493a-9f69-4b888fcd62ce"
 
@@ -31,6 +37,47 @@ def test_offset_v2_keeps_named_source_lines() -> None:
     entry = parse_offset(3, data, "offsets/3")
     assert entry.version == 2 and entry.shuffle_partitions == 8
     assert entry.sources == ('src_a:{"logOffset":3}',)
+    assert entry.file_sources == ()  # named, not numbered: which folder is its log is not known here
+
+
+_META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
+
+
+def test_v1_offsets_name_their_file_sources_by_line() -> None:
+    # No offset yet; Kafka (a topic may be called logOffset); a rate source; a file source.
+    lines = ["-", '{"logOffset":{"0":5}}', "7", '{"logOffset":3}', '{"t":{"0":1}}', '{"logOffset": 0}']
+    entry = parse_offset(4, (f"v1\n{_META}\n" + "\n".join(lines)).encode(), "offsets/4")
+    assert entry.file_sources == ((3, 3), (5, 0))
+
+
+@pytest.mark.parametrize("value", ["-1", str(1 << 63), '"3"', "true", "1.5", "null"])
+def test_a_file_source_offset_that_is_no_batch_id_is_refused(value: str) -> None:
+    with pytest.raises(CorruptFileError, match="logOffset"):
+        parse_offset(4, f'v1\n{_META}\n{{"logOffset":{value}}}'.encode(), "offsets/4")
+
+
+def _log(*entries: int, compact: tuple[int, ...] = ()) -> dict[int, bool]:
+    return {e: e in compact for e in entries}
+
+
+@pytest.mark.parametrize(
+    ("listed", "offset", "gaps"),
+    [
+        ({}, 0, [(0, 0)]),
+        (_log(*range(6)), 5, []),
+        (_log(*range(32), compact=(9, 19, 29)), 31, []),
+        (_log(*range(31), compact=(9, 19, 29)), 31, [(31, 31)]),
+        # Below the newest compaction nothing is read: the compaction holds it (Spark deletes it later).
+        (_log(*range(20, 32), compact=(29,)), 31, []),
+        (_log(*range(29), 30, 31, compact=(9, 19)), 31, [(29, 29)]),
+        (_log(*range(8)), 5, []),  # the log ahead of the offsets, as after a kill between the two
+        (_log(*range(6), 7), 5, [(6, 6)]),
+        ({}, 10**18, [(0, 10**18)]),  # a forged offset costs nothing
+        (_log(9, 10**18, compact=(9,)), 10**18, [(10, 10**18 - 1)]),
+    ],
+)
+def test_the_source_log_entries_a_restart_reads(listed: dict[int, bool], offset: int, gaps: list) -> None:
+    assert source_log_gaps(listed, offset) == gaps
 
 
 @pytest.mark.parametrize(

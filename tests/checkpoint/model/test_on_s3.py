@@ -45,9 +45,12 @@ def _renamed_bytes(local: Path, url: str) -> int:
 
 
 # What a head-first load may list inside a checkpoint: its root, the logs, `state/` (operators) and
-# each operator (its partition folders, checked against what the logs declare) and its metadata
-# folders. Never inside a partition folder, never recursively.
-_HEAD_LISTINGS = re.compile(r"^(|commits/|offsets/|state/|state/\d+/|state/\d+/_metadata/(v2/)?)$")
+# each operator (its partition folders, checked against what the logs declare), its metadata
+# folders, and a file source's log (as Spark's restart does). Never inside a partition folder,
+# never recursively.
+_HEAD_LISTINGS = re.compile(
+    r"^(|commits/|offsets/|sources/\d+/|state/|state/\d+/|state/\d+/_metadata/(v2/)?)$"
+)
 
 
 def test_scan_lists_folders_and_reads_what_recovery_reads(s3, s3_copy_of, corpus) -> None:
