@@ -1,6 +1,6 @@
 """The file sources' logs against the newest offsets: a restart reads the entries from each log's
-newest compaction to the batch's own (`source_log_gaps`), and fails on a missing one, which no
-check of the commit and offset logs sees."""
+newest compaction to the batch's own (`source_log_gaps`), and fails on a missing or empty one,
+which no check of the commit and offset logs sees."""
 
 from __future__ import annotations
 
@@ -8,36 +8,62 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from checkpoint.analysis.findings import F, Finding, finding
-from checkpoint.format import FileKind, source_log_gaps
+from checkpoint.format import FileKind, is_number, source_folder_of, source_log_gaps
 from checkpoint.model import Checkpoint
 
-_COMPACT = ".compact"
+_SHOWN = 5  # source lines named in one finding, of a forged offsets file's thousands
+
+
+def source_logs(ckpt: Checkpoint) -> dict[int, dict[str, int]]:
+    """{i: {file name: size}} of each `sources/<i>` the model's files show, a log or anything else
+    in its place (a file, a link): a full listing holds every source's, and a head-first load lists
+    those the newest offsets may name."""
+    logs: dict[int, dict[str, int]] = defaultdict(dict)
+    for f in ckpt.files:
+        parts = f.rel.split("/", 2)
+        if parts[0] == "sources" and len(parts) > 1 and is_number(parts[1], 10):
+            log = logs[int(parts[1])]
+            if f.kind == FileKind.SOURCE_LOG:
+                log[parts[2]] = f.info.size
+    return logs
 
 
 def source_findings(ckpt: Checkpoint) -> Iterable[Finding]:
-    """SOURCE_LOG_MISSING for each file source whose log lacks an entry a restart reads. From the
-    model's files alone: a full listing holds every source's log, and a head-first load lists the
-    logs of the file sources the newest offsets name."""
+    """SOURCE_LOG_MISSING for each file source whose log lacks an entry a restart reads. A line
+    whose folder is not known (a source read twice) is checked against every folder up to its
+    own: one that holds its entries is enough, so a self-union is never taken for damage."""
     newest = ckpt.newest_offsets
     if newest is None or not newest.file_sources:
         return
-    listed: dict[str, dict[int, bool]] = defaultdict(dict)
-    for f in ckpt.files:
-        if f.kind == FileKind.SOURCE_LOG and f.what.batch is not None:
-            folder, name = f.rel.rsplit("/", 1)
-            entries = listed[folder]
-            entries[f.what.batch] = entries.get(f.what.batch, False) or name.endswith(_COMPACT)
-    for index, log_offset in newest.file_sources:
-        folder = f"sources/{index}"
-        gaps = source_log_gaps(listed.get(folder, {}), log_offset)
-        if not gaps:
+    # Only folders a line may name: a head-first load lists no other, and a full listing's must not
+    # decide otherwise.
+    logs = {i: log for i, log in source_logs(ckpt).items() if i < len(newest.sources)}
+    newest_folder = max(logs, default=-1)
+    unplaced = []
+    for line, log_offset in newest.file_sources:
+        folder = source_folder_of(line, len(newest.sources), newest_folder)
+        if folder is None:
+            if all(source_log_gaps(logs[i], log_offset) for i in logs if i <= line):
+                unplaced.append((line, log_offset))
             continue
-        spans = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
-        what = "entry" if len(gaps) == 1 and gaps[0][0] == gaps[0][1] else "entries"
+        gaps = source_log_gaps(logs.get(folder, {}), log_offset)
+        if gaps:
+            spans = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
+            what = "entry" if len(gaps) == 1 and gaps[0][0] == gaps[0][1] else "entries"
+            yield finding(
+                F.SOURCE_LOG_MISSING,
+                ckpt.storage.full(f"sources/{folder}"),
+                f"file source {folder}'s log has no readable {what} {spans} (missing, empty, or not under "
+                "the name its compaction interval gives), which a restart reads (batch "
+                f"{newest.batch}'s offsets name its entry {log_offset}): Spark fails to start the query. "
+                "Restore them from a backup",
+            )
+    if unplaced:
+        shown = ", ".join(f"line {line} (entry {n})" for line, n in unplaced[:_SHOWN])
+        more = f" and {len(unplaced) - _SHOWN} more" if len(unplaced) > _SHOWN else ""
         yield finding(
             F.SOURCE_LOG_MISSING,
-            ckpt.storage.full(folder),
-            f"file source {index}'s log is missing {what} {spans}, which a restart reads (batch "
-            f"{newest.batch}'s offsets name its entry {log_offset}): Spark fails to start the query. "
-            "Restore the log from a backup, or fork the checkpoint at an older batch",
+            ckpt.storage.full("sources"),
+            f"batch {newest.batch}'s offsets name file source entries no log under sources/ holds whole: "
+            f"{shown}{more}. Spark fails to start the query. Restore them from a backup",
         )

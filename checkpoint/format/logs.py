@@ -171,23 +171,75 @@ def file_source_offset(line: str, path: str) -> int | None:
     return n
 
 
-def source_log_gaps(listed: Mapping[int, bool], log_offset: int) -> list[tuple[int, int]]:
-    """The runs (first, last) of a file source's log entries that a restart reads and `listed`
-    ({entry: whether it is a `.compact`}) lacks. Starting, the source reads every entry from the
-    newest compaction to the newest entry (`CompactibleFileStreamLog.allFiles`; an entry the
-    compaction holds is deleted later), and the batch reads up to its offset's: Spark 4.3.0 fails
-    on either missing ("batch 31 doesn't exist"). Computed from what is listed, never by counting
-    through the range: a forged offset names any batch."""
-    top = max(log_offset, max(listed, default=-1))
-    first = max((e for e, compact in listed.items() if compact and e <= top), default=0)
+def source_folder_of(line: int, lines: int, newest_folder: int) -> int | None:
+    """The folder `sources/<i>/` of an offsets file's source line `line` (of `lines`), given the
+    newest folder there: Spark numbers a folder per distinct source, in the order its lines first
+    name them, and writes a line per source the plan reads, so a query that reads one source twice
+    (a self-union) has fewer folders than lines, and each later line's folder is not known. The
+    folders reaching the last line say that none is read twice; the first line is always folder 0."""
+    return line if line == 0 or newest_folder == lines - 1 else None
+
+
+_COMPACT = ".compact"
+DEFAULT_COMPACT_INTERVAL = 10  # spark.sql.streaming.fileSource.log.compactInterval's default
+
+
+def source_log_gaps(listed: Mapping[str, int], log_offset: int) -> list[tuple[int, int]]:
+    """The runs (first, last) of a file source's log entries that a restart reads and that are
+    missing or empty among `listed` ({file name: size} of `sources/<i>/`), as Spark finds them
+    (`CompactibleFileStreamLog`): starting, the source reads every entry from the compaction at or
+    below its newest to its newest, each by the one name the compaction interval gives it
+    (`<n>.compact` or `<n>`), the interval told by the two newest `.compact` files; and the batch
+    reads up to its offset's (`log_offset`). Spark 4.3.0 failed on either ("batch 31 doesn't
+    exist", "sources/0/29.compact doesn't exist"), and on an empty one ("Incomplete log file").
+    Without any compaction every entry from 0 is read, by either name (the interval is the query's
+    conf, not written anywhere). Computed from what is listed, never by counting through the
+    range: a forged offset names any batch."""
+    ids: dict[int, str] = {}  # Spark's own parse of a name (Long.parseLong: `007` is 7)
+    for name in listed:
+        digits = name.removesuffix(_COMPACT)
+        if digits.isdigit() and int(digits) <= _LONG_MAX:
+            ids[int(digits)] = name
+    top = max(log_offset, max(ids, default=-1))
+    compacts = sorted((e for e, name in ids.items() if name.endswith(_COMPACT)), reverse=True)
+    if compacts:
+        interval = _compact_interval(compacts)
+        first = max(0, (top + 1) // interval * interval - 1)
+
+        def whole(e: int) -> bool:
+            name = f"{e}{_COMPACT}" if (e + 1) % interval == 0 else str(e)
+            return listed.get(name, 0) > 0
+    else:
+        first = 0
+
+        def whole(e: int) -> bool:
+            return listed.get(str(e), 0) > 0 or listed.get(f"{e}{_COMPACT}", 0) > 0
+
     gaps, expected = [], first
-    for e in sorted(e for e in listed if first <= e <= top):
+    for e in sorted(e for e in ids if first <= e <= top and whole(e)):
         if e > expected:
             gaps.append((expected, e - 1))
         expected = e + 1
     if expected <= top:
         gaps.append((expected, top))
     return gaps
+
+
+def _compact_interval(compacts: list[int]) -> int:
+    """Spark's compaction interval from the `.compact` files, newest first: the distance between
+    the two newest, or with one (Spark deletes the older ones), the first divisor of its batch
+    count from the default up (`deriveCompactInterval`). A count no divisor is found for within a
+    bounded search (a forged name; Spark's would search to half of it) is its own interval."""
+    if len(compacts) >= 2:
+        return compacts[0] - compacts[1]
+    count = compacts[0] + 1
+    if count <= DEFAULT_COMPACT_INTERVAL or DEFAULT_COMPACT_INTERVAL >= count // 2:
+        return count
+    last = min(count // 2, DEFAULT_COMPACT_INTERVAL + _DIVISOR_SEARCH)
+    return next((i for i in range(DEFAULT_COMPACT_INTERVAL, last + 1) if count % i == 0), count)
+
+
+_DIVISOR_SEARCH = 100_000
 
 
 def file_source_paths(batch: int, read: Callable[[int], bytes], path: str) -> list[str]:

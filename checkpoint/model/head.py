@@ -71,7 +71,7 @@ from checkpoint.model.operators import FileProblem
 from checkpoint.model.scopes import Logs
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
-from checkpoint.storage import FileInfo, Storage, carrying_watch
+from checkpoint.storage import FileInfo, Folder, Storage, carrying_watch
 
 log = logging.getLogger(__name__)
 _PROGRESS_EVERY = 100  # stores between progress lines
@@ -191,15 +191,29 @@ def _beyond_recovery(
 
 
 def _with_source_logs(ckpt: Checkpoint, storage: Storage, strict: bool) -> Checkpoint:
-    """`ckpt` with the log files of each file source its newest offsets name: what a restart lists
-    and reads of them, which validation checks (a full listing holds them anyway)."""
+    """`ckpt` with the sources' logs its newest offsets may name, when it has a file source: what a
+    restart lists and reads of them, which validation checks (a full listing holds them anyway).
+    One listing of `sources/`, and one of each source folder up to the offsets' last line: as many
+    as the query has sources, however many lines a damaged offsets file holds."""
+    newest = ckpt.newest_offsets
+    if newest is None or not newest.file_sources:
+        return ckpt
     listed: list[FileInfo] = []
     refused: dict[str, UntrustedFileError] = {}
-    for i, _ in ckpt.newest_offsets.file_sources if ckpt.newest_offsets else ():
+
+    def listing(folder: str) -> Folder:
         try:
-            listed += storage.list_dir(f"sources/{i}").files
-        except UntrustedFileError as exc:  # the folder a link out: as absent, and said
-            refused[f"sources/{i}"] = exc
+            return storage.list_dir(folder)
+        except UntrustedFileError as exc:  # a link out, a loop: as absent, and said
+            refused[folder] = exc
+            return Folder((), (), False)
+
+    top = listing("sources")
+    listed += top.files  # a file or a link where a source's folder belongs is said too
+    for folder in top.folders:
+        name = folder.rsplit("/", 1)[1]
+        if is_number(name, 10) and int(name) < len(newest.sources):
+            listed += listing(folder).files
     if not listed and not refused:
         return ckpt
     refused.update(untrusted_files(storage, listed))

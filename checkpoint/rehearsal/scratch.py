@@ -18,6 +18,8 @@ from checkpoint.format import (
     ByEngine,
     classify,
     file_source_paths,
+    is_number,
+    source_folder_of,
 )
 from checkpoint.model import Checkpoint, checkpoint_lineage, load_head
 from checkpoint.policy import POLICY
@@ -120,7 +122,16 @@ def _batch_logs(
     prior = head.batches.get(n - 1)
     before = dict(prior.offset.file_sources) if prior is not None and prior.offset is not None else {}
     offsets = head.batches[n].offset
-    spans = {f"sources/{i}": (before.get(i, -1), b) for i, b in offsets.file_sources} if offsets else {}
+    lines = len(offsets.sources) if offsets else 0
+    folders = {int(name) for f in logs if is_number(name := f.rel.split("/")[1], 10)}
+    newest_folder = max((i for i in folders if i < lines), default=-1)
+    # A line whose folder is not known (a source read twice) names no input here: Spark's replay
+    # reads it, and says what it lacks.
+    spans = {
+        f"sources/{folder}": (before.get(i, -1), b)
+        for i, b in (offsets.file_sources if offsets else ())
+        if (folder := source_folder_of(i, lines, newest_folder)) is not None
+    }
     added, read = [], []
     for f in logs:
         entry, span = classify(f.rel).batch, spans.get(f.rel.rsplit("/", 1)[0])

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from checkpoint.errors import OutsideCheckpointError
+from checkpoint.errors import NotARegularFileError, OutsideCheckpointError
 from checkpoint.storage.files import VANISHED, Calls, FileInfo, Folder, failing
 from checkpoint.storage.folders import delete_under, folder_ids, remove_empty_under
 from checkpoint.storage.generic import FsspecBackend
@@ -268,6 +268,10 @@ def list_local(top: str, cut: int, root: str | None = None) -> Folder:
         return Folder((), (), True)
     except FileNotFoundError:
         return Folder((), (), False)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise NotARegularFileError("a link in a loop, which leads to no folder: not listed", top) from exc
     for entry, path in _scan(fd, top):
         try:
             if entry.is_dir(follow_symlinks=False):

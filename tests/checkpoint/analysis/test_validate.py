@@ -343,30 +343,71 @@ def test_a_checkpoint_without_its_metadata_is_found_in_a_fleet_and_blocks(corpus
     assert set(codes(forking)) == {"INCOMPLETE_FORK"}
 
 
+def _lines_of_every_offsets_file(path: Path, change) -> None:
+    for f in (path / "offsets").iterdir():
+        if f.name.isdigit():
+            f.write_text("\n".join(change(f.read_text().split("\n"))))
+
+
 def test_a_file_sources_log_is_checked_as_a_restart_reads_it(corpus, tmp_path) -> None:
-    """Spark 4.3.0 failed to restart a copy without the entry the newest offsets name ("batch 31
-    doesn't exist"), one without an entry between the newest compaction and it, and one without
-    that compaction; it restarted one without an entry below the compaction, as an untouched copy.
-    A fleet's look lists only the logs of the file sources the newest offsets name: it says what
-    validation of the whole listing says."""
+    """Each damage Spark 4.3.0 was restarted on (docs/format.md, section 10): it failed without the
+    entry the newest offsets name ("batch 31 doesn't exist"), without one between the newest
+    compaction and it, without that compaction, without an older compaction (the two newest tell
+    the interval: "19.compact doesn't exist (latestId: 31, compactInterval: 20)"), and with an
+    empty entry ("Incomplete log file"); it restarted as an untouched copy without an entry below
+    the compaction, or without the oldest compaction. A fleet's look says what validation of the
+    whole listing says. A query that reads its source twice (a self-union) writes two lines and
+    one folder: never taken for damage, and still checked."""
     from checkpoint.analysis.fleet import look_at
     from checkpoint.policy import POLICY
 
     log = corpus["long_chain"] / "sources" / "0"
     newest = int(_source_entry(corpus["long_chain"]).name)
     compactions = sorted(int(p.name.split(".")[0]) for p in log.glob("*.compact"))
-    assert compactions and compactions[-1] < newest, "the corpus' long chain compacts its source log"
+    assert len(compactions) >= 3 and compactions[-1] < newest, (
+        "the corpus' long chain compacts its source log"
+    )
     last = compactions[-1]
-    cases = {"newest": str(newest), "after-compaction": str(last + 1), "compaction": f"{last}.compact",
-             "below-compaction": str(last - 1)}  # fmt: skip
-    for name, entry in cases.items():
+
+    def gone(name: str):
+        return lambda p: (p / "sources" / "0" / name).unlink()
+
+    def twice(lines: list[str]) -> list[str]:
+        return [*lines[:3], lines[2], *lines[3:]]
+
+    cases = {
+        "newest": ("long_chain", gone(str(newest)), True),
+        "after-compaction": ("long_chain", gone(str(last + 1)), True),
+        "compaction": ("long_chain", gone(f"{last}.compact"), True),
+        "older-compaction": ("long_chain", gone(f"{compactions[-2]}.compact"), True),
+        "empty": ("long_chain", lambda p: (p / "sources" / "0" / str(newest - 1)).write_bytes(b""), True),
+        "below-compaction": ("long_chain", gone(str(last - 1)), False),
+        "oldest-compaction": ("long_chain", gone(f"{compactions[0]}.compact"), False),
+        "self-union": ("dedup_agg", lambda p: _lines_of_every_offsets_file(p, twice), False),
+        "self-union-damaged": (
+            "dedup_agg",
+            lambda p: (_lines_of_every_offsets_file(p, twice), _source_entry(p).unlink()),
+            True,
+        ),
+    }
+    for name, (scenario, hurt, broken) in cases.items():
         path = tmp_path / name
-        copy_checkpoint(corpus["long_chain"], path)
-        (path / "sources" / "0" / entry).unlink()
-        expected = () if name == "below-compaction" else ("SOURCE_LOG_MISSING",)
+        copy_checkpoint(corpus[scenario], path)
+        hurt(path)
+        expected = ("SOURCE_LOG_MISSING",) if broken else ()
         errors = tuple(c for c in codes(path) if CODES[c].severity == Severity.ERROR)
         assert errors == expected, name
         assert look_at(name, str(path), None, POLICY, {}).errors == expected, name
+
+
+def _replace_with_a_file(folder: Path) -> None:
+    shutil.rmtree(folder)
+    folder.write_text("not a log")
+
+
+def _loop(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.symlink_to(path.name)
 
 
 def _offset_line(path: Path, source: int, line: str) -> None:
@@ -379,10 +420,11 @@ def _offset_line(path: Path, source: int, line: str) -> None:
 @pytest.mark.parametrize(
     ("hurt", "expected"),
     [
-        (
-            lambda p: damage.link_outside(_source_entry(p, 1).parent),
-            {"FILE_OUTSIDE_CHECKPOINT", "SOURCE_LOG_MISSING"},
-        ),
+        # Refused, so as absent: the offsets' second line may be a second read of the first source.
+        (lambda p: damage.link_outside(_source_entry(p, 1).parent), {"FILE_OUTSIDE_CHECKPOINT"}),
+        (lambda p: _replace_with_a_file(_source_entry(p, 1).parent), {"SOURCE_LOG_MISSING"}),
+        (lambda p: _loop(_source_entry(p, 1).parent), {"SOURCE_LOG_MISSING"}),  # a name, not a folder
+        (lambda p: _loop(_source_entry(p, 1)), {"SOURCE_LOG_MISSING"}),  # a link to itself: no bytes
         (
             lambda p: damage.link_outside(_source_entry(p, 1)),
             {"FILE_OUTSIDE_CHECKPOINT", "SOURCE_LOG_MISSING"},
@@ -394,6 +436,9 @@ def _offset_line(path: Path, source: int, line: str) -> None:
     ],
     ids=[
         "folder-linked-out",
+        "folder-a-file",
+        "folder-a-loop",
+        "entry-a-loop",
         "entry-linked-out",
         "entry-a-fifo",
         "offset-absurd",
@@ -410,6 +455,28 @@ def test_a_hostile_source_log_is_said_alike_by_a_look_and_never_read(copy_of, hu
     for logs in Logs:
         look = validate(load_head(str(path), strict=False, logs=logs))
         assert {f.code for f in look.findings if f.severity == Severity.ERROR} == expected, logs
+
+
+def test_an_offsets_file_of_many_source_lines_costs_a_listing_per_source_folder(copy_of) -> None:
+    """A damaged newest offsets file naming 20,000 sources: the look lists `sources/` and the one
+    folder there, whatever the lines, and what it says stays short."""
+    from checkpoint.model import Logs, load_head
+    from checkpoint.storage import Storage
+
+    path = copy_of("watermark")
+    line = _source_entry(path).name
+    _offset_line(path, 0, "\n".join([f'{{"logOffset":{line}}}'] * 20_000))
+    storage = Storage(str(path))
+    look = validate(load_head(storage, strict=False, logs=Logs.RECOVERY))
+    listings = storage.calls.snapshot()["list_dir"]
+    assert listings < 20, listings
+    assert [f.code for f in look.findings if f.severity == Severity.ERROR] == []
+    (path / "sources" / "0" / line).unlink()
+    look = validate(load_head(str(path), strict=False, logs=Logs.RECOVERY))
+    # Its folder's finding, and one for every line whose folder is not known: its first five named.
+    errors = [f for f in look.findings if f.severity == Severity.ERROR]
+    assert {f.code for f in errors} == {"SOURCE_LOG_MISSING"} and len(errors) == 2
+    assert all(len(f.message) < 1000 for f in errors) and "and 19994 more" in errors[1].message
 
 
 def test_a_long_header_beside_the_versions_own_zip_leaves_the_fleets_headroom_alone(copy_of) -> None:

@@ -15,6 +15,7 @@ from checkpoint.format.logs import (
     parse_offset,
     parse_operator_metadata,
     parse_query_metadata,
+    source_folder_of,
     source_log_gaps,
 )
 
@@ -56,8 +57,10 @@ def test_a_file_source_offset_that_is_no_batch_id_is_refused(value: str) -> None
         parse_offset(4, f'v1\n{_META}\n{{"logOffset":{value}}}'.encode(), "offsets/4")
 
 
-def _log(*entries: int, compact: tuple[int, ...] = ()) -> dict[int, bool]:
-    return {e: e in compact for e in entries}
+def _log(*entries: int, compact: tuple[int, ...] = (), empty: tuple[int, ...] = ()) -> dict[str, int]:
+    """{file name: size} of a source's log: `<n>.compact` for the compactions, `<n>` otherwise."""
+    names = {e: f"{e}.compact" if e in compact else str(e) for e in entries}
+    return {name: 0 if e in empty else 70 for e, name in names.items()}
 
 
 @pytest.mark.parametrize(
@@ -70,14 +73,36 @@ def _log(*entries: int, compact: tuple[int, ...] = ()) -> dict[int, bool]:
         # Below the newest compaction nothing is read: the compaction holds it (Spark deletes it later).
         (_log(*range(20, 32), compact=(29,)), 31, []),
         (_log(*range(29), 30, 31, compact=(9, 19)), 31, [(29, 29)]),
+        # 19.compact gone: the two newest (9, 29) say an interval of 20, so Spark reads 19.compact
+        # and a plain 29 ("19.compact doesn't exist (latestId: 31, compactInterval: 20)").
+        (_log(*range(19), *range(20, 32), compact=(9, 29)), 31, [(19, 19), (29, 29)]),
+        # 29 written plainly where the interval says 29.compact: Spark reads only the latter.
+        (_log(*range(32), compact=(9, 19)), 31, [(29, 29)]),
+        # One compaction left (Spark deleted the older): the interval is its count's divisor from 10.
+        (_log(*range(1009, 1015), compact=(1009,)), 1014, []),
+        (_log(*range(1009, 1015), compact=(1009,), empty=(1012,)), 1014, [(1012, 1012)]),
         (_log(*range(8)), 5, []),  # the log ahead of the offsets, as after a kill between the two
         (_log(*range(6), 7), 5, [(6, 6)]),
+        (_log(*range(6), empty=(3,)), 5, [(3, 3)]),  # "Incomplete log file"
+        ({**_log(*range(5)), "005": 70}, 5, [(5, 5)]),  # Spark reads `5`, never `005`
+        ({**_log(*range(6)), str(1 << 64): 70}, 5, []),  # no Long: Spark skips the name
         ({}, 10**18, [(0, 10**18)]),  # a forged offset costs nothing
-        (_log(9, 10**18, compact=(9,)), 10**18, [(10, 10**18 - 1)]),
+        (_log(9, 10**18, compact=(9,)), 10**18, [(10**18 - 1, 10**18 - 1)]),  # a compaction at 10^18 - 1
+        (_log(10**18 - 1, compact=(10**18 - 1,)), 10**18 - 1, []),  # a forged compaction: bounded search
     ],
 )
-def test_the_source_log_entries_a_restart_reads(listed: dict[int, bool], offset: int, gaps: list) -> None:
+def test_the_source_log_entries_a_restart_reads(listed: dict[str, int], offset: int, gaps: list) -> None:
     assert source_log_gaps(listed, offset) == gaps
+
+
+@pytest.mark.parametrize(
+    ("line", "lines", "newest", "folder"),
+    [(0, 1, 0, 0), (1, 2, 1, 1), (0, 3, 1, 0), (1, 3, 1, None), (2, 3, 1, None), (1, 2, -1, None)],
+)
+def test_a_source_line_names_its_folder_only_when_no_source_is_read_twice(
+    line: int, lines: int, newest: int, folder: int | None
+) -> None:
+    assert source_folder_of(line, lines, newest) == folder
 
 
 @pytest.mark.parametrize(

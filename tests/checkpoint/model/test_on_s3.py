@@ -46,10 +46,10 @@ def _renamed_bytes(local: Path, url: str) -> int:
 
 # What a head-first load may list inside a checkpoint: its root, the logs, `state/` (operators) and
 # each operator (its partition folders, checked against what the logs declare), its metadata
-# folders, and a file source's log (as Spark's restart does). Never inside a partition folder,
-# never recursively.
+# folders, and `sources/` with each source's log (as Spark's restart does). Never inside a
+# partition folder, never recursively.
 _HEAD_LISTINGS = re.compile(
-    r"^(|commits/|offsets/|sources/\d+/|state/|state/\d+/|state/\d+/_metadata/(v2/)?)$"
+    r"^(|commits/|offsets/|sources/(\d+/)?|state/|state/\d+/|state/\d+/_metadata/(v2/)?)$"
 )
 
 
