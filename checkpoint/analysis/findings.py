@@ -103,8 +103,9 @@ CODES = _codes(
     Code(F.OFFSET_LOG_GAP, E, LOG, "batch ids missing inside the offset log"),
     Code(F.COMMIT_LOG_GAP, E, LOG, "a planned batch below the latest committed one has no commit"),
     Code(F.MULTIPLE_UNFINISHED_BATCHES, E, LOG, "more than one planned batch after the latest commit"),
-    Code(F.SOURCE_LOG_MISSING, E, LOG, "a file source's log lacks an entry a restart reads (from its newest "
-         "compaction to the newest offsets' logOffset): Spark fails to start the query"),
+    Code(F.SOURCE_LOG_MISSING, E, LOG, "a file source's log has no readable entry (missing, empty or "
+         "misnamed) where a restart reads one, from its newest compaction to the newest offsets' "
+         "logOffset: Spark fails to start the query"),
     Code(F.PARTITION_COUNT_MISMATCH, E, LOG, "state partitions in the commit log differ from the offsets"),
     Code(F.STORES_DISAGREE, E, LOG, "what names the stores disagrees: the operator metadata's partitions and "
          "stores, the offsets' spark.sql.shuffle.partitions, the commit's ids and the state folders"),

@@ -182,6 +182,7 @@ def source_folder_of(line: int, lines: int, newest_folder: int) -> int | None:
 
 _COMPACT = ".compact"
 DEFAULT_COMPACT_INTERVAL = 10  # spark.sql.streaming.fileSource.log.compactInterval's default
+_DIVISOR_SEARCH = 100_000  # candidates tried for an interval, of a forged name's 10^18
 
 
 def source_log_gaps(listed: Mapping[str, int], log_offset: int) -> list[tuple[int, int]]:
@@ -237,9 +238,6 @@ def _compact_interval(compacts: list[int]) -> int:
         return count
     last = min(count // 2, DEFAULT_COMPACT_INTERVAL + _DIVISOR_SEARCH)
     return next((i for i in range(DEFAULT_COMPACT_INTERVAL, last + 1) if count % i == 0), count)
-
-
-_DIVISOR_SEARCH = 100_000
 
 
 def file_source_paths(batch: int, read: Callable[[int], bytes], path: str) -> list[str]:

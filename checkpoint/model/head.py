@@ -4,8 +4,9 @@ What it costs does not grow with the checkpoint's history, only with its operato
 replay chains recovery walks at the chosen batches:
 - one shallow listing each of the root, `commits/`, `offsets/`, `state/`, and each operator's
   `_metadata/` (and `_metadata/v2/` where it exists), then the commit, offset and metadata files;
-- one shallow listing of the log of each file source the newest offsets name (`sources/<i>/`), as
-  a restart's own look at it (`source_log_gaps`);
+- when the newest offsets name a file source, one shallow listing of `sources/` and of each source
+  folder there up to the offsets' last line, as the sources' own start lists them
+  (`source_log_gaps`);
 - per store and batch, files named from the commit log's `stateUniqueIds` (docs/format.md §7):
   a probe-and-read of `<V>_<U>.zip` and of each zip the lineage names (one GET each, a 404 for the
   absent ones), a stat and one ranged read of the committed changelog's header, a stat of each
