@@ -151,8 +151,8 @@ def _local(cell: Cell, corpus, defaults) -> Path:
 def test_its_format_is_told_and_it_reads_as_its_local_copy(cell: Cell, corpus, defaults) -> None:
     """Healthy, read head-first: the root, both logs, `state/`, the operators' metadata, their
     partition folders and one partition's store folders (checked against what the metadata
-    declares), then each store's folder where recovery lists it (format V1); never a recursive
-    listing. Its lineage and findings are its local copy's."""
+    declares), `sources/` and its file source's log, then each store's folder where recovery lists
+    it (format V1); never a recursive listing. Its lineage and findings are its local copy's."""
     ckpt = cell.head()
     assert ckpt.states.name == cell.format
     assert _errors(ckpt) == []
@@ -160,7 +160,7 @@ def test_its_format_is_told_and_it_reads_as_its_local_copy(cell: Cell, corpus, d
     assert read, "no store found as its recovery finds them"
     calls = cell.storage.calls.snapshot()
     stores = len({e.store for e in checkpoint_lineage(ckpt)})
-    assert calls["list"] == 0 and calls["list_dir"] <= 7 + stores, calls
+    assert calls["list"] == 0 and calls["list_dir"] <= 9 + stores, calls
     local = load_head(Storage(str(_local(cell, corpus, defaults))), strict=False)
     assert read == _recovery(local)
     assert [(f.code, f.severity) for f in validate(ckpt).findings] == [
