@@ -19,7 +19,7 @@ import humanfriendly
 from checkpoint.analysis.chains import REFUSALS, chain_findings
 from checkpoint.analysis.findings import CODES as CODES
 from checkpoint.analysis.findings import Category as Category
-from checkpoint.analysis.findings import Finding, FindingCode, batch_spans, utc_minute
+from checkpoint.analysis.findings import Finding, FindingCode, batch_spans, spans_text, utc_minute
 from checkpoint.analysis.findings import Severity as Severity
 from checkpoint.analysis.findings import finding as _finding
 from checkpoint.analysis.sources import source_findings
@@ -268,10 +268,6 @@ def _missing_spans(ids: set[int]) -> list[Span]:
     return [(a + 1, b - 1) for a, b in pairwise(sorted(ids)) if b > a + 1]
 
 
-def _spans_text(spans: list[Span]) -> str:
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
-
-
 def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     full = ckpt.storage.full
     # From the listing, not the parsed entries: an unreadable file is its own finding, not a gap.
@@ -294,7 +290,7 @@ def _log_findings(ckpt: Checkpoint) -> Iterable[Finding]:
         yield _finding(
             FindingCode.OFFSET_LOG_GAP,
             full("offsets"),
-            f"offsets missing for batches {_spans_text(offset_gaps)}",
+            f"offsets missing for batches {spans_text(offset_gaps)}",
         )
     # A commit without offsets strictly between the first and the last offset is inside a gap,
     # which is its finding already.

@@ -3,6 +3,7 @@ The checks live in `validate` (and `stores`); a document, a test and the UI read
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum, StrEnum
@@ -177,6 +178,11 @@ def batch_spans(ids: set[int]) -> str:
         if n is not None:
             start = prev = n
     return ", ".join(spans)
+
+
+def spans_text(spans: Iterable[tuple[int, int]]) -> str:
+    """`0-11, 14`: runs given as (first, last), however far apart (a forged id names any batch)."""
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def utc_minute(t: float) -> str:

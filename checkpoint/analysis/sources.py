@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from checkpoint.analysis.findings import F, Finding, finding
+from checkpoint.analysis.findings import F, Finding, finding, spans_text
 from checkpoint.format import FileKind, is_number, source_folder_of, source_log_gaps
 from checkpoint.model import Checkpoint
 
@@ -48,7 +48,7 @@ def source_findings(ckpt: Checkpoint) -> Iterable[Finding]:
             continue
         gaps = source_log_gaps(logs.get(folder, {}), log_offset)
         if gaps:
-            spans = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps)
+            spans = spans_text(gaps)
             what = "entry" if len(gaps) == 1 and gaps[0][0] == gaps[0][1] else "entries"
             yield finding(
                 F.SOURCE_LOG_MISSING,
