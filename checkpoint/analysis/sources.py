@@ -38,12 +38,18 @@ def source_findings(ckpt: Checkpoint) -> Iterable[Finding]:
     # Only folders a line may name: a head-first load lists no other, and a full listing's must not
     # decide otherwise.
     logs = {i: log for i, log in source_logs(ckpt).items() if i < len(newest.sources)}
-    newest_folder = max(logs, default=-1)
     unplaced = []
+    gapped: dict[tuple[int, int], bool] = {}  # (folder, entry): a forged file repeats one line
+
+    def lacks(i: int, log_offset: int) -> bool:
+        if (i, log_offset) not in gapped:
+            gapped[i, log_offset] = bool(source_log_gaps(logs[i], log_offset))
+        return gapped[i, log_offset]
+
     for line, log_offset in newest.file_sources:
-        folder = source_folder_of(line, len(newest.sources), newest_folder)
+        folder = source_folder_of(line, len(newest.sources), logs)
         if folder is None:
-            if all(source_log_gaps(logs[i], log_offset) for i in logs if i <= line):
+            if all(lacks(i, log_offset) for i in logs if i <= line):
                 unplaced.append((line, log_offset))
             continue
         gaps = source_log_gaps(logs.get(folder, {}), log_offset)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,13 +171,14 @@ def file_source_offset(line: str, path: str) -> int | None:
     return n
 
 
-def source_folder_of(line: int, lines: int, newest_folder: int) -> int | None:
+def source_folder_of(line: int, lines: int, folders: Container[int]) -> int | None:
     """The folder `sources/<i>/` of an offsets file's source line `line` (of `lines`), given the
-    newest folder there: Spark numbers a folder per distinct source, in the order its lines first
-    name them, and writes a line per source the plan reads, so a query that reads one source twice
-    (a self-union) has fewer folders than lines, and each later line's folder is not known. The
-    folders reaching the last line say that none is read twice; the first line is always folder 0."""
-    return line if line == 0 or newest_folder == lines - 1 else None
+    numbers of the folders there (`folders`): Spark numbers a folder per distinct source, in the
+    order its lines first name them, and writes a line per source the plan reads, so a query that
+    reads one source twice (a self-union) has fewer folders than lines, and each later line's
+    folder is not known. A folder for the last line says that none is read twice; the first line
+    is always folder 0."""
+    return line if line == 0 or lines - 1 in folders else None
 
 
 _COMPACT = ".compact"

@@ -124,13 +124,12 @@ def _batch_logs(
     offsets = head.batches[n].offset
     lines = len(offsets.sources) if offsets else 0
     folders = {int(name) for f in logs if is_number(name := f.rel.split("/")[1], 10)}
-    newest_folder = max((i for i in folders if i < lines), default=-1)
     # A line whose folder is not known (a source read twice) names no input here: Spark's replay
     # reads it, and says what it lacks.
     spans = {
         f"sources/{folder}": (before.get(i, -1), b)
         for i, b in (offsets.file_sources if offsets else ())
-        if (folder := source_folder_of(i, lines, newest_folder)) is not None
+        if (folder := source_folder_of(i, lines, folders)) is not None
     }
     added, read = [], []
     for f in logs:

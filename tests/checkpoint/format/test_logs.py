@@ -96,13 +96,22 @@ def test_the_source_log_entries_a_restart_reads(listed: dict[str, int], offset: 
 
 
 @pytest.mark.parametrize(
-    ("line", "lines", "newest", "folder"),
-    [(0, 1, 0, 0), (1, 2, 1, 1), (0, 3, 1, 0), (1, 3, 1, None), (2, 3, 1, None), (1, 2, -1, None)],
+    ("line", "lines", "folders", "folder"),
+    [
+        (0, 1, {0}, 0),
+        (1, 2, {0, 1}, 1),
+        (1, 2, {1}, 1),  # folder 0 lost: the later line's is still known
+        (0, 3, {0, 1}, 0),
+        (1, 3, {0, 1}, None),
+        (2, 3, {0, 1}, None),
+        (1, 2, set(), None),
+        (1, 2, {0, 5}, None),  # a folder past the lines names none
+    ],
 )
 def test_a_source_line_names_its_folder_only_when_no_source_is_read_twice(
-    line: int, lines: int, newest: int, folder: int | None
+    line: int, lines: int, folders: set[int], folder: int | None
 ) -> None:
-    assert source_folder_of(line, lines, newest) == folder
+    assert source_folder_of(line, lines, folders) == folder
 
 
 @pytest.mark.parametrize(
