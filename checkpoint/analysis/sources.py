@@ -8,21 +8,21 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from checkpoint.analysis.findings import F, Finding, finding, spans_text
-from checkpoint.format import FileKind, is_number, source_folder_of, source_log_gaps
+from checkpoint.format import FileKind, source_log_gaps
 from checkpoint.model import Checkpoint
 
 _SHOWN = 5  # source lines named in one finding, of a forged offsets file's thousands
 
 
-def source_logs(ckpt: Checkpoint) -> dict[int, dict[str, int]]:
-    """{i: {file name: size}} of each `sources/<i>` the model's files show, a log or anything else
-    in its place (a file, a link): a full listing holds every source's, and a head-first load lists
-    those the newest offsets may name."""
-    logs: dict[int, dict[str, int]] = defaultdict(dict)
+def source_logs(ckpt: Checkpoint) -> dict[str, dict[str, int]]:
+    """{folder: {file name: size}} of each `sources/<folder>` the model's files show, a log or
+    anything else in its place (a file, a link): a full listing holds every source's, and a
+    head-first load lists those the newest offsets may name."""
+    logs: dict[str, dict[str, int]] = defaultdict(dict)
     for f in ckpt.files:
         parts = f.rel.split("/", 2)
-        if parts[0] == "sources" and len(parts) > 1 and is_number(parts[1], 10):
-            log = logs[int(parts[1])]
+        if parts[0] == "sources" and len(parts) > 1:
+            log = logs[parts[1]]
             if f.kind == FileKind.SOURCE_LOG:
                 log[parts[2]] = f.info.size
     return logs
@@ -37,19 +37,19 @@ def source_findings(ckpt: Checkpoint) -> Iterable[Finding]:
         return
     # Only folders a line may name: a head-first load lists no other, and a full listing's must not
     # decide otherwise.
-    logs = {i: log for i, log in source_logs(ckpt).items() if i < len(newest.sources)}
+    logs = {folder: log for folder, log in source_logs(ckpt).items() if newest.may_name(folder)}
     unplaced = []
-    gapped: dict[tuple[int, int], bool] = {}  # (folder, entry): a forged file repeats one line
+    gapped: dict[tuple[str, int], bool] = {}  # (folder, entry): a forged file repeats one line
 
-    def lacks(i: int, log_offset: int) -> bool:
-        if (i, log_offset) not in gapped:
-            gapped[i, log_offset] = bool(source_log_gaps(logs[i], log_offset))
-        return gapped[i, log_offset]
+    def lacks(folder: str, log_offset: int) -> bool:
+        if (folder, log_offset) not in gapped:
+            gapped[folder, log_offset] = bool(source_log_gaps(logs[folder], log_offset))
+        return gapped[folder, log_offset]
 
     for line, log_offset in newest.file_sources:
-        folder = source_folder_of(line, len(newest.sources), logs)
-        if folder is None:
-            if all(lacks(i, log_offset) for i in logs if i <= line):
+        folder = newest.source_folder(line, logs)
+        if folder is None:  # v1 only: folders are numbers there
+            if all(lacks(f, log_offset) for f in logs if int(f) <= line):
                 unplaced.append((line, log_offset))
             continue
         gaps = source_log_gaps(logs.get(folder, {}), log_offset)

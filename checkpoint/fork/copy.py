@@ -4,7 +4,7 @@ One operation serves three uses: relocate a query (another bucket, local to S3) 
 it, roll it back to an earlier committed batch, and audit a production checkpoint on a copy. DEST
 receives, as of batch N:
 - the query `metadata` (a new id when asked), `offsets/` and `commits/` up to N, and every source
-  log file (`sources/<i>/<b>`, `.compact` included) up to N;
+  log file (`sources/<i>/<b>` or a named source's `sources/<name>/<b>`, `.compact` included) up to N;
 - the operator metadata up to N, v2 files with each absolute path rewritten to DEST (Spark reads the
   schema through them: a plain copy would keep reading SRC's), the schema files they name, and the
   per-store schema files of partition 0;

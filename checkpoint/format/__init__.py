@@ -59,7 +59,6 @@ from checkpoint.format.logs import (
     parse_offset,
     parse_operator_metadata,
     parse_query_metadata,
-    source_folder_of,
     source_log_gaps,
 )
 from checkpoint.format.providers import HDFS_FILES, ROCKSDB_FILES, Provider, StateFiles
@@ -188,7 +187,6 @@ __all__ = [
     "sidecar_agrees",
     "sidecar_matches",
     "signed",
-    "source_folder_of",
     "source_log_gaps",
     "split_row",
     "state_format_of",

@@ -83,6 +83,10 @@ WAL_FILE = re.compile(rf"^[0-9]{{1,20}}-{UUID}\.log\Z")
 BATCH_FILE = re.compile(r"^[0-9]{1,19}\Z")
 SCHEMA_FILE = re.compile(rf"^[0-9]{{1,19}}_{UUID}\Z")
 SOURCE_LOG_FILE = re.compile(r"^[0-9]{1,19}(?:\.compact)?\Z")
+# A source's log folder, `sources/<i>/`, or under source evolution (Spark 4.2+, offsets v2)
+# `sources/<name>/`: Spark takes a source's name only of ASCII letters, digits and underscores. At
+# most a file name's length: a longer one is no folder Spark could have written.
+SOURCE_FOLDER = re.compile(r"^[A-Za-z0-9_]{1,255}\Z")
 
 # Spark's own temp name for a file it writes whole and then renames (CheckpointFileManager's
 # `createAtomic`): `.<name>.<uuid>[.TID<task attempt>].tmp` beside the final name.
@@ -275,7 +279,7 @@ def _folder(folder: str) -> _Shape:
     if top == "offsets" or top == "commits":
         return (_OFFSETS if top == "offsets" else _COMMITS, None, None, None) if n == 1 else _NO_FOLDER
     if top == "sources":
-        return (_SOURCE_LOG, None, None, None) if n == 2 and is_number(parts[1], 10) else _NO_FOLDER
+        return (_SOURCE_LOG, None, None, None) if n == 2 and SOURCE_FOLDER.match(parts[1]) else _NO_FOLDER
     if top != "state" or n < 3 or not is_number(parts[1], 10):
         return _NO_FOLDER
     op = int(parts[1])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
+from checkpoint.format.layout import SOURCE_FOLDER, is_number
 from checkpoint.format.sizes import SOURCE_LOG_LINE_BYTES
 from checkpoint.format.spark import SHUFFLE_PARTITIONS
 from checkpoint.policy import POLICY
@@ -108,9 +109,29 @@ class OffsetEntry:
     batch_timestamp_ms: int
     conf: dict[str, str] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
-    # (i, logOffset) of each file source, whose log is `sources/<i>/`: v1 files only, whose lines
-    # are in the order of the sources' folders (v2 names its sources instead).
+    # (line, logOffset) of each file source among `sources`, whose log is `source_folder(line)`.
     file_sources: tuple[tuple[int, int], ...] = ()
+    # v2 (source evolution, Spark 4.2+): each line's source name (`name:offset`), which is its
+    # log's folder, `sources/<name>/`; v1 lines name none, and are in the order of the folders.
+    source_names: tuple[str, ...] = ()
+
+    def source_folder(self, line: int, folders: Container[str]) -> str | None:
+        """The folder under `sources/` of source line `line`, given the folders there: a v2 line's
+        name. In v1 Spark numbers a folder per distinct source, in the order its lines first name
+        them, and writes a line per source the plan reads, so a query that reads one source twice
+        (a self-union) has fewer folders than lines, and each later line's folder is not known. A
+        folder for the last line says that none is read twice; the first line is always folder 0.
+        (v2 refuses a name given twice: "DUPLICATE_SOURCE_NAMES".)"""
+        if self.source_names:
+            return self.source_names[line]
+        return str(line) if line == 0 or str(len(self.sources) - 1) in folders else None
+
+    def may_name(self, folder: str) -> bool:
+        """Whether a line may name `sources/<folder>/`: a v2 line's name, or a v1 line's number as
+        Spark writes one (`7`, never `007`)."""
+        if self.source_names:
+            return folder in self.source_names
+        return is_number(folder, 10) and str(int(folder)) == folder and int(folder) < len(self.sources)
 
     @property
     def shuffle_partitions(self) -> int | None:
@@ -145,11 +166,23 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
     if SHUFFLE_PARTITIONS in conf:
         bounded_count(conf[SHUFFLE_PARTITIONS], SHUFFLE_PARTITIONS, path)
     sources = tuple(lines[1:])
-    files = () if version != 1 else tuple(
-        (i, n) for i, line in enumerate(sources) if (n := file_source_offset(line, path)) is not None
-    )  # fmt: skip
+    names = tuple(source_name(line, path) for line in sources) if version == 2 else ()
+    offsets = (line[len(name) + 1 :] for line, name in zip(sources, names, strict=True)) if names else sources
+    files = tuple(
+        (i, n) for i, line in enumerate(offsets) if (n := file_source_offset(line, path)) is not None
+    )
     return OffsetEntry(batch, version, watermark, timestamp, {str(k): str(v) for k, v in conf.items()},
-                       sources, files)  # fmt: skip
+                       sources, files, names)  # fmt: skip
+
+
+def source_name(line: str, path: str) -> str:
+    """The name a v2 offsets line gives its source (`left:{"logOffset":3}`), which is its log's
+    folder: checked as Spark checks a name, since it is read as a path. Spark 4.3.0 writes v2 only
+    under source evolution, which refuses a source without a name or with another's."""
+    name = line.partition(":")[0]
+    if not SOURCE_FOLDER.match(name) or len(name) == len(line):
+        raise CorruptFileError(f"a v2 offsets line names no source (letters, digits, _): {line[:60]!r}", path)
+    return name
 
 
 _LOG_OFFSET = "logOffset"
@@ -169,16 +202,6 @@ def file_source_offset(line: str, path: str) -> int | None:
     if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= _LONG_MAX:
         raise CorruptFileError(f"a file source's logOffset is {str(n)[:40]!r}, not a batch id", path)
     return n
-
-
-def source_folder_of(line: int, lines: int, folders: Container[int]) -> int | None:
-    """The folder `sources/<i>/` of an offsets file's source line `line` (of `lines`), given the
-    numbers of the folders there (`folders`): Spark numbers a folder per distinct source, in the
-    order its lines first name them, and writes a line per source the plan reads, so a query that
-    reads one source twice (a self-union) has fewer folders than lines, and each later line's
-    folder is not known. A folder for the last line says that none is read twice; the first line
-    is always folder 0."""
-    return line if line == 0 or lines - 1 in folders else None
 
 
 _COMPACT = ".compact"

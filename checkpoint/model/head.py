@@ -5,8 +5,8 @@ replay chains recovery walks at the chosen batches:
 - one shallow listing each of the root, `commits/`, `offsets/`, `state/`, and each operator's
   `_metadata/` (and `_metadata/v2/` where it exists), then the commit, offset and metadata files;
 - when the newest offsets name a file source, one shallow listing of `sources/` and of each source
-  folder there up to the offsets' last line, as the sources' own start lists them
-  (`source_log_gaps`);
+  folder there a line may name (its number, or under source evolution its name), as the sources'
+  own start lists them (`source_log_gaps`);
 - per store and batch, files named from the commit log's `stateUniqueIds` (docs/format.md §7):
   a probe-and-read of `<V>_<U>.zip` and of each zip the lineage names (one GET each, a 404 for the
   absent ones), a stat and one ranged read of the committed changelog's header, a stat of each
@@ -194,8 +194,8 @@ def _beyond_recovery(
 def _with_source_logs(ckpt: Checkpoint, storage: Storage, strict: bool) -> Checkpoint:
     """`ckpt` with the sources' logs its newest offsets may name, when it has a file source: what a
     restart lists and reads of them, which validation checks (a full listing holds them anyway).
-    One listing of `sources/`, and one of each source folder up to the offsets' last line: as many
-    as the query has sources, however many lines a damaged offsets file holds."""
+    One listing of `sources/`, and one of each source folder a line may name: as many as the query
+    has sources, however many lines a damaged offsets file holds."""
     newest = ckpt.newest_offsets
     if newest is None or not newest.file_sources:
         return ckpt
@@ -212,8 +212,7 @@ def _with_source_logs(ckpt: Checkpoint, storage: Storage, strict: bool) -> Check
     top = listing("sources")
     listed += top.files  # a file or a link where a source's folder belongs is said too
     for folder in top.folders:
-        name = folder.rsplit("/", 1)[1]
-        if is_number(name, 10) and int(name) < len(newest.sources):
+        if newest.may_name(folder.rsplit("/", 1)[1]):
             listed += listing(folder).files
     if not listed and not refused:
         return ckpt

@@ -16,10 +16,9 @@ from checkpoint.format import (
     MAINT_TEMP_PREFIX,
     RAW_FAMILIES,
     ByEngine,
+    OffsetEntry,
     classify,
     file_source_paths,
-    is_number,
-    source_folder_of,
 )
 from checkpoint.model import Checkpoint, checkpoint_lineage, load_head
 from checkpoint.policy import POLICY
@@ -119,18 +118,19 @@ def _batch_logs(
     counts its own entries, not batches: batch N read the entries after batch N-1's `logOffset`
     up to its own, which stay behind N once a batch found no new file (a no-data batch). Another
     source's log (Kafka's initial offsets) gives its entry N, if any, as before."""
+    folders = {f.rel.split("/")[1] for f in logs}
+
+    def by_folder(offsets: OffsetEntry | None) -> dict[str, int]:
+        # A line whose folder is not known (a source read twice) names no input here: Spark's
+        # replay reads it, and says what it lacks. By folder, not line: v2 lines name theirs.
+        if offsets is None:
+            return {}
+        return {folder: b for line, b in offsets.file_sources
+                if (folder := offsets.source_folder(line, folders)) is not None}  # fmt: skip
+
     prior = head.batches.get(n - 1)
-    before = dict(prior.offset.file_sources) if prior is not None and prior.offset is not None else {}
-    offsets = head.batches[n].offset
-    lines = len(offsets.sources) if offsets else 0
-    folders = {int(name) for f in logs if is_number(name := f.rel.split("/")[1], 10)}
-    # A line whose folder is not known (a source read twice) names no input here: Spark's replay
-    # reads it, and says what it lacks.
-    spans = {
-        f"sources/{folder}": (before.get(i, -1), b)
-        for i, b in (offsets.file_sources if offsets else ())
-        if (folder := source_folder_of(i, lines, folders)) is not None
-    }
+    before, now = by_folder(prior.offset if prior else None), by_folder(head.batches[n].offset)
+    spans = {f"sources/{folder}": (before.get(folder, -1), b) for folder, b in now.items()}
     added, read = [], []
     for f in logs:
         entry, span = classify(f.rel).batch, spans.get(f.rel.rsplit("/", 1)[0])

@@ -21,6 +21,9 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         ("commits/0", FileKind.COMMIT),
         ("sources/0/9", FileKind.SOURCE_LOG),
         ("sources/1/9.compact", FileKind.SOURCE_LOG),
+        # Under source evolution (Spark 4.2+) a source's log is its name's folder.
+        ("sources/left_src/9", FileKind.SOURCE_LOG),
+        ("sources/Orders_2/19.compact", FileKind.SOURCE_LOG),
         ("state/0/_metadata/metadata", FileKind.OPERATOR_METADATA),
         ("state/0/_metadata/v2/0", FileKind.OPERATOR_METADATA),
         (f"state/0/_stateSchema/default/0_{U}", FileKind.STATE_SCHEMA),
@@ -66,6 +69,9 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         ("/metadata", FileKind.UNKNOWN),
         ("offsets/0/12", FileKind.UNKNOWN),
         ("sources/0/1/9", FileKind.UNKNOWN),
+        ("sources/a-b/9", FileKind.UNKNOWN),  # no name Spark takes
+        ("sources/" + "x" * 256 + "/9", FileKind.UNKNOWN),
+        ("sources/left_src/x", FileKind.UNKNOWN),
         (f"state/0/0/SSTs/12_{U}.zip", FileKind.UNKNOWN),
         (f"state/0/0/logs/000008-{U}.sst", FileKind.UNKNOWN),
         (f"state/0/0/SSTs/SSTs/000008-{U}.sst", FileKind.UNKNOWN),

@@ -1,6 +1,8 @@
 """The metadata-log readers on inputs Spark 4.3's default queries do not write (v3 commits, v2 offsets).
 
-The corpus covers v1/v2 commits, v1 offsets and operator metadata v1/v2 from real queries.
+The corpus covers v1/v2 commits, v1 offsets and operator metadata v1/v2 from real queries; v2
+offsets, which Spark 4.3 writes under source evolution, come from a real query in
+`tests/checkpoint/fork/test_named_sources.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from checkpoint.format.logs import (
     parse_offset,
     parse_operator_metadata,
     parse_query_metadata,
-    source_folder_of,
     source_log_gaps,
 )
 
@@ -32,13 +33,36 @@ def test_commit_v3_keeps_the_state_ids() -> None:
     assert entry.state_unique_ids == {0: ((U1,), (U2,))}
 
 
-def test_offset_v2_keeps_named_source_lines() -> None:
+def test_offset_v2_names_each_source_and_its_log_folder() -> None:
+    """As Spark 4.3.0 writes it under source evolution (every source named, in a map's order):
+    `name:offset` lines, each file source's log in `sources/<name>/`."""
     meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {"spark.sql.shuffle.partitions": "8"}}
-    data = f'v2\n{json.dumps(meta)}\nsrc_a:{{"logOffset":3}}\n'.encode()
-    entry = parse_offset(3, data, "offsets/3")
+    lines = 'right_src:{"logOffset":3}\nkafka:{"t":{"0":1}}\nnone_yet:-\nleft_src:{"logOffset":0}'
+    entry = parse_offset(3, f"v2\n{json.dumps(meta)}\n{lines}\n".encode(), "offsets/3")
     assert entry.version == 2 and entry.shuffle_partitions == 8
-    assert entry.sources == ('src_a:{"logOffset":3}',)
-    assert entry.file_sources == ()  # named, not numbered: which folder is its log is not known here
+    assert entry.sources[0] == 'right_src:{"logOffset":3}'  # verbatim
+    assert entry.source_names == ("right_src", "kafka", "none_yet", "left_src")
+    assert entry.file_sources == ((0, 3), (3, 0))
+    assert [entry.source_folder(line, set()) for line, _ in entry.file_sources] == ["right_src", "left_src"]
+    assert [entry.may_name(f) for f in ("left_src", "kafka", "0", "other")] == [True, True, False, False]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"logOffset":3}',
+        '../x:{"logOffset":3}',
+        ':{"logOffset":3}',
+        'a b:{"logOffset":3}',
+        "-",
+        "x" * 256 + ":-",
+    ],
+)
+def test_a_v2_offsets_line_that_names_no_source_as_spark_names_one_is_refused(line: str) -> None:
+    """Spark's own reader fails on a line with no `:`; a name it would not take (a path, a space,
+    nothing) is no folder to read either."""
+    with pytest.raises(CorruptFileError, match="names no source"):
+        parse_offset(3, f"v2\n{_META}\n{line}\n".encode(), "offsets/3")
 
 
 _META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
@@ -98,20 +122,22 @@ def test_the_source_log_entries_a_restart_reads(listed: dict[str, int], offset: 
 @pytest.mark.parametrize(
     ("line", "lines", "folders", "folder"),
     [
-        (0, 1, {0}, 0),
-        (1, 2, {0, 1}, 1),
-        (1, 2, {1}, 1),  # folder 0 lost: the later line's is still known
-        (0, 3, {0, 1}, 0),
-        (1, 3, {0, 1}, None),
-        (2, 3, {0, 1}, None),
+        (0, 1, {"0"}, "0"),
+        (1, 2, {"0", "1"}, "1"),
+        (1, 2, {"1"}, "1"),  # folder 0 lost: the later line's is still known
+        (0, 3, {"0", "1"}, "0"),
+        (1, 3, {"0", "1"}, None),
+        (2, 3, {"0", "1"}, None),
         (1, 2, set(), None),
-        (1, 2, {0, 5}, None),  # a folder past the lines names none
+        (1, 2, {"0", "5"}, None),  # a folder past the lines names none
     ],
 )
-def test_a_source_line_names_its_folder_only_when_no_source_is_read_twice(
-    line: int, lines: int, folders: set[int], folder: int | None
+def test_a_v1_source_line_names_its_folder_only_when_no_source_is_read_twice(
+    line: int, lines: int, folders: set[str], folder: str | None
 ) -> None:
-    assert source_folder_of(line, lines, folders) == folder
+    entry = parse_offset(4, (f"v1\n{_META}\n" + "\n".join(['{"logOffset":0}'] * lines)).encode(), "offsets/4")
+    assert entry.source_folder(line, folders) == folder
+    assert [entry.may_name(f) for f in (str(lines - 1), str(lines), f"0{lines - 1}")] == [True, False, False]
 
 
 @pytest.mark.parametrize(
