@@ -119,8 +119,8 @@ def read_source(storage: Storage, batch: int | None = None) -> ForkSource:
             storage.url,
         )
     view = as_of(ckpt, batch)
-    if view.states != ckpt.states:  # the logs change format after the batch
-        since = [b for b in committed if b > batch and ckpt.states_at(b) == ckpt.states]
+    if not ckpt.states.holds_state_of(view.states):  # the logs change format after the batch
+        since = [b for b in committed if b > batch and ckpt.states.holds_state_of(ckpt.states_at(b))]
         raise ForkRefused(
             f"batch {batch} was written in {view.states.name}, and the checkpoint holds {ckpt.states.name} "
             f"state {f'from batch {since[0]}' if since else 'at its head'} (a migrated checkpoint keeps "

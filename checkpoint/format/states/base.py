@@ -92,6 +92,12 @@ class StateFormat:
         keep less for it)."""
         return other.version == self.version
 
+    def holds_state_of(self, other: StateFormat) -> bool:
+        """Whether this format's state files are those of a batch written in `other`, for a copy of
+        them to restart from: the same provider and version. A migrated checkpoint keeps the logs
+        of the batches before its migration, in the source's format, not their state files."""
+        return other == self
+
     def names_by(self, unique_id: str | None) -> bool:
         """Whether a state file named with `unique_id` (None: no id) is one this format writes."""
         return unique_id is None

@@ -185,6 +185,24 @@ def test_a_provider_that_differs_alone_makes_no_history(tmp_path) -> None:
 
 
 @pytest.mark.unit
+def test_a_format_holds_a_batchs_state_only_when_provider_and_version_agree() -> None:
+    """What a fork asks (`holds_state_of`: the files to copy are the batch's) against what lineage
+    asks (`reads_state_of`: the names recovery reads): an HDFS batch under RocksDB V1 is read by
+    name alone, and its state files are not RocksDB's."""
+    formats = [states.HDFS, states.ROCKSDB_V1, states.ROCKSDB_V2]
+    assert [[head.holds_state_of(b) for b in formats] for head in formats] == [
+        [True, False, False],
+        [False, True, False],
+        [False, False, True],
+    ]
+    assert [[head.reads_state_of(b) for b in formats] for head in formats] == [
+        [True, True, False],
+        [True, True, False],
+        [False, False, True],
+    ]
+
+
+@pytest.mark.unit
 def test_a_kind_sent_to_a_spark_task_is_the_same_kind() -> None:
     """A checkpoint goes to Spark's tasks pickled: its format's kinds come back as the one of each."""
     import pickle
