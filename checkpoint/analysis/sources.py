@@ -29,9 +29,10 @@ def source_logs(ckpt: Checkpoint) -> dict[str, dict[str, int]]:
 
 
 def source_findings(ckpt: Checkpoint) -> Iterable[Finding]:
-    """SOURCE_LOG_MISSING for each file source whose log lacks an entry a restart reads. A line
-    whose folder is not known (a source read twice) is checked against every folder up to its
-    own: one that holds its entries is enough, so a self-union is never taken for damage."""
+    """SOURCE_LOG_MISSING for each file source whose log lacks an entry a restart reads (the first
+    few named, the others counted). A line whose folder is not known (a source read twice) is
+    checked against every folder it may be (`OffsetEntry.may_hold`): one that holds its entries is
+    enough, so a self-union is never taken for damage."""
     newest = ckpt.newest_offsets
     if newest is None or not newest.file_sources:
         return
@@ -46,24 +47,33 @@ def source_findings(ckpt: Checkpoint) -> Iterable[Finding]:
             gapped[folder, log_offset] = bool(source_log_gaps(logs[folder], log_offset))
         return gapped[folder, log_offset]
 
+    lacking = []
     for line, log_offset in newest.file_sources:
         folder = newest.source_folder(line, logs)
-        if folder is None:  # v1 only: folders are numbers there
-            if all(lacks(f, log_offset) for f in logs if int(f) <= line):
+        if folder is None:
+            if all(lacks(f, log_offset) for f in logs if newest.may_hold(line, f)):
                 unplaced.append((line, log_offset))
-            continue
-        gaps = source_log_gaps(logs.get(folder, {}), log_offset)
-        if gaps:
-            spans = spans_text(gaps)
-            what = "entry" if len(gaps) == 1 and gaps[0][0] == gaps[0][1] else "entries"
-            yield finding(
-                F.SOURCE_LOG_MISSING,
-                ckpt.storage.full(f"sources/{folder}"),
-                f"file source {folder}'s log has no readable {what} {spans} (missing, empty, or not under "
-                "the name its compaction interval gives), which a restart reads (batch "
-                f"{newest.batch}'s offsets name its entry {log_offset}): Spark fails to start the query. "
-                "Restore them from a backup",
-            )
+        elif gaps := source_log_gaps(logs.get(folder, {}), log_offset):
+            lacking.append((folder, log_offset, gaps))
+    for folder, log_offset, gaps in lacking[:_SHOWN]:
+        spans = spans_text(gaps)
+        what = "entry" if len(gaps) == 1 and gaps[0][0] == gaps[0][1] else "entries"
+        yield finding(
+            F.SOURCE_LOG_MISSING,
+            ckpt.storage.full(f"sources/{folder}"),
+            f"file source {folder}'s log has no readable {what} {spans} (missing, empty, or not under "
+            "the name its compaction interval gives), which a restart reads (batch "
+            f"{newest.batch}'s offsets name its entry {log_offset}): Spark fails to start the query. "
+            "Restore them from a backup",
+        )
+    if len(lacking) > _SHOWN:  # a forged offsets file names any number of sources
+        yield finding(
+            F.SOURCE_LOG_MISSING,
+            ckpt.storage.full("sources"),
+            f"and {len(lacking) - _SHOWN} more file sources' logs lack entries a restart reads (batch "
+            f"{newest.batch}'s offsets name them). Spark fails to start the query. Restore them from a "
+            "backup",
+        )
     if unplaced:
         shown = ", ".join(f"line {line} (entry {n})" for line, n in unplaced[:_SHOWN])
         more = f" and {len(unplaced) - _SHOWN} more" if len(unplaced) > _SHOWN else ""

@@ -84,9 +84,9 @@ BATCH_FILE = re.compile(r"^[0-9]{1,19}\Z")
 SCHEMA_FILE = re.compile(rf"^[0-9]{{1,19}}_{UUID}\Z")
 SOURCE_LOG_FILE = re.compile(r"^[0-9]{1,19}(?:\.compact)?\Z")
 # A source's log folder, `sources/<i>/`, or under source evolution (Spark 4.2+, offsets v2)
-# `sources/<name>/`: Spark takes a source's name only of ASCII letters, digits and underscores. At
-# most a file name's length: a longer one is no folder Spark could have written.
-SOURCE_FOLDER = re.compile(r"^[A-Za-z0-9_]{1,255}\Z")
+# `sources/<name>/`: Spark takes a source's name only of ASCII letters, digits and underscores, of
+# any length (an object store's key holds 1,024 bytes: a longer name is no folder there).
+SOURCE_FOLDER = re.compile(r"^[A-Za-z0-9_]{1,1000}\Z")
 
 # Spark's own temp name for a file it writes whole and then renames (CheckpointFileManager's
 # `createAtomic`): `.<name>.<uuid>[.TID<task attempt>].tmp` beside the final name.

@@ -111,27 +111,45 @@ class OffsetEntry:
     sources: tuple[str, ...] = ()
     # (line, logOffset) of each file source among `sources`, whose log is `source_folder(line)`.
     file_sources: tuple[tuple[int, int], ...] = ()
-    # v2 (source evolution, Spark 4.2+): each line's source name (`name:offset`), which is its
-    # log's folder, `sources/<name>/`; v1 lines name none, and are in the order of the folders.
-    source_names: tuple[str, ...] = ()
+    # v2 (Spark 4.2+): each line's key (`key:offset`), Spark's map from source to offset. Under
+    # source evolution the key is the source's name, and its log's folder (`sources/<name>/`);
+    # otherwise (`spark.sql.streaming.offsetLog.formatVersion=2` alone) it is the source's position
+    # in the plan, the last one where the plan reads a source twice (Spark 4.3.0 wrote `1:` and
+    # `2:` for a self-union and another source, in folders 0 and 1). v1 lines have no key, a line
+    # per position.
+    source_keys: tuple[str, ...] = ()
+    named: bool = False
 
     def source_folder(self, line: int, folders: Container[str]) -> str | None:
-        """The folder under `sources/` of source line `line`, given the folders there: a v2 line's
-        name. In v1 Spark numbers a folder per distinct source, in the order its lines first name
-        them, and writes a line per source the plan reads, so a query that reads one source twice
-        (a self-union) has fewer folders than lines, and each later line's folder is not known. A
-        folder for the last line says that none is read twice; the first line is always folder 0.
-        (v2 refuses a name given twice: "DUPLICATE_SOURCE_NAMES".)"""
-        if self.source_names:
-            return self.source_names[line]
+        """The folder under `sources/` of source line `line`, given the folders there, or None when
+        the file does not tell. Spark numbers a folder per distinct source, in the order the plan
+        first reads them; a named source's folder is its name. So a query that reads one source
+        twice (a self-union) has fewer folders than positions, and a position's folder is not
+        known: in v1 a folder for the last line says that none is read twice, and the first line
+        is always folder 0; in v2 the positions are the folders when they are 0 to n-1."""
+        if self.named:
+            return self.source_keys[line]
+        if self.source_keys:
+            return self.source_keys[line] if self._positions_are_folders else None
         return str(line) if line == 0 or str(len(self.sources) - 1) in folders else None
 
+    def may_hold(self, line: int, folder: str) -> bool:
+        """Whether `sources/<folder>/` may be the log of a line whose folder is not known: one
+        numbered up to it in v1 (folders follow the positions' order), any in v2."""
+        return bool(self.source_keys) or int(folder) <= line
+
     def may_name(self, folder: str) -> bool:
-        """Whether a line may name `sources/<folder>/`: a v2 line's name, or a v1 line's number as
-        Spark writes one (`7`, never `007`)."""
-        if self.source_names:
-            return folder in self.source_names
-        return is_number(folder, 10) and str(int(folder)) == folder and int(folder) < len(self.sources)
+        """Whether a line may name `sources/<folder>/`: a name the file gives, or a folder number as
+        Spark writes one (`7`, never `007`) below the count of sources."""
+        if self.named:
+            return folder in self.source_keys
+        count = len(set(self.source_keys)) if self.source_keys else len(self.sources)
+        return is_number(folder, 10) and str(int(folder)) == folder and int(folder) < count
+
+    @property
+    def _positions_are_folders(self) -> bool:
+        keys = set(self.source_keys)
+        return keys == {str(i) for i in range(len(keys))}
 
     @property
     def shuffle_partitions(self) -> int | None:
@@ -166,23 +184,36 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
     if SHUFFLE_PARTITIONS in conf:
         bounded_count(conf[SHUFFLE_PARTITIONS], SHUFFLE_PARTITIONS, path)
     sources = tuple(lines[1:])
-    names = tuple(source_name(line, path) for line in sources) if version == 2 else ()
-    offsets = (line[len(name) + 1 :] for line, name in zip(sources, names, strict=True)) if names else sources
+    keys = tuple(source_key(line, path) for line in sources) if version == 2 else ()
+    # Named when source evolution is on, as the file's conf says, or when a key is no position.
+    named = bool(keys) and (conf.get(SOURCE_EVOLUTION) == "true" or not all(_is_position(k) for k in keys))
+    # Spark reads v2 lines into a map: of a key given twice (which it never writes), the last line.
+    last = {key: i for i, key in enumerate(keys)}
+    offsets = (line[len(key) + 1 :] for line, key in zip(sources, keys, strict=True)) if keys else sources
     files = tuple(
-        (i, n) for i, line in enumerate(offsets) if (n := file_source_offset(line, path)) is not None
+        (i, n)
+        for i, line in enumerate(offsets)
+        if (not keys or last[keys[i]] == i) and (n := file_source_offset(line, path)) is not None
     )
     return OffsetEntry(batch, version, watermark, timestamp, {str(k): str(v) for k, v in conf.items()},
-                       sources, files, names)  # fmt: skip
+                       sources, files, keys, named)  # fmt: skip
 
 
-def source_name(line: str, path: str) -> str:
-    """The name a v2 offsets line gives its source (`left:{"logOffset":3}`), which is its log's
-    folder: checked as Spark checks a name, since it is read as a path. Spark 4.3.0 writes v2 only
-    under source evolution, which refuses a source without a name or with another's."""
-    name = line.partition(":")[0]
-    if not SOURCE_FOLDER.match(name) or len(name) == len(line):
+SOURCE_EVOLUTION = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
+
+
+def _is_position(key: str) -> bool:
+    return is_number(key, 10) and str(int(key)) == key
+
+
+def source_key(line: str, path: str) -> str:
+    """The key of a v2 offsets line (`left:{"logOffset":3}`, `1:-`): a source's name or its
+    position, which names its log's folder, so it is checked as Spark checks a name (ASCII letters,
+    digits, `_`). Spark's own reader fails on a line without `:`."""
+    key = line.partition(":")[0]
+    if not SOURCE_FOLDER.match(key) or len(key) == len(line):
         raise CorruptFileError(f"a v2 offsets line names no source (letters, digits, _): {line[:60]!r}", path)
-    return name
+    return key
 
 
 _LOG_OFFSET = "logOffset"

@@ -70,7 +70,8 @@ def test_named_sources_are_read_as_spark_writes_them(named) -> None:
     assert {f.kind for f in logs} == {FileKind.SOURCE_LOG, FileKind.HADOOP_CRC}  # nothing unknown
     assert len([f for f in logs if f.kind == FileKind.SOURCE_LOG]) == 2 * 3
     head = load_head(str(checkpoint), strict=True)
-    assert head.newest_offsets is not None and set(head.newest_offsets.source_names) == set(NAMES)
+    assert head.newest_offsets is not None and head.newest_offsets.named
+    assert set(head.newest_offsets.source_keys) == set(NAMES)
     assert [f for f in validate(head).findings if f.severity != Severity.INFO] == []
 
 

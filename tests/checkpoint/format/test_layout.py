@@ -70,7 +70,7 @@ U = "83f71141-5fc2-4c14-8508-70d55d699b3e"
         ("offsets/0/12", FileKind.UNKNOWN),
         ("sources/0/1/9", FileKind.UNKNOWN),
         ("sources/a-b/9", FileKind.UNKNOWN),  # no name Spark takes
-        ("sources/" + "x" * 256 + "/9", FileKind.UNKNOWN),
+        ("sources/" + "x" * 1001 + "/9", FileKind.UNKNOWN),
         ("sources/left_src/x", FileKind.UNKNOWN),
         (f"state/0/0/SSTs/12_{U}.zip", FileKind.UNKNOWN),
         (f"state/0/0/logs/000008-{U}.sst", FileKind.UNKNOWN),

@@ -36,15 +36,56 @@ def test_commit_v3_keeps_the_state_ids() -> None:
 def test_offset_v2_names_each_source_and_its_log_folder() -> None:
     """As Spark 4.3.0 writes it under source evolution (every source named, in a map's order):
     `name:offset` lines, each file source's log in `sources/<name>/`."""
-    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {"spark.sql.shuffle.partitions": "8"}}
-    lines = 'right_src:{"logOffset":3}\nkafka:{"t":{"0":1}}\nnone_yet:-\nleft_src:{"logOffset":0}'
+    conf = {
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.streaming.queryEvolution.enableSourceEvolution": "true",
+    }
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": conf}
+    lines = 'right_src:{"logOffset":3}\nkafka:{"t":{"0":1}}\nnone_yet:-\nleft_src:{"logOffset":0}\n7:-'
     entry = parse_offset(3, f"v2\n{json.dumps(meta)}\n{lines}\n".encode(), "offsets/3")
-    assert entry.version == 2 and entry.shuffle_partitions == 8
+    assert entry.version == 2 and entry.shuffle_partitions == 8 and entry.named
     assert entry.sources[0] == 'right_src:{"logOffset":3}'  # verbatim
-    assert entry.source_names == ("right_src", "kafka", "none_yet", "left_src")
+    assert entry.source_keys == ("right_src", "kafka", "none_yet", "left_src", "7")
     assert entry.file_sources == ((0, 3), (3, 0))
     assert [entry.source_folder(line, set()) for line, _ in entry.file_sources] == ["right_src", "left_src"]
-    assert [entry.may_name(f) for f in ("left_src", "kafka", "0", "other")] == [True, True, False, False]
+    assert [entry.may_name(f) for f in ("left_src", "kafka", "7", "0", "other")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def _v2(*lines: str, evolution: str | None = None) -> bytes:
+    conf = (
+        {} if evolution is None else {"spark.sql.streaming.queryEvolution.enableSourceEvolution": evolution}
+    )
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": conf})
+    return "\n".join(["v2", meta, *lines]).encode()
+
+
+def test_offset_v2_without_source_evolution_keys_each_source_by_its_plan_position() -> None:
+    """`spark.sql.streaming.offsetLog.formatVersion=2` alone: Spark 4.3.0 wrote `1:` and `2:` for a
+    self-union and another source (the last position of each), their logs in folders 0 and 1."""
+    union = parse_offset(0, _v2('1:{"logOffset":0}', '2:{"logOffset":4}', evolution="false"), "offsets/0")
+    assert not union.named and union.file_sources == ((0, 0), (1, 4))
+    assert [union.source_folder(line, {"0", "1"}) for line in (0, 1)] == [None, None]  # not told
+    assert [union.may_hold(0, f) for f in ("0", "1")] == [True, True]
+    assert [union.may_name(f) for f in ("0", "1", "2", "01")] == [True, True, False, False]
+    # Positions 0 to n-1: no source read twice, each position its folder, in whatever order.
+    plain = parse_offset(0, _v2('1:{"logOffset":4}', '0:{"logOffset":0}'), "offsets/0")
+    assert [plain.source_folder(line, set()) for line, _ in plain.file_sources] == ["1", "0"]
+    # Digits as names are names when the conf says source evolution was on.
+    named = parse_offset(0, _v2('1:{"logOffset":4}', evolution="true"), "offsets/0")
+    assert named.named and named.source_folder(0, set()) == "1"
+
+
+def test_a_key_given_twice_is_read_as_spark_reads_a_map_the_last_line() -> None:
+    entry = parse_offset(
+        0, _v2('orders:{"logOffset":9}', 'returns:{"logOffset":2}', 'orders:{"logOffset":2}'), "x"
+    )
+    assert entry.named and entry.file_sources == ((1, 2), (2, 2))
 
 
 @pytest.mark.parametrize(
@@ -55,14 +96,20 @@ def test_offset_v2_names_each_source_and_its_log_folder() -> None:
         ':{"logOffset":3}',
         'a b:{"logOffset":3}',
         "-",
-        "x" * 256 + ":-",
+        "x" * 1001 + ":-",
     ],
 )
 def test_a_v2_offsets_line_that_names_no_source_as_spark_names_one_is_refused(line: str) -> None:
     """Spark's own reader fails on a line with no `:`; a name it would not take (a path, a space,
-    nothing) is no folder to read either."""
+    nothing, longer than an object store's key) is no folder to read either."""
     with pytest.raises(CorruptFileError, match="names no source"):
         parse_offset(3, f"v2\n{_META}\n{line}\n".encode(), "offsets/3")
+
+
+def test_a_long_source_name_is_a_name() -> None:
+    """Spark bounds no name's length; an object store holds a 1,000-character folder name."""
+    entry = parse_offset(0, _v2("x" * 1000 + ':{"logOffset":0}', evolution="true"), "offsets/0")
+    assert entry.source_folder(0, set()) == "x" * 1000
 
 
 _META = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
