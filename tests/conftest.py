@@ -81,6 +81,14 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def ports(spark):
+    """The session's Spark as the ports `jobs/` gives the core's actions (`SparkPorts`)."""
+    from tests.support.spark import SparkPorts
+
+    return SparkPorts(spark)
+
+
 def _active_spark_context():
     pyspark = sys.modules.get("pyspark")
     return pyspark and pyspark.SparkContext._active_spark_context

@@ -12,7 +12,6 @@ and backend each proves a writer; the grid proves the rest reads, keeps and refu
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
 from collections.abc import Callable
@@ -200,13 +199,12 @@ def test_cleanup_deletes_only_what_recovery_never_reads(cell: Cell, tmp_path: Pa
     assert cleaned.result.deleted.files == plan.files > 0
 
 
-def test_compaction_leaves_every_chain_at_its_new_snapshot(cell: Cell, spark) -> None:
+def test_compaction_leaves_every_chain_at_its_new_snapshot(ports, cell: Cell) -> None:
     """Every store with a chain gets the snapshot of its committed version (written by Spark's
     provider for the HDFS-backed store, rebuilt here for RocksDB), read back under the lease: no
     chain is left, and the checkpoint reads as healthy."""
-    from jobs.compact import run_compaction_tasks
 
-    rebuild = functools.partial(run_compaction_tasks, spark)
+    rebuild = ports.compaction
     options = CompactionOptions(rebuild, min_chain=1, quiet_seconds=0, strict=True, go_on=False)
     done = compact_checkpoints(
         EachInPlace(["it"], lambda _: InPlace(cell.storage, taken_at_once("tests"))), options
@@ -265,17 +263,16 @@ def test_a_retirement_archives_what_recovery_reads_and_leaves_nothing(cell: Cell
 
 @pytest.mark.parametrize("cell", _cells(allowing=M), indirect=True)
 def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
-    cell: Cell, spark, tmp_path: Path
+    ports, cell: Cell, tmp_path: Path
 ) -> None:
     """Through Spark's tasks and reader (`jobs.migrate`), beside the source on its backend: every
     store's rows and digest proven equal by Spark's reader on both sides, the destination told as
     RocksDB V2 with the source's stores, healthy; the source unchanged."""
-    from jobs.migrate import spark_ports
 
     source = cell.head()
     before = _tree(cell.storage)
     dest = cell.place("migrated")
-    options = MigrationOptions(spark_ports(lambda: spark), quiet_seconds=0)
+    options = MigrationOptions(ports.migration, quiet_seconds=0)
     request = TwoSided(cell.storage, dest, taken_at_once("tests"), AuditTrail(str(tmp_path / "audit")))
     if cell.backend not in SPARK_REACHES:
         with pytest.raises(SparkCannotReach, match=f"no Hadoop file system for {_HADOOP[cell.backend]}://"):
@@ -291,14 +288,13 @@ def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
 
 
 @pytest.mark.parametrize("cell", _cells(allowing=R), indirect=True)
-def test_a_repartition_keeps_every_row_and_reads_as_healthy(cell: Cell, spark, tmp_path: Path) -> None:
+def test_a_repartition_keeps_every_row_and_reads_as_healthy(ports, cell: Cell, tmp_path: Path) -> None:
     """Through Spark's repartitioner (`jobs.repartition`): every store's digest the same at twice
     its partitions, and the checkpoint, in its format, healthy."""
-    from jobs.repartition import spark_engine
 
     before = cell.head()
     partitions = 2 * len({e.store.partition for e in checkpoint_lineage(before)})
-    options = RepartitionOptions(partitions, spark_engine(lambda: spark), quiet_seconds=0)
+    options = RepartitionOptions(partitions, ports.repartition, quiet_seconds=0)
     request = InPlace(cell.storage, taken_at_once("tests"), AuditTrail(str(tmp_path / "audit")))
     if cell.backend not in SPARK_REACHES:
         untouched = _tree(cell.storage)

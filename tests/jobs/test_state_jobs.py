@@ -1,6 +1,7 @@
 """The Spark side of migration and repartition alone: stores written side by side stop once one
-failed, a Spark Connect session writes them in this process, and the digest both proofs compare
-is the exact sum a decimal sum gives."""
+failed, a Spark Connect session writes them in this process, the digest both proofs compare is the
+exact sum a decimal sum gives, and the repartition's fast state read digests what Spark's default
+read does."""
 
 from __future__ import annotations
 
@@ -109,3 +110,23 @@ def test_the_digest_sums_exactly_what_a_decimal_sum_gives(spark) -> None:
     assert exact["low"] < 0
     assert digest_of(ours) == f"{exact['a']}:{exact['b']}"
     assert digest_of(rows.where("false").agg(*digest_aggregates("key", "value")).first()) == "0:0"
+
+
+def test_the_fast_state_read_digests_what_the_default_read_does(spark, corpus, monkeypatch) -> None:
+    """The digests read with RocksDB's row tracking off (half the load time) equal those of
+    Spark's default read, and the session's confs are as they were afterwards."""
+    import jobs.repartition as jobs_repartition
+    from checkpoint.model import load_head
+    from checkpoint.repartition import state_readers
+    from checkpoint.storage import Storage
+
+    track = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
+    ckpt_ = load_head(str(corpus["long_chain"]))  # a replay chain of 32 changelogs per store
+    args = (spark, Storage(str(corpus["long_chain"])).spark_url, ckpt_.latest_committed_batch,
+            state_readers(ckpt_), 4)  # fmt: skip
+    before = spark.conf.get(track, None)
+    fast = jobs_repartition.digest_state(*args)
+    assert spark.conf.get(track, None) == before
+    monkeypatch.setattr(jobs_repartition, "_FAST_READ", {track: "true"})
+    default = jobs_repartition.digest_state(*args)
+    assert fast == default and all(d.rows > 0 for d in fast)

@@ -21,7 +21,6 @@ from checkpoint.model.head import load_head
 from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
 from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
-from jobs.repartition import spark_engine
 from testbed.cache import cache_home
 from testbed.copying import copy_checkpoint
 from testbed.generations import DEFAULT_SCENARIOS, RELEASES, SCENARIOS, restart_under
@@ -59,7 +58,7 @@ def _compact_and_clean(spark, path: Path, audit: Path, spark_4_0: bool) -> tuple
 
 @pytest.mark.parametrize("version", sorted(RELEASES.values()))
 def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkpoint(
-    spark, written_by, tmp_path, version
+    ports, spark, written_by, tmp_path, version
 ) -> None:
     corpus, spark_4_0 = written_by(version), version.startswith("4.0.")
     runs, done = [], {}
@@ -75,7 +74,7 @@ def test_what_this_release_writes_restarts_under_the_spark_that_wrote_the_checkp
         if name == "join":
             trail = AuditTrail(str(work / "audit"))
             request = InPlace(Storage(str(copies["repartitioned"])), taken_at_once("tests"), trail)
-            options = RepartitionOptions(8, spark_engine(lambda: spark), quiet_seconds=0)
+            options = RepartitionOptions(8, ports.repartition, quiet_seconds=0)
             if spark_4_0:
                 before = files_of(copies["repartitioned"])
                 with pytest.raises(RepartitionRefused, match="metadata v2 .* with this release's Spark"):

@@ -17,13 +17,12 @@ from tests.support.planning import LATER, plan_later
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["hdfs_agg", "hdfs_dedup", "rocksdb_v1", "rocksdb_v1_changelog"])
 def test_cleanup_keeps_what_recovery_reads_and_the_query_restarts_like_untouched(
-    spark, defaults, tmp_path, name
+    ports, spark, defaults, tmp_path, name
 ) -> None:
     """What Spark's maintenance would have removed had the query kept running (and orphan SSTs)
     goes; the last two batches read the same state, and the restarted query ends in the state of
     an untouched copy restarted with the same input."""
     from checkpoint.safety import AuditTrail
-    from jobs.spark_session import scoped_confs
     from testbed.defaults import scenario_named
     from tests.support.planning import apply_unleased
     from tests.support.state import read_state, restart_like_untouched
@@ -36,7 +35,7 @@ def test_cleanup_keeps_what_recovery_reads_and_the_query_restarts_like_untouched
     window = sorted(b.id for b in ckpt_.batches.values() if b.committed)[-2:]
     audit = AuditTrail(str(tmp_path / "audit"))
     plan = plan_later(cleaned, audit=audit, retain_batches=2)
-    with scoped_confs(spark, V1_SESSION):
+    with ports.confs(V1_SESSION):
         before = {b: read_state(spark, cleaned, b, name) for b in window}
         result = apply_unleased(plan, ckpt_.storage, audit)
         assert plan.files > 0 and not result.failed.files and result.deleted.files == plan.files

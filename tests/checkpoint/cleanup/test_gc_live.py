@@ -10,7 +10,6 @@ import pytest
 from checkpoint.cleanup.plan import plan_gc
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.safety import AuditTrail
-from jobs.spark_session import scoped_confs
 from testbed.defaults import HDFS as DEFAULT_HDFS
 from testbed.queries import FREQUENT_SNAPSHOTS, _keyed_rows, aggregation, write_inputs
 from testbed.sinks import _two_actions_sink
@@ -30,10 +29,10 @@ HDFS = {**DEFAULT_HDFS, **FREQUENT_SNAPSHOTS}
 @pytest.mark.parametrize(
     ("confs", "retain"), [(FREQUENT_SNAPSHOTS, None), (HDFS, 3)], ids=["rocksdb_v2", "hdfs_v1"]
 )
-def test_live_query_survives_repeated_cleanup(spark, tmp_path, confs, retain) -> None:
+def test_live_query_survives_repeated_cleanup(ports, spark, tmp_path, confs, retain) -> None:
     inputs, live_ckpt, control_ckpt = tmp_path / "input", tmp_path / "live", tmp_path / "control"
     write_inputs(inputs, 2, _keyed_rows)
-    with scoped_confs(spark, confs):
+    with ports.confs(confs):
         query = (
             aggregation(spark, {"": str(inputs)})
             .writeStream.outputMode("update")
@@ -81,7 +80,7 @@ def test_live_query_survives_repeated_cleanup(spark, tmp_path, confs, retain) ->
         query.stop()
     assert runs >= 5 and deleted > 0
 
-    with scoped_confs(spark, confs):  # a format V1 checkpoint's state is read in a V1 session
+    with ports.confs(confs):  # a format V1 checkpoint's state is read in a V1 session
         live_state = latest_state(spark, live_ckpt, "aggregation")
         assert isinstance(live_state, list) and live_state
         assert live_state == control_state(spark, inputs, control_ckpt, confs)

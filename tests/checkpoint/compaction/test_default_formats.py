@@ -29,14 +29,13 @@ HDFS_NAMES, ROCKSDB_NAMES = "snapshot", "zip"
 @pytest.mark.slow
 @pytest.mark.parametrize("name", COMPACTED)
 def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_untouched(
-    spark, defaults, tmp_path, name
+    ports, spark, defaults, tmp_path, name
 ) -> None:
     """Every store of the stopped query gets the snapshot of its latest committed version
     (`<v>.snapshot` by Spark's own provider, `<v>.zip` by the rebuild), under Spark's V1 name and
     nothing else new; Spark's reader loads the same state from that snapshot alone, with the chain
     before it gone; and the restarted query ends in the state of an untouched copy."""
     from checkpoint.compaction.targets import plan_compaction
-    from jobs.spark_session import scoped_confs
     from testbed.clock import date_back
     from testbed.defaults import scenario_named
     from tests.support.compacting import compact_unleased
@@ -67,7 +66,7 @@ def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_
     assert {n for n in new if not n.endswith(".sst")} == published  # no sidecar, no temp file left
     after = checkpoint_lineage(load_checkpoint(str(compacted)), latest)
     assert {e.chain_length for e in after} == {0}
-    with scoped_confs(spark, V1_SESSION):
+    with ports.confs(V1_SESSION):
         expected = read_state(spark, untouched, latest, name)
         assert read_state(spark, compacted, latest, name) == expected
         alone = copy_default({name: compacted}, name, tmp_path / "alone")

@@ -52,13 +52,12 @@ def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["hdfs_deltas", "rocksdb_v1_changelog"])
 def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_snapshot_alone(
-    s3, s3_copy_of, spark, defaults, tmp_path, name
+    ports, s3, s3_copy_of, spark, defaults, tmp_path, name
 ) -> None:
     """The chain downloaded by name (no listing), each snapshot or zip published by one PUT that
     the store refuses over an existing object; copied back, Spark's reader loads the latest state
     from the new snapshots with every chain file before them gone."""
     from checkpoint.compaction.targets import plan_compaction
-    from jobs.spark_session import scoped_confs
     from tests.support.compacting import compact_unleased
     from tests.support.damage import remove
     from tests.support.defaults import V1_SESSION
@@ -84,5 +83,5 @@ def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_s
             if f is not None:
                 remove(local / f.rel)
     batch = ckpt.latest_committed_batch
-    with scoped_confs(spark, V1_SESSION):
+    with ports.confs(V1_SESSION):
         assert read_state(spark, local, batch, name) == read_state(spark, defaults[name], batch, name)

@@ -43,17 +43,16 @@ def run(*args: str, env: dict[str, str] | None = None) -> dict:
     return json.loads(out.stdout)
 
 
-def purged_here(spark, path: Path, as_of: str) -> dict:
+def purged_here(ports, path: Path, as_of: str) -> dict:
     """`ckpt purge-expired PATH --as-of AS_OF --json`'s document, the purge run in this session's
     Spark (a second JVM proves nothing more: the command's own path is run by the kills, the
     report's test and the cluster's)."""
     from checkpoint.expiry import PurgeOptions, purge_expired
     from checkpoint.safety import AuditTrail, InPlace, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.expiry import spark_purges
 
     storage = Storage(str(path))
-    options = PurgeOptions(float(as_of), now=time.time(), run=spark_purges(lambda: spark))
+    options = PurgeOptions(float(as_of), now=time.time(), run=ports.purge)
     request = InPlace(storage, taken_at_once("tests"), AuditTrail(AuditTrail.default_for(storage.url)))
     return purge_expired(request, options).as_dict()
 
@@ -68,17 +67,16 @@ def by_variable(report: dict) -> dict[str, tuple[int, int]]:
     return totals
 
 
-def spark_sees(spark, path: Path, as_of_ms: int, name: str) -> dict[str, tuple[int, int]]:
+def spark_sees(ports, path: Path, as_of_ms: int, name: str) -> dict[str, tuple[int, int]]:
     """(rows, rows expired at `as_of_ms`) of each state variable, as Spark's state reader reads it
     (in a session of the checkpoint's format)."""
-    from jobs.spark_session import scoped_confs
     from testbed.operators import scenario_named
     from testbed.restart import latest_batch
 
     seen = {}
-    with scoped_confs(spark, scenario_named(name).confs):
+    with ports.confs(scenario_named(name).confs):
         for var, column in EXPIRY_OF.items():
-            reader = spark.read.format("statestore").option("batchId", latest_batch(path))
+            reader = ports.spark.read.format("statestore").option("batchId", latest_batch(path))
             rows = reader.option("stateVarName", var).load(str(path)).collect()
             seen[var] = (len(rows), sum(r[column].ttlExpirationMs <= as_of_ms for r in rows))
     return seen
@@ -86,7 +84,7 @@ def spark_sees(spark, path: Path, as_of_ms: int, name: str) -> dict[str, tuple[i
 
 @pytest.mark.parametrize("name", [NAME, "expiring_v1"])
 def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_untouched_copy(
-    spark, corpus, tmp_path, name
+    ports, spark, corpus, tmp_path, name
 ) -> None:
     from testbed.restart import differences, restart
 
@@ -96,7 +94,7 @@ def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_un
     assert run("lineage", str(purged), "--expired")["expired"]["as_of_ms"] >= as_of * 1000  # now, by default
     report = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
     before = by_variable(report)
-    assert before == spark_sees(spark, control, report["as_of_ms"], name)
+    assert before == spark_sees(ports, control, report["as_of_ms"], name)
     # Every kind expired, and not all of any: a list keeps some elements and loses others.
     assert all(0 < expired for _, expired in before.values())
     assert before["items"][1] < before["items"][0] and before["last"][1] < before["last"][0]
@@ -112,8 +110,8 @@ def test_the_report_is_what_spark_reads_and_the_purged_query_restarts_like_an_un
     after = run("purge-expired", str(purged), "--report", "--as-of", str(as_of))
     assert after["expired"] == 0 and after["entries"] == report["entries"] - report["expired"]
     left = {var: (entries - expired, 0) for var, (entries, expired) in before.items()}
-    assert spark_sees(spark, purged, report["as_of_ms"], name) == left
-    again = purged_here(spark, purged, str(as_of))  # nothing left: nothing written
+    assert spark_sees(ports, purged, report["as_of_ms"], name) == left
+    again = purged_here(ports, purged, str(as_of))  # nothing left: nothing written
     assert {s["outcome"] for s in again["stores"]} == {"nothing expired"}
     audit = sorted((tmp_path / "_ckpt_audit").glob("*/purges/*.json"))
     assert len(audit) == 2 and json.loads(audit[0].read_text())["expired"] == report["expired"]
@@ -205,19 +203,21 @@ def test_absurd_times_and_a_quiet_period_under_its_floor_are_refused_before_anyt
 
 
 @pytest.fixture(scope="module")
-def cleanly_purged(spark, corpus, tmp_path_factory) -> tuple[str, object]:
+def cleanly_purged(ports, spark, corpus, tmp_path_factory) -> tuple[str, object]:
     """(the purge time, the state rows) of a copy purged in one run, never killed: what every
     killed and rerun purge of the same copy must end as, purged as of the same time."""
     from testbed.restart import state_rows
 
     clean = stopped_query(corpus, tmp_path_factory.mktemp("clean") / "clean")
     as_of = str(time.time())
-    purged_here(spark, clean, as_of)
+    purged_here(ports, clean, as_of)
     return as_of, state_rows(spark, clean, NAME)
 
 
 @pytest.mark.parametrize("point", ["compaction.before_sidecar", "purge.after_store:1", "purge.after_store:4"])
-def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, cleanly_purged, tmp_path, point):
+def test_killed_at_each_step_the_same_purge_finishes_it(
+    ports, spark, corpus, cleanly_purged, tmp_path, point
+):
     """Killed in a store's Spark task after its zip and before its sidecar, and the driver killed
     after the first and after the last store: the same purge run again (in this session's Spark)
     ends as a clean one."""
@@ -235,7 +235,7 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, cleanly_p
         refused = ckpt(*args)
         assert refused.returncode == 2 and "lease" in refused.stderr
         lapse_leases(killed)
-    done = purged_here(spark, killed, as_of)
+    done = purged_here(ports, killed, as_of)
     # A zip without its sidecar is the store's own snapshot to the rerun: Spark 4.3 reads it so. The
     # stores run two at a time (local[2]) in Spark's JVM, which finishes the stores in flight, and
     # may start the next, before it sees its driver gone (seen: three published after the first).
@@ -246,7 +246,7 @@ def test_killed_at_each_step_the_same_purge_finishes_it(spark, corpus, cleanly_p
     assert state_rows(spark, killed, NAME) == clean_rows
 
 
-def test_the_purge_runs_unchanged_on_a_standalone_cluster(spark, corpus, tmp_path) -> None:
+def test_the_purge_runs_unchanged_on_a_standalone_cluster(ports, spark, corpus, tmp_path) -> None:
     """A task a store on a standalone master and worker, as on `local[2]`: the same state after."""
     from testbed.restart import state_rows
     from tests.support.cluster import standalone_cluster
@@ -259,7 +259,7 @@ def test_the_purge_runs_unchanged_on_a_standalone_cluster(spark, corpus, tmp_pat
     assert out.returncode == 0, out.stderr[-3000:]
     done = json.loads(out.stdout)
     assert {s["outcome"] for s in done["stores"]} == {"purged"} and done["expired"] > 0
-    assert purged_here(spark, here, as_of)["expired"] == done["expired"]
+    assert purged_here(ports, here, as_of)["expired"] == done["expired"]
     assert state_rows(spark, on_cluster, NAME) == state_rows(spark, here, NAME)
 
 

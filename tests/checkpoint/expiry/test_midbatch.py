@@ -28,7 +28,7 @@ def planned(path: Path) -> tuple[int, int]:
 
 @pytest.mark.parametrize("name", MIDBATCH)
 def test_a_query_stopped_mid_batch_is_purged_as_its_replay_sees_it_and_restarts_like_its_control(
-    spark, operators, tmp_path, name
+    ports, spark, operators, tmp_path, name
 ) -> None:
     from testbed.restart import differences, restart, state_rows
 
@@ -37,7 +37,7 @@ def test_a_query_stopped_mid_batch_is_purged_as_its_replay_sees_it_and_restarts_
     batch, own = planned(purged)
     report = run("purge-expired", str(purged), "--report")  # by default as of the replay's time too
     assert (report["replays"], report["as_of_ms"], report["batch"]) == (batch, own, batch - 1)
-    expected = spark_sees(spark, control, own, name)
+    expected = spark_sees(ports, control, own, name)
     assert by_variable(report) == expected
     # Every kind expired by the replay's time, and not all of the lists and maps.
     assert all(expired > 0 for _, expired in expected.values())
@@ -54,7 +54,7 @@ def test_a_query_stopped_mid_batch_is_purged_as_its_replay_sees_it_and_restarts_
         "as_of_ms": own,
     }
     left = {var: (entries - expired, 0) for var, (entries, expired) in expected.items()}
-    assert spark_sees(spark, purged, own, name) == left
+    assert spark_sees(ports, purged, own, name) == left
     # The timers are not TTL state: every registered one is kept (those in 2100 are never due).
     timers = [r for r in state_rows(spark, purged, name) if r.startswith(TIMERS)]
     assert timers and timers == [r for r in state_rows(spark, control, name) if r.startswith(TIMERS)]

@@ -15,12 +15,11 @@ from tests.support.s3 import cli
 
 
 def test_expired_state_on_s3_is_reported_as_locally_purged_and_restarts_like_its_control(
-    s3, spark, tmp_path
+    ports, s3, spark, tmp_path
 ) -> None:
     """The report names every file from the logs (no listing inside a store's folder), equals the
     local one; the purge publishes each store's snapshot by conditional puts, and the query
     restarted from the bucket (s3a) ends like an untouched local copy."""
-    from jobs.spark_session import reach
     from testbed.operators import ensure_operator_corpus
     from testbed.restart import differences, restart
     from tests.checkpoint.expiry.test_expiry import NAME, by_variable, stopped_query
@@ -52,16 +51,17 @@ def test_expired_state_on_s3_is_reported_as_locally_purged_and_restarts_like_its
     puts = [r for r in proxy.requests if r.op == "PutObject" and r.path.endswith(".zip")]
     assert len(puts) == len(done["stores"]) and all(r.condition for r in puts)  # If-None-Match: never over
     assert run("--report")["expired"] == 0
-    reach(spark, Storage(url, server.storage_options()))  # Spark's s3a settings for the bucket
+    ports.reach(Storage(url, server.storage_options()))  # Spark's s3a settings for the bucket
     changed = restart(spark, NAME, corpus / NAME, Storage(url).spark_url, tmp_path / "extra")
     assert differences(changed, restart(spark, NAME, corpus / NAME, control, tmp_path / "extra")) == []
 
 
 @pytest.mark.parametrize("name", ["stopped_midbatch", "stopped_midbatch_v1"])
-def test_a_query_stopped_mid_batch_on_s3_is_purged_as_its_replay_sees_it(s3, spark, tmp_path, name) -> None:
+def test_a_query_stopped_mid_batch_on_s3_is_purged_as_its_replay_sees_it(
+    ports, s3, spark, tmp_path, name
+) -> None:
     """The purge time read from the batch planned and not committed, on S3 as locally; the query
     restarted from the bucket (its replay of that batch first) ends like an untouched local copy."""
-    from jobs.spark_session import reach
     from testbed.operators import ensure_operator_corpus
     from testbed.restart import differences, restart
     from tests.checkpoint.expiry.test_expiry import by_variable, stopped_query
@@ -78,6 +78,6 @@ def test_a_query_stopped_mid_batch_on_s3_is_purged_as_its_replay_sees_it(s3, spa
     done = json.loads(out.stdout)
     assert (done["replays"], done["as_of_ms"]) == (batch, own) == (local["replays"], local["as_of_ms"])
     assert {s["outcome"] for s in done["stores"]} == {"purged"} and by_variable(done) == by_variable(local)
-    reach(spark, Storage(url, server.storage_options()))
+    ports.reach(Storage(url, server.storage_options()))
     changed = restart(spark, name, corpus / name, Storage(url).spark_url, tmp_path / "extra")
     assert differences(changed, restart(spark, name, corpus / name, control, tmp_path / "extra")) == []

@@ -20,11 +20,12 @@ FORKED = {"hdfs_agg": 15, "hdfs_join": 3, "rocksdb_v1": 5, "rocksdb_v1_changelog
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FORKED))
-def test_a_fork_at_an_earlier_batch_restarts_alone_like_the_original(spark, defaults, tmp_path, name) -> None:
+def test_a_fork_at_an_earlier_batch_restarts_alone_like_the_original(
+    ports, spark, defaults, tmp_path, name
+) -> None:
     """Exactly what recovery at the batch reads, checked as Spark reads it (V1 has no sidecars);
     with its source deleted, the fork replays the later batches one by one and ends in the state
     of an untouched copy restarted with the same input."""
-    from jobs.spark_session import scoped_confs
     from testbed.defaults import scenario_named
     from testbed.recovery import recovery_files
     from tests.support.files import files_of
@@ -45,7 +46,7 @@ def test_a_fork_at_an_earlier_batch_restarts_alone_like_the_original(spark, defa
     assert ckpt("validate", str(dest)).returncode == 0
     shutil.rmtree(src)
     scenario = scenario_named(name)
-    with scoped_confs(spark, V1_SESSION):
+    with ports.confs(V1_SESSION):
         final = restart_like_untouched(
             spark, scenario, defaults[name].parent, dest, untouched, tmp_path / "more", max_files=1
         )

@@ -16,7 +16,6 @@ from checkpoint.format import FileKind
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.model.head import load_head
 from checkpoint.storage import Storage
-from jobs.spark_session import scoped_confs
 from testbed.copying import copy_checkpoint
 from testbed.queries import INPUT_SCHEMA, _keyed_rows, write_inputs
 from tests.support.forking import fork
@@ -27,12 +26,13 @@ EVOLUTION = {"spark.sql.streaming.queryEvolution.enableSourceEvolution": "true"}
 NAMES = ("orders", "returns")
 
 
-def _run(spark, inputs: Path, checkpoint: Path) -> list[tuple]:
+def _run(ports, inputs: Path, checkpoint: Path) -> list[tuple]:
     """Both named sources, one file a batch each, counted by key; the rows of the last batch
     (complete mode: every key, its count carried over from the state)."""
     from pyspark.sql import functions as F
 
-    with scoped_confs(spark, EVOLUTION):  # a name is refused without it
+    spark = ports.spark
+    with ports.confs(EVOLUTION):  # a name is refused without it
         streams = [
             spark.readStream.schema(INPUT_SCHEMA)
             .option("maxFilesPerTrigger", 1)
@@ -53,12 +53,12 @@ def _run(spark, inputs: Path, checkpoint: Path) -> list[tuple]:
 
 
 @pytest.fixture(scope="module")
-def named(spark, tmp_path_factory) -> tuple[Path, Path]:
+def named(ports, tmp_path_factory) -> tuple[Path, Path]:
     """(inputs, checkpoint) of three batches of the named query."""
     top = tmp_path_factory.mktemp("named")
     for n in NAMES:
         write_inputs(top / "in" / n, 3, _keyed_rows)
-    _run(spark, top / "in", top / "checkpoint")
+    _run(ports, top / "in", top / "checkpoint")
     return top / "in", top / "checkpoint"
 
 
@@ -75,7 +75,7 @@ def test_named_sources_are_read_as_spark_writes_them(named) -> None:
     assert [f for f in validate(head).findings if f.severity != Severity.INFO] == []
 
 
-def test_a_fork_of_named_sources_restarts_as_an_untouched_copy(spark, named, tmp_path) -> None:
+def test_a_fork_of_named_sources_restarts_as_an_untouched_copy(ports, named, tmp_path) -> None:
     inputs, checkpoint = named
     untouched = copy_checkpoint(checkpoint, tmp_path / "untouched")
     result = fork(Storage(str(checkpoint)), Storage(str(tmp_path / "forked")))
@@ -83,12 +83,12 @@ def test_a_fork_of_named_sources_restarts_as_an_untouched_copy(spark, named, tmp
     for n in NAMES:
         assert sorted(p.name for p in (tmp_path / "forked" / "sources" / n).iterdir()) == ["0", "1", "2"]
         write_inputs(inputs / n, 1, _keyed_rows, start=3)  # one batch more, read by both
-    control = _run(spark, inputs, untouched)
-    assert _run(spark, inputs, tmp_path / "forked") == control
+    control = _run(ports, inputs, untouched)
+    assert _run(ports, inputs, tmp_path / "forked") == control
     assert sum(n for _, n in control) == 2 * 4 * 12  # the state's three batches and the new one
 
 
-def test_a_named_source_log_without_its_newest_entry_is_an_error_as_to_spark(spark, named, tmp_path) -> None:
+def test_a_named_source_log_without_its_newest_entry_is_an_error_as_to_spark(ports, named, tmp_path) -> None:
     inputs, checkpoint = named
     damaged = copy_checkpoint(checkpoint, tmp_path / "damaged")
     newest = max((damaged / "sources" / "returns").glob("[0-9]*"), key=lambda p: int(p.name))
@@ -100,7 +100,7 @@ def test_a_named_source_log_without_its_newest_entry_is_an_error_as_to_spark(spa
     from pyspark.errors import StreamingQueryException
 
     with pytest.raises(StreamingQueryException, match="doesn't exist"):
-        _run(spark, inputs, damaged)
+        _run(ports, inputs, damaged)
 
 
 def test_the_rehearsal_finds_a_batchs_input_in_each_named_log(named) -> None:

@@ -201,7 +201,7 @@ def test_a_store_task_killed_with_9_stops_the_migration_and_a_rerun_finishes_it(
 
 @pytest.mark.slow
 def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
-    spark, defaults, tmp_path
+    ports, spark, defaults, tmp_path
 ) -> None:
     """Right after `ckpt migrate`, with the V1 batches before the migration batch still in DEST's
     logs: compaction, cleanup with the default retention, a fork and a repartition work on it as
@@ -210,7 +210,6 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     format, and none of their state files."""
     from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
     from checkpoint.safety import InPlace, taken_at_once
-    from jobs.repartition import spark_engine
     from testbed.clock import date_back
 
     src, dest = stopped(defaults, "hdfs_agg", tmp_path / "src"), tmp_path / "dest"
@@ -236,7 +235,7 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     moved = copy_checkpoint(dest, tmp_path / "repartitioned")
     audit = AuditTrail(AuditTrail.default_for(str(moved)))
     request = InPlace(Storage(str(moved)), taken_at_once("tests"), audit)
-    options = RepartitionOptions(2, spark_engine(lambda: spark), quiet_seconds=0)
+    options = RepartitionOptions(2, ports.repartition, quiet_seconds=0)
     assert repartition_checkpoint(request, options).to_partitions == 2
     for path in (dest, tmp_path / "forked", moved):
         assert ckpt("validate", str(path)).returncode == 0, path
@@ -255,7 +254,7 @@ def test_a_fresh_migration_is_maintained_at_once_and_restarts_like_its_source(
     ],
 )
 def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
-    spark, defaults, tmp_path, monkeypatch, seen: str, error: str
+    ports, spark, defaults, tmp_path, monkeypatch, seen: str, error: str
 ) -> None:
     """The proof is what stands between the state written and a complete DEST: Spark's reader
     made to see one row fewer in DEST, or one row away from its partition, or a snapshot's key
@@ -265,9 +264,8 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     from checkpoint.migrate import MigrationOptions, MigrationPorts, migrate_checkpoint, state
     from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.migrate import SparkStateDigests, spark_ports
 
-    class OneRowOff(SparkStateDigests):
+    class OneRowOff(ports.digests):
         def compare(self, src, dest, batch, store, placement):
             was, now = super().compare(src, dest, batch, store, placement)
             off = {"rows": {"rows": now.rows - 1}, "misplaced": {"misplaced": 1}}.get(seen, {})
@@ -283,12 +281,12 @@ def test_a_destination_spark_reads_otherwise_is_never_marked_complete(
     audit = AuditTrail(str(tmp_path / "audit"))
     with pytest.raises(MigrationFailed, match=error):
         # The door, with this reader and the state written here (`jobs.migrate` writes it in Spark tasks).
-        ports = MigrationPorts(digests=lambda s, d: OneRowOff(spark, s, d))
-        migrate_checkpoint(TwoSided(*storages, taken_at_once("tests"), audit), MigrationOptions(ports))
+        faulty = MigrationPorts(digests=lambda s, d: OneRowOff(spark, s, d))
+        migrate_checkpoint(TwoSided(*storages, taken_at_once("tests"), audit), MigrationOptions(faulty))
     monkeypatch.setattr(state._KeyCount, "total", counted)
     refused = ckpt("validate", str(dest))
     assert refused.returncode != 0 and "INCOMPLETE_FORK" in refused.stdout
-    real = MigrationOptions(spark_ports(lambda: spark))
+    real = MigrationOptions(ports.migration)
     assert migrate_checkpoint(TwoSided(*storages, taken_at_once("tests"), audit), real).proven
     assert ckpt("validate", str(dest)).returncode == 0
 
@@ -303,7 +301,7 @@ def _swap_state_files(one: Path, other: Path) -> None:
 
 
 def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
-    spark, defaults, tmp_path
+    ports, spark, defaults, tmp_path
 ) -> None:
     """The placement the proof checks, on state Spark placed (none away, in every store: a join's
     keyWithIndexToValue hashes fewer fields than its key; a session window's, which does too, is
@@ -315,13 +313,12 @@ def test_the_proof_finds_a_row_in_another_partition_than_sparks_hash_puts_it_in(
     from checkpoint.migrate.flow import placement_of
     from checkpoint.model.checkpoint import StoreId
     from checkpoint.storage import Storage
-    from jobs.migrate import SparkStateDigests
 
     path = copy_checkpoint(defaults[name], tmp_path / "c")
     source = read_source(Storage(str(path)))
     reads = {}
     for label in ("placed", "swapped"):
-        engine = SparkStateDigests(spark, Storage(str(path)))
+        engine = ports.digests(spark, Storage(str(path)))
         for store in source.ckpt.operators[0].metadata.stores:
             placement = placement_of(store.num_partitions, store)
             (reads[label, store.name],) = engine.summarize([ReadSide(Storage(str(path)), 1)], source.batch,
@@ -369,7 +366,7 @@ def test_a_store_is_counted_without_reading_it_back(tmp_path, limit: int) -> Non
 
 
 def test_sparks_state_rewriter_cannot_write_format_v2_from_v1_so_the_project_writes_it(
-    spark, defaults, tmp_path
+    ports, spark, defaults, tmp_path
 ) -> None:
     """Why the migration writes the V2 snapshots itself (docs/migrate.md): Spark's `StateRewriter`
     (4.3), asked to rewrite a V1 transformWithState checkpoint's state in a V2 session, refuses; in a
@@ -377,11 +374,9 @@ def test_sparks_state_rewriter_cannot_write_format_v2_from_v1_so_the_project_wri
     fails, and the migration should call it instead."""
     from py4j.protocol import Py4JJavaError
 
-    from jobs.spark_session import scoped_confs
-
     src = copy_checkpoint(defaults["rocksdb_v1_every_state"], tmp_path / "src")
     jvm, none = spark._jvm, spark._jvm.scala.Option.apply(None)
-    with scoped_confs(spark, V2_SESSION), pytest.raises(Py4JJavaError) as refused:
+    with ports.confs(V2_SESSION), pytest.raises(Py4JJavaError) as refused:
         jvm.org.apache.spark.sql.execution.streaming.state.StateRewriter(
             spark._jsparkSession, 5, 6, Storage(str(src)).spark_url, spark._jsc.hadoopConfiguration(),
             none, none, none,

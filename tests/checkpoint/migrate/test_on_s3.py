@@ -15,7 +15,7 @@ from tests.support.s3 import cli, via_proxy
 @pytest.mark.parametrize(("where", "name"), [("s3-to-s3", "hdfs_agg"), ("local-to-s3", "hdfs_agg"),
                                              ("s3-to-s3", "rocksdb_v1_every_state")])  # fmt: skip
 def test_a_migration_onto_s3_restarts_like_its_source(
-    s3, s3_copy_of, spark, defaults, tmp_path, where, name
+    ports, s3, s3_copy_of, spark, defaults, tmp_path, where, name
 ) -> None:
     """SeaweedFS to SeaweedFS (the logs copied server-side, no listing of SRC's state) and a local
     source to S3, of an aggregation and of transformWithState's column families (value, list and
@@ -23,7 +23,6 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     an untouched copy of the source."""
     from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from checkpoint.safety import TwoSided, taken_at_once
-    from jobs.migrate import spark_ports
     from tests.support.migrating import restarted_differently
 
     _, proxy, bucket = s3
@@ -35,7 +34,7 @@ def test_a_migration_onto_s3_restarts_like_its_source(
     audit = AuditTrail(f"s3://{bucket}/audit-migrate-{where}-{name}", via_proxy(s3))
     proxy.reset()
     request = TwoSided(src, dest, taken_at_once("tests"), audit)
-    result = migrate_checkpoint(request, MigrationOptions(spark_ports(lambda: spark), quiet_seconds=0))
+    result = migrate_checkpoint(request, MigrationOptions(ports.migration, quiet_seconds=0))
     assert result.proven and len(result.stores) == 4
     if where == "s3-to-s3":  # every log file but the batch's rewritten two is copied server-side
         ours = [

@@ -97,10 +97,9 @@ def test_head_first_requests_do_not_grow_with_history(defaults, tmp_path, name) 
 
 
 @pytest.mark.parametrize("name", ["hdfs_agg", "hdfs_dedup", "rocksdb_v1_changelog"])
-def test_spark_reads_the_computed_chain_and_nothing_else(spark, defaults, tmp_path, name) -> None:
+def test_spark_reads_the_computed_chain_and_nothing_else(ports, spark, defaults, tmp_path, name) -> None:
     """Spark's state data source loads the same rows from a copy that holds only the computed base
     and chain of every store, and fails once one file of a chain is gone."""
-    from jobs.spark_session import scoped_confs
     from tests.support.state import StateUnreadable, read_state
 
     path = copy_default(defaults, name, tmp_path)
@@ -108,7 +107,7 @@ def test_spark_reads_the_computed_chain_and_nothing_else(spark, defaults, tmp_pa
     batch = ckpt_.latest_committed_batch
     lineage = checkpoint_lineage(ckpt_)
     needed = {f.rel for e in lineage for f in (e.base, *e.chain) if f is not None}
-    with scoped_confs(spark, V1_SESSION):
+    with ports.confs(V1_SESSION):
         before = read_state(spark, path, batch, name)
         pruned = copy_default(defaults, name, tmp_path / "pruned")
         state_kinds = {FileKind.ZIP, FileKind.CHANGELOG, FileKind.DELTA, FileKind.SNAPSHOT}

@@ -8,7 +8,7 @@ from testbed.copying import copy_checkpoint
 
 
 def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_control(
-    s3, spark, corpus, corpus_root, tmp_path
+    ports, s3, spark, corpus, corpus_root, tmp_path
 ) -> None:
     """Spark's repartitioner and the restarted query reach the bucket through s3a (the session's
     per-bucket settings from the storage's own options); the listing before, the backup fork, the
@@ -20,7 +20,6 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
         undo_repartition,
     )
     from checkpoint.safety import InPlace, taken_at_once
-    from jobs.repartition import spark_engine
     from testbed.restart import differences, restart
     from tests.support.forking import fork
 
@@ -39,7 +38,7 @@ def test_an_s3_checkpoint_repartitioned_undone_and_again_restarts_like_its_contr
 
     before = tree()
     request = InPlace(storage, taken_at_once("tests"), audit)
-    options = RepartitionOptions(8, spark_engine(lambda: spark), quiet_seconds=0)
+    options = RepartitionOptions(8, ports.repartition, quiet_seconds=0)
     first = repartition_checkpoint(request, options)
     assert {f.rel.split("/")[2] for f in storage.list_files("state/0") if f.rel.endswith(".zip")} >= {
         str(p) for p in range(8)

@@ -24,7 +24,6 @@ from checkpoint.repartition.guards import state_readers
 from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.safety.lease import lease_for
 from checkpoint.storage import Storage
-from jobs.repartition import rows_per_partition, spark_engine
 from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
 from testbed.operators import ensure_operator_corpus, scenario_named
@@ -81,25 +80,25 @@ def _pair(original: Path, tmp_path: Path) -> tuple[Path, Path]:
     return copy_checkpoint(original, tmp_path / "changed"), copy_checkpoint(original, tmp_path / "untouched")
 
 
-def _run(spark, path: Path, partitions: int, **kwargs):
+def _run(ports, path: Path, partitions: int, **kwargs):
     storage = Storage(str(path))
     audit = AuditTrail(AuditTrail.default_for(storage.url))
     # A corpus generated minutes ago (a cold cache) looks like a running query: the quiet period has
     # its own test.
     request = InPlace(storage, taken_at_once("tests"), audit)
-    options = RepartitionOptions(partitions, spark_engine(lambda: spark), **{"quiet_seconds": 0, **kwargs})
+    options = RepartitionOptions(partitions, ports.repartition, **{"quiet_seconds": 0, **kwargs})
     return repartition_checkpoint(request, options)
 
 
 @pytest.mark.parametrize("name", sorted(OPERATORS))
 def test_each_operator_repartitioned_4_to_8_restarts_like_an_untouched_copy(
-    spark, real, tmp_path, name
+    ports, spark, real, tmp_path, name
 ) -> None:
     scenario_dir, original = real(name)
     changed, untouched = _pair(original, tmp_path)
     before = load_checkpoint(str(changed)).latest_committed_batch
 
-    result = _run(spark, changed, 8)
+    result = _run(ports, changed, 8)
 
     assert (result.from_partitions, result.to_partitions, result.batch) == (4, 8, before + 1)
     assert result.stores and all(s.digest_before == s.digest_after for s in result.stores)
@@ -112,10 +111,10 @@ def test_each_operator_repartitioned_4_to_8_restarts_like_an_untouched_copy(
 
 
 def test_after_4_to_3_the_product_handles_the_batch_and_cleanup_takes_the_stale_folder(
-    spark, corpus, corpus_root, tmp_path
+    ports, spark, corpus, corpus_root, tmp_path
 ) -> None:
     changed, untouched = _pair(corpus["snapshots"], tmp_path)
-    result = _run(spark, changed, 3)
+    result = _run(ports, changed, 3)
     assert (result.from_partitions, result.to_partitions) == (4, 3)
 
     # A batch that reads no new input, and a folder that no new batch names: nothing is an error.
@@ -142,7 +141,7 @@ def test_after_4_to_3_the_product_handles_the_batch_and_cleanup_takes_the_stale_
 
 
 def test_a_verification_failure_is_undone_byte_for_byte_and_the_query_restarts(
-    spark, corpus, corpus_root, tmp_path
+    ports, spark, corpus, corpus_root, tmp_path
 ) -> None:
     changed, untouched = _pair(corpus["snapshots"], tmp_path)
     before = digests_of(changed)
@@ -154,7 +153,7 @@ def test_a_verification_failure_is_undone_byte_for_byte_and_the_query_restarts(
         zips[0].write_bytes(zips[0].read_bytes()[:100])
 
     with pytest.raises(RepartitionFailed, match="the checkpoint is as it was before"):
-        _run(spark, changed, 8, after_rewrite=damage)
+        _run(ports, changed, 8, after_rewrite=damage)
     assert digests_of(changed) == before
     assert not (changed / "state/0/6").exists()
     record = AuditTrail.default_for(str(changed))
@@ -169,12 +168,12 @@ def test_a_verification_failure_is_undone_byte_for_byte_and_the_query_restarts(
 
 
 def test_undo_on_request_puts_the_checkpoint_back_and_refuses_once_the_query_ran(
-    spark, corpus, corpus_root, tmp_path
+    ports, spark, corpus, corpus_root, tmp_path
 ) -> None:
     path = tmp_path / "ckpt"
     copy_checkpoint(corpus["dedup_agg"], path)
     before = digests_of(path)
-    _run(spark, path, 8)
+    _run(ports, path, 8)
     # Its batch was written a moment ago: a query restarted since could be running on it.
     _refusal(["--undo"], path, "newer than the quiet period")
     out = ckpt("repartition", str(path), "--undo", "--query-stopped", "--json")
@@ -184,14 +183,14 @@ def test_undo_on_request_puts_the_checkpoint_back_and_refuses_once_the_query_ran
     again = ckpt("repartition", str(path), "--undo", "--query-stopped")
     assert again.returncode == 2 and "already undone" in again.stderr
 
-    _run(spark, path, 8)
+    _run(ports, path, 8)
     scenario_named("dedup_agg").restart(spark, corpus_root / "dedup_agg", path, tmp_path / "more")
     refused = ckpt("repartition", str(path), "--undo", "--query-stopped")
     assert refused.returncode == 2 and "after repartition batch" in refused.stderr
 
 
 def test_undo_takes_back_the_operator_metadata_and_schemas_a_transform_with_state_repartition_wrote(
-    spark, corpus, tmp_path
+    ports, corpus, tmp_path
 ) -> None:
     """transformWithState keeps operator metadata v2 (`_metadata/v2/<batch>`) and schema files
     (`_stateSchema/`) per batch; a repartition writes them for its own batch. The undo used to leave
@@ -199,7 +198,7 @@ def test_undo_takes_back_the_operator_metadata_and_schemas_a_transform_with_stat
     path = tmp_path / "ckpt"
     copy_checkpoint(corpus["list_state"], path)
     before = digests_of(path)
-    _run(spark, path, 8)
+    _run(ports, path, 8)
     written = set(digests_of(path)) - set(before)
     assert any("/_metadata/v2/" in rel for rel in written), sorted(written)[:20]
     out = ckpt("repartition", str(path), "--undo", "--query-stopped", "--json")
@@ -293,7 +292,7 @@ def test_a_rerun_after_kill_9_during_the_rewrite_finishes_it(spark, corpus, corp
     )
 
 
-def test_the_profile_predicts_the_partition_of_every_key(spark, corpus, tmp_path) -> None:
+def test_the_profile_predicts_the_partition_of_every_key(ports, corpus, tmp_path) -> None:
     path = tmp_path / "ckpt"
     copy_checkpoint(corpus["join"], path)
     out = ckpt("state-profile", str(path), "--candidates", "3,8", "--json")
@@ -305,32 +304,15 @@ def test_the_profile_predicts_the_partition_of_every_key(spark, corpus, tmp_path
     )
     predicted = doc["predicted"][0]
     assert predicted["self_check"]["ok"] and sum(predicted["now"]) == predicted["rows"]
-    _run(spark, path, 8)
+    _run(ports, path, 8)
     ckpt_after = load_head(str(path))
     reader = next(r for r in state_readers(ckpt_after) if r.store == predicted["store"])
-    now = rows_per_partition(spark, str(path), ckpt_after.latest_committed_batch, reader, [8])
+    now = ports.rows_per_partition(str(path), ckpt_after.latest_committed_batch, reader, [8])
     assert (
         [now[0].get(p, 0) for p in range(8)]
         == predicted["candidates"]["8"]["rows"]
         == [now[8][p] for p in range(8)]
     )
-
-
-def test_the_fast_state_read_digests_what_the_default_read_does(spark, corpus, monkeypatch) -> None:
-    """The digests read with RocksDB's row tracking off (half the load time) equal those of
-    Spark's default read, and the session's confs are as they were afterwards."""
-    import jobs.repartition as jobs_repartition
-
-    track = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
-    ckpt_ = load_head(str(corpus["long_chain"]))  # a replay chain of 32 changelogs per store
-    args = (spark, Storage(str(corpus["long_chain"])).spark_url, ckpt_.latest_committed_batch,
-            state_readers(ckpt_), 4)  # fmt: skip
-    before = spark.conf.get(track, None)
-    fast = jobs_repartition.digest_state(*args)
-    assert spark.conf.get(track, None) == before
-    monkeypatch.setattr(jobs_repartition, "_FAST_READ", {track: "true"})
-    default = jobs_repartition.digest_state(*args)
-    assert fast == default and all(d.rows > 0 for d in fast)
 
 
 def test_refused_before_spark_starts(corpus, tmp_path) -> None:

@@ -180,18 +180,16 @@ def test_the_fleet_view_does_not_count_an_applied_plan(copy_of) -> None:
 
 @pytest.mark.slow
 def test_a_full_disk_during_a_compaction_fails_in_one_line_and_the_rerun_converges(
-    spark, corpus, small_disk
+    ports, corpus, small_disk
 ) -> None:
     """`ckpt compact` on a disk with 24 KiB left: the stores whose publish meets ENOSPC are each
     reported with why (exit 1), never half published, the lease is given back and nothing
     committed is lost; with room again, the same compaction (in this session's Spark) compacts
     every store and the checkpoint validates."""
-    import functools
 
     from checkpoint.compaction import CompactionOptions, compact_checkpoints
     from checkpoint.safety import EachInPlace, InPlace, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.compact import run_compaction_tasks
     from testbed.copying import copy_checkpoint
 
     path = copy_checkpoint(corpus["long_chain"], small_disk / "q")
@@ -209,7 +207,7 @@ def test_a_full_disk_during_a_compaction_fails_in_one_line_and_the_rerun_converg
         filler.unlink()
     assert lease_is_free(path)
     assert ckpt("validate", str(path)).returncode == 0
-    options = CompactionOptions(functools.partial(run_compaction_tasks, spark), min_chain=1, quiet_seconds=0)
+    options = CompactionOptions(ports.compaction, min_chain=1, quiet_seconds=0)
     request = EachInPlace(["q"], lambda _: InPlace(Storage(str(path)), taken_at_once("tests")))
     again = compact_checkpoints(request, options)
     assert again.outcomes and all(o.ok for o in again.outcomes), [o.error for o in again.outcomes]
@@ -243,7 +241,7 @@ def test_discovery_raises_when_a_folder_listing_hangs(copy_of, tmp_path, monkeyp
 
 @pytest.mark.slow
 def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(
-    spark, defaults, small_disk
+    ports, defaults, small_disk
 ) -> None:
     """DEST on a disk with 16 KiB left: `ckpt migrate` stops at a store's upload (exit 1, one line,
     DEST marked incomplete), both leases are free, and with room the same migration (in this
@@ -251,7 +249,6 @@ def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(
     from checkpoint.migrate import MigrationOptions, migrate_checkpoint
     from checkpoint.safety import AuditTrail, TwoSided, taken_at_once
     from checkpoint.storage import Storage
-    from jobs.migrate import spark_ports
     from testbed.copying import copy_checkpoint
 
     src = aged(copy_checkpoint(defaults["hdfs_agg"], small_disk.parent / "src"))
@@ -265,7 +262,7 @@ def test_a_full_disk_during_a_migration_is_one_line_and_the_rerun_converges(
     assert lease_is_free(src) and lease_is_free(dest)
     audit = AuditTrail(str(small_disk.parent / "audit"))
     request = TwoSided(Storage(str(src)), Storage(str(dest)), taken_at_once("tests"), audit)
-    assert migrate_checkpoint(request, MigrationOptions(spark_ports(lambda: spark))).proven
+    assert migrate_checkpoint(request, MigrationOptions(ports.migration)).proven
     assert ckpt("validate", str(dest)).returncode == 0
 
 
