@@ -184,6 +184,9 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
     if SHUFFLE_PARTITIONS in conf:
         bounded_count(conf[SHUFFLE_PARTITIONS], SHUFFLE_PARTITIONS, path)
     sources = tuple(lines[1:])
+    if version == 2 and len(sources) != len(_source_lines(data)):
+        # Spark reads every line of a v2 file into its map, and fails on one without `:`
+        raise CorruptFileError("a blank line among the v2 offsets lines, which names no source", path)
     keys = tuple(source_key(line, path) for line in sources) if version == 2 else ()
     # Named when source evolution is on, as the file's conf says, or when a key is no position.
     named = bool(keys) and (conf.get(SOURCE_EVOLUTION) == "true" or not all(_is_position(k) for k in keys))
@@ -200,6 +203,13 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
 
 
 SOURCE_EVOLUTION = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
+
+
+def _source_lines(data: bytes) -> list[str]:
+    """The lines after the version and metadata lines, blank ones too, as Scala's `getLines`
+    gives them: split at each newline only, none after a final one."""
+    lines = data.decode("utf-8").split("\n")
+    return lines[2 : -1 if lines[-1] == "" else None]
 
 
 def _is_position(key: str) -> bool:

@@ -217,3 +217,12 @@ def test_query_metadata() -> None:
     assert parse_query_metadata(b'{"id":"%s"}\n' % U1.encode(), "metadata") == U1
     with pytest.raises(CorruptFileError, match="no 'id'"):
         parse_query_metadata(b'{"name":"x"}', "metadata")
+
+
+def test_a_blank_line_among_v2_lines_is_refused_as_spark_refuses_it() -> None:
+    """Spark reads every line of a v2 file into its map ("Invalid OffsetMap format" on one without
+    `:`); a final newline is no line."""
+    good = _v2('orders:{"logOffset":2}', 'returns:{"logOffset":2}', evolution="true")
+    assert len(parse_offset(0, good + b"\n", "offsets/0").file_sources) == 2
+    with pytest.raises(CorruptFileError, match="blank line"):
+        parse_offset(0, good.replace(b"\nreturns", b"\n\nreturns"), "offsets/0")
