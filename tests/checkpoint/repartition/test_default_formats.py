@@ -15,7 +15,7 @@ from tests.support.defaults import ROCKSDB_V1, copy_default
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ROCKSDB_V1)
 def test_rocksdb_v1_is_repartitioned_by_spark_and_restarts_like_an_untouchedcopy_default(
-    spark, defaults, tmp_path, name
+    ports, spark, defaults, tmp_path, name
 ) -> None:
     """Spark's repartitioner reads and writes RocksDB format V1 in a V1 session: 4 to 8 partitions,
     proven by the digests before and after, and by the real query restarted beside an untouched
@@ -26,7 +26,7 @@ def test_rocksdb_v1_is_repartitioned_by_spark_and_restarts_like_an_untouchedcopy
         copy_default(defaults, name, tmp_path / "c"),
         copy_default(defaults, name, tmp_path / "u"),
     )
-    result = _run(spark, changed, 8)
+    result = _run(ports, changed, 8)
     assert (result.from_partitions, result.to_partitions) == (4, 8)
     assert result.stores and all(s.rows > 0 and s.digest_before == s.digest_after for s in result.stores)
     after = load_head(str(changed))
