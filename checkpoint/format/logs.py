@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from checkpoint.errors import MALFORMED, CorruptFileError, UnknownFormatVersionError
@@ -142,14 +143,18 @@ class OffsetEntry:
         """Whether a line may name `sources/<folder>/`: a name the file gives, or a folder number as
         Spark writes one (`7`, never `007`) below the count of sources."""
         if self.named:
-            return folder in self.source_keys
-        count = len(set(self.source_keys)) if self.source_keys else len(self.sources)
+            return folder in self._keys
+        count = len(self._keys) if self.source_keys else len(self.sources)
         return is_number(folder, 10) and str(int(folder)) == folder and int(folder) < count
 
-    @property
+    # Once per file: a forged one holds tens of thousands of lines, each asked about.
+    @cached_property
+    def _keys(self) -> frozenset[str]:
+        return frozenset(self.source_keys)
+
+    @cached_property
     def _positions_are_folders(self) -> bool:
-        keys = set(self.source_keys)
-        return keys == {str(i) for i in range(len(keys))}
+        return self._keys == {str(i) for i in range(len(self._keys))}
 
     @property
     def shuffle_partitions(self) -> int | None:

@@ -100,3 +100,20 @@ def test_a_forged_file_of_many_named_sources_says_a_few_and_counts_the_rest(copy
         f for f in validate(load_head(str(path), strict=False)).findings if f.severity == Severity.ERROR
     ]
     assert len(errors) == 6 and "and 19995 more" in errors[-1].message
+
+
+def test_a_forged_file_of_many_positions_is_checked_once_per_folder(copy_of) -> None:
+    """20,000 positions from 1 (so not the folders): each line may be any folder's, and each
+    folder's entries are looked up once, not once per line."""
+    path = copy_of("watermark")
+    _to_v2(path, ["0"], named=False)
+    newest = _offsets(path)[-1]
+    lines = newest.read_text().split("\n")
+    entry = json.loads(lines[2].partition(":")[2])["logOffset"]
+    newest.write_text("\n".join(lines[:2] + [f'{i}:{{"logOffset":{entry}}}' for i in range(1, 20_001)]))
+    assert _errors(path) == {}  # folder 0 holds every line's entries
+    _newest_entry(path, "0").unlink()
+    errors = [
+        f for f in validate(load_head(str(path), strict=False)).findings if f.severity == Severity.ERROR
+    ]
+    assert len(errors) == 1 and "and 19995 more" in errors[0].message
