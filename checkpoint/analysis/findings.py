@@ -168,16 +168,16 @@ def finding(code: FindingCode, path: str, message: str, category: Category | Non
 
 def batch_spans(ids: set[int]) -> str:
     """`0-11, 14`: ids as runs, so a gap shows."""
-    ordered, spans = sorted(ids), []
+    ordered, runs = sorted(ids), []
     start = prev = ordered[0]
     for n in ordered[1:] + [None]:
         if n is not None and n == prev + 1:
             prev = n
             continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        runs.append((start, prev))
         if n is not None:
             start = prev = n
-    return ", ".join(spans)
+    return spans_text(runs)
 
 
 def spans_text(spans: Iterable[tuple[int, int]]) -> str:

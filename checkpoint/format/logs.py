@@ -119,7 +119,6 @@ class OffsetEntry:
     # `2:` for a self-union and another source, in folders 0 and 1). v1 lines have no key, a line
     # per position.
     source_keys: tuple[str, ...] = ()
-    named: bool = False
 
     def source_folder(self, line: int, folders: Container[str]) -> str | None:
         """The folder under `sources/` of source line `line`, given the folders there, or None when
@@ -145,7 +144,14 @@ class OffsetEntry:
         if self.named:
             return folder in self._keys
         count = len(self._keys) if self.source_keys else len(self.sources)
-        return is_number(folder, 10) and str(int(folder)) == folder and int(folder) < count
+        return _is_position(folder) and int(folder) < count
+
+    @cached_property
+    def named(self) -> bool:
+        """Whether the keys are names: source evolution on, as the file's conf says, or a key that
+        is no position."""
+        keys = self.source_keys
+        return bool(keys) and (self.conf.get(SOURCE_EVOLUTION) == "true" or not all(map(_is_position, keys)))
 
     # Once per file: a forged one holds tens of thousands of lines, each asked about.
     @cached_property
@@ -193,8 +199,6 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
         # Spark reads every line of a v2 file into its map, and fails on one without `:`
         raise CorruptFileError("a blank line among the v2 offsets lines, which names no source", path)
     keys = tuple(source_key(line, path) for line in sources) if version == 2 else ()
-    # Named when source evolution is on, as the file's conf says, or when a key is no position.
-    named = bool(keys) and (conf.get(SOURCE_EVOLUTION) == "true" or not all(_is_position(k) for k in keys))
     # Spark reads v2 lines into a map: of a key given twice (which it never writes), the last line.
     last = {key: i for i, key in enumerate(keys)}
     offsets = (line[len(key) + 1 :] for line, key in zip(sources, keys, strict=True)) if keys else sources
@@ -204,7 +208,7 @@ def parse_offset(batch: int, data: bytes, path: str) -> OffsetEntry:
         if (not keys or last[keys[i]] == i) and (n := file_source_offset(line, path)) is not None
     )
     return OffsetEntry(batch, version, watermark, timestamp, {str(k): str(v) for k, v in conf.items()},
-                       sources, files, keys, named)  # fmt: skip
+                       sources, files, keys)  # fmt: skip
 
 
 SOURCE_EVOLUTION = "spark.sql.streaming.queryEvolution.enableSourceEvolution"
