@@ -46,8 +46,10 @@ LAST_REHEARSAL, REHEARSAL_SPARK, REHEARSAL_BATCH = (
 _MAX_ROWS = 25  # a markdown table longer than this is not read at a glance
 
 
-def _options(roots: CheckpointRootsResource) -> ValidationOptions:
-    return ValidationOptions(long_chain_threshold=roots.long_chain_threshold)
+def _options(
+    roots: CheckpointRootsResource, categories: frozenset[Category] = frozenset(Category)
+) -> ValidationOptions:
+    return ValidationOptions(long_chain_threshold=roots.long_chain_threshold, categories=categories)
 
 
 def _findings_markdown(findings: Iterable[Finding]) -> str:
@@ -165,7 +167,7 @@ def checkpoint_inventory(
 
     def read(key: str) -> tuple[Checkpoint, dict, Validation]:
         ckpt = roots.load(key)
-        return ckpt, inventory(ckpt), validate(ckpt, _options(roots), only)
+        return ckpt, inventory(ckpt), validate(ckpt, _options(roots, only))
 
     done = each_checkpoint(context.partition_keys, read)
     if len(done) > 1:
@@ -220,7 +222,7 @@ def checkpoint_lineage_report(
 
     def read(key: str) -> tuple[Checkpoint, Validation]:
         ckpt = roots.load(key)
-        return ckpt, validate(ckpt, _options(roots), only)
+        return ckpt, validate(ckpt, _options(roots, only))
 
     done = each_checkpoint(context.partition_keys, read)
     validations = {key: v for key, (_, v) in done.items()}

@@ -23,6 +23,7 @@ from checkpoint.cleanup import (
     CheckResult,
     Cleaned,
     CleanupOptions,
+    GcPlanOptions,
     apply_cleanup,
     check_plan,
     plan_cleanup,
@@ -30,7 +31,7 @@ from checkpoint.cleanup import (
 )
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
-from checkpoint.safety import Plan
+from checkpoint.safety import InPlace, Plan
 
 GROUP = "checkpoint_cleanup"
 PLAN_CHECK = "plan_matches_commit_log"
@@ -50,17 +51,19 @@ def _totals_markdown(totals: dict[str, dict[str, int]], what: str) -> str:
     return markdown.table((what, "files", "bytes"), rows)
 
 
-def plan_for(roots: CheckpointRootsResource, key: str) -> Plan:
-    """Plans the checkpoint's cleanup (a partition listed at a time) into its audit trail."""
-    site = roots.site(key)
-    return plan_gc(
-        site.storage,
-        site.trail,
+def cleanup_of(
+    roots: CheckpointRootsResource, request: InPlace, key: str, what: str, planned: Plan | None = None
+) -> CleanupOptions:
+    """The deployment's cleanup of the checkpoint `key` behind `request`: planned (a partition
+    listed at a time) into the request's trail by the deployment's rules, the query taken as
+    stopped where its root says its queries are."""
+    rules = GcPlanOptions(
         grace_seconds=parse_duration(roots.grace),
         retain_batches=roots.retain_batches,
         quiet_seconds=parse_duration(roots.quiet_period),
-        query_stopped=site.root.queries_stopped,
+        query_stopped=roots.site(key).root.queries_stopped,
     )
+    return CleanupOptions(lambda: plan_gc(request, rules), planned=planned, what=what)
 
 
 @dg.asset(
@@ -85,9 +88,9 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
     of the plan goes through an IO manager)."""
 
     def plan_one(key: str) -> tuple[Plan, CheckResult, int]:
-        storage = roots.checkpoint_storage(key)
-        planned = plan_cleanup(storage, roots.audit_trail(key), lambda: plan_for(roots, key))
-        return planned.plan, check_plan(planned.plan, storage), planned.pruned
+        request = roots.in_place(context, key, trail=roots.audit_trail(key))
+        planned = plan_cleanup(request, cleanup_of(roots, request, key, "checkpoint_orphan_plan"))
+        return planned.plan, check_plan(planned.plan, request.storage), planned.pruned
 
     done = each_checkpoint(context.partition_keys, plan_one, failing="was not planned")
     stale = {key: verdict.message for key, (_, verdict, _) in done.items() if not verdict.ok}
@@ -190,11 +193,9 @@ def checkpoint_orphan_cleanup(
 
     def apply_one(key: str) -> Cleaned:
         # The plan step ran before this lease was taken: planned again under it when the query ran since.
-        options = CleanupOptions(
-            lambda: plan_for(roots, key), planned=plans[key], what="checkpoint_orphan_cleanup"
-        )
+        request = roots.in_place(context, key, retry=len(keys) == 1, trail=roots.audit_trail(key))
         return apply_cleanup(
-            roots.in_place(context, key, retry=len(keys) == 1, trail=roots.audit_trail(key)), options
+            request, cleanup_of(roots, request, key, "checkpoint_orphan_cleanup", plans[key])
         )
 
     done = each_checkpoint(keys, apply_one, failing="was not cleaned")

@@ -63,8 +63,8 @@ def checkpoint_compaction(
     # held elsewhere is reported (LeaseHeld) with the unreadable ones, and the others go on.
     alone = len(context.partition_keys) == 1
     request = EachInPlace(context.partition_keys, lambda key: roots.in_place(context, key, retry=alone))
-    options = CompactionOptions(spark_rebuild(context, spark), strict=True, go_on=True,
-                                what="checkpoint_compaction", **roots.compaction_thresholds())  # fmt: skip
+    options = CompactionOptions(spark_rebuild(context, spark), roots.compaction_plan_options(), strict=True,
+                                go_on=True, what="checkpoint_compaction")  # fmt: skip
     compaction = compact_checkpoints(request, options)
     planned, results = compaction.planned, compaction.outcomes
     rows: list[list] = []

@@ -17,7 +17,7 @@ import dagster as dg
 from pydantic import ConfigDict, Field, model_validator
 
 from assets.partitions import parse_partition_key, partition_key
-from checkpoint.compaction import plan_compaction
+from checkpoint.compaction import CompactionPlan, CompactionPlanOptions, plan_compaction
 from checkpoint.errors import CheckpointError, LeaseHeld
 from checkpoint.model import (
     Checkpoint,
@@ -341,16 +341,15 @@ class CheckpointRootsResource(dg.ConfigurableResource):
             dormant_seconds=parse_duration(self.dormant_after),
         )
 
-    def compaction_thresholds(self) -> dict[str, Any]:
+    def compaction_plan_options(self) -> CompactionPlanOptions:
         """This deployment's chain threshold and quiet period: what the compaction asset plans by
         and what the commit sensor decides by (`compaction_plan`), so the two never disagree."""
         policy = self.policy()
-        return {"min_chain": policy.long_chain, "quiet_seconds": policy.quiet_seconds}
+        return CompactionPlanOptions(min_chain=policy.long_chain, quiet_seconds=policy.quiet_seconds)
 
-    def compaction_plan(self, ckpt: Checkpoint):
-        """(targets, skips) as the compaction asset plans them. Raises CompactionRefused on error
-        findings."""
-        return plan_compaction(ckpt, **self.compaction_thresholds())
+    def compaction_plan(self, ckpt: Checkpoint) -> CompactionPlan:
+        """The compaction asset's plan of `ckpt`. Raises CompactionRefused on error findings."""
+        return plan_compaction(ckpt, self.compaction_plan_options())
 
     def url_of(self, key: str) -> str:
         return self.checkpoint_storage(key).url

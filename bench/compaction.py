@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from checkpoint.compaction import plan_compaction, rebuild_store, tasks_for
+from checkpoint.compaction import CompactionPlanOptions, plan_compaction, rebuild_store, tasks_for
 from checkpoint.model import load_checkpoint
 from jobs.compact import run_compaction_tasks
 from jobs.spark_session import local_session
@@ -105,7 +105,7 @@ def _rebuild_in_a_fresh_process(checkpoint: Path, copy: Path) -> dict:
 
 def _rebuild_one_store_in_place(path: str):
     ckpt = load_checkpoint(path)
-    (target,) = plan_compaction(ckpt, quiet_seconds=0)[0]
+    (target,) = plan_compaction(ckpt, CompactionPlanOptions(quiet_seconds=0)).targets
     return rebuild_store(ckpt, target.entry)
 
 
@@ -231,7 +231,7 @@ def main() -> None:
         shutil.copytree(out / "delta" / "checkpoint", out / "sequential")
 
         ckpt = load_checkpoint(str(out / "compacted"))
-        targets, _ = plan_compaction(ckpt, quiet_seconds=0)
+        targets = plan_compaction(ckpt, CompactionPlanOptions(quiet_seconds=0)).targets
         # Python workers start and import once per session; (c) measures the job, not that
         results["worker_start_s"] = _timed(
             lambda: spark.sparkContext.parallelize(range(2), 2).map(_import_the_rebuild).collect()
@@ -247,7 +247,7 @@ def main() -> None:
         results["task_overhead_mean_s"] = sum(overheads) / len(overheads)
         # (c)'s baseline: the same stores rebuilt one after another in this process
         sequential = load_checkpoint(str(out / "sequential"))
-        seq_targets, _ = plan_compaction(sequential, quiet_seconds=0)
+        seq_targets = plan_compaction(sequential, CompactionPlanOptions(quiet_seconds=0)).targets
         results["sequential_sum_s"] = _timed(
             lambda: [rebuild_store(sequential, t.entry) for t in seq_targets]
         )

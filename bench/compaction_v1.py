@@ -39,13 +39,18 @@ SESSION = {"spark.driver.memory": "12g"}
 
 def _compact_in_place(path: str) -> dict:
     """In a fresh interpreter: plan, then compact the one store; its figures and the peaks."""
-    from checkpoint.compaction import materialize_snapshot, plan_compaction, rebuild_store
+    from checkpoint.compaction import (
+        CompactionPlanOptions,
+        materialize_snapshot,
+        plan_compaction,
+        rebuild_store,
+    )
     from checkpoint.format import Provider
     from checkpoint.model import load_checkpoint
     from jobs.compact import SparkSnapshotEngine
 
     ckpt = load_checkpoint(path)
-    (target,) = plan_compaction(ckpt, quiet_seconds=0)[0]
+    (target,) = plan_compaction(ckpt, CompactionPlanOptions(quiet_seconds=0)).targets
     jvm_pid = None
     if ckpt.provider == Provider.HDFS:
         spark = local_session(master="local[2]", app_name="bench-v1", extra_conf=SESSION)

@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint.cleanup import plan_gc
+from checkpoint.cleanup import GcPlanOptions, plan_gc
 from checkpoint.cleanup.pool import partitions_at_once, planning_workers
-from checkpoint.safety import AuditTrail
+from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
 from testbed.synthetic import build, iter_files, upload
 
@@ -137,7 +137,8 @@ def _baseline(storage: Storage) -> dict:
 def _planner(storage: Storage, later: float) -> dict:
     with tempfile.TemporaryDirectory() as audit_dir:
         t, cpu = time.perf_counter(), _cpu_seconds()
-        plan = plan_gc(storage, AuditTrail(audit_dir), now=time.time() + later, query_stopped=True)
+        request = InPlace(storage, taken_at_once("bench"), AuditTrail(audit_dir))
+        plan = plan_gc(request, GcPlanOptions(now=time.time() + later, query_stopped=True))
         seconds = time.perf_counter() - t
     calls = storage.calls.snapshot()
     # On S3: each partition's listing in pages of 1000 keys, each shallow listing one request, and

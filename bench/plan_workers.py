@@ -21,8 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from checkpoint.cleanup import plan_gc
-from checkpoint.safety import AuditTrail
+from checkpoint.cleanup import GcPlanOptions, plan_gc
+from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
 from testbed.synthetic import iter_files, write_local
 
@@ -35,8 +35,8 @@ def _children_cpu() -> float:
 def _plan(root: Path, audit: Path, workers: int | None) -> tuple[float, float, list[bytes]]:
     """(wall seconds, the workers' CPU seconds, the manifest's candidate lines) of one plan."""
     cpu, began = _children_cpu(), time.perf_counter()
-    plan = plan_gc(Storage(str(root)), AuditTrail(str(audit)), now=time.time() + 10**7, query_stopped=True,
-                   workers=workers)  # fmt: skip
+    request = InPlace(Storage(str(root)), taken_at_once("bench"), AuditTrail(str(audit)))
+    plan = plan_gc(request, GcPlanOptions(now=time.time() + 10**7, query_stopped=True, workers=workers))
     wall = time.perf_counter() - began
     _, *lines = Path(plan.manifest.removeprefix("file://")).read_bytes().splitlines()
     return wall, _children_cpu() - cpu, lines

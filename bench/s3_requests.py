@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from checkpoint.analysis import ValidationOptions, validate
-from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_gc
-from checkpoint.compaction import plan_compaction
+from checkpoint.cleanup import CleanupOptions, GcPlanOptions, apply_cleanup, plan_gc
+from checkpoint.compaction import CompactionPlanOptions, plan_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.model import find_checkpoints
 from checkpoint.safety import AuditTrail, InPlace, Plan, taken_at_once
@@ -87,7 +87,8 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     for f in found:
         try:
             storage = root.child(f.rel)
-            plans.append((storage, plan_gc(storage, audit, now=now, query_stopped=True)))
+            request = InPlace(storage, taken_at_once("bench"), audit)
+            plans.append((storage, plan_gc(request, GcPlanOptions(now=now, query_stopped=True))))
         except CheckpointError:  # the corpus's damaged and V1 checkpoints are refused, by design
             continue
     rows.append(
@@ -109,7 +110,11 @@ def _measure(root: Storage, proxy: S3Proxy, work: Path) -> list[str]:
     proxy.reset()
     targets = 0
     for f in found[:4]:
-        targets += len(plan_compaction(f.load(root, recent=2), min_chain=1, quiet_seconds=0)[0])
+        targets += len(
+            plan_compaction(
+                f.load(root, recent=2), CompactionPlanOptions(min_chain=1, quiet_seconds=0)
+            ).targets
+        )
     rows.append(_row("compaction plan", proxy.counts(), objects, _distinct(proxy), f"{targets} targets"))
     return rows
 

@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from checkpoint.analysis import validate
-from checkpoint.compaction import plan_compaction
+from checkpoint.compaction import CompactionPlanOptions, plan_compaction
 from checkpoint.model import checkpoint_lineage, find_checkpoints, latest_commit, load_checkpoint, load_head
 from checkpoint.storage import Storage
 from testbed import synthetic
@@ -42,7 +42,7 @@ def _scan(root: Storage) -> None:
 
 def _new_commit_tick(s: Storage) -> None:
     latest_commit(s)
-    plan_compaction(load_head(s, recent=2), quiet_seconds=0)
+    plan_compaction(load_head(s, recent=2), CompactionPlanOptions(quiet_seconds=0))
 
 
 # path -> (head-first, through a full listing); each takes the checkpoint's storage (scan: its parent)
@@ -59,7 +59,7 @@ PATHS: dict[str, tuple[Callable[[Storage], object], Callable[[Storage], object] 
     "idle tick": (latest_commit, lambda s: load_checkpoint(s).latest_committed_batch),
     "tick, one new commit": (
         _new_commit_tick,
-        lambda s: plan_compaction(load_checkpoint(s), quiet_seconds=0),
+        lambda s: plan_compaction(load_checkpoint(s), CompactionPlanOptions(quiet_seconds=0)),
     ),
     "compaction plan": (
         lambda s: plan_compaction(load_head(s, recent=2)),

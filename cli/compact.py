@@ -18,7 +18,7 @@ _SHOWN = ("operator", "partition", "store", "version", "unique_id", "path", "sec
 
 
 def compact(args: argparse.Namespace) -> Result:
-    from checkpoint.compaction import CompactionOptions, compact_checkpoints
+    from checkpoint.compaction import CompactionOptions, CompactionPlanOptions, compact_checkpoints
     from jobs.compact import run_compaction_tasks  # Spark starts only for this command
     from jobs.spark_session import session_for
 
@@ -26,7 +26,7 @@ def compact(args: argparse.Namespace) -> Result:
     request = EachInPlace([args.path], lambda path: in_place(args, Storage(path)))
     options = CompactionOptions(
         lambda tasks, check: run_compaction_tasks(session_for(args.master, conf=conf), tasks, check),
-        min_chain=args.min_chain, strict=False, go_on=False, what="compact",
+        plan=CompactionPlanOptions(min_chain=args.min_chain), strict=False, go_on=False, what="compact",
     )  # fmt: skip
     done = compact_checkpoints(request, options)
     doc = {

@@ -46,12 +46,12 @@ def instant(text: str) -> float:
 def purge_command(args: argparse.Namespace) -> Result:
     from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
 
+    storage = Storage(args.path)
     if args.report:
-        return Result(expired_report(Storage(args.path), args.as_of).as_dict(), render.expired_text)
+        return Result(expired_report(storage, PurgeOptions(args.as_of)).as_dict(), render.expired_text)
     from jobs.expiry import spark_purges  # Spark starts only for a purge, once its stores are planned
     from jobs.spark_session import session_for
 
-    storage = Storage(args.path)
     request = in_place(args, storage, trail_of(args, storage))
     options = PurgeOptions(args.as_of, quiet_seconds(args), now=time.time(),
                            run=spark_purges(lambda: session_for(args.master)))  # fmt: skip

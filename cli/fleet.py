@@ -21,7 +21,7 @@ from checkpoint.analysis import (
 from checkpoint.errors import CheckpointError, GcError, UnknownSparkVersion
 from checkpoint.model import each_checkpoint, scan
 from checkpoint.policy import POLICY, Policy
-from checkpoint.safety import AuditTrail
+from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
 
 from . import render
@@ -85,7 +85,12 @@ def _reclaimable(url: str, *, fresh: bool) -> dict[str, Any]:
     storage = Storage(url)
     audit = AuditTrail(AuditTrail.default_for(storage.url))
     try:
-        plan = plan_gc(storage, audit) if fresh else audit.latest_plan(storage.url, applied=False)
+        # The plan takes no lease: the request's way of taking one is never called.
+        plan = (
+            plan_gc(InPlace(storage, taken_at_once("ckpt fleet"), audit))
+            if fresh
+            else audit.latest_plan(storage.url, applied=False)
+        )
     except GcError:
         plan = None
     if plan is None:

@@ -37,27 +37,28 @@ def _stream_candidates(audit: AuditTrail, plan: Plan) -> None:
 
 
 def gc(args: argparse.Namespace) -> Result | int:
-    from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_cleanup, plan_gc
+    from checkpoint.cleanup import CleanupOptions, GcPlanOptions, apply_cleanup, plan_cleanup, plan_gc
 
     storage = Storage(args.path)
     audit = trail_of(args, storage)
-    quiet = quiet_seconds(args)
+    request = in_place(args, storage, audit)
+    rules = GcPlanOptions(grace_seconds=args.grace, retain_batches=args.retain_batches,
+                          quiet_seconds=quiet_seconds(args), allow_short_grace=args.unsafe_short_grace,
+                          query_stopped=args.query_stopped)  # fmt: skip
 
     def plan() -> Plan:  # strict: a plan is built only from a completely read checkpoint
-        return plan_gc(storage, audit, grace_seconds=args.grace, retain_batches=args.retain_batches,
-                       quiet_seconds=quiet, allow_short_grace=args.unsafe_short_grace,
-                       query_stopped=args.query_stopped)  # fmt: skip
+        return plan_gc(request, rules)
 
     result, replanned = None, False
     if args.candidates:
         _stream_candidates(audit, plan())
         return EXIT_OK
+    options = CleanupOptions(plan, what="gc --apply", batch_size=args.batch_size)
     if args.apply:  # planned under the lease, and again when the query moved on meanwhile
-        options = CleanupOptions(plan, what="gc --apply", batch_size=args.batch_size)
-        cleaned = apply_cleanup(in_place(args, storage, audit), options)
+        cleaned = apply_cleanup(request, options)
         planned, result, replanned = cleaned.plan, cleaned.result, cleaned.replanned is not None
     else:
-        planned = plan_cleanup(storage, audit, plan).plan
+        planned = plan_cleanup(request, options).plan
     doc = {"plan": planned.summary(), "plan_file": planned.manifest, "applied": False,
            "replanned": replanned, "deleted": 0, "failed": 0, "skipped": 0}  # fmt: skip
     if result is not None:

@@ -27,7 +27,7 @@ from .common import (
 
 
 def retire(args: argparse.Namespace) -> Result:
-    from checkpoint.retire import plan_retirement
+    from checkpoint.retire import RetirementPlanOptions, plan_retirement, retirement_request
 
     if args.apply:
         return _apply(args)
@@ -37,9 +37,9 @@ def retire(args: argparse.Namespace) -> Result:
     storage = Storage(args.target)
     trail = trail_of(args, storage)
     archive = None if args.no_archive else Storage(args.archive)
-    dormancy, short = args.dormant_after, args.unsafe_short_grace
-    plan = plan_retirement(storage, trail, archive=archive, now=time.time(), dormant_seconds=dormancy,
-                           allow_short=short)  # fmt: skip
+    request = retirement_request(storage, archive, lambda storage, what: leased(args, storage, what), trail)
+    options = RetirementPlanOptions(dormant_seconds=args.dormant_after, allow_short=args.unsafe_short_grace)
+    plan = plan_retirement(request, options)
     doc = {**plan.summary(), "applied": False, "applies_from": plan.planned_at + POLICY.retire_grace_seconds}
     return Result(doc, _plan_text)
 

@@ -29,12 +29,12 @@ from assets.cleanup import (
     PLANNED_BYTES,
     checkpoint_orphan_cleanup,
     checkpoint_orphan_plan,
-    plan_for,
+    cleanup_of,
 )
 from assets.compaction import STORES_COMPACTED, checkpoint_compaction, spark_rebuild
 from assets.partitions import CHECKPOINTS, root_of
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
-from checkpoint.cleanup import CleanupOptions, apply_cleanup, plan_cleanup
+from checkpoint.cleanup import apply_cleanup, plan_cleanup
 from checkpoint.compaction import CompactionOptions, compact_checkpoints
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import POLICY
@@ -54,8 +54,8 @@ class MaintainConfig(dg.Config):
 
 def _compact(context, roots, spark, keys: Sequence[str], done: Outcomes) -> None:
     request = EachInPlace(keys, lambda key: roots.in_place(context, key, retry=False))
-    options = CompactionOptions(spark_rebuild(context, spark), strict=True, go_on=True,
-                                what="maintain_checkpoints", **roots.compaction_thresholds())  # fmt: skip
+    options = CompactionOptions(spark_rebuild(context, spark), roots.compaction_plan_options(), strict=True,
+                                go_on=True, what="maintain_checkpoints")  # fmt: skip
     compaction = compact_checkpoints(request, options)
     for refusal in compaction.refused:
         done.fail(refusal.name, f"compaction refused: {refusal.why}")
@@ -81,9 +81,10 @@ def _compact(context, roots, spark, keys: Sequence[str], done: Outcomes) -> None
 def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> str:
     """Plans (and where the root applies, deletes under the lease); returns what it did."""
     audit = roots.audit_trail(key)
+    request = roots.in_place(context, key, retry=False, trail=audit)
+    options = cleanup_of(roots, request, key, "maintain_checkpoints")
     if applies:
-        options = CleanupOptions(lambda: plan_for(roots, key), what="maintain_checkpoints")
-        cleaned = apply_cleanup(roots.in_place(context, key, retry=False, trail=audit), options)
+        cleaned = apply_cleanup(request, options)
         plan, result = cleaned.plan, cleaned.result
         if result.failed.files:
             raise CheckpointError(f"{result.failed.files} deletion(s) failed: see {audit.outcomes_url(plan)}")
@@ -98,7 +99,7 @@ def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> 
         )
         outcome = f"deleted {result.deleted.files}"
     else:
-        plan = plan_cleanup(roots.checkpoint_storage(key), audit, lambda: plan_for(roots, key)).plan
+        plan = plan_cleanup(request, options).plan
         outcome = f"planned {plan.files}"
     metadata = {
         "files": plan.files,

@@ -21,6 +21,7 @@ from assets.resources import CheckpointRootsResource
 from checkpoint.errors import CheckpointError
 from checkpoint.policy import parse_duration
 from checkpoint.retire import (
+    RetirementPlanOptions,
     RetireOptions,
     apply_retirement,
     manifest_url,
@@ -28,6 +29,7 @@ from checkpoint.retire import (
     read_retirement,
     retirement_request,
 )
+from checkpoint.safety import TakeLease
 
 # Where Dagster records who launched a run: Dagster+ (`dagster/user`), or a tag the launcher sets.
 _LAUNCHER_TAGS = ("dagster/user", "user", "launched_by")
@@ -67,6 +69,12 @@ def retire_op(context: dg.OpExecutionContext, config: RetireConfig, roots: Check
     return dg.Output(done, metadata=metadata)
 
 
+def _take(context, roots: CheckpointRootsResource, key: str) -> TakeLease:
+    """The leases a retirement's door takes for the checkpoint `key`, without a retry: the job
+    reports a held one with the other refusals."""
+    return lambda storage, what: roots.take_lease_at(context, storage, what, key, retry=False)
+
+
 def _plan(context, config: RetireConfig, roots: CheckpointRootsResource) -> tuple[list[dict], list[str]]:
     done, refused, dormant = [], [], roots.policy().dormant_seconds
     for key in config.plan:
@@ -79,9 +87,9 @@ def _plan(context, config: RetireConfig, roots: CheckpointRootsResource) -> tupl
                 archive = roots.checkpoint_storage(
                     roots.under_a_root(f"{config.archive_root.rstrip('/')}/{site.rel}")
                 )
-            plan = plan_retirement(site.storage, site.trail, archive=archive,
-                                   now=time.time(), dormant_seconds=dormant,
-                                   allow_short=roots.unsafe_floors)  # fmt: skip
+            request = retirement_request(site.storage, archive, _take(context, roots, key), site.trail)
+            options = RetirementPlanOptions(dormant_seconds=dormant, allow_short=roots.unsafe_floors)
+            plan = plan_retirement(request, options)
         except CheckpointError as exc:
             refused.append(f"{key}: {exc}")
             continue
@@ -105,11 +113,7 @@ def _apply(context, config: RetireConfig, roots: CheckpointRootsResource) -> tup
             archive = None
             if plan.archive is not None:  # the deployment's root and credentials, or refused
                 archive = roots.checkpoint_storage(roots.under_a_root(plan.archive))
-
-            def take(storage, what, key=ref.partition):
-                return roots.take_lease_at(context, storage, what, key, retry=False)
-
-            request = retirement_request(checkpoint, archive, take, trail)
+            request = retirement_request(checkpoint, archive, _take(context, roots, ref.partition), trail)
             retired = apply_retirement(request, options(plan, time.time()))
         except CheckpointError as exc:
             refused.append(f"{ref.partition} ({ref.plan_id}): {exc}")

@@ -163,7 +163,7 @@ def _look(
         # compaction run reads them (an older batch may explain what the newest alone cannot).
         for logs in (Logs.RECOVERY, Logs.ALL):
             try:
-                targets, _ = roots.compaction_plan(roots.load(key, recent=2, logs=logs))
+                targets = roots.compaction_plan(roots.load(key, recent=2, logs=logs)).targets
                 return Look(latest, new=True, crossing=bool(targets))
             except CompactionDeferred:  # a running V1 query: the maintenance schedule compacts it stopped
                 return Look(latest, new=True)

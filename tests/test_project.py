@@ -430,37 +430,84 @@ def test_no_core_function_defaults_a_lease_check_to_nothing() -> None:
     assert defaulted == []
 
 
-def test_every_door_has_one_shape() -> None:
-    """An action's door is `action(request, options) -> result`: the request is one of the doors'
-    kinds (`InPlace`, `TwoSided`, `EachInPlace`), the options one frozen dataclass of the action's
-    own. Found, not listed: every function a core face exports that takes a request first."""
+def _two_part(obj, firsts: set[str]) -> bool | None:
+    """None when `obj` takes none of `firsts` first; else whether it is `f(first, options)` with
+    the options one frozen dataclass. Annotations as written (`from __future__ import
+    annotations`): names, not types."""
     import dataclasses
+    import importlib
+    import inspect
+
+    params, notes = list(inspect.signature(obj).parameters), obj.__annotations__
+    if not params or not firsts & set(str(notes.get(params[0], "")).split(" | ")):
+        return None
+    if len(params) != 2:
+        return False
+    name = str(notes.get(params[1], "")).split("[")[0]
+    # Named where it is defined, or (imported for its annotation only) by its package's face.
+    face = importlib.import_module(obj.__module__.rsplit(".", 1)[0])
+    options = obj.__globals__.get(name, getattr(face, name, None))
+    frozen = dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen  # type: ignore[union-attr]
+    return frozen
+
+
+def _exported() -> list[tuple[str, object]]:
+    """(`checkpoint.<package>.<name>`, the function) for every function a core face exports."""
     import importlib
     import inspect
     import pkgutil
 
     import checkpoint
 
-    requests = {"InPlace", "TwoSided", "EachInPlace"}
+    return [
+        (f"checkpoint.{package}.{name}", obj)
+        for package in (m.name for m in pkgutil.iter_modules(checkpoint.__path__) if m.ispkg)
+        for name, obj in vars(importlib.import_module(f"checkpoint.{package}")).items()
+        if name in importlib.import_module(f"checkpoint.{package}").__all__ and inspect.isfunction(obj)
+    ]
+
+
+def test_every_door_has_one_shape() -> None:
+    """An action's door is `action(request, options) -> result`: the request is one of the doors'
+    kinds (`InPlace`, `TwoSided`, `EachInPlace`), the options one frozen dataclass of the action's
+    own. Found, not listed: every function a core face exports that takes a request first (its
+    plans, which take the request they are applied through, are the next test's)."""
+    import inspect
+
     doors, wrong = [], []
-    for package in (m.name for m in pkgutil.iter_modules(checkpoint.__path__) if m.ispkg):
-        face = importlib.import_module(f"checkpoint.{package}")
-        for name in face.__all__:
-            obj = getattr(face, name)
-            if not inspect.isfunction(obj):
-                continue
-            # Annotations as written (`from __future__ import annotations`): names, not types.
-            params, notes = list(inspect.signature(obj).parameters), obj.__annotations__
-            if not params or not requests & set(str(notes.get(params[0], "")).split(" | ")):
-                continue
-            doors.append(name)
-            options = (
-                obj.__globals__.get(str(notes.get(params[1], "")).split("[")[0]) if len(params) > 1 else None
-            )
-            frozen = dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen  # type: ignore[union-attr]
-            if len(params) != 2 or not frozen:
-                wrong.append(f"checkpoint.{package}.{name}{inspect.signature(obj)}")
+    for where, obj in _exported():
+        shaped = _two_part(obj, {"InPlace", "TwoSided", "EachInPlace"})
+        if shaped is None or where.rsplit(".", 1)[1].startswith("plan_"):
+            continue
+        doors.append(where.rsplit(".", 1)[1])
+        if not shaped:
+            wrong.append(f"{where}{inspect.signature(obj)}")
     assert wrong == []
     assert sorted(doors) == ["apply_cleanup", "apply_retirement", "compact_checkpoints", "fork_checkpoint",
                              "migrate_checkpoint", "purge_expired", "rehearse", "repartition_checkpoint",
                              "undo_repartition", "write_fork_plan"]  # fmt: skip
+
+
+def test_the_plan_side_has_one_shape() -> None:
+    """What an action plans, checks or reports before it changes anything is `plan(what, options)
+    -> plan`: `what` the request its apply goes through (a plan written to the trail), the place
+    (a report that writes nothing) or the checkpoint already read (an analysis), the options one
+    frozen dataclass. Found: every `plan_*` a core face exports; and the analyses and preflights
+    that share it."""
+    import inspect
+
+    from checkpoint.migrate import flow as migrate_flow
+    from checkpoint.repartition import flow as repartition_flow
+
+    firsts = {"InPlace", "TwoSided", "Storage", "Checkpoint", "ForkSource"}
+    found = [(w, obj) for w, obj in _exported() if w.rsplit(".", 1)[1].startswith("plan_")]
+    named = [("checkpoint.analysis.validate", None), ("checkpoint.expiry.expired_report", None)]
+    plans = [(w, obj) for w, obj in _exported() if w in dict(named)] + found
+    plans += [("checkpoint.repartition.flow.preflight", repartition_flow.preflight),
+              ("checkpoint.migrate.flow.preflight", migrate_flow.preflight)]  # fmt: skip
+    wrong = [f"{where}{inspect.signature(obj)}" for where, obj in plans if not _two_part(obj, firsts)]
+    assert wrong == []
+    assert sorted(w.rsplit(".", 1)[1] for w, _ in found) == [
+        "plan_cleanup", "plan_compaction", "plan_fork", "plan_gc", "plan_retirement"
+    ]  # fmt: skip
+    assert len(plans) == 9

@@ -57,6 +57,8 @@ class ValidationOptions:
     # it ran, nor a test's on its corpus's age.
     now: float | None = None
     dormant_seconds: float = POLICY.dormant_seconds
+    # What is checked; a cleanup's plan asks for the commit log's findings alone.
+    categories: frozenset[Category] = frozenset(Category)
 
 
 @dataclass(frozen=True)
@@ -75,20 +77,14 @@ class Validation:
         return [f for f in self.findings if f.category == category]
 
 
-ALL_CATEGORIES = frozenset(Category)
-
-
-def validate(
-    ckpt: Checkpoint,
-    options: ValidationOptions = ValidationOptions(),
-    categories: frozenset[Category] = ALL_CATEGORIES,
-) -> Validation:
-    """The findings of the given categories for a checkpoint loaded with `strict=False`.
+def validate(ckpt: Checkpoint, options: ValidationOptions = ValidationOptions()) -> Validation:
+    """The findings of the options' categories for a checkpoint loaded with `strict=False`.
 
     The commit-log category reads nothing beyond the load; lineage and snapshot read changelog
     headers and zip metadata (and whole chain files when `deep`).
     """
     findings: list[Finding] = []
+    categories = options.categories
     if Category.COMMIT_LOG in categories:
         findings += _fork_findings(ckpt)
         findings += _bare_operators(ckpt)

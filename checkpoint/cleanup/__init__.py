@@ -14,13 +14,14 @@ from checkpoint.cleanup.apply import (
     delete_with_redrive,
 )
 from checkpoint.cleanup.flow import REPLANNED, Cleaned, CleanupOptions, Planned, apply_cleanup, plan_cleanup
-from checkpoint.cleanup.plan import plan_gc
+from checkpoint.cleanup.plan import GcPlanOptions, plan_gc
 
 __all__ = [
     "ApplyResult",
     "CheckResult",
     "Cleaned",
     "CleanupOptions",
+    "GcPlanOptions",
     "Planned",
     "Kind",
     "Outcome",

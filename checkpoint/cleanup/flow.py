@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 from checkpoint.cleanup.apply import ApplyResult, Kind, Outcome, apply_plan, check_plan
 from checkpoint.policy import POLICY
-from checkpoint.safety import AuditTrail, InPlace, Plan
-from checkpoint.storage import Storage
+from checkpoint.safety import InPlace, Plan
 
 log = logging.getLogger(__name__)
 # The outcome recorded against a plan that a new one replaced under the lease.
@@ -49,11 +48,11 @@ class Planned:
     pruned: int
 
 
-def plan_cleanup(storage: Storage, audit: AuditTrail, plan: Callable[[], Plan]) -> Planned:
-    """The plan made and written, then the trail pruned as after every plan (no lease: nothing
-    of the checkpoint changes)."""
-    made = plan()
-    return Planned(made, len(audit.prune(storage.url, made.planned_at)))
+def plan_cleanup(request: InPlace, options: CleanupOptions) -> Planned:
+    """A dry run of `apply_cleanup(request, options)`: the plan made and written, then the trail
+    pruned as after every plan (no lease: nothing of the checkpoint changes)."""
+    made = options.plan()
+    return Planned(made, len(request.audit_trail().prune(request.storage.url, made.planned_at)))
 
 
 def apply_cleanup(request: InPlace, options: CleanupOptions) -> Cleaned:

@@ -29,9 +29,10 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import NoReturn
 
-from checkpoint.analysis import Category, Severity, validate
+from checkpoint.analysis import Category, Severity, ValidationOptions, validate
 from checkpoint.cleanup.decide import Context, Lister, list_folder, scan_partition
 from checkpoint.cleanup.pool import in_order, planning_workers
 from checkpoint.cleanup.rules import (
@@ -51,7 +52,7 @@ from checkpoint.model import (
     store_ids,
 )
 from checkpoint.policy import POLICY
-from checkpoint.safety import AuditTrail, Plan, PlannedFile, new_plan_id, refuse_inside
+from checkpoint.safety import InPlace, Plan, PlannedFile, new_plan_id
 from checkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -62,50 +63,54 @@ def commit_digests(ckpt: Checkpoint) -> dict[int, str]:
     return {b.id: b.commit.digest for b in ckpt.batches.values() if b.commit is not None}
 
 
-def plan_gc(
-    storage: Storage,
-    audit: AuditTrail,
-    grace_seconds: float = POLICY.grace_seconds,
-    retain_batches: int | None = None,
-    quiet_seconds: float = POLICY.quiet_seconds,
-    now: float | None = None,
-    *,
-    allow_short_grace: bool = False,
-    workers: int | None = None,
-    lister: Lister = list_folder,
-    query_stopped: bool = False,
-) -> Plan:
-    """Plans the cleanup of the checkpoint at `storage` and writes its manifest to `audit`;
-    raises GcError when planning is unsafe. `lister` lists one partition folder, sorted by path
-    as `Storage.list_files` gives it: the manifest lists each kind in that order (tests give one
-    that drops mtimes, as some backends do).
+@dataclass(frozen=True)
+class GcPlanOptions:
+    grace_seconds: float = POLICY.grace_seconds  # only files older than this are candidates
+    retain_batches: int | None = None  # keep what the last N committed batches read; None: the window
+    quiet_seconds: float = POLICY.quiet_seconds  # a commit or offset newer than this: live
+    now: float | None = None  # a manual clock; None: the time
+    allow_short_grace: bool = False  # a grace under the floor, where nothing writes to the checkpoint
+    # The caller knows the query stopped (`--query-stopped`): the stopped-query rules once its logs
+    # are older than the quiet period, else the live rules.
+    query_stopped: bool = False
+    workers: int | None = None  # partitions decided at once; None: as many as repay their start
+    # Lists one partition folder, sorted by path as `Storage.list_files` gives it (tests give one
+    # that drops mtimes, as some backends do).
+    lister: Lister = list_folder
+
+
+def plan_gc(request: InPlace, options: GcPlanOptions = GcPlanOptions()) -> Plan:
+    """Plans the cleanup of the checkpoint behind `request` and writes its manifest to the
+    request's audit trail; raises GcError when planning is unsafe. Takes no lease: the request's
+    is its apply's. The manifest lists each kind in the lister's order.
 
     A query is planned under the live rules (two versions of margin, SSTs only below the oldest
     a retained zip lists: a running executor may reuse one) unless the caller knows it stopped
     (`query_stopped`): a running query idle for longer than the quiet period looks stopped by
     its logs alone. Logs newer than the quiet period make it live whatever the caller says."""
-    now = time.time() if now is None else now
-    storage.refuse_writes()  # a plan no apply could carry out: refused before it is written
-    # A manifest written inside the checkpoint would be a file its metadata does not name.
-    refuse_inside(storage, audit.storage, "the audit trail")
-    if grace_seconds < POLICY.min_grace_seconds and not allow_short_grace:
+    o = options
+    storage, audit = request.storage, request.audit_trail()
+    now = time.time() if o.now is None else o.now
+    # A plan no apply could carry out, or a manifest inside the checkpoint (a file its metadata
+    # does not name): refused before anything is written.
+    request.check_place()
+    if o.grace_seconds < POLICY.min_grace_seconds and not o.allow_short_grace:
         raise GcError(
-            f"a grace period of {grace_seconds:.0f} s is below {POLICY.min_grace_seconds / 60:g} minutes: "
+            f"a grace period of {o.grace_seconds:.0f} s is below {POLICY.min_grace_seconds / 60:g} minutes: "
             "files of a batch still being written could be deleted. Override only if nothing writes to "
             "this checkpoint",
             storage.url,
         )
-    if retain_batches is not None and retain_batches < 1:
+    if o.retain_batches is not None and o.retain_batches < 1:
         raise GcError("--retain-batches must be at least 1", storage.url)
-    base, folders, window, committed = _read_logs(storage, retain_batches)
-    live = not query_stopped or base.is_live(now, quiet_seconds)
-    options = GcOptions(grace_seconds=grace_seconds, live=live, defer_live_ssts=True)
-    auto = workers is None  # else the caller's (a test's, a bench's): started as given
-    if workers is None:
-        workers = planning_workers(storage, len(folders), lister)
+    base, folders, window, committed = _read_logs(storage, o.retain_batches)
+    live = not o.query_stopped or base.is_live(now, o.quiet_seconds)
+    rules = GcOptions(grace_seconds=o.grace_seconds, live=live, defer_live_ssts=True)
+    auto = o.workers is None  # else the caller's (a test's, a bench's): started as given
+    workers = planning_workers(storage, len(folders), o.lister) if o.workers is None else o.workers
     plan_id = new_plan_id(now)
     with tempfile.TemporaryDirectory(prefix="ckpt-plan-") as tmp, Spill(tmp) as spill:
-        context = Context(base, window, dict(committed), options, now, lister, tmp)
+        context = Context(base, window, dict(committed), rules, now, o.lister, tmp)
         for folder, decided in in_order(context, folders, workers, spill, until_worth_it=auto):
             spill.partition(folder, decided)
         spill.finish()
@@ -116,8 +121,8 @@ def plan_gc(
             against_batch=window[-1],
             latest_planned_batch=base.latest_planned_batch,
             live=live,
-            grace_seconds=grace_seconds,
-            retain_batches=retain_batches,
+            grace_seconds=o.grace_seconds,
+            retain_batches=o.retain_batches,
             commit_digests=commit_digests(base),
             files=spill.files,
             total_bytes=spill.total_bytes,
@@ -127,7 +132,7 @@ def plan_gc(
             kept=dict(sorted(spill.kept.items())),
             partition_files=spill.partition_files,
             sst_floor=spill.floor if live else None,
-            quiet_seconds=quiet_seconds,
+            quiet_seconds=o.quiet_seconds,
             folder_ids=storage.folder_ids(_with_parents(spill.partition_files)),
         )
         return audit.write_manifest(plan, spill.line_files)
@@ -227,8 +232,8 @@ def _window(base: Checkpoint, retain_batches: int | None) -> list[int]:
     """The retained batches, once the logs proved sound."""
     if base.operators:
         base.states.refuse(StateAction.CLEANUP, base.url)
-    errors = [f for f in validate(base, categories=frozenset({Category.COMMIT_LOG})).findings
-              if f.severity == Severity.ERROR]  # fmt: skip
+    logs_only = ValidationOptions(categories=frozenset({Category.COMMIT_LOG}))
+    errors = [f for f in validate(base, logs_only).findings if f.severity == Severity.ERROR]
     if errors:
         raise GcError(
             "the commit log is inconsistent: " + "; ".join(f"{f.code} {f.message}" for f in errors), base.url

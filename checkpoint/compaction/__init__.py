@@ -13,12 +13,21 @@ from checkpoint.compaction.flow import (
 )
 from checkpoint.compaction.hdfs import materialize_snapshot
 from checkpoint.compaction.rebuild import RebuildResult, Rewrite, Rewritten, rebuild_store, rewrite_store
-from checkpoint.compaction.targets import Skip, Target, Why, plan_compaction
+from checkpoint.compaction.targets import (
+    CompactionPlan,
+    CompactionPlanOptions,
+    Skip,
+    Target,
+    Why,
+    plan_compaction,
+)
 from checkpoint.errors import CompactionRefused, RebuildError
 
 __all__ = [
     "Compaction",
     "CompactionOptions",
+    "CompactionPlan",
+    "CompactionPlanOptions",
     "CompactionRefused",
     "Planned",
     "RebuildError",

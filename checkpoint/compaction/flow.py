@@ -13,10 +13,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from checkpoint.compaction.targets import Skip, Target, plan_compaction
+from checkpoint.compaction.targets import CompactionPlanOptions, Skip, Target, plan_compaction
 from checkpoint.errors import CheckpointError, CompactionDeferred
 from checkpoint.model import Checkpoint, StoreId, StoreLineage, checkpoint_lineage, load_head
-from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.safety import EachInPlace
 
@@ -67,8 +66,7 @@ class Compaction(Generic[Outcome]):
 @dataclass(frozen=True)
 class CompactionOptions(Generic[Outcome]):
     rebuild: Rebuild[Outcome]  # the rebuild of the planned stores (Spark's job: `jobs.compact`)
-    min_chain: int = POLICY.long_chain  # a store is compacted from this replay chain length
-    quiet_seconds: float = POLICY.quiet_seconds
+    plan: CompactionPlanOptions = CompactionPlanOptions()  # each checkpoint's plan
     strict: bool = True  # the checkpoints read as validation reads them, a damaged file refusing
     # A backfill goes on past a checkpoint it cannot read, lease or plan (reported in `refused`),
     # and skips a running format V1 query; one checkpoint asked for by name raises instead.
@@ -105,7 +103,7 @@ def compact_checkpoints(request: EachInPlace, options: CompactionOptions[Outcome
                 check = held.enter_context(door.held(o.what))
                 ckpt = load_head(door.storage, strict=o.strict, recent=2)
                 checks[ckpt.url] = check
-                planned.append(_plan(name, ckpt, o.min_chain, o.quiet_seconds, o.go_on))
+                planned.append(_plan(name, ckpt, o))
                 said = _planned(planned[-1])
             except CheckpointError as exc:
                 if not o.go_on:
@@ -136,11 +134,11 @@ def _chains_after(planned: Planned) -> dict[StoreId, int]:
     return {e.store: e.chain_length for e in checkpoint_lineage(reloaded, batch)}
 
 
-def _plan(name: str, ckpt: Checkpoint, min_chain: int, quiet_seconds: float, go_on: bool) -> Planned:
+def _plan(name: str, ckpt: Checkpoint, options: CompactionOptions) -> Planned:
     try:
-        targets, skips = plan_compaction(ckpt, min_chain=min_chain, quiet_seconds=quiet_seconds)
+        plan = plan_compaction(ckpt, options.plan)
     except CompactionDeferred as exc:
-        if not go_on:
+        if not options.go_on:
             raise
         return Planned(name, ckpt, (), (Skip(-1, -1, "*", str(exc)),))
-    return Planned(name, ckpt, tuple(targets), tuple(skips))
+    return Planned(name, ckpt, plan.targets, plan.skips)

@@ -67,38 +67,54 @@ def dead_on_the_cap(ckpt: Checkpoint, latest: list[StoreLineage]) -> bool:
     return ckpt.unfinished and any(_next_header_bytes(e) > LINEAGE_HEADER_CAP for e in latest if e.header)
 
 
+@dataclass(frozen=True)
+class CompactionPlanOptions:
+    min_chain: int = POLICY.long_chain  # a store is compacted from this replay chain length
+    quiet_seconds: float = POLICY.quiet_seconds  # a commit or offset newer than this: live
+    header_cap_ratio: float = POLICY.header_cap_ratio  # a header this near the cap is rescued
+    now: float | None = None  # a manual clock; None: the time
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """The stores to compact, and why each other store is not."""
+
+    targets: tuple[Target, ...]
+    skips: tuple[Skip, ...]
+
+
+def _nothing(why: str) -> CompactionPlan:
+    return CompactionPlan((), (Skip(-1, -1, "*", why),))
+
+
 def plan_compaction(
-    ckpt: Checkpoint,
-    min_chain: int = POLICY.long_chain,
-    now: float | None = None,
-    quiet_seconds: float = POLICY.quiet_seconds,
-    header_cap_ratio: float = POLICY.header_cap_ratio,
-) -> tuple[list[Target], list[Skip]]:
+    ckpt: Checkpoint, options: CompactionPlanOptions = CompactionPlanOptions()
+) -> CompactionPlan:
     """Targets at the latest committed batch; on a live query, at the one before it.
 
     Raises CompactionRefused when validation of the checkpoint (loaded with `strict=False` or
     not) finds an error other than those compaction fixes.
     """
-    now = time.time() if now is None else now
+    o = options
+    now = time.time() if o.now is None else o.now
     committed = sorted(b.id for b in ckpt.batches.values() if b.committed)
     if not committed:
-        return [], [Skip(-1, -1, "*", "no committed batch")]
+        return _nothing("no committed batch")
     _refuse_on_errors(
-        ckpt, ValidationOptions(long_chain_threshold=min_chain, header_cap_ratio=header_cap_ratio)
+        ckpt, ValidationOptions(long_chain_threshold=o.min_chain, header_cap_ratio=o.header_cap_ratio)
     )
-    live = ckpt.is_live(now, quiet_seconds)
+    live = ckpt.is_live(now, o.quiet_seconds)
     if live:
-        ckpt.states.on_refusal(StateAction.COMPACT_LIVE, lambda why: _refuse_live_v1(ckpt, quiet_seconds))
+        ckpt.states.on_refusal(StateAction.COMPACT_LIVE, lambda why: _refuse_live_v1(ckpt, o.quiet_seconds))
     latest = checkpoint_lineage(ckpt, committed[-1])
     if live and not dead_on_the_cap(ckpt, latest):
         if len(committed) < 2:
-            return [], [
-                Skip(-1, -1, "*", "live query with a single committed batch: nothing below the newest")
-            ]
+            return _nothing("live query with a single committed batch: nothing below the newest")
         entries = checkpoint_lineage(ckpt, committed[-2])
     else:
         entries = latest
-    targets, skips = [], []
+    targets: list[Target] = []
+    skips: list[Skip] = []
     for entry in entries:
         if entry.chain_length and entry.loadable:
             _refuse_unproven_writer(ckpt, entry)
@@ -111,13 +127,13 @@ def plan_compaction(
             skip("loads from its own snapshot already")
         elif not entry.loadable:
             skip("replay chain incomplete: validate the checkpoint")
-        elif entry.header_cap_ratio >= header_cap_ratio:
+        elif entry.header_cap_ratio >= o.header_cap_ratio:
             targets.append(Target(entry, Why.LINEAGE_HEADER_NEAR_CAP))
-        elif entry.chain_length >= min_chain:
+        elif entry.chain_length >= o.min_chain:
             targets.append(Target(entry, Why.LONG_CHAIN))
         else:
-            skip(f"chain of {entry.chain_length} is below {min_chain}")
-    return targets, skips
+            skip(f"chain of {entry.chain_length} is below {o.min_chain}")
+    return CompactionPlan(tuple(targets), tuple(skips))
 
 
 def _refuse_live_v1(ckpt: Checkpoint, quiet_seconds: float) -> None:

@@ -127,12 +127,13 @@ class ExpiredState:
                 "replays": self.replays, "stores": [s.as_dict() for s in self.stores]}  # fmt: skip
 
 
-def expired_report(storage: Storage, as_of: float | None = None, policy: Policy = POLICY) -> ExpiredState:
-    """What has expired, as of `as_of` (default now, never later; for a batch planned and not
-    committed, its own time), in every transformWithState store with a TTL at the latest committed
-    batch. Reads what a recovery of that batch reads, a store at a time; writes nothing and takes
-    no lease, so a running query is reported too."""
-    now = time.time()
+def expired_report(storage: Storage, options: PurgeOptions = PurgeOptions()) -> ExpiredState:
+    """What a purge with `options` would take: what has expired, as of `as_of` (default now, never
+    later; for a batch planned and not committed, its own time), in every transformWithState store
+    with a TTL at the latest committed batch. Reads what a recovery of that batch reads, a store at
+    a time; writes nothing and takes no lease, so a running query is reported too."""
+    as_of, policy = options.as_of, options.policy
+    now = time.time() if options.now is None else options.now
     if as_of is not None:
         try:
             bounds.instant(as_of, "the report's time")

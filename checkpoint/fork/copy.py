@@ -46,7 +46,15 @@ from checkpoint.errors import (
     NotACheckpointError,
 )
 from checkpoint.fork.markers import ForkResult, ForkStarted
-from checkpoint.fork.plan import STEP_OFFSETS, STEP_STATE, ForkItem, ForkPlan, plan_fork, read_source
+from checkpoint.fork.plan import (
+    STEP_OFFSETS,
+    STEP_STATE,
+    ForkItem,
+    ForkPlan,
+    ForkPlanOptions,
+    plan_fork,
+    read_source,
+)
 from checkpoint.format import (
     FORK_COMPLETE,
     FORK_STARTED,
@@ -344,12 +352,12 @@ def fork_checkpoint(request: TwoSided, options: ForkOptions = ForkOptions()) -> 
 
 
 @dataclass(frozen=True)
-class PlanOptions:
+class WritePlanOptions:
     plan: ForkPlan  # another action's plan (a migration's: its logs rewritten, its state written)
     before_complete: Callable[[], None] = lambda: None  # its proof, before the completion marker
 
 
-def write_fork_plan(request: TwoSided, options: PlanOptions) -> ForkResult:
+def write_fork_plan(request: TwoSided, options: WritePlanOptions) -> ForkResult:
     """Another action's fork plan written to `request.dest` through the fork's door."""
     with request.held("fork plan") as check:
         dest = request.dest
@@ -375,6 +383,6 @@ def _fork_held(src: Storage, dest: Storage, options: ForkOptions, check: Callabl
     query_id = None
     if new_query_id:
         query_id = state.started.query_id if state.started is not None else str(uuid.uuid4())
-    plan = plan_fork(source, dest, query_id)
+    plan = plan_fork(source, ForkPlanOptions(dest, query_id))
     return apply_fork(plan, src, dest, state, check=check, workers=options.workers, since=since,
                       link=options.link)  # fmt: skip

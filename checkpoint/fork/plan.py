@@ -245,9 +245,16 @@ def rewrite_schema_paths(raw: bytes, dest_spark_url: str, path: str) -> bytes:
     return out.encode()
 
 
-def plan_fork(src: ForkSource, dest: Storage, query_id: str | None = None) -> ForkPlan:
-    """Every file DEST receives, in write order; `query_id` None keeps SRC's."""
+@dataclass(frozen=True)
+class ForkPlanOptions:
+    dest: Storage  # where the files go: its URL is written into the operator metadata's schema paths
+    query_id: str | None = None  # DEST's query id; None keeps SRC's
+
+
+def plan_fork(src: ForkSource, options: ForkPlanOptions) -> ForkPlan:
+    """Every file DEST receives, in write order."""
     ckpt, batch = src.ckpt, src.batch
+    dest, query_id = options.dest, options.query_id
     items: list[ForkItem] = []
 
     def add(f: FileInfo, step: int = STEP_STATE, data: bytes | None = None, **more: Any) -> None:

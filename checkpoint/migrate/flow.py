@@ -42,8 +42,9 @@ from checkpoint.fork import (
     STEP_STATE,
     ForkItem,
     ForkPlan,
+    ForkPlanOptions,
     ForkSource,
-    PlanOptions,
+    WritePlanOptions,
     check_dest,
     inspect_dest,
     plan_fork,
@@ -189,9 +190,11 @@ class MigrationResult:
 Layouts = dict[tuple[int, str], PrefixKey]
 
 
-def preflight(source: ForkSource, now: float, quiet_seconds: float) -> Layouts:
+def preflight(source: ForkSource, options: MigrationOptions) -> Layouts:
     """Refuses (MigrationRefused) what this migration cannot carry (the fork's reading of SRC
     has refused error findings already); the key layout of each prefix-scanned store to re-lay."""
+    quiet_seconds = options.quiet_seconds
+    now = time.time() if options.now is None else options.now
     ckpt = source.ckpt
     where = ckpt.url
     ckpt.states.refuse(StateAction.MIGRATE, where)
@@ -285,7 +288,7 @@ def _commit_v2(raw: bytes, ids: dict[int, list[list[str]]], path: str) -> bytes:
 def plan_logs(source: ForkSource, dest: Storage, ids: dict[StoreId, str]) -> ForkPlan:
     """The fork of SRC's logs, schema and operator metadata, with the batch's offset and commit
     rewritten; no state file of SRC."""
-    fork = plan_fork(source, dest)
+    fork = plan_fork(source, ForkPlanOptions(dest))
     order, batch = _store_order(source), source.batch
     partitions = max(s.partition for s in ids) + 1
     commit_ids = {op: [[ids[StoreId(op, p, name)] for name in names] for p in range(partitions)]
@@ -327,35 +330,27 @@ class MigrationOptions:
     batch: int | None = None  # a committed batch; default: the latest committed
     quiet_seconds: float = POLICY.quiet_seconds
     what: str = "migrate"  # what the leases say they are held for
+    now: float | None = None  # a manual clock; None: the time
 
 
 def migrate_checkpoint(request: TwoSided, options: MigrationOptions) -> MigrationResult:
     """The migration's door: `request`'s overlap refused and both leases taken (`safety.door`),
     then the migration under them."""
-    src, dest, o = request.src, request.dest, options
-    with request.held(o.what) as check:
-        return _migrate(lambda: o.ports.digests(src, dest), src, dest, request.audit_trail(), o.batch,
-                        quiet_seconds=o.quiet_seconds, check=check,
-                        writer=lambda: o.ports.writer(src, dest))  # fmt: skip
+    with request.held(options.what) as check:
+        return _migrate(request.src, request.dest, request.audit_trail(), options, check)
 
 
 def _migrate(
-    digests: Callable[[], StateDigests],
-    src: Storage,
-    dest: Storage,
-    audit: AuditTrail,
-    batch: int | None = None,
-    *,
-    now: float | None = None,
-    quiet_seconds: float = POLICY.quiet_seconds,
-    check: Callable[[], None],
-    writer: Callable[[], StoreWriter] = lambda: write_here,
+    src: Storage, dest: Storage, audit: AuditTrail, options: MigrationOptions, check: Callable[[], None]
 ) -> MigrationResult:
     """See the module docstring. The caller holds SRC's and DEST's leases and passes their
-    `check`; `writer` makes what writes the state, once the preflight passed, and `digests` Spark's
+    `check`; the options' ports make what writes the state, once the preflight passed, and Spark's
     reader, once DEST holds what it reads."""
     started = time.monotonic()
-    now = time.time() if now is None else now
+    # The time once the leases are held: a wait for them leaves no earlier clock behind.
+    now = time.time() if options.now is None else options.now
+    options = dataclasses.replace(options, now=now)
+    batch = options.batch
     refuse_overlap(src, dest)
     state = inspect_dest(dest)
     if state.complete is not None:
@@ -366,8 +361,9 @@ def _migrate(
         log.info("%s: starting an interrupted migration over (%d files removed)", dest.url, len(state.files))
         dest.delete_batch(sorted(state.files))
     source = read_source(src, batch)
-    prefixed = preflight(source, now, quiet_seconds)
-    write_stores = writer()  # before DEST holds anything: a writer that cannot reach a side refuses
+    prefixed = preflight(source, options)
+    # Before DEST holds anything: a writer that cannot reach a side refuses.
+    write_stores = options.ports.writer(src, dest)
     entries = list(source.lineage)
     ids = {e.store: str(uuid.uuid4()) for e in entries}
     plan = plan_logs(source, dest, ids)
@@ -385,14 +381,14 @@ def _migrate(
 
     def prove() -> None:  # Spark's reader, once DEST holds what it reads
         proving = time.monotonic()
-        proven.extend(_prove(digests(), src, dest, source, written))
+        proven.extend(_prove(options.ports.digests(src, dest), src, dest, source, written))
         proof_seconds.append(round(time.monotonic() - proving, 3))
 
     proven: list[dict[str, Any]] = []
     proof_seconds: list[float] = []
     plan = _with_written_state(plan, dest)
     try:
-        write_fork_plan(TwoSided(src, dest, held_by(check)), PlanOptions(plan, before_complete=prove))
+        write_fork_plan(TwoSided(src, dest, held_by(check)), WritePlanOptions(plan, before_complete=prove))
     except ForkIncomplete as exc:
         cause = exc.__cause__ if isinstance(exc.__cause__, MigrationFailed) else exc
         raise MigrationFailed(f"the migration stopped ({cause}); the destination is marked incomplete: run "

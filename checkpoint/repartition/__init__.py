@@ -7,6 +7,7 @@ from checkpoint.repartition.flow import (
     RepartitionOptions,
     StateEngine,
     UndoOptions,
+    preflight,
     repartition_checkpoint,
     undo_repartition,
 )
@@ -14,7 +15,6 @@ from checkpoint.repartition.guards import (
     StateReader,
     head_profile,
     partition_count,
-    preflight,
     skew,
     state_readers,
 )

@@ -5,25 +5,27 @@ preflight passed); `jobs/repartition.py` is its Spark side."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from checkpoint.analysis import Severity, validate
+from checkpoint.analysis import Severity, unproven_writer, validate
 from checkpoint.errors import CheckpointError, LeaseLost, RepartitionFailed, RepartitionRefused
 from checkpoint.fork import ForkOptions, fork_checkpoint
-from checkpoint.model import load_head
+from checkpoint.format import StateAction
+from checkpoint.model import Checkpoint, checkpoint_lineage, load_head
 from checkpoint.policy import POLICY
 from checkpoint.progress import Progress, report
 from checkpoint.repartition.guards import (
+    SUPPORTED_OPERATORS,
     Before,
     Preflight,
     StateReader,
     is_repartition_batch,
     partition_count,
-    preflight,
     refuse_if_live,
     state_readers,
     undo,
@@ -85,37 +87,87 @@ class RepartitionOptions:
     after_rewrite: Callable[[], None] | None = None  # between the rewrite and its proof (tests damage here)
 
 
+def preflight(ckpt: Checkpoint, options: RepartitionOptions) -> Preflight:
+    """The checks before anything is written; raises RepartitionRefused with the first that fails.
+
+    `ckpt` is the head-first load of the latest batches (`head.load_head(recent=2)`).
+    """
+    partitions, quiet_seconds = options.partitions, options.quiet_seconds
+    now = time.time() if options.now is None else options.now
+    most = POLICY.max_state_partitions  # what a declaration may say (docs/safety.md)
+    if not 1 <= partitions <= most:
+        raise RepartitionRefused(f"--partitions must be 1 to {most:,}, not {partitions}: nothing was written",
+                                 ckpt.url)  # fmt: skip
+    if ckpt.operators:
+        ckpt.states.refuse(StateAction.REPARTITION, ckpt.url)
+    committed, planned = ckpt.latest_committed_batch, ckpt.latest_planned_batch
+    if committed is None:
+        raise RepartitionRefused("no committed batch: nothing to repartition yet", ckpt.url)
+    resumes = None
+    if planned is not None and planned > committed:
+        if not is_repartition_batch(ckpt, planned):
+            raise RepartitionRefused(
+                f"batch {planned} has offsets but no commit: the query is running, or stopped mid-batch. "
+                "Let it finish a batch (an availableNow run) and stop it, then repartition",
+                ckpt.url,
+            )
+        pending = partition_count(ckpt, planned)
+        if pending != partitions:
+            raise RepartitionRefused(
+                f"an interrupted repartition to {pending} partitions is batch {planned}: run it again with "
+                f"--partitions {pending} to finish it, or with --undo to take it back",
+                ckpt.url,
+            )
+        resumes = planned
+    refuse_if_live(ckpt, now, quiet_seconds, own_batch=resumes)
+    unsupported = {
+        op: m.name for op, m in sorted(ckpt.operators.items()) if m.name not in SUPPORTED_OPERATORS
+    }
+    if unsupported:
+        named = ", ".join(f"operator {op} ({name})" for op, name in unsupported.items())
+        raise RepartitionRefused(f"Spark's repartitioner does not support {named}", ckpt.url)
+    current = partition_count(ckpt, committed)
+    if current == partitions and resumes is None:
+        raise RepartitionRefused(f"the query already has {partitions} state partitions", ckpt.url)
+    errors = [f for f in validate(ckpt).findings if f.severity == Severity.ERROR]
+    if errors:
+        raise RepartitionRefused(
+            "validation has error findings: " + "; ".join(f"{f.code} {f.message}" for f in errors[:3]),
+            ckpt.url,
+        )
+    for entry in checkpoint_lineage(ckpt, committed):
+        why = unproven_writer(ckpt, entry)
+        if why is not None:
+            raise RepartitionRefused(f"{why}; a repartition writes the state with this release's Spark",
+                                     ckpt.url)  # fmt: skip
+    return Preflight(
+        checkpoint=ckpt.url,
+        latest_batch=committed,
+        from_partitions=current,
+        to_partitions=partitions,
+        operators={op: str(m.name) for op, m in sorted(ckpt.operators.items())},
+        resumes=resumes,
+        format_version=ckpt.states.version,
+    )
+
+
 def repartition_checkpoint(request: InPlace, options: RepartitionOptions) -> RepartitionResult:
     """Repartitions the stopped query behind `request` under its lease, taken before anything is
     read (its `check` raises once it is lost).
 
     Refusals raise RepartitionRefused before anything is written; a failed rewrite or
     verification is undone and raises RepartitionFailed."""
-    o = options
-    with request.held(o.what) as check:
-        return _repartition(
-            o.engine,
-            request.storage,
-            request.audit_trail(),
-            o.partitions,
-            check,
-            o.now,
-            o.quiet_seconds,
-            o.after_rewrite,
-        )
+    with request.held(options.what) as check:
+        return _repartition(request.storage, request.audit_trail(), options, check)
 
 
 def _repartition(
-    engine: Callable[[Storage], StateEngine],
-    storage: Storage,
-    audit: AuditTrail,
-    partitions: int,
-    check: Callable[[], None],
-    now: float | None,
-    quiet_seconds: float,
-    after_rewrite: Callable[[], None] | None,
+    storage: Storage, audit: AuditTrail, options: RepartitionOptions, check: Callable[[], None]
 ) -> RepartitionResult:
-    now = time.time() if now is None else now
+    # The time once the lease is held: a wait for it leaves no earlier clock behind.
+    now = time.time() if options.now is None else options.now
+    o = dataclasses.replace(options, now=now)
+    partitions, quiet_seconds = o.partitions, o.quiet_seconds
     records = Records(audit, storage.url)
     seconds: dict[str, float] = {}
     t = time.monotonic()
@@ -133,11 +185,11 @@ def _repartition(
         refuse_if_live(ckpt, now, quiet_seconds, own_batch=unfinished.batch)
         pre = unfinished.preflight
     else:
-        pre = preflight(ckpt, partitions, now, quiet_seconds)
+        pre = preflight(ckpt, o)
     report(log, Progress("repartition steps", 1, _STEPS), "%s: %d -> %d partitions, batch %d", storage.url,
            pre.from_partitions, pre.to_partitions, pre.batch)  # fmt: skip
     readers = state_readers(ckpt)
-    spark = engine(storage)
+    spark = o.engine(storage)
     seconds["preflight"] = time.monotonic() - t
     if unfinished is not None:
         started = unfinished
@@ -162,8 +214,8 @@ def _repartition(
         seconds["rewrite"] = time.monotonic() - t
         report(log, Progress("repartition steps", 4, _STEPS), "%s: Spark rewrote the state in %.1f s",
                storage.url, seconds["rewrite"])  # fmt: skip
-        if after_rewrite is not None:
-            after_rewrite()
+        if o.after_rewrite is not None:
+            o.after_rewrite()
         check()
         t = time.monotonic()
         stores = _verify(spark, storage, pre, readers, started.digests)

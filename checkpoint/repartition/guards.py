@@ -1,5 +1,5 @@
 """Changing a stopped query's state partition count: what must hold before Spark's repartitioner
-runs, what it may add, and how to take that away again.
+runs (the flow's `preflight` asks it in order), what it may add, and how to take that away again.
 
 Spark (4.2+, `StreamingCheckpointManager.repartition`) does the rewrite: it writes one batch,
 `latest + 1`, whose offsets repeat the latest batch's source positions under the new
@@ -17,11 +17,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from checkpoint.analysis import Severity, unproven_writer, validate
 from checkpoint.errors import CheckpointError, RepartitionRefused
-from checkpoint.format import RAW_FAMILIES, SHUFFLE_PARTITIONS, FileKind, OffsetEntry, StateAction
-from checkpoint.model import Checkpoint, checkpoint_lineage, state_partition_folders
-from checkpoint.policy import POLICY
+from checkpoint.format import RAW_FAMILIES, SHUFFLE_PARTITIONS, FileKind, OffsetEntry
+from checkpoint.model import Checkpoint, state_partition_folders
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage
 
 # The operators whose state Spark's repartitioner can re-key (its StatePartitionKeyExtractorFactory
@@ -86,68 +84,6 @@ def partition_count(ckpt: Checkpoint, batch: int) -> int:
     if count is None:
         raise RepartitionRefused(f"offsets/{batch} names no {SHUFFLE_PARTITIONS}", ckpt.url)
     return count
-
-
-def preflight(ckpt: Checkpoint, partitions: int, now: float, quiet_seconds: float) -> Preflight:
-    """The checks before anything is written; raises RepartitionRefused with the first that fails.
-
-    `ckpt` is the head-first load of the latest batches (`head.load_head(recent=2)`).
-    """
-    most = POLICY.max_state_partitions  # what a declaration may say (docs/safety.md)
-    if not 1 <= partitions <= most:
-        raise RepartitionRefused(f"--partitions must be 1 to {most:,}, not {partitions}: nothing was written",
-                                 ckpt.url)  # fmt: skip
-    if ckpt.operators:
-        ckpt.states.refuse(StateAction.REPARTITION, ckpt.url)
-    committed, planned = ckpt.latest_committed_batch, ckpt.latest_planned_batch
-    if committed is None:
-        raise RepartitionRefused("no committed batch: nothing to repartition yet", ckpt.url)
-    resumes = None
-    if planned is not None and planned > committed:
-        if not is_repartition_batch(ckpt, planned):
-            raise RepartitionRefused(
-                f"batch {planned} has offsets but no commit: the query is running, or stopped mid-batch. "
-                "Let it finish a batch (an availableNow run) and stop it, then repartition",
-                ckpt.url,
-            )
-        pending = partition_count(ckpt, planned)
-        if pending != partitions:
-            raise RepartitionRefused(
-                f"an interrupted repartition to {pending} partitions is batch {planned}: run it again with "
-                f"--partitions {pending} to finish it, or with --undo to take it back",
-                ckpt.url,
-            )
-        resumes = planned
-    refuse_if_live(ckpt, now, quiet_seconds, own_batch=resumes)
-    unsupported = {
-        op: m.name for op, m in sorted(ckpt.operators.items()) if m.name not in SUPPORTED_OPERATORS
-    }
-    if unsupported:
-        named = ", ".join(f"operator {op} ({name})" for op, name in unsupported.items())
-        raise RepartitionRefused(f"Spark's repartitioner does not support {named}", ckpt.url)
-    current = partition_count(ckpt, committed)
-    if current == partitions and resumes is None:
-        raise RepartitionRefused(f"the query already has {partitions} state partitions", ckpt.url)
-    errors = [f for f in validate(ckpt).findings if f.severity == Severity.ERROR]
-    if errors:
-        raise RepartitionRefused(
-            "validation has error findings: " + "; ".join(f"{f.code} {f.message}" for f in errors[:3]),
-            ckpt.url,
-        )
-    for entry in checkpoint_lineage(ckpt, committed):
-        why = unproven_writer(ckpt, entry)
-        if why is not None:
-            raise RepartitionRefused(f"{why}; a repartition writes the state with this release's Spark",
-                                     ckpt.url)  # fmt: skip
-    return Preflight(
-        checkpoint=ckpt.url,
-        latest_batch=committed,
-        from_partitions=current,
-        to_partitions=partitions,
-        operators={op: str(m.name) for op, m in sorted(ckpt.operators.items())},
-        resumes=resumes,
-        format_version=ckpt.states.version,
-    )
 
 
 def refuse_if_live(ckpt: Checkpoint, now: float, quiet_seconds: float, own_batch: int | None = None) -> None:

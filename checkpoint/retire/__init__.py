@@ -25,7 +25,7 @@ deletion beside the checkpoint too, so a run killed at any moment is finished by
 fork resumes, and once deletion began, what is gone is what an earlier run deleted.
 """
 
-from checkpoint.retire.apply import Retired, RetireOptions, apply_retirement, retirement_request
+from checkpoint.retire.apply import Retired, RetireOptions, apply_retirement
 from checkpoint.retire.manifest import (
     Evidence,
     RetirementPlan,
@@ -34,7 +34,7 @@ from checkpoint.retire.manifest import (
     parse_file_line,
     read_retirement,
 )
-from checkpoint.retire.plan import plan_retirement
+from checkpoint.retire.plan import RetirementPlanOptions, plan_retirement, retirement_request
 from checkpoint.retire.record import PlanRecord
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "RetireOptions",
     "Retired",
     "RetirementPlan",
+    "RetirementPlanOptions",
     "apply_retirement",
     "retirement_request",
     "manifest_url",

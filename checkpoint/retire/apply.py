@@ -24,7 +24,7 @@ from checkpoint.format import FileKind, classify
 from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import RetirementPlan, manifest_rel, outcomes_rel, planned_files, when
-from checkpoint.retire.plan import nested_holders, refuse_nested
+from checkpoint.retire.plan import nested_holders, refuse_nested, sides
 from checkpoint.retire.record import (
     PlanRecord,
     deletion_began,
@@ -32,7 +32,7 @@ from checkpoint.retire.record import (
     mark_deleting,
     read_record,
 )
-from checkpoint.safety import AuditTrail, InPlace, TakeLease, TwoSided, held_by, sha256_of
+from checkpoint.safety import AuditTrail, InPlace, TwoSided, held_by, sha256_of
 from checkpoint.storage import DELETE_MAX_KEYS, FileInfo, Storage, normalize_url
 
 log = logging.getLogger(__name__)
@@ -70,16 +70,6 @@ class Retired:
         return dataclasses.asdict(self)
 
 
-def retirement_request(
-    checkpoint: Storage, archive: Storage | None, take: TakeLease, trail: AuditTrail
-) -> InPlace | TwoSided:
-    """The door a retirement goes through: to its archive (the plan's), or in place without one;
-    `trail`, where the plan is and its records go."""
-    if archive is None:
-        return InPlace(checkpoint, take, trail)
-    return TwoSided(checkpoint, archive, take, trail, dest_is="the archive")
-
-
 def apply_retirement(request: InPlace | TwoSided, options: RetireOptions) -> Retired:
     """Applies `options.plan` to the checkpoint behind `request`, archiving to its DEST when it is
     two-sided (the plan's archive; in place, the plan must name none). Raises RetirementRefused
@@ -91,9 +81,7 @@ def apply_retirement(request: InPlace | TwoSided, options: RetireOptions) -> Ret
     checkpoint, dormant, holding no other, its files as listed) is judged again now, under the
     leases. Once deletion began (its marker beside the checkpoint), the archive is read back and
     validated before each run deletes more."""
-    checkpoint, archive = (
-        (request.storage, None) if isinstance(request, InPlace) else (request.src, request.dest)
-    )
+    checkpoint, archive = sides(request)
     trail, plan, now = request.audit_trail(), options.plan, options.now
     started, before = time.monotonic(), _requests(checkpoint, archive, trail)
     _refuse_early(checkpoint, archive, plan, options)

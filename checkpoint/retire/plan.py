@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable
 from typing import BinaryIO
 
@@ -20,7 +21,17 @@ from checkpoint.model import is_checkpoint, load_head, untrusted_files
 from checkpoint.policy import POLICY, duration_text
 from checkpoint.retire.manifest import Evidence, RetirementPlan, file_line, manifest_rel, manifest_url, when
 from checkpoint.retire.record import write_record
-from checkpoint.safety import AuditTrail, folder_name, new_plan_id, refuse_inside, refuse_overlap, sha256_of
+from checkpoint.safety import (
+    AuditTrail,
+    InPlace,
+    TakeLease,
+    TwoSided,
+    folder_name,
+    new_plan_id,
+    refuse_inside,
+    refuse_overlap,
+    sha256_of,
+)
 from checkpoint.storage import FileInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -30,20 +41,38 @@ log = logging.getLogger(__name__)
 # The plan
 
 
-def plan_retirement(
-    storage: Storage,
-    trail: AuditTrail,
-    *,
-    archive: Storage | None,
-    now: float,
-    dormant_seconds: float = POLICY.dormant_seconds,
-    allow_short: bool = False,
-) -> RetirementPlan:
-    """Writes the retirement manifest of a dormant checkpoint; raises RetirementRefused (nothing
-    written) for one that is not dormant, not a checkpoint, holds another, or holds a file Spark
-    never writes. `archive` None is a retirement without one, which the caller was told to say.
-    A dormancy period under the floor (a day) is refused unless `allow_short`: a query committed
-    minutes ago is not dormant."""
+def retirement_request(
+    checkpoint: Storage, archive: Storage | None, take: TakeLease, trail: AuditTrail
+) -> InPlace | TwoSided:
+    """The door a retirement goes through, its plan and its apply: to its archive, or in place
+    without one; `trail`, where the plan is and its records go."""
+    if archive is None:
+        return InPlace(checkpoint, take, trail)
+    return TwoSided(checkpoint, archive, take, trail, dest_is="the archive")
+
+
+def sides(request: InPlace | TwoSided) -> tuple[Storage, Storage | None]:
+    """(the checkpoint, its archive or None) behind a retirement's request."""
+    return (request.storage, None) if isinstance(request, InPlace) else (request.src, request.dest)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetirementPlanOptions:
+    now: float | None = None  # a manual clock; None: the time
+    dormant_seconds: float = POLICY.dormant_seconds  # no commit and no offset for this long: dormant
+    allow_short: bool = False  # a dormancy under the floor (a day), where nothing writes to it
+
+
+def plan_retirement(request: InPlace | TwoSided, options: RetirementPlanOptions) -> RetirementPlan:
+    """Writes the retirement manifest of the dormant checkpoint behind `request` to its trail
+    (takes no lease: the request's are its apply's); raises RetirementRefused (nothing written)
+    for one that is not dormant, not a checkpoint, holds another, or holds a file Spark never
+    writes. An in-place request is a retirement without an archive, which the caller was told to
+    say. A dormancy period under the floor (a day) is refused unless `allow_short`: a query
+    committed minutes ago is not dormant."""
+    (storage, archive), trail = sides(request), request.audit_trail()
+    dormant_seconds = options.dormant_seconds
+    now = time.time() if options.now is None else options.now
     for place in (storage, archive):  # a plan no apply could carry out: refused before it is written
         if place is not None:
             place.refuse_writes()
@@ -52,7 +81,7 @@ def plan_retirement(
     except bounds.OutOfRange as exc:
         raise RetirementRefused(f"{exc}: nothing planned", storage.url) from exc
     floor = POLICY.min_dormant_seconds
-    if dormant_seconds < floor and not allow_short:
+    if dormant_seconds < floor and not options.allow_short:
         raise RetirementRefused(f"a dormancy of {duration_text(dormant_seconds)} is below the floor of "
                                 f"{duration_text(floor)} (--unsafe-short-grace): nothing planned",
                                 storage.url)  # fmt: skip

@@ -76,12 +76,17 @@ class InPlace:
 
     @contextmanager
     def held(self, what: str) -> Iterator[Callable[[], None]]:
-        """A trail at or inside the checkpoint refused, then the checkpoint's lease; yields its
-        `check`, which the action calls before each thing it publishes."""
-        self.storage.refuse_writes()
-        _refuse_trail_inside(self.trail, (self.storage, "the source"))
+        """The place checked (`check_place`), then the checkpoint's lease taken;
+        yields its `check`, which the action calls before each thing it publishes."""
+        self.check_place()
         with self.take(self.storage, what) as lease:
             yield lease.check
+
+    def check_place(self) -> None:
+        """A store that takes no writes refused, then a trail at or inside the checkpoint: called
+        by the door, and by a plan (which takes no lease) before it writes its manifest."""
+        self.storage.refuse_writes()
+        _refuse_trail_inside(self.trail, (self.storage, "the source"))
 
     def audit_trail(self) -> AuditTrail:
         return _required(self.trail)

@@ -21,6 +21,7 @@ from assets.cleanup import APPLY_TAG, PLAN_CHECK
 from assets.partitions import partition_key
 from assets.ranges import value_for
 from assets.resources import CheckpointRoot, CheckpointRootsResource, SparkResource
+from checkpoint.compaction import CompactionPlan
 from orchestration.location import build_definitions
 from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
@@ -190,7 +191,9 @@ def test_compaction_asset_and_commit_sensor(
     }  # fmt: skip
     again = dg.build_sensor_context(instance=instance, resources={"roots": roots}, cursor=first.cursor)
     planned = []
-    monkeypatch.setattr(CheckpointRootsResource, "compaction_plan", lambda *a: planned.append(a) or ([], []))
+    monkeypatch.setattr(
+        CheckpointRootsResource, "compaction_plan", lambda *a: planned.append(a) or CompactionPlan((), ())
+    )
     assert isinstance(checkpoint_commit_sensor(again), dg.SkipReason)  # same commits: nothing new
     assert planned == []  # and no lineage header was read to find that out
     monkeypatch.undo()

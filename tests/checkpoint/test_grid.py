@@ -22,7 +22,7 @@ import pytest
 
 from checkpoint.analysis import Severity, validate
 from checkpoint.cleanup import CleanupOptions, apply_cleanup
-from checkpoint.compaction import CompactionOptions, compact_checkpoints
+from checkpoint.compaction import CompactionOptions, CompactionPlanOptions, compact_checkpoints
 from checkpoint.errors import MigrationRefused, NotACheckpointError, RepartitionRefused, SparkCannotReach
 from checkpoint.expiry import PurgeOptions, expired_report, purge_expired
 from checkpoint.fork import fork_checkpoint
@@ -31,6 +31,7 @@ from checkpoint.migrate import MigrationOptions, MigrationPorts, migrate_checkpo
 from checkpoint.model import Checkpoint, checkpoint_lineage, load_head
 from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
 from checkpoint.retire import (
+    RetirementPlanOptions,
     RetireOptions,
     apply_retirement,
     plan_retirement,
@@ -205,7 +206,9 @@ def test_compaction_leaves_every_chain_at_its_new_snapshot(ports, cell: Cell) ->
     chain is left, and the checkpoint reads as healthy."""
 
     rebuild = ports.compaction
-    options = CompactionOptions(rebuild, min_chain=1, quiet_seconds=0, strict=True, go_on=False)
+    options = CompactionOptions(
+        rebuild, CompactionPlanOptions(min_chain=1, quiet_seconds=0), strict=True, go_on=False
+    )
     done = compact_checkpoints(
         EachInPlace(["it"], lambda _: InPlace(cell.storage, taken_at_once("tests"))), options
     )
@@ -252,9 +255,9 @@ def test_a_retirement_archives_what_recovery_reads_and_leaves_nothing(cell: Cell
     read = _recovery(cell.head())
     archive, trail = cell.place("archive"), AuditTrail(str(tmp_path / "audit"))
     later = time.time() + 9 * 86400
-    plan = plan_retirement(cell.storage, trail, archive=archive, now=later)
-    _, proven = read_retirement(plan.manifest)
     request = retirement_request(cell.storage, archive, taken_at_once("tests"), trail)
+    plan = plan_retirement(request, RetirementPlanOptions(now=later))
+    _, proven = read_retirement(plan.manifest)
     retired = apply_retirement(request, RetireOptions(proven, later + 8 * 86400))
     assert retired.deleted_files == plan.files > 0 and _tree(cell.storage) == {}
     kept = load_head(archive, strict=False)
@@ -320,13 +323,13 @@ def test_a_purge_drops_what_expired_and_nothing_else(expiring: Cell, tmp_path: P
     snapshot without it); a report after it finds nothing expired and every other entry still
     there, and the checkpoint, in its format, reads as healthy."""
     as_of = time.time()
-    report = expired_report(expiring.storage, as_of).as_dict()
+    report = expired_report(expiring.storage, PurgeOptions(as_of=as_of)).as_dict()
     assert report["expired"] > 0
     options = PurgeOptions(as_of=as_of, quiet_seconds=0)
     request = InPlace(expiring.storage, taken_at_once("tests"), AuditTrail(str(tmp_path / "audit")))
     done = purge_expired(request, options).as_dict()
     assert {s["outcome"] for s in done["stores"]} == {"purged"} and done["expired"] == report["expired"]
-    after = expired_report(expiring.storage, as_of).as_dict()
+    after = expired_report(expiring.storage, PurgeOptions(as_of=as_of)).as_dict()
     assert after["expired"] == 0 and after["entries"] == report["entries"] - report["expired"]
     ckpt = expiring.head()
     assert ckpt.states.name == expiring.format and _errors(ckpt) == []

@@ -4,34 +4,29 @@ triggers use the same threshold."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import re
 
 import humanfriendly
 import pytest
 
 from checkpoint.analysis.checks import ValidationOptions, validate
-from checkpoint.cleanup.plan import plan_gc
+from checkpoint.cleanup.plan import GcPlanOptions
 from checkpoint.cleanup.rules import GcOptions
-from checkpoint.compaction.targets import plan_compaction
+from checkpoint.compaction.targets import CompactionPlanOptions, plan_compaction
 from checkpoint.model.head import load_head
 from checkpoint.policy import POLICY, Policy, duration_text, parse_duration
 from tests.support.paths import PROJECT
-
-
-def _default(fn, name: str):
-    return inspect.signature(fn).parameters[name].default
 
 
 def test_the_core_takes_its_defaults_from_the_policy() -> None:
     """(The CLI's and Dagster's: tests/test_entry_points.py.)"""
     assert ValidationOptions().long_chain_threshold == POLICY.long_chain
     assert ValidationOptions().header_cap_ratio == POLICY.header_cap_ratio
-    assert _default(plan_compaction, "min_chain") == POLICY.long_chain
-    assert _default(plan_compaction, "quiet_seconds") == POLICY.quiet_seconds
-    assert _default(plan_compaction, "header_cap_ratio") == POLICY.header_cap_ratio
-    assert _default(plan_gc, "grace_seconds") == GcOptions().grace_seconds == POLICY.grace_seconds
-    assert _default(plan_gc, "quiet_seconds") == POLICY.quiet_seconds
+    assert CompactionPlanOptions().min_chain == POLICY.long_chain
+    assert CompactionPlanOptions().quiet_seconds == POLICY.quiet_seconds
+    assert CompactionPlanOptions().header_cap_ratio == POLICY.header_cap_ratio
+    assert GcPlanOptions().grace_seconds == GcOptions().grace_seconds == POLICY.grace_seconds
+    assert GcPlanOptions().quiet_seconds == POLICY.quiet_seconds
 
 
 def _shown(name: str, value) -> str:
@@ -64,7 +59,7 @@ def test_the_long_chain_warning_and_compaction_agree(corpus, threshold) -> None:
         for f in validate(ckpt, ValidationOptions(long_chain_threshold=threshold)).findings
         if f.code == "LONG_REPLAY_CHAIN"
     }
-    targets, _ = plan_compaction(ckpt, min_chain=threshold, quiet_seconds=0)
+    targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=threshold, quiet_seconds=0)).targets
     assert bool(warned) == bool(targets) == (threshold <= 32)
 
 
@@ -77,6 +72,8 @@ def test_the_header_near_cap_error_and_the_rescue_agree(rescue) -> None:
     for policy in (POLICY, dataclasses.replace(POLICY, header_cap_ratio=ratio + 0.01)):
         options = ValidationOptions(header_cap_ratio=policy.header_cap_ratio)
         errs = [f for f in validate(ckpt, options).findings if f.code == "LINEAGE_HEADER_NEAR_CAP"]
-        planned, _ = plan_compaction(ckpt, header_cap_ratio=policy.header_cap_ratio)
+        planned = plan_compaction(
+            ckpt, CompactionPlanOptions(header_cap_ratio=policy.header_cap_ratio)
+        ).targets
         rescues = [t for t in planned if t.reason == "lineage_header_near_cap"]
         assert bool(errs) == bool(rescues) == (policy is POLICY)

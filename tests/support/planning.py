@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint.cleanup.apply import ApplyResult, apply_plan
-from checkpoint.cleanup.plan import plan_gc
-from checkpoint.safety import AuditTrail, Plan, PlannedFile
+from checkpoint.cleanup.plan import GcPlanOptions, plan_gc
+from checkpoint.safety import AuditTrail, InPlace, Plan, PlannedFile, taken_at_once
 from checkpoint.storage import Storage
 from tests.support.paths import PROJECT
 
@@ -29,7 +29,8 @@ def plan_of(where: Path | str | Storage, audit: AuditTrail | None = None, **kwar
     quiet period alone then decides which rules apply, as the scenarios expect."""
     kwargs.setdefault("query_stopped", True)
     storage = where if isinstance(where, Storage) else Storage(str(where))
-    return plan_gc(storage, audit or AuditTrail(tempfile.mkdtemp(dir=_TRAILS.name)), **kwargs)
+    trail = audit or AuditTrail(tempfile.mkdtemp(dir=_TRAILS.name))
+    return plan_gc(InPlace(storage, taken_at_once("tests"), trail), GcPlanOptions(**kwargs))
 
 
 def plan_later(where: Path | str | Storage, **kwargs: Any) -> Plan:
@@ -62,7 +63,7 @@ def manifest_lines(manifest: str, plan_id: str) -> list[bytes]:
 _PLAN_IN_A_FRESH_PROCESS = """
 import json, sys, threading, time
 from checkpoint.cleanup import plan as gc_plan, pool as planning_pool
-from checkpoint.safety import AuditTrail
+from checkpoint.safety import AuditTrail, InPlace, taken_at_once
 from checkpoint.storage import Storage
 
 started, pool = [], planning_pool.ProcessPoolExecutor
@@ -74,8 +75,9 @@ planning_pool.os.cpu_count = lambda: 2
 if sys.argv[4] == "with a thread":
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 workers = None if sys.argv[5] == "auto" else int(sys.argv[5])
-plan = gc_plan.plan_gc(Storage(sys.argv[1]), AuditTrail(sys.argv[2]), now=float(sys.argv[3]), workers=workers,
-                       query_stopped=True)
+request = InPlace(Storage(sys.argv[1]), taken_at_once("tests"), AuditTrail(sys.argv[2]))
+options = gc_plan.GcPlanOptions(now=float(sys.argv[3]), workers=workers, query_stopped=True)
+plan = gc_plan.plan_gc(request, options)
 print(json.dumps({"started": started, "manifest": plan.manifest, "plan_id": plan.plan_id}))
 """
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.compaction.targets import plan_compaction
+from checkpoint.compaction.targets import CompactionPlanOptions, plan_compaction
 from checkpoint.errors import CompactionRefused, RepartitionRefused
 from checkpoint.model.head import load_head
 from checkpoint.repartition import RepartitionOptions, repartition_checkpoint
@@ -42,10 +42,10 @@ def _compact_and_clean(spark, path: Path, audit: Path, spark_4_0: bool) -> tuple
     if spark_4_0:
         before = files_of(path)
         with pytest.raises(CompactionRefused, match="Nothing was written"):
-            plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+            plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0))
         assert files_of(path) == before
     else:
-        targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+        targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0)).targets
         outcomes = compact_unleased(spark, ckpt, targets)
         assert targets and all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
         compacted = len(outcomes)
@@ -121,7 +121,7 @@ def test_default_formats_compacted_cleaned_and_forked_restart_under_the_spark_th
             for c in ("untouched", "cleaned", "compacted")
         }
         ckpt = load_head(str(copies["compacted"]))
-        targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+        targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0)).targets
         outcomes = compact_unleased(spark, ckpt, targets)
         assert targets and all(o.ok for o in outcomes), [o.error for o in outcomes if not o.ok]
         head = load_head(str(copies["cleaned"]), strict=False)

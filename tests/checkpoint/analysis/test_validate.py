@@ -265,7 +265,7 @@ def test_a_changelog_recovery_does_not_read_is_named_and_does_not_block(
     So its finding warns, once, on the changelog, not the zip; a fork copies the zip alone and
     compaction plans; a long header there is no finding. A format this release does not know, or a
     file the door refuses to open, blocks."""
-    from checkpoint.compaction import plan_compaction
+    from checkpoint.compaction import CompactionPlanOptions, plan_compaction
     from checkpoint.model import load_head
     from checkpoint.storage import Storage
     from testbed.corpus import scenario_named
@@ -294,7 +294,9 @@ def test_a_changelog_recovery_does_not_read_is_named_and_does_not_block(
     path = tmp_path / "truncated"
     v = validate(load_checkpoint(str(path), strict=False))
     assert v.ok and all(e.loadable and e.problem is None for e in v.lineage)
-    plan_compaction(load_head(str(path)), min_chain=1, quiet_seconds=0)  # refuses on an error
+    plan_compaction(
+        load_head(str(path)), CompactionPlanOptions(min_chain=1, quiet_seconds=0)
+    )  # refuses on an error
     forked = fork(Storage(str(path)), Storage(str(tmp_path / "forked")))
     assert forked.files > 0 and not (tmp_path / "forked" / _beside_the_zip(path).relative_to(path)).exists()
     assert findings(tmp_path / "forked") == []
@@ -555,7 +557,8 @@ def test_an_unknown_changelog_version_is_a_lineage_finding(copy_of) -> None:
     v = validate(load_checkpoint(str(path), strict=False))
     (finding,) = [f for f in v.findings if f.code == "UNKNOWN_FORMAT_VERSION"]
     assert finding.category == Category.LINEAGE and finding.path == str(target) and "'v7'" in finding.message
-    assert validate(load_checkpoint(str(path), strict=False), categories=frozenset({Category.COMMIT_LOG})).ok
+    logs_only = ValidationOptions(categories=frozenset({Category.COMMIT_LOG}))
+    assert validate(load_checkpoint(str(path), strict=False), logs_only).ok
 
 
 def test_deep_validation_streams_each_file(copy_of, monkeypatch) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup import REPLANNED, CleanupOptions, apply_cleanup, plan_cleanup, plan_gc
+from checkpoint.cleanup import REPLANNED, CleanupOptions, GcPlanOptions, apply_cleanup, plan_cleanup, plan_gc
 from checkpoint.errors import LeaseHeld
 from checkpoint.safety import AuditTrail, InPlace, Plan, lease_for, taken_at_once
 from checkpoint.storage import Storage
@@ -26,10 +26,10 @@ def aged(corpus: dict[str, Path], tmp_path: Path) -> Path:
 
 
 def _planner(path: Path, audit: AuditTrail, made: list[Plan], move_after_first: bool = False):
-    storage = Storage(str(path))
+    request = InPlace(Storage(str(path)), taken_at_once("tests"), audit)
 
     def plan() -> Plan:
-        made.append(plan_gc(storage, audit, query_stopped=True))  # as `--query-stopped` says
+        made.append(plan_gc(request, GcPlanOptions(query_stopped=True)))  # as `--query-stopped` says
         if move_after_first and len(made) == 1:  # the query plans a batch right after this plan
             latest = max(int(p.name) for p in (path / "offsets").iterdir() if p.name.isdigit())
             shutil.copy(path / "offsets" / str(latest), path / "offsets" / str(latest + 1))
@@ -82,17 +82,16 @@ def test_the_trail_is_pruned_by_the_core_after_a_dry_run_and_an_apply(aged: Path
     from checkpoint.policy import POLICY
 
     audit, made = AuditTrail(str(tmp_path / "audit")), []
-    storage = Storage(str(aged))
+    request = InPlace(Storage(str(aged)), taken_at_once("tests"), audit)
     for _ in range(POLICY.audit_keep_plans):
-        plan_gc(storage, audit, query_stopped=True)
+        plan_gc(request, GcPlanOptions(query_stopped=True))
     old = time.time() - POLICY.audit_retention_seconds - 3600
     for f in (tmp_path / "audit").rglob("*.plan.jsonl"):
         os.utime(f, (old, old))
-    dry = plan_cleanup(storage, audit, _planner(aged, audit, made))
+    dry = plan_cleanup(request, CleanupOptions(_planner(aged, audit, made)))
     assert (
         dry.pruned == 1 and len(list((tmp_path / "audit").rglob("*.plan.jsonl"))) == POLICY.audit_keep_plans
     )
-    request = InPlace(storage, taken_at_once("tests"), audit)
     cleaned = apply_cleanup(request, CleanupOptions(_planner(aged, audit, made), what="gc --apply"))
     assert cleaned.pruned == 1 and dry.plan.manifest != cleaned.plan.manifest
     assert len(list((tmp_path / "audit").rglob("*.plan.jsonl"))) == POLICY.audit_keep_plans

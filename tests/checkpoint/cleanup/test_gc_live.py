@@ -7,13 +7,12 @@ import time
 
 import pytest
 
-from checkpoint.cleanup.plan import plan_gc
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.safety import AuditTrail
 from testbed.defaults import HDFS as DEFAULT_HDFS
 from testbed.queries import FREQUENT_SNAPSHOTS, _keyed_rows, aggregation, write_inputs
 from testbed.sinks import _two_actions_sink
-from tests.support.planning import apply_unleased
+from tests.support.planning import apply_unleased, plan_of
 from tests.support.state import control_state, latest_state
 
 pytestmark = pytest.mark.slow
@@ -66,9 +65,8 @@ def test_live_query_survives_repeated_cleanup(ports, spark, tmp_path, confs, ret
             ckpt = load_checkpoint(str(live_ckpt)) if (live_ckpt / "commits").exists() else None
             if ckpt is not None and ckpt.latest_committed_batch is not None:
                 # The test sets the clock: no grace at all, so only the live-query rules protect the query.
-                plan = plan_gc(
-                    ckpt.storage, audit, grace_seconds=0, retain_batches=retain, allow_short_grace=True
-                )
+                plan = plan_of(ckpt.storage, audit, grace_seconds=0, retain_batches=retain,
+                               allow_short_grace=True, query_stopped=False)  # fmt: skip
                 assert plan.live
                 deleted += apply_unleased(plan, ckpt.storage, audit).deleted.files
                 runs += 1

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup.plan import plan_gc
 from checkpoint.safety import AuditTrail, Plan
 from checkpoint.storage import Storage
 from testbed import synthetic
 from tests.support.cli import CKPT
+from tests.support.planning import plan_of
 
 PARTITIONS, VERSIONS, WINDOW = 8, 120, 20
 
@@ -22,7 +22,7 @@ def _traced(path: Path, audit: AuditTrail) -> tuple[Plan, int]:
     tracemalloc.start()
     try:
         # In this process: worker processes would hold the partitions where tracemalloc cannot see.
-        plan = plan_gc(Storage(str(path)), audit, now=time.time(), workers=0, query_stopped=True)
+        plan = plan_of(Storage(str(path)), audit, now=time.time(), workers=0)
         return plan, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -57,7 +57,7 @@ def test_a_live_querys_ssts_wait_for_the_oldest_retained_sst_of_every_partition(
     import os
     import shutil
 
-    from tests.support.planning import candidates_of, plan_of
+    from tests.support.planning import candidates_of
 
     path = tmp_path / "ckpt"
     synthetic.build(path, 2, 60, window=10)
@@ -91,7 +91,6 @@ def test_a_partition_that_fails_in_a_worker_process_fails_the_plan_as_in_this_on
     """A retained zip that cannot be read stops the plan (fail closed), whether its partition was
     decided here or in a worker process: the same error class and text, and no manifest."""
     from checkpoint.errors import GcError
-    from tests.support.planning import plan_of
 
     path = tmp_path / "ckpt"
     synthetic.build(path, 3, 40, window=10)

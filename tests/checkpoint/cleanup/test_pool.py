@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.cleanup import plan as gc_plan
 from checkpoint.cleanup import pool as planning_pool
 from checkpoint.policy import POLICY
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed import synthetic
-from tests.support.planning import manifest_lines, planned_in_a_fresh_process
+from tests.support.planning import manifest_lines, plan_of, planned_in_a_fresh_process
 
 PARTITIONS, VERSIONS = 16, 20  # 2,314 files: as many partitions as start workers, few files
 
@@ -49,7 +48,7 @@ def _manifest(plan) -> list[bytes]:
 
 
 def _plan(path: Path, audit: Path, now: float, **kwargs):
-    return gc_plan.plan_gc(Storage(str(path)), AuditTrail(str(audit)), now=now, **kwargs)
+    return plan_of(Storage(str(path)), AuditTrail(str(audit)), now=now, **kwargs)
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["stopped", "live"])

@@ -14,7 +14,7 @@ import pytest
 
 from checkpoint.compaction import rebuild
 from checkpoint.compaction.rebuild import rebuild_store
-from checkpoint.compaction.targets import plan_compaction
+from checkpoint.compaction.targets import CompactionPlanOptions, plan_compaction
 from checkpoint.crash import CRASH_ENV
 from checkpoint.errors import RebuildError
 from checkpoint.model.checkpoint import load_checkpoint
@@ -103,7 +103,7 @@ def test_restart_from_the_compacted_checkpoint_alone(spark, corpus, corpus_root,
     for z in compacted.rglob(f"{newest}_*.zip"):  # Spark's own snapshots of the newest version go first
         damage.remove(z)
     ckpt = load_checkpoint(str(compacted))
-    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0)).targets
     assert targets
     results = compact_unleased(spark, ckpt, targets)
     assert all(r.ok for r in results), results
@@ -222,7 +222,7 @@ def test_a_query_dead_on_the_lineage_cap_is_rescued(spark, rescue, tmp_path) -> 
         RESCUE.restart(spark, scenario_dir, dead, tmp_path / "more-dead")  # dead for good without help
     assert died_on_lineage_cap(died.value)
 
-    targets, _ = plan_compaction(before)
+    targets = plan_compaction(before).targets
     assert targets and {t.reason for t in targets} == {"lineage_header_near_cap"}
     results = compact_unleased(spark, before, targets)
     assert all(r.ok for r in results), results

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.compaction import CompactionOptions, compact_checkpoints
+from checkpoint.compaction import CompactionOptions, CompactionPlanOptions, compact_checkpoints
 from checkpoint.compaction.targets import Skip
 from checkpoint.errors import CompactionDeferred, LeaseHeld, LeaseLost
 from checkpoint.safety import EachInPlace, InPlace, Lease, lease_for, taken_at_once
@@ -18,7 +18,10 @@ from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 
 # Every store of the corpus's checkpoints is planned; a quiet period this long makes any query live.
-PLAN_ALL, LIVE = {"min_chain": 1, "quiet_seconds": 0}, {"min_chain": 1, "quiet_seconds": 10**9}
+PLAN_ALL, LIVE = (
+    CompactionPlanOptions(min_chain=1, quiet_seconds=0),
+    CompactionPlanOptions(min_chain=1, quiet_seconds=10**9),
+)
 
 
 class Recorder:
@@ -64,7 +67,7 @@ def test_a_backfill_goes_on_past_what_it_cannot_compact_and_gives_every_lease_ba
     with lease_for(Storage(str(tmp_path / "held")), "someone else").acquire():
         done = compact_checkpoints(
             EachInPlace(["chain", "held", "empty", "../chain"], _door(tmp_path)),
-            CompactionOptions(rebuild, strict=True, go_on=True, what="compaction", **PLAN_ALL),
+            CompactionOptions(rebuild, strict=True, go_on=True, what="compaction", plan=PLAN_ALL),
         )
     assert [p.name for p in done.planned] == ["chain"]
     assert [r.name for r in done.refused] == ["held", "empty", "../chain"]
@@ -88,7 +91,7 @@ def test_a_checkpoint_asked_for_by_name_raises_and_rebuilds_nothing(
         with pytest.raises(LeaseHeld, match="someone else"):
             compact_checkpoints(
                 EachInPlace(["chain"], _door(tmp_path)),
-                CompactionOptions(rebuild, strict=False, go_on=False, what="compact", **PLAN_ALL),
+                CompactionOptions(rebuild, strict=False, go_on=False, what="compact", plan=PLAN_ALL),
             )
     assert rebuild.tasks == []
 
@@ -100,7 +103,7 @@ def test_a_running_format_v1_query_is_skipped_in_a_backfill_and_refused_by_name(
     rebuild = Recorder()
     done = compact_checkpoints(
         EachInPlace(["v1"], _door(tmp_path)),
-        CompactionOptions(rebuild, strict=True, go_on=True, what="compaction", **LIVE),
+        CompactionOptions(rebuild, strict=True, go_on=True, what="compaction", plan=LIVE),
     )
     assert done.refused == () and rebuild.tasks == [] and done.outcomes == ()
     (skip,) = done.planned[0].skips
@@ -108,7 +111,7 @@ def test_a_running_format_v1_query_is_skipped_in_a_backfill_and_refused_by_name(
     with pytest.raises(CompactionDeferred, match="format V1"):
         compact_checkpoints(
             EachInPlace(["v1"], _door(tmp_path)),
-            CompactionOptions(rebuild, strict=False, go_on=False, what="compact", **LIVE),
+            CompactionOptions(rebuild, strict=False, go_on=False, what="compact", plan=LIVE),
         )
     assert rebuild.tasks == []
 
@@ -128,7 +131,7 @@ def test_each_store_is_checked_against_its_own_checkpoints_lease(
 
     done = compact_checkpoints(
         EachInPlace(names, door),
-        CompactionOptions(losing, strict=True, go_on=True, what="compaction", **PLAN_ALL),
+        CompactionOptions(losing, strict=True, go_on=True, what="compaction", plan=PLAN_ALL),
     )
     by_checkpoint = {name: {o[2] for o in done.outcomes if o[0] == name} for name in names}
     assert by_checkpoint == {"long_chain": {"lost"}, "list_state": {"ok"}}
@@ -142,7 +145,7 @@ def test_a_runs_log_says_what_it_compacts_first_then_counts_the_checkpoints_plan
     with caplog.at_level(logging.INFO):
         compact_checkpoints(
             EachInPlace(["chain", "empty"], _door(tmp_path)),
-            CompactionOptions(Recorder(), strict=True, go_on=True, what="compaction", **PLAN_ALL),
+            CompactionOptions(Recorder(), strict=True, go_on=True, what="compaction", plan=PLAN_ALL),
         )
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0] == "compaction of 2 checkpoint(s): each read at its newest two batches and planned"
@@ -168,7 +171,7 @@ def test_a_long_planning_says_where_it_is_every_few_seconds_and_names_a_deferral
     with caplog.at_level(logging.INFO):
         compact_checkpoints(
             EachInPlace(names, _door(tmp_path)),
-            CompactionOptions(Recorder(), strict=True, go_on=True, what="compaction", **PLAN_ALL),
+            CompactionOptions(Recorder(), strict=True, go_on=True, what="compaction", plan=PLAN_ALL),
         )
     said = [r.getMessage() for r in caplog.records if "checkpoint(s) planned" in r.getMessage()]
     # the first; then none until 10 s have passed since it; then the last

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint.compaction.targets import plan_compaction
+from checkpoint.compaction.targets import CompactionPlanOptions, plan_compaction
 from checkpoint.crash import CRASH_ENV
 from checkpoint.errors import CompactionRefused
 from checkpoint.format.crc import crc32c_signed
@@ -39,7 +39,9 @@ def test_a_checkpoint_with_error_findings_is_refused_and_nothing_is_written(copy
     (path / "commits" / "20").unlink()  # COMMIT_LOG_GAP: batch 20 planned below a later commit
     before = files_of(path)
     with pytest.raises(CompactionRefused, match="COMMIT_LOG_GAP"):
-        plan_compaction(load_head(str(path), strict=False, recent=2), min_chain=1, quiet_seconds=0)
+        plan_compaction(
+            load_head(str(path), strict=False, recent=2), CompactionPlanOptions(min_chain=1, quiet_seconds=0)
+        )
     out = _compact(path, "--min-chain", "1")
     assert out.returncode == 2 and out.stdout == ""
     assert "refused" in out.stderr and "COMMIT_LOG_GAP" in out.stderr and "nothing was written" in out.stderr
@@ -78,7 +80,7 @@ def test_a_damaged_sst_fails_its_store_and_the_others_go_on(spark, copy_of, hidd
     for z in path.rglob(f"{newest}_*.zip"):  # Spark's own snapshots of the newest version go first
         damage.remove(z)
     ckpt = load_head(str(path), recent=2)
-    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0)).targets
     based = [t for t in targets if t.entry.base is not None]
     assert len(targets) >= 2 and based
     victim = based[0].entry.store
@@ -113,7 +115,7 @@ def test_a_spark_connect_session_rebuilds_rocksdb_stores_here_and_tells_hdfs_one
 
     path = copy_of("long_chain")
     ckpt = load_head(str(path), recent=2)
-    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0)).targets
     outcomes = compact_unleased(Connect(), ckpt, targets)
     assert len(outcomes) == 4 and all(o.ok for o in outcomes), [o.error for o in outcomes]
     assert len({p.parent for p in (path / "state").rglob("*.zip")}) == 4
@@ -121,7 +123,7 @@ def test_a_spark_connect_session_rebuilds_rocksdb_stores_here_and_tells_hdfs_one
     date_back(hdfs, 2 * 3600)
     before = files_of(hdfs)
     ckpt = load_head(str(hdfs), recent=2)
-    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0)).targets
     outcomes = compact_unleased(Connect(), ckpt, targets)
     assert outcomes and all("Spark Connect" in (o.error or "") for o in outcomes), [o.error for o in outcomes]
     assert files_of(hdfs) == before
@@ -138,7 +140,7 @@ def test_a_task_killed_with_9_fails_its_store_alone(
     path, untouched = copy_of("long_chain"), tmp_path / "untouched"
     copy_checkpoint(corpus["long_chain"], untouched)
     ckpt = load_head(str(path), recent=2)
-    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0)).targets
     assert len(targets) == 4
     monkeypatch.setenv(CRASH_ENV, "compaction.task:0/2/default")
     results = compact_unleased(spark, ckpt, targets)

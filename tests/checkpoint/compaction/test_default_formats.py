@@ -35,7 +35,7 @@ def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_
     (`<v>.snapshot` by Spark's own provider, `<v>.zip` by the rebuild), under Spark's V1 name and
     nothing else new; Spark's reader loads the same state from that snapshot alone, with the chain
     before it gone; and the restarted query ends in the state of an untouched copy."""
-    from checkpoint.compaction.targets import plan_compaction
+    from checkpoint.compaction.targets import CompactionPlanOptions, plan_compaction
     from testbed.clock import date_back
     from testbed.defaults import scenario_named
     from tests.support.compacting import compact_unleased
@@ -52,7 +52,9 @@ def test_compaction_writes_the_snapshot_spark_would_and_the_query_restarts_like_
     entries = checkpoint_lineage(load_checkpoint(str(compacted)), latest)
     # In this session's Spark: `ckpt compact` itself runs in the checksum and leftover tests.
     ckpt_ = load_head(str(compacted), recent=2)
-    outcomes = compact_unleased(spark, ckpt_, plan_compaction(ckpt_, min_chain=1)[0])
+    outcomes = compact_unleased(
+        spark, ckpt_, plan_compaction(ckpt_, CompactionPlanOptions(min_chain=1)).targets
+    )
     assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     base = HDFS_NAMES if name.startswith("hdfs") else ROCKSDB_NAMES
     published = {Path(o.rebuilt.path).relative_to(compacted).as_posix() for o in outcomes if o.rebuilt}

@@ -13,14 +13,14 @@ from tests.support.s3 import direct, restarts_like_untouched, via_proxy
 def test_compaction_reads_and_writes_s3_and_spark_loads_the_result(
     s3, s3_copy_of, spark, corpus, corpus_root, tmp_path
 ) -> None:
-    from checkpoint.compaction.targets import plan_compaction
+    from checkpoint.compaction.targets import CompactionPlanOptions, plan_compaction
     from tests.checkpoint.compaction.test_compaction import _rows_of_partition, _snapshot_rows
     from tests.support.compacting import compact_unleased
 
     _, proxy, _ = s3
     url, options = s3_copy_of("long_chain"), via_proxy(s3)
     ckpt = load_head(url, options, recent=2)
-    targets, _ = plan_compaction(ckpt, min_chain=1, quiet_seconds=0)
+    targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=1, quiet_seconds=0)).targets
     assert len(targets) == 4
     proxy.reset()
     results = compact_unleased(spark, ckpt, targets)
@@ -57,7 +57,7 @@ def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_s
     """The chain downloaded by name (no listing), each snapshot or zip published by one PUT that
     the store refuses over an existing object; copied back, Spark's reader loads the latest state
     from the new snapshots with every chain file before them gone."""
-    from checkpoint.compaction.targets import plan_compaction
+    from checkpoint.compaction.targets import CompactionPlanOptions, plan_compaction
     from tests.support.compacting import compact_unleased
     from tests.support.damage import remove
     from tests.support.defaults import V1_SESSION
@@ -66,7 +66,7 @@ def test_v1_compaction_on_s3_publishes_by_conditional_puts_and_spark_loads_the_s
     _, proxy, _ = s3
     url = s3_copy_of(name)
     ckpt = load_head(url, via_proxy(s3), recent=2)
-    targets, _ = plan_compaction(ckpt, min_chain=3, quiet_seconds=0)
+    targets = plan_compaction(ckpt, CompactionPlanOptions(min_chain=3, quiet_seconds=0)).targets
     assert len(targets) == 4
     proxy.reset()
     results = compact_unleased(spark, ckpt, targets)

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import re
 import shutil
-import time
 import zipfile
 from pathlib import Path
 
@@ -100,14 +99,14 @@ def test_session_window_keys_are_laid_out_as_rocksdb_lays_them(defaults, tmp_pat
     scan. The same query's state written by Spark's RocksDB provider (format V1) and migrated from
     the HDFS-backed store holds the same bytes, key and value, in every partition."""
     from checkpoint.fork.plan import read_source
-    from checkpoint.migrate.flow import preflight
+    from checkpoint.migrate.flow import MigrationOptions, preflight
     from checkpoint.migrate.state import write_store
     from checkpoint.model.head import store_folder
     from checkpoint.rocksdb.publishing import ZipTarget
     from checkpoint.storage import Storage
 
     source = read_source(Storage(str(stopped(defaults, "hdfs_session", tmp_path / "src"))))
-    prefixed = preflight(source, time.time(), 3600)
+    prefixed = preflight(source, MigrationOptions(quiet_seconds=3600))
     assert [(op, name, p.leading) for (op, name), p in prefixed.items()] == [(0, "default", 1)]
     dest = tmp_path / "dest"
     for entry in source.lineage:

@@ -13,7 +13,7 @@ import pytest
 
 from checkpoint.analysis.checks import ValidationOptions, validate
 from checkpoint.analysis.fleet import fleet_row, look_at
-from checkpoint.compaction.targets import plan_compaction
+from checkpoint.compaction.targets import CompactionPlanOptions, plan_compaction
 from checkpoint.errors import CheckpointError
 from checkpoint.model import Logs
 from checkpoint.model.checkpoint import Scope, load_checkpoint
@@ -45,9 +45,11 @@ def test_head_first_equals_the_full_listing_on_every_corpus_checkpoint(corpus, d
         got, want = validate(head, options), validate(full, options)
         assert _findings(got) == _findings(want), name
         assert [e.as_dict() for e in got.lineage] == [e.as_dict() for e in want.lineage], name
-        ours, theirs = (plan_compaction(c, min_chain=2, quiet_seconds=0) for c in (head, full))
-        assert [t.as_key() for t in ours[0]] == [t.as_key() for t in theirs[0]], name
-        assert ours[1] == theirs[1], name
+        ours, theirs = (
+            plan_compaction(c, CompactionPlanOptions(min_chain=2, quiet_seconds=0)) for c in (head, full)
+        )
+        assert [t.as_key() for t in ours.targets] == [t.as_key() for t in theirs.targets], name
+        assert ours.skips == theirs.skips, name
         calls = head.storage.calls.snapshot()
         assert head.scope == Scope.RECOVERY and calls["list"] == 0, (name, calls)
         assert len(head.files) < len(full.files), name
@@ -82,7 +84,9 @@ def test_the_logs_a_restart_reads_give_what_every_log_gives_on_every_corpus_chec
         assert fleet_row(name, recovery, now=1e10) == fleet_row(name, every, now=1e10), name
         for batch in sorted(b.id for b in recovery.batches.values() if b.committed):
             assert checkpoint_lineage(recovery, batch) == checkpoint_lineage(every, batch), name
-        ours, theirs = (plan_compaction(c, min_chain=2, quiet_seconds=0) for c in (recovery, every))
+        ours, theirs = (
+            plan_compaction(c, CompactionPlanOptions(min_chain=2, quiet_seconds=0)) for c in (recovery, every)
+        )
         assert ours == theirs, name
         assert recovery.files == every.files, name  # every log file listed, by name
         read = {n: c.storage.calls.snapshot()["read"] for n, c in (("recovery", recovery), ("every", every))}
@@ -151,7 +155,9 @@ READS = {
     "validate --deep": lambda s: validate(
         load_head(s, strict=False, sidecars=True), ValidationOptions(deep=True)
     ),
-    "compaction plan": lambda s: plan_compaction(load_head(s, recent=2), quiet_seconds=0),
+    "compaction plan": lambda s: plan_compaction(
+        load_head(s, recent=2), CompactionPlanOptions(quiet_seconds=0)
+    ),
     "idle tick": latest_commit,
 }
 

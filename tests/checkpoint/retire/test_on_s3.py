@@ -18,6 +18,7 @@ def test_retirement_archives_to_another_bucket_and_deletes_in_batches_of_request
     deletions, and a constant (two leases, two listings, the other records)."""
     from checkpoint.analysis import Severity, validate
     from checkpoint.retire import (
+        RetirementPlanOptions,
         RetireOptions,
         apply_retirement,
         plan_retirement,
@@ -40,11 +41,11 @@ def test_retirement_archives_to_another_bucket_and_deletes_in_batches_of_request
         url = s3_copy_of("long_chain")
         archive = Storage(f"s3://{cold}/orders-{size}", options)
         trail = AuditTrail(AuditTrail.default_for(url), options)
-        plan = plan_retirement(Storage(url, options), trail, archive=archive, now=later)
+        request = retirement_request(Storage(url, options), archive, taken_at_once("test"), trail)
+        plan = plan_retirement(request, RetirementPlanOptions(now=later))
         assert plan.files == len(keys(s3, url))
         _, read = read_retirement(plan.manifest, options)
         proxy.reset()
-        request = retirement_request(Storage(url, options), archive, taken_at_once("test"), trail)
         retired = apply_retirement(request, RetireOptions(read, later + 8 * 86400, batch_size=size))
         counts = proxy.counts()
         fs = direct(s3)

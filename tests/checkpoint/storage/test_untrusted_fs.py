@@ -31,14 +31,13 @@ def test_a_checkpoint_folder_replaced_since_the_plan_is_not_gone_through(copy_of
     """A plan holds the device and inode of each folder down to its partitions: a folder of the
     same name moved into place after the plan (not a link: the same names, the same files) is
     not the plan's, and nothing in it is deleted."""
-    from checkpoint.cleanup import plan_gc
     from checkpoint.safety import AuditTrail
-    from tests.support.planning import apply_unleased
+    from tests.support.planning import apply_unleased, plan_of
 
     path = aged(copy_of("join"))
     storage = Storage(str(path))
-    plan = plan_gc(storage, AuditTrail(str(tmp_path / "audit")), grace_seconds=0, allow_short_grace=True,
-                   retain_batches=2, query_stopped=True)  # fmt: skip
+    plan = plan_of(storage, AuditTrail(str(tmp_path / "audit")), grace_seconds=0, allow_short_grace=True,
+                   retain_batches=2)  # fmt: skip
     assert plan.files > 0 and plan.folder_ids.get("state/0/0")
     copy = tmp_path / "state-0-0"
     shutil.copytree(path / "state/0/0", copy, symlinks=True)
@@ -187,7 +186,7 @@ def test_a_full_disk_during_a_compaction_fails_in_one_line_and_the_rerun_converg
     committed is lost; with room again, the same compaction (in this session's Spark) compacts
     every store and the checkpoint validates."""
 
-    from checkpoint.compaction import CompactionOptions, compact_checkpoints
+    from checkpoint.compaction import CompactionOptions, CompactionPlanOptions, compact_checkpoints
     from checkpoint.safety import EachInPlace, InPlace, taken_at_once
     from checkpoint.storage import Storage
     from testbed.copying import copy_checkpoint
@@ -207,7 +206,7 @@ def test_a_full_disk_during_a_compaction_fails_in_one_line_and_the_rerun_converg
         filler.unlink()
     assert lease_is_free(path)
     assert ckpt("validate", str(path)).returncode == 0
-    options = CompactionOptions(ports.compaction, min_chain=1, quiet_seconds=0)
+    options = CompactionOptions(ports.compaction, CompactionPlanOptions(min_chain=1, quiet_seconds=0))
     request = EachInPlace(["q"], lambda _: InPlace(Storage(str(path)), taken_at_once("tests")))
     again = compact_checkpoints(request, options)
     assert again.outcomes and all(o.ok for o in again.outcomes), [o.error for o in again.outcomes]
