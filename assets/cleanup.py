@@ -88,7 +88,7 @@ def checkpoint_orphan_plan(context: dg.AssetExecutionContext, roots: CheckpointR
     of the plan goes through an IO manager)."""
 
     def plan_one(key: str) -> tuple[Plan, CheckResult, int]:
-        request = roots.in_place(context, key, trail=roots.audit_trail(key))
+        request = roots.in_place(context, key, keeps_records=True)
         planned = plan_cleanup(request, cleanup_of(roots, request, key, "checkpoint_orphan_plan"))
         return planned.plan, check_plan(planned.plan, request.storage), planned.pruned
 
@@ -193,7 +193,7 @@ def checkpoint_orphan_cleanup(
 
     def apply_one(key: str) -> Cleaned:
         # The plan step ran before this lease was taken: planned again under it when the query ran since.
-        request = roots.in_place(context, key, retry=len(keys) == 1, trail=roots.audit_trail(key))
+        request = roots.in_place(context, key, retry=len(keys) == 1, keeps_records=True)
         return apply_cleanup(
             request, cleanup_of(roots, request, key, "checkpoint_orphan_cleanup", plans[key])
         )

@@ -272,35 +272,36 @@ class CheckpointRootsResource(dg.ConfigurableResource):
         return root.storage_options if same_store else {}
 
     def in_place(
-        self, context: StepContext, key: str, *, retry: bool = True, trail: AuditTrail | None = None
+        self, context: StepContext, key: str, *, retry: bool = True, keeps_records: bool = False
     ) -> InPlace:
         """The request of a step that changes the checkpoint `key`. Its door takes the checkpoint's
         maintenance lease for this run's step: it waits `lease_wait` while another action (a CLI
         run, another deployment) holds it, then retries the step, then fails naming the holder;
         without `retry`, raises LeaseHeld after the wait. Nothing is planned or written without it.
-        An action that keeps records passes its `trail` (`audit_trail(key)`), which the door
-        carries."""
+        The door of an action that `keeps_records` carries the checkpoint's trail (`Site.trail`)."""
+        site = self.site(key)
         return InPlace(
-            self.checkpoint_storage(key),
+            site.storage,
             lambda storage, what: self.take_lease_at(context, storage, what, key, retry=retry),
-            trail,
+            site.trail if keeps_records else None,
         )
 
     def two_sided(
-        self, context: StepContext, source: str, destination: str, *, trail: AuditTrail | None = None
+        self, context: StepContext, source: str, destination: str, *, keeps_records: bool = False
     ) -> tuple[TwoSided, str]:
         """The request of a step that writes `destination` (a URL a run names) from the checkpoint
         `source` (a partition key), its leases taken as `in_place` takes one, and the destination's
         partition key. Raises CheckpointError when the destination lies under no configured root: a
-        run cannot send state to a place, or with credentials, of its own choosing. The door carries
-        `trail`, the source's, where the action keeps records."""
+        run cannot send state to a place, or with credentials, of its own choosing. The door of an
+        action that `keeps_records` carries the source's trail."""
         dest_key = self.under_a_root(destination)
 
         def take(storage: Storage, what: str) -> Lease:
             return self.take_lease_at(context, storage, what, self.key_of(storage.url) or "")
 
-        door = TwoSided(self.checkpoint_storage(source), self.checkpoint_storage(dest_key), take, trail)
-        return door, dest_key
+        site = self.site(source)
+        trail = site.trail if keeps_records else None
+        return TwoSided(site.storage, self.checkpoint_storage(dest_key), take, trail), dest_key
 
     def take_lease_at(
         self, context: StepContext, storage: Storage, what: str, label: str = "", *, retry: bool = True

@@ -31,7 +31,7 @@ def purge_expired_op(
     published under a free name: a Spark task a store, in this deployment's Spark."""
     from jobs.expiry import spark_purges  # Spark only when this op runs
 
-    request = roots.in_place(context, config.partition, trail=roots.audit_trail(config.partition))
+    request = roots.in_place(context, config.partition, keeps_records=True)
     options = PurgeOptions(config.as_of, roots.quiet_seconds_at_least(config.quiet_period),
                            run=spark_purges(spark.session))  # fmt: skip
     try:

@@ -80,8 +80,8 @@ def _compact(context, roots, spark, keys: Sequence[str], done: Outcomes) -> None
 
 def _clean(context, roots: CheckpointRootsResource, key: str, applies: bool) -> str:
     """Plans (and where the root applies, deletes under the lease); returns what it did."""
-    audit = roots.audit_trail(key)
-    request = roots.in_place(context, key, retry=False, trail=audit)
+    request = roots.in_place(context, key, retry=False, keeps_records=True)
+    audit = request.audit_trail()
     options = cleanup_of(roots, request, key, "maintain_checkpoints")
     if applies:
         cleaned = apply_cleanup(request, options)

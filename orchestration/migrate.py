@@ -40,10 +40,7 @@ def migrate_op(
 
     try:
         request, dest_key = roots.two_sided(
-            context,
-            config.source_partition,
-            config.destination,
-            trail=roots.audit_trail(config.source_partition),
+            context, config.source_partition, config.destination, keeps_records=True
         )
         options = MigrationOptions(spark_ports(spark.session), batch=config.batch,
                                    quiet_seconds=roots.quiet_seconds_at_least(config.quiet_period),

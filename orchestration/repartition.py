@@ -44,9 +44,8 @@ def repartition_op(
     )
     from jobs.repartition import spark_engine  # Spark when run
 
-    storage = roots.checkpoint_storage(config.partition)
-    trail, what = roots.audit_trail(config.partition), "repartition_checkpoint"
-    request = roots.in_place(context, config.partition, trail=trail)
+    request, what = roots.in_place(context, config.partition, keeps_records=True), "repartition_checkpoint"
+    storage = request.storage
     try:
         if config.undo:
             quiet = roots.quiet_seconds_at_least(config.quiet_period)
