@@ -496,18 +496,17 @@ def test_the_plan_side_has_one_shape() -> None:
     that share it."""
     import inspect
 
-    from checkpoint.migrate import flow as migrate_flow
-    from checkpoint.repartition import flow as repartition_flow
+    from checkpoint.analysis import validate
+    from checkpoint.expiry import expired_report
+    from checkpoint.migrate.flow import preflight as migration_preflight
+    from checkpoint.repartition import preflight as repartition_preflight
 
-    firsts = {"InPlace", "TwoSided", "Storage", "Checkpoint", "ForkSource"}
     found = [(w, obj) for w, obj in _exported() if w.rsplit(".", 1)[1].startswith("plan_")]
-    named = [("checkpoint.analysis.validate", None), ("checkpoint.expiry.expired_report", None)]
-    plans = [(w, obj) for w, obj in _exported() if w in dict(named)] + found
-    plans += [("checkpoint.repartition.flow.preflight", repartition_flow.preflight),
-              ("checkpoint.migrate.flow.preflight", migrate_flow.preflight)]  # fmt: skip
-    wrong = [f"{where}{inspect.signature(obj)}" for where, obj in plans if not _two_part(obj, firsts)]
-    assert wrong == []
     assert sorted(w.rsplit(".", 1)[1] for w, _ in found) == [
         "plan_cleanup", "plan_compaction", "plan_fork", "plan_gc", "plan_retirement"
     ]  # fmt: skip
-    assert len(plans) == 9
+    plans = [*(obj for _, obj in found), validate, expired_report, migration_preflight, repartition_preflight]
+    firsts = {"InPlace", "TwoSided", "Storage", "Checkpoint", "ForkSource"}
+    wrong = [f"{obj.__module__}.{obj.__name__}{inspect.signature(obj)}" for obj in plans
+             if not _two_part(obj, firsts)]  # fmt: skip
+    assert wrong == []
