@@ -435,20 +435,13 @@ def _two_part(obj, firsts: set[str]) -> bool | None:
     the options one frozen dataclass. Annotations as written (`from __future__ import
     annotations`): names, not types."""
     import dataclasses
-    import importlib
     import inspect
 
     params, notes = list(inspect.signature(obj).parameters), obj.__annotations__
     if not params or not firsts & set(str(notes.get(params[0], "")).split(" | ")):
         return None
-    if len(params) != 2:
-        return False
-    name = str(notes.get(params[1], "")).split("[")[0]
-    # Named where it is defined, or (imported for its annotation only) by its package's face.
-    face = importlib.import_module(obj.__module__.rsplit(".", 1)[0])
-    options = obj.__globals__.get(name, getattr(face, name, None))
-    frozen = dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen  # type: ignore[union-attr]
-    return frozen
+    options = obj.__globals__.get(str(notes.get(params[1], "")).split("[")[0]) if len(params) == 2 else None
+    return dataclasses.is_dataclass(options) and options.__dataclass_params__.frozen  # type: ignore[union-attr]
 
 
 def _exported() -> list[tuple[str, object]]:
@@ -459,12 +452,10 @@ def _exported() -> list[tuple[str, object]]:
 
     import checkpoint
 
-    return [
-        (f"checkpoint.{package}.{name}", obj)
-        for package in (m.name for m in pkgutil.iter_modules(checkpoint.__path__) if m.ispkg)
-        for name, obj in vars(importlib.import_module(f"checkpoint.{package}")).items()
-        if name in importlib.import_module(f"checkpoint.{package}").__all__ and inspect.isfunction(obj)
-    ]
+    packages = [m.name for m in pkgutil.iter_modules(checkpoint.__path__) if m.ispkg]
+    faces = [importlib.import_module(f"checkpoint.{package}") for package in packages]
+    return [(f"{face.__name__}.{name}", obj) for face in faces for name in face.__all__
+            if inspect.isfunction(obj := getattr(face, name))]  # fmt: skip
 
 
 def test_every_door_has_one_shape() -> None:
