@@ -79,7 +79,7 @@ def start_azurite(workdir: Path) -> Azurite:
     data.mkdir(parents=True, exist_ok=True)
     log = workdir / "azurite.log"
     where = ["--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(data)]
-    args = [str(azurite_binary()), *where, "--skipApiVersionCheck", "--loose"]
+    args = [str(azurite_binary()), *where, "--inMemoryPersistence", "--skipApiVersionCheck", "--loose"]
     process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=workdir)
     server = Azurite(f"http://127.0.0.1:{port}/{ACCOUNT}", process, log)
     wait_serving(process, log, server.endpoint + "?comp=list", "azurite")

@@ -21,6 +21,7 @@ from testbed import jvm
 from testbed.cache import MANIFEST, cache_home, cache_lock
 from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
 from testbed.defaults import DEFAULTS_VERSION
+from testbed.restart import keep_restart, kept_restart, untouched_key
 
 # The newest patch release of each line before the project's own (4.3, the test session's).
 RELEASES = {"4.0": "4.0.5", "4.1": "4.1.4", "4.2": "4.2.1"}
@@ -126,11 +127,25 @@ def every_release_ready(cache: Path | None = None) -> bool:
 
 
 def restart_under(cache: Path, version: str, runs: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
-    """Restarts under PySpark `version` (see `restart_with`), checked to be that version."""
-    results = restart_with(python_of(cache, version), runs, work, version)
-    if any(r["spark_version"] != version for r in results):
-        raise RuntimeError(f"restarted under {results[0]['spark_version']}, not {version}")
-    return results
+    """Restarts under PySpark `version` (see `restart_with`), checked to be that version. A run
+    whose `copy` is "untouched" is kept in the cache as the session Spark's controls are
+    (`testbed.restart.untouched`), keyed by the version and the virtualenv too."""
+    python = python_of(cache, version)
+    how = ["under", version, _venv_marker(cache, version).name]
+    keys = [untouched_key([*how, bool(run.get("read_state", True))], run["scenario"],
+                          Path(run["scenario_dir"]), Path(run["checkpoint"]))
+            if run.get("copy") == "untouched" else None for run in runs]  # fmt: skip
+    results: list[dict[str, Any] | None] = [kept_restart(k) if k else None for k in keys]
+    todo = [i for i, r in enumerate(results) if r is None]
+    if todo:
+        for i, result in zip(todo, restart_with(python, [runs[i] for i in todo], work, version), strict=True):
+            results[i] = result
+            if key := keys[i]:
+                keep_restart(key, result)
+    done = [r for r in results if r is not None]
+    if any(r["spark_version"] != version for r in done):
+        raise RuntimeError(f"restarted under {done[0]['spark_version']}, not {version}")
+    return done
 
 
 def restart_with(

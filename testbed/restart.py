@@ -115,32 +115,28 @@ def untouched(spark, shape: str, name: str, scenario_dir: Path, checkpoint: Path
     """What `restart_it()` gives for the untouched copy `checkpoint` of scenario `name`: cached
     (`shape` names what it returns, `extra` how it restarts), or run and then cached. A restart
     that raises caches nothing."""
-    key = _untouched_key(spark, shape, name, scenario_dir, checkpoint, extra)
+    confs = sorted((r.key, r.value) for r in spark.sql("SET").collect()
+                   if r.key.startswith("spark.sql.") and r.key not in _VOLATILE_CONFS)  # fmt: skip
+    key = untouched_key([shape, spark.version, confs, extra], name, scenario_dir, checkpoint)
     if key is None:
         return restart_it()
-    from testbed.cache import cache_home
-
-    kept = cache_home() / "restarts" / f"{key}.json"
-    if kept.exists():
-        return json.loads(kept.read_text())
-    result = restart_it()
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    partial = kept.with_name(f".{kept.name}.{os.getpid()}")
-    partial.write_text(json.dumps(result))
-    partial.replace(kept)
+    result = kept_restart(key)
+    if result is None:
+        result = restart_it()
+        keep_restart(key, result)
     return result
 
 
-def _untouched_key(spark, shape: str, name: str, scenario_dir: Path, checkpoint: Path,
-                   extra: dict[str, Any]) -> str | None:  # fmt: skip
+def untouched_key(how: list[Any], name: str, scenario_dir: Path, checkpoint: Path) -> str | None:
+    """The cache's key for restarting the untouched copy `checkpoint` of scenario `name` as `how`
+    says (the engine, its version and confs, what the restart returns); None where a restart
+    cannot be kept (transformWithState's processing-time TTLs and timers)."""
     if any("stateVarName" in o or "readRegisteredTimers" in o for o in USER_READERS.get(name, [])):
         return None
     digest = hashlib.sha256()
-    confs = sorted((r.key, r.value) for r in spark.sql("SET").collect()
-                   if r.key.startswith("spark.sql.") and r.key not in _VOLATILE_CONFS)  # fmt: skip
     # Where the corpus lies too: its logs name their inputs by absolute path.
     where = str(scenario_dir.resolve())
-    digest.update(json.dumps([shape, name, spark.version, confs, extra, where], sort_keys=True).encode())
+    digest.update(json.dumps([*how, name, where], sort_keys=True).encode())
     here = Path(__file__).parent.parent
     read = (("code", here, [here / f for f in _RESTART_CODE]),
             ("checkpoint", checkpoint, sorted(checkpoint.rglob("*"))),
@@ -151,6 +147,26 @@ def _untouched_key(spark, shape: str, name: str, scenario_dir: Path, checkpoint:
                 digest.update(f"{label}:{f.relative_to(folder)}:{f.stat().st_size}\n".encode())
                 digest.update(f.read_bytes())
     return digest.hexdigest()
+
+
+def _kept(key: str) -> Path:
+    from testbed.cache import cache_home
+
+    return cache_home() / "restarts" / f"{key}.json"
+
+
+def kept_restart(key: str) -> dict[str, Any] | None:
+    """A restart kept under `key`, or None."""
+    kept = _kept(key)
+    return json.loads(kept.read_text()) if kept.exists() else None
+
+
+def keep_restart(key: str, result: dict[str, Any]) -> None:
+    kept = _kept(key)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_name(f".{kept.name}.{os.getpid()}")
+    partial.write_text(json.dumps(result))
+    partial.replace(kept)
 
 
 def scenario_named(name: str):
