@@ -115,6 +115,8 @@ def untouched(spark, shape: str, name: str, scenario_dir: Path, checkpoint: Path
     """What `restart_it()` gives for the untouched copy `checkpoint` of scenario `name`: cached
     (`shape` names what it returns, `extra` how it restarts), or run and then cached. A restart
     that raises caches nothing."""
+    if not _keepable(name):  # before the session's confs are read for a key it cannot have
+        return restart_it()
     confs = sorted((r.key, r.value) for r in spark.sql("SET").collect()
                    if r.key.startswith("spark.sql.") and r.key not in _VOLATILE_CONFS)  # fmt: skip
     key = untouched_key([shape, spark.version, confs, extra], name, scenario_dir, checkpoint)
@@ -131,7 +133,7 @@ def untouched_key(how: list[Any], name: str, scenario_dir: Path, checkpoint: Pat
     """The cache's key for restarting the untouched copy `checkpoint` of scenario `name` as `how`
     says (the engine, its version and confs, what the restart returns); None where a restart
     cannot be kept (transformWithState's processing-time TTLs and timers)."""
-    if any("stateVarName" in o or "readRegisteredTimers" in o for o in USER_READERS.get(name, [])):
+    if not _keepable(name):
         return None
     digest = hashlib.sha256()
     # Where the corpus lies too: its logs name their inputs by absolute path.
@@ -159,6 +161,10 @@ def _spark_url(checkpoint: Path) -> str:
     from checkpoint.storage import Storage
 
     return Storage(str(checkpoint)).spark_url
+
+
+def _keepable(name: str) -> bool:
+    return not any("stateVarName" in o or "readRegisteredTimers" in o for o in USER_READERS.get(name, []))
 
 
 def _kept(key: str) -> Path:
