@@ -48,11 +48,14 @@ def _manager_option(spark_version: str) -> str:
     return f"-D{CHECKPOINT_MANAGER}={checkpoint_manager(spark_version)}"
 
 
-def options(spark_version: str, archive: Path | None = None) -> str:
+def options(spark_version: str, archive: Path | None = None, temp: str | None = None) -> str:
     """The suite's JVM options for a Spark of `spark_version`, with the class archive of that
-    Spark's classes if there is one (`testbed.class_archive`)."""
+    Spark's classes if there is one (`testbed.class_archive`), and `temp` as the JVM's temporary
+    folder if given (Java takes /tmp whatever `TMPDIR` says; Spark's shuffle files and RocksDB's
+    working copies go there)."""
     named = f" {ARCHIVE_OPTION}{archive} {ARCHIVE_SILENT}" if archive is not None else ""
-    return f"{JAVA} {_manager_option(spark_version)}{named}"
+    at = f" -Djava.io.tmpdir={temp}" if temp else ""
+    return f"{JAVA} {_manager_option(spark_version)}{at}{named}"
 
 
 def for_version(submit_opts: str, spark_version: str) -> str:

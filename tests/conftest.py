@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
@@ -16,11 +17,19 @@ from testbed import class_archive, jvm
 from testbed.cache import MANIFEST, cache_home
 from testbed.copying import copy_checkpoint
 from testbed.corpus import checkpoints, ensure_corpus
+from tests.support.disk import GIB, RAM_TEMP_GIB, ram_temp
+
+# The tests' temporary files in memory where the machine has room (`tests.support.disk.ram_temp`),
+# set before anything asks where they go: pytest's, the product's, and every child's through the
+# environment (the JVMs' as `java.io.tmpdir`, below). Workers find `TMPDIR` set and keep it.
+if (_RAM_TEMP := ram_temp(RAM_TEMP_GIB * GIB)) is not None:
+    os.environ["TMPDIR"] = str(_RAM_TEMP)
+    tempfile.tempdir = None
 
 # The suite's JVMs (this session's, and every child's through the environment), tuned for minutes
 # of little data and many small files (`testbed.jvm`, docs/testing.md), mapping Spark's classes from
 # the cache's archive once the session's start has written it (`testbed.class_archive`).
-JVM_OPTIONS = jvm.options(version("pyspark"), class_archive.path_for(cache_home()))
+JVM_OPTIONS = jvm.options(version("pyspark"), class_archive.path_for(cache_home()), tempfile.gettempdir())
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
 
 # Fixtures defined beside the helpers they share with more than one test folder.
@@ -360,7 +369,7 @@ def pytest_sessionstart(session) -> None:
 
     from testbed import fleet
     from testbed.prewarm import missing
-    from tests.support.disk import GIB, shortfall
+    from tests.support.disk import shortfall
 
     home = cache_home()
     corpora = sorted(set(_PREWARMED.values()) - {"classes"})  # a new venv's archive alone is no cold cache

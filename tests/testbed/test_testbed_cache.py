@@ -215,6 +215,35 @@ def test_a_disk_too_small_for_the_suite_is_said_before_any_test(tmp_path: Path) 
     assert shortfall([("temporary files", tmp_path, 0)], free=lambda _: 0) == []
 
 
+def test_the_temporary_files_go_to_memory_only_where_that_is_safe(tmp_path: Path) -> None:
+    """A tmpfs with room, exec allowed, and a folder this user alone owns; a `TMPDIR` already set,
+    another file system, `noexec`, too little room or memory, or a planted link or open folder
+    keep the temporary files where they were."""
+    import os
+
+    from tests.support.disk import GIB, ram_temp
+
+    ram = tmp_path / "shm"
+    ram.mkdir()
+
+    def place(mounts: str, free: int = 8 * GIB, available: int = 8 * GIB, **environ: str) -> Path | None:
+        return ram_temp(4 * GIB, environ, ram, lambda: mounts, lambda _: free, lambda: available)
+
+    tmpfs = f"/dev/vda / ext4 rw 0 0\ntmpfs {ram} tmpfs rw,nosuid,nodev 0 0\n"
+    folder = place(tmpfs)
+    assert folder == ram / f"ckpt-tests-{os.getuid()}" and folder.stat().st_mode & 0o777 == 0o700
+    assert place(tmpfs) == folder  # a later session's
+    assert place(tmpfs, TMPDIR="/elsewhere") is None
+    assert place(f"/dev/vda / ext4 rw 0 0\ntmpfs {ram}ish tmpfs rw 0 0\n") is None  # the disk holds it
+    assert place(tmpfs.replace("nodev", "noexec")) is None
+    assert place(tmpfs, free=3 * GIB) is None and place(tmpfs, available=3 * GIB) is None
+    folder.chmod(0o777)
+    assert place(tmpfs) is None
+    folder.rmdir()
+    folder.symlink_to(tmp_path)
+    assert place(tmpfs) is None
+
+
 def test_an_untouched_restart_is_run_once_for_what_it_read(spark, tmp_path, monkeypatch) -> None:
     """Cached under a digest of what the restart read: the same bytes elsewhere hit it; a byte of the
     copy, an input or a SQL conf changed misses it; a restart that raises caches nothing; a
