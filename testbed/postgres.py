@@ -35,15 +35,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _shared_temp() -> Path:
+    """The nearest folder holding the temporary folder that every user may write in, sticky as
+    /tmp and /dev/shm are; else the temporary folder itself."""
+    here = Path(tempfile.gettempdir())
+    for folder in (here, *here.parents):
+        if folder.stat().st_mode & 0o1777 == 0o1777:
+            return folder
+    return here
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """A new cluster serving on a free loopback port with trust authentication (no password to
     leak into a config); yields its URL for one database, `dagster`. Stopped and removed on exit.
     PostgreSQL refuses to run as root: as root, the cluster belongs to the package's `postgres`
-    user, in a folder of its own under the system's temporary folder (a test's own folder is
-    private to root)."""
+    user, in a folder of its own under a temporary folder shared by every user (a test's own folder,
+    and the suite's in memory, are private to root)."""
     bin_dir = _binaries()
-    folder = Path(tempfile.mkdtemp(prefix="ckpt-postgres-"))
+    shared = _shared_temp() if os.geteuid() == 0 else None
+    folder = Path(tempfile.mkdtemp(prefix="ckpt-postgres-", dir=shared))
     data, sockets = folder / "data", folder / "sockets"
     sockets.mkdir()
     run_as: list[str] = []
