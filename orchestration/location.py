@@ -32,6 +32,11 @@ def build_definitions(
             *(maintenance_schedule(root) for root in roots),
         ],
         sensors=[checkpoint_discovery_sensor, checkpoint_commit_sensor],
+        # A run's steps in the run's own process. Each step of Dagster's default executor is a
+        # new interpreter that imports Dagster and this package first (about 2 CPU-seconds), and a
+        # maintenance run has six; its steps run one after another anyway (audit, then compaction,
+        # then the cleanup plan). Pools are still enforced per step.
+        executor=dg.in_process_executor,
         resources={
             # Fixed: no run's config reaches what maintenance may touch, the floors it keeps, or
             # the Spark that reads and writes the state.

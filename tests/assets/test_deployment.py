@@ -114,3 +114,14 @@ def test_every_schedule_evaluates_as_the_daemon_evaluates_it(instance) -> None:
     )
     for name, runs in expected.items():
         assert len(schedules[name].evaluate_tick(context).run_requests or []) == runs, name
+
+
+def test_every_job_runs_its_steps_in_the_run_process() -> None:
+    """No new interpreter per step (docs/dagster.md): each job, the asset jobs included, resolves
+    to Dagster's in-process executor."""
+    defs = build_definitions([CheckpointRoot(name="prod", url="/prod")], queries={})
+    names = [job.name for job in defs.resolve_all_job_defs()]
+    assert {"maintain_checkpoints", "checkpoint_audit"} <= set(names)
+    assert {name: defs.resolve_job_def(name).executor_def.name for name in names} == dict.fromkeys(
+        names, dg.in_process_executor.name
+    )
