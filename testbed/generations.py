@@ -21,6 +21,7 @@ from testbed import jvm
 from testbed.cache import MANIFEST, cache_home, cache_lock
 from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
 from testbed.defaults import DEFAULTS_VERSION
+from testbed.python_workers import worker_python
 from testbed.restart import keep_restart, kept_restart, untouched_key
 
 # The newest patch release of each line before the project's own (4.3, the test session's).
@@ -41,13 +42,17 @@ PACKAGES = ("fsspec", "humanfriendly", "pandas", "pyarrow", "protobuf", "grpcio"
 GENERATOR_VERSION = 2
 
 
-def child_env(spark_version: str | None = None) -> dict[str, str]:
+def child_env(spark_version: str | None = None, python: Path | None = None) -> dict[str, str]:
     """The environment of a child in another venv: this project importable from the source tree,
     nothing that points Spark at this venv's interpreter or installation, and the suite's JVM
-    options (`testbed.jvm`) as the child's Spark, `spark_version`, names them."""
+    options (`testbed.jvm`) as the child's Spark, `spark_version`, names them; its Python workers
+    its interpreter, `python`, without its PySpark's zips (`testbed.python_workers`)."""
     env = another_python_env(keep_pythonpath=False)
     if spark_version and "SPARK_SUBMIT_OPTS" in env:
         env["SPARK_SUBMIT_OPTS"] = jvm.for_version(env["SPARK_SUBMIT_OPTS"], spark_version)
+    if python is not None:
+        if workers := worker_python(python, cache_home() / "python-workers"):
+            env["PYSPARK_PYTHON"] = str(workers)
     return env
 
 
@@ -94,7 +99,7 @@ def ensure_written_by(cache: Path, version: str, *, defaults: bool = False) -> P
         work = done.with_name(done.name + ".partial")
         shutil.rmtree(work, ignore_errors=True)
         command = [str(python), "-m", module, str(work), "--only", *names]
-        subprocess.run(command, check=True, env=child_env(version), cwd=cache, timeout=1800)
+        subprocess.run(command, check=True, env=child_env(version, python), cwd=cache, timeout=1800)
         written = json.loads((work / MANIFEST).read_text())["spark_version"]
         if written != version:
             raise RuntimeError(f"{python} wrote with Spark {written}, not {version}")
@@ -160,5 +165,5 @@ def restart_with(
     spec.write_text(json.dumps([{k: v if isinstance(v, bool) else str(v) for k, v in run.items()}
                                 for run in runs]))  # fmt: skip
     command = [str(python), "-m", "testbed.restart", str(spec), str(out)]
-    subprocess.run(command, check=True, env=child_env(spark_version), cwd=work, timeout=1800)
+    subprocess.run(command, check=True, env=child_env(spark_version, python), cwd=work, timeout=1800)
     return json.loads(out.read_text())

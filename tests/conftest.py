@@ -17,6 +17,7 @@ from testbed import class_archive, jvm
 from testbed.cache import MANIFEST, cache_home
 from testbed.copying import copy_checkpoint
 from testbed.corpus import checkpoints, ensure_corpus
+from testbed.python_workers import worker_python
 from tests.support.disk import GIB, RAM_TEMP_GIB, ram_temp
 
 # The tests' temporary files in memory where the machine has room (`tests.support.disk.ram_temp`),
@@ -31,6 +32,10 @@ if (_RAM_TEMP := ram_temp(RAM_TEMP_GIB * GIB)) is not None:
 # the cache's archive once the session's start has written it (`testbed.class_archive`).
 JVM_OPTIONS = jvm.options(version("pyspark"), class_archive.path_for(cache_home()), tempfile.gettempdir())
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
+# Their Python workers import PySpark from site-packages, not from Spark's zips, compiled again at
+# every start (`testbed.python_workers`).
+if (_WORKERS := worker_python(Path(sys.executable), cache_home() / "python-workers")) is not None:
+    os.environ.setdefault("PYSPARK_PYTHON", str(_WORKERS))
 
 # Fixtures defined beside the helpers they share with more than one test folder.
 pytest_plugins = ("tests.support.memory", "tests.support.hostile", "tests.support.histories")

@@ -5,6 +5,9 @@ JVMs run with."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from testbed.cache import MANIFEST, ensure_generated
@@ -52,6 +55,54 @@ def test_the_suites_jvms_run_with_the_suites_options(spark) -> None:
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert set(JVM_OPTIONS.split()) <= set(runtime.getInputArguments())
     assert spark.conf.get(jvm.CHECKPOINT_MANAGER) == jvm.checkpoint_manager(spark.version)
+
+
+def test_the_python_workers_import_pyspark_from_site_packages_with_every_other_path_kept(spark) -> None:
+    """`testbed.python_workers`: a worker of the session's Spark finds Spark's zips dropped from its
+    path, the rest of what Spark gave it kept (its own jar), and PySpark imported from the
+    installation that the zips came from."""
+    import pyspark
+
+    def where(_):
+        import os as os_
+        import sys as sys_
+
+        import pyspark as worker_pyspark
+
+        return worker_pyspark.__file__, os_.environ.get("PYTHONPATH", ""), sys_.executable
+
+    imported, path, executable = spark.sparkContext.parallelize([0], 1).map(where).collect()[0]
+    assert imported == pyspark.__file__
+    assert ".zip" not in path and "spark-core" in path
+    assert Path(executable).parent == Path(sys.executable).parent
+
+
+def test_the_python_workers_script_drops_only_its_pysparks_zips(tmp_path: Path) -> None:
+    from testbed.python_workers import worker_python
+
+    def venv(where: Path) -> tuple[Path, Path]:
+        lib = where / "lib" / "python3.11" / "site-packages" / "pyspark" / "python" / "lib"
+        lib.mkdir(parents=True)
+        (lib / "pyspark.zip").write_bytes(b"")
+        (where / "bin").mkdir()
+        (where / "bin" / "python").symlink_to(sys.executable)
+        return where / "bin" / "python", lib
+
+    python, lib = venv(tmp_path / "a venv")
+    other_lib = venv(tmp_path / "other")[1]
+    script = worker_python(python, tmp_path / "scripts")
+    assert script is not None and worker_python(python, tmp_path / "scripts") == script
+    kept = [str(other_lib / "pyspark.zip"), "/with space/x.jar", "/a/*", str(lib / "elsewhere.jar")]
+    given = [str(lib / "pyspark.zip"), kept[0], str(lib / "py4j-0.10.9.9-src.zip"), *kept[1:]]
+    show = "import os, sys; print(os.environ['PYTHONPATH']); print(sys.argv[1:])"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(given)}
+    printed = subprocess.run([script, "-c", show, "x y"], env=env, capture_output=True, text=True, check=True)
+    assert printed.stdout.splitlines() == [os.pathsep.join(kept), "['x y']"]
+    # No zip to drop, or a path a script cannot hold as it is: Spark's own way.
+    (lib / "pyspark.zip").unlink()
+    assert worker_python(python, tmp_path / "scripts") is None
+    quoted = venv(tmp_path / "it's")[0]
+    assert worker_python(quoted, tmp_path / "scripts") is None
 
 
 # A child that starts this Python's Spark as the suite's JVMs start, and says whether its JVM mapped
