@@ -33,6 +33,7 @@ from pathlib import Path
 
 from testbed import jvm
 from testbed.cache import cache_lock
+from testbed.python_workers import installed_pyspark, pyspark_version
 
 # Bump when the workload changes: it keys the archives.
 ARCHIVE_VERSION = 1
@@ -50,11 +51,13 @@ def _spark_home() -> Path | None:
     return Path(spec.origin).parent if spec and spec.origin else None
 
 
-def path_for(cache: Path) -> Path | None:
-    """Where the archive of this interpreter's PySpark and this JVM lives, keyed by all that the JVM
-    checks before it maps one (its build, each jar of the classpath by size and time, the options
-    it was written with); None without Java or PySpark (the unit tier)."""
-    runner, spark_home = java(), _spark_home()
+def path_for(cache: Path, python: Path | None = None) -> Path | None:
+    """Where the archive of this interpreter's PySpark (or of the one installed beside `python`,
+    another PySpark's) and this JVM lives, keyed by all that the JVM checks before it maps one (its
+    build, each jar of the classpath by size and time, the options it was written with); None
+    without Java or PySpark (the unit tier)."""
+    runner = java()
+    spark_home = _spark_home() if python is None else installed_pyspark(python)
     if runner is None or spark_home is None or not (spark_home / "jars").is_dir():
         return None
     try:
@@ -68,15 +71,15 @@ def path_for(cache: Path) -> Path | None:
     return cache / "jvm-classes" / f"spark-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsa"
 
 
-def ready(cache: Path) -> bool:
+def ready(cache: Path, python: Path | None = None) -> bool:
     """Whether `cache` holds the archive, or there is none to make (no Java, no PySpark)."""
-    archive = path_for(cache)
+    archive = path_for(cache, python)
     return archive is None or archive.exists()
 
 
-def ensure(cache: Path) -> Path | None:
-    """The archive, written first if the cache lacks it (under a lock the workers share)."""
-    archive = path_for(cache)
+def ensure(cache: Path, python: Path | None = None) -> Path | None:
+    """The archive (`path_for`), written first if the cache lacks it (under a lock the workers share)."""
+    archive = path_for(cache, python)
     if archive is None or archive.exists():
         return archive
     with cache_lock(archive):
@@ -85,17 +88,43 @@ def ensure(cache: Path) -> Path | None:
         for stale in archive.parent.glob(".writing-*"):  # a writer killed part way (the lock is ours)
             shutil.rmtree(stale, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=archive.parent, prefix=".writing-") as scratch:
-            _write(Path(scratch), archive)
+            _write(Path(scratch), archive, python)
+    prune(archive.parent)
     return archive
 
 
-def _write(scratch: Path, archive: Path) -> None:
+def prune(folder: Path) -> list[Path]:
+    """Removes the archives no JVM can map any more, and returns them: those whose classpath names
+    a jar that is gone (a fresh clone's virtualenv, removed, left 0.2 GB each in the cache)."""
+    gone = []
+    for classpath in sorted(folder.glob("spark-*.classpath")):
+        # Only the jars: the classpath also names folders that need not exist (Spark's `conf`).
+        jars = [entry for entry in classpath.read_text().split(os.pathsep) if entry.endswith(".jar")]
+        if all(os.path.exists(jar) for jar in jars):
+            continue
+        archive = classpath.with_suffix(".jsa")
+        for stale in (archive, archive.with_name(f".{archive.name}.lock"), classpath):
+            stale.unlink(missing_ok=True)  # another session's prune may have been first
+        gone.append(archive)
+    return gone
+
+
+def _write(scratch: Path, archive: Path, python: Path | None) -> None:
     from importlib.metadata import version
 
+    from jobs.spark_session import another_python_env
+
     written = scratch / "classes.jsa"
-    dump = f"{jvm.options(version('pyspark'))} -XX:ArchiveClassesAtExit={written}"
-    env = {**os.environ, "SPARK_SUBMIT_OPTS": dump}
-    subprocess.run([sys.executable, "-m", "testbed.class_archive", str(scratch)], env=env, check=True,
+    if python is None:
+        python, env, release = Path(sys.executable), dict(os.environ), version("pyspark")
+    else:  # another PySpark's interpreter: this project from its source tree, nothing of this venv's
+        pyspark = installed_pyspark(python)
+        release = pyspark_version(pyspark) if pyspark else None
+        if release is None:
+            raise RuntimeError(f"no PySpark release recorded beside {python}")
+        env = another_python_env(keep_pythonpath=False)
+    env["SPARK_SUBMIT_OPTS"] = f"{jvm.options(release)} -XX:ArchiveClassesAtExit={written}"
+    subprocess.run([str(python), "-m", "testbed.class_archive", str(scratch)], env=env, check=True,
                    timeout=900, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     # The JVM ends once its Python has (its stdin closes), and writes the archive as it ends.
     pid = (scratch / "pid").read_text()
@@ -145,7 +174,8 @@ def main(argv: list[str] | None = None) -> None:
         scenario, out = scenario_named(name), scratch / name
         scenario.write_inputs(out, 3)
         scenario.run(spark, out, out / "checkpoint")
-        state_rows(spark, out / "checkpoint", name)
+        if not spark.version.startswith("4.0."):  # 4.0's state reader cannot read format V2
+            state_rows(spark, out / "checkpoint", name)
     spark.stop()
 
 

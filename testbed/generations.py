@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.spark_session import another_python_env
-from testbed import jvm
+from testbed import class_archive, jvm
 from testbed.cache import MANIFEST, cache_home, cache_lock
 from testbed.corpus import GENERATOR_VERSION as CORPUS_VERSION
 from testbed.defaults import DEFAULTS_VERSION
@@ -45,11 +45,14 @@ GENERATOR_VERSION = 2
 def child_env(spark_version: str | None = None, python: Path | None = None) -> dict[str, str]:
     """The environment of a child in another venv: this project importable from the source tree,
     nothing that points Spark at this venv's interpreter or installation, and the suite's JVM
-    options (`testbed.jvm`) as the child's Spark, `spark_version`, names them; its Python workers
-    its interpreter, `python`, without its PySpark's zips (`testbed.python_workers`)."""
+    options (`testbed.jvm`) as the child's Spark, `spark_version`, names them, with the class
+    archive of the PySpark beside its interpreter, `python` (`testbed.class_archive`); its Python
+    workers that interpreter without its PySpark's zips (`testbed.python_workers`)."""
     env = another_python_env(keep_pythonpath=False)
     if spark_version and "SPARK_SUBMIT_OPTS" in env:
         env["SPARK_SUBMIT_OPTS"] = jvm.for_version(env["SPARK_SUBMIT_OPTS"], spark_version)
+        if python is not None and (archive := class_archive.path_for(cache_home(), python)):
+            env["SPARK_SUBMIT_OPTS"] += f" {jvm.archive_options(archive)}"
     if python is not None:
         if workers := worker_python(python, cache_home() / "python-workers"):
             env["PYSPARK_PYTHON"] = str(workers)
@@ -114,13 +117,15 @@ def _written_by(cache: Path, version: str, defaults: bool) -> Path:
 
 
 def ensure_every_release(cache: Path | None = None) -> None:
-    """Every release line's virtualenv and what it writes (`ensure_written_by`), one release after
-    another, oldest first: the background generation of a cold cache (`testbed.prewarm`)."""
+    """Every release line's virtualenv, what it writes (`ensure_written_by`) and its Spark's class
+    archive (`testbed.class_archive`), one release after another, oldest first: the background
+    generation of a cold cache (`testbed.prewarm`)."""
     cache = cache or cache_home()
     for version in RELEASES.values():
-        python_of(cache, version)
+        python = python_of(cache, version)
         for defaults in (False, True):
             ensure_written_by(cache, version, defaults=defaults)
+        class_archive.ensure(cache, python)
 
 
 def every_release_ready(cache: Path | None = None) -> bool:
@@ -128,7 +133,8 @@ def every_release_ready(cache: Path | None = None) -> bool:
     cache = cache or cache_home()
     versions = RELEASES.values()
     written = [_written_by(cache, version, defaults) for version in versions for defaults in (False, True)]
-    return all(venv_ready(cache, v) for v in versions) and all((w / MANIFEST).exists() for w in written)
+    ready = all(venv_ready(cache, v) for v in versions) and all((w / MANIFEST).exists() for w in written)
+    return ready and all(class_archive.ready(cache, python_of(cache, v)) for v in versions)
 
 
 def restart_under(cache: Path, version: str, runs: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:

@@ -53,13 +53,19 @@ def options(spark_version: str, archive: Path | None = None, temp: str | None = 
     Spark's classes if there is one (`testbed.class_archive`), and `temp` as the JVM's temporary
     folder if given (Java takes /tmp whatever `TMPDIR` says; Spark's shuffle files and RocksDB's
     working copies go there)."""
-    named = f" {ARCHIVE_OPTION}{archive} {ARCHIVE_SILENT}" if archive is not None else ""
+    named = f" {archive_options(archive)}" if archive is not None else ""
     at = f" -Djava.io.tmpdir={temp}" if temp else ""
     return f"{JAVA} {_manager_option(spark_version)}{at}{named}"
+
+
+def archive_options(archive: Path) -> str:
+    """The options that map a class archive, silently skipped where the JVM cannot use it."""
+    return f"{ARCHIVE_OPTION}{archive} {ARCHIVE_SILENT}"
 
 
 def for_version(submit_opts: str, spark_version: str) -> str:
     """`submit_opts` (a parent's `SPARK_SUBMIT_OPTS`) for a child running `spark_version`: the
     suite's checkpoint manager, if named there, named as that Spark names it; the suite's class
-    archive dropped (it holds another Spark's classes); the rest as it is."""
+    archive dropped (it holds another Spark's classes: the child's own is named by its caller,
+    `testbed.generations.child_env`); the rest as it is."""
     return _ARCHIVE.sub("", _SUITES_MANAGER.sub(_manager_option(spark_version), submit_opts))

@@ -5,7 +5,7 @@ Spark puts its `pyspark.zip` and py4j's zip first on every Python worker's path
 (`PythonUtils.sparkPythonPath`), also where PySpark was installed by pip and the same modules sit
 in site-packages. Python keeps no bytecode for a zip's modules, so every worker daemon and every
 transformWithState driver worker compiled PySpark from source: 0.6 CPU-seconds each start, against
-0.15 from site-packages, and a suite run starts about a hundred. The wrapper drops exactly those
+0.12 from site-packages, and a suite run starts about 80. The wrapper drops exactly those
 two zips, those of the PySpark installed beside the interpreter, from `PYTHONPATH` and runs the
 interpreter, which then imports the same release from its site-packages. Every other entry stays,
 in order. The suite sets it for its Spark (`tests/conftest.py`) and for the children it runs
@@ -41,10 +41,9 @@ def worker_python(python: Path, folder: Path) -> Path | None:
     """A script in `folder` that runs `python` (a virtualenv's) without the zips of the PySpark in
     its site-packages on its path; None, and Spark's own way kept, where there is no such PySpark,
     it ships no zip, or a path cannot be written into a script as it is."""
-    found = sorted(python.parent.parent.glob("lib/python*/site-packages/pyspark"))
-    if len(found) != 1:
+    pyspark = installed_pyspark(python)
+    if pyspark is None:
         return None
-    pyspark = found[0]
     libs = {str(pyspark / "python" / "lib"), os.path.realpath(pyspark / "python" / "lib")}
     if not (pyspark / "python" / "lib" / "pyspark.zip").is_file():
         return None
@@ -60,3 +59,15 @@ def worker_python(python: Path, folder: Path) -> Path | None:
         partial.chmod(0o755)
         os.replace(partial, target)  # workers writing the same script at once each write it whole
     return target
+
+
+def installed_pyspark(python: Path) -> Path | None:
+    """The PySpark package in the site-packages of `python`'s virtualenv, if it has exactly one."""
+    found = sorted(python.parent.parent.glob("lib/python*/site-packages/pyspark"))
+    return found[0] if len(found) == 1 else None
+
+
+def pyspark_version(pyspark: Path) -> str | None:
+    """The release of an installed PySpark package, as pip recorded it beside the package."""
+    found = sorted(pyspark.parent.glob("pyspark-*.dist-info"))
+    return found[0].name.removeprefix("pyspark-").removesuffix(".dist-info") if len(found) == 1 else None

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.cache import MANIFEST, ensure_generated
+from testbed import jvm
+from testbed.cache import MANIFEST, cache_home, ensure_generated
 
 # A generator that takes its time, counts its runs and writes the manifest last, as the real ones do.
 _GENERATOR = f"""
@@ -49,7 +50,6 @@ def test_an_incomplete_corpus_is_generated_again(tmp_path: Path) -> None:
 def test_the_suites_jvms_run_with_the_suites_options(spark) -> None:
     """The session's JVM got them (from the environment conftest sets, which every child inherits),
     and its Spark took the checkpoint manager they name."""
-    from testbed import jvm
     from tests.conftest import JVM_OPTIONS
 
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
@@ -128,8 +128,7 @@ def test_a_jvm_maps_the_class_archive_and_one_it_cannot_map_changes_nothing(spar
 
     import pytest
 
-    from testbed import class_archive, jvm
-    from testbed.cache import cache_home
+    from testbed import class_archive
 
     archive = class_archive.ensure(cache_home())
     assert archive is not None and archive.exists()
@@ -158,9 +157,55 @@ def test_a_jvm_maps_the_class_archive_and_one_it_cannot_map_changes_nothing(spar
     assert (tmp_path / "whole.jsa").exists() and not (tmp_path / "truncated.jsa").exists()
 
 
+def test_an_archive_whose_jars_are_gone_is_pruned_and_one_in_use_is_kept(tmp_path: Path) -> None:
+    """A fresh clone's virtualenv leaves an archive of 0.2 GB that no JVM can map once the clone is
+    removed: the next archive written prunes it (`testbed.class_archive.prune`). A folder named on
+    the classpath that does not exist (Spark's `conf`) keeps nothing from being used."""
+    from testbed import class_archive
+
+    (tmp_path / "venv").mkdir()
+    (tmp_path / "venv" / "spark-core.jar").write_bytes(b"")
+    folder = tmp_path / "jvm-classes"
+    folder.mkdir()
+    jars = {
+        "kept": tmp_path / "venv" / "spark-core.jar",
+        "gone": tmp_path / "removed-clone" / "spark-core.jar",
+    }
+    for name, jar in jars.items():
+        (folder / f"spark-{name}.classpath").write_text(
+            os.pathsep.join([str(jar.parent / "conf"), str(jar), "x/*"])
+        )
+        (folder / f"spark-{name}.jsa").write_bytes(b"archive")
+        (folder / f".spark-{name}.jsa.lock").write_bytes(b"")
+    assert class_archive.prune(folder) == [folder / "spark-gone.jsa"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ".spark-kept.jsa.lock",
+        "spark-kept.classpath",
+        "spark-kept.jsa",
+    ]
+    assert class_archive.prune(folder) == []
+
+
+def test_a_child_under_another_pyspark_maps_that_sparks_own_archive(spark) -> None:
+    """The other PySparks' JVMs (the restarts under the Spark that wrote a checkpoint) start from
+    an archive of their own Spark's classes, named by `testbed.generations.child_env`, not the
+    suite's, and their Python workers are their own interpreter without its PySpark's zips."""
+    from testbed import class_archive, generations
+
+    python = generations.python_of(cache_home(), "4.2.1")
+    archive = class_archive.ensure(cache_home(), python)
+    assert archive is not None and archive.exists() and archive != class_archive.path_for(cache_home())
+    env = generations.child_env("4.2.1", python)
+    assert env["SPARK_SUBMIT_OPTS"].split().count(f"{jvm.ARCHIVE_OPTION}{archive}") == 1
+    assert f"{jvm.ARCHIVE_OPTION}{class_archive.path_for(cache_home())}" not in env["SPARK_SUBMIT_OPTS"]
+    assert str(python) in Path(env["PYSPARK_PYTHON"]).read_text()
+    started = subprocess.run([python, "-c", _MAPS, str(archive)], env=env, capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert started.returncode == 0 and started.stdout.splitlines() == ["MAPPED"], started.stderr[-2000:]
+
+
 def test_a_child_gets_the_checkpoint_manager_as_its_spark_names_it() -> None:
     """Spark 4.1 moved the class; a 4.0 child given 4.1's name would fail to start a query."""
-    from testbed import jvm
 
     suite = jvm.options("4.3.0")
     assert "streaming.checkpointing.FileSystemBasedCheckpointFileManager" in suite
@@ -182,7 +227,6 @@ def test_the_suites_checkpoint_manager_writes_what_sparks_default_writes(spark, 
     import re
 
     from jobs.spark_session import scoped_confs
-    from testbed import jvm
     from testbed.corpus import scenario_named
     from tests.support.state import latest_state
 
