@@ -5,11 +5,12 @@ Spark puts its `pyspark.zip` and py4j's zip first on every Python worker's path
 (`PythonUtils.sparkPythonPath`), also where PySpark was installed by pip and the same modules sit
 in site-packages. Python keeps no bytecode for a zip's modules, so every worker daemon and every
 transformWithState driver worker compiled PySpark from source: 0.6 CPU-seconds each start, against
-0.12 from site-packages, and a suite run starts about 80. The wrapper drops exactly those
-two zips, those of the PySpark installed beside the interpreter, from `PYTHONPATH` and runs the
-interpreter, which then imports the same release from its site-packages. Every other entry stays,
-in order. The suite sets it for its Spark (`tests/conftest.py`) and for the children it runs
-under other PySparks (`testbed.generations.child_env`); deployments keep Spark's own way.
+0.12 from site-packages, and a suite run starts about 80. The wrapper drops the zips of the
+PySpark installed beside the interpreter (its `python/lib/*.zip`: its own and py4j's) from
+`PYTHONPATH` and runs the interpreter, which then imports the same release from its
+site-packages. Every other entry stays, in order. The suite sets it for its Spark
+(`tests/conftest.py`) and for the children it runs under other PySparks
+(`testbed.generations.child_env`); deployments keep Spark's own way.
 """
 
 from __future__ import annotations

@@ -4,13 +4,12 @@ sensor's first look evaluated as the daemon evaluates them, over the deployment'
 launch refuses a live checkpoint; one plans a dormant one's retirement; one after the grace archives
 it on the store, records each step in its audit trail there and deletes it with the folder markers
 Spark's connector writes, leaving its neighbour as it was; and the next discovery tick drops its
-partition and finds the archive under its root. An upload is new to the store, which dates it, so
-the deployment's dormancy is some seconds (`unsafe_floors`, as for a trial): the dormant checkpoint
-is uploaded that long before the live one."""
+partition and finds the archive under its root. An upload is new to the store, which dates it:
+the launch that must find the live checkpoint alive runs on the wall clock, and the plan and the
+apply on a clock moved past the deployment's dormancy (`tests.support.clock`), where the grace
+has passed too."""
 
 from __future__ import annotations
-
-import time
 
 from checkpoint.analysis import Severity, validate
 from checkpoint.model.checkpoint import load_checkpoint
@@ -18,6 +17,9 @@ from checkpoint.model.head import load_head
 from checkpoint.safety import AuditTrail, folder_name
 from checkpoint.storage import Storage
 from testbed.copying import hadoop_checksum, upload_checkpoint
+from tests.support.clock import ShiftedTime
+
+DORMANT = 3600  # the deployment's dormancy, in seconds: an hour, far longer than the test
 
 
 def _objects(fs, prefix: str) -> dict[str, int]:
@@ -27,10 +29,12 @@ def _objects(fs, prefix: str) -> dict[str, int]:
 
 
 def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery_drops_it(
-    cloud_store, corpus
+    cloud_store, corpus, monkeypatch
 ) -> None:
     import dagster as dg
 
+    import checkpoint.retire.plan as retire_plan
+    import orchestration.retire as retire_job
     from assets.partitions import CHECKPOINTS, partition_key
     from assets.resources import CheckpointRoot, CheckpointRootsResource
     from orchestration.due import SensorState
@@ -46,19 +50,16 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
         where = f"{base}/prod/{folder}"
         upload_checkpoint(fs, local, where, protocol, spark_url(where), folder_markers=True)
 
-    began = time.monotonic()
     upload("orders")
-    uploaded = time.monotonic()  # none of its files is newer
-    # The deployment's dormancy falls between the two uploads: the first is past it from the
-    # second's start, and the second within it until `dormant` after that start, which the
-    # launches that must find it alive have to beat. Scaled to the emulator's pace under load.
-    time.sleep(3 * (uploaded - began) + 30)
-    alive_since = time.monotonic()  # all of its files are newer
     upload("orders-live")  # a name the dormant one's is a prefix of: a delete by prefix would show
-    dormant = int(alive_since - uploaded) - 5  # the store's clock rounds to the second
+    # The planner's and the apply's clock, moved past the dormancy once the live one has been
+    # refused: both checkpoints are then dormant, and only the one planned is retired.
+    clock = ShiftedTime()
+    monkeypatch.setattr(retire_plan, "time", clock)
+    monkeypatch.setattr(retire_job, "time", clock)
     prod = CheckpointRoot(name="prod", url=f"{protocol}://{base}/prod")
     cold = CheckpointRoot(name="cold", url=f"{protocol}://{base}/cold")
-    options = {"dormant_after": f"{dormant}s", "retire_grace": "1s", "unsafe_floors": True}
+    options = {"dormant_after": f"{DORMANT}s", "retire_grace": "1s", "unsafe_floors": True}
     roots = CheckpointRootsResource(roots=[prod, cold], **options)  # the deployment's own
     job = build_definitions([prod, cold], **options).resolve_job_def("retire_checkpoints")
     key, alive = partition_key("prod", "orders"), partition_key("prod", "orders-live")
@@ -78,7 +79,6 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
         discovery_tick(instance, roots)
         assert set(instance.get_dynamic_partitions(CHECKPOINTS)) == {key, alive}
         refused = launch(instance, {"plan": [alive], "archive_root": cold.url})
-        assert time.monotonic() - alive_since < dormant, "too slow to see it alive: a longer dormancy"
         assert not refused.success and f"{alive}: " in failure(refused) and "not dormant" in failure(refused)
         # The commit sensor's first look at both, on the store: each at its newest batch.
         context = dg.build_sensor_context(instance=instance, resources={"roots": roots})
@@ -88,11 +88,12 @@ def test_the_retire_job_archives_a_dormant_checkpoint_on_the_store_and_discovery
         assert SensorState.from_json(cursor).seen == {key: newest, alive: newest}
 
         neighbour = _objects(fs, f"{base}/prod/orders-live")
+        clock.offset = 2 * DORMANT
         planned = launch(instance, {"plan": [key], "archive_root": cold.url})
         assert planned.success, failure(planned)
         plan = planned.output_for_node("retire")[0]
         assert _objects(fs, f"{base}/prod/orders")  # planning deletes nothing
-        time.sleep(1.1)  # the grace
+        clock.offset += 2  # past the grace
         applied = launch(instance, {"apply": [{"partition": key, "plan_id": plan["plan_id"]}]})
         assert applied.success, failure(applied)
         retired = applied.output_for_node("retire")[0]
