@@ -20,6 +20,7 @@ Deployments and benches never get it (`testbed.jvm`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -60,15 +61,22 @@ def path_for(cache: Path, python: Path | None = None) -> Path | None:
     spark_home = _spark_home() if python is None else installed_pyspark(python)
     if runner is None or spark_home is None or not (spark_home / "jars").is_dir():
         return None
+    if (build := _build_of(runner)) is None:
+        return None
+    jars = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in (spark_home / "jars").iterdir())
+    key = json.dumps([ARCHIVE_VERSION, str(runner.resolve()), build, jvm.JAVA, str(spark_home), jars])
+    return cache / "jvm-classes" / f"spark-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsa"
+
+
+@functools.cache
+def _build_of(runner: Path) -> str | None:
+    """What `java -version` says of the JVM's build, asked once a process: every child under another
+    PySpark (`testbed.generations.child_env`) names its archive by it."""
     try:
         build = subprocess.run([str(runner), "-version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    if build.returncode != 0:
-        return None
-    jars = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in (spark_home / "jars").iterdir())
-    key = json.dumps([ARCHIVE_VERSION, str(runner.resolve()), build.stderr, jvm.JAVA, str(spark_home), jars])
-    return cache / "jvm-classes" / f"spark-{hashlib.sha256(key.encode()).hexdigest()[:20]}.jsa"
+    return build.stderr if build.returncode == 0 else None
 
 
 def ready(cache: Path, python: Path | None = None) -> bool:
