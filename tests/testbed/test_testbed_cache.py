@@ -186,6 +186,19 @@ def test_an_archive_whose_jars_are_gone_is_pruned_and_one_in_use_is_kept(tmp_pat
     assert class_archive.prune(folder) == []
 
 
+def test_a_fleet_of_an_earlier_version_is_superseded_and_nothing_else(tmp_path: Path) -> None:
+    """A new fleet's version removes the earlier ones' (0.8 GiB each), not its own, a later one's
+    (another clone's, newer), or anything else named alike."""
+    from testbed import fleet
+
+    names = [f"fleet-v{fleet.FLEET_VERSION - 1}", f"fleet-v{fleet.FLEET_VERSION}",
+             f"fleet-v{fleet.FLEET_VERSION + 1}", "fleet-vx", "fleet-v0-notes"]  # fmt: skip
+    for name in names:
+        (tmp_path / name).mkdir()
+    (tmp_path / "fleet-v0").write_text("a file")
+    assert fleet.superseded(tmp_path) == [tmp_path / names[0]]
+
+
 def test_a_child_under_another_pyspark_maps_that_sparks_own_archive(spark) -> None:
     """The other PySparks' JVMs (the restarts under the Spark that wrote a checkpoint) start from
     an archive of their own Spark's classes, named by `testbed.generations.child_env`, not the
