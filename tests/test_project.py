@@ -501,3 +501,41 @@ def test_the_plan_side_has_one_shape() -> None:
     wrong = [f"{obj.__module__}.{obj.__name__}{inspect.signature(obj)}" for obj in plans
              if not _two_part(obj, firsts)]  # fmt: skip
     assert wrong == []
+
+
+def _import_time_environment_reads(source: str) -> list[int]:
+    """The lines of a module that read the environment as it is imported: outside any function."""
+    import ast
+
+    found: list[int] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return  # read when called; defaults and decorators run at import, but name no environment here
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb", "getenvb"):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Name) and node.id in ("environ", "getenv"):
+            found.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return found
+
+
+def test_no_product_module_reads_the_environment_when_imported() -> None:
+    """A setting read once at import would be the first caller's for the life of the process (and
+    the suite's commands run forked from a process that imported the CLI: `tests/support/cli.py`).
+    Dagster's definitions are left out: a code location reads its deployment's settings as it
+    loads (`orchestration/sensors.py`), once for its process, by design."""
+    shipped = ("checkpoint", "jobs", "cli")
+    reads = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for top in shipped
+        for path in sorted((ROOT / top).rglob("*.py"))
+        for line in _import_time_environment_reads(path.read_text())
+    ]
+    assert reads == []
+    planted = "import os\nLEVEL = os.environ.get('X')\nclass A:\n    b = os.getenv('Y')\n"
+    planted += "def f():\n    return os.environ\n"
+    assert _import_time_environment_reads(planted) == [2, 4]

@@ -216,3 +216,54 @@ def test_an_unknown_target_spark_is_a_usage_error(capsys, tmp_path: Path) -> Non
     with pytest.raises(SystemExit) as exit_:
         main(["fleet", str(tmp_path), "--target-spark", "3.5"])
     assert exit_.value.code == 2 and "cover Spark 4.0" in capsys.readouterr().err
+
+
+def test_the_suites_commands_run_with_their_own_environment_folder_and_limit(
+    corpus, tmp_path, monkeypatch
+) -> None:
+    """`tests.support.cli.ckpt` forks each command from a process that imported the CLI once: a
+    command still sees the environment and working folder of its call, not of the first one; it
+    dies as a process would, status and all; and one that outlives its limit is killed, with the
+    next command served as before."""
+    import os
+    import socket
+
+    from checkpoint.crash import CRASH_ENV
+
+    (tmp_path / "ckpt" / "commits").mkdir(parents=True)
+    assert ckpt("lineage", "ckpt", cwd=tmp_path).stderr == ckpt("lineage", str(tmp_path / "ckpt")).stderr
+    assert "no such directory" in ckpt("lineage", "ckpt").stderr  # this process's folder again
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "x")
+    refused = ckpt("lineage", "s3://bucket/ckpt")
+    assert refused.returncode == 2 and "AWS_MAX_ATTEMPTS='x'" in refused.stderr
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS")
+    copy_checkpoint(corpus["snapshots"], tmp_path / "src")
+    crashed = ckpt(
+        "fork", str(tmp_path / "src"), str(tmp_path / "dest"), env={CRASH_ENV: "fork.after_step:0"}
+    )
+    assert crashed.returncode == -9 and (tmp_path / "dest" / "state").is_dir()
+    with socket.socket() as silent:  # accepts connections and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+        with pytest.raises(subprocess.TimeoutExpired):
+            ckpt("lineage", "s3://bucket/ckpt", timeout=2)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    again = ckpt("lineage", str(tmp_path / "ckpt"), "--json")
+    assert (
+        again.returncode in (0, 2)
+        and again.stderr == ckpt("lineage", str(tmp_path / "ckpt"), "--json").stderr
+    )
+    assert os.environ.get("CKPT_TESTS_FORK_CLI", "1") == "0" or _forked_children_gone()
+
+
+def _forked_children_gone() -> bool:
+    """No child of the command helper is left running (the one killed at its limit was reaped)."""
+    from tests.support.cli import _forker
+
+    helper = _forker()
+    assert helper is not None
+    children = Path(f"/proc/{helper.process.pid}/task/{helper.process.pid}/children").read_text().split()
+    return children == []

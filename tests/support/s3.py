@@ -8,7 +8,6 @@ really fails."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -19,15 +18,14 @@ import s3fs
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
-from tests.support.cli import CKPT
+from tests.support.cli import ckpt
 from tests.support.planning import LATER, candidates_of, plan_of
 
 
 def cli(proxy, *args: str) -> subprocess.CompletedProcess:
     """`ckpt` with only the standard environment: credentials and region come from the session
     fixture's AWS_*, the endpoint is the proxy's."""
-    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint}
-    return subprocess.run([CKPT, *args], capture_output=True, text=True, timeout=300, env=env)
+    return ckpt(*args, timeout=300, env={"AWS_ENDPOINT_URL": proxy.endpoint})
 
 
 def direct(s3) -> s3fs.S3FileSystem:

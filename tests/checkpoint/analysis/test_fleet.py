@@ -4,8 +4,6 @@ and `ckpt gc` see each one, ranked by need (the Dagster report is tests/assets/t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +11,8 @@ import pytest
 from checkpoint.analysis.checks import Severity
 from checkpoint.analysis.fleet import FleetRow, headroom, shown
 from checkpoint.format.changelog import LINEAGE_HEADER_CAP
+from tests.support.cli import ckpt
 from tests.support.fleet import fleet_of
-
-CKPT = str(Path(sys.executable).parent / "ckpt")
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +21,7 @@ def fleet_root(corpus, tmp_path_factory) -> Path:
 
 
 def _json(*args: str) -> tuple[int, dict]:
-    out = subprocess.run([CKPT, *args, "--json"], capture_output=True, text=True, timeout=300)
+    out = ckpt(*args, "--json", timeout=300)
     assert out.returncode in (0, 1, 2), out.stderr
     return out.returncode, json.loads(out.stdout) if out.returncode != 2 else {}
 

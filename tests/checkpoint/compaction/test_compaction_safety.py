@@ -22,7 +22,7 @@ from checkpoint.model.lineage import checkpoint_lineage
 from testbed.clock import date_back
 from testbed.copying import copy_checkpoint
 from tests.support import damage
-from tests.support.cli import CKPT
+from tests.support.cli import CKPT, ckpt
 from tests.support.compacting import compact_unleased
 from tests.support.files import files_of
 
@@ -171,7 +171,7 @@ def test_a_checkpoint_spark_4_0_wrote_is_refused_and_nothing_is_written(written_
     date_back(path, 2 * 3600)
     damage.before_the_last_upload(path)
     before = files_of(path)
-    validated = subprocess.run([CKPT, "validate", str(path)], capture_output=True, text=True, timeout=120)
+    validated = ckpt("validate", str(path))
     assert validated.returncode == 0, validated.stdout + validated.stderr  # healthy, as 4.0 reads it
     out = _compact(path, "--min-chain", "1")
     assert out.returncode == 2 and out.stdout == "", out.stderr[-2000:]

@@ -27,7 +27,7 @@ from checkpoint.storage import Storage
 from testbed.copying import copy_checkpoint
 from testbed.corpus import scenario_named
 from testbed.recovery import recovery_files
-from tests.support.cli import CKPT, ckpt
+from tests.support.cli import ckpt
 from tests.support.forking import fork
 from tests.support.leases import lapse_leases
 from tests.support.paths import PROJECT
@@ -266,9 +266,7 @@ def test_a_fork_killed_part_way_is_marked_incomplete_and_a_rerun_finishes_it(
     # A copy killed mid-file leaves a temp file of this tool's naming: the re-run removes it.
     (dest / "state/0/0/.ckpt-maint-0.sst.0123abcd.tmp").write_bytes(b"partial")
     lapse_leases(src)
-    out = subprocess.run(
-        [CKPT, *args[:3], "--batch", "7", "--json"], capture_output=True, text=True, timeout=120
-    )
+    out = ckpt(*args[:3], "--batch", "7", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["resumed_files"] >= 3 and doc["copied_files"] == doc["files"] - doc["resumed_files"]
@@ -300,8 +298,7 @@ def test_a_fork_killed_after_any_step_is_refused_until_a_rerun_finishes_it(corpu
     src, dest = tmp_path / "src", tmp_path / "dest"
     copy_checkpoint(corpus["snapshots"], src)
     args = ["fork", str(src), str(dest), "--lease-ttl", "10m"]
-    env = {**os.environ, CRASH_ENV: f"fork.after_step:{step}"}
-    died = subprocess.run([CKPT, *args], env=env, capture_output=True, text=True, timeout=120)
+    died = ckpt(*args, env={CRASH_ENV: f"fork.after_step:{step}"})
     assert died.returncode == -signal.SIGKILL
     written = files_of(dest)
     assert FORK_STARTED in written and FORK_COMPLETE not in written
@@ -321,8 +318,7 @@ def test_bytes_kept_from_a_killed_run_are_checked_before_any_log_is_written(corp
     src, dest = tmp_path / "src", tmp_path / "dest"
     copy_checkpoint(corpus["long_chain"], src)
     args = ["fork", str(src), str(dest), "--lease-ttl", "10m"]
-    env = {**os.environ, CRASH_ENV: "fork.after_step:0"}
-    assert subprocess.run([CKPT, *args], env=env, capture_output=True, timeout=120).returncode == -9
+    assert ckpt(*args, env={CRASH_ENV: "fork.after_step:0"}).returncode == -9
     kept = sorted((dest / "state/0/1").glob("*.changelog"))[-1]
     data = bytearray(kept.read_bytes())
     data[-3] ^= 0xFF  # same size: only its CRC32C tells, and the re-run did not copy it
@@ -337,8 +333,7 @@ def test_a_rerun_spelled_differently_is_the_same_fork(corpus, tmp_path) -> None:
     """Relative paths are made absolute at the door: the marker names the source in its one spelling."""
     src = tmp_path / "work" / "src"
     copy_checkpoint(corpus["join"], src)
-    first = subprocess.run([CKPT, "fork", "src", "dest", "--json"], cwd=src.parent, capture_output=True,
-                           text=True, timeout=120)  # fmt: skip
+    first = ckpt("fork", "src", "dest", "--json", cwd=src.parent)
     assert first.returncode == 0, first.stderr
     assert json.loads((src.parent / "dest" / FORK_STARTED).read_text())["source"] == str(src)
     for source, dest in ((f"file://{src}", str(src.parent / "dest")), (f"{src}/", f"{src.parent}//dest/")):

@@ -320,8 +320,6 @@ def test_refused_before_spark_starts(corpus, tmp_path) -> None:
     path = tmp_path / "ckpt"
     copy_checkpoint(corpus["format_v1"], path)
     date_back(path, 2 * 3600)  # stopped two hours ago, however old the cached corpus is
-    out = subprocess.run(
-        [CKPT, "repartition", str(path), "--partitions", "4"], capture_output=True, text=True
-    )
+    out = ckpt("repartition", str(path), "--partitions", "4")
     assert out.returncode == 2 and "already has 4 state partitions" in out.stderr
     assert "log4j" not in out.stderr and "Spark" not in out.stderr

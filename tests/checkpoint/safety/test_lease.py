@@ -20,7 +20,7 @@ import pytest
 from checkpoint.errors import LeaseHeld, LeaseLost, StorageError
 from checkpoint.safety.lease import Lease, lease_for
 from checkpoint.storage import Storage
-from tests.support.cli import CKPT
+from tests.support.cli import ckpt
 
 
 class Clock:
@@ -266,19 +266,8 @@ def _files(path: Path) -> set[str]:
 
 
 def _gc(path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [
-        CKPT,
-        "gc",
-        str(path),
-        "--apply",
-        "--grace",
-        "0s",
-        "--unsafe-short-grace",
-        "--quiet-period",
-        "0s",
-        "--unsafe-short-quiet-period",
-    ]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+    quiet = ("--quiet-period", "0s", "--unsafe-short-quiet-period")
+    return ckpt("gc", str(path), "--apply", "--grace", "0s", "--unsafe-short-grace", *quiet, *args)
 
 
 def test_the_cli_refuses_while_another_deployment_holds_the_lease(copy_of) -> None:
@@ -331,8 +320,7 @@ def test_every_spelling_of_a_checkpoint_meets_at_one_lease(copy_of, tmp_path) ->
     for spelling in spellings[1:]:
         with pytest.raises(LeaseHeld, match="ckpt compact"):
             lease_for(Storage(spelling), "another").acquire()
-    relative = subprocess.run([CKPT, "gc", path.name, "--apply", "--grace", "0s", "--unsafe-short-grace"],
-                              cwd=path.parent, capture_output=True, text=True, timeout=120)  # fmt: skip
+    relative = ckpt("gc", path.name, "--apply", "--grace", "0s", "--unsafe-short-grace", cwd=path.parent)
     assert relative.returncode == 2 and "ckpt compact" in relative.stderr
     holder.release()
     taken = lease_for(Storage(spellings[2]), "by another spelling").acquire()
@@ -354,10 +342,8 @@ def test_a_symlinked_spelling_waits_for_the_lease(copy_of, tmp_path) -> None:
     for spelling in (alias / real.name, linked, f"file://localhost{real}"):
         with pytest.raises(LeaseHeld, match="ckpt compact"):
             lease_for(Storage(str(spelling)), "another").acquire()
-    through_link = subprocess.run([CKPT, "gc", str(alias / real.name), "--apply", "--grace", "0s",
-                                   "--unsafe-short-grace", "--quiet-period", "0s",
-                                   "--unsafe-short-quiet-period"],
-                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+    through_link = ckpt("gc", str(alias / real.name), "--apply", "--grace", "0s", "--unsafe-short-grace",
+                        "--quiet-period", "0s", "--unsafe-short-quiet-period")  # fmt: skip
     assert through_link.returncode == 2 and "ckpt compact" in through_link.stderr
     assert _files(real) == before
     holder.release()
@@ -404,7 +390,7 @@ def test_bind_mounts_of_a_checkpoint_or_its_folder_meet_one_lease(copy_of, tmp_p
             "0s",
             "--unsafe-short-quiet-period",
         ]
-        refused = subprocess.run([CKPT, "gc", *gc], capture_output=True, text=True, timeout=120)
+        refused = ckpt("gc", *gc)
         assert refused.returncode == 2 and "ckpt compact" in refused.stderr, refused.stderr
     assert _files(real) == before
     holder.release()

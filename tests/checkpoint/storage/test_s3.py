@@ -5,7 +5,6 @@ environment, a download is checked against its size, what was appended is read b
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
@@ -14,7 +13,7 @@ from checkpoint.model import load_census
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.safety import AuditTrail
 from checkpoint.storage import Storage
-from tests.support.cli import CKPT
+from tests.support.cli import ckpt
 from tests.support.planning import apply_unleased, plan_of
 from tests.support.s3 import cli, direct, planned_on, via_proxy, with_attempts
 
@@ -114,8 +113,9 @@ def test_a_walk_is_the_listing_a_page_at_a_time(s3, s3_copy_of) -> None:
 def test_credentials_from_the_environment_and_clear_errors(s3, s3_copy_of) -> None:
     _, proxy, bucket = s3
     url = s3_copy_of("long_chain")
-    env = {**os.environ, "AWS_ENDPOINT_URL": proxy.endpoint, "AWS_SECRET_ACCESS_KEY": "wrong-secret-123"}
-    denied = subprocess.run([CKPT, "inspect", url], capture_output=True, text=True, env=env, timeout=120)
+    denied = ckpt(
+        "inspect", url, env={"AWS_ENDPOINT_URL": proxy.endpoint, "AWS_SECRET_ACCESS_KEY": "wrong-secret-123"}
+    )
     assert denied.returncode == 2 and "wrong-secret-123" not in denied.stderr + denied.stdout
     assert "Traceback" not in denied.stderr and len(denied.stderr.splitlines()) == 1, denied.stderr
     missing = cli(proxy, "inspect", f"s3://{bucket}/no/such/checkpoint")
