@@ -142,7 +142,8 @@ def test_a_planted_format_branch_is_counted(tmp_path) -> None:
         "cli/read.py": "def f(f):\n    return f.what.unique_id is not None",
         "jobs/compact.py": "def g(ckpt):\n    return ckpt.format_version or 2",
     })  # fmt: skip
-    planted = [b.split(":")[0] for b in format_branches(root) if b not in format_branches(ROOT)]
+    there = set(format_branches(ROOT))  # once: asked per branch, it parsed the project 17 times more
+    planted = [b.split(":")[0] for b in format_branches(root) if b not in there]
     assert planted == ["checkpoint/analysis/checks.py", "checkpoint/cleanup/decide.py",
                        "checkpoint/cleanup/plan.py", "checkpoint/cleanup/rules.py",
                        "checkpoint/compaction/rebuild.py", "checkpoint/expiry/purge.py",
