@@ -4,8 +4,6 @@ runs the long one). Any exception but a refusal (CheckpointError) fails: a trace
 from __future__ import annotations
 
 import random
-import resource
-import subprocess
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from checkpoint.format.layout import AUDIT_FOLDER, FileKind, classify
 from testbed.fuzzing import TARGETS, check, seeds
 from testbed.mutation import EXAMPLES, mutate, mutations
-from tests.support.cli import CKPT
+from tests.support.cli import ckpt
 from tests.support.files import files_of
 
 
@@ -37,16 +35,11 @@ def test_a_reader_given_damaged_bytes_refuses_or_reads_never_crashes(real, targe
 KINDS = ["commit", "offset", "operator_metadata", "zip", "changelog", "sidecar"]
 
 
-def _within(memory: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_command_on_a_damaged_checkpoint_answers_in_one_line(copy_of, tmp_path, kind: str) -> None:
     """Through the command a user types: a real checkpoint with one file damaged as the fuzzer
     damages it. Exit 0, 1 or 2, at most one line on stderr, never a traceback, under a 1 GiB
     address-space limit, and nothing written but a plan in the audit trail beside it."""
-    ckpt = CKPT
     path = copy_of("watermark")
     wanted = {"commit": FileKind.COMMIT, "offset": FileKind.OFFSET, "zip": FileKind.ZIP,
               "operator_metadata": FileKind.OPERATOR_METADATA, "changelog": FileKind.CHANGELOG,
@@ -59,8 +52,7 @@ def test_a_command_on_a_damaged_checkpoint_answers_in_one_line(copy_of, tmp_path
     victim.write_bytes(mutate(victim.read_bytes(), changes))
     for args in (["validate", str(path), "--deep"], ["gc", str(path)], ["lineage", str(path)]):
         before = files_of(tmp_path)
-        out = subprocess.run([ckpt, *args], capture_output=True, text=True, timeout=120,
-                             preexec_fn=lambda: _within(1 << 30))  # fmt: skip
+        out = ckpt(*args, address_space=1 << 30)
         assert out.returncode in (0, 1, 2), (args, out.returncode, out.stderr[-2000:])
         one_line = "Traceback" not in out.stderr and out.stderr.strip().count("\n") == 0
         assert one_line, (args, out.stderr[-2000:])

@@ -223,8 +223,8 @@ def test_the_suites_commands_run_with_their_own_environment_folder_and_limit(
 ) -> None:
     """`tests.support.cli.ckpt` forks each command from a process that imported the CLI once: a
     command still sees the environment and working folder of its call, not of the first one; it
-    dies as a process would, status and all; and one that outlives its limit is killed, with the
-    next command served as before."""
+    dies as a process would, status and all; a limit on its memory is its own; and one that
+    outlives its time limit is killed, with the next command served as before."""
     import os
     import socket
 
@@ -251,6 +251,9 @@ def test_the_suites_commands_run_with_their_own_environment_folder_and_limit(
         with pytest.raises(subprocess.TimeoutExpired):
             ckpt("lineage", "s3://bucket/ckpt", timeout=2)
     monkeypatch.delenv("AWS_ENDPOINT_URL")
+    deep = ("validate", str(corpus["long_chain"]), "--deep")  # its reading threads need memory
+    assert ckpt(*deep, address_space=1 << 30).returncode == 0
+    assert ckpt(*deep, address_space=1 << 20).returncode != 0  # the limit is the command's own
     again = ckpt("lineage", str(tmp_path / "ckpt"), "--json")
     assert (
         again.returncode in (0, 2)
@@ -260,10 +263,15 @@ def test_the_suites_commands_run_with_their_own_environment_folder_and_limit(
 
 
 def _forked_children_gone() -> bool:
-    """No child of the command helper is left running (the one killed at its limit was reaped)."""
+    """No child of the command helper is left running (the one killed at its limit was reaped), and
+    a command whose environment changes what Python reads as it starts is not forked."""
+    import os
+
     from tests.support.cli import _forker
 
     helper = _forker()
     assert helper is not None
+    assert helper.serves(dict(os.environ)) and not helper.serves({**os.environ, "PYTHONPATH": "/elsewhere"})
+    assert not helper.serves({**os.environ, "TZ": "Asia/Kolkata"})
     children = Path(f"/proc/{helper.process.pid}/task/{helper.process.pid}/children").read_text().split()
     return children == []

@@ -5,7 +5,6 @@ the `ckpt` command a user would type: one line on stderr, never a traceback, not
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import zipfile
 from pathlib import Path
@@ -15,18 +14,14 @@ import pytest
 from checkpoint.errors import CorruptFileError
 from checkpoint.format.snapshot import parse_zip_metadata
 from tests.support import damage
-from tests.support.cli import CKPT
+from tests.support.cli import ckpt as run_ckpt
 from tests.support.files import files_of
 
 UUID = "83f71141-5fc2-4c14-8508-70d55d699b3e"
 
 
 def ckpt(*args: str, memory: int | None = None) -> subprocess.CompletedProcess:
-    def limit() -> None:
-        if memory is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-
-    return subprocess.run([CKPT, *args], capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    return run_ckpt(*args, timeout=300, address_space=memory)
 
 
 def _one_line_error(out: subprocess.CompletedProcess) -> None:
