@@ -27,7 +27,7 @@ CKPT = shutil.which("ckpt", path=str(Path(sys.executable).parent)) or "ckpt"
 
 # Serves one command at a time on the socket it is given (fd argv[1]): a request is the command's
 # JSON with its three standard streams as passed descriptors; the answer is the child's exit status
-# as a line, and a "kill" sent meanwhile SIGKILLs the child (this process is its parent, so the pid
+# in decimal, and a "kill" sent meanwhile SIGKILLs the child (this process is its parent, so the pid
 # is still the child's until it is reaped here). It ends when the socket closes. Fork is safe only
 # while this process has one thread, so it exits before saying it is ready where an import started
 # another (the caller then starts commands as processes). The child lets the command's SystemExit,
@@ -126,8 +126,10 @@ class _Forker:
                 self.link.sendall(b"kill")
                 self._answer(None)
                 raise subprocess.TimeoutExpired(argv, timeout, _text(out), _text(err))
-            code = int(self._answer(max(deadline - time.monotonic(), 0.0) + 60))
-            return subprocess.CompletedProcess(argv, code, _text(out), _text(err))
+            code = self._answer(max(deadline - time.monotonic(), 0.0) + 60)
+            if not code.lstrip("-").isdigit():
+                raise ConnectionError(f"the command helper answered {code!r}, not a status")
+            return subprocess.CompletedProcess(argv, int(code), _text(out), _text(err))
         finally:
             for fd in (out_r, err_r, out_w, err_w):
                 if fd >= 0:
@@ -145,7 +147,7 @@ def _drain(pipes: dict[int, bytearray], deadline: float) -> tuple[bytes, bytes, 
     """Both pipes read to their end, or to the deadline (False)."""
     import selectors
 
-    (out_fd, out), (err_fd, err) = pipes.items()
+    out, err = pipes.values()
     with selectors.DefaultSelector() as selector:
         for fd in pipes:
             selector.register(fd, selectors.EVENT_READ)
@@ -195,7 +197,7 @@ def ckpt(*args: str | os.PathLike, timeout: float = 120, env: dict[str, str] | N
     if forker is not None and forker.serves(environ) and forker.lock.acquire(blocking=False):
         try:
             return forker.run(argv, environ, os.fspath(cwd or os.getcwd()), timeout, address_space)
-        except (OSError, ValueError):  # a helper that died or answered out of turn serves no more
+        except OSError:  # a helper that died or answered out of turn serves no more
             _FORKER[0] = None
             forker.link.close()
             raise
