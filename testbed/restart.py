@@ -120,8 +120,7 @@ def untouched(spark, shape: str, name: str, scenario_dir: Path, checkpoint: Path
     confs = sorted((r.key, r.value) for r in spark.sql("SET").collect()
                    if r.key.startswith("spark.sql.") and r.key not in _VOLATILE_CONFS)  # fmt: skip
     key = untouched_key([shape, spark.version, confs, extra], name, scenario_dir, checkpoint)
-    if key is None:
-        return restart_it()
+    assert key is not None  # a keepable scenario always has one
     result = kept_restart(key)
     if result is None:
         result = restart_it()
