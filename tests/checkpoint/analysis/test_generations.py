@@ -62,15 +62,15 @@ def _v2_runs(ports, spark, corpus: Path, work: Path, spark_4_0: bool) -> list[di
     fork, and the join repartitioned; the runs that restart them."""
     runs, done = [], {}
     for name in SCENARIOS:
-        copies = {}
+        here, copies = work / name, {}
         for copy in ("untouched", "changed", "repartitioned"):
-            copies[copy] = copy_checkpoint(corpus / name / "checkpoint", work / name / copy)
+            copies[copy] = copy_checkpoint(corpus / name / "checkpoint", here / copy)
             damage.before_the_last_upload(copies[copy])
-        done[name] = _compact_and_clean(spark, copies["changed"], work / name / "audit", spark_4_0)
-        fork(Storage(str(copies["changed"])), Storage(str(work / name / "forked")))
-        copies["forked"] = work / name / "forked"
+        done[name] = _compact_and_clean(spark, copies["changed"], here / "audit", spark_4_0)
+        fork(Storage(str(copies["changed"])), Storage(str(here / "forked")))
+        copies["forked"] = here / "forked"
         if name == "join":
-            trail = AuditTrail(str(work / name / "audit"))
+            trail = AuditTrail(str(here / "audit"))
             request = InPlace(Storage(str(copies["repartitioned"])), taken_at_once("tests"), trail)
             options = RepartitionOptions(8, ports.repartition, quiet_seconds=0)
             if spark_4_0:
@@ -86,7 +86,7 @@ def _v2_runs(ports, spark, corpus: Path, work: Path, spark_4_0: bool) -> list[di
         # rows the restarted query emits carry the comparison, every key's new aggregate for the
         # aggregation (each input file touches all 9 keys) and the join's matches against state.
         runs += [{"scenario": name, "scenario_dir": corpus / name, "checkpoint": path, "copy": copy,
-                  "extra": work / name / "more-input", "read_state": not spark_4_0}
+                  "extra": here / "more-input", "read_state": not spark_4_0}
                  for copy, path in copies.items()]  # fmt: skip
     assert done["join"][1] > 0  # Spark's own older snapshots and changelogs below the window
     if not spark_4_0:
@@ -104,8 +104,9 @@ def _default_runs(spark, corpus: Path, work: Path) -> list[dict]:
 
     runs = []
     for name in DEFAULT_SCENARIOS:
+        here = work / name
         copies = {
-            c: copy_checkpoint(corpus / name / "checkpoint", work / name / c)
+            c: copy_checkpoint(corpus / name / "checkpoint", here / c)
             for c in ("untouched", "cleaned", "compacted")
         }
         ckpt = load_head(str(copies["compacted"]))
@@ -115,17 +116,17 @@ def _default_runs(spark, corpus: Path, work: Path) -> list[dict]:
         head = load_head(str(copies["cleaned"]), strict=False)
         assert head.format_version == 1, name
         assert [f for f in validate(head).findings if f.severity == Severity.ERROR] == [], name
-        trail = AuditTrail(str(work / name / "audit"))
+        trail = AuditTrail(str(here / "audit"))
         plan = plan_later(copies["cleaned"], audit=trail, retain_batches=2)
         result = apply_unleased(plan, Storage(str(copies["cleaned"])), trail)
         assert plan.files > 0 and not result.failed.files and result.deleted.files == plan.files
         # At the latest batch: restarted with its original input folder in a glob, PySpark 4.0.5's
         # file source reads every file again (an untouched copy too), so a fork at an earlier
         # batch would replay a different history (forks at earlier batches: test_default_formats).
-        fork(Storage(str(copies["untouched"])), Storage(str(work / name / "forked")))
-        copies["forked"] = work / name / "forked"
+        fork(Storage(str(copies["untouched"])), Storage(str(here / "forked")))
+        copies["forked"] = here / "forked"
         runs += [{"scenario": name, "scenario_dir": corpus / name, "checkpoint": path, "copy": copy,
-                  "extra": work / name / "more-input"} for copy, path in copies.items()]  # fmt: skip
+                  "extra": here / "more-input"} for copy, path in copies.items()]  # fmt: skip
     return runs
 
 
