@@ -79,7 +79,10 @@ def start_azurite(workdir: Path) -> Azurite:
     # In memory (no --location, which Azurite refuses beside it): 15-25% less of its CPU than
     # on disk, and no test's blobs outlive its session.
     where = ["--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence"]
-    args = [str(azurite_binary()), *where, "--skipApiVersionCheck", "--loose"]
+    # Without its access log and its telemetry, which sent batches to an ingestion endpoint this
+    # machine cannot resolve: about a fifth less of its CPU (the proxy counts the requests).
+    quiet = ["--silent", "--disableTelemetry"]
+    args = [str(azurite_binary()), *where, "--skipApiVersionCheck", "--loose", *quiet]
     process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=workdir)
     server = Azurite(f"http://127.0.0.1:{port}/{ACCOUNT}", process, log)
     wait_serving(process, log, server.endpoint + "?comp=list", "azurite")
@@ -92,7 +95,7 @@ def operation(method: str, query: dict[str, list[str]], copy: bool) -> str:
     (Copy Blob), `delete` (Delete Blob), `batch` (Blob Batch); a container's or the account's own
     call by its method and `restype`."""
     comp = (query.get("comp") or [""])[0]
-    if "restype" in query and comp != "list":
+    if "restype" in query and comp not in ("list", "batch"):
         return f"{method} {query['restype'][0]}"
     if comp in ("list", "batch", "block"):
         return comp
@@ -110,6 +113,10 @@ class Request:
 
 
 class AzureProxy(CountingProxy):
+    # (status, error code) to answer every Blob Batch with, not forwarded: a store that does not
+    # serve the call, or refuses it as a whole. None forwards them.
+    refuse_batches: tuple[int, str] | None = None
+
     def _handler(self):
         proxy = self
 
@@ -123,6 +130,12 @@ class AzureProxy(CountingProxy):
                 op = operation(self.command, query, copy)
                 proxy.record(Request(self.command, op, parsed.path, (query.get("prefix") or [""])[0]))
                 body = self.body() if self.command in ("PUT", "POST") else b""
+                if op == "batch" and proxy.refuse_batches is not None:
+                    status, code = proxy.refuse_batches
+                    error = f"<Error><Code>{code}</Code><Message>refused by the test proxy</Message></Error>"
+                    self.reply(status, [("x-ms-error-code", code), ("Content-Type", "application/xml")],
+                               error.encode())  # fmt: skip
+                    return
                 self.reply(*self.forward(self.forwarded_headers(), body))
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle

@@ -5,7 +5,6 @@ Spark generations. The rules on metadata no generation writes: tests/checkpoint/
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 
 import pytest
@@ -59,9 +58,8 @@ def test_every_rule_is_proven_by_a_refusal_under_a_line_it_names() -> None:
 def test_what_the_metadata_says_is_what_a_rehearsal_under_that_spark_finds(
     proof, spark, corpus, defaults, written_by, tmp_path, capsys, monkeypatch
 ) -> None:
-    from testbed import jvm
     from testbed.cache import cache_home
-    from testbed.generations import RELEASES, python_of
+    from testbed.generations import RELEASES, child_env, python_of
 
     # A copy of its own: a rehearsal holds the lease of what it rehearses while it copies.
     if proof.writer.startswith("4.3"):
@@ -85,10 +83,11 @@ def test_what_the_metadata_says_is_what_a_rehearsal_under_that_spark_finds(
 
     more: list[str] = []
     if proof.target != spark_line(spark.version):
-        version = RELEASES[proof.target]
-        opts = jvm.for_version(os.environ.get("SPARK_SUBMIT_OPTS", ""), version)
-        monkeypatch.setenv("SPARK_SUBMIT_OPTS", opts)
-        more = ["--python", str(python_of(cache_home(), version))]
+        version, python = RELEASES[proof.target], python_of(cache_home(), RELEASES[proof.target])
+        # The suite's JVM options as that Spark names them, with its own class archive, as the
+        # restarts under it get them (the rehearsal's child inherits them).
+        monkeypatch.setenv("SPARK_SUBMIT_OPTS", child_env(version, python).get("SPARK_SUBMIT_OPTS", ""))
+        more = ["--python", str(python)]
     code, found = rehearsed(capsys, monkeypatch, checkpoint, scenario / "input", proof.query, *more)
     assert found["outcome"] == proof.outcome and code == (0 if proof.outcome == Outcome.EQUAL else 1), found
     assert found["foreseen"]["restarts"] == said["restarts"], found  # the rehearsal reads the same table

@@ -178,6 +178,70 @@ def _files(fs, base: str) -> set[str]:
     return {p[len(base) + 1 :] for p in fs.find(base)}
 
 
+def test_azure_deletes_in_blob_batches_each_file_answered_on_its_own(azure) -> None:
+    """600 blobs and a name already gone are deleted in three Blob Batch requests of 256 at most:
+    each file is answered on its own, so a leased blob is named as not deleted (the store's code
+    first) and the others go; a missing one counts as deleted. A store that does not serve the call
+    gets one Delete Blob a file; one that refuses it as a whole (credentials, throttling) fails
+    the call naming its code, and nothing is reported deleted. A single file is one Delete Blob."""
+    from azure.storage.blob import BlobServiceClient
+
+    server, proxy, container = azure
+    folder = f"batches-{uuid.uuid4().hex[:8]}"
+    base = f"{container}/{folder}"
+    direct = server.filesystem()
+    names = [f"state/0/{i}/{v}.delta" for i in range(6) for v in range(100)]
+    direct.pipe({f"{base}/{n}": b"x" for n in names})
+    leased = BlobServiceClient.from_connection_string(server.connection_string())
+    lease = leased.get_blob_client(container, f"{folder}/{names[7]}").acquire_lease()
+    storage = Storage(f"az://{base}")
+
+    proxy.reset()
+    failed = storage.delete_batch([*names, "state/0/9/1.delta"])
+    assert dict(proxy.counts()) == {"batch": 3}
+    assert list(failed) == [names[7]] and failed[names[7]].startswith("LeaseIdMissing: 412"), failed
+    assert sorted(direct.find(base)) == [f"{base}/{names[7]}"]
+    lease.release()
+    proxy.reset()
+    assert storage.delete_batch([names[8]]) == {} and dict(proxy.counts()) == {"delete": 1}
+
+    direct.pipe({f"{base}/{n}": b"x" for n in names[:3]})
+    proxy.refuse_batches = (404, "UnsupportedHttpVerb")  # a store without Blob Batch
+    try:
+        proxy.reset()
+        assert storage.delete_batch(names[:3]) == {}
+        assert dict(proxy.counts()) == {"batch": 1, "delete": 3} and direct.find(base) == [
+            f"{base}/{names[7]}"
+        ]
+        proxy.refuse_batches = (403, "AuthorizationFailure")
+        with pytest.raises(StorageError, match="Blob Batch failed: AuthorizationFailure"):
+            storage.delete_batch([names[7], names[8]])
+        assert direct.find(base) == [f"{base}/{names[7]}"]
+    finally:
+        proxy.refuse_batches = None
+
+
+def test_azure_credentials_without_a_synchronous_form_delete_a_blob_at_a_time(monkeypatch) -> None:
+    """Blob Batch goes through the SDK's synchronous client: a token credential the caller made
+    for the asynchronous one cannot sign it, so those deletes go one at a time (adlfs' own twin
+    of a credential it made is used)."""
+    import adlfs
+
+    class AsyncToken:  # what azure.identity.aio gives: an awaited get_token
+        async def get_token(self, *scopes, **kwargs):
+            raise AssertionError("never asked: nothing is sent")
+
+    class SyncToken:  # what azure.identity gives
+        def get_token(self, *scopes, **kwargs):
+            raise AssertionError("never asked: nothing is sent")
+
+    monkeypatch.delenv("AZURE_STORAGE_CONNECTION_STRING", raising=False)  # adlfs would take it first
+    fs = adlfs.AzureBlobFileSystem(account_name=ACCOUNT, credential=AsyncToken(), skip_instance_cache=True)
+    assert AzureBackend(fs)._sync_service() is None
+    fs.sync_credential = SyncToken()  # adlfs' twin of a credential it made itself
+    assert AzureBackend(fs)._sync_service() is not None
+
+
 def test_the_gcs_proxy_keeps_the_precondition_the_emulator_ignores(gcs) -> None:
     """The emulator alone overwrites an object on `ifGenerationMatch=0`; through the proxy the
     upload is refused with 412 as GCS documents, for a one-request upload and a resumable one."""
