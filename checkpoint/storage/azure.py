@@ -13,16 +13,11 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from checkpoint.errors import StorageError
 from checkpoint.storage.files import FileInfo, Folder, folder_marker
 from checkpoint.storage.generic import PreconditionBackend
 
 # Blob Batch's limit of subrequests in one request.
 BATCH_MAX = 256
-# A whole batch refused as a request the store does not serve (an Azure-compatible store without
-# Blob Batch): its files are deleted one at a time instead. Any other refusal (credentials,
-# throttling) raises, as S3's DeleteObjects does.
-_NO_BATCH = {400, 404, 405, 501}
 
 
 class AzureBackend(PreconditionBackend):
@@ -77,56 +72,80 @@ class AzureBackend(PreconditionBackend):
         folders: dict[str, list[int]] | None = None,
     ) -> dict[str, str]:
         """Blob Batch: `BATCH_MAX` `Delete Blob`s a request. {rel: why} of the files not deleted;
-        a blob already gone (404) counts as deleted. Each answer is matched to its subrequest by
-        the request id the store echoes, so nothing is reported deleted on faith: a subrequest
-        with no answer of its own is not deleted. A request refused as a whole raises, naming the
-        store's code; one refused as a call the store does not serve (`_NO_BATCH`) deletes its
-        files one at a time.
+        a blob already gone counts as deleted. Nothing is reported deleted on faith: a deletion
+        counts only where its answer echoes the subrequest's id, and a `BlobNotFound` that echoes
+        none (Azurite's failures carry none) only once a HEAD finds the blob gone. A batch the
+        store refuses as a whole, or answers in a shape the SDK cannot read, is not retried: its
+        files are deleted one at a time, each answered on its own, as a single file is.
 
         Sent by the SDK's synchronous client: its batch body is Azure Storage's own, which Azurite
         reads, while the asynchronous client's (a MIME boundary of the email package, no
         `Content-Length` in a subrequest) Azurite refuses part by part. Where the credentials have
         no synchronous twin (a token credential the caller made), one `Delete Blob` a file."""
-        from azure.core.exceptions import HttpResponseError
+        from azure.core.exceptions import AzureError
 
-        service = self._sync_service() if len(rels) > 1 else None  # one file: one Delete Blob
-        if service is None:
-            return super().delete(root, rels, fence, folders)
         container, _, prefix = root.partition("/")
+        names = {f"{prefix}/{rel}" if prefix else rel: rel for rel in rels}
+        try:
+            service = self._sync_service() if len(rels) > 1 else None  # one file: one Delete Blob
+        except (AzureError, ValueError):  # credentials adlfs took that the SDK's other client does not
+            service = None
+        if service is None:
+            return self._delete_each(container, names)
         failed: dict[str, str] = {}
         with service:
             client = service.get_container_client(container)
-            for start in range(0, len(rels), BATCH_MAX):
-                chunk = rels[start : start + BATCH_MAX]
-                names = [f"{prefix}/{rel}" if prefix else rel for rel in chunk]
+            blobs = list(names)
+            for start in range(0, len(blobs), BATCH_MAX):
+                chunk = blobs[start : start + BATCH_MAX]
                 try:
-                    parts = list(client.delete_blobs(*names, raise_on_any_failure=False))
-                except HttpResponseError as exc:
-                    if exc.status_code in _NO_BATCH:
-                        failed.update(super().delete(root, chunk, fence, folders))
-                        continue
-                    code = getattr(exc, "error_code", None)  # the SDK's enum: the store's name is its value
-                    code = getattr(code, "value", code) or exc.status_code
-                    raise StorageError(f"Blob Batch failed: {code}: {exc.reason}", root) from exc
-                failed.update(_unanswered(chunk, parts))
+                    # Not retried as a whole: a throttled or refused batch goes a file at a time.
+                    parts = list(client.delete_blobs(*chunk, raise_on_any_failure=False, retry_total=0))
+                except (AzureError, ValueError, TypeError):  # the SDK's reading of an odd answer too
+                    failed.update(self._delete_each(container, {b: names[b] for b in chunk}))
+                    continue
+                unsure, why = _unanswered(chunk, parts)
+                gone = {b for b in unsure if self._gone(f"{container}/{b}")}
+                why.update({b: "BlobNotFound answered without its request id, and still there"
+                            for b in unsure - gone})  # fmt: skip
+                failed.update({names[b]: reason for b, reason in why.items()})
         self.fs.invalidate_cache(root)
         return failed
 
+    def _gone(self, name: str) -> bool:
+        """Whether a HEAD finds no blob `name`; a HEAD that fails finds nothing out."""
+        from azure.core.exceptions import AzureError
+
+        try:
+            return self.stat(name, name) is None
+        except (AzureError, OSError):
+            return False
+
+    def _delete_each(self, container: str, names: dict[str, str]) -> dict[str, str]:
+        """One `Delete Blob` a blob, by its exact name ({blob: rel}): {rel: why} of those not
+        deleted, a blob already gone counting as deleted. adlfs' own delete parses the name as a
+        URL, which drops a tab or a newline in it and would delete another blob."""
+        got = self._drop_markers([f"{container}/{blob}" for blob in names])
+        self.fs.invalidate_cache(container)
+        return {rel: why for rel, why in zip(names.values(), got, strict=True) if why}
+
     def _sync_service(self) -> Any:
-        """A synchronous client of the account adlfs reaches, with its credentials; None where they
-        have no synchronous form (`delete`)."""
+        """A synchronous client of the account adlfs reaches, with its credentials and timeouts;
+        None where the credentials have no synchronous form (`delete`)."""
         from azure.storage.blob import BlobServiceClient
 
         fs = self.fs
+        given = getattr(fs, "_timeout_kwargs", {})
+        timeouts = {k: v for k, v in given.items() if k in ("connection_timeout", "read_timeout")}
         if getattr(fs, "connection_string", None):
-            return BlobServiceClient.from_connection_string(fs.connection_string)
+            return BlobServiceClient.from_connection_string(fs.connection_string, **timeouts)
         credential = fs.service_client.credential
         if credential is not None and inspect.iscoroutinefunction(getattr(credential, "get_token", None)):
             # adlfs keeps the synchronous twin of the token credentials it made itself
             credential = getattr(fs, "sync_credential", None)
             if credential is None:
                 return None
-        return BlobServiceClient(account_url=fs.service_client.url, credential=credential)
+        return BlobServiceClient(account_url=fs.service_client.url, credential=credential, **timeouts)
 
     def _tree(self, top: str) -> list[tuple[str, bool]]:
         """Spark's WASB and ABFS connectors (on an account without a hierarchical namespace) make
@@ -185,24 +204,31 @@ class AzureBackend(PreconditionBackend):
         return FileInfo(rel, int(props.size or 0), props.last_modified.timestamp())
 
 
-def _unanswered(rels: list[str], parts: list[Any]) -> dict[str, str]:
-    """{rel: why} of the subrequests (one a rel, in order) that Blob Batch's answer `parts` does not
-    show as done. A deletion counts only where its part echoes the subrequest's id. A failure's
-    part may carry none (Azurite's do not): it is taken by its place, as the SDK takes it, when
-    the answer has a part for every subrequest; a blob already gone (404) counts as deleted."""
+def _unanswered(blobs: list[str], parts: list[Any]) -> tuple[set[str], dict[str, str]]:
+    """What Blob Batch's answer `parts` says of the subrequests deleting `blobs` (one a blob, in
+    order): the blobs answered `BlobNotFound` by a part that echoes no request id, to be checked,
+    and {blob: why} of those not deleted. A part is a subrequest's own only where it echoes that
+    subrequest's id; one echoing none is taken by its place, as the SDK takes it, only as a
+    failure, and only when the answer has a part for every subrequest."""
+    unsure: set[str] = set()
     why: dict[str, str] = {}
-    whole = len(parts) == len(rels)
-    for i, rel in enumerate(rels):
+    whole = len(parts) == len(blobs)
+    for i, blob in enumerate(blobs):
         part = parts[i] if i < len(parts) else None
         sent = part.request.headers.get("x-ms-client-request-id") if part is not None else None
         echoed = part.headers.get("x-ms-client-request-id") if part is not None else None
-        done = part is not None and 200 <= part.status_code < 300
-        if part is None or not sent or echoed != sent and (done or echoed is not None or not whole):
-            why[rel] = "no answer of its own in the batch's response"
-        elif not done and part.status_code != 404:
-            code = part.headers.get("x-ms-error-code") or part.status_code
-            why[rel] = f"{code}: {part.status_code} {part.reason}"
-    return why
+        code = part.headers.get("x-ms-error-code") if part is not None else None
+        if part is None or not sent or echoed not in (sent, None) or (echoed is None and not whole):
+            why[blob] = "no answer of its own in the batch's response"
+        elif 200 <= part.status_code < 300:
+            if echoed is None:
+                why[blob] = "answered done without its request id"
+        elif part.status_code == 404 and code == "BlobNotFound":
+            if echoed is None:
+                unsure.add(blob)
+        else:
+            why[blob] = f"{code or part.status_code}: {part.status_code} {part.reason}"
+    return unsure, why
 
 
 def _marker(blob: Any) -> bool:
