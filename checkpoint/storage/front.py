@@ -490,8 +490,9 @@ class Storage:
             self.write(rel, whole())
 
     def delete_batch(self, rels: list[str], folders: dict[str, list[int]] | None = None) -> dict[str, str]:
-        """Deletes files in one request where the store has bulk delete (S3: see `s3`); returns
-        {rel: why} of the files that were not deleted. A file already gone counts as deleted. On a
+        """Deletes files in one request where the store has bulk delete (S3's `DeleteObjects`, Blob
+        Storage's Blob Batch: see `s3` and `azure`); returns {rel: why} of the files that were not
+        deleted. A file already gone counts as deleted. On a
         local disk each goes through folders opened without following a link and held to
         `folders` ({rel: [device, inode]}, a plan's `folder_ids`): a folder swapped since is not
         gone through, and its files come back as not deleted, with why."""
