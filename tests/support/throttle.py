@@ -44,6 +44,23 @@ def throttled(monkeypatch, names: tuple[str, ...], at_once: int, pause: float) -
     return sent
 
 
+class StillUntilBegun:
+    """A clock for `within_deadline` that stands at its start until a look calls `begun()`, then
+    runs: a budget of a few milliseconds is past only once the look is under way. With the real
+    clock, a loaded machine started the look's thread after such a budget had passed, so no look
+    began and the call answered nothing."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.running = False
+
+    def begun(self) -> None:
+        self.running = True
+
+    def __call__(self) -> float:
+        return time.monotonic() if self.running else self.start
+
+
 def noting_give_ups(gave_up: list[float]):
     """A `timed_out` for `within_deadline` that answers -1 and notes when the look was given up
     (it runs as the look is given up)."""

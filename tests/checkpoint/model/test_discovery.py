@@ -124,20 +124,28 @@ def test_a_look_that_reads_its_stores_in_a_pool_is_watched_there(tmp_path, monke
     from checkpoint.model.head import load_head
     from checkpoint.storage import Storage
     from testbed import synthetic
-    from tests.support.throttle import assert_stopped_with_its_look, noting_give_ups, throttled
+    from tests.support.throttle import (
+        StillUntilBegun,
+        assert_stopped_with_its_look,
+        noting_give_ups,
+        throttled,
+    )
 
     synthetic.build(tmp_path / "c", partitions=8, versions=6)
     reads = ("find", "ls", "stat", "cat_many", "cat", "cat_bounded", "heads")
     sent = throttled(monkeypatch, reads, at_once=2, pause=0.03)
+    clock = StillUntilBegun()
 
     def look(_: int) -> int:
+        clock.begun()
         return load_head(Storage(str(tmp_path / "c")), workers=8).latest_committed_batch
 
     began = time.monotonic()
     assert within_deadline([0], look, math.inf, 1, time.monotonic, 0.1, lambda i, t: -1) == {0: 5}
     assert time.monotonic() - began > 0.2  # answered past its timeout: slow, never silent
     gave_up: list[float] = []
-    assert within_deadline([0], look, 0.05, 1, time.monotonic, 0.1, noting_give_ups(gave_up)) == {0: -1}
+    clock = StillUntilBegun()  # still until this look begins (the looks above ran it)
+    assert within_deadline([0], look, 0.05, 1, clock, 0.1, noting_give_ups(gave_up)) == {0: -1}
     time.sleep(0.3)
     assert_stopped_with_its_look(sent, gave_up[0])
 

@@ -140,14 +140,22 @@ def test_a_bases_sst_downloads_are_watched_as_the_look_is(copy_of, tmp_path: Pat
 
     from checkpoint.model import checkpoint_lineage, load_head, within_deadline
     from checkpoint.rocksdb.fetch import fetch_base
-    from tests.support.throttle import assert_stopped_with_its_look, noting_give_ups, throttled
+    from tests.support.throttle import (
+        StillUntilBegun,
+        assert_stopped_with_its_look,
+        noting_give_ups,
+        throttled,
+    )
 
     path = copy_of("snapshots")
     sent = throttled(monkeypatch, ("download",), at_once=1, pause=0.05)
     ckpt = load_head(Storage(str(path)))
     entry = max((e for e in checkpoint_lineage(ckpt) if e.base is not None), key=lambda e: e.base.info.size)
 
+    clock = StillUntilBegun()
+
     def look(n: int) -> int:
+        clock.begun()
         work = tmp_path / f"look-{n}-{time.monotonic_ns()}"
         (work / "db").mkdir(parents=True)
         return len(fetch_base(ckpt, entry.base, entry.base.rel.rsplit("/", 1)[0], work, POLICY, 0).ssts)
@@ -159,6 +167,7 @@ def test_a_bases_sst_downloads_are_watched_as_the_look_is(copy_of, tmp_path: Pat
     watched = len(sent)
     assert within_deadline([0], look, math.inf, 1, time.monotonic, 0.12, lambda i, t: -1) == {0: ssts}
     gave_up: list[float] = []
-    assert within_deadline([0], look, 0.01, 1, time.monotonic, 0.12, noting_give_ups(gave_up)) == {0: -1}
+    clock = StillUntilBegun()  # still until this look begins (the looks above ran it)
+    assert within_deadline([0], look, 0.01, 1, clock, 0.12, noting_give_ups(gave_up)) == {0: -1}
     time.sleep(0.3)
     assert_stopped_with_its_look(sent[watched:], gave_up[0])
