@@ -10,6 +10,7 @@ passes the proxy unchanged.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import urllib.parse
@@ -116,6 +117,9 @@ class AzureProxy(CountingProxy):
     # (status, error code) to answer every Blob Batch with, not forwarded: a store that does not
     # serve the call, or refuses it as a whole. None forwards them.
     refuse_batches: tuple[int, str] | None = None
+    # How many Blob Batches to come are answered, not forwarded, with every subrequest's own
+    # `503 ServerBusy` (its request id echoed): a throttled account's answer, nothing deleted.
+    busy_batches: int = 0
 
     def _handler(self):
         proxy = self
@@ -136,11 +140,38 @@ class AzureProxy(CountingProxy):
                     self.reply(status, [("x-ms-error-code", code), ("Content-Type", "application/xml")],
                                error.encode())  # fmt: skip
                     return
+                if op == "batch" and proxy.busy_batches > 0:
+                    proxy.busy_batches -= 1
+                    self.reply(202, *_busy_parts(self.headers.get("Content-Type", ""), body))
+                    return
                 self.reply(*self.forward(self.forwarded_headers(), body))
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
         return Handler
+
+
+def _busy_parts(content_type: str, body: bytes) -> tuple[list[tuple[str, str]], bytes]:
+    """A Blob Batch answer (headers, body) in which each subrequest of the batch `body` is
+    answered `503 ServerBusy` under its own Content-ID and request id."""
+    sent = content_type.split("boundary=", 1)[1].strip('"').encode()
+    boundary = "batchresponse_busy"
+    error = b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code></Error>'
+    parts = []
+    for part in body.split(b"--" + sent)[1:-1]:
+        text = part.decode("utf-8", "replace")
+        content_id = re.search(r"(?im)^content-id:\s*(\S+)", text)
+        request_id = re.search(r"(?im)^x-ms-client-request-id:\s*(\S+)", text)
+        parts.append(
+            f"--{boundary}\r\nContent-Type: application/http\r\n"
+            f"Content-ID: {content_id.group(1) if content_id else ''}\r\n\r\n"
+            "HTTP/1.1 503 The server is busy.\r\nx-ms-error-code: ServerBusy\r\n"
+            f"x-ms-client-request-id: {request_id.group(1) if request_id else ''}\r\n"
+            f"Content-Type: application/xml\r\nContent-Length: {len(error)}\r\n\r\n"
+            f"{error.decode()}\r\n"
+        )
+    answer = ("".join(parts) + f"--{boundary}--\r\n").encode()
+    return [("Content-Type", f"multipart/mixed; boundary={boundary}")], answer
 
 
 @contextmanager

@@ -146,8 +146,12 @@ class ApplyResult:
         }
 
 
-# DeleteObjects' per-key codes worth another try; anything else (AccessDenied...) is final.
-_RETRYABLE_CODES = ("SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout")
+# The per-file codes worth another try, S3's (DeleteObjects) and Blob Storage's (Blob Batch);
+# anything else (AccessDenied, LeaseIdMissing...) is final.
+_RETRYABLE_CODES = (
+    "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout",
+    "ServerBusy", "OperationTimedOut",
+)  # fmt: skip
 
 
 def apply_plan(

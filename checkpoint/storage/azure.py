@@ -109,7 +109,6 @@ class AzureBackend(PreconditionBackend):
                 why.update({b: "BlobNotFound answered without its request id, and still there"
                             for b in unsure - gone})  # fmt: skip
                 failed.update({names[b]: reason for b, reason in why.items()})
-        self.fs.invalidate_cache(root)
         return failed
 
     def _gone(self, name: str) -> bool:
@@ -125,8 +124,7 @@ class AzureBackend(PreconditionBackend):
         """One `Delete Blob` a blob, by its exact name ({blob: rel}): {rel: why} of those not
         deleted, a blob already gone counting as deleted. adlfs' own delete parses the name as a
         URL, which drops a tab or a newline in it and would delete another blob."""
-        got = self._drop_markers([f"{container}/{blob}" for blob in names])
-        self.fs.invalidate_cache(container)
+        got = self._delete_names([f"{container}/{blob}" for blob in names])
         return {rel: why for rel, why in zip(names.values(), got, strict=True) if why}
 
     def _sync_service(self) -> Any:
@@ -169,8 +167,9 @@ class AzureBackend(PreconditionBackend):
 
         return [(f"{container}/{blob.name}", _marker(blob)) for blob in sync(self.fs.loop, listing)]
 
-    def _drop_markers(self, names: list[str]) -> list[str | None]:
-        """Each by the blob's own name: adlfs' delete would drop a trailing `/`."""
+    def _delete_names(self, names: list[str]) -> list[str | None]:
+        """Each by the blob's own name: adlfs' delete would drop a trailing `/` (a folder's
+        marker) or a tab, and parse the rest as a URL."""
         from azure.core.exceptions import ResourceNotFoundError
 
         async def drop(name: str) -> None:

@@ -364,7 +364,6 @@ class PreconditionBackend(FsspecBackend):
         """One DELETE a file, `DELETES_AT_ONCE` in flight, each answered on its own: {rel: why}
         of the files not deleted, a file already gone counting as deleted."""
         got = self._deleted([self.fs._rm_file(f"{root}/{rel}") for rel in rels])
-        self.fs.invalidate_cache(root)
         return {rel: why for rel, why in zip(rels, got, strict=True) if why}
 
     def _deleted(self, deletes: list[Any]) -> list[str | None]:
@@ -395,7 +394,7 @@ class PreconditionBackend(FsspecBackend):
         # A level at a time, the deepest first: where folders are real (a hierarchical namespace),
         # a folder goes only once its children have.
         for depth in sorted(doomed, reverse=True):
-            failed = [why for why in self._drop_markers(doomed[depth]) if why]
+            failed = [why for why in self._delete_names(doomed[depth]) if why]
             if failed:
                 raise StorageError(
                     f"{len(failed)} folder marker(s) not deleted, first: {failed[0]}", min(wanted)
@@ -418,7 +417,8 @@ class PreconditionBackend(FsspecBackend):
         A backend whose connectors write no markers lists none here."""
         return []
 
-    def _drop_markers(self, names: list[str]) -> list[str | None]:
+    def _delete_names(self, names: list[str]) -> list[str | None]:
+        """Deletes each of `names` (full names): why each one failed, None where it deleted."""
         return self._deleted([self.fs._rm_file(name) for name in names])
 
 

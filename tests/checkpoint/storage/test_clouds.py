@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from checkpoint.analysis.checks import validate
+from checkpoint.cleanup.apply import delete_with_redrive
 from checkpoint.errors import LeaseHeld, StorageError
 from checkpoint.model.checkpoint import load_checkpoint
 from checkpoint.safety.lease import lease_for
@@ -222,6 +223,36 @@ def test_azure_deletes_in_blob_batches_each_file_answered_on_its_own(azure) -> N
             direct.pipe({f"{base}/{n}": b"x" for n in (names[7], "x.delta")})
         finally:
             proxy.refuse_batches = None
+
+
+def test_azure_blobs_answered_server_busy_are_sent_again_then_named_as_not_deleted(azure) -> None:
+    """A throttled account answers a batch's subrequests `503 ServerBusy` each: cleanup's re-drive
+    sends those blobs again after a back-off, and what stays busy past the last attempt is named
+    as not deleted, with the store's code first, and is still there."""
+    server, proxy, container = azure
+    base = f"{container}/busy-{uuid.uuid4().hex[:8]}"
+    direct = server.filesystem()
+    names = [f"state/0/0/{v}.delta" for v in range(1, 4)]
+    direct.pipe({f"{base}/{n}": b"x" for n in names})
+    storage = Storage(f"az://{base}")
+    sleeps: list[float] = []
+    try:
+        proxy.reset()
+        proxy.busy_batches = 1
+        assert delete_with_redrive(storage, names, 3, sleeps.append, {}) == {}
+        assert dict(proxy.counts()) == {"batch": 2} and sleeps == [0.2]
+        assert direct.find(base) == []
+
+        direct.pipe({f"{base}/{n}": b"x" for n in names})
+        proxy.reset()
+        proxy.busy_batches = 5
+        failed = delete_with_redrive(storage, names, 3, sleeps.append, {})
+        assert sorted(failed) == names, failed
+        assert all(why.startswith("ServerBusy: 503") for why in failed.values()), failed
+        assert dict(proxy.counts()) == {"batch": 3} and sleeps == [0.2, 0.2, 0.4]
+        assert sorted(direct.find(base)) == [f"{base}/{n}" for n in names]
+    finally:
+        proxy.busy_batches = 0
 
 
 def test_azure_credentials_without_a_synchronous_form_delete_a_blob_at_a_time(monkeypatch) -> None:
