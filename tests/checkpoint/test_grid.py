@@ -8,7 +8,10 @@ doors are driven on real checkpoints and the outcome held against what recovery 
 retirement in every cell; a migration, a repartition and a purge of expired state in each cell
 whose format allows them (`allowing`; the purge on a query that keeps TTL state, `EXPIRING`), and
 each refusal where it does not. Restarts under Spark are in each action's own tests (one format
-and backend each proves a writer; the grid proves the rest reads, keeps and refuses alike)."""
+and backend each proves a writer; the grid proves the rest reads, keeps and refuses alike).
+
+The tests that only read a cell's checkpoint (its reading, a fork, the refusals, a migration) share
+one copy of it (`kept`), and each says it left it as it was; the others get a copy each (`cell`)."""
 
 from __future__ import annotations
 
@@ -87,31 +90,69 @@ def _cells(allowing: StateAction | None = None) -> list:
     ]
 
 
-def _placed(request, fmt: str, backend: str, local: Path, tmp_path: Path) -> Cell:
-    """A copy of the checkpoint at `local` on `backend`, and places beside it there."""
+@dataclass
+class Shared:
+    """The copies that serve the module's readers: {(format, backend): where}, and the local ones'
+    folder."""
+
+    folder: Path
+    at: dict[tuple[str, str], str]
+
+
+def _placed(
+    request, fmt: str, backend: str, local: Path, tmp_path: Path, shared: Shared | None = None
+) -> Cell:
+    """A copy of the checkpoint at `local` on `backend`, and places beside it there. With `shared`,
+    one copy serves every test that asks for it in that cell."""
     name = local.name if local.name != "checkpoint" else local.parent.name
     if backend == "local":
-        copy_checkpoint(local, tmp_path / name)
-        return Cell(fmt, backend, Storage(str(tmp_path / name)), lambda n: Storage(str(tmp_path / n)))
+        here = str((shared.folder / fmt.replace(" ", "_") if shared else tmp_path) / name)
+        if shared is None or (fmt, backend) not in shared.at:
+            copy_checkpoint(local, Path(here))
+            if shared is not None:
+                shared.at[fmt, backend] = here
+        return Cell(fmt, backend, Storage(here), lambda n: Storage(str(tmp_path / n)))
     server, proxy, bucket = request.getfixturevalue(backend)
     # Credentials in the options, not only in the environment: a compaction's Spark tasks get them
     # with the pickled filesystem, as a deployment's executors get theirs from their own setup.
     options = server.storage_options(proxy.endpoint)
     scheme = {"s3": "s3", "azure": "az", "gcs": "gs"}[backend]
     prefix = f"{scheme}://{bucket}/grid-{uuid.uuid4().hex[:8]}"
-    storage = Storage(f"{prefix}/{name}", options)
-    # Its schema paths as Spark's connector for the store spells them (s3a://, abfss://, gs://)
-    upload_checkpoint(
-        server.filesystem(), local, f"{prefix[len(scheme) + 3 :]}/{name}", scheme, storage.spark_url
-    )
-    return Cell(fmt, backend, storage, lambda n: Storage(f"{prefix}/{n}", options))
+    if shared is None or (fmt, backend) not in shared.at:
+        # Its schema paths as Spark's connector for the store spells them (s3a://, abfss://, gs://)
+        spark_url = Storage(f"{prefix}/{name}", options).spark_url
+        upload_checkpoint(
+            server.filesystem(), local, f"{prefix[len(scheme) + 3 :]}/{name}", scheme, spark_url
+        )
+        if shared is not None:
+            shared.at[fmt, backend] = f"{prefix}/{name}"
+    here = shared.at[fmt, backend] if shared is not None else f"{prefix}/{name}"
+    return Cell(fmt, backend, Storage(here, options), lambda n: Storage(f"{prefix}/{n}", options))
 
 
 @pytest.fixture(params=_cells())
 def cell(request, corpus, defaults, tmp_path) -> Cell:
     fmt, backend = request.param
+    return _placed(request, fmt, backend, _corpus_copy(fmt, corpus, defaults), tmp_path)
+
+
+@pytest.fixture(scope="module")
+def _shared(tmp_path_factory) -> Shared:
+    return Shared(tmp_path_factory.mktemp("grid-kept"), {})
+
+
+@pytest.fixture(params=_cells())
+def kept(request, corpus, defaults, tmp_path, _shared: Shared) -> Cell:
+    """`cell` for a test that only reads the checkpoint, and says it left it as it was: one copy
+    in each cell serves all such tests of the module (an upload is most of a cell's set-up), and
+    each test's places beside it are its own."""
+    fmt, backend = request.param
+    return _placed(request, fmt, backend, _corpus_copy(fmt, corpus, defaults), tmp_path, _shared)
+
+
+def _corpus_copy(fmt: str, corpus, defaults) -> Path:
     name = FORMATS[fmt][0]
-    return _placed(request, fmt, backend, corpus[name] if name in corpus else defaults[name], tmp_path)
+    return corpus[name] if name in corpus else defaults[name]
 
 
 @pytest.fixture
@@ -143,40 +184,37 @@ def _tree(storage: Storage) -> dict[str, int]:
         return {}
 
 
-def _local(cell: Cell, corpus, defaults) -> Path:
-    name = FORMATS[cell.format][0]
-    return corpus[name] if name in corpus else defaults[name]
-
-
-def test_its_format_is_told_and_it_reads_as_its_local_copy(cell: Cell, corpus, defaults) -> None:
+def test_its_format_is_told_and_it_reads_as_its_local_copy(kept: Cell, corpus, defaults) -> None:
     """Healthy, read head-first: the root, both logs, `state/`, the operators' metadata, their
     partition folders and one partition's store folders (checked against what the metadata
     declares), `sources/` and its file source's log, then each store's folder where recovery lists
     it (format V1); never a recursive listing. Its lineage and findings are its local copy's."""
-    ckpt = cell.head()
-    assert ckpt.states.name == cell.format
+    ckpt = kept.head()
+    assert ckpt.states.name == kept.format
     assert _errors(ckpt) == []
     read = _recovery(ckpt)
     assert read, "no store found as its recovery finds them"
-    calls = cell.storage.calls.snapshot()
+    calls = kept.storage.calls.snapshot()
     stores = len({e.store for e in checkpoint_lineage(ckpt)})
     assert calls["list"] == 0 and calls["list_dir"] <= 9 + stores, calls
-    local = load_head(Storage(str(_local(cell, corpus, defaults))), strict=False)
+    local = load_head(Storage(str(_corpus_copy(kept.format, corpus, defaults))), strict=False)
     assert read == _recovery(local)
     assert [(f.code, f.severity) for f in validate(ckpt).findings] == [
         (f.code, f.severity) for f in validate(local).findings
     ]
 
 
-def test_a_fork_holds_what_recovery_reads_and_reads_as_healthy(cell: Cell) -> None:
-    dest = cell.place("fork")
-    result = fork_checkpoint(TwoSided(cell.storage, dest, taken_at_once("tests")))
+def test_a_fork_holds_what_recovery_reads_and_reads_as_healthy(kept: Cell) -> None:
+    before = _tree(kept.storage)
+    dest = kept.place("fork")
+    result = fork_checkpoint(TwoSided(kept.storage, dest, taken_at_once("tests")))
     forked = load_head(dest, strict=False)
-    assert result.batch == cell.head().latest_committed_batch
-    assert forked.states.name == cell.format and _errors(forked) == []
-    assert _recovery(forked) == _recovery(cell.head())
+    assert result.batch == kept.head().latest_committed_batch
+    assert forked.states.name == kept.format and _errors(forked) == []
+    assert _recovery(forked) == _recovery(kept.head())
     # Within one object store, every file the fork did not have to rewrite is copied by the store.
-    assert (result.server_side_files > 0) == (cell.backend != "local")
+    assert (result.server_side_files > 0) == (kept.backend != "local")
+    assert _tree(kept.storage) == before
 
 
 def test_cleanup_deletes_only_what_recovery_never_reads(cell: Cell, tmp_path: Path, corpus, defaults) -> None:
@@ -187,7 +225,7 @@ def test_cleanup_deletes_only_what_recovery_never_reads(cell: Cell, tmp_path: Pa
     # Two batches retained: what the older ones alone read goes, in every format.
     now = time.time() + LATER
     plan = plan_of(cell.storage, audit, now=now, retain_batches=2)
-    local = plan_of(_local(cell, corpus, defaults), now=now, retain_batches=2)
+    local = plan_of(_corpus_copy(cell.format, corpus, defaults), now=now, retain_batches=2)
     # An object store has none of Hadoop's hidden checksums (`testbed.copying.upload_checkpoint`)
     hidden = cell.backend != "local"
     wanted = [c.path for c in candidates_of(local) if not (hidden and hadoop_checksum(c.path))]
@@ -224,28 +262,28 @@ class _NoSpark:
         raise AssertionError("Spark was asked for, after the format's gate")
 
 
-def test_what_the_format_refuses_is_refused_with_nothing_written(cell: Cell, tmp_path: Path) -> None:
+def test_what_the_format_refuses_is_refused_with_nothing_written(kept: Cell, tmp_path: Path) -> None:
     """Repartition, migration and the purge of expired state, each through its door: a format
     that refuses one (`StateFormat.refusal`) is refused, or has nothing to purge, with the tree
     unchanged and no destination written."""
-    states = cell.head().states
+    states = kept.head().states
     audit = AuditTrail(str(tmp_path / "audit"))
-    before = _tree(cell.storage)
-    request = InPlace(cell.storage, taken_at_once("tests"), audit)
+    before = _tree(kept.storage)
+    request = InPlace(kept.storage, taken_at_once("tests"), audit)
     refused = {a for a in (R, M, P) if states.refusal(a)}
-    assert refused == FORMATS[cell.format][1]
+    assert refused == FORMATS[kept.format][1]
     if R in refused:
         with pytest.raises(RepartitionRefused):
             repartition_checkpoint(request, RepartitionOptions(4, engine=_NoSpark(), quiet_seconds=0))
     if M in refused:
-        dest = cell.place("migrated")
+        dest = kept.place("migrated")
         with pytest.raises(MigrationRefused):
-            request2 = TwoSided(cell.storage, dest, taken_at_once("tests"), audit)
+            request2 = TwoSided(kept.storage, dest, taken_at_once("tests"), audit)
             migrate_checkpoint(request2, MigrationOptions(MigrationPorts(_NoSpark(), _NoSpark())))
         assert _tree(dest) == {}
     # None of these queries keeps TTL state: the purge finds no store, whatever the format says.
     assert purge_expired(request, PurgeOptions(quiet_seconds=0)).stores == ()
-    assert _tree(cell.storage) == before
+    assert _tree(kept.storage) == before
 
 
 def test_a_retirement_archives_what_recovery_reads_and_leaves_nothing(cell: Cell, tmp_path: Path) -> None:
@@ -264,30 +302,30 @@ def test_a_retirement_archives_what_recovery_reads_and_leaves_nothing(cell: Cell
     assert kept.states.name == cell.format and _errors(kept) == [] and _recovery(kept) == read
 
 
-@pytest.mark.parametrize("cell", _cells(allowing=M), indirect=True)
+@pytest.mark.parametrize("kept", _cells(allowing=M), indirect=True)
 def test_a_migration_to_v2_holds_the_source_state_and_reads_as_healthy(
-    ports, cell: Cell, tmp_path: Path
+    ports, kept: Cell, tmp_path: Path
 ) -> None:
     """Through Spark's tasks and reader (`jobs.migrate`), beside the source on its backend: every
     store's rows and digest proven equal by Spark's reader on both sides, the destination told as
     RocksDB V2 with the source's stores, healthy; the source unchanged."""
 
-    source = cell.head()
-    before = _tree(cell.storage)
-    dest = cell.place("migrated")
+    source = kept.head()
+    before = _tree(kept.storage)
+    dest = kept.place("migrated")
     options = MigrationOptions(ports.migration, quiet_seconds=0)
-    request = TwoSided(cell.storage, dest, taken_at_once("tests"), AuditTrail(str(tmp_path / "audit")))
-    if cell.backend not in SPARK_REACHES:
-        with pytest.raises(SparkCannotReach, match=f"no Hadoop file system for {_HADOOP[cell.backend]}://"):
+    request = TwoSided(kept.storage, dest, taken_at_once("tests"), AuditTrail(str(tmp_path / "audit")))
+    if kept.backend not in SPARK_REACHES:
+        with pytest.raises(SparkCannotReach, match=f"no Hadoop file system for {_HADOOP[kept.backend]}://"):
             migrate_checkpoint(request, options)
-        assert _tree(dest) == {} and _tree(cell.storage) == before
+        assert _tree(dest) == {} and _tree(kept.storage) == before
         return
     result = migrate_checkpoint(request, options)
-    assert result.source_state == cell.format and result.proven
+    assert result.source_state == kept.format and result.proven
     migrated = load_head(dest, strict=False)
     assert migrated.states.name == "rocksdb V2" and _errors(migrated) == []
     assert _stores(migrated) == _stores(source) and len(result.stores) == len(_stores(source))
-    assert _tree(cell.storage) == before
+    assert _tree(kept.storage) == before
 
 
 @pytest.mark.parametrize("cell", _cells(allowing=R), indirect=True)
