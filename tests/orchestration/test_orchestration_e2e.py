@@ -38,7 +38,9 @@ FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
 
 
 class LiveQuery:
-    """An aggregation with snapshots off, fed a small file every 2 s until told to stop."""
+    """An aggregation with snapshots off, fed a small file every 4 s until told to stop: a chain
+    long enough to compact (`Policy.long_chain`, 10) in about 40 s, so the commit sensor's
+    compactions come every minute or so, each a run with a Spark of its own."""
 
     def __init__(self, spark, inputs: Path, checkpoint: Path):
         self.spark, self.inputs, self.checkpoint = spark, inputs, checkpoint
@@ -59,7 +61,7 @@ class LiveQuery:
         self.feeder.start()
 
     def _feed(self) -> None:
-        while not self.stop_feeding.wait(2.0):
+        while not self.stop_feeding.wait(4.0):
             write_inputs(self.inputs, 1, _keyed_rows, start=self.files)
             self.files += 1
 
