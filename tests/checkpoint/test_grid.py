@@ -11,7 +11,8 @@ each refusal where it does not. Restarts under Spark are in each action's own te
 and backend each proves a writer; the grid proves the rest reads, keeps and refuses alike).
 
 The tests that only read a cell's checkpoint (its reading, a fork, the refusals, a migration) share
-one copy of it (`kept`), and each says it left it as it was; the others get a copy each (`cell`)."""
+one copy of it (`kept`); the fork, the refusals and the migration say they left it as it was (by
+names and sizes). The others get a copy each (`cell`)."""
 
 from __future__ import annotations
 
@@ -143,9 +144,9 @@ def _shared(tmp_path_factory) -> Shared:
 
 @pytest.fixture(params=_cells())
 def kept(request, corpus, defaults, tmp_path, _shared: Shared) -> Cell:
-    """`cell` for a test that only reads the checkpoint, and says it left it as it was: one copy
-    in each cell serves all such tests of the module (an upload is most of a cell's set-up), and
-    each test's places beside it are its own."""
+    """`cell` for a test that only reads the checkpoint: one copy in each cell serves all such
+    tests of the module (an upload is most of a cell's set-up), and each test's places beside it
+    are its own."""
     fmt, backend = request.param
     return _placed(request, fmt, backend, _corpus_copy(fmt, corpus, defaults), tmp_path, _shared)
 
